@@ -1,0 +1,82 @@
+"""The ClientApp: load this device's data once, run the kernel each message names, reply.
+
+Message type ``query.<task>`` or ``train.<task>``; content ``{"arrays": ArrayRecord,
+"config": ConfigRecord}``. The reply is ``{"arrays": ArrayRecord, "metrics":
+MetricRecord}`` with at least ``num-examples``. A kernel that fails (bad data, a
+dimension mismatch, ...) produces an error reply whose reason says what went wrong; the
+server logs it and drops that node's contribution.
+
+Needs only NumPy and flwr: no SciPy, no scikit-learn (except the ``digits`` demo dataset).
+"""
+
+from __future__ import annotations
+
+import traceback
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from fedcluster.datasets import device_data
+from fedcluster.device import TASKS, DeviceData
+
+# Flower's error code for "the ClientApp raised an exception" (flwr.common.constant.ErrorCode).
+CLIENT_APP_RAISED_EXCEPTION = 2
+
+app = ClientApp()
+
+_DATA_CACHE: dict[tuple, DeviceData] = {}
+
+
+def _cache_key(context: Context) -> tuple:
+    node = context.node_config
+    return (
+        context.run_id,
+        tuple(sorted(context.run_config.items())),
+        str(node.get("data-path", "")),
+        node.get("partition-id"),
+        node.get("num-partitions"),
+    )
+
+
+def load_data(context: Context) -> DeviceData:
+    """This device's data, loaded once per run and process (simulation reuses processes
+    across nodes, hence the partition in the key)."""
+    key = _cache_key(context)
+    if key not in _DATA_CACHE:
+        if len(_DATA_CACHE) > 64:
+            _DATA_CACHE.clear()
+        from fedcluster.config import with_defaults
+
+        _DATA_CACHE[key] = device_data(with_defaults(dict(context.run_config)), dict(context.node_config))
+    return _DATA_CACHE[key]
+
+
+def handle(message: Message, context: Context) -> Message:
+    task = message.metadata.message_type.split(".", 1)[-1]
+    where = ""
+    try:
+        kernel = TASKS[task]
+        data = load_data(context)
+        where = f" on {data.describe()}"
+        content = message.content
+        arrays = {k: v.numpy() for k, v in content.array_records["arrays"].items()} if "arrays" in content.array_records else {}
+        config = dict(content.config_records["config"]) if "config" in content.config_records else {}
+        out_arrays, metrics = kernel(data, arrays, config)
+        reply = RecordDict(
+            {
+                "arrays": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in out_arrays.items()}),
+                "metrics": MetricRecord({k: v for k, v in metrics.items()}),
+            }
+        )
+        return Message(reply, reply_to=message)
+    except Exception as exc:  # every failure becomes an error reply that says what happened
+        reason = f"task {task!r} failed{where}: {type(exc).__name__}: {exc}"
+        if not isinstance(exc, (ValueError, KeyError, OSError)):
+            reason += "\n" + traceback.format_exc(limit=4)
+        return Message(Error(code=CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=message)
+
+
+for _task in TASKS:
+    app.query(_task)(handle)
+    app.train(_task)(handle)

@@ -1,0 +1,134 @@
+"""Which data a device holds, resolved from the run config and the node config.
+
+* Deployment: the node config names a file (``data-path``): ``.npy``/``.csv`` points or a
+  ``.txt`` edge list. Nothing else is consulted.
+* Simulation: the node config gives ``partition-id`` and ``num-partitions``; the run
+  config's ``dataset`` says what partition ``partition-id`` is:
+
+  - ``npy-dir`` / ``edge-dir``: the partition-id-th ``*.npy`` / ``*.txt`` file of
+    ``data-dir`` in sorted order;
+  - ``gaussian-mixture``: ``num-points`` points of a ``components``-component mixture in
+    ``dim`` dimensions (``separation``, seed ``seed``), split over ``num-partitions``
+    clients by ``partition`` (``iid``, ``dirichlet`` with ``dirichlet-alpha``,
+    ``one-source``, ``components`` with ``classes-per-client``);
+  - ``triebe``: Triebe's 1-D toy setup, ``num-partitions`` clients of 10 points;
+  - ``digits``: scikit-learn's digits, ``classes-per-client`` classes per client
+    (simulation convenience; needs scikit-learn on the simulated device).
+
+Generated datasets are built once per process and cached. NumPy only (except digits).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import data
+from .registry import DeviceData
+
+
+def device_data(run_config: dict[str, Any], node_config: dict[str, Any]) -> DeviceData:
+    """Load THIS device's data (see the module docstring)."""
+    path = str(node_config.get("data-path", "") or "")
+    if path:
+        return load_path(path, run_config)
+    if "partition-id" not in node_config or "num-partitions" not in node_config:
+        raise data.DataError(
+            "this node has neither a data-path in its node config nor a partition-id/"
+            "num-partitions (simulation): start the SuperNode with "
+            "--node-config 'data-path=\"/path/to/points.npy\"'"
+        )
+    partition = int(node_config["partition-id"])
+    partitions = int(node_config["num-partitions"])
+    dataset = run_config["dataset"]
+    if dataset == "npy-dir":
+        file = data.client_file(run_config["data-dir"], "*.npy", partition)
+        return DeviceData(points=data.load_points(file), source=str(file))
+    if dataset == "edge-dir":
+        file = data.client_file(run_config["data-dir"], "*.txt", partition)
+        return load_path(str(file), run_config)
+    points, _ = generated_partition(run_config, partition, partitions)
+    if points.shape[0] == 0:
+        raise data.DataError(
+            f"partition {partition} of {partitions} of dataset {dataset!r} is empty "
+            "(too few points for this many clients, or a partition that left it out)"
+        )
+    return DeviceData(points=points, source=f"{dataset} partition {partition}/{partitions}")
+
+
+def load_path(path: str, run_config: dict[str, Any]) -> DeviceData:
+    """A device's own file: ``.txt`` is an edge list, anything else points."""
+    if path.endswith(".txt"):
+        from .graph import load_edge_list  # graph data layer (NumPy only)
+
+        num_nodes = int(run_config.get("num-nodes", 0) or 0) or None
+        return DeviceData(edges=load_edge_list(path, num_nodes), source=path)
+    return DeviceData(points=data.load_points(path), source=path)
+
+
+def generated_partition(run_config: dict[str, Any], partition: int, partitions: int) -> tuple[np.ndarray, np.ndarray]:
+    """Points and true labels of one partition of a generated dataset."""
+    if not 0 <= partition < partitions:
+        raise data.DataError(f"partition-id {partition} is out of range for {partitions} partitions")
+    clients_points, clients_labels = _generated(_spec_key(run_config), partitions)
+    return clients_points[partition], clients_labels[partition]
+
+
+def pooled_points(run_config: dict[str, Any], partitions: int) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """All the federation's points, for the central REFERENCE only (never sent anywhere).
+
+    Available for generated datasets and for ``npy-dir`` when the server can read the
+    directory (a simulation on one machine); None otherwise.
+    """
+    dataset = run_config["dataset"]
+    if dataset == "npy-dir":
+        directory = Path(run_config["data-dir"])
+        if not directory.is_dir():
+            return None
+        files = data.list_client_files(directory, "*.npy")[:partitions]
+        return np.concatenate([data.load_points(f) for f in files]), None
+    if dataset == "edge-dir":
+        return None
+    clients_points, clients_labels = _generated(_spec_key(run_config), partitions)
+    return np.concatenate(clients_points), np.concatenate(clients_labels)
+
+
+_SPEC_KEYS = (
+    "dataset", "seed", "num-points", "dim", "components", "k", "separation",
+    "partition", "dirichlet-alpha", "classes-per-client",
+)
+
+
+def _spec_key(run_config: dict[str, Any]) -> tuple:
+    return tuple((key, run_config.get(key)) for key in _SPEC_KEYS)
+
+
+@lru_cache(maxsize=4)
+def _generated(spec: tuple, partitions: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    cfg = dict(spec)
+    seed = int(cfg["seed"])
+    dataset = cfg["dataset"]
+    if dataset == "triebe":
+        return data.triebe_clients(num_clients=partitions, seed=seed)
+    if dataset == "digits":
+        return data.digits_partition(partitions, int(cfg["classes-per-client"]), seed)
+    if dataset != "gaussian-mixture":
+        raise data.DataError(f"dataset {dataset!r} is not a generated dataset")
+    components = int(cfg["components"]) or int(cfg["k"])
+    X, y = data.gaussian_mixture(
+        int(cfg["num-points"]), int(cfg["dim"]), components, seed, separation=float(cfg["separation"])
+    )
+    rng = np.random.default_rng([seed, 1])
+    scheme = cfg["partition"]
+    if scheme == "iid":
+        parts = data.partition_iid(X.shape[0], partitions, rng)
+    elif scheme == "dirichlet":
+        parts = data.partition_dirichlet(y, partitions, float(cfg["dirichlet-alpha"]), rng)
+    elif scheme == "one-source":
+        parts = data.partition_one_source(y, partitions, rng)
+    else:
+        parts = data.partition_components(y, partitions, int(cfg["classes-per-client"]), rng)
+    return [X[p] for p in parts], [y[p] for p in parts]

@@ -1,0 +1,261 @@
+"""Lloyd statistics: the one shared k-means kernel, plus k-means++ and a weighted Lloyd.
+
+Everything here is NumPy only, so it runs on a phone-class device as well as on the
+server. Distances use the BLAS form ``||x||^2 - 2 x.c + ||c||^2`` and the data are
+processed in row chunks so that memory stays bounded (``chunk_rows * k`` floats) however
+large ``n`` is.
+
+Naming follows scikit-learn: ``centers`` (k x d), ``labels`` (n,), ``inertia``/``cost``
+(sum of squared distances to the nearest center).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Rows per chunk are chosen so that one chunk's distance block holds about this many
+# floats (2^20 doubles = 8 MiB): big enough for BLAS to be efficient, small enough to
+# stay in memory bounds for any n.
+_CHUNK_FLOATS = 1 << 20
+
+
+def _chunk_rows(n: int, k: int, chunk_rows: int | None) -> int:
+    if chunk_rows is not None:
+        if chunk_rows < 1:
+            raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+        return int(chunk_rows)
+    return max(256, min(max(n, 1), _CHUNK_FLOATS // max(k, 1)))
+
+
+@dataclass
+class LloydStatistics:
+    """Sufficient statistics of one Lloyd step of ``centers`` on some data.
+
+    Attributes
+    ----------
+    sums : (k, d) per-cluster (weighted) sums of the points assigned to each center.
+    counts : (k,) per-cluster (weighted) counts.
+    cost : float, sum over points of (weight times) the squared distance to the nearest center.
+    sumsq : (k, d) per-cluster sums of squared coordinates, or None when not requested.
+        With ``sums`` and ``counts`` it gives the per-dimension spread of every cluster
+        without any single point leaving the data's owner.
+    """
+
+    sums: np.ndarray
+    counts: np.ndarray
+    cost: float
+    sumsq: np.ndarray | None = None
+
+    def __add__(self, other: "LloydStatistics") -> "LloydStatistics":
+        sumsq = None
+        if self.sumsq is not None and other.sumsq is not None:
+            sumsq = self.sumsq + other.sumsq
+        return LloydStatistics(
+            self.sums + other.sums, self.counts + other.counts, self.cost + other.cost, sumsq
+        )
+
+    def centers(self, previous: np.ndarray) -> np.ndarray:
+        """Lloyd update: the mean of each cluster; a cluster with no mass keeps ``previous``."""
+        out = np.array(previous, dtype=np.float64, copy=True)
+        nonempty = self.counts > 0
+        out[nonempty] = self.sums[nonempty] / self.counts[nonempty, None]
+        return out
+
+
+def squared_distances(X: np.ndarray, centers: np.ndarray, x_sq: np.ndarray | None = None) -> np.ndarray:
+    """(n, k) squared Euclidean distances, computed with one matrix product, clipped at 0."""
+    if x_sq is None:
+        x_sq = np.einsum("ij,ij->i", X, X)
+    c_sq = np.einsum("ij,ij->i", centers, centers)
+    d2 = X @ centers.T
+    d2 *= -2.0
+    d2 += x_sq[:, None]
+    d2 += c_sq[None, :]
+    np.maximum(d2, 0.0, out=d2)
+    return d2
+
+
+def assign(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest center of every row of ``X``: ``(labels, squared_distance)``, chunked."""
+    X = np.asarray(X, dtype=np.float64)
+    centers = np.asarray(centers, dtype=np.float64)
+    n = X.shape[0]
+    k = centers.shape[0]
+    labels = np.empty(n, dtype=np.int64)
+    mind = np.empty(n, dtype=np.float64)
+    step = _chunk_rows(n, k, chunk_rows)
+    for start in range(0, n, step):
+        block = squared_distances(X[start : start + step], centers)
+        lab = np.argmin(block, axis=1)
+        labels[start : start + step] = lab
+        mind[start : start + step] = block[np.arange(block.shape[0]), lab]
+    return labels, mind
+
+
+def lloyd_statistics(
+    X: np.ndarray,
+    centers: np.ndarray,
+    weights: np.ndarray | None = None,
+    *,
+    with_sumsq: bool = False,
+    chunk_rows: int | None = None,
+) -> LloydStatistics:
+    """Assignment, per-cluster sums and counts, and cost of ``centers`` on ``X``.
+
+    Parameters
+    ----------
+    X : (n, d) data.
+    centers : (k, d) current centers.
+    weights : optional (n,) non-negative point weights (default 1).
+    with_sumsq : also return per-cluster sums of squared coordinates.
+    chunk_rows : rows per chunk (default: about 2^20 / k).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    centers = np.asarray(centers, dtype=np.float64)
+    if X.ndim != 2 or centers.ndim != 2 or X.shape[1] != centers.shape[1]:
+        raise ValueError(
+            f"data of shape {X.shape} and centers of shape {centers.shape} do not match"
+        )
+    n, d = X.shape
+    k = centers.shape[0]
+    sums = np.zeros((k, d))
+    counts = np.zeros(k)
+    sumsq = np.zeros((k, d)) if with_sumsq else None
+    cost = 0.0
+    step = _chunk_rows(n, k, chunk_rows)
+    for start in range(0, n, step):
+        Xc = X[start : start + step]
+        block = squared_distances(Xc, centers)
+        labels = np.argmin(block, axis=1)
+        mind = block[np.arange(block.shape[0]), labels]
+        if weights is None:
+            cost += float(mind.sum())
+            counts += np.bincount(labels, minlength=k)
+            _scatter_add(sums, labels, Xc)
+            if sumsq is not None:
+                _scatter_add(sumsq, labels, Xc * Xc)
+        else:
+            w = np.asarray(weights[start : start + step], dtype=np.float64)
+            cost += float(mind @ w)
+            counts += np.bincount(labels, weights=w, minlength=k)
+            _scatter_add(sums, labels, Xc * w[:, None])
+            if sumsq is not None:
+                _scatter_add(sumsq, labels, Xc * Xc * w[:, None])
+    return LloydStatistics(sums=sums, counts=counts, cost=cost, sumsq=sumsq)
+
+
+def _scatter_add(out: np.ndarray, labels: np.ndarray, values: np.ndarray) -> None:
+    """``out[labels[i]] += values[i]`` for all i, via a stable sort and ``np.add.reduceat``."""
+    if labels.size == 0:
+        return
+    order = np.argsort(labels, kind="stable")
+    sorted_labels = labels[order]
+    starts = np.flatnonzero(np.r_[True, sorted_labels[1:] != sorted_labels[:-1]])
+    out[sorted_labels[starts]] += np.add.reduceat(values[order], starts, axis=0)
+
+
+def kmeans_cost(X: np.ndarray, centers: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """Sum of (weighted) squared distances of the rows of ``X`` to their nearest center."""
+    if weights is None:
+        return float(assign(X, centers)[1].sum())
+    return float(assign(X, centers)[1] @ np.asarray(weights, dtype=np.float64))
+
+
+def kmeans_plus_plus(
+    X: np.ndarray,
+    k: int,
+    rng: np.random.Generator,
+    weights: np.ndarray | None = None,
+    n_local_trials: int | None = None,
+) -> np.ndarray:
+    """Greedy k-means++ seeding (Arthur & Vassilvitskii 2007, greedy variant as in sklearn).
+
+    Each new center is the best of ``2 + log(k)`` candidates drawn with probability
+    proportional to weight x squared distance to the current centers. Returns k x d.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    n = X.shape[0]
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if n < k:
+        raise ValueError(f"k-means++ needs at least k={k} points, got {n}")
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.sum() <= 0:
+        raise ValueError("k-means++ weights sum to zero")
+    if n_local_trials is None:
+        n_local_trials = 2 + int(np.log(k))
+    x_sq = np.einsum("ij,ij->i", X, X)
+    centers = np.empty((k, X.shape[1]))
+    first = rng.choice(n, p=w / w.sum())
+    centers[0] = X[first]
+    closest = squared_distances(X, centers[:1], x_sq)[:, 0]
+    for c in range(1, k):
+        pot = closest * w
+        total = pot.sum()
+        if total <= 0:  # every point coincides with a center: pick any point by weight
+            cand = rng.choice(n, size=n_local_trials, p=w / w.sum())
+        else:
+            cum = np.cumsum(pot)
+            cand = np.searchsorted(cum, rng.random(n_local_trials) * cum[-1])
+            cand = np.minimum(cand, n - 1)
+        d_cand = squared_distances(X, X[cand], x_sq)  # (n, trials)
+        np.minimum(d_cand, closest[:, None], out=d_cand)
+        best = int(np.argmin(w @ d_cand))
+        closest = d_cand[:, best]
+        centers[c] = X[cand[best]]
+    return centers
+
+
+def lloyd(
+    X: np.ndarray,
+    centers: np.ndarray,
+    weights: np.ndarray | None = None,
+    *,
+    max_iter: int = 300,
+    tol: float = 1e-6,
+) -> tuple[np.ndarray, float, int]:
+    """Weighted Lloyd iterations from ``centers`` until the centers move less than ``tol``
+    (relative to the data's mean squared norm) or the assignment is stable.
+
+    Empty clusters keep their center. Returns ``(centers, cost, iterations)``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    centers = np.array(centers, dtype=np.float64, copy=True)
+    scale = float(np.mean(np.einsum("ij,ij->i", X, X))) if X.size else 1.0
+    threshold = tol * max(scale, 1e-300)
+    it = 0
+    for it in range(1, max_iter + 1):
+        stats = lloyd_statistics(X, centers, weights)
+        new = stats.centers(centers)
+        shift = float(np.sum((new - centers) ** 2))
+        centers = new
+        if shift <= threshold:
+            break
+    return centers, kmeans_cost(X, centers, weights), it
+
+
+def kmeans(
+    X: np.ndarray,
+    k: int,
+    rng: np.random.Generator,
+    weights: np.ndarray | None = None,
+    *,
+    n_init: int = 10,
+    max_iter: int = 300,
+    tol: float = 1e-6,
+) -> tuple[np.ndarray, float]:
+    """Weighted k-means: ``n_init`` k-means++ starts, each refined by Lloyd; the best wins.
+
+    NumPy only (the server uses it on summaries, devices on their own data).
+    Returns ``(centers, cost)``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    best_centers, best_cost = None, np.inf
+    for _ in range(max(1, n_init)):
+        init = kmeans_plus_plus(X, k, rng, weights)
+        centers, cost, _ = lloyd(X, init, weights, max_iter=max_iter, tol=tol)
+        if cost < best_cost:
+            best_centers, best_cost = centers, cost
+    return best_centers, float(best_cost)

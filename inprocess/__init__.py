@@ -1,0 +1,11 @@
+"""In-process runner: the same ServerApp and ClientApp, no Ray, no network.
+
+``InProcessGrid`` implements Flower's public ``Grid`` interface by calling the ClientApp
+directly; :func:`run` wires a whole federation in one process. It lives outside
+``server_app`` and ``client_app`` because it is the one place that imports both.
+"""
+
+from .grid import InProcessGrid
+from .run import run
+
+__all__ = ["InProcessGrid", "run"]

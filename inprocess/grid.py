@@ -1,0 +1,132 @@
+"""``InProcessGrid``: Flower's ``Grid`` for a federation living in one Python process."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Callable, Iterable
+
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid
+
+# Flower's error codes (flwr.common.constant.ErrorCode).
+CLIENT_APP_RAISED_EXCEPTION = 2
+NODE_UNAVAILABLE = 5
+
+ReplyHook = Callable[[int, Message, Message], "Message | None"]
+
+
+def set_task_identity(run_id: int, node_id: int) -> None:
+    """Flower's ``Message`` constructor reads the sender's identity from the task runtime.
+
+    Outside Flower's runtime nobody sets it, so the in-process runner does, here and only
+    here. (flwr 1.41/1.42 keep it in ``flwr.supercore.task_identity``.)
+    """
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.run_id = run_id
+    TaskIdentity.node_id = node_id
+    TaskIdentity.task_id = 1
+
+
+class InProcessGrid(Grid):
+    """A ``Grid`` whose nodes are ClientApp calls in this process.
+
+    Parameters
+    ----------
+    client_app : the ClientApp every node runs.
+    run_config : the run config every node sees (``context.run_config``).
+    node_configs : one node config per node (e.g. ``partition-id``/``num-partitions`` or
+        ``data-path``).
+    run_id : the run id.
+    reply_hook : optional ``hook(node_id, message, reply) -> reply | None`` to tamper
+        with replies in tests (return None: the node never answers).
+    """
+
+    SERVER_NODE_ID = 1
+
+    def __init__(
+        self,
+        client_app: ClientApp,
+        run_config: dict[str, Any],
+        node_configs: list[dict[str, Any]],
+        *,
+        run_id: int = 1,
+        reply_hook: ReplyHook | None = None,
+    ) -> None:
+        from flwr.supercore.run import Run
+
+        self._client_app = client_app
+        self._run = Run.create_empty(run_id)
+        self._reply_hook = reply_hook
+        self._replies: dict[str, Message] = {}
+        self._contexts: dict[int, Context] = {}
+        for index, node_config in enumerate(node_configs):
+            node_id = 1000 + index
+            self._contexts[node_id] = Context(
+                run_id=run_id,
+                node_id=node_id,
+                node_config=dict(node_config),
+                state=RecordDict(),
+                run_config=dict(run_config),
+            )
+        self.client_seconds = 0.0
+
+    # ---------------------------------------------------------------- Grid API
+    def set_run(self, run: Any) -> None:
+        self._run = run
+
+    @property
+    def run(self) -> Any:
+        return self._run
+
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self._contexts)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        ids = []
+        for message in messages:
+            message_id = uuid.uuid4().hex
+            message.metadata.__dict__["_message_id"] = message_id
+            ids.append(message_id)
+            reply = self._deliver(message)
+            if reply is not None:
+                reply.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+                self._replies[message_id] = reply
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return [self._replies.pop(mid) for mid in list(message_ids) if mid in self._replies]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        return list(self.pull_messages(self.push_messages(messages)))
+
+    # ---------------------------------------------------------------- delivery
+    def _deliver(self, message: Message) -> Message | None:
+        node = message.metadata.dst_node_id
+        context = self._contexts.get(node)
+        if context is None:
+            return Message(Error(code=NODE_UNAVAILABLE, reason=f"node {node} is not connected"), reply_to=message)
+        started = time.perf_counter()
+        try:
+            reply = self._client_app(message, context)
+        except Exception as exc:  # as Flower's runtime does: an exception becomes an error reply
+            reply = Message(
+                Error(code=CLIENT_APP_RAISED_EXCEPTION, reason=f"{type(exc).__name__}: {exc}"),
+                reply_to=message,
+            )
+        self.client_seconds += time.perf_counter() - started
+        if self._reply_hook is not None:
+            reply = self._reply_hook(node, message, reply)
+        return reply

@@ -1,0 +1,1 @@
+"""The fedcluster Flower ServerApp and one strategy per algorithm."""

@@ -1,0 +1,61 @@
+"""The ServerApp: pick the algorithm from run-config ``algorithm``, wait for the nodes,
+run it, write ``result.json`` and the model, and print the outcome."""
+
+from __future__ import annotations
+
+from logging import ERROR, INFO, WARNING
+from typing import Any
+
+from flwr.app import Context
+from flwr.common.logger import log
+from flwr.serverapp import Grid, ServerApp
+
+from fedcluster.config import with_defaults
+
+from .algorithms import strategy_for
+from .reference import central_reference
+
+app = ServerApp()
+
+
+def run_algorithm(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
+    """Run the configured algorithm on ``grid``; return the result dict (also on disk)."""
+    config = with_defaults(run_config)
+    strategy = strategy_for(config["algorithm"])(grid, config)
+    strategy.wait_for_nodes()
+    outcome = strategy.run()
+    if config["reference"]:
+        try:
+            reference = central_reference(config, len(strategy.nodes), outcome.get("centers"))
+        except Exception as exc:  # the reference is a report, never a reason to lose a run
+            log(WARNING, "[fedcluster] no central reference: %s: %s", type(exc).__name__, exc)
+            reference = None
+        if reference is not None:
+            outcome["reference"] = reference
+    result = strategy.write_result(outcome)
+    print_summary(result)
+    return result
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    final = result.get("final", {})
+    lines = [f"[fedcluster] {result['algorithm']} finished in {result['wall_time_s']:.1f} s"]
+    if "cost" in final:
+        lines.append(f"  federated cost per point : {final['cost']:.6g} on {final.get('num_points')} points")
+    reference = result.get("reference")
+    if reference:
+        lines.append(f"  central k-means cost/pt  : {reference['central_cost']:.6g} (pooled, scikit-learn, n_init=10)")
+        lines.append(f"  federated / central      : {reference['ratio']:.4f}")
+    comm = result["communication"]
+    lines.append(f"  bytes up / down          : {comm['bytes_up']} / {comm['bytes_down']}")
+    lines.append(f"  output                   : {result['output_dir']}")
+    log(INFO, "%s", "\n".join(lines))
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    try:
+        run_algorithm(grid, dict(context.run_config))
+    except Exception as exc:
+        log(ERROR, "[fedcluster] run failed: %s: %s", type(exc).__name__, exc)
+        raise

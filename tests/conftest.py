@@ -1,0 +1,42 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def graphs_dir() -> Path | None:
+    """The SNAP graphs: $FEDCLUSTER_GRAPHS or ../shared/data/graphs beside the project."""
+    candidates = [os.environ.get("FEDCLUSTER_GRAPHS", ""), str(ROOT.parent / "shared" / "data" / "graphs")]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate)
+    return None
+
+
+def write_npy_dir(directory: Path, arrays: list[np.ndarray]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, array in enumerate(arrays):
+        np.save(directory / f"client_{i:03d}.npy", array)
+    return directory
+
+
+@pytest.fixture
+def blobs():
+    """Three well separated 2-D blobs split over 4 clients (non-IID)."""
+    rng = np.random.default_rng(7)
+    means = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    parts = []
+    for i in range(4):
+        chosen = means[[i % 3, (i + 1) % 3]]
+        parts.append(np.concatenate([m + rng.normal(size=(30 + 5 * i, 2)) for m in chosen]))
+    return parts

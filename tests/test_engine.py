@@ -1,0 +1,82 @@
+"""Engine tier: real Flower processes on loopback (simulation and deployment)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import write_npy_dir
+from flower_processes import Flower, flower_available
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.skipif(not flower_available(), reason="flwr / flower-superlink / flower-supernode not installed"),
+]
+
+
+@pytest.fixture
+def flower(tmp_path):
+    handle = Flower(tmp_path)
+    yield handle
+    handle.stop()
+
+
+def lloyd_reference(X, k):
+    from sklearn.cluster import KMeans
+
+    return KMeans(k, n_init=10, random_state=0).fit(X).inertia_ / X.shape[0]
+
+
+def test_flwr_run_simulation_with_npy_dir(flower, tmp_path):
+    rng = np.random.default_rng(0)
+    means = np.array([[0, 0], [8, 0], [0, 8], [8, 8]], dtype=float)
+    parts = [np.concatenate([means[i % 4] + rng.normal(size=(40, 2)), means[(i + 1) % 4] + rng.normal(size=(20, 2))]) for i in range(4)]
+    data_dir = write_npy_dir(tmp_path / "data", parts)
+    out = tmp_path / "out"
+    flower.start_superlink(simulation=True)
+    run_id = flower.submit(
+        ROOT,
+        f"k=4 num-rounds=5 dataset='npy-dir' data-dir='{data_dir}' output-dir='{out}' node-settle-s=1.0",
+        "num-supernodes=4",
+    )
+    entry = flower.wait_for_run(run_id, timeout=240)
+    assert entry["status"] == "finished:completed", (entry, flower.logs())
+    result = json.loads((out / "result.json").read_text())
+    assert result["nodes"]["connected"] == 4
+    X = np.concatenate(parts)
+    assert result["final"]["num_points"] == X.shape[0]
+    assert result["final"]["cost"] <= 1.02 * lloyd_reference(X, 4)
+    assert np.load(out / "centers.npy").shape == (4, 2)
+
+
+def test_flwr_run_reports_a_failed_run(flower, tmp_path):
+    flower.start_superlink(simulation=True)
+    run_id = flower.submit(
+        ROOT, f"k=2 dataset='npy-dir' data-dir='{tmp_path / 'missing'}' output-dir='{tmp_path / 'o'}' node-settle-s=1.0", "num-supernodes=2"
+    )
+    entry = flower.wait_for_run(run_id, timeout=240)
+    assert entry["status"] == "finished:failed", entry
+
+
+def test_deployment_two_supernodes_with_their_own_files(flower, tmp_path):
+    rng = np.random.default_rng(1)
+    a = np.concatenate([rng.normal(size=(50, 3)), rng.normal(size=(50, 3)) + 10])
+    b = np.concatenate([rng.normal(size=(60, 3)) + 10, rng.normal(size=(40, 3)) - 10])
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    flower.start_superlink(simulation=False)
+    for index, name in enumerate(("a.npy", "b.npy")):
+        flower.start_supernode(index, f'data-path="{tmp_path / name}"')
+    out = tmp_path / "out"
+    run_id = flower.submit(ROOT, f"k=3 num-rounds=3 min-nodes=2 output-dir='{out}' reference=false round-timeout=60.0")
+    entry = flower.wait_for_run(run_id, timeout=300)
+    assert entry["status"] == "finished:completed", (entry, flower.logs())
+    result = json.loads((out / "result.json").read_text())
+    X = np.concatenate([a, b])
+    assert result["final"]["num_points"] == 200
+    assert result["final"]["cost"] <= 1.02 * lloyd_reference(X, 3)

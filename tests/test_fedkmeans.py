@@ -1,0 +1,238 @@
+"""FedKMeans: oracle tests, reassignment, validation of replies, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+
+from conftest import write_npy_dir
+from fedcluster.config import with_defaults
+from fedcluster.fedkmeans import client_kmeans
+from fedcluster.lloyd import lloyd_statistics
+from inprocess import run
+from inprocess.grid import InProcessGrid, set_task_identity
+from server_app.base import FederationError
+from server_app.fedkmeans import FedKMeans
+
+
+def lloyd_step(X, C):
+    """One Lloyd step written out directly (independent of fedcluster.lloyd)."""
+    labels = ((X[:, None, :] - C[None]) ** 2).sum(-1).argmin(1)
+    out = C.copy()
+    for j in range(C.shape[0]):
+        if np.any(labels == j):
+            out[j] = X[labels == j].mean(0)
+    return out
+
+
+def strategy_over(parts, tmp_path, reply_hook=None, **overrides):
+    from client_app.app import app
+
+    directory = write_npy_dir(tmp_path / "data", parts)
+    files = sorted(directory.glob("*.npy"))
+    config = with_defaults({"output-dir": str(tmp_path / "out"), "reference": False, **overrides})
+    config["min-nodes"] = len(files)
+    set_task_identity(1, InProcessGrid.SERVER_NODE_ID)
+    grid = InProcessGrid(app, config, [{"data-path": str(f)} for f in files], reply_hook=reply_hook)
+    strategy = FedKMeans(grid, config)
+    strategy.wait_for_nodes()
+    strategy.discover_dimension()
+    return strategy
+
+
+# ---------------------------------------------------------------- client kernel
+def test_client_full_batch_beta_one_is_a_lloyd_step():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(100, 3))
+    C = rng.normal(size=(4, 3))
+    counts, centers, _ = client_kmeans(X, C, epochs=1, batch_size=None, learning_rate=1.0)
+    np.testing.assert_allclose(centers, lloyd_step(X, C), atol=1e-12)
+    assert counts.sum() == 100
+
+
+def test_client_minibatch_moves_toward_batch_means_with_beta():
+    X = np.array([[0.0], [2.0]])
+    C = np.array([[10.0]])
+    # one batch of both points, beta = 0.5: halfway from 10 to the batch mean 1.
+    _, centers, _ = client_kmeans(X, C, epochs=1, batch_size=None, learning_rate=0.5)
+    assert centers[0, 0] == pytest.approx(5.5)
+    # two batches of one point each (beta = 1): the running mean of the points seen.
+    _, centers, _ = client_kmeans(X, C, epochs=1, batch_size=1, learning_rate=1.0, rng=np.random.default_rng(0))
+    assert centers[0, 0] == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------- oracle through the runner
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_round_equals_one_lloyd_step(seed, tmp_path):
+    result = run(
+        {"seed": seed, "num-rounds": 1, "k": 4, "dim": 3, "num-points": 600, "output-dir": str(tmp_path), "reference": False},
+        num_nodes=6,
+    )
+    from fedcluster.datasets import pooled_points
+
+    X, _ = pooled_points(result["config"], 6)
+    init = np.load(tmp_path / "init_centers.npy")
+    centers = np.load(tmp_path / "centers.npy")
+    np.testing.assert_allclose(centers, lloyd_step(X, init), rtol=0, atol=1e-12)
+    # the federated final cost is the pooled cost of the final centers
+    d2 = ((X[:, None, :] - centers[None]) ** 2).sum(-1).min(1)
+    assert result["final"]["cost"] == pytest.approx(d2.mean(), rel=1e-9)
+    assert result["final"]["num_points"] == X.shape[0]
+
+
+def test_cluster_no_client_sees_does_not_move(blobs, tmp_path):
+    strategy = strategy_over(blobs, tmp_path, momentum=0.5, **{"reassign-patience": 100})
+    C = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0], [500.0, 500.0]])
+    out = strategy.train(C, 3)
+    np.testing.assert_array_equal(out[3], C[3])
+    assert not np.allclose(out[:3], C[:3])
+    assert all(r["empty_clusters"] == 1 for r in strategy.rounds)
+
+
+def test_reassignment_fires_after_patience_rounds(blobs, tmp_path):
+    strategy = strategy_over(blobs, tmp_path, **{"reassign-threshold": 0.01, "reassign-patience": 3})
+    C = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0], [500.0, 500.0]])
+    out = strategy.train(C, 4)
+    assert [r["reassigned"] for r in strategy.rounds[:2]] == [[], []]
+    assert strategy.rounds[2]["reassigned"] == [3]
+    X = np.concatenate(blobs)
+    assert np.all(out[3] >= X.min(0)) and np.all(out[3] <= X.max(0))
+    # after the split the former orphan owns points
+    assert lloyd_statistics(X, out).counts[3] > 0
+
+
+def test_full_run_reaches_central_optimum_over_seeds(tmp_path):
+    for seed in range(4):
+        result = run({"seed": seed, "output-dir": str(tmp_path / str(seed))}, num_nodes=8)
+        assert result["reference"]["ratio"] <= 1.02, (seed, result["reference"])
+        saved = json.loads((tmp_path / str(seed) / "result.json").read_text())
+        assert saved["final"]["cost"] == pytest.approx(result["final"]["cost"])
+        assert len(saved["rounds"]) == saved["config"]["num-rounds"]
+        assert saved["communication"]["bytes_up"] > 0 and saved["communication"]["bytes_down"] > 0
+
+
+# ---------------------------------------------------------------- validation
+def tamper(kind):
+    def rewrite(arrays):
+        out = {}
+        for i, (key, value) in enumerate(arrays.items()):
+            value = value.copy()
+            if kind == "nan" and value.dtype.kind == "f":
+                value[...] = np.nan
+            if kind == "shape" and i == 0:
+                value = np.concatenate([value, value])
+            if kind == "negative" and key in ("counts", "costs", "cost"):
+                value = -np.abs(value) - 1
+            out[key] = value
+        return out
+
+    return rewrite
+
+
+def test_bad_replies_are_dropped_and_never_aggregated(tmp_path):
+    rng = np.random.default_rng(5)
+    parts = [rng.normal(size=(40, 2)) + (i % 3) * 6 for i in range(8)]
+    bad = {1000: tamper("nan"), 1001: tamper("shape"), 1002: tamper("negative")}
+
+    def hook(node, message, reply):
+        if node not in bad or reply.has_error() or not message.metadata.message_type.startswith("train."):
+            return reply
+        arrays = {k: v.numpy() for k, v in reply.content.array_records["arrays"].items()}
+        content = RecordDict(
+            {
+                "arrays": ArrayRecord({k: Array(v) for k, v in bad[node](arrays).items()}),
+                "metrics": MetricRecord(dict(reply.content.metric_records["metrics"])),
+            }
+        )
+        return Message(content, reply_to=message)
+
+    directory = write_npy_dir(tmp_path / "data", parts)
+    files = sorted(directory.glob("*.npy"))
+    result = run(
+        {"k": 3, "num-rounds": 1, "output-dir": str(tmp_path / "out"), "reference": False},
+        node_configs=[{"data-path": str(f)} for f in files],
+        reply_hook=hook,
+    )
+    reasons = {f["node"]: f["reason"] for f in result["rounds"][0]["failures"]}
+    assert "NaN" in reasons[1000]
+    assert "shape" in reasons[1001]
+    assert "negative" in reasons[1002]
+    assert result["rounds"][0]["replies"] == 5
+    good = np.concatenate(parts[3:])
+    init = np.load(tmp_path / "out" / "init_centers.npy")
+    centers = np.load(tmp_path / "out" / "centers.npy")
+    np.testing.assert_allclose(centers, lloyd_step(good, init), atol=1e-12)
+    assert result["final"]["num_points"] == sum(len(p) for p in parts)  # evaluation replies were fine
+
+
+def test_node_with_other_dimension_is_excluded(tmp_path):
+    rng = np.random.default_rng(2)
+    parts = [rng.normal(size=(30, 2)) + i for i in range(4)] + [rng.normal(size=(30, 3))]
+    directory = write_npy_dir(tmp_path / "data", parts)
+    files = sorted(directory.glob("*.npy"))
+    result = run(
+        {"k": 2, "num-rounds": 2, "output-dir": str(tmp_path / "out"), "reference": False},
+        node_configs=[{"data-path": str(f)} for f in files],
+    )
+    assert list(result["nodes"]["excluded"]) == ["1004"]
+    assert "dimension 3" in result["nodes"]["excluded"]["1004"]
+    assert result["final"]["num_points"] == 120
+    assert np.load(tmp_path / "out" / "centers.npy").shape == (2, 2)
+
+
+def test_too_few_valid_replies_fails_clearly(tmp_path):
+    def hook(node, message, reply):
+        return None if node != 1000 else reply  # only one node ever answers
+
+    with pytest.raises(FederationError, match="valid replies"):
+        run({"k": 2, "num-rounds": 1, "output-dir": str(tmp_path), "round-timeout": 0.2}, num_nodes=4, reply_hook=hook)
+
+
+# ---------------------------------------------------------------- bad input
+def test_missing_data_directory_is_named(tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(FederationError, match="nowhere"):
+        run({"dataset": "npy-dir", "data-dir": str(missing), "output-dir": str(tmp_path / "o")}, num_nodes=2)
+
+
+def test_missing_data_file_is_named(tmp_path):
+    with pytest.raises(FederationError, match="absent.npy"):
+        run({"output-dir": str(tmp_path / "o")}, node_configs=[{"data-path": str(tmp_path / "absent.npy")}])
+
+
+def test_k_larger_than_the_data(tmp_path):
+    parts = [np.arange(6.0).reshape(3, 2), np.arange(6.0).reshape(3, 2) + 1]
+    directory = write_npy_dir(tmp_path / "data", parts)
+    with pytest.raises(FederationError, match="k=10 is larger than the 6 points"):
+        run({"k": 10, "dataset": "npy-dir", "data-dir": str(directory), "output-dir": str(tmp_path / "o")}, num_nodes=2)
+
+
+def test_nan_in_data_names_the_file(tmp_path):
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(size=(20, 2)) for _ in range(3)]
+    parts[1][4, 1] = np.nan
+    directory = write_npy_dir(tmp_path / "data", parts)
+    result = run(
+        {"k": 2, "num-rounds": 1, "dataset": "npy-dir", "data-dir": str(directory), "output-dir": str(tmp_path / "o")},
+        num_nodes=3,
+    )
+    reason = result["nodes"]["excluded"]["1001"]
+    assert "client_001.npy" in reason and "NaN" in reason
+    assert result["final"]["num_points"] == 40
+
+
+def test_empty_partition_is_an_error(tmp_path):
+    directory = write_npy_dir(tmp_path / "data", [np.zeros((0, 2)), np.zeros((0, 2))])
+    with pytest.raises(FederationError, match="empty"):
+        run({"k": 1, "dataset": "npy-dir", "data-dir": str(directory), "output-dir": str(tmp_path / "o")}, num_nodes=2)
+
+
+def test_generated_dataset_with_too_many_clients_reports_empty_partition(tmp_path):
+    result = run({"k": 2, "num-points": 3, "partition": "iid", "output-dir": str(tmp_path)}, num_nodes=5)
+    reasons = result["nodes"]["excluded"]
+    assert sorted(reasons) == ["1003", "1004"]
+    assert all("is empty" in reason for reason in reasons.values())
+    assert result["final"]["num_points"] == 3
