@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import traceback
 
-import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedcluster.datasets import device_data
 from fedcluster.device import TASKS, DeviceData
+from fedcluster.wire import array_fields, array_numpy
 
 # Flower's error code for "the ClientApp raised an exception" (flwr.common.constant.ErrorCode).
 CLIENT_APP_RAISED_EXCEPTION = 2
@@ -44,11 +44,13 @@ def load_data(context: Context) -> DeviceData:
     across nodes, hence the partition in the key)."""
     key = _cache_key(context)
     if key not in _DATA_CACHE:
-        if len(_DATA_CACHE) > 64:
-            _DATA_CACHE.clear()
+        for stale in [k for k in _DATA_CACHE if k[0] != context.run_id]:
+            del _DATA_CACHE[stale]  # keep only the current run's devices
         from fedcluster.config import with_defaults
 
-        _DATA_CACHE[key] = device_data(with_defaults(dict(context.run_config)), dict(context.node_config))
+        data = device_data(with_defaults(dict(context.run_config)), dict(context.node_config))
+        data.extra["node-config"] = dict(context.node_config)  # per-device settings (e.g. k-prime)
+        _DATA_CACHE[key] = data
     return _DATA_CACHE[key]
 
 
@@ -60,12 +62,12 @@ def handle(message: Message, context: Context) -> Message:
         data = load_data(context)
         where = f" on {data.describe()}"
         content = message.content
-        arrays = {k: v.numpy() for k, v in content.array_records["arrays"].items()} if "arrays" in content.array_records else {}
+        arrays = {k: array_numpy(v) for k, v in content.array_records["arrays"].items()} if "arrays" in content.array_records else {}
         config = dict(content.config_records["config"]) if "config" in content.config_records else {}
         out_arrays, metrics = kernel(data, arrays, config)
         reply = RecordDict(
             {
-                "arrays": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in out_arrays.items()}),
+                "arrays": ArrayRecord({k: Array(**array_fields(v)) for k, v in out_arrays.items()}),
                 "metrics": MetricRecord({k: v for k, v in metrics.items()}),
             }
         )

@@ -12,7 +12,7 @@ from typing import Any
 
 ALGORITHMS = ("fedkmeans", "kfed", "feddp-kmeans", "fedspectral", "fedspectral-plus", "da-ufl")
 
-DEFAULTS: dict[str, Any] = {
+COMMON: dict[str, Any] = {
     # what to run
     "algorithm": "fedkmeans",
     "k": 5,
@@ -29,7 +29,10 @@ DEFAULTS: dict[str, Any] = {
     "dirichlet-alpha": 0.3,
     "classes-per-client": 2,
     "server-data": "",
-    # FedKMeans
+}
+
+# FedKMeans (ALGORITHMS.md section 1); `init` is shared by every center-based algorithm.
+FEDKMEANS: dict[str, Any] = {
     "fraction": 1.0,
     "local-epochs": 1,
     "batch-size": 0,
@@ -43,7 +46,59 @@ DEFAULTS: dict[str, Any] = {
     "init-min-count": 2,
     "eval-every": 1,
     "tol": 0.0,
-    # federation mechanics
+}
+
+# k-FED (ALGORITHMS.md section 4; server_app/kfed.py documents every key)
+KFED: dict[str, Any] = {
+    "k-prime": 0,  # local clusters per device (0 = the paper's rule ceil(sqrt(k)))
+    "kfed-weighting": "count",  # "count" or "uniform" weighting of device centers
+    "kfed-to-convergence": True,  # server Lloyd to convergence (false = one round, the paper)
+    "kfed-server-starts": 20,  # farthest-point / k-means++ starts scored on the server (1 = paper)
+    "kfed-device-restarts": 10,  # local k'-means restarts on each device (1 = paper)
+    "kfed-evaluate": True,  # one extra round measuring the federated cost of the result
+}
+
+# FedDP-KMeans (ALGORITHMS.md section 3; server_app/feddp_kmeans.py documents every key)
+FEDDP: dict[str, Any] = {
+    "privacy-level": "data-point",
+    "epsilon": 1.0,
+    "delta": 1e-6,
+    "step-epsilons": "",
+    "budget-split": "",
+    "lloyd-rounds": 0,
+    "lloyd-fraction": 0.25,
+    "clip-norm": 0.0,
+    "client-max-points": 50,
+    "clip-outer": 0.0,
+    "clip-histogram": 0.0,
+    "clip-means": 0.0,
+    "clip-nonempty": 0.0,
+    "clip-sums": 0.0,
+    "clip-counts": 0.0,
+    "client-sampling-rate": 1.0,
+    "margin": 1.0,
+    "min-server-weight": 5.0,
+    "server-n-init": 10,
+    "noise-seed": -1,
+    "evaluate-cost": True,
+}
+
+# FedSpectral / FedSpectral+ (ALGORITHMS.md section 5; server_app/fedspectral.py documents
+# every key)
+SPECTRAL: dict[str, Any] = {
+    "num-nodes": 0,  # global number of graph nodes (ids 0 .. n-1); required by both algorithms
+    "mode": "exact",  # FedSpectral+: "exact" (summed global products) or "paper"
+    "iters": 1,  # paper mode: local power steps per round (exact mode: always one product)
+    "oversample": -1,  # exact mode: block of k + oversample columns (-1 = k)
+    "acceleration": "krylov",  # exact mode: "krylov" (block Krylov + Rayleigh-Ritz) or "none"
+    "max-basis": 0,  # krylov: columns kept on the server before a thick restart (0 = auto)
+    "residual-tol": 0.0,  # exact mode: stop when every top-k Ritz residual <= this (0 = never)
+    "edge-copies": 1,  # r, the number of clients holding every edge (edge weight 1/r)
+    "coassociation": "both-present",  # FedSpectral: "both-present" or "all-clients"
+}
+
+# federation mechanics and results
+MECHANICS: dict[str, Any] = {
     "min-nodes": 0,
     "node-wait-s": 120.0,
     "node-settle-s": 3.0,
@@ -55,7 +110,9 @@ DEFAULTS: dict[str, Any] = {
     "reference": True,
 }
 
-DATASETS = ("gaussian-mixture", "triebe", "digits", "npy-dir", "edge-dir")
+DEFAULTS: dict[str, Any] = {**COMMON, **FEDKMEANS, **KFED, **FEDDP, **SPECTRAL, **MECHANICS}
+
+DATASETS = ("gaussian-mixture", "triebe", "digits", "npy-dir", "edge-dir", "feddp-mixture")
 PARTITIONS = ("iid", "dirichlet", "one-source", "components")
 
 
@@ -121,14 +178,99 @@ def validate(config: dict[str, Any]) -> None:
         raise ConfigError(f"dataset {config['dataset']!r} needs run-config data-dir")
     if config["round-timeout"] <= 0:
         raise ConfigError("round-timeout must be > 0 seconds")
+    _validate_kfed(config)
+    _validate_feddp(config)
+    _validate_spectral(config)
+
+
+def _validate_kfed(config: dict[str, Any]) -> None:
+    if config["k-prime"] < 0:
+        raise ConfigError(f"k-prime must be >= 0 (0 = ceil(sqrt(k))), got {config['k-prime']}")
+    if config["kfed-weighting"] not in ("count", "uniform"):
+        raise ConfigError(f"kfed-weighting must be 'count' or 'uniform', got {config['kfed-weighting']!r}")
+    if config["kfed-server-starts"] < 1 or config["kfed-device-restarts"] < 1:
+        raise ConfigError("kfed-server-starts and kfed-device-restarts must be >= 1")
+
+
+def _validate_feddp(config: dict[str, Any]) -> None:
+    """FedDP-KMeans keys (range checks only; the strategy checks how they combine)."""
+    if config["privacy-level"] not in ("data-point", "client"):
+        raise ConfigError(f"privacy-level must be 'data-point' or 'client', got {config['privacy-level']!r}")
+    if not config["epsilon"] > 0:  # inf is allowed and means: no noise (not private)
+        raise ConfigError(f"epsilon must be > 0 (inf = no noise), got {config['epsilon']}")
+    if not 0 < config["delta"] < 1:
+        raise ConfigError(f"delta must be in (0, 1), got {config['delta']}")
+    if config["lloyd-rounds"] < 0:
+        raise ConfigError(f"lloyd-rounds must be >= 0, got {config['lloyd-rounds']}")
+    if not 0 <= config["lloyd-fraction"] < 1:
+        raise ConfigError(f"lloyd-fraction must be in [0, 1), got {config['lloyd-fraction']}")
+    for key in ("clip-norm", "clip-outer", "clip-histogram", "clip-means", "clip-nonempty", "clip-sums", "clip-counts"):
+        if not 0 <= config[key] < float("inf"):
+            raise ConfigError(f"{key} must be >= 0 and finite (0 = derived), got {config[key]}")
+    if config["client-max-points"] < 1:
+        raise ConfigError(f"client-max-points must be >= 1, got {config['client-max-points']}")
+    if not 0 < config["client-sampling-rate"] <= 1:
+        raise ConfigError(f"client-sampling-rate must be in (0, 1], got {config['client-sampling-rate']}")
+    if config["client-sampling-rate"] < 1 and config["privacy-level"] != "client":
+        raise ConfigError("client-sampling-rate < 1 is only accounted at privacy-level = 'client'")
+    if not config["margin"] > 0:
+        raise ConfigError(f"margin must be > 0 (1 = no margin filter), got {config['margin']}")
+    if config["min-server-weight"] < 0:
+        raise ConfigError(f"min-server-weight must be >= 0, got {config['min-server-weight']}")
+    if config["server-n-init"] < 1:
+        raise ConfigError(f"server-n-init must be >= 1, got {config['server-n-init']}")
+
+
+def _validate_spectral(config: dict[str, Any]) -> None:
+    """FedSpectral / FedSpectral+ keys."""
+    if config["num-nodes"] < 0:
+        raise ConfigError(f"num-nodes must be >= 0, got {config['num-nodes']}")
+    if config["algorithm"] in ("fedspectral", "fedspectral-plus"):
+        if config["num-nodes"] < 1:
+            raise ConfigError(
+                f"algorithm {config['algorithm']!r} needs run-config num-nodes: the global number of "
+                "graph nodes (node ids are 0 .. num-nodes-1), e.g. num-nodes=1005 for email-Eu-core"
+            )
+        if config["k"] > config["num-nodes"]:
+            raise ConfigError(f"k={config['k']} is larger than num-nodes={config['num-nodes']}")
+        if config["num-rounds"] < 1:
+            raise ConfigError(f"{config['algorithm']} needs num-rounds >= 1, got {config['num-rounds']}")
+    if config["mode"] not in ("exact", "paper"):
+        raise ConfigError(f"mode must be 'exact' or 'paper', got {config['mode']!r}")
+    if config["iters"] < 1:
+        raise ConfigError(f"iters must be >= 1, got {config['iters']}")
+    if config["oversample"] < -1:
+        raise ConfigError(f"oversample must be >= 0 (-1 = k), got {config['oversample']}")
+    if config["acceleration"] not in ("krylov", "none"):
+        raise ConfigError(f"acceleration must be 'krylov' or 'none', got {config['acceleration']!r}")
+    if config["max-basis"] < 0:
+        raise ConfigError(f"max-basis must be >= 0 (0 = auto), got {config['max-basis']}")
+    if not 0 <= config["residual-tol"] < float("inf"):
+        raise ConfigError(f"residual-tol must be >= 0 and finite (0 = run num-rounds), got {config['residual-tol']}")
+    if config["edge-copies"] < 1:
+        raise ConfigError(f"edge-copies must be >= 1, got {config['edge-copies']}")
+    if config["coassociation"] not in ("both-present", "all-clients"):
+        raise ConfigError(f"coassociation must be 'both-present' or 'all-clients', got {config['coassociation']!r}")
 
 
 def parse_run_config(text: str) -> dict[str, Any]:
-    """Parse Flower's ``--run-config`` syntax: ``"k=5 dataset='npy-dir' tol=1e-6"``.
+    """Parse Flower's ``--run-config`` syntax: ``"k=5 dataset='npy-dir' tol=1e-6"``, or
+    the path of a TOML file of such keys (as ``flwr run --run-config FILE.toml``).
 
     Each whitespace-separated ``key=value`` pair is read as one TOML assignment, so
     strings need quotes and numbers/booleans do not.
     """
+    stripped = text.strip()
+    if stripped.endswith(".toml") and "=" not in stripped:
+        from pathlib import Path
+
+        path = Path(stripped).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"run-config file {path} does not exist")
+        try:
+            return tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"run-config file {path} is not valid TOML: {exc}") from exc
     out: dict[str, Any] = {}
     for item in _split_outside_quotes(text):
         if "=" not in item:

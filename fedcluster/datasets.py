@@ -13,7 +13,10 @@
     ``one-source``, ``components`` with ``classes-per-client``);
   - ``triebe``: Triebe's 1-D toy setup, ``num-partitions`` clients of 10 points;
   - ``digits``: scikit-learn's digits, ``classes-per-client`` classes per client
-    (simulation convenience; needs scikit-learn on the simulated device).
+    (simulation convenience; needs scikit-learn on the simulated device);
+  - ``feddp-mixture``: FedDP-KMeans' mixture (Scott et al. 2025, App. G.1): ``num-points``
+    split into equal i.i.d. client datasets, ``dim`` dimensions, ``components`` (= k)
+    means ~ U[0, 1]^dim, variance 0.5; its server data is :func:`generated_server_points`.
 
 Generated datasets are built once per process and cached. NumPy only (except digits).
 """
@@ -96,6 +99,19 @@ def pooled_points(run_config: dict[str, Any], partitions: int) -> tuple[np.ndarr
     return np.concatenate(clients_points), np.concatenate(clients_labels)
 
 
+def generated_server_points(run_config: dict[str, Any]) -> np.ndarray | None:
+    """Server-side data of a generated dataset that defines one (``feddp-mixture``: 20
+    points per component of the clients' mixture plus 100 uniform points in [0, 1]^dim,
+    App. G.1), else None. Built from the mixture's parameters, never from client data."""
+    if run_config["dataset"] != "feddp-mixture":
+        return None
+    seed = int(run_config["seed"])
+    components = int(run_config["components"]) or int(run_config["k"])
+    # feddp_mixture draws the means first, so one client of one point yields the same means.
+    _, _, means = data.feddp_mixture(1, 1, int(run_config["dim"]), components, 0.5, seed)
+    return data.feddp_server_data(means, 20, 100, 0.5, seed=np.random.default_rng([seed, 2]))
+
+
 _SPEC_KEYS = (
     "dataset", "seed", "num-points", "dim", "components", "k", "separation",
     "partition", "dirichlet-alpha", "classes-per-client",
@@ -115,6 +131,16 @@ def _generated(spec: tuple, partitions: int) -> tuple[list[np.ndarray], list[np.
         return data.triebe_clients(num_clients=partitions, seed=seed)
     if dataset == "digits":
         return data.digits_partition(partitions, int(cfg["classes-per-client"]), seed)
+    if dataset == "feddp-mixture":
+        # Scott et al. 2025, App. G.1: every client draws num-points/partitions points
+        # i.i.d. from the whole mixture (means ~ U[0,1]^dim, variance 0.5).
+        per_client = int(cfg["num-points"]) // partitions
+        if per_client < 1:
+            raise data.DataError(f"num-points={cfg['num-points']} is fewer than one point per client for {partitions} clients")
+        points, labels, _ = data.feddp_mixture(
+            partitions, per_client, int(cfg["dim"]), int(cfg["components"]) or int(cfg["k"]), 0.5, seed
+        )
+        return points, labels
     if dataset != "gaussian-mixture":
         raise data.DataError(f"dataset {dataset!r} is not a generated dataset")
     components = int(cfg["components"]) or int(cfg["k"])

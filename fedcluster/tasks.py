@@ -80,7 +80,7 @@ def local_summary(data: DeviceData, arrays: dict, config: dict):
     rng = np.random.default_rng(int(config.get("seed", 0)))
     n = X.shape[0]
     k_local = min(k, n)
-    centers, _ = kmeans(X, k_local, rng, n_init=int(config.get("n-init", 3)), max_iter=100)
+    centers, _ = kmeans(X, k_local, rng, n_init=int(config.get("n-init", 1)), max_iter=100)
     labels, _ = assign(X, centers)
     counts = np.bincount(labels, minlength=k_local).astype(np.float64)
     keep = counts >= max(min_count, 1)

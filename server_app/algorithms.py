@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 from .base import FederatedStrategy, FederationError
+from .feddp_kmeans import FedDPKMeans
 from .fedkmeans import FedKMeans
+from .fedspectral import FedSpectral, FedSpectralPlus
+from .kfed import KFed
 
 STRATEGIES: dict[str, type[FederatedStrategy]] = {
     "fedkmeans": FedKMeans,
+    "kfed": KFed,
+    "feddp-kmeans": FedDPKMeans,
+    "fedspectral": FedSpectral,
+    "fedspectral-plus": FedSpectralPlus,
 }
 
 

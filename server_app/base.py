@@ -27,6 +27,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from fedcluster.wire import array_fields, array_numpy
+
 
 class FederationError(RuntimeError):
     """The federation cannot go on: too few nodes or too few valid replies."""
@@ -69,7 +71,7 @@ def payload_bytes(record: ArrayRecord | None) -> int:
 
 
 def to_array_record(arrays: dict[str, np.ndarray] | None) -> ArrayRecord:
-    return ArrayRecord({key: Array(np.ascontiguousarray(value)) for key, value in (arrays or {}).items()})
+    return ArrayRecord({key: Array(**array_fields(value)) for key, value in (arrays or {}).items()})
 
 
 class FederatedStrategy:
@@ -297,7 +299,7 @@ class FederatedStrategy:
         content = message.content
         if "arrays" not in content.array_records:
             return "reply has no 'arrays' record", None
-        arrays = {key: value.numpy() for key, value in content.array_records["arrays"].items()}
+        arrays = {key: array_numpy(value) for key, value in content.array_records["arrays"].items()}
         metrics = dict(content.metric_records["metrics"]) if "metrics" in content.metric_records else {}
         for key in spec.metrics:
             if key not in metrics:

@@ -30,6 +30,8 @@ Initialization (``init``):
   min/max summary), scored the same way.
 - ``server-kmeans++``: k-means++ candidates on server-side data (run-config
   ``server-data``, a .npy file on the server), scored the same way.
+- ``kfed``: the k-FED centers (one extra round: local k'-means on every device and the
+  server's farthest-point merge, ``server_app/kfed.py``).
 """
 
 from __future__ import annotations
@@ -127,6 +129,13 @@ class FedKMeans(FederatedStrategy):
                 log(INFO, "[fedcluster] only %d summary centers for k=%d: random-box candidates", points.shape[0], k)
             while len(candidates) < m:
                 candidates.append(self.rng.uniform(low, high, size=(k, low.size)))
+        elif method == "kfed":
+            # k-FED as initializer: one extra round that often saves many (issue 4).
+            from .kfed import collect_device_centers, merge_device_centers
+
+            _, device_centers, device_counts = collect_device_centers(self, phase="init-kfed")
+            candidates = [merge_device_centers(self, device_centers, device_counts, k)[0]]
+            m = 1
         elif method == "random-box":
             candidates = [self.rng.uniform(low, high, size=(k, low.size)) for _ in range(m)]
         elif method == "server-kmeans++":
@@ -141,7 +150,7 @@ class FedKMeans(FederatedStrategy):
             candidates = [kmeans_plus_plus(server_points, k, self.rng) for _ in range(m)]
         else:
             raise FederationError(
-                f"unknown init {method!r}; choose auto, local-summaries, random-box or server-kmeans++"
+                f"unknown init {method!r}; choose auto, local-summaries, kfed, random-box or server-kmeans++"
             )
         candidates = np.stack(candidates)
         costs = self.score(candidates)

@@ -106,6 +106,11 @@ class Flower:
             time.sleep(2)
         raise TimeoutError(f"run {run_id} did not finish within {timeout} s: {entry}\n{self.logs()}")
 
+    def run_log(self, run_id: str) -> str:
+        """The run's own log (ServerApp output), as ``flwr log RUN_ID --show`` prints it."""
+        done = self.flwr("log", run_id, "test", "--show", timeout=60)
+        return (done.stdout + done.stderr)[-6000:]
+
     def logs(self) -> str:
         out = []
         for path in sorted(self.workdir.glob("*.log")):

@@ -34,3 +34,15 @@ def test_parse_run_config_reads_flower_syntax():
     assert parsed == {"k": 8, "dataset": "npy-dir", "data-dir": "/tmp/a b", "tol": 1e-6, "reference": False}
     with pytest.raises(ConfigError, match="strings need quotes"):
         parse_run_config("dataset=npy-dir")
+
+
+def test_every_config_file_is_valid():
+    files = sorted((ROOT / "configs").glob("*.toml"))
+    assert files
+    for path in files:
+        with_defaults(parse_run_config(str(path)))
+
+
+def test_missing_config_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="nope.toml does not exist"):
+        parse_run_config(str(tmp_path / "nope.toml"))

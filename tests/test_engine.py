@@ -45,7 +45,7 @@ def test_flwr_run_simulation_with_npy_dir(flower, tmp_path):
         "num-supernodes=4",
     )
     entry = flower.wait_for_run(run_id, timeout=240)
-    assert entry["status"] == "finished:completed", (entry, flower.logs())
+    assert entry["status"] == "finished:completed", (entry, flower.run_log(run_id))
     result = json.loads((out / "result.json").read_text())
     assert result["nodes"]["connected"] == 4
     X = np.concatenate(parts)
@@ -75,8 +75,28 @@ def test_deployment_two_supernodes_with_their_own_files(flower, tmp_path):
     out = tmp_path / "out"
     run_id = flower.submit(ROOT, f"k=3 num-rounds=3 min-nodes=2 output-dir='{out}' reference=false round-timeout=60.0")
     entry = flower.wait_for_run(run_id, timeout=300)
-    assert entry["status"] == "finished:completed", (entry, flower.logs())
+    assert entry["status"] == "finished:completed", (entry, flower.run_log(run_id))
     result = json.loads((out / "result.json").read_text())
     X = np.concatenate([a, b])
     assert result["final"]["num_points"] == 200
     assert result["final"]["cost"] <= 1.02 * lloyd_reference(X, 3)
+
+
+def test_flwr_run_kfed_simulation(flower, tmp_path):
+    from fedcluster.data import kfed_mixture
+
+    devices, _ = kfed_mixture(d=20, k=9, k_prime=3, m0=2, points_per_component=40, separation=50.0, seed=0)
+    data_dir = write_npy_dir(tmp_path / "data", devices)
+    out = tmp_path / "out"
+    flower.start_superlink(simulation=True)
+    run_id = flower.submit(
+        ROOT,
+        f"algorithm='kfed' k=9 dataset='npy-dir' data-dir='{data_dir}' output-dir='{out}' node-settle-s=1.0",
+        f"num-supernodes={len(devices)}",
+    )
+    entry = flower.wait_for_run(run_id, timeout=240)
+    assert entry["status"] == "finished:completed", (entry, flower.run_log(run_id))
+    result = json.loads((out / "result.json").read_text())
+    assert result["kfed"]["devices"] == len(devices)
+    assert result["reference"]["ratio"] <= 1.0 + 1e-9
+    assert np.load(out / "device_centers.npy").shape == (len(devices) * 3, 20)

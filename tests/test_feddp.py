@@ -1,0 +1,442 @@
+"""FedDP-KMeans: device kernels, calibration and accounting of the strategy, clipping
+enforced by the server, oracles against the non-private pipeline, and a whole private run.
+
+Noise scales per mechanism and σ_AGM values are tested in tests/test_privacy.py; here the
+strategy's use of them is."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+
+import dp_accounting
+from dp_accounting.pld import pld_privacy_accountant
+from fedcluster import feddp
+from fedcluster.clipping import clip_rows_l2
+from fedcluster.config import ConfigError, parse_run_config, with_defaults
+from fedcluster.datasets import generated_server_points, pooled_points
+from fedcluster.privacy import SymmetricGaussianMechanism, analytic_gaussian_sigma, independent_generators
+from fedcluster.registry import DeviceData
+from inprocess import run
+from server_app.feddp_kmeans import sphere_packing, top_eigenvectors
+
+ROOT = Path(__file__).resolve().parents[1]
+DELTA = 1e-6
+
+SMALL = {
+    "algorithm": "feddp-kmeans",
+    "dataset": "feddp-mixture",
+    "dim": 10,
+    "k": 3,
+    "num-points": 3000,
+    "seed": 3,
+    "reference": False,
+}
+NODES = 10
+
+
+def small(tmp_path, **overrides):
+    return {**SMALL, "output-dir": str(tmp_path / "out"), **overrides}
+
+
+def lloyd_step(X, C):
+    """One Lloyd step written out directly (empty clusters keep their center)."""
+    labels = ((X[:, None, :] - C[None]) ** 2).sum(-1).argmin(1)
+    out = C.copy()
+    for j in range(C.shape[0]):
+        if np.any(labels == j):
+            out[j] = X[labels == j].mean(0)
+    return out
+
+
+def rewrite_reply(message, reply, change):
+    arrays = {k: v.numpy() for k, v in reply.content.array_records["arrays"].items()}
+    content = RecordDict(
+        {
+            "arrays": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in change(arrays).items()}),
+            "metrics": MetricRecord(dict(reply.content.metric_records["metrics"])),
+        }
+    )
+    return Message(content, reply_to=message)
+
+
+# ------------------------------------------------------------------ device kernels
+def test_data_point_kernels_clip_every_point_before_any_statistic():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 5)) * rng.uniform(0.1, 4, size=(200, 1))
+    data = DeviceData(points=X, source="test")
+    config = {"level": "data-point", "clip-norm": 2.0}
+    clipped = clip_rows_l2(X, 2.0)
+    assert np.linalg.norm(clipped, axis=1).max() <= 2.0 < np.linalg.norm(X, axis=1).max()
+
+    outer, metrics = feddp.feddp_outer(data, {}, config)
+    np.testing.assert_allclose(outer["outer"], clipped.T @ clipped, atol=1e-10)
+    assert metrics["num-examples"] == 200
+    assert np.trace(outer["outer"]) <= 200 * 4.0
+
+    centers = rng.normal(size=(4, 5))
+    stats, _ = feddp.feddp_lloyd(data, {"centers": centers}, config)
+    labels = ((clipped[:, None] - centers[None]) ** 2).sum(-1).argmin(1)
+    for j in range(4):
+        np.testing.assert_allclose(stats["sums"][j], clipped[labels == j].sum(0), atol=1e-10)
+        assert stats["counts"][j] == np.sum(labels == j)
+
+
+def test_histogram_counts_nearest_projected_server_point():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(300, 6))
+    V = np.linalg.qr(rng.normal(size=(6, 2)))[0]
+    server = rng.normal(size=(7, 2))
+    out, _ = feddp.feddp_histogram(
+        DeviceData(points=X), {"projection": V, "server": server}, {"level": "data-point", "clip-norm": 100.0}
+    )
+    nearest = (((X @ V)[:, None] - server[None]) ** 2).sum(-1).argmin(1)
+    np.testing.assert_array_equal(out["histogram"], np.bincount(nearest, minlength=7))
+
+
+def test_projected_stats_margin_filter_and_client_mean_of_means():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(400, 4)) * 3
+    V = np.eye(4)[:, :2]
+    nu = np.array([[-2.0, 0.0], [2.0, 0.0], [0.0, 3.0]])
+    margin = 0.6
+    P = X @ V
+    d = np.sqrt(((P[:, None] - nu[None]) ** 2).sum(-1))
+    labels = d.argmin(1)
+    ordered = np.sort(d, axis=1)
+    keep = ordered[:, 0] <= margin * ordered[:, 1]
+    assert 0 < keep.sum() < 400
+
+    config = {"level": "data-point", "clip-norm": 1e3, "margin": margin}
+    out, metrics = feddp.feddp_projected_stats(DeviceData(points=X), {"projection": V, "centers": nu}, config)
+    assert metrics["kept"] == keep.sum()
+    for j in range(3):
+        np.testing.assert_allclose(out["sums"][j], X[keep & (labels == j)].sum(0), atol=1e-10)
+        assert out["counts"][j] == np.sum(keep & (labels == j))
+    no_filter, _ = feddp.feddp_projected_stats(DeviceData(points=X), {"projection": V, "centers": nu}, {**config, "margin": 1.0})
+    assert no_filter["counts"].sum() == 400
+
+    # client level: per-cluster means (zero rows where empty) and a 0/1 vector, clipped
+    Y = X[labels != 2]
+    config = {"level": "client", "clip": 1e6, "clip-l1": 100.0}
+    out, _ = feddp.feddp_projected_stats(DeviceData(points=Y), {"projection": V, "centers": nu}, config)
+    np.testing.assert_array_equal(out["nonempty"], [1.0, 1.0, 0.0])
+    np.testing.assert_allclose(out["means"][0], Y[labels[labels != 2] == 0].mean(0))
+    np.testing.assert_array_equal(out["means"][2], 0.0)
+    tight = {"level": "client", "clip": 0.5, "clip-l1": 1.0}
+    out, _ = feddp.feddp_projected_stats(DeviceData(points=Y), {"projection": V, "centers": nu}, tight)
+    assert np.linalg.norm(out["means"]) <= 0.5 and np.abs(out["nonempty"]).sum() <= 1.0
+
+
+def test_client_level_kernels_clip_the_whole_statistic():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(50, 5)) * 5
+    data = DeviceData(points=X)
+    out, _ = feddp.feddp_outer(data, {}, {"level": "client", "clip": 10.0})
+    assert np.linalg.norm(out["outer"]) <= 10.0
+    np.testing.assert_allclose(out["outer"], out["outer"].T)
+    stats, _ = feddp.feddp_lloyd(data, {"centers": X[:3]}, {"level": "client", "clip": 7.0, "clip-l1": 4.0})
+    assert np.linalg.norm(stats["sums"]) <= 7.0 and stats["counts"].sum() <= 4.0
+    with pytest.raises(ValueError, match="clipping bound"):
+        feddp.feddp_lloyd(data, {"centers": X[:3]}, {"level": "client"})
+
+
+def test_feddp_kernels_need_only_numpy(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import sys, importlib.abc
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name.split(".")[0] in ("scipy", "sklearn"):
+                    raise ImportError(name + " is not installed on this device")
+        sys.meta_path.insert(0, Block())
+        sys.path.insert(0, {str(ROOT)!r})
+        import numpy as np
+        from fedcluster.device import TASKS, DeviceData
+        X = np.random.default_rng(0).normal(size=(40, 4))
+        data = DeviceData(points=X)
+        V = np.eye(4)[:, :2]
+        for level, cfg in (("data-point", {{"clip-norm": 2.0}}), ("client", {{"clip": 5.0, "clip-l1": 3.0}})):
+            cfg = {{"level": level, **cfg}}
+            TASKS["feddp_outer"](data, {{}}, cfg)
+            TASKS["feddp_histogram"](data, {{"projection": V, "server": X[:5] @ V}}, cfg)
+            TASKS["feddp_projected_stats"](data, {{"projection": V, "centers": X[:3] @ V}}, {{**cfg, "margin": 0.8}})
+            TASKS["feddp_lloyd"](data, {{"centers": X[:3]}}, cfg)
+        print("OK")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+# ------------------------------------------------------------------ configuration
+def test_config_keys_and_epsilon_inf():
+    assert parse_run_config("epsilon=inf")["epsilon"] == math.inf
+    config = with_defaults({"algorithm": "feddp-kmeans", "epsilon": math.inf})
+    assert config["epsilon"] == math.inf
+    with pytest.raises(ConfigError, match="privacy-level"):
+        with_defaults({"privacy-level": "galaxy"})
+    with pytest.raises(ConfigError, match="only accounted at privacy-level = 'client'"):
+        with_defaults({"client-sampling-rate": 0.5})
+    with pytest.raises(ConfigError, match="epsilon must be > 0"):
+        with_defaults({"epsilon": 0.0})
+
+
+# ------------------------------------------------------------------ calibration (strategy)
+def test_step1_is_calibrated_to_delta_squared_in_data_point_mode(tmp_path):
+    """Sensitivity of Σ xxᵀ is Δ² (Frobenius norm of xxᵀ), not Δ: the recorded step, the
+    mechanism, and the noise that actually reached the eigen-decomposition all say so."""
+    clip, seed = 3.0, 11
+    result = run(
+        small(tmp_path, **{"clip-norm": clip, "step-epsilons": "0.2,0.2,0.45,0.15", "noise-seed": seed}),
+        num_nodes=NODES,
+    )
+    steps = {s["name"]: s for s in result["privacy"]["steps"]}
+    sigma1 = clip**2 * analytic_gaussian_sigma(0.2, DELTA)
+    assert steps["step1"]["sensitivity"] == pytest.approx(clip**2)
+    assert steps["step1"]["mechanism"] == "symmetric_gaussian"
+    assert steps["step1"]["noise_std"] == pytest.approx(sigma1, rel=1e-9)
+    assert steps["step1"]["epsilon"] == pytest.approx(0.2, rel=0.01)
+    assert steps["step3_gaussian"]["sensitivity"] == pytest.approx(clip)
+    assert steps["step3_gaussian"]["noise_std"] == pytest.approx(clip * analytic_gaussian_sigma(0.45, DELTA), rel=1e-9)
+    assert steps["step2"]["noise_std"] == pytest.approx(math.sqrt(2) / 0.2, rel=1e-9)
+    assert steps["step3_laplace"]["noise_std"] == pytest.approx(math.sqrt(2) / 0.15, rel=1e-9)
+
+    # Re-draw the step-1 noise from its own stream: the released projection is the top
+    # eigenvectors of (Σ XᵢᵀXᵢ on the clipped points + that noise).
+    X = clip_rows_l2(pooled_points(result["config"], NODES)[0], clip)
+    noise = SymmetricGaussianMechanism(sigma1, clip**2, independent_generators(seed, 7)[0]).noise((10, 10))
+    expected = top_eigenvectors(X.T @ X + noise, 3)
+    V = np.load(tmp_path / "out" / "projection.npy")
+    np.testing.assert_allclose(V @ V.T, expected @ expected.T, atol=1e-8)
+    # ... and not with noise scaled to Δ
+    wrong = top_eigenvectors(X.T @ X + noise / clip, 3)
+    assert not np.allclose(V @ V.T, wrong @ wrong.T, atol=1e-3)
+
+
+def test_target_total_epsilon_is_met_and_step1_share_uses_delta_squared(tmp_path):
+    result = run(small(tmp_path, **{"clip-norm": 4.0, "epsilon": 0.8}), num_nodes=NODES)
+    privacy = result["privacy"]
+    assert privacy["level"] == "data_point" and privacy["delta"] == DELTA
+    assert privacy["epsilon"] <= 0.8 and privacy["epsilon"] == pytest.approx(0.8, rel=0.01)
+    shares = privacy["epsilon_shares"]
+    assert shares["step3_gaussian"] / shares["step1"] == pytest.approx(0.45 / 0.20)  # rule of thumb
+    step1 = next(s for s in privacy["steps"] if s["name"] == "step1")
+    assert step1["noise_std"] == pytest.approx(16.0 * analytic_gaussian_sigma(shares["step1"], DELTA), rel=1e-9)
+
+
+def hand_built_epsilon(steps, delta):
+    """The PLD composition of the recorded steps, built directly with dp_accounting."""
+    events = []
+    for step in steps:
+        if step["mechanism"] == "laplace":
+            event = dp_accounting.LaplaceDpEvent(step["noise_std"] / math.sqrt(2) / step["sensitivity"])
+        else:
+            event = dp_accounting.GaussianDpEvent(step["noise_std"] / step["sensitivity"])
+        if step["sampling_rate"] is not None:
+            event = dp_accounting.PoissonSampledDpEvent(step["sampling_rate"], event)
+        if step["compositions"] > 1:
+            event = dp_accounting.SelfComposedDpEvent(event, step["compositions"])
+        events.append(event)
+    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    accountant.compose(dp_accounting.ComposedDpEvent(events))
+    return accountant.get_epsilon(delta)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"epsilon": 1.0, "lloyd-rounds": 2},
+        {"epsilon": 3.0, "lloyd-rounds": 1, "privacy-level": "client", "client-sampling-rate": 0.5},
+        {"epsilon": 2.0, "lloyd-rounds": 2, "init": "server-lloyds"},
+    ],
+)
+def test_total_epsilon_equals_hand_built_pld_composition(tmp_path, overrides):
+    result = run(small(tmp_path, **overrides), num_nodes=NODES)
+    privacy = result["privacy"]
+    names = [s["name"] for s in privacy["steps"]]
+    if overrides.get("init") == "server-lloyds":
+        assert names == ["lloyd_gaussian", "lloyd_laplace"]  # baselines spend nothing on init
+    else:
+        assert names == ["step1", "step2", "step3_gaussian", "step3_laplace", "lloyd_gaussian", "lloyd_laplace"]
+    lloyd = [s for s in privacy["steps"] if s["name"].startswith("lloyd")]
+    assert all(s["compositions"] == overrides["lloyd-rounds"] for s in lloyd)
+    if overrides.get("privacy-level") == "client":
+        assert all(s["sampling_rate"] == 0.5 for s in privacy["steps"])
+        assert all(s["event"]["event"]["type"] == "PoissonSampledDpEvent" or s["event"]["type"] == "PoissonSampledDpEvent"
+                   for s in privacy["steps"])
+    hand = hand_built_epsilon(privacy["steps"], DELTA)
+    assert privacy["epsilon"] == pytest.approx(hand, rel=1e-9)
+    assert privacy["epsilon"] <= overrides["epsilon"]
+    assert privacy["epsilon"] == pytest.approx(overrides["epsilon"], rel=0.01)
+
+
+def test_noise_is_reproducible_only_with_a_noise_seed(tmp_path):
+    config = small(tmp_path, epsilon=1.0)
+    a = run({**config, "noise-seed": 5, "output-dir": str(tmp_path / "a")}, num_nodes=NODES)
+    b = run({**config, "noise-seed": 5, "output-dir": str(tmp_path / "b")}, num_nodes=NODES)
+    c = run({**config, "output-dir": str(tmp_path / "c")}, num_nodes=NODES)
+    d = run({**config, "output-dir": str(tmp_path / "d")}, num_nodes=NODES)
+    load = lambda r: np.load(Path(r["output_dir"]) / "server_weights.npy")  # noqa: E731
+    np.testing.assert_array_equal(load(a), load(b))
+    assert not np.array_equal(load(c), load(d))
+
+
+# ------------------------------------------------------------------ clipping enforced by the server
+@pytest.mark.parametrize("level", ["data-point", "client"])
+def test_reply_above_its_clipping_bound_is_dropped_and_never_aggregated(tmp_path, level):
+    """Node 1000 sends statistics 10x above what clipping allows (a device that does not
+    clip, or a tampered reply): every phase drops it with a reason; with no noise the
+    centers equal Lloyd on the OTHER nodes' data only."""
+
+    def hook(node, message, reply):
+        if node != 1000 or reply.has_error() or "feddp_" not in message.metadata.message_type:
+            return reply
+        return rewrite_reply(message, reply, lambda arrays: {k: v * 10 + 1.0 for k, v in arrays.items()})
+
+    overrides = {"epsilon": math.inf, "init": "server-lloyds", "lloyd-rounds": 1, "clip-norm": 100.0,
+                 "privacy-level": level, "client-max-points": 300}
+    result = run(small(tmp_path, **overrides), num_nodes=NODES, reply_hook=hook)
+    failures = result["rounds"][0]["failures"]
+    assert [f["node"] for f in failures] == [1000]
+    assert "clipping bound" in failures[0]["reason"]
+    assert result["rounds"][0]["replies"] == NODES - 1
+    X = pooled_points(result["config"], NODES)[0]
+    per_node = len(X) // NODES
+    others = X[per_node:]
+    init = np.load(tmp_path / "out" / "init_centers.npy")
+    centers = np.load(tmp_path / "out" / "centers.npy")
+    if level == "data-point":
+        np.testing.assert_allclose(centers, lloyd_step(others, init), atol=1e-9)
+    else:
+        assert np.all(np.isfinite(centers))
+
+    # the init steps of FedDP-Init are guarded the same way (Δ = the server data's radius:
+    # at data-point level a sum over n points can only be checked against n·Δ, n·Δ²)
+    overrides.update({"init": "feddp", "lloyd-rounds": 0, "clip-norm": 0.0})
+    result = run(small(tmp_path, **overrides), num_nodes=NODES, reply_hook=hook)
+    init_phases = [p for p in result["phases"] if p["phase"].startswith("init-")]
+    assert len(init_phases) == 3
+    for phase in init_phases:
+        assert [f["node"] for f in phase["failures"]] == [1000], phase
+        assert phase["replies"] == NODES - 1
+
+
+def test_server_data_never_leaves_the_server(tmp_path):
+    seen = []
+
+    def hook(node, message, reply):
+        for record in message.content.array_records.values():
+            seen.extend(value.numpy() for value in record.values())
+        return reply
+
+    result = run(small(tmp_path, **{"epsilon": 1.0, "lloyd-rounds": 1}), num_nodes=NODES, reply_hook=hook)
+    server = generated_server_points(result["config"])
+    V = np.load(tmp_path / "out" / "projection.npy")
+    assert any(a.shape == (server.shape[0], 3) and np.allclose(a, server @ V) for a in seen)  # QV is sent
+    for array in seen:
+        assert array.shape[0] != server.shape[0] or array.shape[-1] != server.shape[1]
+        assert not any(np.allclose(array, point) for point in server[:5] if array.shape == point.shape)
+
+
+# ------------------------------------------------------------------ noisy counts
+def test_noisy_counts_at_or_below_zero_never_give_inf_or_nan_centers(tmp_path):
+    """ε so small that step 3's noisy counts go negative: centers = S̃ / max(Ñ, 1) stay
+    finite, and so do the Lloyd rounds (clusters with Ñ < 1 keep their center)."""
+    result = run(
+        small(tmp_path, **{"step-epsilons": "1,1,1,0.0001,1,0.0001", "lloyd-rounds": 2, "noise-seed": 0}),
+        num_nodes=NODES,
+    )
+    noisy = np.array(result["init"]["noisy_counts"])
+    assert np.any(noisy <= 0), noisy  # the case under test really happened
+    lloyd_counts = np.concatenate([r["noisy_counts"] for r in result["rounds"]])
+    assert np.any(lloyd_counts < 1)
+    for name in ("init_centers", "centers"):
+        assert np.all(np.isfinite(np.load(tmp_path / "out" / f"{name}.npy")))
+    assert math.isfinite(result["final"]["cost"])
+
+
+# ------------------------------------------------------------------ no noise = non-private
+def test_feddp_lloyds_without_noise_is_lloyd_exactly(tmp_path):
+    result = run(
+        small(tmp_path, **{"epsilon": math.inf, "init": "server-kmeans++", "lloyd-rounds": 3, "clip-norm": 1e3}),
+        num_nodes=NODES,
+    )
+    assert result["privacy"]["epsilon"] is None  # ∞: not private
+    X = pooled_points(result["config"], NODES)[0]
+    expected = np.load(tmp_path / "out" / "init_centers.npy")
+    for _ in range(3):
+        expected = lloyd_step(X, expected)
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "centers.npy"), expected, atol=1e-9)
+    assert result["final"]["cost"] == pytest.approx(((X[:, None] - expected[None]) ** 2).sum(-1).min(1).mean())
+
+
+def test_feddp_init_without_noise_is_the_central_computation(tmp_path):
+    """Every step of FedDP-Init with ε = ∞ equals its central counterpart on the pooled,
+    clipped points (clip-norm defaults to the server data's radius, so clipping is real)."""
+    result = run(small(tmp_path, **{"epsilon": math.inf, "margin": 0.9}), num_nodes=NODES)
+    out = tmp_path / "out"
+    clip = result["privacy"]["clip_norm"]
+    server = generated_server_points(result["config"])
+    assert clip == pytest.approx(np.linalg.norm(server, axis=1).max())
+    X = pooled_points(result["config"], NODES)[0]
+    assert np.linalg.norm(X, axis=1).max() > clip  # some points really are clipped
+    X = clip_rows_l2(X, clip)
+
+    V = np.load(out / "projection.npy")
+    central_V = top_eigenvectors(X.T @ X, 3)
+    np.testing.assert_allclose(V @ V.T, central_V @ central_V.T, atol=1e-8)
+
+    P, Q = X @ V, server @ V
+    nearest = ((P[:, None] - Q[None]) ** 2).sum(-1).argmin(1)
+    np.testing.assert_array_equal(np.load(out / "server_weights.npy"), np.bincount(nearest, minlength=len(server)))
+
+    nu = np.load(out / "projected_centers.npy")
+    d = np.sqrt(((P[:, None] - nu[None]) ** 2).sum(-1))
+    ordered = np.sort(d, axis=1)
+    keep = ordered[:, 0] <= 0.9 * ordered[:, 1]
+    labels = d.argmin(1)
+    expected = np.stack([X[keep & (labels == j)].mean(0) for j in range(3)])
+    np.testing.assert_allclose(np.load(out / "init_centers.npy"), expected, atol=1e-9)
+    assert result["init"]["kept_by_margin"] == keep.sum()
+
+
+# ------------------------------------------------------------------ baselines
+def test_sphere_packing_respects_its_constraints_at_the_largest_radius_found():
+    rng = np.random.default_rng(0)
+    centers, a = sphere_packing(5, 4, 2.0, rng)
+    assert a > 0
+    corner = np.linalg.norm(2.0 - np.abs(centers), axis=1)
+    assert np.all(corner >= a) and np.all(np.abs(centers) <= 2.0)
+    gaps = np.linalg.norm(centers[:, None] - centers[None], axis=-1)[np.triu_indices(5, 1)]
+    assert np.all(gaps >= 2 * a)
+    # a clearly larger radius is infeasible within the attempts (the search went far)
+    assert sphere_packing(5, 4, 2.0, np.random.default_rng(1))[1] == pytest.approx(a, rel=0.25)
+
+
+@pytest.mark.parametrize("init", ["server-kmeans++", "server-lloyds", "sphere-packing"])
+def test_baselines_run_and_spend_the_whole_budget_on_lloyd(tmp_path, init):
+    result = run(small(tmp_path, **{"init": init, "epsilon": 2.0, "lloyd-rounds": 2}), num_nodes=NODES)
+    assert result["init"]["method"] == init
+    assert result["privacy"]["epsilon"] == pytest.approx(2.0, rel=0.01)
+    assert math.isfinite(result["final"]["cost"])
+
+
+# ------------------------------------------------------------------ a whole private run
+def test_paper_data_point_setting_reaches_the_optimum_at_small_epsilon(tmp_path):
+    """App. G.1: d = 100, k = 10, 100 clients x 1000 points, Δ = 11; total ε = 0.5 at
+    δ = 1e-6 (PLD, Δ² in step 1) lands within 1 % of the pooled k-means optimum."""
+    result = run(
+        {"algorithm": "feddp-kmeans", "dataset": "feddp-mixture", "dim": 100, "k": 10, "num-points": 100_000,
+         "clip-norm": 11.0, "epsilon": 0.5, "reference": True, "output-dir": str(tmp_path / "out")},
+        num_nodes=100,
+    )
+    assert result["privacy"]["epsilon"] <= 0.5
+    assert result["reference"]["ratio"] < 1.01, result["reference"]

@@ -1,0 +1,143 @@
+"""k-FED through the whole system: ServerApp + ClientApp in-process, new devices, failures."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from flwr.app import Error, Message
+from scipy.optimize import linear_sum_assignment
+
+from conftest import write_npy_dir
+from fedcluster.data import kfed_mixture
+from fedcluster.newdevice import label_new_device, main as assign_main
+from inprocess import run
+from server_app.base import FederationError
+
+
+def accuracy(true, pred):
+    """Hungarian-matched accuracy, computed here independently of fedcluster.metrics."""
+    classes, true_idx = np.unique(true, return_inverse=True)
+    clusters, pred_idx = np.unique(pred, return_inverse=True)
+    table = np.zeros((classes.size, clusters.size))
+    np.add.at(table, (true_idx, pred_idx), 1)
+    rows, cols = linear_sum_assignment(-table)
+    return table[rows, cols].sum() / true.size
+
+
+def induced(result_dir, device_points, node_ids):
+    """Induced clustering from the stored device centers: a point -> its nearest local
+    center (the device's converged local assignment) -> that center's global cluster."""
+    centers = np.load(result_dir / "device_centers.npy")
+    nodes = np.load(result_dir / "device_nodes.npy")
+    assignment = np.load(result_dir / "device_assignment.npy")
+    labels = []
+    for points, node in zip(device_points, node_ids):
+        own = np.flatnonzero(nodes == node)
+        nearest = ((points[:, None, :] - centers[own][None]) ** 2).sum(-1).argmin(1)
+        labels.append(assignment[own][nearest])
+    return np.concatenate(labels)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_well_separated_mixture_is_recovered_exactly(seed, tmp_path):
+    devices, labels = kfed_mixture(d=50, k=9, k_prime=3, m0=4, points_per_component=80, separation=60.0, seed=seed)
+    data_dir = write_npy_dir(tmp_path / "data", devices)
+    out = tmp_path / "out"
+    result = run({"algorithm": "kfed", "k": 9, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(out), "seed": seed}, num_nodes=len(devices))
+    assert result["rounds"][0]["replies"] == len(devices)
+    assert result["kfed"]["k_prime"] == 3  # ceil(sqrt(9))
+    predicted = induced(out, devices, [1000 + i for i in range(len(devices))])
+    assert accuracy(np.concatenate(labels), predicted) == 1.0
+    assert np.load(out / "centers.npy").shape == (9, 50)
+    assert result["reference"]["ratio"] <= 1.0 + 1e-9
+
+
+def test_held_out_device_is_labelled_as_well_as_participants(tmp_path):
+    devices, labels = kfed_mixture(d=30, k=16, k_prime=4, m0=5, points_per_component=100, separation=50.0, seed=3)
+    held_out = 7
+    participants = [d for i, d in enumerate(devices) if i != held_out]
+    data_dir = write_npy_dir(tmp_path / "data", participants)
+    out = tmp_path / "out"
+    run({"algorithm": "kfed", "k": 16, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(out)}, num_nodes=len(participants))
+    participant_acc = accuracy(
+        np.concatenate([l for i, l in enumerate(labels) if i != held_out]),
+        induced(out, participants, [1000 + i for i in range(len(participants))]),
+    )
+    new_labels = label_new_device(out, devices[held_out])
+    # the held-out device's clusters map to the same global ids its groupmates got
+    groupmate = held_out - 1  # devices are ordered group by group; 5 and 6 share its group
+    mates = induced(out, [devices[groupmate]], [1000 + groupmate])
+    for component in np.unique(labels[held_out]):
+        mate_ids = np.unique(mates[labels[groupmate] == component])
+        assert np.array_equal(np.unique(new_labels[labels[held_out] == component]), mate_ids)
+    assert participant_acc == 1.0
+    assert accuracy(labels[held_out], new_labels) == 1.0
+    # the command-line path does the same
+    np.save(tmp_path / "new.npy", devices[held_out])
+    assert assign_main([str(out), str(tmp_path / "new.npy"), "--out", str(tmp_path / "labels.npy")]) == 0
+    assert np.array_equal(np.load(tmp_path / "labels.npy"), new_labels)
+
+
+def test_new_device_with_wrong_dimension_is_a_clear_error(tmp_path):
+    devices, _ = kfed_mixture(d=5, k=4, k_prime=2, m0=2, points_per_component=20, separation=40.0, seed=0)
+    data_dir = write_npy_dir(tmp_path / "data", devices)
+    run({"algorithm": "kfed", "k": 4, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(tmp_path / "o")}, num_nodes=len(devices))
+    np.save(tmp_path / "bad.npy", np.zeros((10, 3)))
+    assert assign_main([str(tmp_path / "o"), str(tmp_path / "bad.npy")]) == 1
+    assert assign_main([str(tmp_path / "nowhere"), str(tmp_path / "bad.npy")]) == 1
+
+
+def test_failed_device_is_simply_absent(tmp_path):
+    devices, labels = kfed_mixture(d=20, k=4, k_prime=2, m0=3, points_per_component=60, separation=50.0, seed=1)
+    data_dir = write_npy_dir(tmp_path / "data", devices)
+
+    def hook(node, message, reply):
+        if node == 1001 and message.metadata.message_type.endswith("kfed_local"):
+            return Message(Error(code=2, reason="device crashed mid-round"), reply_to=message)
+        return reply
+
+    out = tmp_path / "out"
+    result = run(
+        {"algorithm": "kfed", "k": 4, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(out)},
+        num_nodes=len(devices),
+        reply_hook=hook,
+    )
+    assert result["rounds"][0]["replies"] == len(devices) - 1
+    assert "device crashed" in result["rounds"][0]["failures"][0]["reason"]
+    survivors = [i for i in range(len(devices)) if i != 1]
+    predicted = induced(out, [devices[i] for i in survivors], [1000 + i for i in survivors])
+    assert accuracy(np.concatenate([labels[i] for i in survivors]), predicted) == 1.0
+
+
+def test_k_larger_than_device_centers_is_a_clear_error(tmp_path):
+    rng = np.random.default_rng(0)
+    data_dir = write_npy_dir(tmp_path / "data", [rng.normal(size=(20, 2)) for _ in range(2)])
+    with pytest.raises(FederationError, match="larger than the 4 local centers"):
+        run({"algorithm": "kfed", "k": 5, "k-prime": 2, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(tmp_path / "o")}, num_nodes=2)
+
+
+def test_tiny_and_duplicate_devices_do_not_break_the_run(tmp_path):
+    rng = np.random.default_rng(4)
+    parts = [
+        rng.normal(size=(40, 3)),
+        rng.normal(size=(40, 3)) + 20,
+        np.array([[20.0, 20.0, 20.0]]),  # one point (n <= k')
+        np.repeat(rng.normal(size=(1, 3)), 15, axis=0),  # all duplicates
+    ]
+    data_dir = write_npy_dir(tmp_path / "data", parts)
+    result = run({"algorithm": "kfed", "k": 2, "k-prime": 2, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(tmp_path / "o")}, num_nodes=4)
+    assert result["rounds"][0]["replies"] == 4
+    assert np.all(np.isfinite(np.load(tmp_path / "o" / "centers.npy")))
+    saved = json.loads((tmp_path / "o" / "result.json").read_text())
+    assert saved["final"]["num_points"] == 96
+
+
+def test_fedkmeans_can_start_from_kfed(tmp_path):
+    devices, _ = kfed_mixture(d=10, k=9, k_prime=3, m0=3, points_per_component=50, separation=30.0, seed=5)
+    data_dir = write_npy_dir(tmp_path / "data", devices)
+    result = run({"algorithm": "fedkmeans", "init": "kfed", "k": 9, "num-rounds": 2, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(tmp_path / "o")}, num_nodes=len(devices))
+    assert result["init"]["method"] == "kfed"
+    assert any(p["phase"] == "init-kfed" for p in result["phases"])
+    assert result["reference"]["ratio"] <= 1.0 + 1e-9
