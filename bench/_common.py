@@ -72,16 +72,27 @@ def quiet_flower() -> None:
     FLOWER_LOGGER.setLevel(logging.WARNING)
 
 
-def run_inprocess(config: dict[str, Any], num_nodes: int, output_root: str | None = None) -> dict[str, Any]:
-    """One in-process federation; the result.json dict. ``output-dir`` defaults to a fresh
-    temporary directory (kept, so that centers.npy can be read afterwards)."""
+def run_inprocess(config: dict[str, Any], num_nodes: int) -> dict[str, Any]:
+    """One in-process federation; the result.json dict.
+
+    Without an ``output-dir`` in ``config`` the run writes to a temporary directory that
+    is removed afterwards; the final centers (``centers.npy``) are then returned in
+    ``result["centers"]`` (None if the run wrote none).
+    """
     quiet_flower()
+    import numpy as np
+
     from inprocess import run
 
     config = dict(config)
-    if not config.get("output-dir"):
-        config["output-dir"] = tempfile.mkdtemp(prefix="fedcluster-bench-", dir=output_root)
-    return run(config, num_nodes=num_nodes)
+    if config.get("output-dir"):
+        return run(config, num_nodes=num_nodes)
+    with tempfile.TemporaryDirectory(prefix="fedcluster-bench-") as directory:
+        config["output-dir"] = directory
+        result = run(config, num_nodes=num_nodes)
+        centers = Path(directory) / "centers.npy"
+        result["centers"] = np.load(centers) if centers.exists() else None
+    return result
 
 
 def parallel_map(function: Callable, items: Iterable, jobs: int) -> list:

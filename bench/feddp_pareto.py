@@ -102,7 +102,8 @@ def run_point(item: tuple) -> dict:
 
 def optimum(item: tuple) -> dict:
     """Pooled central k-means (k-means++, n_init = 10) cost / n, and k-FED when available."""
-    setting, seed = item
+    setting, seed, *rest = item
+    with_kfed = rest[0] if rest else True
     from fedcluster.config import with_defaults
     from fedcluster.datasets import pooled_points
     from fedcluster.metrics import central_kmeans
@@ -115,7 +116,7 @@ def optimum(item: tuple) -> dict:
     try:
         from server_app.algorithms import STRATEGIES
 
-        if "kfed" in STRATEGIES:
+        if with_kfed and "kfed" in STRATEGIES:
             kfed = {**config_for(setting, "feddp", 1.0, 0, seed), "algorithm": "kfed", "init": "auto"}
             for key in ("epsilon", "lloyd-rounds", "privacy-level", "clip-norm", "client-max-points", "noise-seed"):
                 kfed.pop(key, None)
@@ -203,15 +204,31 @@ def ablation_tables(rows, optima) -> str:
     sub = [r for r in rows if r["tag"] not in ("sweep", "init only")]
     if not sub:
         return ""
-    lines = ["\n### Ablations (data-point, FedDP-KMeans)\n"]
-    opt = mean(o["optimum"] for o in optima if o["setting"] == "data-point")
+    lines = ["\n### Ablations (FedDP-KMeans)\n"]
     table = []
-    for (tag, extra, rounds, eps), runs in sorted(grouped(sub, ("tag", "extra", "lloyd_rounds", "target_epsilon")).items()):
+    groups = grouped(sub, ("setting", "tag", "extra", "lloyd_rounds", "target_epsilon"))
+    for (setting, tag, extra, rounds, eps), runs in sorted(groups.items()):
+        opt = mean(o["optimum"] for o in optima if o["setting"] == setting)
         costs = [r["cost"] for r in runs]
-        table.append([tag, extra, rounds, f"{eps:g}", f"{mean(r['total_epsilon'] for r in runs):.3f}",
+        table.append([setting, tag, extra, rounds, f"{eps:g}", f"{mean(r['total_epsilon'] for r in runs):.3f}",
                       f"{mean(costs):.3f} ± {std(costs):.3f}", f"{mean(costs) / opt:.4f}"])
-    lines.append(markdown_table(["ablation", "setting", "T", "target ε", "total ε", "cost/n", "cost/optimum"], table))
+    lines.append(markdown_table(["data", "ablation", "run config", "T", "target ε", "total ε", "cost/n", "cost/optimum"], table))
     return "\n".join(lines)
+
+
+def server_data_bounds(setting: str, seed: int) -> dict:
+    """Client-level clipping bounds from the SERVER data's typical squared norm (public,
+    no privacy cost) instead of the worst case Δ² (the default): a client of m points of
+    typical norm r sends ||XᵀX||_F ≈ m r², per-cluster means of Frobenius norm ≈ √k r and
+    Lloyd sums ≈ (m/√k) r when its points spread over the k clusters."""
+    from fedcluster.config import with_defaults
+    from fedcluster.datasets import generated_server_points
+
+    server = generated_server_points(with_defaults(config_for(setting, "feddp", 1.0, 0, seed)))
+    r = math.sqrt(float((server**2).sum(axis=1).mean()))
+    m, k = SETTINGS[setting]["points"], 10
+    return {"clip-outer": round(m * r * r, 1), "clip-means": round(math.sqrt(k) * r, 2),
+            "clip-sums": round(m * r / math.sqrt(k), 1)}
 
 
 def svg(setting, rows, optima, path: Path) -> None:
@@ -300,8 +317,14 @@ print(json.dumps({{"cost": result["final"]["cost"], "epsilon": result["privacy"]
 def timed_process(config: dict, nodes: int) -> dict:
     """One whole in-process federation in a fresh interpreter: wall time, peak RSS."""
     script = TIMING_SCRIPT.format(root=str(ROOT), config=json.dumps(config), nodes=nodes)
+    # Peak RSS through GNU time: a forked child's ru_maxrss starts at the PARENT's RSS at
+    # fork time (Linux), so wait4 on a direct child would over-state it.
+    gnu_time = Path("/usr/bin/time")
+    command = [sys.executable, "-c", script]
+    if gnu_time.exists():
+        command = [str(gnu_time), "-f", "PEAK_KB %M", *command]
     started = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
     stdout = process.stdout.read()
@@ -309,7 +332,9 @@ def timed_process(config: dict, nodes: int) -> dict:
     if status != 0:
         raise RuntimeError(f"timing run failed: {stderr[-2000:]}")
     out = json.loads(stdout.strip().splitlines()[-1])
-    out.update({"wall_s": wall, "peak_mb": usage.ru_maxrss / 1024})
+    peaks = [line.split()[1] for line in stderr.splitlines() if line.startswith("PEAK_KB ")]
+    peak_kb = float(peaks[-1]) if peaks else usage.ru_maxrss  # fallback: an upper bound
+    out.update({"wall_s": wall, "peak_mb": peak_kb / 1024})
     return out
 
 
@@ -327,7 +352,7 @@ def timing(args) -> str:
         seeds = args.timing_seeds if setting != "client-5000" else args.timing_seeds[:1]
         for seed in seeds:
             if (setting, seed) not in optima:
-                optima[(setting, seed)] = optimum((setting, seed))["optimum"]
+                optima[(setting, seed)] = optimum((setting, seed, False))["optimum"]
             config = config_for(setting, "feddp", extra["epsilon"], extra["lloyd-rounds"], seed)
             config["output-dir"] = tempfile.mkdtemp(prefix="feddp-timing-")
             out = timed_process(config, nodes)
@@ -362,6 +387,7 @@ def main() -> None:
     parser.add_argument("--epsilons", type=float, nargs="+", default=None, help="override the setting's ε grid")
     parser.add_argument("--client-sampling-rate", type=float, default=1.0)
     parser.add_argument("--no-ablations", action="store_true")
+    parser.add_argument("--ablations-only", action="store_true", help="skip the sweep (and the init-only rows)")
     parser.add_argument("--jobs", type=int, default=default_jobs())
     parser.add_argument("--out", default="", help="default: bench/results/feddp-pareto/<settings> (timing: .../timing)")
     parser.add_argument("--timing", action="store_true", help="whole-process timings of the headline configurations")
@@ -388,7 +414,7 @@ def main() -> None:
     for setting in args.settings:
         spec = SETTINGS[setting]
         extra = {"client-sampling-rate": args.client_sampling_rate} if spec["level"] == "client" else {}
-        for method in args.methods:
+        for method in args.methods if not args.ablations_only else ():
             for rounds in args.rounds:
                 if method != "feddp" and rounds == 0:
                     continue  # no private step: ε = 0, reported as the init-only row below
@@ -406,10 +432,22 @@ def main() -> None:
                     for seed in seeds:
                         work.append(("data-point", "feddp", eps, rounds, seed, {"lloyd-fraction": fraction},
                                      "Lloyd rounds / lloyd-fraction"))
+    for setting in args.settings:
+        if SETTINGS[setting]["level"] != "client" or args.no_ablations:
+            continue
+        bounds = server_data_bounds(setting, 0)
+        for eps in args.epsilons or (1.0, 2.0, 4.0, 8.0):
+            for seed in seeds:
+                extra = {"client-sampling-rate": args.client_sampling_rate, **bounds}
+                work.append((setting, "feddp", eps, 0, seed, extra, "server-data bounds"))
+                work.append((setting, "feddp", eps, 0, seed, {**extra, "budget-split": "0.5,0.1,0.3,0.1"},
+                             "server-data bounds, step-1-heavy split"))
+                work.append((setting, "feddp", eps, 1, seed, {**extra, "budget-split": "0.5,0.1,0.3,0.1",
+                                                              "lloyd-fraction": 0.2}, "server-data bounds, step-1-heavy split"))
     # Baselines with no Lloyd round use no client data (ε = 0).
     for setting in args.settings:
         for method in args.methods:
-            if method != "feddp" and 0 in args.rounds:
+            if method != "feddp" and 0 in args.rounds and not args.ablations_only:
                 for seed in seeds:
                     work.append((setting, method, 1.0, 0, seed, {}, "init only"))
     print(f"{len(work)} federations on {args.jobs} worker(s)", flush=True)

@@ -7,7 +7,7 @@ better), mean ± std over 10 seeds. Seed s generates the data (``dataset="triebe
 ``seed=s``) and drives the server (sampling, initialization) and the central reference.
 
 Federated labels: the pooled points (``fedcluster.datasets.pooled_points``, used here for
-EVALUATION only) assigned to the final federated centers (``centers.npy``). Central:
+EVALUATION only) assigned to the final federated centers (the run's ``centers.npy``). Central:
 scikit-learn ``KMeans`` on the pooled points (``fedcluster.metrics.central_kmeans``).
 
 Rows (hyperparameters of the federated runs; everything else is the run-config default):
@@ -80,8 +80,6 @@ def central_job(args: tuple) -> dict:
 
 def federated_job(args: tuple) -> dict:
     name, seed, rounds = args
-    import numpy as np
-
     from fedcluster.config import with_defaults
     from fedcluster.datasets import pooled_points
     from fedcluster.lloyd import assign
@@ -92,7 +90,7 @@ def federated_job(args: tuple) -> dict:
     result = run_inprocess(config, NUM_CLIENTS)
     seconds = time.perf_counter() - started
     X, _ = pooled_points(with_defaults(config), NUM_CLIENTS)
-    centers = np.load(os.path.join(result["output_dir"], "centers.npy"))
+    centers = result["centers"]  # centers.npy of the run (its temporary folder is gone)
     out = evaluate_labels(X, assign(X, centers)[0])
     out["cost"] = result["final"]["cost"]
     out["seconds"] = seconds

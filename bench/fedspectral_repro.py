@@ -24,6 +24,7 @@ Usage::
     /work/venv/bin/python bench/fedspectral_repro.py             # main table + rounds-to-target
     /work/venv/bin/python bench/fedspectral_repro.py --sweeps    # + the paper's sweeps (Figs. 1-3)
     /work/venv/bin/python bench/fedspectral_repro.py --flwr      # + per-round time in a real flwr run
+    /work/venv/bin/python bench/fedspectral_repro.py --privacy   # + can a server rebuild a client's edges?
 
 Graphs: ``--graphs DIR`` or ``$FEDCLUSTER_GRAPHS`` or ``../shared/data/graphs``.
 """
@@ -427,7 +428,65 @@ def flwr_run(config: dict[str, Any]) -> dict[str, Any]:
             raise RuntimeError(f"flwr run failed: {entry}\n{flower.logs()}")
     finally:
         flower.stop()
+        shutil.rmtree(work, ignore_errors=True)
     return json.loads((Path(config["output-dir"]) / "result.json").read_text())
+
+
+def privacy(graph: Graph, rounds: int = 20, sample: int = 300) -> None:
+    """What a curious server can do with one client's replies (exact mode).
+
+    In exact mode the server knows every block it sent and the global degrees, so client
+    j's replies give ``Y = A_j Z`` for a known n x m matrix Z (m = b per round; round 1
+    also gives the local degree vector exactly). Every row of A_j is a 0/1 vector with a
+    known number of ones: a sparse-recovery problem. Orthogonal matching pursuit with the
+    known local degree as sparsity, on ``sample`` random rows of client 0, for (a) the
+    blocks an honest server sends (block Krylov, default block) and (b) Gaussian blocks of
+    the same total size that a malicious server could send instead.
+    """
+    import scipy.sparse as sp
+    from sklearn.linear_model import orthogonal_mp_gram
+
+    print(f"### {graph.name}: can the server rebuild a client's edges from its replies? "
+          f"(exact mode, {rounds} rounds, client 0 of {CLIENTS}, {sample} random nodes)\n")
+    part = split_edges(graph.edges, CLIENTS, COPIES, 0)[0]
+    n = graph.n
+    rows_ = np.concatenate([part[:, 0], part[:, 1]])
+    cols_ = np.concatenate([part[:, 1], part[:, 0]])
+    A_j = sp.csr_matrix((np.ones(rows_.size), (rows_, cols_)), shape=(n, n))
+    local_degree = np.asarray(A_j.sum(axis=1)).ravel().astype(int)
+    neighbours = A_j.tolil().rows
+    block = K + max(K, 10)
+    solver, _, product = twin_solver(graph, K, 0, block, "krylov")
+    scale = np.zeros(n)
+    scale[solver.degrees > 0] = 1.0 / np.sqrt(solver.degrees[solver.degrees > 0])
+    measured = [solver.first_block()[:, 1:]]  # round 1: A_j G (and A_j 1 = local degrees)
+    for _ in range(rounds - 1):
+        X = solver.next_block()
+        if X is None:
+            break
+        solver.absorb(X, product(X))
+        measured.append(scale[:, None] * X)  # P_j = w D^-1/2 A_j (D^-1/2 X): A_j times this
+    honest = np.hstack(measured)
+    rng = np.random.default_rng(1)
+    nodes = rng.choice(np.flatnonzero(local_degree > 0), size=min(sample, int(np.count_nonzero(local_degree))), replace=False)
+    rows = []
+    for label, Z in (("honest server (protocol blocks)", honest),
+                     ("malicious server (Gaussian blocks)", rng.standard_normal(honest.shape))):
+        gram = Z @ Z.T
+        Y = A_j[nodes] @ Z
+        exact_rows = found = total = 0
+        for index, node in enumerate(nodes):
+            coef = orthogonal_mp_gram(gram, Z @ Y[index], n_nonzero_coefs=int(local_degree[node]))
+            support = set(np.flatnonzero(np.abs(coef) > 0.5).tolist())
+            truth = set(neighbours[node])
+            exact_rows += support == truth
+            found += len(support & truth)
+            total += len(truth)
+        rows.append([label, str(Z.shape[1]), f"{100 * exact_rows / len(nodes):.1f} %", f"{100 * found / total:.1f} %"])
+    print(markdown_table(["server", "measurements per node (columns)", "nodes whose local edges are all recovered",
+                          "local edges recovered"], rows))
+    print(f"\n(median local degree {int(np.median(local_degree[nodes]))}; round 1 also reveals every node's local "
+          "degree exactly. After about n / b rounds any server can solve for A_j by plain linear algebra.)\n")
 
 
 # --------------------------------------------------------------------------------------------
@@ -466,7 +525,7 @@ def sweeps(graphs: dict[str, Graph], seeds: int) -> None:
             row.append(cell(g, {"algorithm": "fedspectral-plus", "num-rounds": rounds}) if g else "–")
         rows.append(row)
         print(f"  ... rounds {rounds}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-    print("### Fig. 1b / 2a: similarity vs global rounds (paper mode iters 10; exact = Krylov block 2k)\n")
+    print("### Fig. 1b / 2a: similarity vs global rounds (paper mode iters 10; exact = Krylov, default block k + max(k, 10))\n")
     print(markdown_table(["rounds", "FB paper", "FB exact", "email paper", "email exact"], rows) + "\n")
 
     # Fig. 2b: number of clusters (FB, paper iters 6 rounds 20 vs exact 20 rounds)
@@ -538,6 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweeps", action="store_true", help="also run the paper's sweeps (Figs. 1-3)")
     parser.add_argument("--no-main", action="store_true", help="skip the main table (e.g. with --sweeps)")
     parser.add_argument("--flwr", action="store_true", help="also time ego-Facebook rounds in a real flwr run simulation")
+    parser.add_argument("--privacy", action="store_true", help="also try to rebuild a client's edges from its replies (ego-Facebook)")
     args = parser.parse_args(argv)
     if not (args.graphs / "email-Eu-core.txt").is_file():
         print(f"SNAP graphs not found in {args.graphs} (use --graphs or $FEDCLUSTER_GRAPHS)", file=sys.stderr)
@@ -556,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
                 departments_table(graphs["email-Eu-core"], raws["email-Eu-core"], args.seeds)
             if "ego-Facebook" in graphs:
                 performance(graphs["ego-Facebook"], args.flwr)
+        if args.privacy and "ego-Facebook" in graphs:
+            privacy(graphs["ego-Facebook"])
         if args.sweeps:
             sweeps(graphs, args.sweep_seeds)
     finally:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -201,7 +202,9 @@ def wait_healthy(port: int, process: subprocess.Popen, timeout: float = 60.0) ->
     raise RuntimeError(f"flower-superlink did not become healthy on port {port} within {timeout} s")
 
 
-def flwr_section(client_counts: list[int], points_per_client: int, rounds: int, inprocess: dict[int, dict]) -> None:
+def flwr_section(
+    client_counts: list[int], points_per_client: int, rounds: int, inprocess: dict[int, dict], args_keep_home: bool = False
+) -> None:
     print(f"## (c) `flwr run` simulation (Ray) vs in-process, same runs\n", flush=True)
     home = Path(tempfile.mkdtemp(prefix="fedcluster-bench-flwr-home-"))
     env = dict(os.environ)
@@ -233,6 +236,7 @@ def flwr_section(client_counts: list[int], points_per_client: int, rounds: int, 
     with open(log_file, "w") as log:
         superlink = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     rows = []
+    failed = False
     try:
         wait_healthy(port, superlink)
         for clients in client_counts:
@@ -253,11 +257,13 @@ def flwr_section(client_counts: list[int], points_per_client: int, rounds: int, 
             wall = time.perf_counter() - started
             result_file = Path(output_dir) / "result.json"
             if completed.returncode != 0 or not result_file.exists():
+                failed = True
                 tail = (completed.stdout + completed.stderr)[-3000:]
                 print(f"\nflwr run failed (exit {completed.returncode}, result.json {'present' if result_file.exists() else 'missing'}):\n```\n{tail}\n```\n")
                 rows.append([clients, f"{inprocess[clients]['per_round']:.3f}", "failed", "–", "–", f"{wall:.0f}"])
                 continue
             result = json.loads(result_file.read_text())
+            shutil.rmtree(output_dir, ignore_errors=True)
             per_round = statistics.median(r["seconds"] for r in result["rounds"])
             rows.append([
                 clients,
@@ -274,6 +280,10 @@ def flwr_section(client_counts: list[int], points_per_client: int, rounds: int, 
         except subprocess.TimeoutExpired:
             os.killpg(superlink.pid, signal.SIGKILL)
             superlink.wait()
+    if args_keep_home or failed:
+        print(f"kept FLWR_HOME {home} (SuperLink log: {log_file})")
+    else:
+        shutil.rmtree(home, ignore_errors=True)
     print()
     print(markdown_table(
         ["supernodes", "in-process s / round", "flwr run s / round", "flwr / in-process",
@@ -290,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="best of this many timings in (a)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per run in (b) and (c)")
     parser.add_argument("--points-per-client", type=int, default=100)
-    parser.add_argument("--skip-kernel", action="store_true")
+    parser.add_argument("--skip-kernel", action="store_true", help="skip (a)")
+    parser.add_argument("--keep-flwr-home", action="store_true", help="keep the temporary FLWR_HOME (SuperLink log) of (c)")
     args = parser.parse_args(argv)
 
     print_header("Speed")
@@ -299,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     client_counts = [10, 100] if args.quick else [10, 100, 1000]
     inprocess = inprocess_section(client_counts, args.points_per_client, args.rounds)
     if args.flwr:
-        flwr_section([c for c in client_counts if c <= 100], args.points_per_client, args.rounds, inprocess)
+        flwr_section([c for c in client_counts if c <= 100], args.points_per_client, args.rounds, inprocess, args.keep_flwr_home)
     return 0
 
 

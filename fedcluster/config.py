@@ -89,7 +89,7 @@ SPECTRAL: dict[str, Any] = {
     "num-nodes": 0,  # global number of graph nodes (ids 0 .. n-1); required by both algorithms
     "mode": "exact",  # FedSpectral+: "exact" (summed global products) or "paper"
     "iters": 1,  # paper mode: local power steps per round (exact mode: always one product)
-    "oversample": -1,  # exact mode: block of k + oversample columns (-1 = k)
+    "oversample": -1,  # exact mode: block of k + oversample columns (-1 = max(k, 10))
     "acceleration": "krylov",  # exact mode: "krylov" (block Krylov + Rayleigh-Ritz) or "none"
     "max-basis": 0,  # krylov: columns kept on the server before a thick restart (0 = auto)
     "residual-tol": 0.0,  # exact mode: stop when every top-k Ritz residual <= this (0 = never)
@@ -240,7 +240,7 @@ def _validate_spectral(config: dict[str, Any]) -> None:
     if config["iters"] < 1:
         raise ConfigError(f"iters must be >= 1, got {config['iters']}")
     if config["oversample"] < -1:
-        raise ConfigError(f"oversample must be >= 0 (-1 = k), got {config['oversample']}")
+        raise ConfigError(f"oversample must be >= 0 (-1 = max(k, 10)), got {config['oversample']}")
     if config["acceleration"] not in ("krylov", "none"):
         raise ConfigError(f"acceleration must be 'krylov' or 'none', got {config['acceleration']!r}")
     if config["max-basis"] < 0:

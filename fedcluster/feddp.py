@@ -14,7 +14,8 @@ applies them ON THE DEVICE, before anything leaves it:
 
 Tasks (the server side is ``server_app/feddp_kmeans.py``):
 
-``feddp_outer``            Step 1: XᵀX (d x d).
+``feddp_outer``            Step 1: XᵀX, sent as its upper triangle incl. the diagonal
+                           (d(d+1)/2 values, row by row: :func:`pack_symmetric`).
 ``feddp_histogram``        Step 2: for every projected server point (rows of ``server``,
                            n_s x k), how many of the device's projected points XV have it
                            as their nearest one.
@@ -29,6 +30,7 @@ Tasks (the server side is ``server_app/feddp_kmeans.py``):
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -99,9 +101,46 @@ def _projection(arrays: dict[str, np.ndarray], d: int) -> np.ndarray:
 
 
 def outer_product(X: np.ndarray) -> np.ndarray:
-    """XᵀX, exactly symmetric."""
-    M = X.T @ X
-    return 0.5 * (M + M.T)
+    """XᵀX (only its upper triangle is ever sent)."""
+    return X.T @ X
+
+
+@lru_cache(maxsize=8)
+def _triangle(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row and column indices of the upper triangle of a d x d matrix, and the packed
+    positions of its diagonal."""
+    rows, cols = np.triu_indices(d)
+    return rows, cols, np.flatnonzero(rows == cols)
+
+
+def pack_symmetric(matrix: np.ndarray) -> np.ndarray:
+    """The upper triangle (with the diagonal) of a symmetric d x d matrix, row by row."""
+    rows, cols, _ = _triangle(matrix.shape[0])
+    return np.ascontiguousarray(matrix[rows, cols])
+
+
+def unpack_symmetric(packed: np.ndarray, d: int) -> np.ndarray:
+    """Inverse of :func:`pack_symmetric`."""
+    rows, cols, _ = _triangle(d)
+    matrix = np.zeros((d, d))
+    matrix[rows, cols] = packed
+    matrix[cols, rows] = packed
+    return matrix
+
+
+def packed_diagonal(packed: np.ndarray, d: int) -> np.ndarray:
+    """The diagonal of a packed symmetric matrix."""
+    return packed[_triangle(d)[2]]
+
+
+def packed_frobenius(packed: np.ndarray, d: int) -> float:
+    """Frobenius norm of the symmetric matrix a packed triangle stands for."""
+    diagonal = packed_diagonal(packed, d)
+    return float(np.sqrt(max(2.0 * float(packed @ packed) - float(diagonal @ diagonal), 0.0)))
+
+
+def packed_size(d: int) -> int:
+    return d * (d + 1) // 2
 
 
 def nearest_histogram(projected: np.ndarray, server_projected: np.ndarray) -> np.ndarray:
@@ -151,7 +190,7 @@ def feddp_outer(data: DeviceData, arrays: dict, config: dict):
     outer = outer_product(X)
     if _level(config) == CLIENT:
         outer = clip_l2(outer, _bound(config, "clip"))
-    return {"outer": outer}, {"num-examples": int(X.shape[0]), "dim": int(X.shape[1])}
+    return {"outer": pack_symmetric(outer)}, {"num-examples": int(X.shape[0]), "dim": int(X.shape[1])}
 
 
 @device_task("feddp_histogram")

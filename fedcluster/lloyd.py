@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 # Rows per chunk are chosen so that one chunk's distance block holds about this many
-# floats (2^20 doubles = 8 MiB): big enough for BLAS to be efficient, small enough to
-# stay in memory bounds for any n.
-_CHUNK_FLOATS = 1 << 20
+# floats (2^17 doubles = 1 MiB): big enough for BLAS to be efficient, small enough to stay
+# in cache and in memory bounds for any n.
+_CHUNK_FLOATS = 1 << 17
 
 
 def _chunk_rows(n: int, k: int, chunk_rows: int | None) -> int:
@@ -110,7 +110,7 @@ def lloyd_statistics(
     centers : (k, d) current centers.
     weights : optional (n,) non-negative point weights (default 1).
     with_sumsq : also return per-cluster sums of squared coordinates.
-    chunk_rows : rows per chunk (default: about 2^20 / k).
+    chunk_rows : rows per chunk (default: about 2^17 / k).
     """
     X = np.asarray(X, dtype=np.float64)
     centers = np.asarray(centers, dtype=np.float64)
@@ -125,24 +125,27 @@ def lloyd_statistics(
     sumsq = np.zeros((k, d)) if with_sumsq else None
     cost = 0.0
     step = _chunk_rows(n, k, chunk_rows)
+    # argmin_j ||x - c_j||^2 = argmin_j (||c_j||^2 - 2 x.c_j): ||x||^2 only enters the cost.
+    minus_two_centers_t = -2.0 * centers.T
+    c_sq = np.einsum("ij,ij->i", centers, centers)
     for start in range(0, n, step):
         Xc = X[start : start + step]
-        block = squared_distances(Xc, centers)
+        rows = Xc.shape[0]
+        block = Xc @ minus_two_centers_t
+        block += c_sq
         labels = np.argmin(block, axis=1)
-        mind = block[np.arange(block.shape[0]), labels]
-        if weights is None:
-            cost += float(mind.sum())
-            counts += np.bincount(labels, minlength=k)
-            _scatter_add(sums, labels, Xc)
-            if sumsq is not None:
-                _scatter_add(sumsq, labels, Xc * Xc)
-        else:
-            w = np.asarray(weights[start : start + step], dtype=np.float64)
-            cost += float(mind @ w)
-            counts += np.bincount(labels, weights=w, minlength=k)
-            _scatter_add(sums, labels, Xc * w[:, None])
-            if sumsq is not None:
-                _scatter_add(sumsq, labels, Xc * Xc * w[:, None])
+        partial = np.take_along_axis(block, labels[:, None], axis=1)[:, 0]
+        mind = np.maximum(partial + np.einsum("ij,ij->i", Xc, Xc), 0.0)
+        # Per-cluster sums as one matrix product: a (k x rows) membership matrix (holding
+        # the weights) times the chunk -- BLAS instead of a scatter.
+        w = np.ones(rows) if weights is None else np.asarray(weights[start : start + step], dtype=np.float64)
+        membership = np.zeros((k, rows))
+        membership[labels, np.arange(rows)] = w
+        cost += float(mind @ w)
+        counts += np.bincount(labels, weights=w, minlength=k)
+        sums += membership @ Xc
+        if sumsq is not None:
+            sumsq += membership @ (Xc * Xc)
     return LloydStatistics(sums=sums, counts=counts, cost=cost, sumsq=sumsq)
 
 

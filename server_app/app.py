@@ -26,7 +26,9 @@ def run_algorithm(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
     outcome = strategy.run()
     if config["reference"]:
         try:
-            reference = central_reference(config, len(strategy.nodes), outcome.get("centers"))
+            reference = central_reference(
+                config, len(strategy.nodes), outcome.get("centers"), outcome.get("final", {}).get("num_points")
+            )
         except Exception as exc:  # the reference is a report, never a reason to lose a run
             log(WARNING, "[fedcluster] no central reference: %s: %s", type(exc).__name__, exc)
             reference = None

@@ -244,6 +244,10 @@ class FederatedStrategy:
                 failures.append(
                     {"node": node, "reason": f"no reply within round-timeout={self.config['round-timeout']} s"}
                 )
+        # Replies arrive in whatever order the transport delivers them; aggregate them in
+        # node order so that the same seed gives the same result.
+        replies.sort(key=lambda reply: reply.node_id)
+        failures.sort(key=lambda failure: str(failure["node"]))
         for failure in failures:
             log(WARNING, "[fedcluster] %s: dropped node %s: %s", phase, failure["node"], failure["reason"])
         seconds = time.perf_counter() - started

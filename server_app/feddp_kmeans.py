@@ -81,6 +81,7 @@ from flwr.common.logger import log
 
 from fedcluster.data import load_points
 from fedcluster.datasets import generated_server_points
+from fedcluster.feddp import packed_diagonal, packed_frobenius, packed_size, unpack_symmetric
 from fedcluster.lloyd import kmeans, kmeans_plus_plus
 from fedcluster.privacy import (
     CalibratedStep,
@@ -338,11 +339,12 @@ class FedDPKMeans(FederatedStrategy):
         # Step 1: the data subspace from the noisy Σ XᵢᵀXᵢ.
         replies = self.gather(
             "feddp_outer", {}, self.client_config("step1"),
-            ReplySpec(shapes={"outer": ("d", "d")}, check=self.check_outer), "init-step1-outer-product",
+            ReplySpec(shapes={"outer": (packed_size(d),)}, check=self.check_outer), "init-step1-outer-product",
         )
-        outer = np.zeros((d, d))
+        packed = np.zeros(packed_size(d))
         for reply in replies:
-            outer += reply.arrays["outer"]
+            packed += reply.arrays["outer"]
+        outer = unpack_symmetric(packed, d)
         noisy_outer = self.noisy("step1", outer)
         self.record("step1")
         projection = top_eigenvectors(noisy_outer, components)
@@ -475,17 +477,19 @@ class FedDPKMeans(FederatedStrategy):
     # Each returns a reason to drop the reply when a statistic exceeds what the device's
     # clipping allows (so a device that did not clip, or a tampered reply, never counts).
     def check_outer(self, reply: Reply) -> str | None:
-        outer = reply.arrays["outer"]
-        if not np.allclose(outer, outer.T, rtol=0, atol=1e-9 * max(1.0, float(np.abs(outer).max()))):
-            return "array 'outer' is not symmetric"
+        packed, d = reply.arrays["outer"], self.dimension
         if self.level == "data-point":
             n = reply.num_examples
-            trace = float(np.trace(outer))
-            if np.any(np.diag(outer) < 0) or trace > n * self.clip_norm**2 * (1 + _SLACK):
+            diagonal = packed_diagonal(packed, d)
+            trace = float(diagonal.sum())
+            if np.any(diagonal < 0) or trace > n * self.clip_norm**2 * (1 + _SLACK):
                 return (f"array 'outer' exceeds the clipping bound: trace {trace:.6g} > "
                         f"num-examples·Δ² = {n}·{self.clip_norm:.6g}²")
             return None
-        return _over_l2("outer", outer, self.bounds["step1"])
+        norm, bound = packed_frobenius(packed, d), self.bounds["step1"]
+        if norm > bound * (1 + _SLACK):
+            return f"array 'outer' exceeds the clipping bound: Frobenius norm {norm:.6g} > {bound:.6g}"
+        return None
 
     def check_histogram(self, reply: Reply) -> str | None:
         histogram = reply.arrays["histogram"]

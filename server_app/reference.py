@@ -17,7 +17,15 @@ from fedcluster.datasets import pooled_points
 from fedcluster.lloyd import kmeans_cost
 
 
-def central_reference(config: dict[str, Any], num_clients: int, centers: np.ndarray | None) -> dict[str, Any] | None:
+def central_reference(
+    config: dict[str, Any], num_clients: int, centers: np.ndarray | None, num_points: int | None = None
+) -> dict[str, Any] | None:
+    """Pooled central k-means cost beside the federated one, or None when unavailable.
+
+    ``num_points`` is the number of points the federation reported; when the pooled data
+    the server can rebuild has a different size, the nodes held something else and no
+    reference is given.
+    """
     if centers is None:
         return None
     pooled = pooled_points(config, num_clients)
@@ -25,6 +33,10 @@ def central_reference(config: dict[str, Any], num_clients: int, centers: np.ndar
         return None
     X, _ = pooled
     if X.shape[0] < config["k"] or X.shape[1] != centers.shape[1]:
+        return None
+    if num_points is not None and X.shape[0] != num_points:
+        # The nodes did not hold what the server can rebuild (e.g. a deployment whose
+        # SuperNodes read their own files, or excluded nodes): no honest reference.
         return None
     from fedcluster.metrics import central_kmeans
 

@@ -77,9 +77,10 @@ def test_data_point_kernels_clip_every_point_before_any_statistic():
     assert np.linalg.norm(clipped, axis=1).max() <= 2.0 < np.linalg.norm(X, axis=1).max()
 
     outer, metrics = feddp.feddp_outer(data, {}, config)
-    np.testing.assert_allclose(outer["outer"], clipped.T @ clipped, atol=1e-10)
+    outer = feddp.unpack_symmetric(outer["outer"], 5)
+    np.testing.assert_allclose(outer, clipped.T @ clipped, atol=1e-10)
     assert metrics["num-examples"] == 200
-    assert np.trace(outer["outer"]) <= 200 * 4.0
+    assert np.trace(outer) <= 200 * 4.0
 
     centers = rng.normal(size=(4, 5))
     stats, _ = feddp.feddp_lloyd(data, {"centers": centers}, config)
@@ -140,8 +141,10 @@ def test_client_level_kernels_clip_the_whole_statistic():
     X = rng.normal(size=(50, 5)) * 5
     data = DeviceData(points=X)
     out, _ = feddp.feddp_outer(data, {}, {"level": "client", "clip": 10.0})
-    assert np.linalg.norm(out["outer"]) <= 10.0
-    np.testing.assert_allclose(out["outer"], out["outer"].T)
+    assert out["outer"].shape == (15,)  # the upper triangle of the 5 x 5 matrix
+    outer = feddp.unpack_symmetric(out["outer"], 5)
+    assert np.linalg.norm(outer) <= 10.0 * (1 + 1e-12)
+    np.testing.assert_allclose(outer, feddp.outer_product(X) * 10.0 / np.linalg.norm(feddp.outer_product(X)))
     stats, _ = feddp.feddp_lloyd(data, {"centers": X[:3]}, {"level": "client", "clip": 7.0, "clip-l1": 4.0})
     assert np.linalg.norm(stats["sums"]) <= 7.0 and stats["counts"].sum() <= 4.0
     with pytest.raises(ValueError, match="clipping bound"):

@@ -236,3 +236,42 @@ def test_generated_dataset_with_too_many_clients_reports_empty_partition(tmp_pat
     assert sorted(reasons) == ["1003", "1004"]
     assert all("is empty" in reason for reason in reasons.values())
     assert result["final"]["num_points"] == 3
+
+
+def test_same_seed_gives_the_same_result_whatever_the_reply_order(tmp_path):
+    """Replies may arrive in any order; aggregation must not depend on it."""
+    import random
+
+    def shuffled_grid_run(shuffle_seed, out):
+        from inprocess.grid import InProcessGrid
+
+        original = InProcessGrid.pull_messages
+
+        def pull(self, message_ids):
+            replies = list(original(self, message_ids))
+            random.Random(shuffle_seed).shuffle(replies)
+            return replies
+
+        InProcessGrid.pull_messages = pull
+        try:
+            return run({"k": 6, "num-rounds": 3, "output-dir": str(out), "reference": False}, num_nodes=8)
+        finally:
+            InProcessGrid.pull_messages = original
+
+    first = shuffled_grid_run(1, tmp_path / "a")
+    second = shuffled_grid_run(2, tmp_path / "b")
+    assert first["init"]["candidate_costs"] == second["init"]["candidate_costs"]
+    np.testing.assert_array_equal(np.load(tmp_path / "a" / "centers.npy"), np.load(tmp_path / "b" / "centers.npy"))
+
+
+def test_no_reference_when_nodes_hold_their_own_files(tmp_path):
+    """A deployment's SuperNodes read their own files: the server must not report a
+    'central reference' computed on the run config's generated dataset."""
+    rng = np.random.default_rng(0)
+    files = []
+    for i in range(3):
+        np.save(tmp_path / f"{i}.npy", rng.normal(size=(50, 4)))  # same dimension as the default mixture
+        files.append({"data-path": str(tmp_path / f"{i}.npy")})
+    result = run({"k": 3, "num-rounds": 2, "output-dir": str(tmp_path / "o")}, node_configs=files)
+    assert result["final"]["num_points"] == 150
+    assert "reference" not in result

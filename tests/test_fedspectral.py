@@ -210,8 +210,8 @@ def test_round_records_subspace_change_and_bytes(tmp_path, small_graph):
     assert rounds[0]["subspace_change"] is None
     assert all(0 <= r["subspace_change"] <= 1 for r in rounds[1:])
     # round 1 sends [1, G] (b + 1 columns) and unit degrees; later rounds b columns + degrees
-    # (payload bytes include a 128-byte .npy header per array)
-    b = 6
+    # (payload bytes include a 128-byte .npy header per array); k = 3: default block 3 + 10
+    b = 13
     assert rounds[0]["bytes_up"] == 4 * (n * (b + 1) * 8 + 128)
     assert rounds[1]["bytes_down"] == 4 * (n * rounds[1]["block_columns"] * 8 + n * 8 + 2 * 128)
 
@@ -221,12 +221,13 @@ def test_round_records_subspace_change_and_bytes(tmp_path, small_graph):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["exact", "paper"])
-def test_isolated_nodes_get_a_label_and_no_nan(tmp_path, small_graph, mode):
+@pytest.mark.parametrize("mode,acceleration,oversample", [("exact", "krylov", -1), ("exact", "krylov", 3), ("exact", "none", 2), ("paper", "krylov", -1)])
+def test_isolated_nodes_get_a_label_and_no_nan(tmp_path, small_graph, mode, acceleration, oversample):
     edges, n, data_dir = small_graph
     n_big = n + 3  # three more nodes with no edge at all, after the last id
     result, labels, embedding = run_graph(
-        tmp_path, data_dir, 4, algorithm="fedspectral-plus", mode=mode, k=3, **{"num-nodes": n_big, "num-rounds": 8},
+        tmp_path, data_dir, 4, algorithm="fedspectral-plus", mode=mode, k=3, acceleration=acceleration,
+        oversample=oversample, **{"num-nodes": n_big, "num-rounds": 30 if acceleration == "none" else 8},
     )
     assert labels.shape == (n_big,) and np.all(labels >= 0) and np.all(labels < 3)
     assert np.all(np.isfinite(embedding))

@@ -19,6 +19,20 @@ from fedcluster.kfed import (
 from fedcluster.registry import TASKS, DeviceData
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _single_threaded_blas():
+    """The matrices here are small; on a loaded 2-core machine multi-threaded OpenBLAS
+    spins (the d=300 test went from ~5 s to ~80 s). Limit BLAS to one thread when
+    threadpoolctl (a scikit-learn dependency) is available."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
 # --------------------------------------------------------------------------------------
 # The Table-1 generator, spelled out here so the test does not trust other code:
 # unit variance per coordinate; means ~ N(0, s^2 I) with s = sep / sqrt(2 d) (expected
@@ -263,6 +277,10 @@ def test_device_task_registered():
     # deterministic given the seed
     again, _ = TASKS["kfed_local"](DeviceData(points=A), {}, {"k-prime": 2, "seed": 3})
     np.testing.assert_array_equal(again["centers"], arrays["centers"])
+    paper, _ = TASKS["kfed_local"](
+        DeviceData(points=A), {}, {"k-prime": 2, "seed": 3, "n-init": 1, "seeding": "core"}
+    )
+    np.testing.assert_allclose(np.sort(paper["centers"], axis=0), np.sort(arrays["centers"], axis=0))
 
 
 def test_device_task_errors():
@@ -270,6 +288,8 @@ def test_device_task_errors():
         TASKS["kfed_local"](DeviceData(points=np.ones((3, 2))), {}, {"seed": 0})
     with pytest.raises(ValueError, match="point data"):
         TASKS["kfed_local"](DeviceData(edges=np.zeros((2, 2), int)), {}, {"k-prime": 2})
+    with pytest.raises(ValueError, match="seeding"):
+        TASKS["kfed_local"](DeviceData(points=np.ones((3, 2))), {}, {"k-prime": 2, "seeding": "x"})
 
 
 def test_kfed_module_is_numpy_only():
@@ -436,3 +456,43 @@ def test_assign_new_device_errors():
     with pytest.raises(ValueError, match="do not match"):
         kfed_assign_new_device(np.zeros((2, 3)), np.zeros((4, 2)))
     assert kfed_assign_new_device(np.zeros((0, 3)), np.zeros((4, 3))).shape == (0,)
+
+
+# --- speed paths of the device step (Gram eigenvectors, restart de-duplication, early stop)
+
+
+@pytest.mark.parametrize("shape", [(200, 30), (20, 60), (8, 8)])
+def test_top_singular_subspace_matches_svd(shape):
+    from fedcluster.kfed import _top_right_singular_vectors
+
+    A = np.random.default_rng(1).normal(size=shape) + 3.0
+    r = 4
+    V = _top_right_singular_vectors(A, r)
+    _, _, Vt = np.linalg.svd(A, full_matrices=False)
+    W = Vt[:r].T
+    assert V.shape == W.shape
+    np.testing.assert_allclose(V.T @ V, np.eye(r), atol=1e-10)
+    # Same subspace: projections onto it agree.
+    np.testing.assert_allclose(V @ V.T, W @ W.T, atol=1e-8)
+
+
+def test_rank_deficient_wide_device_falls_back_cleanly():
+    from fedcluster.kfed import _top_right_singular_vectors
+
+    rng = np.random.default_rng(2)
+    A = rng.normal(size=(6, 2)) @ rng.normal(size=(2, 50))  # n < d, rank 2
+    V = _top_right_singular_vectors(A, 4)
+    assert V.shape == (50, 4) and np.all(np.isfinite(V))
+    np.testing.assert_allclose(V.T @ V, np.eye(4), atol=1e-8)
+    centers, counts, labels = local_kprime_means(A, 4, np.random.default_rng(0))
+    assert np.all(np.isfinite(centers)) and counts.sum() == 6
+
+
+def test_early_stop_keeps_the_exhaustive_answer_on_separated_data():
+    rng = np.random.default_rng(5)
+    means = rng.normal(scale=10.0, size=(4, 40))
+    A = np.vstack([m + rng.normal(size=(60, 40)) for m in means])
+    full = local_kprime_means(A, 4, np.random.default_rng(3), early_stop=0)
+    fast = local_kprime_means(A, 4, np.random.default_rng(3))
+    cost = lambda c, lab: float(((A - c[lab]) ** 2).sum())  # noqa: E731
+    assert cost(fast[0], fast[2]) == pytest.approx(cost(full[0], full[2]), rel=1e-9)

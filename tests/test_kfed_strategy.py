@@ -141,3 +141,15 @@ def test_fedkmeans_can_start_from_kfed(tmp_path):
     assert result["init"]["method"] == "kfed"
     assert any(p["phase"] == "init-kfed" for p in result["phases"])
     assert result["reference"]["ratio"] <= 1.0 + 1e-9
+
+
+def test_k_prime_may_differ_per_device(tmp_path):
+    devices, _ = kfed_mixture(d=10, k=4, k_prime=2, m0=2, points_per_component=30, separation=40.0, seed=2)
+    data_dir = write_npy_dir(tmp_path / "data", devices)
+    files = sorted(data_dir.glob("*.npy"))
+    node_configs = [{"data-path": str(f)} for f in files]
+    node_configs[0]["k-prime"] = 4  # this SuperNode asks for 4 local clusters
+    out = tmp_path / "out"
+    run({"algorithm": "kfed", "k": 4, "k-prime": 2, "output-dir": str(out)}, node_configs=node_configs)
+    rows = np.bincount(np.load(out / "device_nodes.npy").astype(np.int64) - 1000)
+    assert rows.tolist() == [4, 2, 2, 2]

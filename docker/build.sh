@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Build the images of the docker compose demo cluster from scratch, with no image registry:
+#
+#   1. fedcluster-base  a minimal Debian bookworm root filesystem made with debootstrap from
+#                       Debian's mirror, with python3 + python3-venv, imported with
+#                       `docker import` (skipped when the image exists)
+#   2. wheelhouse       wheels of the project's runtime dependencies, downloaded on the host
+#                       from PyPI for the base image's Python and platform (kept until the
+#                       dependencies change), and the project's own wheel
+#                       (docker/build/context, gitignored)
+#   3. fedcluster       FROM fedcluster-base: a venv at /opt/venv installed offline from the
+#                       wheelhouse (--no-index), the Flower app at /app (what `flwr run /app`
+#                       submits), the demo scripts in /opt/fedcluster. The dependency stage
+#                       is tagged fedcluster-deps: it is the cache that makes a rebuild after
+#                       a code change take seconds.
+#
+# Usage (as a user who may run docker; step 1 needs root for debootstrap):
+#   bash docker/build.sh [--from-scratch]     # --from-scratch: redo steps 1 and 2 as well
+# Environment: DEBIAN_MIRROR (default http://deb.debian.org/debian), DEBIAN_SUITE
+# (bookworm), BASE_IMAGE (fedcluster-base), IMAGE (fedcluster), PYTHON (a host python3 with
+# venv, for pip; default python3). Only the build talks to the outside (Debian's mirror,
+# PyPI); the images and the containers never do.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+BUILD="$HERE/build"
+CONTEXT="$BUILD/context"
+DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+DEBIAN_SUITE="${DEBIAN_SUITE:-bookworm}"
+BASE_IMAGE="${BASE_IMAGE:-fedcluster-base}"
+IMAGE="${IMAGE:-fedcluster}"
+PYTHON="${PYTHON:-python3}"
+FROM_SCRATCH=0
+for arg in "$@"; do
+    case "$arg" in
+        --from-scratch) FROM_SCRATCH=1 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+        *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
+    esac
+done
+
+step_started=0
+step() { step_started=$SECONDS; echo; echo "== $*"; }
+done_step() { echo "   ($((SECONDS - step_started)) s)"; }
+
+docker info >/dev/null 2>&1 || { echo "docker build.sh: no Docker engine answers ('docker info' fails); start dockerd first" >&2; exit 1; }
+mkdir -p "$BUILD"
+
+# --- 1. the base image ---------------------------------------------------------------------
+if [[ $FROM_SCRATCH == 1 ]] || ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+    step "1/3 base image $BASE_IMAGE: debootstrap --variant=minbase $DEBIAN_SUITE + python3, python3-venv"
+    command -v debootstrap >/dev/null || { echo "needs debootstrap (apt-get install -y debootstrap)" >&2; exit 1; }
+    [[ $(id -u) == 0 ]] || { echo "debootstrap needs root" >&2; exit 1; }
+    ROOTFS="$BUILD/rootfs"
+    rm -rf "$ROOTFS"
+    debootstrap --variant=minbase --include=python3,python3-venv "$DEBIAN_SUITE" "$ROOTFS" "$DEBIAN_MIRROR" > "$BUILD/debootstrap.log" 2>&1 \
+        || { tail -20 "$BUILD/debootstrap.log" >&2; exit 1; }
+    chroot "$ROOTFS" apt-get clean
+    rm -rf "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/cache/apt/*.bin "$ROOTFS"/usr/share/doc/* "$ROOTFS"/usr/share/man/*
+    tar -C "$ROOTFS" -c . | docker import \
+        -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        -c 'ENV LANG=C.UTF-8' \
+        -c 'CMD ["/bin/bash"]' \
+        - "$BASE_IMAGE" >/dev/null
+    rm -rf "$ROOTFS"
+    done_step
+else
+    echo "== 1/3 base image $BASE_IMAGE exists (pass --from-scratch to rebuild it)"
+fi
+IMAGE_PYTHON="$(docker run --rm "$BASE_IMAGE" python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+ARCH="$(docker run --rm "$BASE_IMAGE" uname -m)"
+GLIBC="$(docker run --rm "$BASE_IMAGE" getconf GNU_LIBC_VERSION | awk '{print $2}' | tr . _)"
+echo "   base image: Python $IMAGE_PYTHON, $ARCH, glibc ${GLIBC/_/.}"
+
+# --- 2. the wheelhouse -------------------------------------------------------------------------
+step "2/3 wheelhouse (PyPI, for cp${IMAGE_PYTHON/./} manylinux_${GLIBC}_${ARCH})"
+# The wheelhouse is kept between builds (see below); the rest of the context is restaged.
+if [[ $FROM_SCRATCH == 1 ]]; then rm -rf "$CONTEXT"; fi
+rm -rf "$CONTEXT/project" "$CONTEXT/app" "$CONTEXT/scripts"
+mkdir -p "$CONTEXT/wheelhouse" "$CONTEXT/project" "$CONTEXT/app" "$CONTEXT/scripts"
+# The Flower app as `flwr run /app` will submit it: the project without what never runs in
+# a container (VCS, virtual environments, tests, benchmarks, outputs, this docker folder).
+tar -C "$ROOT" \
+    --exclude=./.git --exclude=./.venv --exclude=./venv --exclude=./.flwr-home --exclude=./outputs \
+    --exclude=./docker --exclude=./tests --exclude=./bench --exclude=./.ci --exclude=./build --exclude=./dist \
+    --exclude=.pytest_cache --exclude=__pycache__ --exclude='*.egg-info' --exclude='*.pyc' \
+    -c . | tar -C "$CONTEXT/app" -x
+cp "$HERE/run_job.py" "$HERE/make_demo_data.py" "$CONTEXT/scripts/"
+
+HOSTVENV="$BUILD/host-venv"
+[[ -x "$HOSTVENV/bin/pip" ]] || "$PYTHON" -m venv "$HOSTVENV"
+PIP=("$HOSTVENV/bin/python" -m pip --disable-pip-version-check -q)
+# Runtime requirements = the project's dependencies, with flwr's [simulation] extra dropped:
+# the cluster never runs the simulation engine (Ray), and Ray is most of the install size.
+TARGET="cp${IMAGE_PYTHON/./} manylinux_${GLIBC}_${ARCH}"
+"$HOSTVENV/bin/python" - "$CONTEXT/app/pyproject.toml" "$TARGET" > "$BUILD/requirements.txt" <<'EOF'
+import re, sys
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    import tomli as tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+print(f"# wheels for {sys.argv[2]}, from pyproject.toml's dependencies (written by docker/build.sh)")
+for requirement in project["dependencies"]:
+    print(re.sub(r"^(flwr)\[[^]]*\]", r"\1", requirement))
+EOF
+# Every manylinux tag the base image's glibc accepts (older pips do not expand them).
+PLATFORMS=()
+for minor in $(seq "${GLIBC#*_}" -1 5); do PLATFORMS+=(--platform "manylinux_2_${minor}_${ARCH}"); done
+PLATFORMS+=(--platform "manylinux2014_${ARCH}" --platform "manylinux2010_${ARCH}" --platform "manylinux1_${ARCH}")
+# Downloaded again only when the requirements or the target change (or --from-scratch): the
+# same wheels, hence the same cached image dependency layer, until then.
+if ! cmp -s "$BUILD/requirements.txt" "$CONTEXT/wheelhouse/requirements.txt"; then
+    rm -rf "$CONTEXT/wheelhouse" && mkdir -p "$CONTEXT/wheelhouse"
+    "${PIP[@]}" download --dest "$CONTEXT/wheelhouse" --only-binary=:all: \
+        --python-version "$IMAGE_PYTHON" --implementation cp --abi "cp${IMAGE_PYTHON/./}" "${PLATFORMS[@]}" \
+        -r "$BUILD/requirements.txt" > "$BUILD/pip.log" 2>&1 || { tail -20 "$BUILD/pip.log" >&2; exit 1; }
+    cp "$BUILD/requirements.txt" "$CONTEXT/wheelhouse/requirements.txt"  # written last: marks it complete
+else
+    echo "   requirements unchanged: wheelhouse kept (--from-scratch downloads it again)"
+fi
+# The project's own (pure-Python) wheel, built from a scratch copy so the work tree stays
+# clean; kept apart so a code change does not invalidate the image's dependency layer.
+rm -rf "$BUILD/app-wheel-src"
+cp -r "$CONTEXT/app" "$BUILD/app-wheel-src"
+"${PIP[@]}" wheel --no-deps --wheel-dir "$CONTEXT/project" "$BUILD/app-wheel-src" >> "$BUILD/pip.log" 2>&1 || { tail -20 "$BUILD/pip.log" >&2; exit 1; }
+rm -rf "$BUILD/app-wheel-src"
+echo "   $(ls "$CONTEXT/wheelhouse"/*.whl | wc -l) wheels, $(du -sh "$CONTEXT/wheelhouse" | cut -f1), + $(basename "$CONTEXT"/project/*.whl)"
+grep -v '^#' "$CONTEXT/wheelhouse/requirements.txt" | sed 's/^/   requires /'
+done_step
+
+# --- 3. the project image ------------------------------------------------------------------
+step "3/3 image $IMAGE (FROM $BASE_IMAGE, offline pip install from the wheelhouse)"
+: > "$BUILD/docker-build.log"
+# The dependency stage is tagged ($IMAGE-deps) so that it stays the build cache of the next
+# build; older, untagged copies of it are pruned below.
+for target in "--target install -t $IMAGE-deps" "-t $IMAGE"; do
+    # shellcheck disable=SC2086
+    docker build --build-arg "BASE_IMAGE=$BASE_IMAGE" -f "$HERE/Dockerfile" $target "$CONTEXT" >> "$BUILD/docker-build.log" 2>&1 \
+        || { tail -30 "$BUILD/docker-build.log" >&2; exit 1; }
+done
+docker run --rm "$IMAGE" python -c 'import flwr, numpy, scipy, sklearn, dp_accounting, fedcluster, server_app, client_app; print("   flwr", flwr.__version__, "| numpy", numpy.__version__, "| scipy", scipy.__version__, "| scikit-learn", sklearn.__version__)'
+for stage in install image; do docker image prune -f --filter "label=fedcluster.stage=$stage" >/dev/null; done  # stale, untagged builds
+for name in "$BASE_IMAGE" "$IMAGE"; do echo "   $name: $(docker image inspect -f '{{.Size}}' "$name" | awk '{printf "%.0f MB", $1 / 1e6}')"; done
+done_step
+echo
+echo "Built. Next: python3 docker/make_demo_data.py   (or: docker run --rm -v \"\$PWD/docker/data:/data\" $IMAGE python /opt/fedcluster/make_demo_data.py --out /data)"
+echo "      then: docker compose up   (docker-compose up with Compose v1)"

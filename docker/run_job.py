@@ -1,0 +1,153 @@
+"""Submit one fedcluster run to the demo cluster's SuperLink and wait for its end.
+
+Runs inside the compose network (the ``job`` service; image path /opt/fedcluster):
+
+    python /opt/fedcluster/run_job.py "k=4 num-rounds=10 min-nodes=3 output-dir='/out'"
+
+1. waits until the SuperLink answers on its address (``--superlink``, default
+   ``superlink:8000``; the connection ``demo`` in $FLWR_HOME/config.toml is written to match),
+2. ``flwr run /app demo --run-config ...`` (a few attempts, for a SuperLink still starting),
+3. streams the run's log (``flwr log``) while polling ``flwr ls`` until the run is finished,
+4. writes the final ``flwr ls`` entry to ``flwr-run.json`` in the run config's ``output-dir``
+   (or ``--status-dir``, default /out) and, when the run wrote a ``result.json`` there, prints
+   its summary.
+
+Exit status 0 only when Flower reports ``finished:completed`` (``flwr run`` alone exits 0
+even when the run failed). Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CONNECTION = "demo"
+
+
+def flwr(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["flwr", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def json_payload(stdout: str) -> dict:
+    return json.loads(stdout[stdout.index("{") :]) if "{" in stdout else {}
+
+
+def write_connection(address: str) -> None:
+    home = Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr"))
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\naddress = "{address}"\ninsecure = true\n'
+    )
+
+
+def wait_for(address: str, timeout: float) -> None:
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+            return
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                sys.exit(f"[job] the SuperLink at {address} does not answer after {timeout:.0f} s: {exc}")
+            time.sleep(1)
+
+
+def submit(app: str, run_config: str, attempts: int = 4) -> str:
+    """``flwr run``; a few attempts, for a SuperLink that accepts connections but is not ready."""
+    for attempt in range(attempts):
+        done = flwr("run", app, CONNECTION, "--run-config", run_config, "--format", "json")
+        try:
+            payload = json_payload(done.stdout)
+        except ValueError:
+            payload = {}
+        if done.returncode == 0 and payload.get("success"):
+            return str(payload["run-id"])
+        if attempt < attempts - 1:
+            time.sleep(3)
+    sys.exit(f"[job] flwr run failed:\n{done.stdout}\n{done.stderr}")
+
+
+def wait_for_run(run_id: str, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    entry: dict = {}
+    while time.monotonic() < deadline:
+        done = flwr("ls", CONNECTION, "--run-id", run_id, "--format", "json")
+        if done.returncode == 0:
+            try:
+                runs = json_payload(done.stdout).get("runs", [])
+            except ValueError:
+                runs = []
+            entry = next((run for run in runs if str(run.get("run-id")) == run_id), entry)
+            if str(entry.get("status", "")).startswith("finished"):
+                return entry
+        time.sleep(2)
+    return {**entry, "status": entry.get("status", "unknown"), "job-timeout": f"not finished after {timeout:.0f} s"}
+
+
+def output_dir(run_config: str) -> Path | None:
+    match = re.search(r"""output-dir\s*=\s*["']([^"']+)["']""", run_config)
+    return Path(match.group(1)) if match else None
+
+
+def summary(result: dict) -> str:
+    final = result.get("final", {})
+    nodes = result.get("nodes", {})
+    lines = [
+        f"  algorithm         : {result.get('algorithm')}",
+        f"  nodes connected   : {nodes.get('connected')}",
+        f"  rounds            : {len(result.get('rounds', []))}",
+        f"  points            : {final.get('num_points')}",
+        f"  federated cost/pt : {final.get('cost')}",
+        f"  wall time (s)     : {result.get('wall_time_s')}",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Submit a fedcluster run to the demo SuperLink and wait for it.")
+    parser.add_argument("run_config", nargs="?", default="k=4 min-nodes=3 output-dir='/out'", help="--run-config string (TOML values)")
+    parser.add_argument("--superlink", default=os.environ.get("SUPERLINK", "superlink:8000"))
+    parser.add_argument("--app", default="/app")
+    parser.add_argument("--status-dir", type=Path, default=None, help="where flwr-run.json is written (default: the output-dir, else /out)")
+    parser.add_argument("--timeout", type=float, default=float(os.environ.get("RUN_TIMEOUT", "900")), help="seconds to wait for the run")
+    args = parser.parse_args()
+
+    started = time.monotonic()
+    write_connection(args.superlink)
+    wait_for(args.superlink, timeout=180)
+    out = output_dir(args.run_config)
+    if out is not None and (out / "result.json").exists():
+        (out / "result.json").unlink()  # a result.json seen later is this run's
+    print(f"[job] submitting {args.app} to {args.superlink} with --run-config \"{args.run_config}\"", flush=True)
+    run_id = submit(args.app, args.run_config)
+    print(f"[job] run {run_id} submitted; streaming its log", flush=True)
+    log = subprocess.Popen(["flwr", "log", run_id, CONNECTION, "--stream"])
+    try:
+        entry = wait_for_run(run_id, args.timeout)
+    finally:
+        try:
+            log.wait(timeout=10)  # the stream ends by itself once the run is over
+        except subprocess.TimeoutExpired:
+            log.terminate()
+            log.wait(timeout=10)
+    entry["job-seconds"] = round(time.monotonic() - started, 1)
+    status_dir = args.status_dir or out or Path("/out")
+    status_dir.mkdir(parents=True, exist_ok=True)
+    (status_dir / "flwr-run.json").write_text(json.dumps(entry, indent=2) + "\n")
+    status = entry.get("status")
+    print(f"[job] run {run_id}: {status} after {entry['job-seconds']} s", flush=True)
+    if out is not None and (out / "result.json").exists():
+        print(f"[job] {out / 'result.json'}:\n" + summary(json.loads((out / "result.json").read_text())), flush=True)
+    return 0 if status == "finished:completed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
