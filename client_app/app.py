@@ -26,6 +26,7 @@ CLIENT_APP_RAISED_EXCEPTION = 2
 app = ClientApp()
 
 _DATA_CACHE: dict[tuple, DeviceData] = {}
+_CACHE_RUN: dict[str, int] = {}
 
 
 def _cache_key(context: Context) -> tuple:
@@ -43,9 +44,10 @@ def load_data(context: Context) -> DeviceData:
     """This device's data, loaded once per run and process (simulation reuses processes
     across nodes, hence the partition in the key)."""
     key = _cache_key(context)
+    if _CACHE_RUN.get("run") != context.run_id:
+        _DATA_CACHE.clear()  # keep only the current run's devices
+        _CACHE_RUN["run"] = context.run_id
     if key not in _DATA_CACHE:
-        for stale in [k for k in _DATA_CACHE if k[0] != context.run_id]:
-            del _DATA_CACHE[stale]  # keep only the current run's devices
         from fedcluster.config import with_defaults
 
         data = device_data(with_defaults(dict(context.run_config)), dict(context.node_config))

@@ -24,6 +24,7 @@ from fedcluster.config import ConfigError, parse_run_config, with_defaults
 from fedcluster.datasets import generated_server_points, pooled_points
 from fedcluster.privacy import SymmetricGaussianMechanism, analytic_gaussian_sigma, independent_generators
 from fedcluster.registry import DeviceData
+from conftest import lloyd_step
 from inprocess import run
 from server_app.feddp_kmeans import sphere_packing, top_eigenvectors
 
@@ -46,14 +47,6 @@ def small(tmp_path, **overrides):
     return {**SMALL, "output-dir": str(tmp_path / "out"), **overrides}
 
 
-def lloyd_step(X, C):
-    """One Lloyd step written out directly (empty clusters keep their center)."""
-    labels = ((X[:, None, :] - C[None]) ** 2).sum(-1).argmin(1)
-    out = C.copy()
-    for j in range(C.shape[0]):
-        if np.any(labels == j):
-            out[j] = X[labels == j].mean(0)
-    return out
 
 
 def rewrite_reply(message, reply, change):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
-from conftest import write_npy_dir
+from conftest import lloyd_step, write_npy_dir
 from fedcluster.config import with_defaults
 from fedcluster.fedkmeans import client_kmeans
 from fedcluster.lloyd import lloyd_statistics
@@ -18,14 +18,6 @@ from server_app.base import FederationError
 from server_app.fedkmeans import FedKMeans
 
 
-def lloyd_step(X, C):
-    """One Lloyd step written out directly (independent of fedcluster.lloyd)."""
-    labels = ((X[:, None, :] - C[None]) ** 2).sum(-1).argmin(1)
-    out = C.copy()
-    for j in range(C.shape[0]):
-        if np.any(labels == j):
-            out[j] = X[labels == j].mean(0)
-    return out
 
 
 def strategy_over(parts, tmp_path, reply_hook=None, **overrides):

@@ -31,16 +31,7 @@ from fedcluster.registry import TASKS, DeviceData
 PROJECT = Path(__file__).resolve().parents[1]
 
 
-def graph_dir() -> Path | None:
-    """SNAP graphs: $FEDCLUSTER_GRAPHS, else ../../shared/data/graphs from this file."""
-    candidates = []
-    if os.environ.get("FEDCLUSTER_GRAPHS"):
-        candidates.append(Path(os.environ["FEDCLUSTER_GRAPHS"]))
-    candidates.append(Path(__file__).resolve().parent / ".." / ".." / "shared" / "data" / "graphs")
-    for candidate in candidates:
-        if (candidate / "email-Eu-core.txt").is_file():
-            return candidate.resolve()
-    return None
+from conftest import graphs_dir as graph_dir  # noqa: E402  (one place finds the SNAP graphs)
 
 
 def random_graph(n: int, m: int, seed: int) -> np.ndarray:
