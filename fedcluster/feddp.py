@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from .clipping import clip_l1, clip_l2, clip_rows_l2
-from .lloyd import _scatter_add, assign, squared_distances
+from .lloyd import add_rows_by_label, assign, squared_distances
 
 # Rows per distance block in the margin filter (bounded memory for any device size).
 _CHUNK = 1 << 15
@@ -172,7 +172,7 @@ def margin_assignment(projected: np.ndarray, centers: np.ndarray, margin: float)
 
 def sums_and_counts(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     sums = np.zeros((k, X.shape[1]))
-    _scatter_add(sums, labels, X)
+    add_rows_by_label(sums, labels, X)
     return sums, np.bincount(labels, minlength=k).astype(np.float64)
 
 

@@ -91,7 +91,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedcluster.lloyd import _scatter_add, kmeans_plus_plus, squared_distances
+from fedcluster.lloyd import add_rows_by_label, kmeans_plus_plus, squared_distances
 from fedcluster.registry import DeviceData, device_task
 
 __all__ = [
@@ -585,7 +585,7 @@ def _server_lloyd(
     rounds = max_iter if to_convergence else 1
     for it in range(max(1, rounds)):
         sums = np.zeros_like(centers)
-        _scatter_add(sums, labels, points * weights[:, None])
+        add_rows_by_label(sums, labels, points * weights[:, None])
         mass = np.bincount(labels, weights=weights, minlength=centers.shape[0])
         nonempty = mass > 0
         centers = centers.copy()

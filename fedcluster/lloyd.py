@@ -149,8 +149,11 @@ def lloyd_statistics(
     return LloydStatistics(sums=sums, counts=counts, cost=cost, sumsq=sumsq)
 
 
-def _scatter_add(out: np.ndarray, labels: np.ndarray, values: np.ndarray) -> None:
-    """``out[labels[i]] += values[i]`` for all i, via a stable sort and ``np.add.reduceat``."""
+def add_rows_by_label(out: np.ndarray, labels: np.ndarray, values: np.ndarray) -> None:
+    """``out[labels[i]] += values[i]`` for all i, via a stable sort and ``np.add.reduceat``.
+
+    Shared by the device kernels that need per-cluster sums outside ``lloyd_statistics``
+    (k-FED's server merge, FedDP's projected-assignment sums)."""
     if labels.size == 0:
         return
     order = np.argsort(labels, kind="stable")
