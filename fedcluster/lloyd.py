@@ -18,15 +18,18 @@ import numpy as np
 # Rows per chunk are chosen so that one chunk's distance block holds about this many
 # floats (2^17 doubles = 1 MiB): big enough for BLAS to be efficient, small enough to stay
 # in cache and in memory bounds for any n.
-_CHUNK_FLOATS = 1 << 17
+CHUNK_FLOATS = 1 << 17
 
 
-def _chunk_rows(n: int, k: int, chunk_rows: int | None) -> int:
-    if chunk_rows is not None:
-        if chunk_rows < 1:
-            raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
-        return int(chunk_rows)
-    return max(256, min(max(n, 1), _CHUNK_FLOATS // max(k, 1)))
+def rows_per_chunk(n: int, k: int, rows: int | None = None) -> int:
+    """Rows per chunk for ``n`` rows against ``k`` columns (``rows`` when given): every
+    chunked loop over data in fedcluster uses this, so memory stays at about
+    ``CHUNK_FLOATS`` floats per block."""
+    if rows is not None:
+        if rows < 1:
+            raise ValueError(f"chunk_rows must be >= 1, got {rows}")
+        return int(rows)
+    return max(256, min(max(n, 1), CHUNK_FLOATS // max(k, 1)))
 
 
 @dataclass
@@ -85,7 +88,7 @@ def assign(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) ->
     k = centers.shape[0]
     labels = np.empty(n, dtype=np.int64)
     mind = np.empty(n, dtype=np.float64)
-    step = _chunk_rows(n, k, chunk_rows)
+    step = rows_per_chunk(n, k, chunk_rows)
     for start in range(0, n, step):
         block = squared_distances(X[start : start + step], centers)
         lab = np.argmin(block, axis=1)
@@ -124,7 +127,7 @@ def lloyd_statistics(
     counts = np.zeros(k)
     sumsq = np.zeros((k, d)) if with_sumsq else None
     cost = 0.0
-    step = _chunk_rows(n, k, chunk_rows)
+    step = rows_per_chunk(n, k, chunk_rows)
     # argmin_j ||x - c_j||^2 = argmin_j (||c_j||^2 - 2 x.c_j): ||x||^2 only enters the cost.
     minus_two_centers_t = -2.0 * centers.T
     c_sq = np.einsum("ij,ij->i", centers, centers)
