@@ -16,8 +16,9 @@ import traceback
 from flwr.app import Array, ArrayRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from fedcluster import protocol
 from fedcluster.datasets import device_data
-from fedcluster.device import TASKS, DeviceData
+from fedcluster.device import DeviceData, run_task
 from fedcluster.wire import array_fields, array_numpy
 
 # Flower's error code for "the ClientApp raised an exception" (flwr.common.constant.ErrorCode).
@@ -60,17 +61,17 @@ def handle(message: Message, context: Context) -> Message:
     task = message.metadata.message_type.split(".", 1)[-1]
     where = ""
     try:
-        kernel = TASKS[task]
         data = load_data(context)
         where = f" on {data.describe()}"
         content = message.content
-        arrays = {k: array_numpy(v) for k, v in content.array_records["arrays"].items()} if "arrays" in content.array_records else {}
-        config = dict(content.config_records["config"]) if "config" in content.config_records else {}
-        out_arrays, metrics = kernel(data, arrays, config)
+        records, configs = content.array_records, content.config_records
+        arrays = {k: array_numpy(v) for k, v in records[protocol.ARRAYS].items()} if protocol.ARRAYS in records else {}
+        config = dict(configs[protocol.CONFIG]) if protocol.CONFIG in configs else {}
+        out_arrays, metrics = run_task(task, data, arrays, config)
         reply = RecordDict(
             {
-                "arrays": ArrayRecord({k: Array(**array_fields(v)) for k, v in out_arrays.items()}),
-                "metrics": MetricRecord({k: v for k, v in metrics.items()}),
+                protocol.ARRAYS: ArrayRecord({k: Array(**array_fields(v)) for k, v in out_arrays.items()}),
+                protocol.METRICS: MetricRecord(dict(metrics)),
             }
         )
         return Message(reply, reply_to=message)
@@ -81,6 +82,5 @@ def handle(message: Message, context: Context) -> Message:
         return Message(Error(code=CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=message)
 
 
-for _task in TASKS:
-    app.query(_task)(handle)
-    app.train(_task)(handle)
+for _task in protocol.TASKS.values():
+    getattr(app, _task.kind)(_task.name)(handle)

@@ -1,256 +1,294 @@
-"""Run configuration: every key, its default, and validation.
+"""The run configuration, declared once: every key with its type, default, meaning and
+range, grouped by the algorithm that reads it; cross-key rules; one validation.
 
-This is the single source of truth for the run-config keys. ``pyproject.toml`` declares
-the same keys under ``[tool.flwr.app.config]`` (a test checks the two agree) so that
-``flwr run`` and the in-process runner see identical defaults.
+:func:`with_defaults` is called once, before the run waits for any node, and returns
+typed values (a strategy never casts). ``pyproject.toml`` declares the same keys under
+``[tool.flwr.app.config]`` so that ``flwr run`` and the in-process runner see identical
+defaults (a test checks the two agree); the README's key table is :func:`markdown_table`.
 """
 
 from __future__ import annotations
 
+import difflib
+import math
 import tomllib
-from typing import Any
-
-ALGORITHMS = ("fedkmeans", "kfed", "feddp-kmeans", "fedspectral", "fedspectral-plus", "da-ufl")
-
-COMMON: dict[str, Any] = {
-    # what to run
-    "algorithm": "fedkmeans",
-    "k": 5,
-    "num-rounds": 20,
-    "seed": 0,
-    # data
-    "dataset": "gaussian-mixture",
-    "data-dir": "",
-    "num-points": 3000,
-    "dim": 4,
-    "components": 0,
-    "separation": 8.0,
-    "partition": "dirichlet",
-    "dirichlet-alpha": 0.3,
-    "classes-per-client": 2,
-    "server-data": "",
-}
-
-# FedKMeans (ALGORITHMS.md section 1); `init` is shared by every center-based algorithm.
-FEDKMEANS: dict[str, Any] = {
-    "fraction": 1.0,
-    "local-epochs": 1,
-    "batch-size": 0,
-    "client-lr": 1.0,
-    "server-lr": 1.0,
-    "momentum": 0.0,
-    "reassign-threshold": 0.01,
-    "reassign-patience": 20,
-    "init": "auto",
-    "init-candidates": 10,
-    "init-min-count": 2,
-    "eval-every": 1,
-    "tol": 0.0,
-}
-
-# k-FED (ALGORITHMS.md section 4; server_app/kfed.py documents every key)
-KFED: dict[str, Any] = {
-    "k-prime": 0,  # local clusters per device (0 = the paper's rule ceil(sqrt(k)))
-    "kfed-weighting": "count",  # "count" or "uniform" weighting of device centers
-    "kfed-to-convergence": True,  # server Lloyd to convergence (false = one round, the paper)
-    "kfed-server-starts": 20,  # farthest-point / k-means++ starts scored on the server (1 = paper)
-    "kfed-device-restarts": 10,  # local k'-means restarts on each device (1 = paper)
-    "kfed-evaluate": True,  # one extra round measuring the federated cost of the result
-}
-
-# FedDP-KMeans (ALGORITHMS.md section 3; server_app/feddp_kmeans.py documents every key)
-FEDDP: dict[str, Any] = {
-    "privacy-level": "data-point",
-    "epsilon": 1.0,
-    "delta": 1e-6,
-    "step-epsilons": "",
-    "budget-split": "",
-    "lloyd-rounds": 0,
-    "lloyd-fraction": 0.25,
-    "clip-norm": 0.0,
-    "client-max-points": 50,
-    "clip-outer": 0.0,
-    "clip-histogram": 0.0,
-    "clip-means": 0.0,
-    "clip-nonempty": 0.0,
-    "clip-sums": 0.0,
-    "clip-counts": 0.0,
-    "client-sampling-rate": 1.0,
-    "margin": 1.0,
-    "min-server-weight": 5.0,
-    "server-n-init": 10,
-    "noise-seed": -1,
-    "evaluate-cost": True,
-}
-
-# FedSpectral / FedSpectral+ (ALGORITHMS.md section 5; server_app/fedspectral.py documents
-# every key)
-SPECTRAL: dict[str, Any] = {
-    "num-nodes": 0,  # global number of graph nodes (ids 0 .. n-1); required by both algorithms
-    "mode": "exact",  # FedSpectral+: "exact" (summed global products) or "paper"
-    "iters": 1,  # paper mode: local power steps per round (exact mode: always one product)
-    "oversample": -1,  # exact mode: block of k + oversample columns (-1 = max(k, 10))
-    "acceleration": "krylov",  # exact mode: "krylov" (block Krylov + Rayleigh-Ritz) or "none"
-    "max-basis": 0,  # krylov: columns kept on the server before a thick restart (0 = auto)
-    "residual-tol": 0.0,  # exact mode: stop when every top-k Ritz residual <= this (0 = never)
-    "edge-copies": 1,  # r, the number of clients holding every edge (edge weight 1/r)
-    "coassociation": "both-present",  # FedSpectral: "both-present" or "all-clients"
-}
-
-# federation mechanics and results
-MECHANICS: dict[str, Any] = {
-    "min-nodes": 0,
-    "node-wait-s": 120.0,
-    "node-settle-s": 3.0,
-    "round-timeout": 600.0,
-    "min-replies": 1,
-    "min-reply-fraction": 0.5,
-    # results
-    "output-dir": "",
-    "reference": True,
-}
-
-DEFAULTS: dict[str, Any] = {**COMMON, **FEDKMEANS, **KFED, **FEDDP, **SPECTRAL, **MECHANICS}
-
-DATASETS = ("gaussian-mixture", "triebe", "digits", "npy-dir", "edge-dir", "feddp-mixture")
-PARTITIONS = ("iid", "dirichlet", "one-source", "components")
-
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 class ConfigError(ValueError):
-    """A run-config value is missing, of the wrong type, or out of range."""
+    """A run-config value is unknown, of the wrong type, out of range, or inconsistent with
+    another key. The message names the key."""
 
 
-def with_defaults(run_config: dict[str, Any] | None) -> dict[str, Any]:
-    """Return the full run config: DEFAULTS overridden by ``run_config``, validated."""
-    merged = dict(DEFAULTS)
-    for key, value in (run_config or {}).items():
-        if key not in DEFAULTS:
-            import difflib
+INF = float("inf")
 
-            close = difflib.get_close_matches(key, DEFAULTS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"unknown run-config key {key!r}{hint}")
-        if key in DEFAULTS and isinstance(DEFAULTS[key], bool) and not isinstance(value, bool):
-            raise ConfigError(f"run-config {key!r} must be true or false, got {value!r}")
-        if key in DEFAULTS and isinstance(DEFAULTS[key], float) and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if key in DEFAULTS and isinstance(DEFAULTS[key], int) and not isinstance(DEFAULTS[key], bool):
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-        if key in DEFAULTS and type(value) is not type(DEFAULTS[key]):
-            raise ConfigError(
-                f"run-config {key!r} must be of type {type(DEFAULTS[key]).__name__}, "
-                f"got {value!r}"
+
+@dataclass(frozen=True)
+class Key:
+    """One run-config key: its default (whose type is the key's type), what it means, and
+    its constraints: ``low``/``high`` (``*_open``: strict), ``choices`` for strings,
+    ``allow_inf`` for a float that may be ``inf``."""
+
+    name: str
+    default: Any
+    doc: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple[str, ...] = ()
+    allow_inf: bool = False
+
+    @property
+    def kind(self) -> type:
+        return type(self.default)
+
+    def range_text(self) -> str:
+        if self.low is not None and self.high is not None:
+            return (
+                f"in {'(' if self.low_open else '['}{_num(self.low)}, {_num(self.high)}"
+                f"{')' if self.high_open else ']'}"
             )
-        merged[key] = value
-    validate(merged)
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {_num(self.low)}"
+        return f"{'<' if self.high_open else '<='} {_num(self.high)}"
+
+    def coerce(self, value: Any) -> Any:
+        """``value`` as this key's type, or ConfigError naming the key."""
+        kind = self.kind
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"run-config {self.name!r} must be true or false, got {value!r}")
+            return value
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if kind is int and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if type(value) is not kind:
+            raise ConfigError(f"run-config {self.name!r} must be of type {kind.__name__}, got {value!r}")
+        return value
+
+    def check(self, value: Any) -> None:
+        if self.choices and value not in self.choices:
+            raise ConfigError(f"run-config {self.name} must be one of {', '.join(self.choices)}; got {value!r}")
+        if self.kind not in (int, float):
+            return
+        if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and not self.allow_inf)):
+            raise ConfigError(f"run-config {self.name} must be a finite number, got {value}")
+        low_bad = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        high_bad = self.high is not None and (value >= self.high if self.high_open else value > self.high)
+        if low_bad or high_bad:
+            raise ConfigError(f"run-config {self.name} must be {self.range_text()}, got {value}  ({self.doc})")
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:g}"
+
+
+MANY = 1_000_000  # upper bound of counts that have no natural one (rounds, restarts, ...)
+SEED_MAX = 2**63 - 1
+
+ALGORITHMS = ("fedkmeans", "kfed", "feddp-kmeans", "fedspectral", "fedspectral-plus", "da-ufl")
+DATASETS = ("gaussian-mixture", "triebe", "digits", "npy-dir", "edge-dir", "feddp-mixture")
+PARTITIONS = ("iid", "dirichlet", "one-source", "components")
+FEDKMEANS_INITS = ("auto", "local-summaries", "kfed", "random-box", "server-kmeans++")
+FEDDP_INITS = ("auto", "feddp", "server-kmeans++", "server-lloyds", "sphere-packing")
+
+SECTIONS: dict[str, tuple[Key, ...]] = {
+    "common": (
+        Key("algorithm", "fedkmeans", "which algorithm runs", choices=ALGORITHMS),
+        Key("k", 5, "number of clusters", low=1, high=MANY),
+        Key("num-rounds", 20, "training rounds", low=0, high=MANY),
+        Key("seed", 0, "seed of the server's random choices and of generated data", low=0, high=SEED_MAX),
+    ),
+    "data": (
+        Key("dataset", "gaussian-mixture", "where the devices' data come from", choices=DATASETS),
+        Key("data-dir", "", "folder of per-device files (npy-dir, edge-dir)"),
+        Key("num-points", 3000, "generated points in total", low=1, high=10**9),
+        Key("dim", 4, "generated dimension", low=1, high=MANY),
+        Key("components", 0, "generated mixture components (0 = k)", low=0, high=MANY),
+        Key("separation", 8.0, "distance scale between generated means", low=0),
+        Key("partition", "dirichlet", "how generated points are split over devices", choices=PARTITIONS),
+        Key("dirichlet-alpha", 0.3, "Dirichlet concentration (small = skewed)", low=0, low_open=True),
+        Key("classes-per-client", 2, "components per device (partition=components)", low=1, high=MANY),
+        Key("server-data", "", "a .npy of server-side points (FedDP-KMeans, init=server-kmeans++)"),
+    ),
+    # ALGORITHMS.md section 1; `init` is shared by every center-based algorithm.
+    "fedkmeans": (
+        Key("fraction", 1.0, "C, fraction of nodes sampled per round", low=0, high=1, low_open=True),
+        Key("local-epochs", 1, "E, local epochs", low=1, high=MANY),
+        Key("batch-size", 0, "B, local mini-batch size (0 = full batch)", low=0, high=10**9),
+        Key("client-lr", 1.0, "β, client learning rate", low=0, high=1, low_open=True),
+        Key("server-lr", 1.0, "α, server learning rate", low=0, high=2, low_open=True),
+        Key("momentum", 0.0, "μ, server momentum", low=0, high=1, high_open=True),
+        Key("reassign-threshold", 0.01, "ρ, a cluster below this share of a round's count is starved", low=0, high=1),
+        Key("reassign-patience", 20, "R, starved rounds before a cluster is re-seeded", low=1, high=MANY),
+        Key("init", "auto", "initialization method", choices=tuple(dict.fromkeys(FEDKMEANS_INITS + FEDDP_INITS))),
+        Key("init-candidates", 10, "candidate center sets scored in one federated round", low=1, high=10_000),
+        Key("init-min-count", 2, "smallest local cluster a device may summarize", low=1, high=10**9),
+        Key("eval-every", 1, "federated evaluation every this many rounds (0 = never; partial participation)", low=0, high=MANY),
+        Key("tol", 0.0, "stop when the centers move at most this much (0 = run num-rounds)", low=0),
+    ),
+    # ALGORITHMS.md section 4
+    "kfed": (
+        Key("k-prime", 0, "local clusters per device (0 = ceil(sqrt(k)))", low=0, high=MANY),
+        Key("kfed-weighting", "count", "weighting of device centers in the merge", choices=("count", "uniform")),
+        Key("kfed-to-convergence", True, "server Lloyd to convergence (false = one round, the paper)"),
+        Key("kfed-server-starts", 20, "merge starts scored on the server (1 = the paper)", low=1, high=10_000),
+        Key("kfed-device-restarts", 10, "local k'-means restarts on each device (1 = the paper)", low=1, high=10_000),
+        Key("kfed-evaluate", True, "one extra round measuring the federated cost of the result"),
+    ),
+    # ALGORITHMS.md section 3
+    "feddp-kmeans": (
+        Key("privacy-level", "data-point", "unit of privacy", choices=("data-point", "client")),
+        Key("epsilon", 1.0, "target total ε (inf = no noise)", low=0, low_open=True, allow_inf=True),
+        Key("delta", 1e-6, "δ", low=0, high=1, low_open=True, high_open=True),
+        Key("step-epsilons", "", "per-step ε 'e1,e2,...' instead of a target total"),
+        Key("budget-split", "", "relative ε shares 'w1,w2,w3g,w3l' (default: the paper's rule of thumb)"),
+        Key("lloyd-rounds", 0, "T, FedDP-Lloyds rounds", low=0, high=MANY),
+        Key("lloyd-fraction", 0.25, "share of ε for FedDP-Lloyds", low=0, high=1, high_open=True),
+        Key("clip-norm", 0.0, "Δ, point norm bound (0 = the server data's radius)", low=0),
+        Key("client-max-points", 50, "m, points per client assumed by derived client-level bounds", low=1, high=10**9),
+        Key("clip-outer", 0.0, "client level: bound of XᵀX (0 = derived)", low=0),
+        Key("clip-histogram", 0.0, "client level: bound of the histogram (0 = derived)", low=0),
+        Key("clip-means", 0.0, "client level: bound of the step-3 means (0 = derived)", low=0),
+        Key("clip-nonempty", 0.0, "client level: bound of the non-empty vector (0 = derived)", low=0),
+        Key("clip-sums", 0.0, "client level: bound of the Lloyd sums (0 = derived)", low=0),
+        Key("clip-counts", 0.0, "client level: bound of the Lloyd counts (0 = derived)", low=0),
+        Key("client-sampling-rate", 1.0, "q, Poisson sampling of clients per step", low=0, high=1, low_open=True),
+        Key("margin", 1.0, "step-3 margin filter (1 = off)", low=0, low_open=True),
+        Key("min-server-weight", 5.0, "server points lighter than this are dropped in step 2", low=0),
+        Key("server-n-init", 10, "k-means restarts on the server's weighted points", low=1, high=10_000),
+        Key("noise-seed", -1, "seed of the noise (-1 = OS entropy)", low=-1, high=SEED_MAX),
+        Key("evaluate-cost", True, "report the exact (non-private) federated cost of the result"),
+    ),
+    # ALGORITHMS.md section 5
+    "fedspectral": (
+        Key("num-nodes", 0, "global number of graph nodes (ids 0 .. n-1)", low=0, high=10**9),
+        Key("mode", "exact", "FedSpectral+: exact (summed global products) or paper", choices=("exact", "paper")),
+        Key("iters", 1, "paper mode: local power steps per round", low=1, high=MANY),
+        Key("oversample", -1, "exact mode: extra block columns (-1 = max(k, 10))", low=-1, high=MANY),
+        Key("acceleration", "krylov", "exact mode: block Krylov + Rayleigh-Ritz, or none", choices=("krylov", "none")),
+        Key("max-basis", 0, "krylov: columns kept before a thick restart (0 = auto)", low=0, high=MANY),
+        Key("residual-tol", 0.0, "exact mode: stop when every top-k Ritz residual is at most this (0 = never)", low=0),
+        Key("edge-copies", 1, "r, clients holding every edge", low=1, high=MANY),
+        Key("coassociation", "both-present", "FedSpectral co-association rule", choices=("both-present", "all-clients")),
+    ),
+    "federation": (
+        Key("min-nodes", 0, "nodes to wait for (0 = until the count is stable)", low=0, high=10**9),
+        Key("node-wait-s", 120.0, "longest wait for nodes, seconds", low=0, high=10**7),
+        Key("node-settle-s", 3.0, "seconds the node count must be stable (min-nodes = 0)", low=0, high=10**5),
+        Key("round-timeout", 600.0, "longest wait for the replies of one phase, seconds", low=0, high=10**7, low_open=True),
+        Key("min-replies", 1, "fewest valid replies a phase needs", low=1, high=10**9),
+        Key("min-reply-fraction", 0.5, "fewest valid replies a phase needs, as a share of those sent", low=0, high=1),
+        Key("output-dir", "", "results folder (default outputs/<time>-<algorithm>)"),
+        Key("reference", True, "also compute the pooled central k-means reference (generated data)"),
+    ),
+}
+
+KEYS: dict[str, Key] = {key.name: key for section in SECTIONS.values() for key in section}
+DEFAULTS: dict[str, Any] = {name: key.default for name, key in KEYS.items()}
+
+
+def with_defaults(run_config: dict[str, Any] | None, algorithms: Sequence[str] | None = None) -> dict[str, Any]:
+    """The full, validated run config: DEFAULTS overridden by ``run_config``.
+
+    Every value has its key's type (ints are ints, floats floats), lies in its range, and
+    the keys agree with each other. ``algorithms``: the names that have a strategy (the
+    server passes its registry; a name without a strategy is refused here, before any
+    node is waited for)."""
+    merged = dict(DEFAULTS)
+    for name, value in (run_config or {}).items():
+        if name not in KEYS:
+            close = difflib.get_close_matches(name, KEYS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"unknown run-config key {name!r}{hint}")
+        merged[name] = KEYS[name].coerce(value)
+    for name, key in KEYS.items():
+        key.check(merged[name])
+    if algorithms is not None and merged["algorithm"] not in algorithms:
+        raise ConfigError(
+            f"run-config algorithm {merged['algorithm']!r} has no strategy in this version; "
+            f"available: {', '.join(algorithms)}"
+        )
+    for rule in RULES:
+        rule(merged)
     return merged
 
 
 def validate(config: dict[str, Any]) -> None:
-    if config["algorithm"] not in ALGORITHMS:
-        raise ConfigError(
-            f"unknown algorithm {config['algorithm']!r}; choose one of {', '.join(ALGORITHMS)}"
-        )
-    if config["k"] < 1:
-        raise ConfigError(f"k must be >= 1, got {config['k']}")
-    if config["num-rounds"] < 0:
-        raise ConfigError(f"num-rounds must be >= 0, got {config['num-rounds']}")
-    if config["dataset"] not in DATASETS:
-        raise ConfigError(
-            f"unknown dataset {config['dataset']!r}; choose one of {', '.join(DATASETS)}"
-        )
-    if config["partition"] not in PARTITIONS:
-        raise ConfigError(
-            f"unknown partition {config['partition']!r}; choose one of {', '.join(PARTITIONS)}"
-        )
-    if not 0 < config["fraction"] <= 1:
-        raise ConfigError(f"fraction must be in (0, 1], got {config['fraction']}")
-    if config["local-epochs"] < 1:
-        raise ConfigError(f"local-epochs must be >= 1, got {config['local-epochs']}")
-    if not 0 < config["client-lr"] <= 1:
-        raise ConfigError(f"client-lr must be in (0, 1], got {config['client-lr']}")
-    if not 0 < config["server-lr"] <= 2:
-        raise ConfigError(f"server-lr must be in (0, 2], got {config['server-lr']}")
-    if not 0 <= config["momentum"] < 1:
-        raise ConfigError(f"momentum must be in [0, 1), got {config['momentum']}")
-    if config["dataset"] in ("npy-dir", "edge-dir") and not config["data-dir"]:
-        raise ConfigError(f"dataset {config['dataset']!r} needs run-config data-dir")
-    if config["round-timeout"] <= 0:
-        raise ConfigError("round-timeout must be > 0 seconds")
-    _validate_kfed(config)
-    _validate_feddp(config)
-    _validate_spectral(config)
+    """Check a full config (as :func:`with_defaults` returns it) again."""
+    with_defaults(config)
 
 
-def _validate_kfed(config: dict[str, Any]) -> None:
-    if config["k-prime"] < 0:
-        raise ConfigError(f"k-prime must be >= 0 (0 = ceil(sqrt(k))), got {config['k-prime']}")
-    if config["kfed-weighting"] not in ("count", "uniform"):
-        raise ConfigError(f"kfed-weighting must be 'count' or 'uniform', got {config['kfed-weighting']!r}")
-    if config["kfed-server-starts"] < 1 or config["kfed-device-restarts"] < 1:
-        raise ConfigError("kfed-server-starts and kfed-device-restarts must be >= 1")
+def number_list(text: str, name: str) -> tuple[float, ...]:
+    """A comma-separated list of positive finite numbers (``step-epsilons``, ``budget-split``)."""
+    try:
+        values = tuple(float(item) for item in text.split(","))
+    except ValueError:
+        raise ConfigError(f"run-config {name} must be comma-separated numbers, got {text!r}") from None
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        raise ConfigError(f"run-config {name} must hold positive finite numbers, got {text!r}")
+    return values
 
 
-def _validate_feddp(config: dict[str, Any]) -> None:
-    """FedDP-KMeans keys (range checks only; the strategy checks how they combine)."""
-    if config["privacy-level"] not in ("data-point", "client"):
-        raise ConfigError(f"privacy-level must be 'data-point' or 'client', got {config['privacy-level']!r}")
-    if not config["epsilon"] > 0:  # inf is allowed and means: no noise (not private)
-        raise ConfigError(f"epsilon must be > 0 (inf = no noise), got {config['epsilon']}")
-    if not 0 < config["delta"] < 1:
-        raise ConfigError(f"delta must be in (0, 1), got {config['delta']}")
-    if config["lloyd-rounds"] < 0:
-        raise ConfigError(f"lloyd-rounds must be >= 0, got {config['lloyd-rounds']}")
-    if not 0 <= config["lloyd-fraction"] < 1:
-        raise ConfigError(f"lloyd-fraction must be in [0, 1), got {config['lloyd-fraction']}")
-    for key in ("clip-norm", "clip-outer", "clip-histogram", "clip-means", "clip-nonempty", "clip-sums", "clip-counts"):
-        if not 0 <= config[key] < float("inf"):
-            raise ConfigError(f"{key} must be >= 0 and finite (0 = derived), got {config[key]}")
-    if config["client-max-points"] < 1:
-        raise ConfigError(f"client-max-points must be >= 1, got {config['client-max-points']}")
-    if not 0 < config["client-sampling-rate"] <= 1:
-        raise ConfigError(f"client-sampling-rate must be in (0, 1], got {config['client-sampling-rate']}")
-    if config["client-sampling-rate"] < 1 and config["privacy-level"] != "client":
+def feddp_step_names(config: dict[str, Any]) -> tuple[str, ...]:
+    """The private steps a FedDP-KMeans run uses, in the order ``step-epsilons`` lists them."""
+    init = "feddp" if config["init"] == "auto" else config["init"]
+    steps = ("step1", "step2", "step3_gaussian", "step3_laplace") if init == "feddp" else ()
+    if config["lloyd-rounds"] > 0:
+        steps += ("lloyd_gaussian", "lloyd_laplace")
+    return steps
+
+
+# ---------------------------------------------------------------------- cross-key rules
+def _data_rules(c: dict[str, Any]) -> None:
+    if c["dataset"] in ("npy-dir", "edge-dir") and not c["data-dir"]:
+        raise ConfigError(f"dataset {c['dataset']!r} needs run-config data-dir")
+
+
+def _init_rules(c: dict[str, Any]) -> None:
+    allowed = {"fedkmeans": FEDKMEANS_INITS, "feddp-kmeans": FEDDP_INITS}.get(c["algorithm"])
+    if allowed and c["init"] not in allowed:
+        raise ConfigError(f"run-config init for {c['algorithm']} must be one of {', '.join(allowed)}; got {c['init']!r}")
+    if c["algorithm"] == "fedkmeans" and c["init"] == "server-kmeans++" and not c["server-data"]:
+        raise ConfigError("init='server-kmeans++' needs run-config server-data (a .npy path)")
+
+
+def _feddp_rules(c: dict[str, Any]) -> None:
+    if c["client-sampling-rate"] < 1 and c["privacy-level"] != "client":
         raise ConfigError("client-sampling-rate < 1 is only accounted at privacy-level = 'client'")
-    if not config["margin"] > 0:
-        raise ConfigError(f"margin must be > 0 (1 = no margin filter), got {config['margin']}")
-    if config["min-server-weight"] < 0:
-        raise ConfigError(f"min-server-weight must be >= 0, got {config['min-server-weight']}")
-    if config["server-n-init"] < 1:
-        raise ConfigError(f"server-n-init must be >= 1, got {config['server-n-init']}")
-
-
-def _validate_spectral(config: dict[str, Any]) -> None:
-    """FedSpectral / FedSpectral+ keys."""
-    if config["num-nodes"] < 0:
-        raise ConfigError(f"num-nodes must be >= 0, got {config['num-nodes']}")
-    if config["algorithm"] in ("fedspectral", "fedspectral-plus"):
-        if config["num-nodes"] < 1:
+    if c["budget-split"] and len(number_list(c["budget-split"], "budget-split")) != 4:
+        raise ConfigError(f"run-config budget-split must be four positive numbers 'w1,w2,w3g,w3l', got {c['budget-split']!r}")
+    if c["algorithm"] != "feddp-kmeans":
+        return
+    steps = feddp_step_names(c)
+    if "step3_gaussian" in steps and c["lloyd-rounds"] > 0 and c["lloyd-fraction"] <= 0:
+        raise ConfigError("lloyd-rounds > 0 needs lloyd-fraction > 0 (the Lloyd rounds' share of epsilon)")
+    if c["step-epsilons"]:
+        values = number_list(c["step-epsilons"], "step-epsilons")
+        if len(values) != len(steps):
             raise ConfigError(
-                f"algorithm {config['algorithm']!r} needs run-config num-nodes: the global number of "
-                "graph nodes (node ids are 0 .. num-nodes-1), e.g. num-nodes=1005 for email-Eu-core"
+                f"run-config step-epsilons must give {len(steps)} positive values, one per step of this run "
+                f"in the order {', '.join(steps) or '(none: this run has no private step)'}; got {c['step-epsilons']!r}"
             )
-        if config["k"] > config["num-nodes"]:
-            raise ConfigError(f"k={config['k']} is larger than num-nodes={config['num-nodes']}")
-        if config["num-rounds"] < 1:
-            raise ConfigError(f"{config['algorithm']} needs num-rounds >= 1, got {config['num-rounds']}")
-    if config["mode"] not in ("exact", "paper"):
-        raise ConfigError(f"mode must be 'exact' or 'paper', got {config['mode']!r}")
-    if config["iters"] < 1:
-        raise ConfigError(f"iters must be >= 1, got {config['iters']}")
-    if config["oversample"] < -1:
-        raise ConfigError(f"oversample must be >= 0 (-1 = max(k, 10)), got {config['oversample']}")
-    if config["acceleration"] not in ("krylov", "none"):
-        raise ConfigError(f"acceleration must be 'krylov' or 'none', got {config['acceleration']!r}")
-    if config["max-basis"] < 0:
-        raise ConfigError(f"max-basis must be >= 0 (0 = auto), got {config['max-basis']}")
-    if not 0 <= config["residual-tol"] < float("inf"):
-        raise ConfigError(f"residual-tol must be >= 0 and finite (0 = run num-rounds), got {config['residual-tol']}")
-    if config["edge-copies"] < 1:
-        raise ConfigError(f"edge-copies must be >= 1, got {config['edge-copies']}")
-    if config["coassociation"] not in ("both-present", "all-clients"):
-        raise ConfigError(f"coassociation must be 'both-present' or 'all-clients', got {config['coassociation']!r}")
+
+
+def _spectral_rules(c: dict[str, Any]) -> None:
+    if c["algorithm"] not in ("fedspectral", "fedspectral-plus"):
+        return
+    if c["num-nodes"] < 1:
+        raise ConfigError(
+            f"algorithm {c['algorithm']!r} needs run-config num-nodes: the global number of "
+            "graph nodes (node ids are 0 .. num-nodes-1), e.g. num-nodes=1005 for email-Eu-core"
+        )
+    if c["k"] > c["num-nodes"]:
+        raise ConfigError(f"k={c['k']} is larger than num-nodes={c['num-nodes']}")
+    if c["num-rounds"] < 1:
+        raise ConfigError(f"{c['algorithm']} needs num-rounds >= 1, got {c['num-rounds']}")
+
+
+RULES = (_data_rules, _init_rules, _feddp_rules, _spectral_rules)
 
 
 def parse_run_config(text: str) -> dict[str, Any]:
@@ -307,3 +345,24 @@ def _split_outside_quotes(text: str) -> list[str]:
     if current:
         items.append("".join(current))
     return items
+
+
+def markdown_table() -> str:
+    """The README's run-config table, generated from :data:`SECTIONS`."""
+    lines = ["| key | default | range | meaning |", "|---|---|---|---|"]
+    for section, keys in SECTIONS.items():
+        lines.append(f"| **{section}** | | | |")
+        for key in keys:
+            if key.choices:
+                allowed = " / ".join(key.choices)
+            elif key.low is not None or key.high is not None:
+                allowed = key.range_text()
+            else:
+                allowed = key.kind.__name__
+            default = str(key.default).lower() if isinstance(key.default, bool) else repr(key.default) if isinstance(key.default, str) else key.default
+            lines.append(f"| `{key.name}` | {default} | {allowed} | {key.doc} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m fedcluster.config prints the README table
+    print(markdown_table())

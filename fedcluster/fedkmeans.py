@@ -1,21 +1,34 @@
-"""FedKMeans device side: ClientKMeans of Triebe & ... (2019), ALGORITHMS.md section 1.
+"""FedKMeans: federated mini-batch k-means (Triebe et al. 2019; ALGORITHMS.md section 1).
 
-The device starts from the global centers, runs ``epochs`` passes of mini-batch k-means
-with learning rate ``beta`` and returns the per-cluster counts of its last epoch and its
-updated centers. Alongside it reports the cost of the centers it RECEIVED on all of its
-points (so the server gets the federated cost of the previous global model without an
-extra round trip) and, per cluster, the sum of squared coordinates of the last epoch's
-members (``sumsq``), from which the server estimates every cluster's spread for
-reassignment without any point leaving the device.
+Device (NumPy only): ClientKMeans (:func:`client_kmeans`, task ``fedkmeans_train``)
+starts from the global centers, runs E passes of mini-batch k-means with learning rate β
+and returns its last epoch's per-cluster counts, its updated centers, per-cluster sums of
+squared coordinates (the server's spread estimate for reassignment: no point leaves the
+device) and the cost of the centers it RECEIVED (the federated cost of the previous
+global model without an extra round trip). Initialization tasks: ``local_summary`` (a
+small local k-means whose clusters under ``min-count`` points are suppressed) and
+``score_candidates`` (the cost of m candidate center sets in one pass).
+
+Server (pure functions the strategy ``server_app/fedkmeans.py`` calls):
+:func:`server_update` (weighted centroid average, momentum, server learning rate),
+:func:`reassign_starved` (a starved cluster is re-seeded by splitting the largest one
+along its axis of largest spread), :func:`summary_candidates` (k-means++ + Lloyd
+candidates on the devices' local summaries).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from .lloyd import kmeans_cost, lloyd_statistics
+from .common import matching_dimension
+from .lloyd import assign, kmeans, kmeans_cost, kmeans_plus_plus, lloyd, lloyd_statistics, rows_per_chunk, squared_distances
 from .registry import DeviceData, device_task
-from .tasks import check_centers
+
+# Reassignment moves the two halves of a split cluster to c ± SPLIT_OFFSET·σ·e: 0.8 ≈
+# √(2/π), the mean offset of each half of a Gaussian cut through its centre.
+SPLIT_OFFSET = 0.8
 
 
 def client_kmeans(
@@ -70,23 +83,159 @@ def client_kmeans(
     return counts, centers, sumsq
 
 
+# ------------------------------------------------------------------------ device tasks
 @device_task("fedkmeans_train")
 def fedkmeans_train(data: DeviceData, arrays: dict, config: dict):
     X = data.require_points()
-    incoming = check_centers(X, arrays["centers"])
-    batch_size = int(config.get("batch-size", 0))
-    epochs = int(config.get("local-epochs", 1))
-    rng = np.random.default_rng(int(config.get("seed", 0)))
+    incoming = matching_dimension(X, arrays["centers"])
     counts, centers, sumsq = client_kmeans(
         X,
         incoming,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=float(config.get("client-lr", 1.0)),
-        rng=rng,
+        epochs=config["local-epochs"],
+        batch_size=config["batch-size"],
+        learning_rate=config["client-lr"],
+        rng=np.random.default_rng(config["seed"]),
     )
     cost = kmeans_cost(X, incoming)
     return (
         {"centers": centers, "counts": counts, "sumsq": sumsq, "cost": np.array([cost])},
         {"num-examples": int(X.shape[0])},
     )
+
+
+@device_task("score_candidates")
+def score_candidates(data: DeviceData, arrays: dict, config: dict):
+    X = data.require_points()
+    candidates = matching_dimension(X, arrays["candidates"], "candidate centers")
+    m, k, d = candidates.shape
+    # One distance pass against all m*k centers, then the minimum within each candidate.
+    costs = np.zeros(m)
+    flat = candidates.reshape(m * k, d)
+    step = rows_per_chunk(X.shape[0], m * k)
+    for start in range(0, X.shape[0], step):
+        block = squared_distances(X[start : start + step], flat).reshape(-1, m, k)
+        costs += block.min(axis=2).sum(axis=0)
+    return {"costs": costs}, {"num-examples": int(X.shape[0])}
+
+
+@device_task("local_summary")
+def local_summary(data: DeviceData, arrays: dict, config: dict):
+    X = data.require_points()
+    n = X.shape[0]
+    k_local = min(config["k"], n)
+    rng = np.random.default_rng(config["seed"])
+    centers, _ = kmeans(X, k_local, rng, n_init=config["n-init"], max_iter=100)
+    labels, _ = assign(X, centers)
+    counts = np.bincount(labels, minlength=k_local).astype(np.float64)
+    keep = counts >= config["min-count"]
+    return {"centers": centers[keep], "counts": counts[keep]}, {"num-examples": int(n)}
+
+
+# ------------------------------------------------------------------------ server math
+@dataclass
+class ServerState:
+    """What the server carries between rounds besides the centers: the momentum ``v``
+    and, per cluster, for how many consecutive rounds it has been starved."""
+
+    velocity: np.ndarray
+    starved_rounds: np.ndarray
+
+    @classmethod
+    def start(cls, centers: np.ndarray) -> "ServerState":
+        return cls(np.zeros_like(centers), np.zeros(centers.shape[0], dtype=int))
+
+
+def server_update(
+    centers: np.ndarray,
+    counts: np.ndarray,
+    weighted_sums: np.ndarray,
+    state: ServerState,
+    server_lr: float,
+    momentum: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One server step of ALGORITHMS.md §1 from the summed replies::
+
+        Γ* = Σ_i Λ^(i) Γ^(i) / Λ_t  where Λ_t > 0     (weighted centroid average)
+        v  = μ v + (1 − μ)(Γ* − Γ_{t−1})  if μ > 0  else  Γ* − Γ_{t−1}
+        Γ_t = Γ_{t−1} + α v
+
+    ``counts`` = Λ_t (k,), ``weighted_sums`` = Σ_i Λ^(i) Γ^(i) (k, d). A cluster no
+    sampled client saw keeps its center and its momentum is reset (``state.velocity`` is
+    updated in place). Returns ``(new centers, Γ*)`` (Γ* = the old center where unseen).
+    """
+    seen = counts > 0
+    target = centers.copy()
+    target[seen] = weighted_sums[seen] / counts[seen, None]
+    step = target - centers
+    velocity = momentum * state.velocity + (1 - momentum) * step if momentum > 0 else step
+    velocity[~seen] = 0.0
+    state.velocity = velocity
+    new = centers + server_lr * velocity
+    new[~seen] = centers[~seen]
+    return new, target
+
+
+def reassign_starved(
+    centers: np.ndarray,
+    counts: np.ndarray,
+    sumsq: np.ndarray,
+    means: np.ndarray,
+    state: ServerState,
+    threshold: float,
+    patience: int,
+) -> list[int]:
+    """Reassignment (ρ = ``threshold``, R = ``patience``): a cluster whose round count
+    stays below ρ × (the round's total count) for R consecutive rounds is re-seeded by
+    SPLITTING the currently largest cluster along its coordinate axis of largest variance
+    e: the two centers move to ``c ± SPLIT_OFFSET·σ·e``. The variance comes from the
+    reported per-cluster sums of squares ``sumsq`` and the cluster ``means``. Works on
+    ``centers`` and ``state.starved_rounds`` in place; returns the re-seeded clusters."""
+    if threshold <= 0 or patience <= 0:
+        return []
+    below = state.starved_rounds
+    below[:] = np.where(counts < threshold * counts.sum(), below + 1, 0)
+    moved = []
+    sizes = counts.astype(float).copy()
+    for j in np.flatnonzero(below >= patience):
+        big = int(np.argmax(sizes))
+        if sizes[big] <= 0 or big == j:
+            continue
+        variance = np.maximum(sumsq[big] / sizes[big] - means[big] ** 2, 0.0)
+        axis = int(np.argmax(variance))
+        offset = SPLIT_OFFSET * np.sqrt(variance[axis])
+        base = centers[big].copy()
+        centers[j] = base
+        centers[j, axis] += offset
+        centers[big, axis] -= offset
+        sizes[big] /= 2
+        sizes[j] = sizes[big]
+        below[j] = 0
+        moved.append(int(j))
+    return moved
+
+
+def summary_candidates(
+    points: np.ndarray,
+    weights: np.ndarray,
+    k: int,
+    count: int,
+    low: np.ndarray,
+    high: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """``count`` candidate center sets (count, k, d) for ``init=local-summaries``: weighted
+    k-means++ + Lloyd on the devices' summary centers ``points`` (weights = their counts);
+    uniform draws in the box [low, high] when there are fewer than k summary centers."""
+    candidates = []
+    if points.shape[0] >= k:
+        for _ in range(count):
+            seed = kmeans_plus_plus(points, k, rng, weights)
+            candidates.append(lloyd(points, seed, weights, max_iter=100)[0])
+    while len(candidates) < count:
+        candidates.append(rng.uniform(low, high, size=(k, low.size)))
+    return np.stack(candidates)
+
+
+def box_candidates(k: int, count: int, low: np.ndarray, high: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``count`` candidate center sets drawn uniformly in the box [low, high]."""
+    return np.stack([rng.uniform(low, high, size=(k, low.size)) for _ in range(count)])

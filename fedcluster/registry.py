@@ -1,32 +1,33 @@
-"""Registry of device tasks: the vocabulary of the message protocol.
+"""Device kernels by task name, and the one entry point a device runs them through.
 
-A *task* is what a device computes for one phase of an algorithm. The server sends a
-message of type ``query.<task>`` or ``train.<task>``; the ClientApp looks the task up here
-and runs it on the device's own data. Task functions take
-``(data: DeviceData, arrays: dict[str, np.ndarray], config: dict)`` and return
-``(arrays: dict[str, np.ndarray], metrics: dict[str, int | float])``. They raise
-``ValueError`` with a clear message on bad input; the ClientApp turns that into an error
-reply. This module needs only NumPy.
+A kernel is registered with ``@device_task("<name>")`` for a task the protocol declares
+(:mod:`fedcluster.protocol`); it takes ``(data, arrays, config)`` already parsed by the
+task's declaration (float64 arrays of the declared ranks, typed config with defaults) and
+returns ``(arrays, metrics)``. :func:`run_task` is what the ClientApp (and any other
+caller) uses: parse, run, check the reply against the declaration. NumPy only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
+
+from . import protocol
 
 
 @dataclass
 class DeviceData:
     """What one device holds: points (n x d) for k-means algorithms or an edge list
     (m x 2, global node ids) for graph algorithms. ``source`` says where it came from,
-    for error messages."""
+    for error messages; ``extra`` holds the device's own settings (``extra["node-config"]``,
+    e.g. ``k-prime``) and derived data cached between messages of one process."""
 
     points: np.ndarray | None = None
     edges: np.ndarray | None = None
     source: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[Any, Any] = field(default_factory=dict)
 
     def require_points(self) -> np.ndarray:
         if self.points is None:
@@ -49,18 +50,35 @@ class DeviceData:
 TaskResult = tuple[dict[str, np.ndarray], dict[str, float]]
 TaskFunction = Callable[[DeviceData, dict[str, np.ndarray], dict[str, Any]], TaskResult]
 
-TASKS: dict[str, TaskFunction] = {}
+KERNELS: dict[str, TaskFunction] = {}
+TASKS = KERNELS  # transitional name
 
 
 def device_task(name: str) -> Callable[[TaskFunction], TaskFunction]:
-    """Register ``fn`` as the device kernel for task ``name`` (a Python identifier)."""
-    if not name.isidentifier():
-        raise ValueError(f"task name must be a Python identifier, got {name!r}")
+    """Register ``fn`` as the device kernel of the declared task ``name``."""
+    protocol.task(name)  # KeyError for a task the protocol does not declare
 
     def decorator(fn: TaskFunction) -> TaskFunction:
-        if name in TASKS and TASKS[name] is not fn:
+        if name in KERNELS and KERNELS[name] is not fn:
             raise ValueError(f"device task {name!r} registered twice")
-        TASKS[name] = fn
+        KERNELS[name] = fn
         return fn
 
     return decorator
+
+
+def run_task(name: str, data: DeviceData, arrays: Mapping[str, Any], config: Mapping[str, Any]) -> TaskResult:
+    """Parse the request through the protocol, run the kernel, check its own reply.
+
+    Raises ``ValueError``/``KeyError`` naming the problem (the ClientApp turns it into an
+    error reply)."""
+    spec = protocol.task(name)
+    if name not in KERNELS:
+        raise KeyError(f"task {name!r} has no kernel on this device")
+    parsed_arrays, parsed_config = spec.parse_request(arrays, config)
+    out_arrays, metrics = KERNELS[name](data, parsed_arrays, parsed_config)
+    out_arrays = {key: np.asarray(value) for key, value in out_arrays.items()}
+    reason = protocol.check_arrays(spec.reply, out_arrays, {}, parsed_config)
+    if reason:  # a kernel that breaks the protocol is a bug on this device, not the server's problem
+        raise RuntimeError(f"task {name!r} produced a reply that breaks the protocol: {reason}")
+    return out_arrays, metrics

@@ -29,10 +29,10 @@ def run(
     (``partition-id``/``num-partitions``), e.g. with ``data-path`` per node.
     """
     from client_app.app import app as client_app
-    from fedcluster.config import with_defaults
+    from server_app.algorithms import validated_config
     from server_app.app import run_algorithm
 
-    config = with_defaults(run_config)
+    config = validated_config(run_config or {})
     config["min-nodes"] = config["min-nodes"] or (len(node_configs) if node_configs else num_nodes)
     if node_configs is None:
         node_configs = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from fedcluster.config import with_defaults
+
 from .base import FederatedStrategy, FederationError
 from .feddp_kmeans import FedDPKMeans
 from .fedkmeans import FedKMeans
@@ -15,6 +19,11 @@ STRATEGIES: dict[str, type[FederatedStrategy]] = {
     "fedspectral": FedSpectral,
     "fedspectral-plus": FedSpectralPlus,
 }
+
+
+def validated_config(run_config: dict[str, Any]) -> dict[str, Any]:
+    """The full run config, typed and validated; the algorithm must have a strategy here."""
+    return with_defaults(run_config, algorithms=tuple(STRATEGIES))
 
 
 def strategy_for(name: str) -> type[FederatedStrategy]:

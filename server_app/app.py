@@ -10,9 +10,7 @@ from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
-from fedcluster.config import with_defaults
-
-from .algorithms import strategy_for
+from .algorithms import strategy_for, validated_config
 from .reference import central_reference
 
 app = ServerApp()
@@ -20,7 +18,7 @@ app = ServerApp()
 
 def run_algorithm(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
     """Run the configured algorithm on ``grid``; return the result dict (also on disk)."""
-    config = with_defaults(run_config)
+    config = validated_config(run_config)
     strategy = strategy_for(config["algorithm"])(grid, config)
     strategy.wait_for_nodes()
     outcome = strategy.run()

@@ -1,13 +1,17 @@
 """The base strategy every algorithm shares.
 
 It owns what every federated clustering algorithm needs once: waiting for the nodes,
-sampling, broadcasting a task with a timeout, validating replies (error replies, missing
-keys, wrong shapes, NaN/inf, negative counts, a node whose data dimension differs — all
-dropped with a logged reason, never aggregated), the minimum-replies check, per-round
-history, bytes sent and received, timing, and writing ``result.json``.
+sampling, broadcasting a task of the protocol table (:mod:`fedcluster.protocol`) with a
+timeout, checking every reply against that table (error replies, missing or non-numeric
+arrays, wrong shapes, NaN/inf, negative counts, a node whose data dimension differs; a
+reply that cannot even be read: all dropped with the reason recorded, never aggregated),
+the minimum-replies check, the phases several algorithms repeat (the dimension vote,
+federated evaluation of centers, per-node seeds, summing replies), per-round history,
+bytes sent and received, timing, and writing ``result.json``.
 
 An algorithm subclasses :class:`FederatedStrategy`, implements :meth:`run`, and reads top
-to bottom like its paper: phase after phase of :meth:`broadcast` and NumPy aggregation.
+to bottom like its paper: phase after phase of :meth:`broadcast` and calls into
+``fedcluster``.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from fedcluster import protocol
+from fedcluster.common import majority_value
 from fedcluster.wire import array_fields, array_numpy
-
 
 class FederationError(RuntimeError):
     """The federation cannot go on: too few nodes or too few valid replies."""
@@ -44,23 +49,32 @@ class Reply:
 
     @property
     def num_examples(self) -> int:
-        return int(self.metrics.get("num-examples", 0))
+        return int(self.metrics.get(protocol.NUM_EXAMPLES, 0))
 
 
 @dataclass
 class ReplySpec:
-    """What a valid reply holds.
+    """What a valid reply to one broadcast holds: the task's declared reply
+    (:meth:`fedcluster.protocol.Task.check_reply`) with its shape symbols bound to
+    ``sizes`` (``"d"`` is bound to the federation's dimension once known), then ``check``,
+    which may return a reason to reject (bounds only the strategy knows)."""
 
-    ``shapes`` maps every required array to its expected shape; an entry may be an int,
-    None (any size) or the string ``"d"`` (the federation's data dimension). Arrays in
-    ``nonnegative`` must have no negative entry. ``check`` may return a reason to reject.
-    Every array must be finite.
-    """
-
-    shapes: dict[str, tuple] = field(default_factory=dict)
-    nonnegative: tuple[str, ...] = ()
-    metrics: tuple[str, ...] = ("num-examples",)
+    task: protocol.Task | None = None
+    sizes: dict[str, int | None] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
     check: Callable[[Reply], str | None] | None = None
+    # transitional: explicit shapes, translated into ``sizes`` by :meth:`bound_to`
+    shapes: dict[str, tuple] | None = None
+    nonnegative: tuple[str, ...] = ()
+
+    def bound_to(self, task: protocol.Task, sizes: dict[str, int | None], config: dict[str, Any]) -> "ReplySpec":
+        bound = dict(sizes)
+        declared = {a.name: a.shape for a in task.reply}
+        for name, shape in (self.shapes or {}).items():
+            for symbol, value in zip(declared.get(name, ()), shape):
+                if isinstance(symbol, str) and symbol != "*" and isinstance(value, int):
+                    bound[symbol] = value
+        return ReplySpec(task, bound, config, self.check)
 
 
 def payload_bytes(record: ArrayRecord | None) -> int:
@@ -74,13 +88,22 @@ def to_array_record(arrays: dict[str, np.ndarray] | None) -> ArrayRecord:
     return ArrayRecord({key: Array(**array_fields(value)) for key, value in (arrays or {}).items()})
 
 
+def sum_arrays(replies: list[Reply], key: str) -> np.ndarray:
+    """Element-wise sum of array ``key`` over ``replies`` (in node order)."""
+    return np.sum([reply.arrays[key] for reply in replies], axis=0)
+
+
+def sum_metric(replies: list[Reply], key: str = protocol.NUM_EXAMPLES) -> float:
+    return float(sum(float(reply.metrics[key]) for reply in replies))
+
+
 class FederatedStrategy:
     """Base of every fedcluster strategy. Subclasses implement :meth:`run`.
 
     Parameters
     ----------
     grid : the Flower ``Grid`` (deployment, simulation or the in-process runner).
-    config : the full run config (``fedcluster.config.with_defaults``).
+    config : the full, validated, typed run config (``fedcluster.config.with_defaults``).
     """
 
     name = "base"
@@ -103,9 +126,9 @@ class FederatedStrategy:
     def wait_for_nodes(self) -> list[int]:
         """Wait until ``min-nodes`` nodes are connected (or, when 0, until the count has
         been stable for ``node-settle-s`` seconds), at most ``node-wait-s`` seconds."""
-        expected = int(self.config["min-nodes"])
-        deadline = time.monotonic() + float(self.config["node-wait-s"])
-        settle = float(self.config["node-settle-s"])
+        expected = self.config["min-nodes"]
+        deadline = time.monotonic() + self.config["node-wait-s"]
+        settle = self.config["node-settle-s"]
         last_count, stable_since = -1, time.monotonic()
         while True:
             ids = sorted(int(i) for i in self.grid.get_node_ids())
@@ -152,6 +175,10 @@ class FederatedStrategy:
         picked = self.rng.choice(len(active), size=m, replace=False)
         return [active[i] for i in sorted(picked)]
 
+    def node_seeds(self, nodes: Iterable[int]) -> dict[int, int]:
+        """One seed per node from the server's generator (drawn in node order)."""
+        return {node: int(self.rng.integers(2**31)) for node in nodes}
+
     # ------------------------------------------------------------------ rounds
     def begin_round(self, number: int) -> None:
         self._current_round = {
@@ -182,45 +209,89 @@ class FederatedStrategy:
         *,
         arrays: dict[str, np.ndarray] | None = None,
         config: dict[str, Any] | None = None,
+        seeded: bool = False,
         per_node: Callable[[int], tuple[dict | None, dict | None]] | None = None,
-        kind: str = "query",
-        spec: ReplySpec | None = None,
+        sizes: dict[str, int | None] | None = None,
+        check: Callable[[Reply], str | None] | None = None,
         phase: str | None = None,
         min_replies: int | None = None,
+        spec: ReplySpec | None = None,
+        kind: str | None = None,
     ) -> list[Reply]:
-        """Send ``<kind>.<task>`` to ``nodes`` and return the valid replies.
+        """Send task ``task`` of the protocol table to ``nodes``; return the valid replies
+        in node order.
 
-        ``arrays``/``config`` go to every node; ``per_node(node_id)`` may return extra
-        ``(arrays, config)`` for one node (e.g. its own seed). Invalid replies are dropped
-        with a logged reason; fewer than the required number of valid replies raises
-        :class:`FederationError` naming every failure.
+        ``arrays``/``config`` go to every node; ``seeded`` adds each node's own ``seed``;
+        ``per_node(node_id)`` may return extra ``(arrays, config)`` for one node. Replies
+        are checked against the task's declared reply with its shape symbols bound to
+        ``sizes`` (``d`` defaults to the federation's dimension) and then ``check``.
+        Invalid replies are dropped with the reason recorded; fewer than the required
+        number of valid replies raises :class:`FederationError` naming the failures. An
+        empty ``nodes`` records a skipped phase and returns no reply.
         """
+        legacy, spec = spec, protocol.task(task)
         nodes = list(nodes)
-        spec = spec or ReplySpec()
         phase = phase or task
         started = time.perf_counter()
-        shared_arrays = to_array_record(arrays)
-        messages = []
-        down = 0
-        for node in nodes:
-            node_arrays, node_config = (None, None) if per_node is None else per_node(node)
-            record = shared_arrays
-            if node_arrays:
-                record = to_array_record({**(arrays or {}), **node_arrays})
-            content = RecordDict(
-                {"arrays": record, "config": ConfigRecord({**(config or {}), **(node_config or {})})}
+        reply_spec = ReplySpec(spec, {"d": self.dimension, **(sizes or {})}, dict(config or {}), check)
+        if legacy is not None:
+            reply_spec = legacy.bound_to(spec, reply_spec.sizes, reply_spec.config)
+        seeds = self.node_seeds(nodes) if seeded else {}
+
+        def node_content(node: int) -> tuple[dict | None, dict | None]:
+            extra_arrays, extra_config = (None, None) if per_node is None else per_node(node)
+            if seeded:
+                extra_config = {**(extra_config or {}), "seed": seeds[node]}
+            return extra_arrays, extra_config
+
+        messages, down = self._messages(spec, nodes, arrays, config, node_content, phase)
+        node_of, failures = self._push(messages, nodes)
+        replies, up = self._collect(node_of, reply_spec, failures)
+        self._record_phase(phase, spec, nodes, replies, failures, down, up, time.perf_counter() - started)
+        required = self.required_replies(len(nodes)) if min_replies is None else min_replies
+        if len(replies) < required:
+            reasons = "; ".join(f"node {f['node']}: {f['reason']}" for f in failures[:10])
+            more = f" (and {len(failures) - 10} more)" if len(failures) > 10 else ""
+            raise FederationError(
+                f"phase {phase!r}: only {len(replies)} valid replies of {len(nodes)} sent, "
+                f"{required} required. Failures: {reasons}{more}"
             )
+        return replies
+
+    def _messages(self, spec, nodes, arrays, config, node_content, phase) -> tuple[list[Message], int]:
+        """One message per node; the request is checked against the protocol table first
+        (a malformed request is a bug of this server, not a device's problem)."""
+        shared_record = to_array_record(arrays)
+        messages, down = [], 0
+        group = str(self._current_round["round"]) if self._current_round else phase
+        for node in nodes:
+            node_arrays, node_config = node_content(node)
+            full_arrays = {**(arrays or {}), **(node_arrays or {})}
+            full_config = {**(config or {}), **(node_config or {})}
+            spec.parse_request(full_arrays, full_config)
+            record = to_array_record(full_arrays) if node_arrays else shared_record
+            content = RecordDict({protocol.ARRAYS: record, protocol.CONFIG: ConfigRecord(full_config)})
             down += payload_bytes(record)
-            group = str(self._current_round["round"]) if self._current_round else phase
-            messages.append(Message(content, int(node), f"{kind}.{task}", group_id=group))
-        message_ids = list(self.grid.push_messages(messages))
+            messages.append(Message(content, int(node), spec.message_type, group_id=group))
+        return messages, down
+
+    def _push(self, messages: list[Message], nodes: list[int]) -> tuple[dict[str, int], list[dict[str, Any]]]:
+        message_ids = list(self.grid.push_messages(messages)) if messages else []
         node_of = {mid: node for mid, node in zip(message_ids, nodes) if mid}
-        failures: list[dict[str, Any]] = [
+        failures = [
             {"node": node, "reason": "the SuperLink did not accept the message"}
             for mid, node in zip(message_ids, nodes)
             if not mid
         ]
-        raw = self._pull(set(node_of), float(self.config["round-timeout"]))
+        return node_of, failures
+
+    def _collect(
+        self, node_of: dict[str, int], spec: ReplySpec, failures: list[dict[str, Any]]
+    ) -> tuple[list[Reply], int]:
+        """Pull the replies until all arrived or ``round-timeout``; validate each. Replies
+        arrive in whatever order the transport delivers them; they are returned in node
+        order so that the same seed gives the same result."""
+        raw = self._pull(set(node_of), self.config["round-timeout"])
         replies: list[Reply] = []
         up = 0
         answered = set()
@@ -231,10 +302,12 @@ class FederatedStrategy:
             if message.has_error():
                 failures.append({"node": node, "reason": f"error reply: {message.error.reason}"})
                 continue
-            records = message.content.array_records
-            record = records["arrays"] if "arrays" in records else None
-            up += payload_bytes(record)
-            reason, reply = self._validate(node, message, spec)
+            try:
+                records = message.content.array_records
+                up += payload_bytes(records[protocol.ARRAYS] if protocol.ARRAYS in records else None)
+                reason, reply = self._validate(node, message, spec)
+            except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
+                reason, reply = f"unreadable reply: {type(exc).__name__}: {exc}", None
             if reason:
                 failures.append({"node": node, "reason": reason})
                 continue
@@ -244,19 +317,21 @@ class FederatedStrategy:
                 failures.append(
                     {"node": node, "reason": f"no reply within round-timeout={self.config['round-timeout']} s"}
                 )
-        # Replies arrive in whatever order the transport delivers them; aggregate them in
-        # node order so that the same seed gives the same result.
         replies.sort(key=lambda reply: reply.node_id)
         failures.sort(key=lambda failure: str(failure["node"]))
+        return replies, up
+
+    def _record_phase(self, phase, spec, nodes, replies, failures, down, up, seconds) -> None:
         for failure in failures:
             log(WARNING, "[fedcluster] %s: dropped node %s: %s", phase, failure["node"], failure["reason"])
-        seconds = time.perf_counter() - started
+        if not nodes:
+            log(WARNING, "[fedcluster] %s: no node to ask; phase skipped", phase)
         self.bytes_down += down
         self.bytes_up += up
         self.phases.append(
             {
                 "phase": phase,
-                "task": f"{kind}.{task}",
+                "task": spec.message_type,
                 "round": self._current_round["round"] if self._current_round else None,
                 "sent": len(nodes),
                 "replies": len(replies),
@@ -273,19 +348,10 @@ class FederatedStrategy:
             record["failures"].extend(failures)
             record["bytes_down"] += down
             record["bytes_up"] += up
-        required = self.required_replies(len(nodes)) if min_replies is None else min_replies
-        if len(replies) < required:
-            reasons = "; ".join(f"node {f['node']}: {f['reason']}" for f in failures[:10])
-            more = f" (and {len(failures) - 10} more)" if len(failures) > 10 else ""
-            raise FederationError(
-                f"phase {phase!r}: only {len(replies)} valid replies of {len(nodes)} sent, "
-                f"{required} required. Failures: {reasons}{more}"
-            )
-        return replies
 
     def required_replies(self, sent: int) -> int:
-        fraction = float(self.config["min-reply-fraction"])
-        return min(sent, max(int(self.config["min-replies"]), int(math.ceil(fraction * sent))))
+        fraction = self.config["min-reply-fraction"]
+        return min(sent, max(self.config["min-replies"], int(math.ceil(fraction * sent))))
 
     def _pull(self, pending: set[str], timeout: float) -> list[Message]:
         deadline = time.monotonic() + timeout
@@ -301,35 +367,17 @@ class FederatedStrategy:
 
     def _validate(self, node: int, message: Message, spec: ReplySpec) -> tuple[str | None, Reply | None]:
         content = message.content
-        if "arrays" not in content.array_records:
-            return "reply has no 'arrays' record", None
-        arrays = {key: array_numpy(value) for key, value in content.array_records["arrays"].items()}
-        metrics = dict(content.metric_records["metrics"]) if "metrics" in content.metric_records else {}
-        for key in spec.metrics:
-            if key not in metrics:
-                return f"reply misses metric {key!r}", None
-        if "dim" in metrics and self.dimension is not None and int(metrics["dim"]) != self.dimension:
-            return (
-                f"the node's data has dimension {int(metrics['dim'])}, the federation's is "
-                f"{self.dimension}",
-                None,
-            )
-        for key, shape in spec.shapes.items():
-            if key not in arrays:
-                return f"reply misses array {key!r}", None
-            expected = tuple(self.dimension if s == "d" else s for s in shape)
-            got = arrays[key].shape
-            if len(got) != len(expected) or any(e is not None and e != g for e, g in zip(expected, got)):
-                hint = ""
-                if "d" in shape and len(got) == len(expected) and self.dimension is not None:
-                    hint = " (a different data dimension?)"
-                return f"array {key!r} has shape {got}, expected {expected}{hint}", None
-        for key, value in arrays.items():
-            if value.dtype.kind in "fc" and not np.all(np.isfinite(value)):
-                return f"array {key!r} contains NaN or inf", None
-        for key in spec.nonnegative:
-            if np.any(arrays[key] < 0):
-                return f"array {key!r} has negative entries", None
+        if protocol.ARRAYS not in content.array_records:
+            return f"reply has no {protocol.ARRAYS!r} record", None
+        arrays = {key: array_numpy(value) for key, value in content.array_records[protocol.ARRAYS].items()}
+        metrics = dict(content.metric_records[protocol.METRICS]) if protocol.METRICS in content.metric_records else {}
+        if protocol.DIM in metrics and self.dimension is not None and metrics[protocol.DIM] != self.dimension:
+            return f"the node's data has dimension {metrics[protocol.DIM]}, the federation's is {self.dimension}", None
+        reason = spec.task.check_reply(arrays, metrics, spec.sizes, spec.config)
+        if reason:
+            if "d" in spec.sizes and spec.sizes["d"] is not None and "shape" in reason:
+                reason += " (a different data dimension?)"
+            return reason, None
         reply = Reply(node, arrays, metrics)
         if spec.check is not None:
             reason = spec.check(reply)
@@ -338,41 +386,39 @@ class FederatedStrategy:
         return None, reply
 
     # ------------------------------------------------------------------ shared phases
+    def vote_dimension(self, replies: list[Reply], dimension_of: Callable[[Reply], int]) -> list[Reply]:
+        """Set the federation's dimension to the one most replies report (ties: the
+        smaller); exclude the nodes with another. Returns the replies that agree."""
+        dims = [int(dimension_of(reply)) for reply in replies]
+        self.dimension = majority_value(dims)
+        kept = []
+        for reply, dim in zip(replies, dims):
+            if dim != self.dimension:
+                self.exclude(reply.node_id, f"its data has dimension {dim}, the federation's is {self.dimension}")
+            else:
+                kept.append(reply)
+        return kept
+
     def discover_dimension(self) -> list[Reply]:
         """Phase 0 for point data: every node reports size, dimension and bounding box.
 
-        The federation's dimension is the one most nodes report (ties: the smaller);
-        nodes with another dimension are excluded from the run with a logged reason.
-        """
-        replies = self.broadcast(
-            "data_summary",
-            self.active_nodes,
-            spec=ReplySpec(shapes={"min": (None,), "max": (None,)}, metrics=("num-examples", "dim")),
-            phase="data-summary",
-        )
-        dims = np.array([int(r.metrics["dim"]) for r in replies])
-        values, counts = np.unique(dims, return_counts=True)
-        self.dimension = int(values[np.argmax(counts)])
-        kept = []
-        for reply in replies:
-            if int(reply.metrics["dim"]) != self.dimension:
-                self.exclude(
-                    reply.node_id,
-                    f"its data has dimension {int(reply.metrics['dim'])}, the federation's is {self.dimension}",
-                )
-            elif reply.arrays["min"].shape != (self.dimension,) or reply.arrays["max"].shape != (self.dimension,):
-                self.exclude(
-                    reply.node_id,
-                    f"its data summary has shapes {reply.arrays['min'].shape}/{reply.arrays['max'].shape}, "
-                    f"expected ({self.dimension},)",
-                )
-            else:
-                kept.append(reply)
+        The federation's dimension is the one most nodes report; nodes with another
+        dimension, or whose summary failed, are excluded from the run."""
+        replies = self.broadcast("data_summary", self.active_nodes, phase="data-summary")
+        kept = self.vote_dimension(replies, lambda reply: reply.metrics[protocol.DIM])
+        kept = [r for r in kept if r.arrays["min"].shape == (self.dimension,)]
         answered = {r.node_id for r in replies}
         for failure in self.phases[-1]["failures"]:
             if failure["node"] not in answered:
                 self.exclude(failure["node"], f"data summary failed: {failure['reason']}")
         return kept
+
+    def evaluate(self, centers: np.ndarray, phase: str = "evaluation") -> tuple[float, int]:
+        """Federated k-means cost of ``centers`` on every active node: ``(total cost, points)``."""
+        replies = self.broadcast(
+            "lloyd_stats", self.active_nodes, arrays={"centers": centers}, sizes={"k": centers.shape[0]}, phase=phase
+        )
+        return float(sum_arrays(replies, "cost")[0]), int(sum_arrays(replies, "counts").sum())
 
     # ------------------------------------------------------------------ results
     def run(self) -> dict[str, Any]:

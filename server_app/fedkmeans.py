@@ -42,12 +42,12 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
+from fedcluster.common import bounding_box
 from fedcluster.data import load_points
-from fedcluster.lloyd import kmeans_plus_plus, lloyd
+from fedcluster.fedkmeans import ServerState, box_candidates, reassign_starved, server_update, summary_candidates
+from fedcluster.lloyd import kmeans_plus_plus
 
-from .base import FederatedStrategy, FederationError, Reply, ReplySpec
-
-SPLIT_OFFSET = 0.8
+from .base import FederatedStrategy, FederationError, sum_arrays, sum_metric
 
 
 class FedKMeans(FederatedStrategy):
@@ -62,14 +62,14 @@ class FedKMeans(FederatedStrategy):
     name = "fedkmeans"
 
     def run(self) -> dict[str, Any]:
-        cfg = self.config
-        k = int(cfg["k"])
+        k = self.config["k"]
         summaries = self.discover_dimension()
-        self.check_k(summaries, k)
-        low = np.min([r.arrays["min"] for r in summaries], axis=0)
-        high = np.max([r.arrays["max"] for r in summaries], axis=0)
+        total = sum(r.num_examples for r in summaries)
+        if k > total:
+            raise FederationError(f"k={k} is larger than the {total} points held by the federation")
+        low, high = bounding_box([r.arrays["min"] for r in summaries], [r.arrays["max"] for r in summaries])
         initial, init_record = self.initialize(k, low, high)
-        centers = self.train(initial, cfg["num-rounds"])
+        centers = self.train(initial, self.config["num-rounds"])
         total_cost, num_points = self.evaluate(centers, phase="final-evaluation")
         if self.rounds and self.rounds[-1].get("cost") is None:
             self.rounds[-1]["cost"] = total_cost / num_points
@@ -81,160 +81,104 @@ class FedKMeans(FederatedStrategy):
             "final": {"cost": total_cost / num_points, "total_cost": total_cost, "num_points": num_points},
         }
 
-    # -------------------------------------------------------------- building blocks
-    def check_k(self, summaries: list[Reply], k: int) -> int:
-        total = sum(r.num_examples for r in summaries)
-        if k > total:
-            raise FederationError(f"k={k} is larger than the {total} points held by the federation")
-        return total
-
-    def evaluate(self, centers: np.ndarray, phase: str = "evaluation") -> tuple[float, int]:
-        """Federated cost of ``centers`` on every active node: (total cost, points)."""
-        k = centers.shape[0]
-        replies = self.broadcast(
-            "lloyd_stats",
-            self.active_nodes,
-            arrays={"centers": centers},
-            spec=ReplySpec(shapes={"sums": (k, "d"), "counts": (k,), "cost": (1,)}, nonnegative=("counts", "cost")),
-            phase=phase,
-        )
-        total = float(sum(r.arrays["cost"][0] for r in replies))
-        points = int(sum(r.arrays["counts"].sum() for r in replies))
-        return total, points
-
-    def score(self, candidates: np.ndarray, phase: str = "init-scoring") -> np.ndarray:
-        """Total cost of every candidate center set (m, k, d) in one federated round."""
-        m = candidates.shape[0]
-        replies = self.broadcast(
-            "score_candidates",
-            self.active_nodes,
-            arrays={"candidates": candidates},
-            spec=ReplySpec(shapes={"costs": (m,)}, nonnegative=("costs",)),
-            phase=phase,
-        )
-        return np.sum([r.arrays["costs"] for r in replies], axis=0)
-
+    # -------------------------------------------------------------- initialization
     def initialize(self, k: int, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        """Candidate center sets by ``init``, scored on every node in one round; best wins."""
         cfg = self.config
         method = cfg["init"]
-        m = max(1, int(cfg["init-candidates"]))
+        m = cfg["init-candidates"]
         if method in ("auto", "local-summaries"):
             points, weights = self.local_summaries(k)
-            candidates = []
-            if points.shape[0] >= k:
-                for _ in range(m):
-                    seed = kmeans_plus_plus(points, k, self.rng, weights)
-                    candidates.append(lloyd(points, seed, weights, max_iter=100)[0])
-            else:
+            if points.shape[0] < k:
                 log(INFO, "[fedcluster] only %d summary centers for k=%d: random-box candidates", points.shape[0], k)
-            while len(candidates) < m:
-                candidates.append(self.rng.uniform(low, high, size=(k, low.size)))
+            candidates = summary_candidates(points, weights, k, m, low, high, self.rng)
         elif method == "kfed":
-            # k-FED as initializer: one extra round that often saves many (issue 4).
+            # k-FED as initializer: one extra round that often saves many.
             from .kfed import collect_device_centers, merge_device_centers
 
             _, device_centers, device_counts = collect_device_centers(self, phase="init-kfed")
-            candidates = [merge_device_centers(self, device_centers, device_counts, k)[0]]
+            candidates = merge_device_centers(self, device_centers, device_counts, k)[0][None]
             m = 1
         elif method == "random-box":
-            candidates = [self.rng.uniform(low, high, size=(k, low.size)) for _ in range(m)]
-        elif method == "server-kmeans++":
-            if not cfg["server-data"]:
-                raise FederationError("init='server-kmeans++' needs run-config server-data (a .npy path)")
+            candidates = box_candidates(k, m, low, high, self.rng)
+        else:  # server-kmeans++ (the config guarantees server-data is set)
             server_points = load_points(cfg["server-data"])
             if server_points.shape[1] != self.dimension:
                 raise FederationError(
                     f"server-data {cfg['server-data']} has dimension {server_points.shape[1]}, "
                     f"the federation's is {self.dimension}"
                 )
-            candidates = [kmeans_plus_plus(server_points, k, self.rng) for _ in range(m)]
-        else:
-            raise FederationError(
-                f"unknown init {method!r}; choose auto, local-summaries, kfed, random-box or server-kmeans++"
-            )
-        candidates = np.stack(candidates)
+            candidates = np.stack([kmeans_plus_plus(server_points, k, self.rng) for _ in range(m)])
         costs = self.score(candidates)
         best = int(np.argmin(costs))
         log(INFO, "[fedcluster] init %s: best of %d candidates, cost %.6g", method, m, costs[best])
-        return candidates[best].copy(), {
-            "method": method,
-            "candidates": m,
-            "candidate_costs": costs.tolist(),
-            "best": best,
-        }
+        return candidates[best].copy(), {"method": method, "candidates": m, "candidate_costs": costs.tolist(), "best": best}
 
     def local_summaries(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        cfg = self.config
-        seeds = {node: int(self.rng.integers(2**31)) for node in self.active_nodes}
+        """Every node's local k-means summary: (summary centers, their counts), stacked."""
         replies = self.broadcast(
             "local_summary",
             self.active_nodes,
-            config={"k": k, "min-count": int(cfg["init-min-count"])},
-            per_node=lambda node: (None, {"seed": seeds[node]}),
-            spec=ReplySpec(shapes={"centers": (None, "d"), "counts": (None,)}, nonnegative=("counts",)),
+            config={"k": k, "min-count": self.config["init-min-count"]},
+            seeded=True,
             phase="init-local-summaries",
         )
-        replies = [r for r in replies if r.arrays["centers"].shape[0] == r.arrays["counts"].shape[0]]
         if not replies:
             return np.zeros((0, self.dimension)), np.zeros(0)
-        points = np.concatenate([r.arrays["centers"] for r in replies])
-        weights = np.concatenate([r.arrays["counts"] for r in replies])
-        return points, weights
+        return np.concatenate([r.arrays["centers"] for r in replies]), np.concatenate([r.arrays["counts"] for r in replies])
 
+    def score(self, candidates: np.ndarray, phase: str = "init-scoring") -> np.ndarray:
+        """Total cost of every candidate center set (m, k, d) in one federated round."""
+        replies = self.broadcast(
+            "score_candidates",
+            self.active_nodes,
+            arrays={"candidates": candidates},
+            sizes={"m": candidates.shape[0], "k": candidates.shape[1]},
+            phase=phase,
+        )
+        return sum_arrays(replies, "costs")
+
+    # -------------------------------------------------------------- training
     def train(self, centers: np.ndarray, rounds: int) -> np.ndarray:
         """``rounds`` FedKMeans rounds from ``centers``; returns the final global centers."""
         cfg = self.config
-        k, d = centers.shape
-        alpha, mu = float(cfg["server-lr"]), float(cfg["momentum"])
-        rho, patience = float(cfg["reassign-threshold"]), int(cfg["reassign-patience"])
+        k = centers.shape[0]
         everyone = cfg["fraction"] >= 1.0
-        velocity = np.zeros_like(centers)
-        below = np.zeros(k, dtype=int)
-        spec = ReplySpec(
-            shapes={"centers": (k, "d"), "counts": (k,), "sumsq": (k, "d"), "cost": (1,)},
-            nonnegative=("counts", "sumsq", "cost"),
-        )
+        state = ServerState.start(centers)
         client_config = {
-            "local-epochs": int(cfg["local-epochs"]),
-            "batch-size": int(cfg["batch-size"]),
-            "client-lr": float(cfg["client-lr"]),
+            "local-epochs": cfg["local-epochs"],
+            "batch-size": cfg["batch-size"],
+            "client-lr": cfg["client-lr"],
         }
         for t in range(1, rounds + 1):
             self.begin_round(t)
             nodes = self.sample(cfg["fraction"])
-            seeds = {node: int(self.rng.integers(2**31)) for node in nodes}
             replies = self.broadcast(
                 "fedkmeans_train",
                 nodes,
                 arrays={"centers": centers},
                 config=client_config,
-                per_node=lambda node: (None, {"seed": seeds[node]}),
-                kind="train",
-                spec=spec,
+                seeded=True,
+                sizes={"k": k},
                 phase="train",
             )
-            counts = np.sum([r.arrays["counts"] for r in replies], axis=0)
+            counts = sum_arrays(replies, "counts")
             weighted = np.sum([r.arrays["counts"][:, None] * r.arrays["centers"] for r in replies], axis=0)
-            sumsq = np.sum([r.arrays["sumsq"] for r in replies], axis=0)
-            seen = counts > 0
-            target = centers.copy()
-            target[seen] = weighted[seen] / counts[seen, None]
-            step = target - centers
-            velocity = mu * velocity + (1 - mu) * step if mu > 0 else step
-            velocity[~seen] = 0.0
-            new = centers + alpha * velocity
-            new[~seen] = centers[~seen]
-            reassigned = self.reassign(new, counts, sumsq, target, below, rho, patience)
+            new, target = server_update(centers, counts, weighted, state, cfg["server-lr"], cfg["momentum"])
+            reassigned = reassign_starved(
+                new, counts, sum_arrays(replies, "sumsq"), target, state,
+                cfg["reassign-threshold"], cfg["reassign-patience"],
+            )
             shift = float(np.sqrt(np.sum((new - centers) ** 2)))
             # The train replies carry the cost of the centers they received (Γ_{t−1}):
             # with every node sampled that is the global cost of the previous round.
-            received_cost = float(sum(r.arrays["cost"][0] for r in replies))
-            received_points = int(sum(r.num_examples for r in replies))
+            received_cost = float(sum_arrays(replies, "cost")[0])
+            received_points = int(sum_metric(replies))
             if everyone and t > 1 and self.rounds[-1].get("cost") is None:
                 self.rounds[-1]["cost"] = received_cost / max(received_points, 1)
             centers = new
             cost = None
-            every = int(cfg["eval-every"])
+            every = cfg["eval-every"]
             if not everyone and every > 0 and t % every == 0:
                 total, points = self.evaluate(centers, phase="evaluation")
                 cost = total / points
@@ -243,7 +187,7 @@ class FedKMeans(FederatedStrategy):
                 sampled_nodes=len(nodes),
                 sampled_cost_of_received=received_cost / max(received_points, 1),
                 center_shift=shift,
-                empty_clusters=int((~seen).sum()),
+                empty_clusters=int((counts <= 0).sum()),
                 reassigned=reassigned,
             )
             log(
@@ -261,38 +205,3 @@ class FedKMeans(FederatedStrategy):
                 log(INFO, "[fedcluster] centers moved %.3g <= tol=%g: stopping after round %d", shift, cfg["tol"], t)
                 break
         return centers
-
-    def reassign(
-        self,
-        centers: np.ndarray,
-        counts: np.ndarray,
-        sumsq: np.ndarray,
-        means: np.ndarray,
-        below: np.ndarray,
-        rho: float,
-        patience: int,
-    ) -> list[int]:
-        """Re-seed clusters that stayed below ``rho`` of the round's mass for ``patience``
-        rounds by splitting the largest cluster (in place on ``centers``/``below``)."""
-        if rho <= 0 or patience <= 0:
-            return []
-        total = counts.sum()
-        below[:] = np.where(counts < rho * total, below + 1, 0)
-        moved = []
-        sizes = counts.astype(float).copy()
-        for j in np.flatnonzero(below >= patience):
-            big = int(np.argmax(sizes))
-            if sizes[big] <= 0 or big == j:
-                continue
-            variance = np.maximum(sumsq[big] / sizes[big] - means[big] ** 2, 0.0)
-            axis = int(np.argmax(variance))
-            offset = SPLIT_OFFSET * np.sqrt(variance[axis])
-            base = centers[big].copy()
-            centers[j] = base
-            centers[j, axis] += offset
-            centers[big, axis] -= offset
-            sizes[big] /= 2
-            sizes[j] = sizes[big]
-            below[j] = 0
-            moved.append(int(j))
-        return moved

@@ -23,7 +23,7 @@ def test_wrong_type_and_range_are_named():
         with_defaults({"k": "five"})
     with pytest.raises(ConfigError, match="fraction must be in"):
         with_defaults({"fraction": 0.0})
-    with pytest.raises(ConfigError, match="unknown algorithm"):
+    with pytest.raises(ConfigError, match="algorithm must be one of"):
         with_defaults({"algorithm": "dbscan"})
     with pytest.raises(ConfigError, match="needs run-config data-dir"):
         with_defaults({"dataset": "npy-dir"})
@@ -46,3 +46,71 @@ def test_every_config_file_is_valid():
 def test_missing_config_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match="nope.toml does not exist"):
         parse_run_config(str(tmp_path / "nope.toml"))
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("min-reply-fraction", 2.0),
+        ("batch-size", -5),
+        ("tol", float("nan")),
+        ("node-wait-s", -1),
+        ("num-rounds", 1e20),
+        ("epsilon", -1.0),
+        ("delta", 1.0),
+        ("momentum", 1.0),
+        ("k", 0),
+        ("round-timeout", 0.0),
+        ("separation", float("inf")),
+        ("noise-seed", -2),
+    ],
+)
+def test_every_out_of_range_value_is_refused_with_its_key_named(key, value):
+    with pytest.raises(ConfigError, match=f"run-config {key} must be"):
+        with_defaults({key: value})
+
+
+def test_every_numeric_key_has_a_range():
+    from fedcluster.config import KEYS
+
+    for key in KEYS.values():
+        if key.kind in (int, float):
+            assert key.low is not None and (key.high is not None or key.kind is float), key.name
+
+
+def test_cross_key_rules_are_checked_before_the_run():
+    with pytest.raises(ConfigError, match="step-epsilons must give 4 positive values"):
+        with_defaults({"algorithm": "feddp-kmeans", "step-epsilons": "0.1,0.2"})
+    with pytest.raises(ConfigError, match="step-epsilons must give 6"):
+        with_defaults({"algorithm": "feddp-kmeans", "lloyd-rounds": 2, "step-epsilons": "1,1,1,1"})
+    with_defaults({"algorithm": "feddp-kmeans", "lloyd-rounds": 2, "step-epsilons": "1,1,1,1,1,1"})
+    with pytest.raises(ConfigError, match="budget-split must be four"):
+        with_defaults({"algorithm": "feddp-kmeans", "budget-split": "1,2"})
+    with pytest.raises(ConfigError, match="init for fedkmeans must be one of"):
+        with_defaults({"algorithm": "fedkmeans", "init": "sphere-packing"})
+    with pytest.raises(ConfigError, match="needs run-config server-data"):
+        with_defaults({"algorithm": "fedkmeans", "init": "server-kmeans++"})
+
+
+def test_values_arrive_typed():
+    config = with_defaults({"k": 7.0, "epsilon": 2, "num-rounds": 3})
+    assert type(config["k"]) is int and type(config["epsilon"]) is float and type(config["num-rounds"]) is int
+
+
+def test_algorithm_without_a_strategy_is_refused_before_any_node_is_waited_for():
+    from server_app.app import run_algorithm
+
+    class NoGrid:
+        def get_node_ids(self):
+            raise AssertionError("the run waited for nodes before validating its config")
+
+    with pytest.raises(ConfigError, match="'da-ufl' has no strategy"):
+        run_algorithm(NoGrid(), {"algorithm": "da-ufl"})
+    with pytest.raises(ConfigError, match="run-config batch-size must be"):
+        run_algorithm(NoGrid(), {"batch-size": -5})
+
+
+def test_readme_config_table_is_generated_from_the_declarations():
+    from fedcluster.config import markdown_table
+
+    assert markdown_table() in (ROOT / "README.md").read_text(), "regenerate the README table: python -m fedcluster.config"

@@ -1,0 +1,63 @@
+"""What every point-data algorithm shares, device and server side (NumPy only).
+
+Device tasks (declared in :mod:`fedcluster.protocol`):
+
+``data_summary``  size, dimension and bounding box of the device's points.
+``lloyd_stats``   per-cluster sums, counts and cost of given centers (federated
+                  evaluation, FedDP-Init step 3's cost report, ...).
+
+Server helpers: :func:`majority_value` (the federation's dimension is the one most
+nodes report) and :func:`bounding_box`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .lloyd import lloyd_statistics
+from .registry import DeviceData, device_task
+
+
+def matching_dimension(points: np.ndarray, array: np.ndarray, name: str = "centers") -> np.ndarray:
+    """``array`` (already parsed by the protocol: float64, finite, of the declared rank)
+    if its last dimension is the device's data dimension, else a ``ValueError``."""
+    if array.shape[-1] != points.shape[1]:
+        raise ValueError(
+            f"the device's data has dimension {points.shape[1]} but the {name} have "
+            f"dimension {array.shape[-1]}"
+        )
+    return array
+
+
+def majority_value(values: Sequence[int]) -> int:
+    """The value most entries have (ties: the smaller)."""
+    if len(values) == 0:
+        raise ValueError("no values to vote on")
+    unique, counts = np.unique(np.asarray(values, dtype=np.int64), return_counts=True)
+    return int(unique[np.argmax(counts)])
+
+
+def bounding_box(lows: Sequence[np.ndarray], highs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The federation's bounding box from the devices' per-coordinate minima and maxima."""
+    return np.min(lows, axis=0), np.max(highs, axis=0)
+
+
+@device_task("data_summary")
+def data_summary(data: DeviceData, arrays: dict, config: dict):
+    X = data.require_points()
+    n, d = X.shape
+    if n == 0:
+        raise ValueError(f"the device holds no points ({data.source})")
+    return (
+        {"min": X.min(axis=0), "max": X.max(axis=0)},
+        {"num-examples": int(n), "dim": int(d)},
+    )
+
+
+@device_task("lloyd_stats")
+def lloyd_stats(data: DeviceData, arrays: dict, config: dict):
+    X = data.require_points()
+    stats = lloyd_statistics(X, matching_dimension(X, arrays["centers"]))
+    return {"sums": stats.sums, "counts": stats.counts, "cost": np.array([stats.cost])}, {"num-examples": int(X.shape[0])}

@@ -1,0 +1,410 @@
+"""The wire protocol: every task a server can ask of a device, declared once.
+
+A phase of an algorithm is one broadcast of a :class:`Task`: the server sends each node a
+Flower Message of type ``<kind>.<name>`` with the records ``arrays`` (the request's
+arrays) and ``config`` (its scalar parameters); the device runs the kernel registered for
+``name`` (:mod:`fedcluster.registry`) and replies with the records ``arrays`` and
+``metrics`` (at least ``num-examples``). This module is the whole protocol:
+
+- the device parses every request through :meth:`Task.parse_request` (arrays as float64
+  of the declared rank and finite; config values typed, defaulted and range-checked), so
+  a kernel sees only valid, typed inputs;
+- the server builds its reply checks from :meth:`Task.check_reply` (declared arrays
+  present, real numbers, the declared shapes with symbols such as ``k`` and ``d`` bound to
+  the run's sizes, finite, non-negative where declared);
+- the README's task table is :func:`markdown_table` (a test checks they agree).
+
+Shapes are tuples of ints and symbols. A symbol the server binds (``k`` clusters, ``d``
+the federation's dimension, ``m`` candidates, ``n`` graph nodes, ``b`` block columns,
+``s`` server points, ``r`` projected dimension, ``p`` packed triangle size) must match
+the bound value; an unbound symbol (``c``, a count the device chooses) must agree between
+the arrays of one reply. ``*`` is any size.
+
+NumPy only: a device imports this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+# Record names and the metric every reply carries.
+ARRAYS = "arrays"
+CONFIG = "config"
+METRICS = "metrics"
+NUM_EXAMPLES = "num-examples"
+DIM = "dim"
+
+REQUIRED = object()  # a Param without a default
+
+
+@dataclass(frozen=True)
+class Param:
+    """A scalar in a request's ``config`` record.
+
+    ``kind`` is ``int``, ``float``, ``str`` or ``bool``; ``default`` is ``REQUIRED`` or a
+    value (``None``: may be absent, the kernel decides); ``low``/``high`` bound numbers
+    (``low_open``: strictly greater); ``choices`` lists the allowed strings.
+    """
+
+    name: str
+    kind: type
+    default: Any = REQUIRED
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+    def parse(self, config: Mapping[str, Any]) -> Any:
+        if self.name not in config:
+            if self.default is REQUIRED:
+                raise ValueError(f"the request has no config {self.name!r} ({self.doc})")
+            return self.default
+        value = config[self.name]
+        if self.kind is bool:
+            if not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"config {self.name!r} must be true or false, got {value!r}")
+            return bool(value)
+        if self.kind is str:
+            if not isinstance(value, str):
+                raise ValueError(f"config {self.name!r} must be a string, got {value!r}")
+            if self.choices and value not in self.choices:
+                raise ValueError(f"config {self.name!r} must be one of {', '.join(self.choices)}, got {value!r}")
+            return value
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ValueError(f"config {self.name!r} must be a number, got {value!r}")
+        if not np.isfinite(value):
+            raise ValueError(f"config {self.name!r} must be finite, got {value!r}")
+        if self.kind is int:
+            if float(value) != int(value):
+                raise ValueError(f"config {self.name!r} must be an integer, got {value!r}")
+            value = int(value)
+        else:
+            value = float(value)
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            raise ValueError(f"config {self.name!r} must be {'>' if self.low_open else '>='} {self.low}, got {value}")
+        if self.high is not None and value > self.high:
+            raise ValueError(f"config {self.name!r} must be <= {self.high}, got {value}")
+        return value
+
+    def describe(self) -> str:
+        text = f"`{self.name}` {self.kind.__name__}"
+        if self.choices:
+            text += " " + "/".join(self.choices)
+        if self.default is REQUIRED:
+            text += " (required)"
+        elif self.default is not None:
+            text += f" = {self.default}"
+        return text
+
+
+@dataclass(frozen=True)
+class ArrayField:
+    """An array in a request or a reply.
+
+    ``shape`` holds ints, symbols (see the module docstring) and ``"*"``. ``integer``
+    arrays hold whole numbers (labels); ``nonnegative`` ones no negative entry.
+    ``when = (key, value)``: present only when the request's config has that value.
+    """
+
+    name: str
+    shape: tuple[int | str, ...]
+    doc: str = ""
+    nonnegative: bool = False
+    integer: bool = False
+    optional: bool = False
+    when: tuple[str, str] | None = None
+
+    def describe(self) -> str:
+        dims = ", ".join(str(s) for s in self.shape)
+        text = f"`{self.name}` ({dims}{',' if len(self.shape) == 1 else ''})"
+        if self.when:
+            text += f" if {self.when[0]}={self.when[1]}"
+        elif self.optional:
+            text += " optional"
+        return text
+
+
+def _bind(shape: tuple, got: tuple, sizes: dict[str, int]) -> str | None:
+    """Check ``got`` against the symbolic ``shape``, binding free symbols in ``sizes``."""
+    if len(got) != len(shape):
+        return f"has {len(got)} dimensions, expected {len(shape)}"
+    for expected, actual in zip(shape, got):
+        if expected == "*":
+            continue
+        if isinstance(expected, int):
+            if actual != expected:
+                return f"has shape {got}, expected {shape}"
+        elif expected in sizes and sizes[expected] is not None:
+            if actual != sizes[expected]:
+                return f"has shape {got}, expected {shape} with {expected}={sizes[expected]}"
+        else:
+            sizes[expected] = actual
+    return None
+
+
+def check_arrays(
+    fields: tuple[ArrayField, ...],
+    arrays: Mapping[str, np.ndarray],
+    sizes: Mapping[str, int | None],
+    config: Mapping[str, Any] | None = None,
+) -> str | None:
+    """The reason ``arrays`` do not match ``fields``, or None. Pure: usable on either side."""
+    bound = dict(sizes)
+    for spec in fields:
+        if spec.when is not None and (config or {}).get(spec.when[0]) != spec.when[1]:
+            continue
+        if spec.name not in arrays:
+            if spec.optional:
+                continue
+            return f"misses array {spec.name!r}"
+        value = arrays[spec.name]
+        if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+            kind = getattr(getattr(value, "dtype", None), "kind", type(value).__name__)
+            return f"array {spec.name!r} is not of real numbers (dtype kind {kind!r})"
+        reason = _bind(spec.shape, value.shape, bound)
+        if reason:
+            return f"array {spec.name!r} {reason}"
+        if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+            return f"array {spec.name!r} contains NaN or inf"
+        if spec.nonnegative and value.size and np.min(value) < 0:
+            return f"array {spec.name!r} has negative entries"
+        if spec.integer and value.dtype.kind == "f" and not np.all(value == np.round(value)):
+            return f"array {spec.name!r} must hold whole numbers"
+    return None
+
+
+@dataclass(frozen=True)
+class Task:
+    """One phase's exchange: what the server sends and what a valid reply holds."""
+
+    name: str
+    kind: str  # "query" or "train" (Flower's message-type prefixes)
+    doc: str
+    request: tuple[ArrayField, ...] = ()
+    config: tuple[Param, ...] = ()
+    reply: tuple[ArrayField, ...] = ()
+    metrics: tuple[str, ...] = (NUM_EXAMPLES,)
+    used_by: tuple[str, ...] = field(default=())
+
+    @property
+    def message_type(self) -> str:
+        return f"{self.kind}.{self.name}"
+
+    def parse_request(
+        self, arrays: Mapping[str, Any], config: Mapping[str, Any]
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Typed, defaulted, checked inputs of a kernel; ``ValueError`` names what is wrong."""
+        unknown = set(config) - {p.name for p in self.config}
+        if unknown:
+            raise ValueError(f"task {self.name!r} got unknown config {', '.join(sorted(unknown))}")
+        typed = {p.name: p.parse(config) for p in self.config}
+        out: dict[str, np.ndarray] = {}
+        for spec in self.request:
+            if spec.name not in arrays:
+                if spec.optional or (spec.when and typed.get(spec.when[0]) != spec.when[1]):
+                    continue
+                raise ValueError(f"task {self.name!r} needs array {spec.name!r} {spec.shape}")
+            value = np.asarray(arrays[spec.name])
+            if value.dtype.kind not in "biuf":
+                raise ValueError(f"array {spec.name!r} must hold real numbers, got dtype {value.dtype}")
+            out[spec.name] = value.astype(np.float64, copy=False)
+        reason = check_arrays(self.request, out, {}, typed)
+        if reason:
+            raise ValueError(f"task {self.name!r}: {reason}")
+        return out, typed
+
+    def check_reply(
+        self,
+        arrays: Mapping[str, np.ndarray],
+        metrics: Mapping[str, Any],
+        sizes: Mapping[str, int | None],
+        config: Mapping[str, Any] | None = None,
+    ) -> str | None:
+        """The reason a reply is invalid, or None (server side; ``sizes`` binds symbols)."""
+        for key in self.metrics:
+            if key not in metrics:
+                return f"reply misses metric {key!r}"
+            value = metrics[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                return f"metric {key!r} is not a number: {value!r}"
+            if not np.isfinite(value) or value < 0:
+                return f"metric {key!r} must be finite and >= 0, got {value!r}"
+        return check_arrays(self.reply, arrays, sizes, config)
+
+
+_CENTERS = ArrayField("centers", ("k", "d"), "the current global centers")
+_SEED = Param("seed", int, 0, doc="the node's own seed for its random choices")
+_LEVEL = Param("level", str, "data-point", choices=("data-point", "client"), doc="privacy level")
+_CLIP_NORM = Param("clip-norm", float, None, low=0, low_open=True, doc="data-point level: clip every point to this norm")
+_CLIP = Param("clip", float, None, low=0, low_open=True, doc="client level: L2 bound of the Gaussian-noised statistic")
+_CLIP_L1 = Param("clip-l1", float, None, low=0, low_open=True, doc="client level: L1 bound of the Laplace-noised statistic")
+_NUM_NODES = Param("num-nodes", int, low=1, doc="global number of graph nodes")
+
+TASKS: dict[str, Task] = {
+    task.name: task
+    for task in (
+        Task(
+            "data_summary", "query", "size, dimension and bounding box of the device's points",
+            reply=(ArrayField("min", ("d",)), ArrayField("max", ("d",))),
+            metrics=(NUM_EXAMPLES, DIM),
+            used_by=("fedkmeans", "feddp-kmeans"),
+        ),
+        Task(
+            "lloyd_stats", "query", "per-cluster sums, counts and cost of the given centers",
+            request=(_CENTERS,),
+            reply=(
+                ArrayField("sums", ("k", "d")),
+                ArrayField("counts", ("k",), nonnegative=True),
+                ArrayField("cost", (1,), nonnegative=True),
+            ),
+            used_by=("fedkmeans", "kfed", "feddp-kmeans"),
+        ),
+        Task(
+            "score_candidates", "query", "k-means cost of each of m candidate center sets",
+            request=(ArrayField("candidates", ("m", "k", "d")),),
+            reply=(ArrayField("costs", ("m",), nonnegative=True),),
+            used_by=("fedkmeans",),
+        ),
+        Task(
+            "local_summary", "query", "a local k-means (centers, counts); clusters under min-count points suppressed",
+            config=(
+                Param("k", int, low=1, doc="local clusters"),
+                Param("min-count", int, 2, low=1, doc="smallest cluster that may leave the device"),
+                Param("n-init", int, 1, low=1, doc="local k-means restarts"),
+                _SEED,
+            ),
+            reply=(ArrayField("centers", ("c", "d")), ArrayField("counts", ("c",), nonnegative=True)),
+            used_by=("fedkmeans",),
+        ),
+        Task(
+            "fedkmeans_train", "train", "ClientKMeans from the global centers; cost of the received centers",
+            request=(_CENTERS,),
+            config=(
+                Param("local-epochs", int, 1, low=1, doc="E"),
+                Param("batch-size", int, 0, low=0, doc="B (0: full batch)"),
+                Param("client-lr", float, 1.0, low=0, low_open=True, high=1, doc="β"),
+                _SEED,
+            ),
+            reply=(
+                ArrayField("centers", ("k", "d")),
+                ArrayField("counts", ("k",), nonnegative=True),
+                ArrayField("sumsq", ("k", "d"), nonnegative=True),
+                ArrayField("cost", (1,), nonnegative=True),
+            ),
+            used_by=("fedkmeans",),
+        ),
+        Task(
+            "kfed_local", "query", "k-FED step 1: the device's local k'-means (Awasthi-Sheffet)",
+            config=(
+                Param("k-prime", int, low=1, doc="local clusters k' (a node's own --node-config k-prime wins)"),
+                Param("n-init", int, 10, low=1, doc="device restarts (1: the paper)"),
+                Param("max-iter", int, 100, low=1, doc="Lloyd steps"),
+                Param("seeding", str, "best", choices=("best", "core", "voronoi"), doc="start of the Lloyd steps"),
+                _SEED,
+            ),
+            reply=(ArrayField("centers", ("c", "d")), ArrayField("counts", ("c",), nonnegative=True)),
+            used_by=("kfed", "fedkmeans"),
+        ),
+        Task(
+            "feddp_outer", "query", "FedDP-Init step 1: XᵀX as its packed upper triangle",
+            config=(_LEVEL, _CLIP_NORM, _CLIP),
+            reply=(ArrayField("outer", ("p",)),),
+            metrics=(NUM_EXAMPLES, DIM),
+            used_by=("feddp-kmeans",),
+        ),
+        Task(
+            "feddp_histogram", "query", "FedDP-Init step 2: histogram of the nearest projected server point",
+            request=(ArrayField("projection", ("d", "r")), ArrayField("server", ("s", "r"))),
+            config=(_LEVEL, _CLIP_NORM, _CLIP_L1),
+            reply=(ArrayField("histogram", ("s",), nonnegative=True),),
+            used_by=("feddp-kmeans",),
+        ),
+        Task(
+            "feddp_projected_stats", "query", "FedDP-Init step 3: statistics of the projected assignment",
+            request=(ArrayField("projection", ("d", "r")), ArrayField("centers", ("k", "r"))),
+            config=(_LEVEL, _CLIP_NORM, _CLIP, _CLIP_L1, Param("margin", float, 1.0, low=0, low_open=True, doc="margin filter (1: off)")),
+            reply=(
+                ArrayField("sums", ("k", "d"), when=("level", "data-point")),
+                ArrayField("counts", ("k",), nonnegative=True, when=("level", "data-point")),
+                ArrayField("means", ("k", "d"), when=("level", "client")),
+                ArrayField("nonempty", ("k",), nonnegative=True, when=("level", "client")),
+            ),
+            used_by=("feddp-kmeans",),
+        ),
+        Task(
+            "feddp_lloyd", "query", "FedDP-Lloyds: per-cluster sums and counts, clipped on the device",
+            request=(_CENTERS,),
+            config=(_LEVEL, _CLIP_NORM, _CLIP, _CLIP_L1),
+            reply=(ArrayField("sums", ("k", "d")), ArrayField("counts", ("k",), nonnegative=True)),
+            used_by=("feddp-kmeans",),
+        ),
+        Task(  # TODO(house plan): no strategy sends it; removed with graph.py's kernel
+            "graph_degrees", "query", "weighted local degrees of the device's graph",
+            config=(_NUM_NODES, Param("edge-weight", float, 1.0, low=0, low_open=True)),
+            reply=(ArrayField("degrees", ("n",), nonnegative=True),),
+            metrics=(NUM_EXAMPLES, "num-local-nodes"),
+        ),
+        Task(
+            "power_step", "train", "FedSpectral+: local power steps (paper) or one global product (exact)",
+            request=(ArrayField("Q", ("n", "b")), ArrayField("degrees", ("n",), nonnegative=True, optional=True)),
+            config=(
+                _NUM_NODES,
+                Param("iters", int, 1, low=1, doc="local power steps (paper mode)"),
+                Param("normalization", str, "local", choices=("local", "global"), doc="local: paper; global: exact"),
+                Param("edge-weight", float, 1.0, low=0, low_open=True, doc="1/r for edges held by r clients"),
+            ),
+            reply=(ArrayField("Q", ("n", "b")),),
+            used_by=("fedspectral-plus",),
+        ),
+        Task(
+            "local_spectral_labels", "query", "FedSpectral: spectral clustering of the local graph",
+            config=(
+                _NUM_NODES,
+                Param("k", int, low=1, doc="clusters"),
+                Param("block", int, 0, low=0, doc="block columns (0: auto)"),
+                Param("max-iters", int, 1000, low=1, doc="subspace iterations"),
+                Param("tol", float, 1e-6, low=0, doc="Ritz residual to stop at"),
+                _SEED,
+            ),
+            reply=(ArrayField("labels", ("n",), integer=True),),
+            metrics=(NUM_EXAMPLES, "num-local-nodes"),
+            used_by=("fedspectral",),
+        ),
+    )
+}
+
+
+def task(name: str) -> Task:
+    """The declared task ``name``; ``KeyError`` names the known ones."""
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise KeyError(f"unknown task {name!r}; the protocol declares {', '.join(TASKS)}") from None
+
+
+def markdown_table() -> str:
+    """The README's task table, generated from :data:`TASKS`."""
+    lines = [
+        "| message type | what the device computes | request arrays | request config | reply arrays | used by |",
+        "|---|---|---|---|---|---|",
+    ]
+    for spec in TASKS.values():
+        lines.append(
+            "| `{}` | {} | {} | {} | {} | {} |".format(
+                spec.message_type,
+                spec.doc,
+                ", ".join(a.describe() for a in spec.request) or "—",
+                ", ".join(p.describe() for p in spec.config) or "—",
+                ", ".join(a.describe() for a in spec.reply) + "; metrics " + ", ".join(f"`{m}`" for m in spec.metrics),
+                ", ".join(spec.used_by),
+            )
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m fedcluster.protocol prints the README table
+    print(markdown_table())
