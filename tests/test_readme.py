@@ -22,3 +22,9 @@ def test_readme_starts_with_exactly_two_commands():
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert readme_commands()[1].strip() in [line.strip() for line in ci]
+
+
+def test_readme_task_table_is_generated_from_the_protocol():
+    from fedcluster.protocol import markdown_table
+
+    assert markdown_table() in (ROOT / "README.md").read_text(), "regenerate: python -m fedcluster.protocol"

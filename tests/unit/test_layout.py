@@ -1,0 +1,62 @@
+"""The house plan, checked: fedcluster never needs flwr, a device needs only NumPy, and a
+strategy does no math beyond summing replies (DESIGN.md, "The three rooms")."""
+
+from __future__ import annotations
+
+import ast
+import pkgutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import fedcluster
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# What a strategy may call on NumPy: gathering and summing replies, choosing the best of
+# scored candidates, building the arrays it sends. Anything else is math and belongs in
+# fedcluster/<algorithm>.py.
+STRATEGY_NUMPY = {
+    "sum", "concatenate", "stack", "asarray", "array", "zeros", "full", "argmin", "ndarray",
+    "float64", "int64", "uint64", "random", "isfinite", "all",
+}
+
+
+def test_every_fedcluster_module_imports_with_flwr_unimportable():
+    modules = sorted(f"fedcluster.{m.name}" for m in pkgutil.walk_packages(fedcluster.__path__) if not m.name.startswith("_"))
+    script = textwrap.dedent(
+        f"""
+        import importlib, sys
+        sys.modules["flwr"] = None  # any "import flwr..." now raises ImportError
+        sys.path.insert(0, {str(ROOT)!r})
+        for name in {modules!r}:
+            importlib.import_module(name)
+        print("OK", len({modules!r}))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"OK {len(modules)}" in done.stdout
+    assert len(modules) >= 10
+
+
+def test_strategies_do_no_numpy_math_beyond_summing_replies():
+    offenders = []
+    for path in sorted((ROOT / "server_app").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "np":
+                if node.attr not in STRATEGY_NUMPY:
+                    offenders.append(f"{path.name}:{node.lineno} np.{node.attr}")
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fedcluster"):
+                private = [alias.name for alias in node.names if alias.name.startswith("_")]
+                assert not private, f"{path.name} imports private {private} from {node.module}"
+    assert not offenders, "math in a strategy (move it to fedcluster/<algorithm>.py): " + ", ".join(offenders)
+
+
+def test_each_strategy_has_its_fedcluster_module_of_the_same_name():
+    strategies = {p.stem for p in (ROOT / "server_app").glob("*.py")} - {"__init__", "app", "base", "algorithms", "reference"}
+    library = {p.stem for p in (ROOT / "fedcluster").glob("*.py")}
+    assert strategies, "no strategy found"
+    assert strategies <= library, f"strategy files without a fedcluster module of the same name: {strategies - library}"

@@ -1,0 +1,102 @@
+"""The protocol table (fedcluster/protocol.py): requests parse to typed inputs, and every
+field of every declared reply, made hostile, is refused with a reason, never an exception.
+Generated over the table, so a new task is covered the moment it is declared."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedcluster import protocol
+from fedcluster.registry import KERNELS
+import fedcluster.device  # noqa: F401  (registers every kernel)
+
+SIZES = {"k": 3, "d": 4, "m": 2, "n": 6, "b": 2, "s": 5, "r": 2, "p": 10, "c": 3}
+
+
+def valid_reply(spec: protocol.Task, config: dict) -> tuple[dict, dict]:
+    arrays = {}
+    for field in spec.reply:
+        if field.when and config.get(field.when[0]) != field.when[1]:
+            continue
+        value = np.ones(tuple(SIZES[s] if isinstance(s, str) else s for s in field.shape))
+        arrays[field.name] = value
+    return arrays, {key: 7 for key in spec.metrics}
+
+
+def reply_cases():
+    for spec in protocol.TASKS.values():
+        levels = {p.name: p.choices for p in spec.config if p.name == "level"}
+        configs = [{"level": level} for level in levels.get("level", ())] or [{}]
+        for config in configs:
+            yield pytest.param(spec, config, id=f"{spec.name}-{config.get('level', 'any')}")
+
+
+@pytest.mark.parametrize("spec, config", reply_cases())
+def test_every_hostile_reply_field_is_refused_with_a_reason(spec, config):
+    arrays, metrics = valid_reply(spec, config)
+    assert spec.check_reply(arrays, metrics, SIZES, config) is None
+    hostile_values = {
+        "strings": lambda a: np.full(a.shape, "x"),
+        "complex": lambda a: a.astype(np.complex128),
+        "nan": lambda a: np.full(a.shape, np.nan),
+        "inf": lambda a: np.full(a.shape, -np.inf),
+        "wrong rank": lambda a: a[..., None],
+        "wrong size": lambda a: np.ones(tuple(s + 1 for s in a.shape)),
+        "not an array": lambda a: a.tolist(),
+    }
+    for name in arrays:
+        field = next(f for f in spec.reply if f.name == name)
+        cases = dict(hostile_values)
+        if field.nonnegative:
+            cases["negative"] = lambda a: -a
+        if field.integer:
+            cases["fractional"] = lambda a: a + 0.5
+        for case, make in cases.items():
+            bad = {**arrays, name: make(arrays[name])}
+            reason = spec.check_reply(bad, metrics, SIZES, config)
+            assert reason and name in reason, (spec.name, name, case, reason)
+        missing = {key: value for key, value in arrays.items() if key != name}
+        assert "misses array" in spec.check_reply(missing, metrics, SIZES, config)
+    for key in spec.metrics:
+        for bad_value in (float("nan"), -1, "7", None, float("inf")):
+            reason = spec.check_reply(arrays, {**metrics, key: bad_value}, SIZES, config)
+            assert reason and key in reason, (spec.name, key, bad_value)
+        assert "misses metric" in spec.check_reply(arrays, {k: v for k, v in metrics.items() if k != key}, SIZES, config)
+
+
+def test_a_free_symbol_must_agree_between_the_arrays_of_one_reply():
+    spec = protocol.task("local_summary")
+    reason = spec.check_reply({"centers": np.ones((3, 4)), "counts": np.ones(2)}, {"num-examples": 5}, {"d": 4})
+    assert reason and "counts" in reason and "c=3" in reason
+
+
+@pytest.mark.parametrize("spec", list(protocol.TASKS.values()), ids=lambda s: s.name)
+def test_every_declared_task_has_a_kernel_and_every_kernel_a_declaration(spec):
+    assert spec.name in KERNELS
+    assert set(KERNELS) <= set(protocol.TASKS)
+    assert spec.kind in ("query", "train")
+
+
+def test_requests_parse_to_typed_values_and_bad_ones_name_the_key():
+    spec = protocol.task("fedkmeans_train")
+    arrays, config = spec.parse_request({"centers": np.ones((2, 3), dtype=np.float32)}, {"batch-size": 4.0})
+    assert arrays["centers"].dtype == np.float64
+    assert config == {"local-epochs": 1, "batch-size": 4, "client-lr": 1.0, "seed": 0}
+    assert type(config["batch-size"]) is int
+    with pytest.raises(ValueError, match="'client-lr' must be <= 1"):
+        spec.parse_request({"centers": np.ones((2, 3))}, {"client-lr": 2.0})
+    with pytest.raises(ValueError, match="'batch-size' must be an integer"):
+        spec.parse_request({"centers": np.ones((2, 3))}, {"batch-size": 2.5})
+    with pytest.raises(ValueError, match="unknown config bogus"):
+        spec.parse_request({"centers": np.ones((2, 3))}, {"bogus": 1})
+    with pytest.raises(ValueError, match="needs array 'centers'"):
+        spec.parse_request({}, {})
+    with pytest.raises(ValueError, match="'centers' contains NaN"):
+        spec.parse_request({"centers": np.full((2, 3), np.nan)}, {})
+    with pytest.raises(ValueError, match="must hold real numbers"):
+        spec.parse_request({"centers": np.full((2, 3), "a")}, {})
+    with pytest.raises(ValueError, match="'seeding' must be one of"):
+        protocol.task("kfed_local").parse_request({}, {"k-prime": 2, "seeding": "x"})
+    with pytest.raises(ValueError, match="no config 'k-prime'"):
+        protocol.task("kfed_local").parse_request({}, {})
