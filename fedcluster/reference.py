@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from fedcluster.datasets import pooled_points
-from fedcluster.lloyd import kmeans_cost
+from .datasets import pooled_points
+from .lloyd import kmeans_cost
 
 
 def central_reference(
@@ -38,9 +38,9 @@ def central_reference(
         # The nodes did not hold what the server can rebuild (e.g. a deployment whose
         # SuperNodes read their own files, or excluded nodes): no honest reference.
         return None
-    from fedcluster.metrics import central_kmeans
+    from .metrics import central_kmeans
 
-    _, central_total = central_kmeans(X, int(config["k"]), int(config["seed"]), n_init=10)
+    _, central_total = central_kmeans(X, config["k"], config["seed"], n_init=10)
     federated_total = kmeans_cost(X, centers)
     return {
         "num_points": int(X.shape[0]),
