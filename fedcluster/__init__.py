@@ -1,8 +1,12 @@
-"""fedcluster: federated clustering kernels, data, metrics and privacy (no Flower import).
+"""fedcluster: the library half of federated clustering — everything that never touches a
+Flower Grid or Message, and never imports flwr.
 
-Everything in this package is pure computation on NumPy arrays. The device-side kernels
-(``fedcluster.device``) need only NumPy; server-side helpers may use SciPy/scikit-learn,
-imported lazily inside the functions that need them.
+``protocol`` (every task a server can ask of a device), ``config`` (every run-config key),
+``lloyd`` (the one k-means kernel), ``linalg`` (shared dense linear algebra), one module per
+algorithm holding its device kernels and its server-side math (``fedkmeans``, ``kfed``,
+``feddp_kmeans``, ``fedspectral``), ``privacy`` (on dp_accounting), data and metrics.
+Device code needs only NumPy; server code may import SciPy and scikit-learn inside the
+functions that use them. The README's "Layout" section is the map.
 """
 
 __version__ = "0.1.0"
