@@ -237,6 +237,10 @@ class Task:
 
 
 _CENTERS = ArrayField("centers", ("k", "d"), "the current global centers")
+_LOCAL_CENTERS = (
+    ArrayField("centers", ("c", "d"), "a device's local centers"),
+    ArrayField("counts", ("c",), "points in each", nonnegative=True),
+)
 _SEED = Param("seed", int, 0, doc="the node's own seed for its random choices")
 _LEVEL = Param("level", str, "data-point", choices=("data-point", "client"), doc="privacy level")
 _CLIP_NORM = Param("clip-norm", float, None, low=0, low_open=True, doc="data-point level: clip every point to this norm")
@@ -277,7 +281,7 @@ TASKS: dict[str, Task] = {
                 Param("n-init", int, 1, low=1, doc="local k-means restarts"),
                 _SEED,
             ),
-            reply=(ArrayField("centers", ("c", "d")), ArrayField("counts", ("c",), nonnegative=True)),
+            reply=_LOCAL_CENTERS,
             used_by=("fedkmeans",),
         ),
         Task(
@@ -306,7 +310,7 @@ TASKS: dict[str, Task] = {
                 Param("seeding", str, "best", choices=("best", "core", "voronoi"), doc="start of the Lloyd steps"),
                 _SEED,
             ),
-            reply=(ArrayField("centers", ("c", "d")), ArrayField("counts", ("c",), nonnegative=True)),
+            reply=_LOCAL_CENTERS,
             used_by=("kfed", "fedkmeans"),
         ),
         Task(
