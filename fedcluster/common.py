@@ -7,7 +7,7 @@ Device tasks (declared in :mod:`fedcluster.protocol`):
                   evaluation, FedDP-Init step 3's cost report, ...).
 
 Server helpers: :func:`majority_value` (the federation's dimension is the one most
-nodes report) and :func:`bounding_box`.
+nodes report), :func:`bounding_box`, :func:`center_shift`.
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ def majority_value(values: Sequence[int]) -> int:
 def bounding_box(lows: Sequence[np.ndarray], highs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The federation's bounding box from the devices' per-coordinate minima and maxima."""
     return np.min(lows, axis=0), np.max(highs, axis=0)
+
+
+def center_shift(new: np.ndarray, old: np.ndarray) -> float:
+    """How far a round moved the centers: the Frobenius norm of ``new - old``."""
+    return float(np.sqrt(np.sum((new - old) ** 2)))
 
 
 @device_task("data_summary")

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
-from fedcluster.common import bounding_box
+from fedcluster.common import bounding_box, center_shift
 from fedcluster.data import load_points
 from fedcluster.fedkmeans import ServerState, box_candidates, reassign_starved, server_update, summary_candidates
 from fedcluster.lloyd import kmeans_plus_plus
@@ -169,7 +169,7 @@ class FedKMeans(FederatedStrategy):
                 new, counts, sum_arrays(replies, "sumsq"), target, state,
                 cfg["reassign-threshold"], cfg["reassign-patience"],
             )
-            shift = float(np.sqrt(np.sum((new - centers) ** 2)))
+            shift = center_shift(new, centers)
             # The train replies carry the cost of the centers they received (Γ_{t−1}):
             # with every node sampled that is the global cost of the previous round.
             received_cost = float(sum_arrays(replies, "cost")[0])

@@ -1,7 +1,9 @@
-"""Tests for fedcluster.privacy (mechanisms, calibration, accounting) and fedcluster.clipping.
+"""Tests for fedcluster.privacy: mechanisms, calibration, ledger, clipping.
 
-Accounting is checked against dp_accounting itself (events built by hand here), noise
-against its empirical distribution, calibration against the PLD accountant.
+Accounting is checked against dp_accounting itself (events built by hand here), σ_AGM
+against Balle & Wang's values and dp_accounting's own solver, calibration against the PLD
+accountant and dp_accounting's calibrate_dp_mechanism, noise against its empirical
+distribution.
 """
 
 from __future__ import annotations
@@ -19,21 +21,26 @@ import pytest
 dp_accounting = pytest.importorskip("dp_accounting")
 from dp_accounting.pld import pld_privacy_accountant  # noqa: E402
 
-from fedcluster.clipping import clip_l1, clip_l2, clip_rows_l2  # noqa: E402
 from fedcluster.privacy import (  # noqa: E402
+    MECHANISMS,
     REPORT_DISCRETIZATION,
     GaussianMechanism,
     LaplaceMechanism,
+    NoiseMechanism,
     PrivacyLedger,
     StepSpec,
     SymmetricGaussianMechanism,
     analytic_gaussian_sigma,
+    calibrate_step,
     calibrate_to_total,
+    clip_l1,
+    clip_l2,
+    clip_rows_l2,
+    event_to_dict,
     gaussian_sigma_for,
     independent_generators,
     laplace_scale_for,
     pld_epsilon,
-    split_budget,
 )
 
 DELTA = 1e-6
@@ -62,6 +69,15 @@ def test_analytic_gaussian_sigma_scales_with_sensitivity_and_handles_infinity():
         analytic_gaussian_sigma(0.0, 1e-6)
     with pytest.raises(ValueError):
         analytic_gaussian_sigma(1.0, 0.0)
+
+
+@pytest.mark.parametrize("epsilon", [1e-3, 0.016, 0.3, 1.0, 10.0, 200.0])
+@pytest.mark.parametrize("delta", [1e-3, 1e-6, 1e-9])
+def test_analytic_gaussian_sigma_is_dp_accountings_sigma_and_never_below_it(epsilon, delta):
+    sigma = analytic_gaussian_sigma(epsilon, delta)
+    assert sigma == pytest.approx(dp_accounting.get_sigma_gaussian(epsilon, delta), rel=1e-10)
+    # the guarantee side: the ε of σ at δ (dp_accounting's exact conversion) is not above ε
+    assert dp_accounting.get_epsilon_gaussian(sigma, delta) <= epsilon * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("epsilon", [0.05, 0.3, 1.0, 3.0, 10.0])
@@ -94,6 +110,23 @@ def test_gaussian_sigma_for_poisson_sampled_rounds_meets_epsilon_and_uses_amplif
     assert reported == pytest.approx(1.0, rel=0.01)
 
 
+def test_sampled_gaussian_calibration_agrees_with_dp_accountings_calibrate_dp_mechanism():
+    def accountant():
+        return pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-3)
+
+    def event(multiplier):
+        sampled = dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(multiplier))
+        return dp_accounting.SelfComposedDpEvent(sampled, 2)
+
+    ours = gaussian_sigma_for(0.5, DELTA, compositions=2, sampling_rate=0.1)
+    # dp_accounting searches an increasing ε, so over 1/z; the answer must not exceed ε
+    inverse = dp_accounting.calibrate_dp_mechanism(
+        accountant, lambda s: event(1.0 / s), 0.5, DELTA, dp_accounting.LowerEndpointAndGuess(0.05, 0.4), tol=1e-6
+    )
+    assert ours == pytest.approx(1.0 / inverse, rel=2e-4)
+    assert pld_epsilon(event(ours), DELTA, 1e-3) <= 0.5
+
+
 def test_laplace_scale_for_basic_composition_and_sampling():
     assert laplace_scale_for(0.5, sensitivity=2.0) == pytest.approx(4.0)
     assert laplace_scale_for(1.0, sensitivity=1.0, compositions=5) == pytest.approx(5.0)
@@ -117,9 +150,10 @@ def test_laplace_with_infinite_epsilon_is_noiseless_and_accounted_as_not_private
     np.testing.assert_array_equal(noisy, counts)
     assert noisy is not counts
     assert rng.bit_generator.state == state_before  # no randomness consumed
-    ledger = PrivacyLedger("data_point")
-    ledger.record_mechanism("counts", mechanism)
+    ledger = PrivacyLedger("data-point")
+    ledger.record("counts", mechanism)
     assert ledger.epsilon(DELTA) == math.inf
+    assert ledger.steps[0].noise_std == 0.0 and ledger.steps[0].event == dp_accounting.LaplaceDpEvent(0.0)
 
 
 # ------------------------------------------------------------------ mechanisms' noise
@@ -168,6 +202,22 @@ def test_symmetric_gaussian_noise_is_symmetric_with_std_sigma_everywhere():
         mechanism.add(np.zeros((3, 4)))
 
 
+def test_mechanisms_share_one_base_class_and_its_conventions():
+    assert set(MECHANISMS) == {"gaussian", "symmetric_gaussian", "laplace"}
+    for name, cls in MECHANISMS.items():
+        assert issubclass(cls, NoiseMechanism) and cls.name == name
+        mechanism = cls(2.0, sensitivity=4.0, rng=np.random.default_rng(0))
+        assert mechanism.noise_multiplier == 0.5
+        assert mechanism.noise_std == (2.0 * math.sqrt(2.0) if name == "laplace" else 2.0)
+        assert mechanism.event() == mechanism.event_class(noise_multiplier=0.5)
+        with pytest.raises(ValueError):
+            cls(-1.0)
+        with pytest.raises(ValueError):
+            cls(1.0, sensitivity=0.0)
+        with pytest.raises(TypeError):
+            cls(1.0, rng=5)
+
+
 def test_mechanisms_from_one_parent_seed_have_independent_reproducible_streams():
     first, second, third = independent_generators(1234, 3)
     a = GaussianMechanism(1.0, rng=first).add(np.zeros(N_DRAWS))
@@ -195,13 +245,13 @@ def test_mechanism_without_rng_draws_fresh_entropy():
 # ------------------------------------------------------------------ ledger
 
 def _fixed_ledger() -> PrivacyLedger:
-    ledger = PrivacyLedger("data_point")
-    ledger.record_mechanism("step1_subspace", SymmetricGaussianMechanism(600.0, sensitivity=121.0), delta=DELTA)
-    ledger.record_mechanism("step2_weights", LaplaceMechanism(5.0, sensitivity=1.0))
-    ledger.record_mechanism("step3_sums", GaussianMechanism(40.0, sensitivity=11.0), delta=DELTA)
-    ledger.record_mechanism("step3_counts", LaplaceMechanism(6.0, sensitivity=1.0))
-    ledger.record_mechanism("lloyd_sums", GaussianMechanism(70.0, sensitivity=11.0), compositions=3, delta=DELTA)
-    ledger.record_mechanism("lloyd_counts", LaplaceMechanism(8.0), compositions=3, sampling_rate=0.2)
+    ledger = PrivacyLedger("data-point")
+    ledger.record("step1_subspace", SymmetricGaussianMechanism(600.0, sensitivity=121.0), delta=DELTA)
+    ledger.record("step2_weights", LaplaceMechanism(5.0, sensitivity=1.0))
+    ledger.record("step3_sums", GaussianMechanism(40.0, sensitivity=11.0), delta=DELTA)
+    ledger.record("step3_counts", LaplaceMechanism(6.0, sensitivity=1.0))
+    ledger.record("lloyd_sums", GaussianMechanism(70.0, sensitivity=11.0), compositions=3, delta=DELTA)
+    ledger.record("lloyd_counts", LaplaceMechanism(8.0), compositions=3, sampling_rate=0.2)
     return ledger
 
 
@@ -230,7 +280,7 @@ def test_ledger_total_equals_hand_built_pld_composition():
 def test_ledger_to_dict_is_json_and_recomputes_the_same_total():
     ledger = _fixed_ledger()
     report = ledger.to_dict(DELTA)
-    assert report["level"] == "data_point"
+    assert report["level"] == "data-point"
     assert report["delta"] == DELTA
     assert [s["name"] for s in report["steps"]][:2] == ["step1_subspace", "step2_weights"]
     assert set(report["steps"][0]) >= {
@@ -238,9 +288,12 @@ def test_ledger_to_dict_is_json_and_recomputes_the_same_total():
     }
     assert report["steps"][5]["sampling_rate"] == 0.2 and report["steps"][5]["compositions"] == 3
     assert report["steps"][1]["noise_std"] == pytest.approx(math.sqrt(2) * 5.0)
-    text = json.dumps(report)
-    rebuilt = PrivacyLedger.from_dict(json.loads(text))
-    assert rebuilt.epsilon(DELTA) == pytest.approx(report["epsilon"], rel=1e-12)
+    report = json.loads(json.dumps(report))  # JSON as written
+    assert report["steps"][5]["event"] == {
+        "type": "SelfComposedDpEvent", "count": 3,
+        "event": {"type": "PoissonSampledDpEvent", "sampling_probability": 0.2,
+                  "event": {"type": "LaplaceDpEvent", "noise_multiplier": 8.0}},
+    }
     # Recompute from the plain numbers alone, as an outside reader would.
     events = []
     for step in report["steps"]:
@@ -255,40 +308,47 @@ def test_ledger_to_dict_is_json_and_recomputes_the_same_total():
     assert hand_pld_epsilon(events) == pytest.approx(report["epsilon"], rel=1e-6)
 
 
-def test_ledger_rejects_a_record_whose_noise_does_not_match_its_event():
-    ledger = PrivacyLedger("client")
-    with pytest.raises(ValueError):
-        ledger.record("bad", "gaussian", 2.0, 3.0, dp_accounting.GaussianDpEvent(3.0))
-    with pytest.raises(ValueError):  # Laplace noise_std is sqrt(2) * scale, not the scale
-        ledger.record("bad", "laplace", 1.0, 4.0, dp_accounting.LaplaceDpEvent(4.0))
-    assert len(ledger) == 0
-    assert ledger.epsilon(DELTA) == 0.0
+def test_ledger_knows_one_spelling_per_level_and_reports_zero_when_empty():
+    for level in ("data-point", "client"):
+        ledger = PrivacyLedger(level)
+        assert ledger.epsilon(DELTA) == 0.0 and ledger.to_dict(DELTA)["steps"] == []
+    for other in ("data_point", "user", "Client"):
+        with pytest.raises(ValueError, match="unknown privacy level"):
+            PrivacyLedger(other)
+
+
+def test_event_to_dict_describes_nested_events_with_dp_accountings_fields():
+    event = dp_accounting.ComposedDpEvent([
+        dp_accounting.GaussianDpEvent(1.5),
+        dp_accounting.SelfComposedDpEvent(dp_accounting.NoOpDpEvent(), 2),
+    ])
+    assert event_to_dict(event) == {"type": "ComposedDpEvent", "events": [
+        {"type": "GaussianDpEvent", "noise_multiplier": 1.5},
+        {"type": "SelfComposedDpEvent", "event": {"type": "NoOpDpEvent"}, "count": 2},
+    ]}
 
 
 # ------------------------------------------------------------------ budget
 
-def test_split_budget_rule_of_thumb():
-    point = split_budget(2.0, "data_point")
-    assert [point.step1, point.step2, point.step3_gaussian, point.step3_laplace] == pytest.approx([0.4, 0.4, 0.9, 0.3])
-    assert point.lloyd_gaussian == point.lloyd_laplace == 0.0
-    client = split_budget(1.0, "client")
-    assert [client.step1, client.step2, client.step3_gaussian, client.step3_laplace] == pytest.approx(
-        [0.35, 0.1, 0.45, 0.1]
-    )
-    with_lloyd = split_budget(1.0, "data_point", lloyd_fraction=0.2)
-    assert with_lloyd.total == pytest.approx(1.0)
-    assert with_lloyd.lloyd_gaussian == pytest.approx(0.15) and with_lloyd.lloyd_laplace == pytest.approx(0.05)
-    with pytest.raises(ValueError):
-        split_budget(1.0, "galaxy")
+def test_calibrate_step_is_the_single_step_calibration():
+    gaussian = calibrate_step(StepSpec("g", "gaussian", 1.0, sensitivity=3.0, compositions=2), 0.7, DELTA)
+    assert gaussian.noise_scale == gaussian_sigma_for(0.7, DELTA, 3.0, compositions=2)
+    assert gaussian.delta == DELTA and gaussian.epsilon_share == 0.7
+    sampled = calibrate_step(StepSpec("s", "symmetric_gaussian", 1.0, sensitivity=2.0, sampling_rate=0.2), 1.0, DELTA)
+    assert sampled.noise_scale == gaussian_sigma_for(1.0, DELTA, 2.0, sampling_rate=0.2)
+    laplace = calibrate_step(StepSpec("l", "laplace", 1.0, sensitivity=5.0, compositions=3), 0.6, DELTA)
+    assert laplace.noise_scale == laplace_scale_for(0.6, 5.0, compositions=3) and laplace.delta is None
+    assert laplace.mechanism_instance().noise_std == pytest.approx(math.sqrt(2.0) * 25.0)
+    with pytest.raises(ValueError, match="mechanism must be one of"):
+        StepSpec("x", "exponential", 1.0)
 
 
 def test_calibrate_to_total_meets_target_for_feddp_init_data_point():
-    split = split_budget(1.0, "data_point")
-    specs = [
-        StepSpec("step1", "symmetric_gaussian", split.step1, sensitivity=121.0),
-        StepSpec("step2", "laplace", split.step2),
-        StepSpec("step3_gaussian", "gaussian", split.step3_gaussian, sensitivity=11.0),
-        StepSpec("step3_laplace", "laplace", split.step3_laplace),
+    specs = [  # the paper's rule of thumb (App. H.1), data-point level, Δ = 11
+        StepSpec("step1", "symmetric_gaussian", 0.2, sensitivity=121.0),
+        StepSpec("step2", "laplace", 0.2),
+        StepSpec("step3_gaussian", "gaussian", 0.45, sensitivity=11.0),
+        StepSpec("step3_laplace", "laplace", 0.15),
         StepSpec("lloyd_gaussian", "gaussian", 0.3, sensitivity=11.0, compositions=2),
         StepSpec("lloyd_laplace", "laplace", 0.1, compositions=2),
     ]
@@ -299,15 +359,16 @@ def test_calibrate_to_total_meets_target_for_feddp_init_data_point():
     shares = {step.name: step.epsilon_share for step in calibration.steps}
     assert shares["step3_gaussian"] / shares["step1"] == pytest.approx(0.45 / 0.2)
     # An independent re-accounting (ledger, finer PLD grid) agrees.
-    ledger = PrivacyLedger("data_point")
+    ledger = PrivacyLedger("data-point")
     for step, rng in zip(calibration.steps, independent_generators(0, len(calibration.steps))):
-        ledger.record_mechanism(step.name, step.mechanism_instance(rng), compositions=step.compositions,
+        ledger.record(step.name, step.mechanism_instance(rng), compositions=step.compositions,
                                 sampling_rate=step.sampling_rate)
     assert ledger.epsilon(DELTA) == pytest.approx(1.0, rel=0.01)
     assert ledger.epsilon(DELTA) <= 1.0
     # The target total is honoured where the naive split is not: the shares sum above 1.
     assert sum(shares.values()) > 1.0
-    assert calibration["step1"].noise_scale == pytest.approx(
+    step1 = next(step for step in calibration.steps if step.name == "step1")
+    assert step1.noise_scale == pytest.approx(
         121.0 * analytic_gaussian_sigma(shares["step1"], DELTA), rel=1e-9
     )
 
@@ -394,7 +455,7 @@ def test_clipping_rejects_bad_input():
 def test_clipping_module_needs_only_numpy():
     root = Path(__file__).resolve().parents[1]
     code = (
-        "import sys; import fedcluster.clipping; "
+        "import sys; import fedcluster.privacy.clipping; "
         "bad = [m for m in ('scipy', 'dp_accounting', 'sklearn', 'flwr') if m in sys.modules]; "
         "print(','.join(bad))"
     )

@@ -1,9 +1,11 @@
-"""Norm clipping: what a device does to its data or its statistic before it leaves.
+"""Norm clipping: what a device does to its data or its statistic before it leaves, and
+the two privacy levels ("data-point", "client": the unit whose contribution is bounded).
 
 Differential privacy needs a bound on how much one data point (data-point-level privacy)
 or one client's whole contribution (client-level privacy) can move an aggregate. The
 device enforces that bound by clipping; the server then adds noise calibrated to it
-(``fedcluster.privacy``). This module runs on devices, so it needs only NumPy.
+(:mod:`fedcluster.privacy.mechanisms`). This module runs on devices, so it needs only
+NumPy (importing it does not load the server-side privacy modules).
 
 Three clippings:
 
@@ -25,7 +27,11 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["clip_rows_l2", "clip_l2", "clip_l1"]
+__all__ = ["DATA_POINT", "CLIENT", "LEVELS", "clip_rows_l2", "clip_l2", "clip_l1"]
+
+DATA_POINT = "data-point"
+CLIENT = "client"
+LEVELS = (DATA_POINT, CLIENT)
 
 # Scaling x by bound/||x|| can land one ulp above the bound; shrinking by this factor
 # afterwards (only where that happened) restores ``norm <= bound`` exactly.

@@ -1,0 +1,491 @@
+"""FedDP-KMeans (Scott et al. 2025; ALGORITHMS.md §3): everything that never touches a
+Flower message. NumPy only at import time (a device needs nothing else).
+
+- Device kernels (``feddp_outer``, ``feddp_histogram``, ``feddp_projected_stats``,
+  ``feddp_lloyd``): each applies the privacy level's clipping ON THE DEVICE, before
+  anything leaves it (data-point: points clipped to Δ = ``clip-norm`` once; client: each
+  statistic clipped as a whole, L2 ``clip`` / L1 ``clip-l1``).
+- Server-side math, called by ``server_app/feddp_kmeans.py``: the privacy plan (steps,
+  rule-of-thumb weights, sensitivities, calibration), the reply bound checks, the noisy
+  aggregates, the top eigenvectors, and the SpherePacking baseline. The privacy plan
+  loads :mod:`fedcluster.privacy`'s server modules (SciPy, dp_accounting) on first use.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import privacy
+from .linalg import top_eigenpairs
+from .lloyd import LloydStatistics, add_rows_by_label, assign, rows_per_chunk, squared_distances
+from .privacy.clipping import CLIENT, DATA_POINT, LEVELS, clip_l1, clip_l2, clip_rows_l2
+from .registry import DeviceData, device_task
+
+# ==================================================================== device kernels
+# Tasks (message types ``query.<task>``; the protocol table is fedcluster/protocol.py):
+#   feddp_outer            step 1: XᵀX as its packed upper triangle (d(d+1)/2 values)
+#   feddp_histogram        step 2: per projected server point (rows of ``server``), how
+#                          many projected device points XV have it as their nearest
+#   feddp_projected_stats  step 3: assignment to the nearest projected center ν, margin
+#                          filter (keep x iff ||xV − ν_r|| ≤ margin·||xV − ν_s|| for all
+#                          s ≠ r); sums and counts of the ORIGINAL points (data-point) or
+#                          per-cluster means and a 0/1 non-empty vector (client)
+#   feddp_lloyd            FedDP-Lloyds: full-space sums and counts
+
+
+def _level(config: dict[str, Any]) -> str:
+    level = str(config.get("level", DATA_POINT))
+    if level not in LEVELS:
+        raise ValueError(f"unknown privacy level {level!r}; expected one of {LEVELS}")
+    return level
+
+
+def _bound(config: dict[str, Any], key: str) -> float:
+    if key not in config:
+        raise ValueError(f"the message config has no clipping bound {key!r}")
+    value = float(config[key])
+    if not value > 0:
+        raise ValueError(f"clipping bound {key!r} must be > 0, got {value}")
+    return value
+
+
+def private_points(data: DeviceData, config: dict[str, Any]) -> np.ndarray:
+    """The points a FedDP kernel may use: clipped to norm Δ = ``clip-norm`` at data-point
+    level (computed once per Δ and cached on the device), the raw points at client level."""
+    X = np.asarray(data.require_points(), dtype=np.float64)
+    if X.shape[0] == 0:
+        raise ValueError(f"the device holds no points ({data.source})")
+    if _level(config) == CLIENT:
+        return X
+    delta = _bound(config, "clip-norm")
+    key = ("feddp-clipped", delta)
+    cached = data.extra.get(key)
+    if cached is None or cached.shape != X.shape:
+        cached = clip_rows_l2(X, delta)
+        data.extra[key] = cached
+    return cached
+
+
+def _matrix(arrays: dict[str, np.ndarray], name: str, columns: int | None = None) -> np.ndarray:
+    if name not in arrays:
+        raise ValueError(f"the message has no array {name!r}")
+    value = np.asarray(arrays[name], dtype=np.float64)
+    if value.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array, got shape {value.shape}")
+    if columns is not None and value.shape[1] != columns:
+        raise ValueError(f"{name} has {value.shape[1]} columns, expected {columns}")
+    if not np.all(np.isfinite(value)):
+        raise ValueError(f"{name} contains NaN or inf")
+    return value
+
+
+def _projection(arrays: dict[str, np.ndarray], d: int) -> np.ndarray:
+    V = _matrix(arrays, "projection")
+    if V.shape[0] != d:
+        raise ValueError(f"the device's data has dimension {d} but the projection has {V.shape[0]} rows")
+    return V
+
+
+def outer_product(X: np.ndarray) -> np.ndarray:
+    """XᵀX (only its upper triangle is ever sent)."""
+    return X.T @ X
+
+
+@lru_cache(maxsize=8)
+def _triangle(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row and column indices of the upper triangle of a d x d matrix, and the packed
+    positions of its diagonal."""
+    rows, cols = np.triu_indices(d)
+    return rows, cols, np.flatnonzero(rows == cols)
+
+
+def pack_symmetric(matrix: np.ndarray) -> np.ndarray:
+    """The upper triangle (with the diagonal) of a symmetric d x d matrix, row by row."""
+    rows, cols, _ = _triangle(matrix.shape[0])
+    return np.ascontiguousarray(matrix[rows, cols])
+
+
+def unpack_symmetric(packed: np.ndarray, d: int) -> np.ndarray:
+    """Inverse of :func:`pack_symmetric`."""
+    rows, cols, _ = _triangle(d)
+    matrix = np.zeros((d, d))
+    matrix[rows, cols] = packed
+    matrix[cols, rows] = packed
+    return matrix
+
+
+def packed_diagonal(packed: np.ndarray, d: int) -> np.ndarray:
+    """The diagonal of a packed symmetric matrix."""
+    return packed[_triangle(d)[2]]
+
+
+def packed_frobenius(packed: np.ndarray, d: int) -> float:
+    """Frobenius norm of the symmetric matrix a packed triangle stands for."""
+    diagonal = packed_diagonal(packed, d)
+    return float(np.sqrt(max(2.0 * float(packed @ packed) - float(diagonal @ diagonal), 0.0)))
+
+
+def packed_size(d: int) -> int:
+    return d * (d + 1) // 2
+
+
+def nearest_histogram(projected: np.ndarray, server_projected: np.ndarray) -> np.ndarray:
+    """Counts, per row of ``server_projected``, of the rows of ``projected`` nearest to it
+    (ties: the lowest index)."""
+    labels, _ = assign(projected, server_projected)
+    return np.bincount(labels, minlength=server_projected.shape[0]).astype(np.float64)
+
+
+def margin_assignment(projected: np.ndarray, centers: np.ndarray, margin: float) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest center of every projected point, and which points pass the margin filter
+    ``||p − ν_r|| ≤ margin · ||p − ν_s||`` for all s ≠ r (``margin >= 1``: all pass)."""
+    if margin >= 1.0 or centers.shape[0] < 2:
+        labels, _ = assign(projected, centers)
+        return labels, np.ones(labels.shape[0], dtype=bool)
+    n = projected.shape[0]
+    labels = np.empty(n, dtype=np.int64)
+    keep = np.empty(n, dtype=bool)
+    step = rows_per_chunk(n, centers.shape[0])
+    for start in range(0, n, step):
+        d2 = squared_distances(projected[start : start + step], centers)
+        rows = np.arange(d2.shape[0])
+        lab = np.argmin(d2, axis=1)
+        nearest = d2[rows, lab]
+        d2[rows, lab] = np.inf
+        labels[start : start + step] = lab
+        keep[start : start + step] = nearest <= (margin * margin) * d2.min(axis=1)
+    return labels, keep
+
+
+def sums_and_counts(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    sums = np.zeros((k, X.shape[1]))
+    add_rows_by_label(sums, labels, X)
+    return sums, np.bincount(labels, minlength=k).astype(np.float64)
+
+
+def cluster_means(sums: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cluster means (zero rows where empty: the shared Lloyd update from zero
+    centers) and the 0/1 non-empty indicator."""
+    means = LloydStatistics(sums, counts, 0.0).centers(np.zeros_like(sums))
+    return means, (counts > 0).astype(np.float64)
+
+
+@device_task("feddp_outer")
+def feddp_outer(data: DeviceData, arrays: dict, config: dict):
+    X = private_points(data, config)
+    outer = outer_product(X)
+    if _level(config) == CLIENT:
+        outer = clip_l2(outer, _bound(config, "clip"))
+    return {"outer": pack_symmetric(outer)}, {"num-examples": int(X.shape[0]), "dim": int(X.shape[1])}
+
+
+@device_task("feddp_histogram")
+def feddp_histogram(data: DeviceData, arrays: dict, config: dict):
+    X = private_points(data, config)
+    V = _projection(arrays, X.shape[1])
+    server = _matrix(arrays, "server", V.shape[1])
+    histogram = nearest_histogram(X @ V, server)
+    if _level(config) == CLIENT:
+        histogram = clip_l1(histogram, _bound(config, "clip-l1"))
+    return {"histogram": histogram}, {"num-examples": int(X.shape[0])}
+
+
+@device_task("feddp_projected_stats")
+def feddp_projected_stats(data: DeviceData, arrays: dict, config: dict):
+    X = private_points(data, config)
+    V = _projection(arrays, X.shape[1])
+    centers = _matrix(arrays, "centers", V.shape[1])
+    k = centers.shape[0]
+    labels, keep = margin_assignment(X @ V, centers, float(config.get("margin", 1.0)))
+    sums, counts = sums_and_counts(X[keep], labels[keep], k)
+    if _level(config) == CLIENT:
+        means, nonempty = cluster_means(sums, counts)
+        return (
+            {"means": clip_l2(means, _bound(config, "clip")), "nonempty": clip_l1(nonempty, _bound(config, "clip-l1"))},
+            {"num-examples": int(X.shape[0]), "kept": int(keep.sum())},
+        )
+    return {"sums": sums, "counts": counts}, {"num-examples": int(X.shape[0]), "kept": int(keep.sum())}
+
+
+@device_task("feddp_lloyd")
+def feddp_lloyd(data: DeviceData, arrays: dict, config: dict):
+    X = private_points(data, config)
+    centers = _matrix(arrays, "centers", X.shape[1])
+    labels, _ = assign(X, centers)
+    sums, counts = sums_and_counts(X, labels, centers.shape[0])
+    if _level(config) == CLIENT:
+        sums = clip_l2(sums, _bound(config, "clip"))
+        counts = clip_l1(counts, _bound(config, "clip-l1"))
+    return {"sums": sums, "counts": counts}, {"num-examples": int(X.shape[0])}
+
+
+# ==================================================================== server-side math
+INIT_METHODS = ("feddp", "server-kmeans++", "server-lloyds", "sphere-packing")
+
+# Every private step, its mechanism, and the fixed index of its own random stream (so a
+# noise-seed reproduces the same noise whichever steps a run uses). Index 6: sampling.
+STEPS = {
+    "step1": ("symmetric_gaussian", 0),
+    "step2": ("laplace", 1),
+    "step3_gaussian": ("gaussian", 2),
+    "step3_laplace": ("laplace", 3),
+    "lloyd_gaussian": ("gaussian", 4),
+    "lloyd_laplace": ("laplace", 5),
+}
+SAMPLING_STREAM = 6
+INIT_STEPS = ("step1", "step2", "step3_gaussian", "step3_laplace")
+LLOYD_STEPS = ("lloyd_gaussian", "lloyd_laplace")
+
+# App. H.1 rule of thumb, fractions of ε_init = ε1 + ε2 + ε3G + ε3L.
+RULE_OF_THUMB = {DATA_POINT: (0.20, 0.20, 0.45, 0.15), CLIENT: (0.35, 0.10, 0.45, 0.10)}
+
+# Client-level bound keys of the run config, per step (0 = derive from Δ, k, m).
+CLIENT_BOUND_KEYS = {
+    "step1": "clip-outer", "step2": "clip-histogram", "step3_gaussian": "clip-means",
+    "step3_laplace": "clip-nonempty", "lloyd_gaussian": "clip-sums", "lloyd_laplace": "clip-counts",
+}
+
+# Replies are checked against their bound with this relative slack (float rounding).
+REPLY_SLACK = 1e-9
+
+SPHERE_ATTEMPTS = 1000
+SPHERE_SEARCH_STEPS = 40
+
+
+def clipping_bounds(
+    level: str, clip_norm: float, k: int, client_max_points: float = 0.0, chosen: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """Sensitivity of every step, i.e. the clipping bound the device enforces.
+
+    Data-point level (Δ = ``clip_norm``): step 1 Δ² (Frobenius norm of xxᵀ), step 2 1,
+    step 3 and Lloyd sums Δ, counts 1. Client level: ``chosen[step]`` when > 0, else the
+    worst case of a client with m = ``client_max_points`` points of norm ≤ Δ: m·Δ², m,
+    √k·Δ, k, m·Δ, m.
+    """
+    delta = float(clip_norm)
+    if level == DATA_POINT:
+        return {
+            "step1": delta**2, "step2": 1.0, "step3_gaussian": delta, "step3_laplace": 1.0,
+            "lloyd_gaussian": delta, "lloyd_laplace": 1.0,
+        }
+    m = float(client_max_points)
+    worst = {
+        "step1": m * delta**2, "step2": m, "step3_gaussian": math.sqrt(k) * delta, "step3_laplace": float(k),
+        "lloyd_gaussian": m * delta, "lloyd_laplace": m,
+    }
+    chosen = chosen or {}
+    return {name: float(chosen.get(name, 0.0)) or value for name, value in worst.items()}
+
+
+def step_weights(
+    init_method: str, lloyd_rounds: int, shares: Sequence[float], lloyd_fraction: float
+) -> dict[str, float]:
+    """Relative ε share of every step a run uses.
+
+    ``shares`` = (w1, w2, w3g, w3l) (``RULE_OF_THUMB[level]`` or the user's
+    ``budget-split``). FedDP-Init keeps (1 − ``lloyd_fraction``) of them, normalised; with
+    ``lloyd_rounds`` > 0 FedDP-Lloyds gets ``lloyd_fraction``, split between sums and
+    counts as w3g : w3l. The baselines spend everything on FedDP-Lloyds.
+    """
+    split = [float(w) for w in shares]
+    gaussian, laplace = split[2], split[3]
+    lloyd = {"lloyd_gaussian": gaussian / (gaussian + laplace), "lloyd_laplace": laplace / (gaussian + laplace)}
+    if init_method != "feddp":
+        return lloyd if lloyd_rounds > 0 else {}
+    fraction = float(lloyd_fraction) if lloyd_rounds > 0 else 0.0
+    weights = {name: (1.0 - fraction) * w / sum(split) for name, w in zip(INIT_STEPS, split)}
+    if lloyd_rounds > 0:
+        weights.update({name: fraction * w for name, w in lloyd.items()})
+    return weights
+
+
+def step_specs(
+    weights: Mapping[str, float], bounds: Mapping[str, float], lloyd_rounds: int, sampling_rate: float | None
+) -> list[privacy.StepSpec]:
+    """The steps to calibrate, in the order of ``weights``: mechanism, weight, sensitivity,
+    repetitions (Lloyd rounds) and Poisson client sampling."""
+    return [
+        privacy.StepSpec(
+            name, STEPS[name][0], weight, sensitivity=bounds[name],
+            compositions=lloyd_rounds if name in LLOYD_STEPS else 1, sampling_rate=sampling_rate,
+        )
+        for name, weight in weights.items()
+    ]
+
+
+def privacy_plan(
+    specs: Sequence[privacy.StepSpec], epsilon: float, delta: float, step_epsilons: Sequence[float] | None = None
+) -> tuple[dict[str, privacy.CalibratedStep], str]:
+    """The noise of every step and the budget mode: calibrated so that the PLD total is
+    ``epsilon`` at ``delta`` ("target-total"; ``inf`` = no noise), or each step on its own
+    for its ε in ``step_epsilons`` ("per-step", one value per spec, in order)."""
+    if not specs:
+        return {}, "no private step"
+    if step_epsilons:
+        steps = [privacy.calibrate_step(spec, float(eps), delta) for spec, eps in zip(specs, step_epsilons)]
+        return {step.name: step for step in steps}, "per-step"
+    mode = "no noise (epsilon = inf)" if math.isinf(epsilon) else "target-total"
+    calibration = privacy.calibrate_to_total(epsilon, delta, specs)
+    return {step.name: step for step in calibration.steps}, mode
+
+
+def data_radius(points: np.ndarray) -> float:
+    """The largest point norm: the default Δ (clip-norm) and the sphere-packing cube."""
+    return float(np.max(np.linalg.norm(points, axis=1)))
+
+
+def top_eigenvectors(matrix: np.ndarray, count: int) -> np.ndarray:
+    """Step 1's projection V: eigenvectors of the ``count`` largest eigenvalues of the
+    symmetric ``matrix`` (the noisy Σ XᵢᵀXᵢ), as columns, largest first."""
+    return top_eigenpairs(matrix, count)[1]
+
+
+def server_weights(
+    noisy_histogram: np.ndarray, min_weight: float, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """Step 2: weights = max(h̃, 0); keep the server points of weight ≥ ``min_weight`` (the
+    ``k`` heaviest if fewer pass). Returns ``(weights, kept mask, weights of the kept ones
+    -- all 1 if they sum to 0 --, whether the k-heaviest fallback was used)``."""
+    weights = np.maximum(noisy_histogram, 0.0)
+    kept = weights >= float(min_weight)
+    fallback = bool(kept.sum() < k)
+    if fallback:
+        kept = np.zeros_like(kept)
+        kept[np.argsort(-weights, kind="stable")[:k]] = True
+    kept_weights = weights[kept] if weights[kept].sum() > 0 else np.ones(int(kept.sum()))
+    return weights, kept, kept_weights, fallback
+
+
+def step3_centers(noisy_sums: np.ndarray, noisy_counts: np.ndarray) -> np.ndarray:
+    """Step 3: C = S̃ / max(Ñ, 1) (finite whatever the noise)."""
+    return noisy_sums / np.maximum(noisy_counts, 1.0)[:, None]
+
+
+def lloyd_update(
+    centers: np.ndarray, noisy_sums: np.ndarray, noisy_counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """FedDP-Lloyds: C ← S̃ / Ñ where Ñ ≥ 1; a cluster with a smaller noisy count keeps its
+    center (Lloyd's own rule for an empty cluster, so no noise = Lloyd exactly).
+    Returns ``(new centers, alive mask)``."""
+    alive = noisy_counts >= 1.0
+    masked = np.where(alive, noisy_counts, 0.0)
+    return LloydStatistics(noisy_sums, masked, 0.0).centers(centers), alive
+
+
+# ------------------------------------------------------------------ reply bound checks
+# Each returns a reason to drop a reply whose statistic exceeds what the device's clipping
+# allows (a device that did not clip, or a tampered reply), or None.
+def over_l2(name: str, value: np.ndarray, bound: float) -> str | None:
+    norm = float(np.linalg.norm(value.ravel()))
+    if norm > bound * (1 + REPLY_SLACK):
+        return f"array {name!r} exceeds the clipping bound: L2 norm {norm:.6g} > {bound:.6g}"
+    return None
+
+
+def over_l1(name: str, value: np.ndarray, bound: float) -> str | None:
+    norm = float(np.abs(value).sum())
+    if norm > bound * (1 + REPLY_SLACK):
+        return f"array {name!r} exceeds the clipping bound: L1 norm {norm:.6g} > {bound:.6g}"
+    return None
+
+
+def outer_violation(packed: np.ndarray, d: int, num_examples: int, level: str, clip_norm: float, bound: float) -> str | None:
+    """Step 1: data-point level, a PSD-like diagonal with trace ≤ n·Δ²; client level,
+    Frobenius norm ≤ ``bound``."""
+    if level == DATA_POINT:
+        diagonal = packed_diagonal(packed, d)
+        trace = float(diagonal.sum())
+        if np.any(diagonal < 0) or trace > num_examples * clip_norm**2 * (1 + REPLY_SLACK):
+            return (f"array 'outer' exceeds the clipping bound: trace {trace:.6g} > "
+                    f"num-examples·Δ² = {num_examples}·{clip_norm:.6g}²")
+        return None
+    norm = packed_frobenius(packed, d)
+    if norm > bound * (1 + REPLY_SLACK):
+        return f"array 'outer' exceeds the clipping bound: Frobenius norm {norm:.6g} > {bound:.6g}"
+    return None
+
+
+def histogram_violation(histogram: np.ndarray, num_examples: int, level: str, bound: float) -> str | None:
+    """Step 2: data-point level, integer counts summing to n; client level, L1 ≤ ``bound``."""
+    if level == DATA_POINT:
+        if np.any(histogram != np.round(histogram)) or float(histogram.sum()) != num_examples:
+            return f"array 'histogram' is not a count of the node's {num_examples} points (clipping bound: one count per point)"
+        return None
+    return over_l1("histogram", histogram, bound)
+
+
+def sums_counts_violation(
+    sums: np.ndarray, counts: np.ndarray, num_examples: int, clip_norm: float, exact_total: bool
+) -> str | None:
+    """Data-point level sums and counts: integer counts totalling ≤ n (= n when
+    ``exact_total``), every row of sums of norm ≤ count·Δ."""
+    total = float(counts.sum())
+    if np.any(counts != np.round(counts)) or total > num_examples or (exact_total and total != num_examples):
+        return f"array 'counts' is not a count of the node's {num_examples} points (clipping bound: one count per point)"
+    norms = np.linalg.norm(sums, axis=1)
+    if np.any(norms > counts * clip_norm * (1 + REPLY_SLACK) + 1e-12):
+        j = int(np.argmax(norms - counts * clip_norm))
+        return (f"array 'sums' exceeds the clipping bound: row {j} has norm {norms[j]:.6g} > "
+                f"count·Δ = {counts[j]:.0f}·{clip_norm:.6g}")
+    return None
+
+
+def means_violation(means: np.ndarray, nonempty: np.ndarray, means_bound: float, nonempty_bound: float) -> str | None:
+    """Step 3 at client level: entries of the non-empty vector ≤ 1, means L2 ≤ bound,
+    non-empty vector L1 ≤ bound."""
+    if np.any(nonempty > 1 + REPLY_SLACK):
+        return "array 'nonempty' has an entry above 1"
+    return over_l2("means", means, means_bound) or over_l1("nonempty", nonempty, nonempty_bound)
+
+
+def lloyd_violation(
+    sums: np.ndarray, counts: np.ndarray, num_examples: int, level: str, clip_norm: float,
+    sums_bound: float, counts_bound: float,
+) -> str | None:
+    """FedDP-Lloyds: client level, sums L2 and counts L1 within their bounds; data-point
+    level, :func:`sums_counts_violation` with an exact total."""
+    if level == CLIENT:
+        return over_l2("sums", sums, sums_bound) or over_l1("counts", counts, counts_bound)
+    return sums_counts_violation(sums, counts, num_examples, clip_norm, exact_total=True)
+
+
+# ------------------------------------------------------------------ SpherePacking baseline
+def sphere_packing(k: int, d: int, radius: float, rng: np.random.Generator) -> tuple[np.ndarray, float]:
+    """SpherePacking initialization (Su et al. 2017; ALGORITHMS.md section 3, App. G.3).
+
+    For a radius a, center j is drawn uniformly from the cube [−r, r]^d until it is at
+    least a away from every corner of the cube (the nearest corner of c is sign(c)·r, at
+    distance ||r − |c|||) and at least 2a away from every earlier center; 1000 attempts per
+    center, else a is infeasible. The LARGEST feasible a is found by binary search (the
+    authors' code stops at the first feasible one). Returns ``(centers, a)``.
+    """
+    def attempt(a: float) -> np.ndarray | None:
+        centers = np.empty((k, d))
+        for j in range(k):
+            candidates = rng.uniform(-radius, radius, size=(SPHERE_ATTEMPTS, d))
+            ok = np.linalg.norm(radius - np.abs(candidates), axis=1) >= a
+            if j > 0:
+                gaps = np.sqrt(np.maximum(
+                    np.einsum("ij,ij->i", candidates, candidates)[:, None]
+                    - 2 * candidates @ centers[:j].T + np.einsum("ij,ij->i", centers[:j], centers[:j])[None], 0.0))
+                ok &= np.all(gaps >= 2 * a, axis=1)
+            hits = np.flatnonzero(ok)
+            if hits.size == 0:
+                return None
+            centers[j] = candidates[hits[0]]
+        return centers
+
+    low, high = 0.0, radius * math.sqrt(d)
+    best = attempt(0.0)
+    for _ in range(SPHERE_SEARCH_STEPS):
+        middle = 0.5 * (low + high)
+        found = attempt(middle)
+        if found is None:
+            high = middle
+        else:
+            low, best = middle, found
+    return best, low

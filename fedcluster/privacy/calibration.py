@@ -1,0 +1,420 @@
+"""Calibration: the noise of a mechanism, or of several steps together, for a target ε.
+
+- :func:`analytic_gaussian_sigma` -- the analytic Gaussian mechanism (Balle & Wang 2018,
+  Thm. 8): the smallest σ, never below it. dp_accounting's ``get_sigma_gaussian`` solves
+  the same equation with Brent's method, which can land ~1e-12 below the exact σ (δ then
+  exceeded by a rounding hair); the tests check both agree.
+- :func:`gaussian_sigma_for`, :func:`laplace_scale_for` -- one step, possibly repeated
+  and/or Poisson-sampled.
+- :func:`calibrate_to_total` -- every step of a run, so that the PLD composition of all of
+  them meets a target ε at δ (what FedDP-KMeans' ``epsilon`` means, ALGORITHMS.md §3).
+
+Searches use a band, not a root: they stop as soon as the accounted ε lands in
+``[target·(1 − tol), target]`` and are warm-started, so they take about half the PLD
+evaluations of dp_accounting's ``calibrate_dp_mechanism`` (Brent to a parameter
+tolerance), which the tests use as the oracle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+from scipy import special
+
+import dp_accounting
+
+from ._checks import check_compositions, check_delta, check_epsilon, check_sampling_rate, check_sensitivity
+from .ledger import SEARCH_DISCRETIZATION, pld_epsilon, wrap_event
+from .mechanisms import MECHANISMS, NoiseMechanism
+
+__all__ = [
+    "analytic_gaussian_sigma",
+    "gaussian_sigma_for",
+    "laplace_scale_for",
+    "StepSpec",
+    "CalibratedStep",
+    "Calibration",
+    "calibrate_step",
+    "calibrate_to_total",
+]
+
+
+def _agm_delta(sigma: float, epsilon: float) -> float:
+    """Exact δ of the Gaussian mechanism with L2 sensitivity 1 and std ``sigma`` at ε.
+
+    Balle & Wang (2018), Theorem 8: the mechanism is (ε, δ)-DP iff
+    Φ(1/(2σ) − εσ) − e^ε Φ(−1/(2σ) − εσ) ≤ δ. The second term is evaluated in log space
+    (``log_ndtr``) so that e^ε does not overflow for large ε.
+    """
+    a = 0.5 / sigma
+    b = epsilon * sigma
+    first = math.exp(special.log_ndtr(a - b))
+    second = math.exp(epsilon + special.log_ndtr(-a - b))
+    return first - second
+
+
+def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
+    """Smallest σ for which the Gaussian mechanism is (ε, δ)-DP (analytic Gaussian mechanism).
+
+    Binary search (in log σ) on the exact condition of Balle & Wang (2018, Thm. 8), which
+    is monotone in σ. Returns the upper end of the final bracket, so the σ returned always
+    satisfies the condition (relative precision ~1e-12). ``epsilon = inf`` gives 0.
+
+    Examples: σ_AGM(1, 1e-6) ≈ 4.2247 and σ_AGM(0.5, 1e-6) ≈ 8.0576 (sensitivity 1).
+    """
+    sensitivity = check_sensitivity(sensitivity)
+    delta = check_delta(delta)
+    epsilon = check_epsilon(epsilon)
+    if math.isinf(epsilon):
+        return 0.0
+    lo, hi = 1.0, 1.0
+    while _agm_delta(hi, epsilon) > delta:
+        hi *= 2.0
+    while _agm_delta(lo, epsilon) <= delta:
+        lo /= 2.0
+        if lo < 1e-300:  # pragma: no cover - only for absurd epsilon
+            return 0.0
+    while hi / lo > 1.0 + 1e-12:
+        mid = math.sqrt(lo * hi)
+        if _agm_delta(mid, epsilon) > delta:
+            lo = mid
+        else:
+            hi = mid
+    return hi * sensitivity
+
+
+def gaussian_sigma_for(
+    epsilon: float,
+    delta: float,
+    sensitivity: float = 1.0,
+    compositions: int = 1,
+    sampling_rate: float | None = None,
+) -> float:
+    """σ of a Gaussian mechanism whose ``compositions``-fold (Poisson-sampled) use is (ε, δ)-DP.
+
+    - No sampling: the T-fold composition of Gaussian mechanisms with noise multiplier z
+      has exactly the privacy loss of one Gaussian with multiplier z/√T, so the answer is
+      the closed form ``sensitivity * sqrt(T) * σ_AGM(ε, δ)`` (exact, no search needed;
+      for T = 1 it is the analytic Gaussian mechanism itself).
+    - Poisson sampling at rate q < 1: there is no closed form, so the noise multiplier z is
+      searched (bracketing, then Illinois false position in log z) until the PLD
+      accountant's ε of ``SelfComposed(PoissonSampled(q, Gaussian(z)), T)`` at δ lies in
+      ``[ε·(1 − 1e-4), ε]`` -- never above ε. The search starts from the unsampled answer
+      (sampling only helps).
+
+    ``epsilon = inf`` returns 0 (no noise).
+    """
+    sensitivity = check_sensitivity(sensitivity)
+    delta = check_delta(delta)
+    epsilon = check_epsilon(epsilon)
+    compositions = check_compositions(compositions)
+    sampling_rate = check_sampling_rate(sampling_rate)
+    if math.isinf(epsilon):
+        return 0.0
+    unsampled = math.sqrt(compositions) * analytic_gaussian_sigma(epsilon, delta)
+    if sampling_rate is None:
+        return sensitivity * unsampled
+    return sensitivity * _sampled_gaussian_multiplier(epsilon, delta, compositions, sampling_rate, unsampled)
+
+
+# Searches stop once the accounted ε lands in [target·(1 − tolerance), target]: never
+# above (the guarantee), and close enough below that no budget worth having is wasted.
+_INNER_TOLERANCE = 1e-4
+
+
+def _solve_in_band(f, start: float, low: float, high: float, max_evaluations: int = 60):
+    """Find u with ``low <= f(u) <= high`` for a positive increasing function ``f``.
+
+    Both uses here (total ε against log scale, ε against −log noise multiplier) are close
+    to ``f ∝ exp(u)``, so the search works on ``log f``: secant steps from ``start`` (the
+    first with slope 1) until the band is bracketed, then the Illinois variant of false
+    position. It aims at the middle of the band and stops as soon as an evaluation lands
+    inside it -- PLD evaluations are the cost, so a band beats a root; typically 2-4
+    evaluations. Returns ``(u, f(u))``; should the band not be hit within
+    ``max_evaluations`` it returns the best point with ``f(u) < low`` (under the target,
+    the constraint that matters).
+    """
+    log_low, log_high = math.log(low), math.log(high)
+    aim = 0.5 * (log_low + log_high)
+    evaluations = 0
+
+    def g(u: float) -> float:  # log f − aim, increasing in u
+        nonlocal evaluations
+        evaluations += 1
+        value = f(u)
+        return math.log(value) - aim if value > 0 else -math.inf
+
+    def inside(gu: float) -> bool:
+        return log_low - aim <= gu <= log_high - aim
+
+    u0, g0 = start, g(start)
+    if inside(g0):
+        return u0, math.exp(g0 + aim)
+    slope = 1.0
+    while True:  # secant steps until the sign of g changes
+        step = -g0 / slope if math.isfinite(g0) else 1.0
+        step = math.copysign(min(max(abs(step), 1e-6), 2.0), step)
+        u1 = u0 + step
+        g1 = g(u1)
+        if inside(g1):
+            return u1, math.exp(g1 + aim)
+        if (g1 > 0) != (g0 > 0):
+            break
+        secant = (g1 - g0) / (u1 - u0) if math.isfinite(g1 - g0) else 0.0
+        slope = secant if secant > 0 else slope / 2.0  # keep it positive
+        u0, g0 = u1, g1
+        if evaluations >= max_evaluations or abs(u1) > 700:
+            raise RuntimeError("could not bracket the privacy target")
+    (u_lo, g_lo), (u_hi, g_hi) = sorted([(u0, g0), (u1, g1)])
+    side = 0
+    while evaluations < max_evaluations:
+        if math.isfinite(g_lo) and math.isfinite(g_hi):
+            u = u_hi - g_hi * (u_hi - u_lo) / (g_hi - g_lo)
+            if not u_lo < u < u_hi:
+                u = 0.5 * (u_lo + u_hi)
+        else:
+            u = 0.5 * (u_lo + u_hi)
+        gu = g(u)
+        if inside(gu):
+            return u, math.exp(gu + aim)
+        if gu < 0:
+            u_lo, g_lo = u, gu
+            if side == -1:
+                g_hi *= 0.5
+            side = -1
+        else:
+            u_hi, g_hi = u, gu
+            if side == 1:
+                g_lo *= 0.5
+            side = 1
+    return u_lo, math.exp(g_lo + aim)
+
+
+def _sampled_gaussian_multiplier(
+    epsilon: float,
+    delta: float,
+    compositions: int,
+    sampling_rate: float,
+    upper_bound: float,
+    guess: float | None = None,
+) -> float:
+    """Noise multiplier z of a T-fold Poisson-sampled Gaussian whose PLD ε at δ is in
+    ``[epsilon·(1 − 1e-4), epsilon]``.
+
+    ``upper_bound`` is a z known to suffice (the unsampled answer) and the default start;
+    ``guess`` (a nearby earlier solution) saves most evaluations when called repeatedly
+    from :func:`calibrate_to_total`. The search variable is u = −log z, so ε is
+    increasing in u.
+    """
+
+    def accounted(u: float) -> float:
+        event = wrap_event(dp_accounting.GaussianDpEvent(math.exp(-u)), compositions, sampling_rate)
+        return pld_epsilon(event, delta, SEARCH_DISCRETIZATION)
+
+    start = guess if guess is not None and guess > 0 else upper_bound
+    u, _ = _solve_in_band(accounted, -math.log(start), epsilon * (1.0 - _INNER_TOLERANCE), epsilon)
+    return math.exp(-u)
+
+
+def laplace_scale_for(
+    epsilon: float,
+    sensitivity: float = 1.0,
+    compositions: int = 1,
+    sampling_rate: float | None = None,
+) -> float:
+    """Scale b of a Laplace mechanism whose ``compositions``-fold (sampled) use is ε-DP.
+
+    Pure ε-DP (δ = 0), by basic composition: each of the T rounds gets ε / T, which is
+    tight for pure DP. (At δ > 0 the PLD total reported by the ledger will be a little
+    lower; searching the scale with PLD at δ would buy less noise but make the Laplace
+    steps' guarantee depend on δ -- we keep them pure.) With Poisson sampling at rate
+    q < 1 the amplification bound for pure DP, ε_round = log(1 + q(e^ε₀ − 1)), is inverted
+    exactly: ε₀ = log(1 + (e^(ε/T) − 1) / q), and b = sensitivity / ε₀.
+
+    ``epsilon = inf`` returns 0 (no noise).
+    """
+    sensitivity = check_sensitivity(sensitivity)
+    epsilon = check_epsilon(epsilon)
+    compositions = check_compositions(compositions)
+    sampling_rate = check_sampling_rate(sampling_rate)
+    if math.isinf(epsilon):
+        return 0.0
+    per_round = epsilon / compositions
+    if sampling_rate is not None:
+        per_round = math.log1p(math.expm1(per_round) / sampling_rate)
+    return sensitivity / per_round
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One step to calibrate: its mechanism, relative ε weight, sensitivity, repetition.
+
+    ``mechanism`` is a key of :data:`~fedcluster.privacy.mechanisms.MECHANISMS`
+    (``"gaussian"``, ``"symmetric_gaussian"``, ``"laplace"``); ``weight`` is the step's
+    relative share of ε;
+    ``compositions`` is how many times it runs (Lloyd rounds), ``sampling_rate`` the
+    Poisson client-sampling rate (``None`` = everyone).
+    """
+
+    name: str
+    mechanism: str
+    weight: float
+    sensitivity: float = 1.0
+    compositions: int = 1
+    sampling_rate: float | None = None
+
+    def __post_init__(self):
+        if self.mechanism not in MECHANISMS:
+            raise ValueError(f"step {self.name!r}: mechanism must be one of {tuple(MECHANISMS)}, got {self.mechanism!r}")
+        if not (float(self.weight) > 0 and math.isfinite(float(self.weight))):
+            raise ValueError(f"step {self.name!r}: weight must be > 0 (leave a step with no budget out)")
+        check_sensitivity(self.sensitivity)
+        check_compositions(self.compositions)
+        check_sampling_rate(self.sampling_rate)
+
+
+@dataclass(frozen=True)
+class CalibratedStep:
+    """A step with its noise found: ``noise_scale`` is σ (Gaussian) or b (Laplace)."""
+
+    name: str
+    mechanism: str
+    sensitivity: float
+    noise_scale: float
+    epsilon_share: float
+    delta: float | None
+    compositions: int = 1
+    sampling_rate: float | None = None
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.noise_scale / self.sensitivity
+
+    def event(self) -> dp_accounting.DpEvent:
+        """The accounted event: one use of the mechanism, sampled and repeated as specified."""
+        base = MECHANISMS[self.mechanism].event_class(noise_multiplier=self.noise_multiplier)
+        return wrap_event(base, self.compositions, self.sampling_rate)
+
+    def mechanism_instance(self, rng: np.random.Generator | None = None) -> NoiseMechanism:
+        """A mechanism with this step's noise and its own generator ``rng``."""
+        return MECHANISMS[self.mechanism](self.noise_scale, self.sensitivity, rng)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Result of :func:`calibrate_to_total`."""
+
+    target_epsilon: float
+    delta: float
+    total_epsilon: float
+    scale: float
+    steps: tuple[CalibratedStep, ...] = field(default_factory=tuple)
+
+
+def calibrate_step(
+    spec: StepSpec, epsilon: float, delta: float, guesses: dict[str, tuple[float, float]] | None = None
+) -> CalibratedStep:
+    """Calibrate one step on its own for ``epsilon`` (its T-fold, sampled use): Gaussian
+    steps at ``delta``, Laplace steps pure. ``guesses`` carries earlier sampled-Gaussian
+    solutions between calls (warm start) and is updated in place."""
+    sampling_rate = check_sampling_rate(spec.sampling_rate)
+    if spec.mechanism == "laplace":
+        noise = laplace_scale_for(epsilon, spec.sensitivity, spec.compositions, sampling_rate)
+        step_delta = None
+    elif sampling_rate is None or math.isinf(epsilon):
+        noise = gaussian_sigma_for(epsilon, delta, spec.sensitivity, spec.compositions, sampling_rate)
+        step_delta = delta
+    else:
+        guesses = {} if guesses is None else guesses
+        unsampled = math.sqrt(spec.compositions) * analytic_gaussian_sigma(epsilon, delta)
+        guess = None
+        if spec.name in guesses:  # z scales roughly like 1/ε: extrapolate from the last solve
+            previous_epsilon, previous_multiplier = guesses[spec.name]
+            guess = previous_multiplier * previous_epsilon / epsilon
+        multiplier = _sampled_gaussian_multiplier(
+            epsilon, delta, spec.compositions, sampling_rate, unsampled, guess
+        )
+        guesses[spec.name] = (epsilon, multiplier)
+        noise = float(spec.sensitivity) * multiplier
+        step_delta = delta
+    return CalibratedStep(
+        name=spec.name, mechanism=spec.mechanism, sensitivity=float(spec.sensitivity),
+        noise_scale=noise, epsilon_share=epsilon, delta=step_delta,
+        compositions=spec.compositions, sampling_rate=sampling_rate,
+    )
+
+
+def calibrate_to_total(
+    target_epsilon: float,
+    delta: float,
+    step_specs: Iterable[StepSpec | Mapping[str, Any]],
+    relative_tolerance: float = 1e-3,
+) -> Calibration:
+    """Noise for every step so that the PLD total of ALL steps is ``target_epsilon`` at δ.
+
+    The weights fix the steps' relative budgets: for a scale s, step i is calibrated on its
+    own for ε_i = s · wᵢ / Σw (Gaussian steps at δ via :func:`gaussian_sigma_for`, Laplace
+    steps via :func:`laplace_scale_for`, each with its own compositions and sampling).
+    The composition of all steps is accounted with PLD (discretization
+    ``SEARCH_DISCRETIZATION``), and s is searched (bracketing, then Illinois false
+    position on log s) until the total lies in ``[target·(1 − relative_tolerance),
+    target]`` -- never above the target. s is the
+    "basic composition" budget; since PLD composition is tighter, s ≥ target usually.
+
+    Cost: a few PLD compositions; each Poisson-sampled Gaussian step adds an inner PLD
+    search per outer evaluation (warm-started from the previous one). Results are cached
+    per process (same arguments -> same :class:`Calibration` object).
+    """
+    target_epsilon = check_epsilon(target_epsilon)
+    delta = check_delta(delta)
+    specs = tuple(spec if isinstance(spec, StepSpec) else StepSpec(**spec) for spec in step_specs)
+    key = (target_epsilon, delta, specs, float(relative_tolerance))
+    if key not in _CALIBRATION_CACHE:
+        if len(_CALIBRATION_CACHE) >= 256:
+            _CALIBRATION_CACHE.clear()
+        _CALIBRATION_CACHE[key] = _calibrate_to_total(target_epsilon, delta, specs, float(relative_tolerance))
+    return _CALIBRATION_CACHE[key]
+
+
+# Calibrations are deterministic and immutable, and a sampled one can take seconds, so
+# repeated runs in one process (seeds of an experiment) reuse them.
+_CALIBRATION_CACHE: dict[tuple, Calibration] = {}
+
+
+def _calibrate_to_total(
+    target_epsilon: float, delta: float, specs: tuple[StepSpec, ...], relative_tolerance: float
+) -> Calibration:
+    if not specs:
+        raise ValueError("calibrate_to_total needs at least one step")
+    names = [spec.name for spec in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"step names must be unique, got {names}")
+    if math.isinf(target_epsilon):
+        steps = tuple(calibrate_step(spec, math.inf, delta) for spec in specs)
+        return Calibration(target_epsilon, delta, math.inf, math.inf, steps)
+    weight_sum = sum(float(spec.weight) for spec in specs)
+
+    cache: dict[float, tuple[float, tuple[CalibratedStep, ...]]] = {}
+    guesses: dict[str, tuple[float, float]] = {}
+
+    def evaluate(scale: float) -> tuple[float, tuple[CalibratedStep, ...]]:
+        if scale not in cache:
+            steps = tuple(
+                calibrate_step(spec, scale * float(spec.weight) / weight_sum, delta, guesses) for spec in specs
+            )
+            event = dp_accounting.ComposedDpEvent([step.event() for step in steps])
+            cache[scale] = (pld_epsilon(event, delta, SEARCH_DISCRETIZATION), steps)
+        return cache[scale]
+
+    log_scale, _ = _solve_in_band(
+        lambda u: evaluate(math.exp(u))[0],
+        math.log(target_epsilon),
+        target_epsilon * (1.0 - relative_tolerance),
+        target_epsilon,
+    )
+    scale = math.exp(log_scale)
+    total, steps = evaluate(scale)
+    return Calibration(target_epsilon, delta, total, scale, steps)
