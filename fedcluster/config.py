@@ -15,6 +15,8 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from .privacy.clipping import DATA_POINT, LEVELS
+
 class ConfigError(ValueError):
     """A run-config value is unknown, of the wrong type, out of range, or inconsistent with
     another key. The message names the key."""
@@ -140,7 +142,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
     ),
     # ALGORITHMS.md section 3
     "feddp-kmeans": (
-        Key("privacy-level", "data-point", "unit of privacy", choices=("data-point", "client")),
+        Key("privacy-level", DATA_POINT, "unit of privacy", choices=LEVELS),
         Key("epsilon", 1.0, "target total ε (inf = no noise)", low=0, low_open=True, allow_inf=True),
         Key("delta", 1e-6, "δ", low=0, high=1, low_open=True, high_open=True),
         Key("step-epsilons", "", "per-step ε 'e1,e2,...' instead of a target total"),

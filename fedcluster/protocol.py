@@ -30,6 +30,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .privacy.clipping import DATA_POINT, LEVELS
+
 # Record names and the metric every reply carries.
 ARRAYS = "arrays"
 CONFIG = "config"
@@ -242,7 +244,7 @@ _LOCAL_CENTERS = (
     ArrayField("counts", ("c",), "points in each", nonnegative=True),
 )
 _SEED = Param("seed", int, 0, doc="the node's own seed for its random choices")
-_LEVEL = Param("level", str, "data-point", choices=("data-point", "client"), doc="privacy level")
+_LEVEL = Param("level", str, DATA_POINT, choices=LEVELS, doc="privacy level")
 _CLIP_NORM = Param("clip-norm", float, None, low=0, low_open=True, doc="data-point level: clip every point to this norm")
 _CLIP = Param("clip", float, None, low=0, low_open=True, doc="client level: L2 bound of the Gaussian-noised statistic")
 _CLIP_L1 = Param("clip-l1", float, None, low=0, low_open=True, doc="client level: L1 bound of the Laplace-noised statistic")

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # fedcluster/<algorithm>.py.
 STRATEGY_NUMPY = {
     "sum", "concatenate", "stack", "asarray", "array", "zeros", "full", "argmin", "ndarray",
-    "float64", "int64", "uint64", "random", "isfinite", "all",
+    "float64", "int64", "uint64", "floating", "integer", "zeros_like", "save", "random", "isfinite", "all",
 }
 
 
