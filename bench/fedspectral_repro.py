@@ -56,8 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import markdown_table, print_header, run_inprocess  # noqa: E402
 from fedcluster.graph import canonical_edges, load_edge_list, load_node_labels, split_edges, write_client_edge_files  # noqa: E402
 from fedcluster.metrics import adjusted_rand, nmi, rand_index  # noqa: E402
-from fedcluster.spectral import central_eigenpairs, embedding_labels, normalized_adjacency, subspace_distance  # noqa: E402
-from server_app.fedspectral import ExactEigensolver  # noqa: E402
+from fedcluster.fedspectral import ExactEigensolver, embedding_labels, row_normalize, subspace_distance  # noqa: E402
+from fedcluster.spectral_reference import central_eigenpairs, normalized_adjacency  # noqa: E402
 
 K = 10
 CLIENTS = 5
@@ -148,8 +148,6 @@ def noise_floor(graph: Graph, k: int, seeds: int) -> dict[str, Any]:
     1..seeds against the global clustering (seed 0), every pair of seeds, and the k-means
     objective (inertia) of every seed's solution."""
     from sklearn.cluster import KMeans
-
-    from fedcluster.spectral import row_normalize
 
     _, vectors, reference = graph.central(k)
     rows = [compare(graph, k, graph.central_labels(k, seed), vectors) for seed in range(seeds + 1)]

@@ -30,14 +30,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fedcluster.graph import (  # noqa: E402
-    AdjacencyOperator,
-    canonical_edges,
-    graph_degrees,
-    load_edge_list,
-    power_step,
-    split_edges,
-)
+from fedcluster.fedspectral import local_degrees, power_step  # noqa: E402
+from fedcluster.graph import AdjacencyOperator, canonical_edges, load_edge_list, split_edges  # noqa: E402
 from fedcluster.registry import DeviceData  # noqa: E402
 
 
@@ -73,7 +67,7 @@ def bench(edges: np.ndarray, n: int, block: int, repeats: int, label: str, degre
 
     device = DeviceData(edges=edges, source=label)
     if degrees is None:
-        degrees = graph_degrees(device, {}, {"num-nodes": n})[0]["degrees"]
+        degrees = local_degrees(device, n)
     scale = np.zeros(n)
     scale[degrees > 0] = 1.0 / np.sqrt(degrees[degrees > 0])
     N = (sp.diags(scale) @ A @ sp.diags(scale)).tocsr() * weight

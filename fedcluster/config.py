@@ -88,7 +88,7 @@ def _num(value: float) -> str:
 
 
 MANY = 1_000_000  # upper bound of counts that have no natural one (rounds, restarts, ...)
-SEED_MAX = 2**63 - 1
+SEED_MAX = 2**32 - 1
 
 ALGORITHMS = ("fedkmeans", "kfed", "feddp-kmeans", "fedspectral", "fedspectral-plus", "da-ufl")
 DATASETS = ("gaussian-mixture", "triebe", "digits", "npy-dir", "edge-dir", "feddp-mixture")
@@ -366,5 +366,24 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m fedcluster.config prints the README table
-    print(markdown_table())
+def write_generated_block(path: str, name: str, table: str) -> None:
+    """Replace the block ``<!-- generated: python -m fedcluster.NAME -->`` ... ``<!-- end
+    generated -->`` of the file at ``path`` (the README) with ``table``."""
+    from pathlib import Path
+
+    text = Path(path).read_text()
+    start = f"<!-- generated: python -m fedcluster.{name} -->\n"
+    head, found, rest = text.partition(start)
+    if not found:
+        raise SystemExit(f"{path} has no line {start.strip()!r}")
+    _, end, tail = rest.partition("<!-- end generated -->")
+    Path(path).write_text(head + start + table + "\n" + end + tail)
+
+
+if __name__ == "__main__":  # python -m fedcluster.config [README.md]: print or rewrite the table
+    import sys
+
+    if len(sys.argv) > 1:
+        write_generated_block(sys.argv[1], "config", markdown_table())
+    else:
+        print(markdown_table())

@@ -2,7 +2,7 @@
 registry (``fedcluster.registry.TASKS``). NumPy only: a phone-class device needs neither
 SciPy nor scikit-learn (tests/test_device_without_scipy.py checks it)."""
 
-from . import feddp, fedkmeans, graph, kfed, common  # noqa: F401  (registration side effects)
+from . import feddp_kmeans, fedkmeans, fedspectral, kfed, common  # noqa: F401  (registration side effects)
 from .registry import KERNELS, TASKS, DeviceData, run_task
 
 __all__ = ["KERNELS", "TASKS", "DeviceData", "run_task"]

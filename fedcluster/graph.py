@@ -1,57 +1,15 @@
-"""Graph data and the device kernels of FedSpectral / FedSpectral+ (NumPy only).
+"""Graph data for FedSpectral / FedSpectral+ (NumPy only): the data layer, no algorithm.
 
-Data layer
-----------
 A graph lives in a global node-id space ``0 .. n-1`` known to everybody; a device holds only
 its own edge list (``m x 2`` int64). :func:`load_edge_list` reads the SNAP ``u v`` text format,
 :func:`canonical_edges` turns any edge list into the undirected simple graph (``u < v``, no
 self-loops, no duplicates), :func:`split_edges` deals every undirected edge to ``r`` distinct
 random clients (the paper's "overlap": 40 % overlap with 5 clients is ``r = 2``) and
-:func:`write_client_edge_files` writes one ``client_XXX.txt`` per client for a simulation or
-a deployment.
-
-Device kernels (registered in :mod:`fedcluster.registry`)
----------------------------------------------------------
-Every kernel first turns the device's edge list into its undirected simple local graph G_j
-(adjacency A_j, 0/1) and caches a CSR-like structure of it in ``DeviceData.extra``; the
-metric ``num-examples`` is the number of undirected local edges. No kernel ever forms an
-``n x n`` matrix: products with A_j are a gather over the neighbour list plus a segmented
-sum (``np.add.reduceat``).
-
-``graph_degrees``
-    config ``{"num-nodes": n, "edge-weight": w (default 1)}`` -> ``{"degrees": w * deg_j}``,
-    the (weighted) degree of every node in G_j (each local edge counted once per endpoint).
-``power_step``
-    config ``{"num-nodes", "iters", "normalization", "edge-weight"}``, arrays ``{"Q": n x b}``
-    (+ ``"degrees"`` in global mode) -> ``{"Q": ...}``. Two modes:
-
-    * ``"local"`` (the paper): ``Q <- M_j Q`` applied ``iters`` times with
-      ``M_j = (I + D_j^{-1/2} A_j D_j^{-1/2}) / 2`` built from the LOCAL degrees D_j. (A node
-      with no local edge has a zero row in the normalized adjacency, so ``M_j`` halves its
-      row of ``Q``; that is the formula, and it is what the paper's averaging sees.)
-      ``edge-weight`` cancels out of the local normalization and is ignored.
-    * ``"global"`` (exact): exactly ONE multiplication (``iters`` must be 1). With D the
-      GLOBAL degrees sent by the server (``arrays["degrees"]``, the sum over clients of the
-      ``graph_degrees`` replies) and ``w = edge-weight`` the client returns
-
-          P_j = w * D^{-1/2} A_j D^{-1/2} Q .
-
-      With ``w = 1/r`` on every client and every undirected edge held by exactly ``r``
-      clients, ``sum_j w A_j = A`` and ``sum_j w deg_j = deg``, so the server gets
-      ``sum_j P_j = N Q`` (N = D^{-1/2} A D^{-1/2}) and forms the shifted product itself:
-      ``M Q = (Q + sum_j P_j) / 2``
-      (:func:`fedcluster.spectral.shifted_global_product`). The shift ``I/2`` and the factor
-      ``1/2`` stay on the server because they do not depend on any client's data: a client
-      with no edges then contributes exactly zero, and the sum does not depend on how many
-      clients happened to reply.
-``local_spectral_labels``
-    config ``{"num-nodes", "k", "seed"}`` (+ optional ``"block"``, ``"max-iters"``,
-    ``"tol"``) -> ``{"labels": (n,) int64}``, ``-1`` for nodes without a local edge. Spectral
-    clustering (Ng-Jordan-Weiss) of the local graph in NumPy only: subspace iteration with a
-    block of ``k + p`` columns on ``(I + N_j)/2``, Rayleigh-Ritz, row-normalization and
-    :func:`fedcluster.lloyd.kmeans`. This is the client of the FedSpectral baseline.
-
-Degree-0 nodes get ``D^{-1/2} = 0`` everywhere: they never produce NaN or inf.
+:func:`write_client_edge_files` writes one ``client_XXX.txt`` per client (used by
+``fedcluster-split-graph``, :mod:`fedcluster.graph_cli`). :class:`AdjacencyOperator` gives
+products with the 0/1 adjacency without ever forming an ``n x n`` matrix, and
+:func:`local_graph` is a device's edge list as one (cached). The device kernels and the
+server math are in :mod:`fedcluster.fedspectral`.
 """
 
 from __future__ import annotations
@@ -63,8 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedcluster.lloyd import assign, kmeans
-from fedcluster.registry import DeviceData, device_task
+from fedcluster.registry import DeviceData
 
 __all__ = [
     "GraphError",
@@ -76,12 +33,7 @@ __all__ = [
     "split_edges",
     "write_client_edge_files",
     "AdjacencyOperator",
-    "inverse_sqrt_degrees",
     "local_graph",
-    "graph_degrees",
-    "power_step",
-    "local_spectral_embedding",
-    "local_spectral_labels",
 ]
 
 
@@ -272,7 +224,7 @@ def write_client_edge_files(parts: Sequence[np.ndarray], out_dir: str | os.PathL
 
 
 # --------------------------------------------------------------------------------------------
-# Sparse products over an edge list (NumPy only)
+# Sparse products over an edge list, and a device's graph (NumPy only)
 # --------------------------------------------------------------------------------------------
 
 
@@ -280,13 +232,14 @@ class AdjacencyOperator:
     """Products ``A @ X`` with the 0/1 adjacency of an undirected simple graph, NumPy only.
 
     Built once from any edge list, made canonical (kept as ``edges``): both directions of
-    every edge are sorted by their row (CSR order), giving the neighbour list ``neighbors`` (``2m`` ids) and the start of every
-    non-empty row. A product is then a gather of the neighbours' rows of ``X`` followed by a
-    segmented sum (``np.add.reduceat``). Two tricks make it fast (about 2x scipy's CSR
-    product for 10 columns): the columns are taken in pairs as one complex128 number (half
-    the number of reductions, which is what ``reduceat`` pays for), and the work is done in
-    the transposed layout (one contiguous 1-D gather and reduction per column pair).
-    Memory: ``O(m + n b)``; never ``n x n``.
+    every edge are sorted by their row (CSR order), giving the neighbour list ``neighbors``
+    (``2m`` ids) and the start of every non-empty row. A product is then a gather of the
+    neighbours' rows of ``X`` followed by a segmented sum (``np.add.reduceat``). Two tricks
+    cut its cost (``bench/spectral_kernel.py`` times it against SciPy's CSR product): the
+    columns are taken in pairs as one complex128 number (half the number of reductions,
+    which is what ``reduceat`` pays for), and the work is done in the transposed layout
+    (one contiguous 1-D gather and reduction per column pair). Memory: ``O(m + n b)``;
+    never ``n x n``.
     """
 
     def __init__(self, edges: np.ndarray, num_nodes: int):
@@ -348,15 +301,6 @@ class AdjacencyOperator:
         return out[:, 0] if vector else out
 
 
-def inverse_sqrt_degrees(degrees: np.ndarray) -> np.ndarray:
-    """``d^{-1/2}`` elementwise with 0 where ``d == 0`` (no NaN, no inf)."""
-    degrees = np.asarray(degrees, dtype=np.float64)
-    out = np.zeros_like(degrees)
-    positive = degrees > 0
-    out[positive] = 1.0 / np.sqrt(degrees[positive])
-    return out
-
-
 @dataclass
 class _CachedGraph:
     edges: np.ndarray  # the DeviceData.edges object it was built from (identity check)
@@ -391,215 +335,3 @@ def local_graph(data: DeviceData, num_nodes: int) -> AdjacencyOperator:
     operator = AdjacencyOperator(array, num_nodes)
     data.extra[_CACHE_KEY] = _CachedGraph(edges=edges, operator=operator)
     return operator
-
-
-# --------------------------------------------------------------------------------------------
-# Config parsing (values arrive from a Flower ConfigRecord: int, float, str, bool)
-# --------------------------------------------------------------------------------------------
-
-
-def _config_int(config: dict, key: str, default: int | None = None, minimum: int | None = None) -> int:
-    if key not in config:
-        if default is None:
-            raise ValueError(f"config is missing {key!r}")
-        return default
-    value = config[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"config {key!r} must be an integer, got {value!r}")
-    if float(value) != int(value):
-        raise ValueError(f"config {key!r} must be an integer, got {value!r}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"config {key!r} must be >= {minimum}, got {value}")
-    return value
-
-
-def _config_float(config: dict, key: str, default: float) -> float:
-    value = config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"config {key!r} must be a number, got {value!r}")
-    value = float(value)
-    if not np.isfinite(value):
-        raise ValueError(f"config {key!r} must be finite, got {value}")
-    return value
-
-
-def _edge_weight(config: dict) -> float:
-    weight = _config_float(config, "edge-weight", 1.0)
-    if weight <= 0:
-        raise ValueError(f"config 'edge-weight' must be > 0, got {weight}")
-    return weight
-
-
-def _block(arrays: dict, key: str, num_nodes: int) -> np.ndarray:
-    if key not in arrays:
-        raise ValueError(f"arrays are missing {key!r}")
-    Q = np.asarray(arrays[key], dtype=np.float64)
-    if Q.ndim == 1:
-        Q = Q[:, None]
-    if Q.ndim != 2 or Q.shape[0] != num_nodes:
-        raise ValueError(f"{key!r} must have shape (num-nodes={num_nodes}, b), got {Q.shape}")
-    if not np.all(np.isfinite(Q)):
-        raise ValueError(f"{key!r} contains NaN or inf")
-    return Q
-
-
-# --------------------------------------------------------------------------------------------
-# Device kernels
-# --------------------------------------------------------------------------------------------
-
-
-@device_task("graph_degrees")
-def graph_degrees(data: DeviceData, arrays: dict, config: dict) -> tuple[dict, dict]:
-    """Weighted local degrees ``edge-weight * deg_j`` (``(n,)`` float64) of the local graph.
-
-    Summed over the clients with ``edge-weight = 1/r`` they give the global degrees.
-    """
-    n = _config_int(config, "num-nodes", minimum=1)
-    weight = _edge_weight(config)
-    graph = local_graph(data, n)
-    return {"degrees": weight * graph.degrees}, {
-        "num-examples": graph.num_edges,
-        "num-local-nodes": int(np.count_nonzero(graph.degrees)),
-    }
-
-
-@device_task("power_step")
-def power_step(data: DeviceData, arrays: dict, config: dict) -> tuple[dict, dict]:
-    """One FedSpectral+ client step on the block ``arrays["Q"]`` (n x b).
-
-    ``normalization="local"`` (default, the paper): ``iters`` steps ``Q <- (Q + N_j Q)/2``
-    with the local normalized adjacency ``N_j = D_j^{-1/2} A_j D_j^{-1/2}``.
-    ``normalization="global"`` (exact): one product ``edge-weight * D^{-1/2} A_j D^{-1/2} Q``
-    with the global degrees ``arrays["degrees"]``; the server adds ``Q`` and halves (see the
-    module docstring).
-    """
-    n = _config_int(config, "num-nodes", minimum=1)
-    iters = _config_int(config, "iters", default=1, minimum=1)
-    normalization = config.get("normalization", "local")
-    if normalization not in ("local", "global"):
-        raise ValueError(f"config 'normalization' must be 'local' or 'global', got {normalization!r}")
-    weight = _edge_weight(config)
-    Q = _block(arrays, "Q", n)
-    graph = local_graph(data, n)
-    metrics = {"num-examples": graph.num_edges}
-
-    if normalization == "local":
-        scale = inverse_sqrt_degrees(graph.degrees)
-        for _ in range(iters):
-            Q = 0.5 * (Q + graph.matmat(Q, scale, scale))
-        return {"Q": Q}, metrics
-
-    if iters != 1:
-        raise ValueError(
-            "normalization 'global' computes exactly one product per round (iters must be 1): "
-            "a client cannot multiply by the global matrix twice on its own"
-        )
-    if "degrees" not in arrays:
-        raise ValueError("normalization 'global' needs the global degree vector in arrays['degrees']")
-    degrees = np.asarray(arrays["degrees"], dtype=np.float64).reshape(-1)
-    if degrees.shape != (n,):
-        raise ValueError(f"'degrees' must have shape ({n},), got {degrees.shape}")
-    if not np.all(np.isfinite(degrees)) or np.any(degrees < 0):
-        raise ValueError("'degrees' must be finite and non-negative")
-    missing = (graph.degrees > 0) & (degrees <= 0)
-    if np.any(missing):
-        node = int(np.flatnonzero(missing)[0])
-        raise ValueError(
-            f"global degree of node {node} is 0 but the node has local edges: "
-            "the degree vector does not match the data"
-        )
-    scale = inverse_sqrt_degrees(degrees)
-    product = graph.matmat(Q, weight * scale, scale)
-    return {"Q": product}, metrics
-
-
-def _orthonormal_columns(X: np.ndarray) -> np.ndarray:
-    Q, R = np.linalg.qr(X)
-    signs = np.sign(np.diag(R))
-    signs[signs == 0] = 1.0
-    return Q * signs
-
-
-def local_spectral_embedding(
-    graph: AdjacencyOperator,
-    k: int,
-    rng: np.random.Generator,
-    block: int | None = None,
-    max_iters: int = 1000,
-    tol: float = 1e-6,
-) -> tuple[np.ndarray, np.ndarray, int, float]:
-    """Top-``k`` eigenpairs of ``(I + N)/2`` of ``graph`` by subspace iteration, NumPy only.
-
-    Iterates a block of ``block`` columns (default ``2k``, at least ``k + 5``, at most n),
-    orthonormalizing every step; every 5 steps a Rayleigh-Ritz check stops when the largest
-    residual ``||M v - theta v||`` of the top-``k`` Ritz pairs is below ``tol``.
-    Returns ``(values, vectors, iterations, residual)``, values descending.
-    """
-    n = graph.num_nodes
-    k = min(k, n)
-    b = min(n, block if block is not None else max(2 * k, k + 5))
-    b = max(b, k)
-    scale = inverse_sqrt_degrees(graph.degrees)
-
-    def apply(X: np.ndarray) -> np.ndarray:
-        return 0.5 * (X + graph.matmat(X, scale, scale))
-
-    Q = _orthonormal_columns(rng.standard_normal((n, b)))
-    values = vectors = None
-    residual = np.inf
-    iteration = 0
-    for iteration in range(1, max_iters + 1):
-        MQ = apply(Q)
-        if iteration % 5 == 0 or iteration == max_iters:
-            H = Q.T @ MQ
-            theta, V = np.linalg.eigh(0.5 * (H + H.T))
-            top = np.argsort(theta)[::-1][:k]
-            values, vectors = theta[top], Q @ V[:, top]
-            R = MQ @ V[:, top] - vectors * values
-            residual = float(np.max(np.linalg.norm(R, axis=0)))
-            if residual < tol:
-                break
-        Q = _orthonormal_columns(MQ)
-    return values, vectors, iteration, residual
-
-
-@device_task("local_spectral_labels")
-def local_spectral_labels(data: DeviceData, arrays: dict, config: dict) -> tuple[dict, dict]:
-    """FedSpectral client: spectral clustering of the local graph (NumPy only).
-
-    Nodes with at least one local edge are relabelled ``0..n_j-1``; the top-``k``
-    eigenvectors of the local ``(I + N_j)/2`` (:func:`local_spectral_embedding`) are
-    row-normalized (Ng-Jordan-Weiss) and clustered by :func:`fedcluster.lloyd.kmeans`
-    (``n_init=10``) seeded by ``seed``. Nodes without local edges get label ``-1``. When the
-    local graph has at most ``k`` nodes every node is its own cluster.
-    """
-    n = _config_int(config, "num-nodes", minimum=1)
-    k = _config_int(config, "k", minimum=1)
-    seed = _config_int(config, "seed", default=0)
-    block = _config_int(config, "block", default=0, minimum=0) or None
-    max_iters = _config_int(config, "max-iters", default=1000, minimum=1)
-    tol = _config_float(config, "tol", 1e-6)
-    graph = local_graph(data, n)
-    labels = np.full(n, -1, dtype=np.int64)
-    present = np.flatnonzero(graph.degrees > 0)
-    metrics: dict[str, float] = {"num-examples": graph.num_edges, "num-local-nodes": int(present.size)}
-    if present.size == 0:
-        return {"labels": labels}, metrics
-    if present.size <= k:
-        labels[present] = np.arange(present.size)
-        return {"labels": labels}, metrics
-    # The local graph on its own nodes only: absent nodes would add spurious eigenvalues 1/2.
-    relabel = np.full(n, -1, dtype=np.int64)
-    relabel[present] = np.arange(present.size)
-    compact = AdjacencyOperator(relabel[graph.edges], present.size)
-    rng = np.random.default_rng(seed)
-    _, vectors, iterations, residual = local_spectral_embedding(
-        compact, k, rng, block=block, max_iters=max_iters, tol=tol
-    )
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    embedding = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
-    centers, _ = kmeans(embedding, k, rng, n_init=10)
-    labels[present] = assign(embedding, centers)[0]
-    metrics.update({"iterations": iterations, "ritz-residual": residual})
-    return {"labels": labels}, metrics

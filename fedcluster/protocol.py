@@ -348,12 +348,6 @@ TASKS: dict[str, Task] = {
             reply=(ArrayField("sums", ("k", "d")), ArrayField("counts", ("k",), nonnegative=True)),
             used_by=("feddp-kmeans",),
         ),
-        Task(  # TODO(house plan): no strategy sends it; removed with graph.py's kernel
-            "graph_degrees", "query", "weighted local degrees of the device's graph",
-            config=(_NUM_NODES, Param("edge-weight", float, 1.0, low=0, low_open=True)),
-            reply=(ArrayField("degrees", ("n",), nonnegative=True),),
-            metrics=(NUM_EXAMPLES, "num-local-nodes"),
-        ),
         Task(
             "power_step", "train", "FedSpectral+: local power steps (paper) or one global product (exact)",
             request=(ArrayField("Q", ("n", "b")), ArrayField("degrees", ("n",), nonnegative=True, optional=True)),
@@ -412,5 +406,12 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m fedcluster.protocol prints the README table
-    print(markdown_table())
+if __name__ == "__main__":  # python -m fedcluster.protocol [README.md]: print or rewrite the table
+    import sys
+
+    if len(sys.argv) > 1:
+        from .config import write_generated_block
+
+        write_generated_block(sys.argv[1], "protocol", markdown_table())
+    else:
+        print(markdown_table())

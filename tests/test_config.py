@@ -113,4 +113,5 @@ def test_algorithm_without_a_strategy_is_refused_before_any_node_is_waited_for()
 def test_readme_config_table_is_generated_from_the_declarations():
     from fedcluster.config import markdown_table
 
-    assert markdown_table() in (ROOT / "README.md").read_text(), "regenerate the README table: python -m fedcluster.config"
+    block = f"<!-- generated: python -m fedcluster.config -->\n{markdown_table()}\n<!-- end generated -->"
+    assert block in (ROOT / "README.md").read_text(), "regenerate: python -m fedcluster.config README.md"

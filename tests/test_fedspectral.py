@@ -1,9 +1,13 @@
-"""FedSpectral and FedSpectral+ (server_app/fedspectral.py): server algebra, whole runs
-through the in-process runner, bad input, the splitter CLI, and one real ``flwr run``."""
+"""FedSpectral and FedSpectral+: the exact mode's server algebra (fedcluster/fedspectral.py),
+whole runs of server_app/fedspectral.py through the in-process runner, bad input, the
+splitter CLI, the layout (no flwr below the strategy), and one real ``flwr run``."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -11,17 +15,24 @@ import pytest
 
 from conftest import graphs_dir
 from fedcluster.config import ConfigError, with_defaults
-from fedcluster.graph import canonical_edges, load_edge_list, split_edges, write_client_edge_files
-from fedcluster.graph_cli import main as split_main
-from fedcluster.spectral import central_eigenpairs, normalized_adjacency, subspace_distance
-from server_app.base import FederationError
-from server_app.fedspectral import (
+from fedcluster.fedspectral import (
+    ExactEigensolver,
     RitzBasis,
+    affinity_embedding,
     auto_max_basis,
+    coassociation_matrix,
     degree_scaled_start,
+    embedding_labels,
+    initial_block,
     orthonormal_complement,
     start_block,
+    subspace_distance,
 )
+from fedcluster.graph import canonical_edges, load_edge_list, split_edges, write_client_edge_files
+from fedcluster.graph_cli import main as split_main
+from fedcluster.linalg import orthonormalize
+from fedcluster.spectral_reference import central_eigenpairs, normalized_adjacency
+from server_app.base import FederationError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -129,7 +140,44 @@ def test_degree_scaled_start_zero_rows_for_isolated_nodes():
 def test_auto_max_basis():
     assert auto_max_basis(1005, 20) == 1005
     assert auto_max_basis(10**7, 20) == 160
-    assert start_block(5, 2, 3).shape == (5, 2)
+    np.testing.assert_array_equal(start_block(5, 2, 3), np.random.default_rng(3).standard_normal((5, 2)))
+
+
+@pytest.mark.parametrize("acceleration", ["none", "krylov"])
+def test_exact_eigensolver_fed_central_products_is_the_documented_iteration(acceleration):
+    """The server math on plain arrays: fed with central products it is block subspace
+    iteration from qr(D^{1/2} G), or converges to the exact eigenspace (Krylov)."""
+    edges, n = planted([25, 20, 30], 0.3, 12, seed=3, isolated=(7, 40))
+    k, b, seed = 3, 5, 4
+    N = normalized_adjacency(edges, n)
+    A = (N != 0).astype(float)
+    solver = ExactEigensolver(n, k, b, seed, acceleration)
+    first = solver.first_block()
+    np.testing.assert_array_equal(solver.first_degrees(), np.ones(n))
+    solver.start(A @ first)  # sum_j (1/r) A_j [1, G] = A [1, G]
+    np.testing.assert_allclose(solver.degrees, np.bincount(edges.ravel(), minlength=n))
+    rounds = 12 if acceleration == "none" else 30
+    for _ in range(rounds - 1):
+        X = solver.next_block()
+        if X is None:
+            break
+        solver.absorb(X, N @ X)
+    values, Y, residuals = solver.result()
+    assert Y.shape == (n, k) and np.all(np.diff(values) <= 0)
+    np.testing.assert_array_equal(Y[[7, 40]], 0.0)  # isolated rows stay exactly zero
+    M = shifted_operator(edges, n)
+    if acceleration == "none":
+        Q = np.linalg.qr(central_start(edges, n, b, seed))[0]
+        for _ in range(rounds - 1):
+            Q = np.linalg.qr(M(Q))[0]
+        assert subspace_distance(Y, top_ritz(Q, M(Q), k)) < 1e-10
+    else:
+        exact_values, exact = central_eigenpairs(edges, n, k)
+        assert subspace_distance(Y, exact) < 1e-8
+        np.testing.assert_allclose(values, exact_values, atol=1e-12)
+        assert residuals.max() < 1e-8
+    assert solver.graph_summary()["isolated_nodes"] == 2
+    assert solver.graph_summary()["edges"] == edges.shape[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,7 +278,7 @@ def test_isolated_nodes_get_a_label_and_no_nan(tmp_path, small_graph, mode, acce
         oversample=oversample, **{"num-nodes": n_big, "num-rounds": 30 if acceleration == "none" else 8},
     )
     assert labels.shape == (n_big,) and np.all(labels >= 0) and np.all(labels < 3)
-    assert np.all(np.isfinite(embedding))
+    np.testing.assert_allclose(embedding.T @ embedding, np.eye(3), atol=1e-10)  # finite, orthonormal
     isolated = [7, 40, n, n + 1, n + 2]
     if mode == "exact":
         assert np.all(embedding[isolated] == 0.0)
@@ -241,11 +289,20 @@ def test_isolated_nodes_get_a_label_and_no_nan(tmp_path, small_graph, mode, acce
 
 def test_fedspectral_baseline_with_isolated_nodes(tmp_path, small_graph):
     _, n, data_dir = small_graph
-    result, labels, embedding = run_graph(tmp_path, data_dir, 4, algorithm="fedspectral", k=3, **{"num-nodes": n + 2})
-    assert labels.shape == (n + 2,) and np.all(np.isfinite(embedding))
+    result, labels, embedding = run_graph(tmp_path, data_dir, 4, algorithm="fedspectral", k=3, seed=5, **{"num-nodes": n + 2})
+    assert labels.shape == (n + 2,) and embedding.shape == (n + 2, 3)
     assert result["final"]["communication_rounds"] == 1
     assert result["final"]["nodes_held"] == n - 2
-    assert np.load(Path(result["output_dir"]) / "client_labels.npy").shape == (4, n + 2)
+    client_labels = np.load(Path(result["output_dir"]) / "client_labels.npy")
+    assert client_labels.shape == (4, n + 2)
+    unheld = [7, 40, n, n + 1]
+    assert np.all(client_labels[:, unheld] == -1) and np.all(client_labels.max(axis=0)[np.setdiff1d(np.arange(n), [7, 40])] >= 0)
+    # the server is the documented math on the clients' labels, and nodes nobody holds sit at the origin
+    expected = affinity_embedding(coassociation_matrix(list(client_labels), n + 2), 3, seed=5)
+    np.testing.assert_allclose(embedding, expected, atol=1e-12)
+    np.testing.assert_array_equal(labels, embedding_labels(expected, 3, 5))
+    np.testing.assert_array_equal(embedding[unheld], 0.0)
+    assert result["final"]["cluster_sizes"] == np.bincount(labels, minlength=3).tolist()
     assert result["central_reference"]["ari"] > 0.5  # a planted partition survives even the baseline
 
 
@@ -258,10 +315,18 @@ def test_a_client_without_edges_does_not_break_the_run(tmp_path, algorithm, mode
         tmp_path, data_dir, 4, algorithm=algorithm, mode=mode, k=3, **{"num-nodes": n, "num-rounds": 10, "edge-copies": 2},
     )
     assert result["nodes"]["connected"] == 4 and all(r["replies"] == r["sent"] for r in result["rounds"])
-    assert labels.shape == (n,) and np.all(np.isfinite(embedding))
-    if mode == "exact" and algorithm == "fedspectral-plus":
+    assert labels.shape == (n,) and embedding.shape == (n, 3)
+    if algorithm == "fedspectral":
+        client_labels = np.load(Path(result["output_dir"]) / "client_labels.npy")
+        np.testing.assert_array_equal(client_labels[1], -1)  # the empty client holds no node
+        assert result["final"]["nodes_held"] == n
+        assert result["central_reference"]["ari"] > 0.5
+    elif mode == "exact":
         _, exact = central_eigenpairs(edges, n, 3)
         assert subspace_distance(embedding, exact) < 1e-6
+    else:  # paper: the empty client's halved block is averaged in, the result is still a QR factor
+        np.testing.assert_allclose(embedding.T @ embedding, np.eye(3), atol=1e-10)
+        assert result["rounds"][-1]["subspace_change"] < 1.0
 
 
 def test_node_id_out_of_range_is_a_clear_error(tmp_path, small_graph):
@@ -301,9 +366,7 @@ def test_iters_is_ignored_in_exact_mode_with_a_note(tmp_path, small_graph):
 
 
 def test_paper_mode_runs_the_papers_protocol(tmp_path, small_graph):
-    """One round, one local step: the embedding is QR(mean_j M_j Q_0) with local degrees."""
-    from fedcluster.spectral import initial_block, orthonormalize
-
+    """One round, two local steps: the embedding is QR(mean_j M_j^2 Q_0) with local degrees."""
     edges, n, data_dir = small_graph
     result, _, embedding = run_graph(
         tmp_path, data_dir, 4, algorithm="fedspectral-plus", mode="paper", k=3, iters=2, seed=9, **{"num-nodes": n, "num-rounds": 1},
@@ -316,6 +379,24 @@ def test_paper_mode_runs_the_papers_protocol(tmp_path, small_graph):
         steps.append(M(M(Q0)))
     assert np.allclose(embedding, orthonormalize(np.mean(steps, axis=0)), atol=1e-12)
     assert result["final"]["communication_rounds"] == 1 and result["rounds"][0]["block_columns"] == 3
+
+
+def test_algorithm_and_benchmarks_import_without_flwr_or_the_server():
+    """fedcluster.fedspectral, the central references and the benchmarks need neither flwr
+    nor server_app (the house plan: everything below the phases is plain library code)."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["flwr"] = None
+        sys.modules["server_app"] = None
+        sys.path.insert(0, {str(ROOT)!r})
+        import fedcluster.fedspectral, fedcluster.spectral_reference, fedcluster.graph
+        import bench.fedspectral_repro, bench.spectral_kernel
+        print("OK")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0 and "OK" in done.stdout, done.stderr[-3000:]
 
 
 # --------------------------------------------------------------------------------------------

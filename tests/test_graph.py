@@ -1,9 +1,9 @@
-"""Unit tests of fedcluster.graph: edge-list loading, canonicalisation, splitting over clients
-and the NumPy device kernels of FedSpectral / FedSpectral+ (oracles: dense NumPy matrices)."""
+"""Unit tests of the graph data layer (fedcluster.graph: edge-list loading, canonicalisation,
+splitting over clients, the adjacency operator) and of the NumPy device kernels of
+FedSpectral / FedSpectral+ (fedcluster.fedspectral; oracles: dense NumPy matrices)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,18 +11,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedcluster.fedspectral import (
+    local_degrees,
+    inverse_sqrt_degrees,
+    local_spectral_embedding,
+    local_spectral_labels,
+    power_step,
+    shifted_global_product,
+)
 from fedcluster.graph import (
     AdjacencyOperator,
     GraphError,
     canonical_edges,
-    graph_degrees,
     infer_num_nodes,
     load_edge_list,
     load_node_labels,
     local_graph,
-    local_spectral_labels,
     overlap_to_clients,
-    power_step,
     split_edges,
     write_client_edge_files,
 )
@@ -240,7 +245,7 @@ def test_local_graph_is_cached_and_rebuilt_when_edges_change():
 
 
 def test_kernels_registered():
-    for name in ("graph_degrees", "power_step", "local_spectral_labels"):
+    for name in ("power_step", "local_spectral_labels"):
         assert name in TASKS
 
 
@@ -250,33 +255,30 @@ def test_degrees_weighted_sum_over_clients_equals_global():
     parts = split_edges(edges, 5, r, 0)
     total = np.zeros(n)
     for j, part in enumerate(parts):
-        arrays, metrics = graph_degrees(DeviceData(edges=part, source=f"c{j}"), {}, {"num-nodes": n, "edge-weight": 1 / r})
-        assert metrics["num-examples"] == part.shape[0]
-        total += arrays["degrees"]
+        total += local_degrees(DeviceData(edges=part, source=f"c{j}"), n, 1 / r)
     np.testing.assert_allclose(total, dense_adjacency(edges, n).sum(axis=1), atol=1e-12)
 
 
 def test_degrees_count_each_local_undirected_edge_once_per_endpoint():
     data = DeviceData(edges=np.array([[0, 1], [1, 0], [1, 1], [1, 2], [1, 2]]), source="dup")
-    arrays, metrics = graph_degrees(data, {}, {"num-nodes": 4})
-    np.testing.assert_array_equal(arrays["degrees"], [1, 2, 1, 0])
-    assert metrics["num-examples"] == 2
+    np.testing.assert_array_equal(local_degrees(data, 4), [1, 2, 1, 0])
+    assert local_graph(data, 4).num_edges == 2
 
 
 def test_node_id_out_of_range_is_a_clear_error():
     data = DeviceData(edges=np.array([[0, 9]]), source="client_003.txt")
     with pytest.raises(ValueError, match=r"client_003\.txt.*9.*num-nodes"):
-        graph_degrees(data, {}, {"num-nodes": 5})
+        local_degrees(data, 5)
     with pytest.raises(ValueError, match="num-nodes"):
         power_step(data, {"Q": np.ones((5, 2))}, {"num-nodes": 5})
 
 
 def _federated_shifted_product(parts, n, r, Q):
     devices = [DeviceData(edges=p, source=f"c{j}") for j, p in enumerate(parts)]
-    degrees = sum(graph_degrees(d, {}, {"num-nodes": n, "edge-weight": 1 / r})[0]["degrees"] for d in devices)
+    degrees = sum(local_degrees(d, n, 1 / r) for d in devices)
     config = {"num-nodes": n, "iters": 1, "normalization": "global", "edge-weight": 1 / r}
-    total = sum(power_step(d, {"Q": Q, "degrees": degrees}, config)[0]["Q"] for d in devices)
-    return 0.5 * (Q + total)  # the server part: add Q, halve
+    replies = [power_step(d, {"Q": Q, "degrees": degrees}, config)[0]["Q"] for d in devices]
+    return shifted_global_product(Q, replies)  # the server part: add Q, halve
 
 
 def test_power_step_global_sum_equals_dense_shifted_product():
@@ -328,9 +330,7 @@ def test_isolated_node_gives_no_nan():
 def test_client_without_edges_returns_zeros():
     n = 8
     data = DeviceData(edges=np.zeros((0, 2), dtype=np.int64), source="empty")
-    degrees, metrics = graph_degrees(data, {}, {"num-nodes": n})
-    np.testing.assert_array_equal(degrees["degrees"], np.zeros(n))
-    assert metrics["num-examples"] == 0
+    np.testing.assert_array_equal(local_degrees(data, n), np.zeros(n))
     Q = np.random.default_rng(0).standard_normal((n, 3))
     out, metrics = power_step(
         data, {"Q": Q, "degrees": np.ones(n)}, {"num-nodes": n, "normalization": "global", "edge-weight": 0.5}
@@ -395,6 +395,23 @@ def test_local_spectral_labels_recovers_planted_clusters():
     assert metrics["ritz-residual"] < 1e-6
 
 
+def test_local_spectral_embedding_matches_dense_eigenpairs():
+    edges, truth = planted_partition([30, 25, 35, 20], 0.5, 6, seed=9)
+    n = truth.size
+    values, vectors, iterations, residual = local_spectral_embedding(
+        AdjacencyOperator(edges, n), 4, np.random.default_rng(0), tol=1e-9
+    )
+    w, V = np.linalg.eigh(dense_shifted(dense_adjacency(edges, n)))
+    np.testing.assert_allclose(values, w[::-1][:4], atol=1e-9)
+    top = V[:, ::-1][:, :4]
+    sines = np.linalg.svd(vectors - top @ (top.T @ vectors), compute_uv=False)
+    assert sines.max() < 1e-6 and residual < 1e-9 and iterations % 5 == 0
+
+
+def test_inverse_sqrt_degrees_zero_for_isolated():
+    np.testing.assert_array_equal(inverse_sqrt_degrees(np.array([4.0, 0.0, 0.25])), [0.5, 0.0, 2.0])
+
+
 def test_local_spectral_labels_tiny_graph_each_node_own_cluster():
     labels = local_spectral_labels(DeviceData(edges=np.array([[0, 1]])), {}, {"num-nodes": 4, "k": 3, "seed": 0})[0]["labels"]
     np.testing.assert_array_equal(labels, [0, 1, -1, -1])
@@ -402,7 +419,7 @@ def test_local_spectral_labels_tiny_graph_each_node_own_cluster():
 
 def test_device_module_needs_only_numpy():
     code = (
-        "import sys; import fedcluster.graph, fedcluster.spectral; "
+        "import sys; import fedcluster.graph, fedcluster.fedspectral, fedcluster.spectral_reference; "
         "bad = [m for m in ('scipy', 'sklearn', 'flwr') if m in sys.modules]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -27,4 +27,5 @@ def test_ci_runs_the_readme_test_command():
 def test_readme_task_table_is_generated_from_the_protocol():
     from fedcluster.protocol import markdown_table
 
-    assert markdown_table() in (ROOT / "README.md").read_text(), "regenerate: python -m fedcluster.protocol"
+    block = f"<!-- generated: python -m fedcluster.protocol -->\n{markdown_table()}\n<!-- end generated -->"
+    assert block in (ROOT / "README.md").read_text(), "regenerate: python -m fedcluster.protocol README.md"

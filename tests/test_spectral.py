@@ -1,33 +1,40 @@
-"""Unit tests of fedcluster.spectral: linear algebra helpers, the central references, the
-FedSpectral+ "exact" protocol against central subspace iteration, and the FedSpectral
-co-association server."""
+"""Unit tests of the spectral math: fedcluster.fedspectral's server helpers (principal
+angles, aggregation, co-association), the central references (fedcluster.spectral_reference),
+the FedSpectral+ "exact" protocol driven through the device kernels against central subspace
+iteration (the oracle), and the FedSpectral co-association server."""
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fedcluster.graph import canonical_edges, graph_degrees, load_edge_list, power_step, split_edges
-from fedcluster.registry import DeviceData
-from fedcluster.spectral import (
-    central_eigenpairs,
-    central_spectral,
-    central_subspace_iteration,
+from fedcluster.fedspectral import (
+    affinity_embedding,
+    affinity_spectral_labels,
     coassociation_matrix,
     coassociation_spectral,
     embedding_labels,
+    local_degrees,
     initial_block,
-    normalized_adjacency,
-    orthonormalize,
+    label_problem,
+    local_cluster_counts,
+    nodes_held,
     paper_aggregate,
+    power_step,
     principal_angle_sines,
-    rayleigh_ritz,
     row_normalize,
     shifted_global_product,
     subspace_distance,
+    top_eigenpairs_by_component,
+)
+from fedcluster.graph import canonical_edges, load_edge_list, split_edges
+from fedcluster.linalg import orthonormalize, rayleigh_ritz
+from fedcluster.registry import DeviceData
+from fedcluster.spectral_reference import (
+    central_eigenpairs,
+    central_spectral,
+    central_subspace_iteration,
+    normalized_adjacency,
 )
 
 
@@ -114,10 +121,10 @@ def test_rayleigh_ritz_recovers_exact_eigenpairs():
     values = np.linspace(1.0, 0.1, 15)
     M = (V * values) @ V.T
     Q = orthonormalize(V[:, :6] @ rng.standard_normal((6, 6)))  # exact invariant subspace
-    ritz_values, vectors = rayleigh_ritz(Q, M @ Q, 3, return_values=True)
+    ritz_values, vectors = rayleigh_ritz(Q, M @ Q, 3)
     np.testing.assert_allclose(ritz_values, values[:3], atol=1e-13)
     assert principal_angle_sines(vectors, V[:, :3])[0] < 1e-12
-    assert rayleigh_ritz(Q, M @ Q, 3).shape == (15, 3)
+    assert vectors.shape == (15, 3)
     with pytest.raises(ValueError):
         rayleigh_ritz(Q, M @ Q, 7)
 
@@ -205,7 +212,7 @@ def test_central_subspace_iteration_converges_to_eigenspace():
     Q, MQ = central_subspace_iteration(edges, n, 6, 150, seed=1)
     np.testing.assert_allclose(Q.T @ Q, np.eye(6), atol=1e-12)
     _, vectors = central_eigenpairs(edges, n, 3)
-    assert principal_angle_sines(rayleigh_ritz(Q, MQ, 3), vectors)[0] < 1e-8
+    assert principal_angle_sines(rayleigh_ritz(Q, MQ, 3)[1], vectors)[0] < 1e-8
 
 
 # ---------------------------------------------------------------------------- exact protocol
@@ -217,7 +224,7 @@ def federated_exact(edges, n, clients, overlap, block, rounds, seed, split_seed=
     devices = [DeviceData(edges=p, source=f"client {j}") for j, p in enumerate(parts)]
     weight = 1.0 / overlap
     degrees = sum(
-        graph_degrees(d, {}, {"num-nodes": n, "edge-weight": weight})[0]["degrees"] for d in devices
+        local_degrees(d, n, weight) for d in devices
     )
     config = {"num-nodes": n, "iters": 1, "normalization": "global", "edge-weight": weight}
     Q = initial_block(n, block, seed)
@@ -248,7 +255,7 @@ def test_exact_mode_equals_central_on_email_eu_core():
     Qf, MQf = federated_exact(edges, n, clients=5, overlap=2, block=20, rounds=40, seed=0)
     Qc, MQc = central_subspace_iteration(edges, n, 20, 40, seed=0)
     np.testing.assert_allclose(Qf, Qc, rtol=0, atol=1e-8)
-    assert principal_angle_sines(rayleigh_ritz(Qf, MQf, 10), rayleigh_ritz(Qc, MQc, 10))[0] < 1e-8
+    assert principal_angle_sines(rayleigh_ritz(Qf, MQf, 10)[1], rayleigh_ritz(Qc, MQc, 10)[1])[0] < 1e-8
     # ALGORITHMS.md: the 10th and 11th eigenvalues of (I + N)/2 are 0.7757 and 0.7692
     values, _ = central_eigenpairs(edges, n, 11)
     assert values[9] == pytest.approx(0.7757, abs=5e-5)
@@ -312,6 +319,42 @@ def test_coassociation_spectral_recovers_consensus():
         labels[flip] = rng.integers(0, 4, size=flip.sum())
         labels[rng.random(n) < 0.2] = -1
         label_lists.append(labels)
-    labels = coassociation_spectral(label_lists, n, 4, seed=0)
-    assert labels.shape == (n,)
+    embedding, labels = coassociation_spectral(label_lists, n, 4, seed=0)
+    assert labels.shape == (n,) and embedding.shape == (n, 4)
     assert same_partition(labels, truth)
+    S = coassociation_matrix(label_lists, n)
+    np.testing.assert_array_equal(labels, affinity_spectral_labels(S, 4, seed=0))
+    np.testing.assert_array_equal(embedding, affinity_embedding(S, 4, seed=0))
+
+
+def test_label_problem_and_baseline_summaries():
+    assert label_problem(np.array([-1, 0, 3]), 4) is None
+    assert label_problem(np.array([0.0, 1.0]), 4) is None  # integral floats are fine
+    assert label_problem(np.array([0.5, 1.0]), 4) == "labels must be integers"
+    assert label_problem(np.array([-2, 0]), 4) == "labels must be in -1 .. 3"
+    assert label_problem(np.array([0, 4]), 4) == "labels must be in -1 .. 3"
+    lists = [np.array([0, 0, -1, 5, -1]), np.array([-1, 1, 1, -1, -1])]
+    assert nodes_held(lists) == 4
+    assert local_cluster_counts(lists) == [2, 1]
+
+
+def test_component_eigensolver_matches_dense_on_a_disconnected_affinity():
+    # two cliques and an isolated node: eigenvalue 1 twice, one eigenvector per component
+    S = np.zeros((9, 9))
+    S[:4, :4] = 1.0
+    S[4:8, 4:8] = 1.0
+    np.fill_diagonal(S, 0.0)
+    d = S.sum(axis=1)
+    s = np.where(d > 0, 1.0 / np.sqrt(np.where(d > 0, d, 1.0)), 0.0)
+    N = s[:, None] * S * s[None, :]
+    values, vectors = top_eigenpairs_by_component(N, 3, seed=0)
+    np.testing.assert_allclose(values[:2], 1.0, atol=1e-12)
+    assert values[2] == pytest.approx(0.0, abs=1e-12)  # the isolated node (the cliques' next is -1/3)
+    indicators = np.zeros((9, 2))
+    indicators[:4, 0] = indicators[4:8, 1] = 1.0
+    assert principal_angle_sines(vectors[:, :2], indicators)[0] < 1e-12
+    np.testing.assert_allclose(vectors.T @ vectors, np.eye(3), atol=1e-12)
+    # the embedding of the affinity is the same top-2 space, zero on the isolated node
+    embedding = affinity_embedding(S, 2, seed=0)
+    assert principal_angle_sines(embedding, indicators)[0] < 1e-12
+    np.testing.assert_array_equal(embedding[8], 0.0)
