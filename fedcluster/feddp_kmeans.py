@@ -22,6 +22,7 @@ import numpy as np
 from . import privacy
 from .linalg import top_eigenpairs
 from .lloyd import LloydStatistics, add_rows_by_label, assign, rows_per_chunk, squared_distances
+from .common import matching_dimension
 from .privacy.clipping import CLIENT, DATA_POINT, LEVELS, clip_l1, clip_l2, clip_rows_l2
 from .registry import DeviceData, device_task
 
@@ -37,20 +38,12 @@ from .registry import DeviceData, device_task
 #   feddp_lloyd            FedDP-Lloyds: full-space sums and counts
 
 
-def _level(config: dict[str, Any]) -> str:
-    level = str(config.get("level", DATA_POINT))
-    if level not in LEVELS:
-        raise ValueError(f"unknown privacy level {level!r}; expected one of {LEVELS}")
-    return level
-
-
 def _bound(config: dict[str, Any], key: str) -> float:
-    if key not in config:
+    """A clipping bound the protocol declares optional but this level needs (the protocol
+    already checked that it is a number > 0 when present)."""
+    if config.get(key) is None:
         raise ValueError(f"the message config has no clipping bound {key!r}")
-    value = float(config[key])
-    if not value > 0:
-        raise ValueError(f"clipping bound {key!r} must be > 0, got {value}")
-    return value
+    return config[key]
 
 
 def private_points(data: DeviceData, config: dict[str, Any]) -> np.ndarray:
@@ -59,7 +52,7 @@ def private_points(data: DeviceData, config: dict[str, Any]) -> np.ndarray:
     X = np.asarray(data.require_points(), dtype=np.float64)
     if X.shape[0] == 0:
         raise ValueError(f"the device holds no points ({data.source})")
-    if _level(config) == CLIENT:
+    if config["level"] == CLIENT:
         return X
     delta = _bound(config, "clip-norm")
     key = ("feddp-clipped", delta)
@@ -70,21 +63,10 @@ def private_points(data: DeviceData, config: dict[str, Any]) -> np.ndarray:
     return cached
 
 
-def _matrix(arrays: dict[str, np.ndarray], name: str, columns: int | None = None) -> np.ndarray:
-    if name not in arrays:
-        raise ValueError(f"the message has no array {name!r}")
-    value = np.asarray(arrays[name], dtype=np.float64)
-    if value.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array, got shape {value.shape}")
-    if columns is not None and value.shape[1] != columns:
-        raise ValueError(f"{name} has {value.shape[1]} columns, expected {columns}")
-    if not np.all(np.isfinite(value)):
-        raise ValueError(f"{name} contains NaN or inf")
-    return value
-
-
 def _projection(arrays: dict[str, np.ndarray], d: int) -> np.ndarray:
-    V = _matrix(arrays, "projection")
+    """The projection V (d x r); the protocol checked its rank, finiteness and that its r
+    matches the other arrays' — here only that d is this device's dimension."""
+    V = arrays["projection"]
     if V.shape[0] != d:
         raise ValueError(f"the device's data has dimension {d} but the projection has {V.shape[0]} rows")
     return V
@@ -178,7 +160,7 @@ def cluster_means(sums: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.
 def feddp_outer(data: DeviceData, arrays: dict, config: dict):
     X = private_points(data, config)
     outer = outer_product(X)
-    if _level(config) == CLIENT:
+    if config["level"] == CLIENT:
         outer = clip_l2(outer, _bound(config, "clip"))
     return {"outer": pack_symmetric(outer)}, {"num-examples": int(X.shape[0]), "dim": int(X.shape[1])}
 
@@ -187,9 +169,9 @@ def feddp_outer(data: DeviceData, arrays: dict, config: dict):
 def feddp_histogram(data: DeviceData, arrays: dict, config: dict):
     X = private_points(data, config)
     V = _projection(arrays, X.shape[1])
-    server = _matrix(arrays, "server", V.shape[1])
+    server = arrays["server"]
     histogram = nearest_histogram(X @ V, server)
-    if _level(config) == CLIENT:
+    if config["level"] == CLIENT:
         histogram = clip_l1(histogram, _bound(config, "clip-l1"))
     return {"histogram": histogram}, {"num-examples": int(X.shape[0])}
 
@@ -198,11 +180,11 @@ def feddp_histogram(data: DeviceData, arrays: dict, config: dict):
 def feddp_projected_stats(data: DeviceData, arrays: dict, config: dict):
     X = private_points(data, config)
     V = _projection(arrays, X.shape[1])
-    centers = _matrix(arrays, "centers", V.shape[1])
+    centers = arrays["centers"]
     k = centers.shape[0]
-    labels, keep = margin_assignment(X @ V, centers, float(config.get("margin", 1.0)))
+    labels, keep = margin_assignment(X @ V, centers, config["margin"])
     sums, counts = sums_and_counts(X[keep], labels[keep], k)
-    if _level(config) == CLIENT:
+    if config["level"] == CLIENT:
         means, nonempty = cluster_means(sums, counts)
         return (
             {"means": clip_l2(means, _bound(config, "clip")), "nonempty": clip_l1(nonempty, _bound(config, "clip-l1"))},
@@ -214,10 +196,10 @@ def feddp_projected_stats(data: DeviceData, arrays: dict, config: dict):
 @device_task("feddp_lloyd")
 def feddp_lloyd(data: DeviceData, arrays: dict, config: dict):
     X = private_points(data, config)
-    centers = _matrix(arrays, "centers", X.shape[1])
+    centers = matching_dimension(X, arrays["centers"])
     labels, _ = assign(X, centers)
     sums, counts = sums_and_counts(X, labels, centers.shape[0])
-    if _level(config) == CLIENT:
+    if config["level"] == CLIENT:
         sums = clip_l2(sums, _bound(config, "clip"))
         counts = clip_l1(counts, _bound(config, "clip-l1"))
     return {"sums": sums, "counts": counts}, {"num-examples": int(X.shape[0])}

@@ -80,49 +80,12 @@ DENSE_EIGEN_LIMIT = 2048
 # Config values arrive from a Flower ConfigRecord (int, float, str, bool).
 
 
-def _config_int(config: dict, key: str, default: int | None = None, minimum: int | None = None) -> int:
-    if key not in config:
-        if default is None:
-            raise ValueError(f"config is missing {key!r}")
-        return default
-    value = config[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"config {key!r} must be an integer, got {value!r}")
-    if float(value) != int(value):
-        raise ValueError(f"config {key!r} must be an integer, got {value!r}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"config {key!r} must be >= {minimum}, got {value}")
-    return value
-
-
-def _config_float(config: dict, key: str, default: float) -> float:
-    value = config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"config {key!r} must be a number, got {value!r}")
-    value = float(value)
-    if not np.isfinite(value):
-        raise ValueError(f"config {key!r} must be finite, got {value}")
-    return value
-
-
-def _edge_weight(config: dict) -> float:
-    weight = _config_float(config, "edge-weight", 1.0)
-    if weight <= 0:
-        raise ValueError(f"config 'edge-weight' must be > 0, got {weight}")
-    return weight
-
-
-def _block(arrays: dict, key: str, num_nodes: int) -> np.ndarray:
-    if key not in arrays:
-        raise ValueError(f"arrays are missing {key!r}")
-    Q = np.asarray(arrays[key], dtype=np.float64)
-    if Q.ndim == 1:
-        Q = Q[:, None]
-    if Q.ndim != 2 or Q.shape[0] != num_nodes:
-        raise ValueError(f"{key!r} must have shape (num-nodes={num_nodes}, b), got {Q.shape}")
-    if not np.all(np.isfinite(Q)):
-        raise ValueError(f"{key!r} contains NaN or inf")
+def _block(arrays: dict, num_nodes: int) -> np.ndarray:
+    """The block ``Q`` (the protocol checked it is a finite n x b array): its n must be this
+    run's ``num-nodes``."""
+    Q = arrays["Q"]
+    if Q.shape[0] != num_nodes:
+        raise ValueError(f"'Q' must have shape (num-nodes={num_nodes}, b), got {Q.shape}")
     return Q
 
 
@@ -159,13 +122,8 @@ def power_step(data: DeviceData, arrays: dict, config: dict) -> tuple[dict, dict
       the server adds ``Q`` and halves (:func:`shifted_global_product`), so a client with no
       edges contributes exactly zero.
     """
-    n = _config_int(config, "num-nodes", minimum=1)
-    iters = _config_int(config, "iters", default=1, minimum=1)
-    normalization = config.get("normalization", "local")
-    if normalization not in ("local", "global"):
-        raise ValueError(f"config 'normalization' must be 'local' or 'global', got {normalization!r}")
-    weight = _edge_weight(config)
-    Q = _block(arrays, "Q", n)
+    n, iters, normalization, weight = config["num-nodes"], config["iters"], config["normalization"], config["edge-weight"]
+    Q = _block(arrays, n)
     graph = local_graph(data, n)
     metrics = {"num-examples": graph.num_edges}
 
@@ -182,11 +140,7 @@ def power_step(data: DeviceData, arrays: dict, config: dict) -> tuple[dict, dict
         )
     if "degrees" not in arrays:
         raise ValueError("normalization 'global' needs the global degree vector in arrays['degrees']")
-    degrees = np.asarray(arrays["degrees"], dtype=np.float64).reshape(-1)
-    if degrees.shape != (n,):
-        raise ValueError(f"'degrees' must have shape ({n},), got {degrees.shape}")
-    if not np.all(np.isfinite(degrees)) or np.any(degrees < 0):
-        raise ValueError("'degrees' must be finite and non-negative")
+    degrees = arrays["degrees"]  # (n,), finite, non-negative: checked by the protocol
     missing = (graph.degrees > 0) & (degrees <= 0)
     if np.any(missing):
         node = int(np.flatnonzero(missing)[0])
@@ -251,12 +205,8 @@ def local_spectral_labels(data: DeviceData, arrays: dict, config: dict) -> tuple
     (``n_init=10``) seeded by ``seed``. Nodes without local edges get label ``-1``. When the
     local graph has at most ``k`` nodes every node is its own cluster.
     """
-    n = _config_int(config, "num-nodes", minimum=1)
-    k = _config_int(config, "k", minimum=1)
-    seed = _config_int(config, "seed", default=0)
-    block = _config_int(config, "block", default=0, minimum=0) or None
-    max_iters = _config_int(config, "max-iters", default=1000, minimum=1)
-    tol = _config_float(config, "tol", 1e-6)
+    n, k, seed = config["num-nodes"], config["k"], config["seed"]
+    block, max_iters, tol = config["block"] or None, config["max-iters"], config["tol"]
     graph = local_graph(data, n)
     labels = np.full(n, -1, dtype=np.int64)
     present = np.flatnonzero(graph.degrees > 0)

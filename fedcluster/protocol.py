@@ -196,14 +196,18 @@ class Task:
     def message_type(self) -> str:
         return f"{self.kind}.{self.name}"
 
+    def parse_config(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The request's config typed, defaulted and range-checked."""
+        unknown = set(config) - {p.name for p in self.config}
+        if unknown:
+            raise ValueError(f"task {self.name!r} got unknown config {', '.join(sorted(unknown))}")
+        return {p.name: p.parse(config) for p in self.config}
+
     def parse_request(
         self, arrays: Mapping[str, Any], config: Mapping[str, Any]
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Typed, defaulted, checked inputs of a kernel; ``ValueError`` names what is wrong."""
-        unknown = set(config) - {p.name for p in self.config}
-        if unknown:
-            raise ValueError(f"task {self.name!r} got unknown config {', '.join(sorted(unknown))}")
-        typed = {p.name: p.parse(config) for p in self.config}
+        typed = self.parse_config(config)
         out: dict[str, np.ndarray] = {}
         for spec in self.request:
             if spec.name not in arrays:

@@ -9,6 +9,7 @@ caller) uses: parse, run, check the reply against the declaration. NumPy only.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -55,14 +56,23 @@ TASKS = KERNELS  # transitional name
 
 
 def device_task(name: str) -> Callable[[TaskFunction], TaskFunction]:
-    """Register ``fn`` as the device kernel of the declared task ``name``."""
-    protocol.task(name)  # KeyError for a task the protocol does not declare
+    """Register ``fn`` as the device kernel of the declared task ``name``.
+
+    The registered (and returned) function parses its inputs through the task's
+    declaration before ``fn`` sees them, however it is called: ``fn`` may rely on typed,
+    defaulted, range-checked config values and float64 arrays of the declared ranks."""
+    spec = protocol.task(name)  # KeyError for a task the protocol does not declare
 
     def decorator(fn: TaskFunction) -> TaskFunction:
-        if name in KERNELS and KERNELS[name] is not fn:
+        @functools.wraps(fn)
+        def kernel(data: DeviceData, arrays: Mapping[str, Any], config: Mapping[str, Any]) -> TaskResult:
+            parsed_arrays, parsed_config = spec.parse_request(arrays, config)
+            return fn(data, parsed_arrays, parsed_config)
+
+        if name in KERNELS and KERNELS[name].__wrapped__ is not fn:
             raise ValueError(f"device task {name!r} registered twice")
-        KERNELS[name] = fn
-        return fn
+        KERNELS[name] = kernel
+        return kernel
 
     return decorator
 
@@ -75,10 +85,9 @@ def run_task(name: str, data: DeviceData, arrays: Mapping[str, Any], config: Map
     spec = protocol.task(name)
     if name not in KERNELS:
         raise KeyError(f"task {name!r} has no kernel on this device")
-    parsed_arrays, parsed_config = spec.parse_request(arrays, config)
-    out_arrays, metrics = KERNELS[name](data, parsed_arrays, parsed_config)
+    out_arrays, metrics = KERNELS[name](data, arrays, config)
     out_arrays = {key: np.asarray(value) for key, value in out_arrays.items()}
-    reason = protocol.check_arrays(spec.reply, out_arrays, {}, parsed_config)
+    reason = protocol.check_arrays(spec.reply, out_arrays, {}, spec.parse_config(config))
     if reason:  # a kernel that breaks the protocol is a bug on this device, not the server's problem
         raise RuntimeError(f"task {name!r} produced a reply that breaks the protocol: {reason}")
     return out_arrays, metrics

@@ -164,16 +164,20 @@ def test_feddp_kernels_need_only_numpy(tmp_path):
         sys.meta_path.insert(0, Block())
         sys.path.insert(0, {str(ROOT)!r})
         import numpy as np
-        from fedcluster.device import TASKS, DeviceData
+        from fedcluster import protocol
+        from fedcluster.device import KERNELS, DeviceData
+        def call(task, arrays, cfg):  # only the config keys the protocol declares for the task
+            declared = {{p.name for p in protocol.task(task).config}}
+            return KERNELS[task](data, arrays, {{k: v for k, v in cfg.items() if k in declared}})
         X = np.random.default_rng(0).normal(size=(40, 4))
         data = DeviceData(points=X)
         V = np.eye(4)[:, :2]
         for level, cfg in (("data-point", {{"clip-norm": 2.0}}), ("client", {{"clip": 5.0, "clip-l1": 3.0}})):
             cfg = {{"level": level, **cfg}}
-            TASKS["feddp_outer"](data, {{}}, cfg)
-            TASKS["feddp_histogram"](data, {{"projection": V, "server": X[:5] @ V}}, cfg)
-            TASKS["feddp_projected_stats"](data, {{"projection": V, "centers": X[:3] @ V}}, {{**cfg, "margin": 0.8}})
-            TASKS["feddp_lloyd"](data, {{"centers": X[:3]}}, cfg)
+            call("feddp_outer", {{}}, cfg)
+            call("feddp_histogram", {{"projection": V, "server": X[:5] @ V}}, cfg)
+            call("feddp_projected_stats", {{"projection": V, "centers": X[:3] @ V}}, {{**cfg, "margin": 0.8}})
+            call("feddp_lloyd", {{"centers": X[:3]}}, cfg)
         print("OK")
         """
     )
