@@ -1,4 +1,11 @@
-"""Shared test helpers."""
+"""Shared test helpers, and the tiers.
+
+Tests live in ``tests/unit`` (kernels and math on small arrays, oracles), ``tests/protocol``
+(whole algorithms through the in-process runner) and ``tests/engine`` (real Flower
+processes). The folder sets the marker (``-m unit`` / ``protocol`` / ``engine``); the tiers
+run in that order (pytest.ini ``testpaths``), and when a unit test fails the slower tiers
+are not started, so a red unit test fails the run in about a minute.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +22,9 @@ import numpy as np  # noqa: E402
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "tests", ROOT / "tests" / "engine"):  # the project, conftest, flower_processes
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 
 def graphs_dir() -> Path | None:
@@ -26,6 +34,18 @@ def graphs_dir() -> Path | None:
         if candidate and (Path(candidate) / "email-Eu-core.txt").is_file():
             return Path(candidate).resolve()
     return None
+
+
+def split_email_eu_core(tmp_path: Path, clients: int = 5, copies: int = 2) -> Path:
+    """email-Eu-core split over ``clients`` edge files (every edge on ``copies``), or a skip."""
+    from fedcluster.graph_cli import main as split_main
+
+    graphs = graphs_dir()
+    if graphs is None:
+        pytest.skip("SNAP graphs not found: set FEDCLUSTER_GRAPHS or put email-Eu-core.txt in ../shared/data/graphs")
+    out = tmp_path / f"email{clients}"
+    assert split_main([str(graphs / "email-Eu-core.txt"), "--clients", str(clients), "--copies", str(copies), "--out", str(out)]) == 0
+    return out
 
 
 def lloyd_step(X, C):
@@ -56,3 +76,35 @@ def blobs():
         chosen = means[[i % 3, (i + 1) % 3]]
         parts.append(np.concatenate([m + rng.normal(size=(30 + 5 * i, 2)) for m in chosen]))
     return parts
+
+
+TIERS = ("unit", "protocol", "engine")
+
+
+def _tier(item) -> str | None:
+    parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        tier = _tier(item)
+        if tier:
+            item.add_marker(getattr(pytest.mark, tier))
+    items.sort(key=lambda item: TIERS.index(_tier(item)) if _tier(item) else len(TIERS))
+
+
+_UNIT_FAILURES: list[str] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.failed and report.nodeid.replace("\\", "/").startswith("tests/unit/"):
+        _UNIT_FAILURES.append(report.nodeid)
+
+
+def pytest_runtest_setup(item):
+    if _UNIT_FAILURES and _tier(item) in ("protocol", "engine"):
+        pytest.exit(
+            f"{len(_UNIT_FAILURES)} unit test(s) failed (first: {_UNIT_FAILURES[0]}); the protocol and engine tiers were not run",
+            returncode=1,
+        )

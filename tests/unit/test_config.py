@@ -5,7 +5,7 @@ import pytest
 
 from fedcluster.config import DEFAULTS, ConfigError, parse_run_config, with_defaults
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_pyproject_declares_every_key_with_the_same_default():

@@ -37,7 +37,7 @@ from conftest import lloyd_step
 from inprocess import run
 from fedcluster.feddp_kmeans import sphere_packing, top_eigenvectors
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DELTA = 1e-6
 
 SMALL = {

@@ -33,7 +33,7 @@ from fedcluster.graph import (
 )
 from fedcluster.registry import TASKS, DeviceData
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 from conftest import graphs_dir as graph_dir  # noqa: E402  (one place finds the SNAP graphs)

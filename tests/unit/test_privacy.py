@@ -453,7 +453,7 @@ def test_clipping_rejects_bad_input():
 
 
 def test_clipping_module_needs_only_numpy():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     code = (
         "import sys; import fedcluster.privacy.clipping; "
         "bad = [m for m in ('scipy', 'dp_accounting', 'sklearn', 'flwr') if m in sys.modules]; "

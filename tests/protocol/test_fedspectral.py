@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import graphs_dir
+from conftest import split_email_eu_core
 from fedcluster.config import ConfigError, with_defaults
 from fedcluster.fedspectral import (
     ExactEigensolver,
@@ -34,7 +34,7 @@ from fedcluster.linalg import orthonormalize
 from fedcluster.spectral_reference import central_eigenpairs, normalized_adjacency
 from server_app.base import FederationError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --------------------------------------------------------------------------------------------
@@ -443,17 +443,8 @@ def test_split_graph_script_is_declared():
 # --------------------------------------------------------------------------------------------
 
 
-def email_split(tmp_path) -> Path:
-    graphs = graphs_dir()
-    if graphs is None or not (graphs / "email-Eu-core.txt").is_file():
-        pytest.skip("SNAP graphs not found: set FEDCLUSTER_GRAPHS or put email-Eu-core.txt in ../shared/data/graphs")
-    out = tmp_path / "email5"
-    assert split_main([str(graphs / "email-Eu-core.txt"), "--clients", "5", "--copies", "2", "--out", str(out)]) == 0
-    return out
-
-
 def test_email_eu_core_exact_mode_matches_central_spectral(tmp_path):
-    data_dir = email_split(tmp_path)
+    data_dir = split_email_eu_core(tmp_path)
     result, labels, _ = run_graph(
         tmp_path, data_dir, 5, algorithm="fedspectral-plus", k=10, **{"num-nodes": 1005, "num-rounds": 16, "edge-copies": 2},
     )
@@ -464,13 +455,13 @@ def test_email_eu_core_exact_mode_matches_central_spectral(tmp_path):
     assert result["final"]["graph"] == {**result["final"]["graph"], "isolated_nodes": 19, "edges": 16064.0}
 
 
-@pytest.mark.engine
+
 def test_flwr_run_simulation_on_email_eu_core(tmp_path):
     from flower_processes import Flower, flower_available
 
     if not flower_available():
         pytest.skip("flwr / flower-superlink / flower-supernode not installed")
-    data_dir = email_split(tmp_path)
+    data_dir = split_email_eu_core(tmp_path)
     out = tmp_path / "out"
     flower = Flower(tmp_path)
     try:

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import write_npy_dir
+from conftest import split_email_eu_core, write_npy_dir
 from flower_processes import Flower, flower_available
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.engine,
@@ -100,3 +100,6 @@ def test_flwr_run_kfed_simulation(flower, tmp_path):
     assert result["kfed"]["devices"] == len(devices)
     assert result["reference"]["ratio"] <= 1.0 + 1e-9
     assert np.load(out / "device_centers.npy").shape == (len(devices) * 3, 20)
+
+
+@pytest.mark.engine

@@ -26,7 +26,7 @@ import pytest
 
 from fedcluster.config import parse_run_config, with_defaults
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 IMAGE = os.environ.get("FEDCLUSTER_IMAGE", "fedcluster")
 REQUIRED = bool(os.environ.get("FEDCLUSTER_DOCKER_TESTS"))
