@@ -24,9 +24,9 @@ reports wall time and peak RSS beside the authors' code on this machine.
 
 Usage::
 
-    /work/venv/bin/python bench/feddp_pareto.py                       # data-point sweep + ablations
-    /work/venv/bin/python bench/feddp_pareto.py --settings client-2000 --seeds 1
-    /work/venv/bin/python bench/feddp_pareto.py --timing
+    python bench/feddp_pareto.py                       # data-point sweep + ablations
+    python bench/feddp_pareto.py --settings client-2000 --seeds 1
+    python bench/feddp_pareto.py --timing
 """
 
 from __future__ import annotations

@@ -23,10 +23,10 @@ result.json; "init" = the initial centers already did), rounds run, seconds per 
 
 Usage::
 
-    /work/venv/bin/python bench/fedkmeans_noniid.py            # 5 seeds, defaults
-    /work/venv/bin/python bench/fedkmeans_noniid.py --tuned    # plus a tuned row
-    /work/venv/bin/python bench/fedkmeans_noniid.py --random-init  # plus data-free init
-    /work/venv/bin/python bench/fedkmeans_noniid.py --quick    # 2 seeds, fewer points
+    python bench/fedkmeans_noniid.py            # 5 seeds, defaults
+    python bench/fedkmeans_noniid.py --tuned    # plus a tuned row
+    python bench/fedkmeans_noniid.py --random-init  # plus data-free init
+    python bench/fedkmeans_noniid.py --quick    # 2 seeds, fewer points
 """
 
 from __future__ import annotations

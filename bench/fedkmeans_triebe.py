@@ -23,8 +23,8 @@ Rows (hyperparameters of the federated runs; everything else is the run-config d
 
 Usage::
 
-    /work/venv/bin/python bench/fedkmeans_triebe.py            # 10 seeds, T = 200
-    /work/venv/bin/python bench/fedkmeans_triebe.py --quick    # 3 seeds, T = 50
+    python bench/fedkmeans_triebe.py            # 10 seeds, T = 200
+    python bench/fedkmeans_triebe.py --quick    # 3 seeds, T = 50
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ record the sine after every round.
 
 Usage::
 
-    /work/venv/bin/python bench/fedspectral_repro.py             # main table + rounds-to-target
-    /work/venv/bin/python bench/fedspectral_repro.py --sweeps    # + the paper's sweeps (Figs. 1-3)
-    /work/venv/bin/python bench/fedspectral_repro.py --flwr      # + per-round time in a real flwr run
-    /work/venv/bin/python bench/fedspectral_repro.py --privacy   # + can a server rebuild a client's edges?
+    python bench/fedspectral_repro.py             # main table + rounds-to-target
+    python bench/fedspectral_repro.py --sweeps    # + the paper's sweeps (Figs. 1-3)
+    python bench/fedspectral_repro.py --flwr      # + per-round time in a real flwr run
+    python bench/fedspectral_repro.py --privacy   # + can a server rebuild a client's edges?
 
 Graphs: ``--graphs DIR`` or ``$FEDCLUSTER_GRAPHS`` or ``../shared/data/graphs``.
 """

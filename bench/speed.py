@@ -29,9 +29,9 @@
 
 Usage::
 
-    /work/venv/bin/python bench/speed.py            # (a) and (b)
-    /work/venv/bin/python bench/speed.py --flwr     # plus (c)
-    /work/venv/bin/python bench/speed.py --quick    # n = 50 000, 10 and 100 clients
+    python bench/speed.py            # (a) and (b)
+    python bench/speed.py --flwr     # plus (c)
+    python bench/speed.py --quick    # n = 50 000, 10 and 100 clients
 """
 
 from __future__ import annotations
