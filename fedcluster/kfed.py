@@ -87,12 +87,22 @@ are NumPy only): it runs on a device.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
 
-from fedcluster.lloyd import add_rows_by_label, kmeans_plus_plus, squared_distances
-from fedcluster.registry import DeviceData, device_task
+from .linalg import orthonormalize, top_eigenpairs
+from .lloyd import (
+    kmeans_cost,
+    kmeans_plus_plus,
+    kmeans_plus_plus_indices,
+    label_means,
+    lloyd_until_stable,
+    nearest,
+    squared_distances,
+)
+from .registry import DeviceData, device_task
 
 __all__ = [
     "local_kprime_means",
@@ -101,7 +111,8 @@ __all__ = [
     "induced_labels",
     "farthest_point_init",
     "kfed_merge",
-    "merge_cost",
+    "default_k_prime",
+    "TooFewCenters",
 ]
 
 # Default number of device-side restarts (full steps 2-4, best original-space cost wins).
@@ -121,98 +132,6 @@ def _as_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
     return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
 
 
-# Rows per block in the device-side Lloyd kernels (bounds memory at block x k floats).
-_BLOCK_ROWS = 1 << 15
-
-
-def _nearest(A: np.ndarray, centers: np.ndarray) -> np.ndarray:
-    """Index of the nearest center of every row of ``A`` (ties: the lowest index).
-
-    ``argmin_j ||x - c_j||^2 = argmin_j (||c_j||^2 - 2 x.c_j)``: the ``||x||^2`` term is
-    dropped, so one Lloyd step costs one (n x d) @ (d x k) product.
-    """
-    c_sq = np.einsum("ij,ij->i", centers, centers)
-    labels = np.empty(A.shape[0], dtype=np.int64)
-    for start in range(0, A.shape[0], _BLOCK_ROWS):
-        block = A[start : start + _BLOCK_ROWS] @ centers.T
-        block *= -2.0
-        block += c_sq
-        labels[start : start + _BLOCK_ROWS] = np.argmin(block, axis=1)
-    return labels
-
-
-def _cluster_means(A: np.ndarray, labels: np.ndarray, previous: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Means of ``A`` grouped by ``labels``; an empty group keeps its ``previous`` row.
-
-    The sums are one indicator-matrix product per block of rows (BLAS), which for the
-    small k of a device is much faster than a sort-and-reduce scatter.
-    """
-    k = previous.shape[0]
-    sums = np.zeros_like(previous)
-    for start in range(0, A.shape[0], _BLOCK_ROWS):
-        lab = labels[start : start + _BLOCK_ROWS]
-        indicator = np.zeros((k, lab.size))
-        indicator[lab, np.arange(lab.size)] = 1.0
-        sums += indicator @ A[start : start + _BLOCK_ROWS]
-    counts = np.bincount(labels, minlength=k)
-    out = previous.copy()
-    nonempty = counts > 0
-    out[nonempty] = sums[nonempty] / counts[nonempty, None]
-    return out, counts
-
-
-def _lloyd_until_stable(
-    A: np.ndarray, centers: np.ndarray, max_iter: int, labels: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """Lloyd steps on ``A`` from ``centers`` until the assignment stops changing.
-
-    ``labels`` -- the nearest-center assignment of ``A`` to ``centers`` when the caller
-    already has it (saves one assignment step; the result is the same).
-
-    Returns ``(centers, labels, cost)`` where ``centers`` are the means of the final
-    (stable) assignment (an empty cluster keeps its previous center) and ``cost`` is the
-    k-means cost of that assignment w.r.t. those means.
-    """
-    if labels is None:
-        labels = _nearest(A, centers)
-    k = centers.shape[0]
-    centers, counts = _cluster_means(A, labels, centers)
-    sums = centers * counts[:, None]  # exact zero rows for empty clusters
-    incremental = False
-    for _ in range(max(1, max_iter)):
-        new_labels = _nearest(A, centers)
-        moved = np.flatnonzero(new_labels != labels)
-        if moved.size == 0:
-            break
-        if 4 * moved.size < A.shape[0]:
-            # Few points moved: update the cluster sums by the movers only (one small
-            # product) instead of re-summing every point.
-            cols = np.arange(moved.size)
-            delta = np.zeros((k, moved.size))
-            delta[new_labels[moved], cols] += 1.0
-            delta[labels[moved], cols] -= 1.0
-            sums += delta @ A[moved]
-            counts += np.bincount(new_labels[moved], minlength=k) - np.bincount(labels[moved], minlength=k)
-            labels = new_labels
-            centers = centers.copy()
-            nonempty = counts > 0
-            centers[nonempty] = sums[nonempty] / counts[nonempty, None]
-            sums[~nonempty] = 0.0
-            incremental = True
-        else:
-            labels = new_labels
-            centers, counts = _cluster_means(A, labels, centers)
-            sums = centers * counts[:, None]
-            incremental = False
-    if incremental:  # exact means of the final assignment (no rounding drift)
-        centers, _ = _cluster_means(A, labels, centers)
-    cost = 0.0
-    for start in range(0, A.shape[0], _BLOCK_ROWS):
-        diff = A[start : start + _BLOCK_ROWS] - centers[labels[start : start + _BLOCK_ROWS]]
-        cost += float(np.einsum("ij,ij->", diff, diff))
-    return centers, labels, cost
-
-
 def _core_set_seeds(A: np.ndarray, d2: np.ndarray, nu: np.ndarray, V: np.ndarray) -> np.ndarray:
     """Step 3: θ_r = mean of the 1/3-distance core set S_r in the original space.
 
@@ -220,7 +139,7 @@ def _core_set_seeds(A: np.ndarray, d2: np.ndarray, nu: np.ndarray, V: np.ndarray
     is empty too.
     """
     k = nu.shape[0]  # d2: (n, k) squared distances to ν in the projected space
-    nearest = np.argmin(d2, axis=1)
+    closest = np.argmin(d2, axis=1)
     if k > 1:
         two = np.partition(d2, 1, axis=1)[:, :2]
         # ||x - ν_r|| <= ||x - ν_s|| / 3 for all s != r  <=>  9 d_r^2 <= (second smallest)
@@ -228,10 +147,10 @@ def _core_set_seeds(A: np.ndarray, d2: np.ndarray, nu: np.ndarray, V: np.ndarray
     else:
         in_core = np.ones(A.shape[0], dtype=bool)
     lifted = nu @ V.T  # (k, d): ν_r lifted back to the original space
-    theta, core_counts = _cluster_means(A[in_core], nearest[in_core], lifted)
+    theta, core_counts = label_means(A[in_core], closest[in_core], lifted)
     empty_core = core_counts == 0
     if np.any(empty_core):
-        voronoi, _ = _cluster_means(A, nearest, lifted)
+        voronoi, _ = label_means(A, closest, lifted)
         theta[empty_core] = voronoi[empty_core]
     return theta
 
@@ -239,8 +158,7 @@ def _core_set_seeds(A: np.ndarray, d2: np.ndarray, nu: np.ndarray, V: np.ndarray
 def _voronoi_seeds(A: np.ndarray, d2: np.ndarray, nu: np.ndarray, V: np.ndarray) -> np.ndarray:
     """Means in the original space of ν's Voronoi cells in the projected space (lifted ν_r
     for an empty cell): the Kumar-Kannan seeding."""
-    nearest = np.argmin(d2, axis=1)
-    theta, _ = _cluster_means(A, nearest, nu @ V.T)
+    theta, _ = label_means(A, np.argmin(d2, axis=1), nu @ V.T)
     return theta
 
 
@@ -309,7 +227,7 @@ def local_kprime_means(
     for _ in range(max(1, int(n_init))):
         # Step 2: constant-factor approximation in the projected space: greedy k-means++
         # seeding + Lloyd until the assignment is stable.
-        nu, nu_labels, _ = _lloyd_until_stable(A_hat, kmeans_plus_plus(A_hat, k_prime, rng), max_iter)
+        nu, nu_labels, _ = lloyd_until_stable(A_hat, kmeans_plus_plus(A_hat, k_prime, rng), max_iter)
         # Steps 3-4 are a deterministic function of the projected partition (up to a
         # relabelling), so a partition seen before gives the same result again: skip it.
         key = _canonical_partition(nu_labels)
@@ -331,11 +249,11 @@ def local_kprime_means(
         first_labels: list[np.ndarray] = []
         restart_best: tuple[np.ndarray, np.ndarray, float] | None = None
         for theta in starts:
-            lab0 = _nearest(A, theta)
+            lab0 = nearest(A, theta)
             if any(np.array_equal(lab0, f) for f in first_labels):
                 continue
             first_labels.append(lab0)
-            run = _lloyd_until_stable(A, theta, max_iter, lab0)
+            run = lloyd_until_stable(A, theta, max_iter, labels=lab0)
             if restart_best is None or run[2] < restart_best[2]:
                 restart_best = run
         seen[key] = restart_best[2]
@@ -370,35 +288,17 @@ def _top_right_singular_vectors(A: np.ndarray, r: int) -> np.ndarray:
     r = min(int(r), n, d)
     try:
         if d <= n:
-            w, U = _top_eigh(A.T @ A, r)
+            w, U = top_eigenpairs(A.T @ A, r)
             return U
-        w, U = _top_eigh(A @ A.T, r)
+        w, U = top_eigenpairs(A @ A.T, r)
         keep = w > max(w[0], 0.0) * max(n, d) * np.finfo(np.float64).eps
         if not np.all(keep):
             raise np.linalg.LinAlgError("rank-deficient Gram matrix")
         V = (A.T @ U) / np.sqrt(w)
-        V, _ = np.linalg.qr(V)  # re-orthonormalise (rounding in the Gram route)
-        return V
+        return orthonormalize(V)  # rounding in the Gram route
     except np.linalg.LinAlgError:
         _, _, Vt = np.linalg.svd(A, full_matrices=False)
         return Vt[:r].T
-
-
-def _top_eigh(G: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``r`` eigenpairs of the symmetric ``G``, largest first. Uses SciPy's subset
-    solver (LAPACK ``syevr``, about twice as fast for r << size) when SciPy is installed;
-    NumPy's full ``eigh`` otherwise, so the device still needs nothing but NumPy."""
-    m = G.shape[0]
-    try:
-        from scipy.linalg import eigh as _scipy_eigh
-    except ImportError:  # pragma: no cover - NumPy-only device
-        w, U = np.linalg.eigh(G)
-    else:
-        try:
-            w, U = _scipy_eigh(G, subset_by_index=[m - r, m - 1], driver="evr", check_finite=False)
-        except Exception as exc:  # scipy.linalg.LinAlgError subclasses numpy's
-            raise np.linalg.LinAlgError(str(exc)) from exc
-    return w[::-1][:r], np.ascontiguousarray(U[:, ::-1][:, :r])
 
 
 def _canonical_partition(labels: np.ndarray) -> bytes:
@@ -461,28 +361,26 @@ def kfed_assign_new_device(local_centers: np.ndarray, global_centers: np.ndarray
 def kfed_local(data: DeviceData, arrays: dict[str, np.ndarray], config: dict[str, Any]):
     """Device task ``kfed_local``: k-FED step 1 (local k'-means) on this device's points.
 
-    Config: ``"k-prime"`` (int, required), ``"seed"`` (int, default 0), optional
-    ``"n-init"`` (device restarts, default 10; 1 = the paper), ``"seeding"`` (``"best"``
-    default, ``"core"`` = the paper, ``"voronoi"``) and ``"max-iter"`` (default 100).
-    Returns arrays ``{"centers": (k'' x d), "counts": (k'',)}`` and metrics
-    ``{"num-examples": n}``.
+    Config (declared in :mod:`fedcluster.protocol`, parsed before this runs): ``k-prime``,
+    ``seed``, ``n-init`` (device restarts; 1 = the paper), ``seeding`` (``core`` = the
+    paper) and ``max-iter``. Returns the local centers and their counts.
     """
     A = data.require_points()
-    if "k-prime" not in config:
-        raise ValueError("kfed_local needs config 'k-prime' (number of local clusters)")
-    k_prime = int(config["k-prime"])
+    k_prime = config["k-prime"]
     # A SuperNode may set its own k' (--node-config 'k-prime=4'); it wins over the run's.
     node_k_prime = data.extra.get("node-config", {}).get("k-prime")
     if node_k_prime not in (None, "", 0):
-        k_prime = int(node_k_prime)
-    seed = int(config.get("seed", 0))
-    n_init = int(config.get("n-init", DEVICE_N_INIT))
-    max_iter = int(config.get("max-iter", 100))
-    seeding = str(config.get("seeding", "best"))
-    if n_init < 1 or max_iter < 1:
-        raise ValueError(f"n-init and max-iter must be >= 1, got {n_init} and {max_iter}")
+        try:
+            k_prime = int(node_k_prime)
+        except (TypeError, ValueError):
+            raise ValueError(f"this node's node-config k-prime must be a whole number, got {node_k_prime!r}") from None
     centers, counts, _ = local_kprime_means(
-        A, k_prime, np.random.default_rng(seed), max_iter=max_iter, n_init=n_init, seeding=seeding
+        A,
+        k_prime,
+        np.random.default_rng(config["seed"]),
+        max_iter=config["max-iter"],
+        n_init=config["n-init"],
+        seeding=config["seeding"],
     )
     return {"centers": centers, "counts": counts}, {"num-examples": int(A.shape[0])}
 
@@ -555,75 +453,24 @@ def farthest_point_init(
     return all_centers[_farthest_point_indices(all_centers, owner, k, start)].copy()
 
 
+class TooFewCenters(ValueError):
+    """The devices sent fewer local centers in total than the ``k`` asked for."""
+
+
+def default_k_prime(k: int, k_prime: int = 0) -> int:
+    """Local clusters per device: ``k_prime``, or the paper's rule k' = ⌈√k⌉ when it is 0."""
+    return int(k_prime) or int(math.ceil(math.sqrt(int(k))))
+
+
 def _check_k(k: int, total: int) -> None:
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     if k > total:
-        raise ValueError(
-            f"k-FED cannot form k={k} global clusters from only {total} device centers in "
-            f"total: k must not exceed the number of local centers sent by the devices "
-            f"(use more devices or a larger k-prime)"
+        raise TooFewCenters(
+            f"k={k} is larger than the {total} local centers the devices sent: k-FED cannot "
+            f"form more global clusters than it has device centers (raise k-prime, add devices "
+            f"or lower k)"
         )
-
-
-def merge_cost(points: np.ndarray, weights: np.ndarray, centers: np.ndarray) -> float:
-    """Weighted k-means cost ``Σ w_i min_j ||p_i − c_j||²`` of device centers ``points``."""
-    if points.shape[0] == 0:
-        return 0.0
-    return float(np.min(squared_distances(points, centers), axis=1) @ weights)
-
-
-def _server_lloyd(
-    points: np.ndarray, weights: np.ndarray, init: np.ndarray, to_convergence: bool, max_iter: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Step 7: Lloyd on the device centers from ``init``. One round: groups = nearest
-    initial center, global centers = weighted means of the groups (empty group keeps its
-    initial center). To convergence: repeat until the grouping is stable. Returns
-    ``(centers, labels)`` with ``labels`` the grouping the centers are the means of."""
-    centers = init.copy()
-    labels = np.argmin(squared_distances(points, centers), axis=1)
-    rounds = max_iter if to_convergence else 1
-    for it in range(max(1, rounds)):
-        sums = np.zeros_like(centers)
-        add_rows_by_label(sums, labels, points * weights[:, None])
-        mass = np.bincount(labels, weights=weights, minlength=centers.shape[0])
-        nonempty = mass > 0
-        centers = centers.copy()
-        centers[nonempty] = sums[nonempty] / mass[nonempty, None]
-        if not to_convergence or it == rounds - 1:
-            break
-        new_labels = np.argmin(squared_distances(points, centers), axis=1)
-        if np.array_equal(new_labels, labels):
-            break
-        labels = new_labels
-    return centers, labels
-
-
-def _weighted_kmeans_pp_indices(
-    points: np.ndarray, weights: np.ndarray, k: int, rng: np.random.Generator
-) -> np.ndarray:
-    """Greedy weighted k-means++ on the device centers, returning row indices (so that a
-    start is always made of actual device centers, like the farthest-point start)."""
-    n = points.shape[0]
-    p = weights / weights.sum() if weights.sum() > 0 else np.full(n, 1.0 / n)
-    w = weights if weights.sum() > 0 else np.ones(n)
-    trials = 2 + int(np.log(k))
-    chosen = [int(rng.choice(n, p=p))]
-    closest = squared_distances(points, points[chosen])[:, 0]
-    while len(chosen) < k:
-        pot = closest * w
-        pot[chosen] = 0.0
-        if pot.sum() <= 0:  # only duplicates left: take any unchosen row
-            rest = np.setdiff1d(np.arange(n), chosen)
-            cand = rng.choice(rest, size=min(trials, rest.size), replace=False)
-        else:
-            cum = np.cumsum(pot)
-            cand = np.minimum(np.searchsorted(cum, rng.random(trials) * cum[-1]), n - 1)
-        dc = np.minimum(squared_distances(points, points[cand]), closest[:, None])
-        best = int(np.argmin(w @ dc))
-        chosen.append(int(cand[best]))
-        closest = dc[:, best]
-    return np.asarray(chosen, dtype=np.int64)
 
 
 def kfed_merge(
@@ -709,10 +556,11 @@ def kfed_merge(
             rows = _farthest_point_indices(points, owner, k, int(other_devices[fp_used]))
             fp_used += 1
         else:
-            rows = _weighted_kmeans_pp_indices(points, weights, k, rng)
-        centers, labels = _server_lloyd(points, weights, points[rows], to_convergence, max_iter)
-        cost = merge_cost(points, weights, centers) if to_convergence else float(
-            np.einsum("ij,ij->i", points - centers[labels], points - centers[labels]) @ weights
+            rows = kmeans_plus_plus_indices(points, k, rng, weights)
+        # Step 7: Lloyd on the device centers from the start (one round: the groups around
+        # M and their means, as in the paper; else until the grouping is stable).
+        centers, labels, cost = lloyd_until_stable(
+            points, points[rows], max_iter - 1 if to_convergence else 0, weights
         )
         if cost < best_cost * (1.0 - 1e-9):
             best_centers, best_labels, best_cost, hits = centers, labels, cost, 0

@@ -1,4 +1,14 @@
-"""Lloyd statistics: the one shared k-means kernel, plus k-means++ and a weighted Lloyd.
+"""The one k-means kernel every algorithm uses, on the device and on the server.
+
+* assignment: :func:`nearest` (labels), :func:`assign` (labels and distances),
+  :func:`squared_distances`;
+* sufficient statistics of one Lloyd step: :func:`lloyd_statistics` (sums, counts, cost,
+  optionally sums of squares) and :func:`label_means` (means of a given grouping);
+* Lloyd: :func:`lloyd_until_stable` (until the assignment is stable, weighted or not;
+  k-FED's device and server steps), :func:`lloyd` (until the centers stop moving) and
+  :func:`kmeans` (restarts);
+* seeding and cost: :func:`kmeans_plus_plus` / :func:`kmeans_plus_plus_indices`,
+  :func:`kmeans_cost`.
 
 Everything here is NumPy only, so it runs on a phone-class device as well as on the
 server. Distances use the BLAS form ``||x||^2 - 2 x.c + ||c||^2`` and the data are
@@ -97,6 +107,126 @@ def assign(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) ->
     return labels, mind
 
 
+def _nearest_form(centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(-2 centersᵀ, ||c||²)``: argmin_j ||x - c_j||² = argmin_j (||c_j||² - 2 x·c_j), so
+    the nearest center needs one (rows x d) @ (d x k) product; ||x||² only enters the cost."""
+    return -2.0 * centers.T, np.einsum("ij,ij->i", centers, centers)
+
+
+def _nearest_block(Xc: np.ndarray, minus_two_centers_t: np.ndarray, c_sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest center of every row of one chunk (ties: the lowest index) and the value
+    ``||c||² - 2 x·c`` at it."""
+    block = Xc @ minus_two_centers_t
+    block += c_sq
+    labels = np.argmin(block, axis=1)
+    return labels, np.take_along_axis(block, labels[:, None], axis=1)[:, 0]
+
+
+def nearest(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) -> np.ndarray:
+    """Index of the nearest center of every row of ``X`` (ties: the lowest index), chunked.
+
+    The assignment of :func:`lloyd_statistics` without the statistics: what a Lloyd loop
+    that keeps its own sums (:func:`lloyd_until_stable`) needs."""
+    X = np.asarray(X, dtype=np.float64)
+    centers = np.asarray(centers, dtype=np.float64)
+    n = X.shape[0]
+    labels = np.empty(n, dtype=np.int64)
+    minus_two_centers_t, c_sq = _nearest_form(centers)
+    step = rows_per_chunk(n, centers.shape[0], chunk_rows)
+    for start in range(0, n, step):
+        labels[start : start + step] = _nearest_block(X[start : start + step], minus_two_centers_t, c_sq)[0]
+    return labels
+
+
+def label_means(
+    X: np.ndarray,
+    labels: np.ndarray,
+    previous: np.ndarray,
+    weights: np.ndarray | None = None,
+    chunk_rows: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(Weighted) means of the rows of ``X`` grouped by ``labels``: ``(centers, counts)``.
+
+    A group with no mass keeps its row of ``previous``. The sums are one indicator-matrix
+    product per chunk (BLAS rather than a scatter), as in :func:`lloyd_statistics`."""
+    X = np.asarray(X, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.int64)
+    weights = None if weights is None else np.asarray(weights, dtype=np.float64)
+    k = previous.shape[0]
+    sums = np.zeros((k, X.shape[1]))
+    step = rows_per_chunk(X.shape[0], k, chunk_rows)
+    for start in range(0, X.shape[0], step):
+        lab = labels[start : start + step]
+        indicator = np.zeros((k, lab.size))
+        indicator[lab, np.arange(lab.size)] = 1.0 if weights is None else weights[start : start + step]
+        sums += indicator @ X[start : start + step]
+    counts = np.bincount(labels, weights=weights, minlength=k).astype(np.float64)
+    out = np.array(previous, dtype=np.float64, copy=True)
+    nonempty = counts > 0
+    out[nonempty] = sums[nonempty] / counts[nonempty, None]
+    return out, counts
+
+
+def lloyd_until_stable(
+    X: np.ndarray,
+    centers: np.ndarray,
+    max_iter: int,
+    weights: np.ndarray | None = None,
+    labels: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Lloyd from ``centers`` until the assignment stops changing: ``(centers, labels, cost)``.
+
+    The nearest-center assignment of ``centers`` first, its (weighted) means, then at most
+    ``max_iter`` steps of reassignment and means (``max_iter=0``: the one round "group
+    around the start, take the means"). ``labels`` may pass the first assignment when the
+    caller has it. The returned centers are the means of the returned labels (an empty
+    group keeps its previous center) and ``cost`` is Σ w·||x − c_label||² for them. Without
+    weights, a step where few points moved updates the sums by the movers only.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    centers = np.asarray(centers, dtype=np.float64)
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
+    if labels is None:
+        labels = nearest(X, centers)
+    k = centers.shape[0]
+    centers, counts = label_means(X, labels, centers, w)
+    sums = centers * counts[:, None]  # exact zero rows for empty clusters
+    incremental = False
+    for _ in range(max_iter):
+        new_labels = nearest(X, centers)
+        moved = np.flatnonzero(new_labels != labels)
+        if moved.size == 0:
+            break
+        if w is None and 4 * moved.size < X.shape[0]:
+            # Few points moved: update the sums by the movers only (one small product).
+            cols = np.arange(moved.size)
+            delta = np.zeros((k, moved.size))
+            delta[new_labels[moved], cols] += 1.0
+            delta[labels[moved], cols] -= 1.0
+            sums += delta @ X[moved]
+            counts += np.bincount(new_labels[moved], minlength=k) - np.bincount(labels[moved], minlength=k)
+            labels = new_labels
+            centers = centers.copy()
+            nonempty = counts > 0
+            centers[nonempty] = sums[nonempty] / counts[nonempty, None]
+            sums[~nonempty] = 0.0
+            incremental = True
+        else:
+            labels = new_labels
+            centers, counts = label_means(X, labels, centers, w)
+            sums = centers * counts[:, None]
+            incremental = False
+    if incremental:  # exact means of the final assignment (no rounding drift)
+        centers, _ = label_means(X, labels, centers)
+    cost = 0.0
+    step = rows_per_chunk(X.shape[0], k)
+    for start in range(0, X.shape[0], step):
+        diff = X[start : start + step] - centers[labels[start : start + step]]
+        row_cost = np.einsum("ij,ij->i", diff, diff)
+        cost += float(row_cost.sum() if w is None else row_cost @ w[start : start + step])
+    return centers, labels, cost
+
+
 def lloyd_statistics(
     X: np.ndarray,
     centers: np.ndarray,
@@ -128,16 +258,11 @@ def lloyd_statistics(
     sumsq = np.zeros((k, d)) if with_sumsq else None
     cost = 0.0
     step = rows_per_chunk(n, k, chunk_rows)
-    # argmin_j ||x - c_j||^2 = argmin_j (||c_j||^2 - 2 x.c_j): ||x||^2 only enters the cost.
-    minus_two_centers_t = -2.0 * centers.T
-    c_sq = np.einsum("ij,ij->i", centers, centers)
+    minus_two_centers_t, c_sq = _nearest_form(centers)
     for start in range(0, n, step):
         Xc = X[start : start + step]
         rows = Xc.shape[0]
-        block = Xc @ minus_two_centers_t
-        block += c_sq
-        labels = np.argmin(block, axis=1)
-        partial = np.take_along_axis(block, labels[:, None], axis=1)[:, 0]
+        labels, partial = _nearest_block(Xc, minus_two_centers_t, c_sq)
         mind = np.maximum(partial + np.einsum("ij,ij->i", Xc, Xc), 0.0)
         # Per-cluster sums as one matrix product: a (k x rows) membership matrix (holding
         # the weights) times the chunk -- BLAS instead of a scatter.
@@ -172,17 +297,20 @@ def kmeans_cost(X: np.ndarray, centers: np.ndarray, weights: np.ndarray | None =
     return float(assign(X, centers)[1] @ np.asarray(weights, dtype=np.float64))
 
 
-def kmeans_plus_plus(
+def kmeans_plus_plus_indices(
     X: np.ndarray,
     k: int,
     rng: np.random.Generator,
     weights: np.ndarray | None = None,
     n_local_trials: int | None = None,
 ) -> np.ndarray:
-    """Greedy k-means++ seeding (Arthur & Vassilvitskii 2007, greedy variant as in sklearn).
+    """Greedy k-means++ seeding (Arthur & Vassilvitskii 2007, greedy variant as in sklearn):
+    the row indices of the ``k`` chosen points, all different.
 
     Each new center is the best of ``2 + log(k)`` candidates drawn with probability
-    proportional to weight x squared distance to the current centers. Returns k x d.
+    proportional to weight x squared distance to the current centers (a chosen row is
+    never drawn again; when every remaining row coincides with a chosen one, the
+    candidates are drawn uniformly among the rows not chosen yet).
     """
     X = np.asarray(X, dtype=np.float64)
     n = X.shape[0]
@@ -196,25 +324,35 @@ def kmeans_plus_plus(
     if n_local_trials is None:
         n_local_trials = 2 + int(np.log(k))
     x_sq = np.einsum("ij,ij->i", X, X)
-    centers = np.empty((k, X.shape[1]))
-    first = rng.choice(n, p=w / w.sum())
-    centers[0] = X[first]
-    closest = squared_distances(X, centers[:1], x_sq)[:, 0]
-    for c in range(1, k):
+    chosen = [int(rng.choice(n, p=w / w.sum()))]
+    closest = squared_distances(X, X[chosen], x_sq)[:, 0]
+    while len(chosen) < k:
         pot = closest * w
-        total = pot.sum()
-        if total <= 0:  # every point coincides with a center: pick any point by weight
-            cand = rng.choice(n, size=n_local_trials, p=w / w.sum())
+        pot[chosen] = 0.0
+        if pot.sum() <= 0:  # every remaining point coincides with a center
+            rest = np.setdiff1d(np.arange(n), chosen)
+            cand = rng.choice(rest, size=min(n_local_trials, rest.size), replace=False)
         else:
             cum = np.cumsum(pot)
-            cand = np.searchsorted(cum, rng.random(n_local_trials) * cum[-1])
-            cand = np.minimum(cand, n - 1)
+            cand = np.minimum(np.searchsorted(cum, rng.random(n_local_trials) * cum[-1]), n - 1)
         d_cand = squared_distances(X, X[cand], x_sq)  # (n, trials)
         np.minimum(d_cand, closest[:, None], out=d_cand)
         best = int(np.argmin(w @ d_cand))
+        chosen.append(int(cand[best]))
         closest = d_cand[:, best]
-        centers[c] = X[cand[best]]
-    return centers
+    return np.asarray(chosen, dtype=np.int64)
+
+
+def kmeans_plus_plus(
+    X: np.ndarray,
+    k: int,
+    rng: np.random.Generator,
+    weights: np.ndarray | None = None,
+    n_local_trials: int | None = None,
+) -> np.ndarray:
+    """Greedy k-means++ seeding: the k x d chosen points (:func:`kmeans_plus_plus_indices`)."""
+    X = np.asarray(X, dtype=np.float64)
+    return X[kmeans_plus_plus_indices(X, k, rng, weights, n_local_trials)].copy()
 
 
 def lloyd(

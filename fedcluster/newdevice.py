@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from .data import DataError, load_points
-from .kfed import induced_labels, kfed_assign_new_device, local_kprime_means
+from .kfed import default_k_prime, induced_labels, kfed_assign_new_device, local_kprime_means
 
 
 def label_new_device(
@@ -47,7 +46,7 @@ def label_new_device(
         )
     if k_prime is None:
         config = json.loads((result_dir / "result.json").read_text()).get("config", {})
-        k_prime = int(config.get("k-prime", 0)) or int(math.ceil(math.sqrt(global_centers.shape[0])))
+        k_prime = default_k_prime(global_centers.shape[0], int(config.get("k-prime", 0)))
     local_centers, _, local_labels = local_kprime_means(points, k_prime, np.random.default_rng(seed))
     return induced_labels(local_labels, kfed_assign_new_device(local_centers, global_centers))
 

@@ -52,7 +52,6 @@ TaskResult = tuple[dict[str, np.ndarray], dict[str, float]]
 TaskFunction = Callable[[DeviceData, dict[str, np.ndarray], dict[str, Any]], TaskResult]
 
 KERNELS: dict[str, TaskFunction] = {}
-TASKS = KERNELS  # transitional name
 
 
 def device_task(name: str) -> Callable[[TaskFunction], TaskFunction]:

@@ -63,18 +63,6 @@ class ReplySpec:
     sizes: dict[str, int | None] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     check: Callable[[Reply], str | None] | None = None
-    # transitional: explicit shapes, translated into ``sizes`` by :meth:`bound_to`
-    shapes: dict[str, tuple] | None = None
-    nonnegative: tuple[str, ...] = ()
-
-    def bound_to(self, task: protocol.Task, sizes: dict[str, int | None], config: dict[str, Any]) -> "ReplySpec":
-        bound = dict(sizes)
-        declared = {a.name: a.shape for a in task.reply}
-        for name, shape in (self.shapes or {}).items():
-            for symbol, value in zip(declared.get(name, ()), shape):
-                if isinstance(symbol, str) and symbol != "*" and isinstance(value, int):
-                    bound[symbol] = value
-        return ReplySpec(task, bound, config, self.check)
 
 
 def payload_bytes(record: ArrayRecord | None) -> int:
@@ -215,8 +203,6 @@ class FederatedStrategy:
         check: Callable[[Reply], str | None] | None = None,
         phase: str | None = None,
         min_replies: int | None = None,
-        spec: ReplySpec | None = None,
-        kind: str | None = None,
     ) -> list[Reply]:
         """Send task ``task`` of the protocol table to ``nodes``; return the valid replies
         in node order.
@@ -229,13 +215,11 @@ class FederatedStrategy:
         number of valid replies raises :class:`FederationError` naming the failures. An
         empty ``nodes`` records a skipped phase and returns no reply.
         """
-        legacy, spec = spec, protocol.task(task)
+        spec = protocol.task(task)
         nodes = list(nodes)
         phase = phase or task
         started = time.perf_counter()
         reply_spec = ReplySpec(spec, {"d": self.dimension, **(sizes or {})}, dict(config or {}), check)
-        if legacy is not None:
-            reply_spec = legacy.bound_to(spec, reply_spec.sizes, reply_spec.config)
         seeds = self.node_seeds(nodes) if seeded else {}
 
         def node_content(node: int) -> tuple[dict | None, dict | None]:

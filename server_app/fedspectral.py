@@ -36,7 +36,7 @@ from fedcluster.fedspectral import (
 )
 from fedcluster.spectral_reference import compare_with_central
 
-from .base import FederatedStrategy, FederationError, Reply, ReplySpec, sum_arrays
+from .base import FederatedStrategy, FederationError, Reply, sum_arrays
 
 
 # --------------------------------------------------------------------------------------------
@@ -58,8 +58,8 @@ class _GraphStrategy(FederatedStrategy):
     result arrays and the optional central reference."""
 
     def graph_setup(self) -> tuple[int, int, list[int]]:
-        n = int(self.config["num-nodes"])
-        k = int(self.config["k"])
+        n = self.config["num-nodes"]
+        k = self.config["k"]
         if n < 1:
             raise FederationError(f"{self.name} needs run-config num-nodes (the global number of graph nodes)")
         if not 1 <= k <= n:
@@ -81,7 +81,7 @@ class _GraphStrategy(FederatedStrategy):
             return None
         try:
             return compare_with_central(
-                Path(cfg["data-dir"]), num_clients, int(cfg["num-nodes"]), int(cfg["k"]), int(cfg["seed"]), embedding, labels
+                Path(cfg["data-dir"]), num_clients, cfg["num-nodes"], cfg["k"], cfg["seed"], embedding, labels
             )
         except Exception as exc:  # a report, never a reason to lose a run
             log(WARNING, "[fedcluster] no central spectral reference: %s: %s", type(exc).__name__, exc)
@@ -108,7 +108,7 @@ class FedSpectral(_GraphStrategy):
     def run(self) -> dict[str, Any]:
         cfg = self.config
         n, k, nodes = self.graph_setup()
-        seed = int(cfg["seed"])
+        seed = cfg["seed"]
         seeds = {node: seed + index for index, node in enumerate(nodes)}
         self.begin_round(1)
         replies = self.all_clients(
@@ -116,7 +116,8 @@ class FedSpectral(_GraphStrategy):
             nodes,
             config={"num-nodes": n, "k": k},
             per_node=lambda node: (None, {"seed": seeds[node]}),
-            spec=ReplySpec(shapes={"labels": (n,)}, check=_label_check(n)),
+            sizes={"n": n},
+            check=_label_check(n),
             phase="local-spectral-labels",
         )
         label_lists = [r.arrays["labels"].astype(np.int64) for r in replies]
@@ -180,7 +181,7 @@ class FedSpectralPlus(_GraphStrategy):
             embedding, final = self.paper_mode(n, k, nodes)
         else:
             embedding, final = self.exact_mode(n, k, nodes)
-        labels = embedding_labels(embedding, k, int(cfg["seed"]))
+        labels = embedding_labels(embedding, k, cfg["seed"])
         final.update({"num_nodes": n, "k": k, "cluster_sizes": cluster_sizes(labels, k)})
         log(
             INFO,
@@ -207,14 +208,13 @@ class FedSpectralPlus(_GraphStrategy):
     def paper_mode(self, n: int, k: int, nodes: list[int]) -> tuple[np.ndarray, dict[str, Any]]:
         """Local power steps on the clients, average of the iterates, QR (the paper)."""
         cfg = self.config
-        iters = int(cfg["iters"])
-        Q = initial_block(n, k, int(cfg["seed"]))
+        iters = cfg["iters"]
+        Q = initial_block(n, k, cfg["seed"])
         config = {"num-nodes": n, "iters": iters, "normalization": "local"}
-        for t in range(1, int(cfg["num-rounds"]) + 1):
+        for t in range(1, cfg["num-rounds"] + 1):
             self.begin_round(t)
             replies = self.all_clients(
-                "power_step", nodes, arrays={"Q": Q}, config=config, kind="train",
-                spec=ReplySpec(shapes={"Q": (n, k)}), phase="local-power-steps",
+                "power_step", nodes, arrays={"Q": Q}, config=config, sizes={"n": n, "b": k}, phase="local-power-steps",
             )
             new = paper_aggregate([r.arrays["Q"] for r in replies])
             change = subspace_distance(new, Q)
@@ -226,30 +226,30 @@ class FedSpectralPlus(_GraphStrategy):
     def block_size(self, n: int, k: int) -> int:
         """``k + oversample`` columns, ``oversample = -1``: ``max(k, 10)`` (a block of only 2k
         converges very slowly for small k; README, FedSpectral), at most n."""
-        p = int(self.config["oversample"])
-        return int(min(n, k + (max(k, 10) if p < 0 else p)))
+        p = self.config["oversample"]
+        return min(n, k + (max(k, 10) if p < 0 else p))
 
     def exact_mode(self, n: int, k: int, nodes: list[int]) -> tuple[np.ndarray, dict[str, Any]]:
         """Exact block subspace iteration (``acceleration="none"``) or block Krylov on the
         global ``M = (I + N)/2``; one summed product per round (class docstring)."""
         cfg = self.config
-        rounds = int(cfg["num-rounds"])
-        tol = float(cfg["residual-tol"])
+        rounds = cfg["num-rounds"]
+        tol = cfg["residual-tol"]
         notes = []
-        if int(cfg["iters"]) != 1:
+        if cfg["iters"] != 1:
             notes.append(f"iters={cfg['iters']} ignored: exact mode multiplies once per round")
             log(WARNING, "[fedcluster] %s", notes[-1])
         solver = ExactEigensolver(
-            n, k, self.block_size(n, k), int(cfg["seed"]), cfg["acceleration"], int(cfg["max-basis"])
+            n, k, self.block_size(n, k), cfg["seed"], cfg["acceleration"], cfg["max-basis"]
         )
         product_config = {
-            "num-nodes": n, "iters": 1, "normalization": "global", "edge-weight": 1.0 / int(cfg["edge-copies"]),
+            "num-nodes": n, "iters": 1, "normalization": "global", "edge-weight": 1.0 / cfg["edge-copies"],
         }
 
         def summed_products(X: np.ndarray, degrees: np.ndarray, phase: str) -> np.ndarray:
             replies = self.all_clients(
                 "power_step", nodes, arrays={"Q": X, "degrees": degrees}, config=product_config,
-                kind="train", spec=ReplySpec(shapes={"Q": (n, X.shape[1])}), phase=phase,
+                sizes={"n": n, "b": X.shape[1]}, phase=phase,
             )
             return sum_arrays(replies, "Q")
 

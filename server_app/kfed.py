@@ -24,56 +24,36 @@ override it with ``--node-config 'k-prime=4'``.
 
 from __future__ import annotations
 
-import math
 from logging import INFO
 from typing import Any
 
 import numpy as np
 from flwr.common.logger import log
 
-from fedcluster.kfed import kfed_merge
+from fedcluster.kfed import TooFewCenters, default_k_prime, kfed_merge
 
-from .base import FederatedStrategy, FederationError, ReplySpec
-
-
-def default_k_prime(config: dict[str, Any]) -> int:
-    """Run-config ``k-prime``, or the paper's rule k' = ⌈√k⌉ when it is 0."""
-    return int(config["k-prime"]) or int(math.ceil(math.sqrt(int(config["k"]))))
+from .base import FederatedStrategy, FederationError
 
 
 def collect_device_centers(strategy: FederatedStrategy, phase: str = "kfed-local") -> tuple[list, list, list]:
     """The k-FED device phase: every active node's local centers and counts.
 
     Works with or without a preceding ``discover_dimension``: the federation's dimension
-    is then the most common one among the replies, and nodes with another are excluded.
+    is then the one most replies have, and nodes with another are excluded.
     Returns ``(nodes, centers, counts)`` lists, one entry per valid device.
     """
     config = strategy.config
-    k_prime = default_k_prime(config)
-    seeds = {node: int(strategy.rng.integers(2**31)) for node in strategy.active_nodes}
-    dimension = "d" if strategy.dimension is not None else None
     replies = strategy.broadcast(
         "kfed_local",
         strategy.active_nodes,
-        config={"k-prime": k_prime, "n-init": int(config["kfed-device-restarts"])},
-        per_node=lambda node: (None, {"seed": seeds[node]}),
-        spec=ReplySpec(shapes={"centers": (None, dimension), "counts": (None,)}, nonnegative=("counts",)),
+        config={"k-prime": default_k_prime(config["k"], config["k-prime"]), "n-init": config["kfed-device-restarts"]},
+        seeded=True,
         phase=phase,
     )
-    replies = [r for r in replies if r.arrays["centers"].shape[0] == r.arrays["counts"].shape[0]]
     if not replies:
         raise FederationError("no device returned local centers")
     if strategy.dimension is None:
-        dims = np.array([r.arrays["centers"].shape[1] for r in replies])
-        values, counts = np.unique(dims, return_counts=True)
-        strategy.dimension = int(values[np.argmax(counts)])
-        for reply in replies:
-            if reply.arrays["centers"].shape[1] != strategy.dimension:
-                strategy.exclude(
-                    reply.node_id,
-                    f"its data has dimension {reply.arrays['centers'].shape[1]}, the federation's is {strategy.dimension}",
-                )
-        replies = [r for r in replies if r.arrays["centers"].shape[1] == strategy.dimension]
+        replies = strategy.vote_dimension(replies, lambda reply: reply.arrays["centers"].shape[1])
     return (
         [r.node_id for r in replies],
         [r.arrays["centers"] for r in replies],
@@ -84,21 +64,20 @@ def collect_device_centers(strategy: FederatedStrategy, phase: str = "kfed-local
 def merge_device_centers(strategy: FederatedStrategy, centers: list, counts: list, k: int) -> tuple[np.ndarray, list]:
     """Server steps of k-FED on the collected device centers (clear error when k is too big)."""
     config = strategy.config
-    total = sum(c.shape[0] for c in centers)
-    if k > total:
-        raise FederationError(
-            f"k={k} is larger than the {total} local centers the devices returned "
-            f"(k-prime={default_k_prime(config)} per device, {len(centers)} devices): raise k-prime or lower k"
+    try:
+        return kfed_merge(
+            centers,
+            counts,
+            k,
+            strategy.rng,
+            weighting=config["kfed-weighting"],
+            to_convergence=config["kfed-to-convergence"],
+            n_init=config["kfed-server-starts"],
         )
-    return kfed_merge(
-        centers,
-        counts,
-        k,
-        strategy.rng,
-        weighting=config["kfed-weighting"],
-        to_convergence=bool(config["kfed-to-convergence"]),
-        n_init=int(config["kfed-server-starts"]),
-    )
+    except TooFewCenters as exc:
+        raise FederationError(
+            f"{exc}; k-prime={default_k_prime(config['k'], config['k-prime'])} per device, {len(centers)} devices replied"
+        ) from None
 
 
 class KFed(FederatedStrategy):
@@ -113,12 +92,13 @@ class KFed(FederatedStrategy):
     name = "kfed"
 
     def run(self) -> dict[str, Any]:
-        k = int(self.config["k"])
+        k = self.config["k"]
         self.begin_round(1)
         nodes, centers, counts = collect_device_centers(self)
         global_centers, assignment = merge_device_centers(self, centers, counts, k)
-        self.end_round(devices=len(nodes), device_centers=int(sum(c.shape[0] for c in centers)))
-        log(INFO, "[fedcluster] k-FED merged %d device centers from %d devices into k=%d", sum(c.shape[0] for c in centers), len(nodes), k)
+        sent = int(sum(c.shape[0] for c in centers))
+        self.end_round(devices=len(nodes), device_centers=sent)
+        log(INFO, "[fedcluster] k-FED merged %d device centers from %d devices into k=%d", sent, len(nodes), k)
         outcome: dict[str, Any] = {
             "centers": global_centers,
             "arrays": {
@@ -127,18 +107,10 @@ class KFed(FederatedStrategy):
                 "device_nodes": np.concatenate([np.full(c.shape[0], n, dtype=np.uint64) for n, c in zip(nodes, centers)]),
                 "device_assignment": np.concatenate([np.asarray(a, dtype=np.int64) for a in assignment]),
             },
-            "kfed": {"k_prime": default_k_prime(self.config), "devices": len(nodes)},
+            "kfed": {"k_prime": default_k_prime(k, self.config["k-prime"]), "devices": len(nodes)},
         }
         if self.config["kfed-evaluate"]:
-            replies = self.broadcast(
-                "lloyd_stats",
-                self.active_nodes,
-                arrays={"centers": global_centers},
-                spec=ReplySpec(shapes={"sums": (k, "d"), "counts": (k,), "cost": (1,)}, nonnegative=("counts", "cost")),
-                phase="evaluation",
-            )
-            total = float(sum(r.arrays["cost"][0] for r in replies))
-            points = int(sum(r.arrays["counts"].sum() for r in replies))
+            total, points = self.evaluate(global_centers)
             outcome["final"] = {"cost": total / points, "total_cost": total, "num_points": points}
             log(INFO, "[fedcluster] k-FED cost per point %.6g on %d points", total / points, points)
         return outcome

@@ -31,7 +31,7 @@ from fedcluster.graph import (
     split_edges,
     write_client_edge_files,
 )
-from fedcluster.registry import TASKS, DeviceData
+from fedcluster.registry import KERNELS, DeviceData
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -246,7 +246,7 @@ def test_local_graph_is_cached_and_rebuilt_when_edges_change():
 
 def test_kernels_registered():
     for name in ("power_step", "local_spectral_labels"):
-        assert name in TASKS
+        assert name in KERNELS
 
 
 def test_degrees_weighted_sum_over_clients_equals_global():

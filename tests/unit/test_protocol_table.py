@@ -32,7 +32,7 @@ def reply_cases():
             yield pytest.param(spec, config, id=f"{spec.name}-{config.get('level', 'any')}")
 
 
-@pytest.mark.parametrize("spec, config", reply_cases())
+@pytest.mark.parametrize("spec, config", list(reply_cases()))
 def test_every_hostile_reply_field_is_refused_with_a_reason(spec, config):
     arrays, metrics = valid_reply(spec, config)
     assert spec.check_reply(arrays, metrics, SIZES, config) is None
