@@ -205,7 +205,7 @@ def wait_healthy(port: int, process: subprocess.Popen, timeout: float = 60.0) ->
 def flwr_section(
     client_counts: list[int], points_per_client: int, rounds: int, inprocess: dict[int, dict], args_keep_home: bool = False
 ) -> None:
-    print(f"## (c) `flwr run` simulation (Ray) vs in-process, same runs\n", flush=True)
+    print("## (c) `flwr run` simulation (Ray) vs in-process, same runs\n", flush=True)
     home = Path(tempfile.mkdtemp(prefix="fedcluster-bench-flwr-home-"))
     env = dict(os.environ)
     env.update({

@@ -23,7 +23,7 @@ from . import privacy
 from .linalg import top_eigenpairs
 from .lloyd import LloydStatistics, add_rows_by_label, assign, rows_per_chunk, squared_distances
 from .common import matching_dimension
-from .privacy.clipping import CLIENT, DATA_POINT, LEVELS, clip_l1, clip_l2, clip_rows_l2
+from .privacy.clipping import CLIENT, DATA_POINT, clip_l1, clip_l2, clip_rows_l2
 from .registry import DeviceData, device_task
 
 # ==================================================================== device kernels

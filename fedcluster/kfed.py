@@ -1,88 +1,28 @@
-"""k-FED: one-shot federated clustering (Dennis, Li & Smith, ICML 2021; papers/kfed-dennis-2021.txt).
+"""k-FED: one-shot federated clustering (Dennis, Li & Smith, ICML 2021; ALGORITHMS.md §4).
 
-Two stages, one round of communication (ALGORITHMS.md §4):
+Device (:func:`local_kprime_means`, task ``kfed_local``): the Awasthi-Sheffet local
+k'-means. At most k' distinct points are their own centers; otherwise project onto the top
+k' right singular vectors (from the small Gram matrix, :func:`fedcluster.linalg.top_eigenpairs`),
+seed by k-means++ and run Lloyd in the projection, lift to the original space by the
+1/3-distance core sets, and run Lloyd there until the assignment is stable. Only non-empty
+clusters are sent, with their counts.
 
-Device (``local_kprime_means``, task ``kfed_local``) -- the Awasthi & Sheffet (2012) variant
-of Lloyd's method on the device's own data ``A`` (n x d) with ``k'`` local clusters:
+Server (:func:`kfed_merge`): start from one seeded device's centers, add the device center
+farthest from the chosen set until there are k, then a count-weighted Lloyd over all device
+centers (one round: the paper; to convergence: the authors' code).
 
-1. If the device holds at most ``k'`` distinct points, they are the local centers
-   (duplicates merged, ``counts`` = multiplicities). Otherwise project ``A`` onto its top
-   ``k'`` right singular vectors, ``Â = A V`` (no centring, as in the paper).
-2. Constant-factor approximation in the projected space: greedy k-means++ seeding
-   (``fedcluster.lloyd.kmeans_plus_plus``) + Lloyd until the assignment is stable
-   → ``ν_1..ν_k'``.
-3. Core sets ``S_r = {i : ||Â_i − ν_r|| <= ||Â_i − ν_s|| / 3 for all s != r}``;
-   ``θ_r`` = mean of ``A[S_r]`` in the ORIGINAL space. An empty core set falls back to
-   ``ν_r``'s Voronoi cell in the projected space; an empty Voronoi cell (possible when
-   seeds coincide in the projection) falls back to the lifted ``ν_r V^T``.
-4. Lloyd steps on ``A`` from ``θ`` until the assignment stops changing (or ``max_iter``).
-   Only non-empty clusters are returned.
+A point takes the global cluster of its local center (:func:`induced_labels`); a new device
+maps its local centers to the nearest global centers (:func:`kfed_assign_new_device`).
 
-Robustness choices (ours, documented; ``n_init=1, seeding="core"`` is the paper):
+Our choices beyond the paper (``n_init=1, seeding="core"`` on the device and
+``n_init=1, to_convergence=False`` on the server are the paper): device restarts scored by
+the cost in the ORIGINAL space, Lloyd seeded from Voronoi-cell means as well as core sets
+(core sets shrink to a few noisy points below the theory's separation), restarts that stop
+once the best was reproduced, and several server starts scored by the count-weighted cost
+on the device centers (the part of the global cost the merge controls). Why, and what each
+one buys: README, "Reproduction: k-FED" (``bench/kfed_table.py``).
 
-* Restarts. The paper runs one seeding. A bad k-means++ run can merge two true components
-  on one device and split a third, and the server cannot repair that. We run ``n_init``
-  full device pipelines (steps 2-4, each from its own k-means++ seeding in the projected
-  space) and keep the one with the lowest k-means cost in the ORIGINAL space -- the
-  objective the device is actually solving (choosing by the projected cost instead was
-  measured worse). Measured: with the greedy k-means++ of ``fedcluster.lloyd`` no device
-  failed at c=100 even with one run (0/200 devices, d=300, k=64); the restarts pay off at
-  low separation (d=300, k=64, c=4: local accuracy 0.596 with 1 run, 0.629 with 3, 0.640
-  with 10) and cost about 0.35 s of CPU per extra restart for the 40 devices of that setup.
-* Seeding of step 4. Far below the theory's separation (c >= 100) the 1/3-distance core
-  sets shrink to a handful of points, and the original-space mean of a handful of points is
-  almost as noisy as one point (noise norm about σ·sqrt(d/|S_r|)); Lloyd in high dimension
-  from such seeds collapses. Measured on the Table-1 generator, d=300, k=64, c=5: 90%
-  accuracy in the projection, 28% after core-set seeding + Lloyd. So each restart also runs
-  step 4 from the original-space means of ν's Voronoi cells (the Kumar-Kannan seeding),
-  and the lower original-space cost wins. With well-separated data both starts reach the
-  same clustering, so nothing changes where the paper's theory applies.
-
-Speed (same answers, measured in ``bench/kfed_table.py``): the top-k' right singular
-vectors come from the eigenvectors of the small Gram matrix (``A^T A`` when d <= n, else
-``A A^T``; SciPy's subset eigensolver when installed) instead of a full SVD -- the device
-step only uses distances in the projected space, which depend on the subspace alone. A
-restart whose projected partition was already seen is skipped (steps 3-4 are deterministic
-given it), two step-4 starts with the same first assignment run once, the Lloyd sums are
-updated by the points that moved, and the restarts stop once ``early_stop`` (default 2)
-further restarts reproduced the best cost (relative 1e-9). With ``early_stop=0`` the
-result is exactly the exhaustive ``n_init`` one (up to rounding). Well separated data:
-the 2nd and 3rd restarts reproduce the 1st, so 3 restarts run instead of 10.
-
-Server (``farthest_point_init``, ``kfed_merge``) -- NumPy only as well:
-
-5. ``M`` ← the centers of one device (seeded choice; if it has more than ``k`` centers, the
-   first ``k`` of a farthest-first traversal of them); then repeatedly add the device
-   center farthest from ``M`` until ``|M| = k``.
-6. Lloyd on the set of all device centers from ``M``: one round (paper) or to convergence
-   (the authors' code); global centers are the count-weighted (or uniform) means of the
-   groups; a group left empty keeps its ``M`` center.
-
-Server accuracy choice (ours, documented): the server holds every device center and its
-count, so it can score candidate merges at no communication cost. With ``n_init > 1``
-``kfed_merge`` tries several starts -- the farthest-point start from several different
-devices plus weighted k-means++ starts -- refines each by Lloyd and keeps the one with the
-lowest count-weighted cost ``Σ counts · ||θ − c||²`` on the device centers. That quantity
-is exactly the part of the induced clustering's global k-means cost that the merge
-controls (the within-local-cluster part is fixed by the devices), so the choice is
-principled, not a heuristic tuned to the benchmark. The paper-faithful variant is
-``kfed_merge(..., n_init=1, to_convergence=False)``: a single farthest-point start from one
-seeded device and one Lloyd round. See ``bench/kfed_table.py`` for the comparison.
-Measured (10 seeds): with our device step the local clusterings are good and every server
-variant gives the same accuracy to 3 decimals (the merge is not the bottleneck); with the
-paper's device step the extra starts repair much of the damage (d=300, k=64: c=10
-0.965 → 0.986, c=4 0.161 → 0.508), one round vs. to convergence differs by < 0.005 and
-uniform weighting is worse (c=4: 0.181). Hence the defaults: ``weighting="count"``,
-``to_convergence=True`` (the authors' code; never worse in our runs), ``n_init=20``
-(about 0.25 s for 320 device centers and k=64).
-
-Induced clustering (Definition 3.3): a point takes the global cluster of its local center
-(``induced_labels``). A NEW device runs steps 1-4 and maps each of its local centers to the
-nearest global center (``kfed_assign_new_device``) -- O(k·k') distances, nobody else
-involved.
-
-This module imports only NumPy (and ``fedcluster.lloyd`` / ``fedcluster.registry``, which
-are NumPy only): it runs on a device.
+NumPy only (with :mod:`fedcluster.lloyd` and :mod:`fedcluster.linalg`): it runs on a device.
 """
 
 from __future__ import annotations
@@ -94,7 +34,6 @@ import numpy as np
 
 from .linalg import orthonormalize, top_eigenpairs
 from .lloyd import (
-    kmeans_cost,
     kmeans_plus_plus,
     kmeans_plus_plus_indices,
     label_means,

@@ -1,76 +1,20 @@
 """FedDP-KMeans: differentially private federated k-means with server-side data.
 
-Scott et al., "Differentially Private Federated k-Means Clustering with Server-Side Data"
-(2025); the working specification is ALGORITHMS.md section 3, which wins over the paper
-and the authors' code where they differ. The strategy reads like the paper::
+Scott et al. 2025; ALGORITHMS.md §3 (it wins over the paper and the authors' code). The
+phases, in the order this strategy runs them::
 
     FedDP-Init
       Step 1  clients send XᵢᵀXᵢ;  M̃ = Σ XᵢᵀXᵢ + symmetric N(0, σ1²);  V = top-k eigvecs(M̃)
       Step 2  clients get V, QV; send the histogram of their nearest projected server
-              point;  h̃ = Σ hᵢ + Lap(b2);  weights = max(h̃, 0), drop < min-server-weight;
-              ν = weighted k-means(QV, weights)                               (k x k)
-      Step 3  clients get V, ν; assign xV to the nearest ν (margin filter); send sums and
-              counts (data-point) or means and a non-empty vector (client level);
-              C = (S + N(0, σ3²)) / max(N + Lap(b3), 1)
-    FedDP-Lloyds (T = lloyd-rounds)
-              clients get C; send full-space sums and counts; C ← S̃ / Ñ
+              point;  h̃ = Σ hᵢ + Lap(b2);  ν = weighted k-means(QV, max(h̃, 0))
+      Step 3  clients get V, ν; send projected-assignment sums and counts (data-point)
+              or means and a non-empty vector (client);  C = (S + N) / max(N + Lap, 1)
+    FedDP-Lloyds (T = lloyd-rounds): clients get C; send sums and counts;  C ← S̃ / Ñ
 
-Baselines (``init``): ``server-kmeans++`` (k-means++ seeding on the server data),
-``server-lloyds`` (k-means on the server data, ``server-n-init`` starts),
-``sphere-packing`` (Su et al. 2017: the largest feasible radius a, binary-searched). They
-spend no budget on the initialization: the whole ε goes to FedDP-Lloyds.
-
-Privacy (``privacy-level``)
----------------------------
-``data-point``: every device clips its points to norm Δ (``clip-norm``; 0 = the radius of
-the server data, as in the paper) before ANY step. Sensitivities: step 1 Δ² (Frobenius
-norm of xxᵀ -- NOT Δ, which under-noises the step, as the authors' code does), step 2 1
-(L1), step 3 / Lloyd sums Δ (L2) and counts 1 (L1).
-
-``client``: every statistic a device sends is clipped as a whole on the device (L2 /
-Frobenius for Gaussian-noised ones, L1 for Laplace-noised ones) to a bound that is a
-hyperparameter: ``clip-outer`` (XᵀX), ``clip-histogram``, ``clip-means`` and
-``clip-nonempty`` (step 3, mean of means), ``clip-sums`` and ``clip-counts`` (Lloyd). 0
-derives the bound from Δ, k and ``client-max-points`` m as the worst case of a client with
-m points of norm ≤ Δ: m·Δ², m, √k·Δ, k, m·Δ, m. With ``client-sampling-rate`` q < 1 every
-step Poisson-samples the clients (each independently with probability q) and is accounted
-as ``PoissonSampledDpEvent(q, ·)`` (amplification by subsampling).
-
-The server validates every reply against these bounds (the ``*_violation`` functions of
-``fedcluster/feddp_kmeans.py``) and drops a violator with a logged reason, never
-aggregating it. Everything here that is not messaging -- the privacy plan, the bound
-checks, the noisy aggregates, the eigenvectors, SpherePacking -- lives in
-``fedcluster/feddp_kmeans.py``; this file only broadcasts, validates, calls it and records.
-
-Budget
-------
-``epsilon`` is the TARGET TOTAL ε at ``delta`` (PLD accountant over all steps): the
-per-step noise is searched (:func:`fedcluster.privacy.calibrate_to_total`) so that the
-composition of every step meets it, with relative shares from the paper's rule of thumb
-(App. H.1; data-point [ε1, ε2, ε3G, ε3L] ∝ [0.2, 0.2, 0.45, 0.15], client [0.35, 0.1,
-0.45, 0.1]) or ``budget-split`` ("w1,w2,w3g,w3l"). With lloyd-rounds T > 0, FedDP-Init
-keeps (1 − ``lloyd-fraction``) of the shares and FedDP-Lloyds gets ``lloyd-fraction``,
-split between sums and counts as in step 3 (baselines: all of it).
-``step-epsilons`` ("e1,e2,e3g,e3l[,e4g,e4l]", the steps this run uses in that order;
-baselines "e4g,e4l") instead calibrates each step on its own for its ε (σ_AGM for the
-Gaussian ones, the T-fold composition for Lloyd) and reports the PLD total it amounts to.
-
-``epsilon = inf`` (valid TOML: ``--run-config "epsilon=inf"``) adds no noise at all and
-is the non-private pipeline (clipping is kept; with Δ ≥ the data radius it is a no-op);
-``result.json["privacy"]["epsilon"]`` is then null (∞).
-
-Noise is drawn from OS entropy unless ``noise-seed`` ≥ 0; every mechanism (and the client
-sampling) has its own independent stream. ``seed`` seeds only the server's non-private
-randomness (k-means on the server data, sphere packing).
-
-Trust model and what is released: as in the paper's simulation, the server adds the noise
-(central DP with a trusted aggregator, the role secure aggregation plays in a deployment);
-everything the run writes about the clients' data -- centers, init centers, the projection
-V, the noisy server weights and projected centers -- is covered by the (ε, δ) of
-``result.json["privacy"]``. Two reports are NOT: ``final`` (the exact federated cost of the
-final centers, ``evaluate-cost = true``; set it false in a real deployment) and the pooled
-central ``reference``. The server data is never sent anywhere; clients receive only its
-projection QV (step 2).
+Baselines (``init``): ``server-kmeans++``, ``server-lloyds``, ``sphere-packing``; they spend
+the whole ε on FedDP-Lloyds. The privacy plan, the per-level bound checks, the noisy
+aggregates, the eigenvectors and SpherePacking live in ``fedcluster/feddp_kmeans.py`` and
+``fedcluster/privacy/``; privacy levels, budget and trust model: README, "FedDP-KMeans".
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ def lloyd_reference(X, k):
     return KMeans(k, n_init=10, random_state=0).fit(X).inertia_ / X.shape[0]
 
 
+@pytest.mark.slow  # 20-55 s: Ray start-up or real SuperNode processes
 def test_flwr_run_simulation_with_npy_dir(flower, tmp_path):
     rng = np.random.default_rng(0)
     means = np.array([[0, 0], [8, 0], [0, 8], [8, 8]], dtype=float)
@@ -54,6 +55,7 @@ def test_flwr_run_simulation_with_npy_dir(flower, tmp_path):
     assert np.load(out / "centers.npy").shape == (4, 2)
 
 
+@pytest.mark.slow  # 20-55 s: Ray start-up or real SuperNode processes
 def test_flwr_run_reports_a_failed_run(flower, tmp_path):
     flower.start_superlink(simulation=True)
     run_id = flower.submit(
@@ -63,6 +65,7 @@ def test_flwr_run_reports_a_failed_run(flower, tmp_path):
     assert entry["status"] == "finished:failed", entry
 
 
+@pytest.mark.slow  # 20-55 s: Ray start-up or real SuperNode processes
 def test_deployment_two_supernodes_with_their_own_files(flower, tmp_path):
     rng = np.random.default_rng(1)
     a = np.concatenate([rng.normal(size=(50, 3)), rng.normal(size=(50, 3)) + 10])
@@ -82,6 +85,7 @@ def test_deployment_two_supernodes_with_their_own_files(flower, tmp_path):
     assert result["final"]["cost"] <= 1.02 * lloyd_reference(X, 3)
 
 
+@pytest.mark.slow  # 20-55 s: Ray start-up or real SuperNode processes
 def test_flwr_run_kfed_simulation(flower, tmp_path):
     from fedcluster.data import kfed_mixture
 
@@ -102,6 +106,7 @@ def test_flwr_run_kfed_simulation(flower, tmp_path):
     assert np.load(out / "device_centers.npy").shape == (len(devices) * 3, 20)
 
 
+@pytest.mark.slow  # 20-55 s: Ray start-up or real SuperNode processes
 def test_flwr_run_simulation_on_email_eu_core(tmp_path):
     from flower_processes import Flower, flower_available
 

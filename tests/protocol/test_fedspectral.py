@@ -4,7 +4,6 @@ splitter CLI, the layout (no flwr below the strategy), and one real ``flwr run``
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap
