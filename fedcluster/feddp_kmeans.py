@@ -21,7 +21,7 @@ import numpy as np
 
 from . import privacy
 from .linalg import top_eigenpairs
-from .lloyd import LloydStatistics, add_rows_by_label, assign, rows_per_chunk, squared_distances
+from .lloyd import LloydStatistics, assign, label_sums, rows_per_chunk, squared_distances
 from .common import matching_dimension
 from .privacy.clipping import CLIENT, DATA_POINT, clip_l1, clip_l2, clip_rows_l2
 from .registry import DeviceData, device_task
@@ -143,19 +143,6 @@ def margin_assignment(projected: np.ndarray, centers: np.ndarray, margin: float)
     return labels, keep
 
 
-def sums_and_counts(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    sums = np.zeros((k, X.shape[1]))
-    add_rows_by_label(sums, labels, X)
-    return sums, np.bincount(labels, minlength=k).astype(np.float64)
-
-
-def cluster_means(sums: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-cluster means (zero rows where empty: the shared Lloyd update from zero
-    centers) and the 0/1 non-empty indicator."""
-    means = LloydStatistics(sums, counts, 0.0).centers(np.zeros_like(sums))
-    return means, (counts > 0).astype(np.float64)
-
-
 @device_task("feddp_outer")
 def feddp_outer(data: DeviceData, arrays: dict, config: dict):
     X = private_points(data, config)
@@ -183,9 +170,10 @@ def feddp_projected_stats(data: DeviceData, arrays: dict, config: dict):
     centers = arrays["centers"]
     k = centers.shape[0]
     labels, keep = margin_assignment(X @ V, centers, config["margin"])
-    sums, counts = sums_and_counts(X[keep], labels[keep], k)
-    if config["level"] == CLIENT:
-        means, nonempty = cluster_means(sums, counts)
+    sums, counts = label_sums(X[keep], labels[keep], k)
+    if config["level"] == CLIENT:  # the mean of means: zero rows where empty, and which are not
+        means = LloydStatistics(sums, counts, 0.0).centers(np.zeros_like(sums))
+        nonempty = (counts > 0).astype(np.float64)
         return (
             {"means": clip_l2(means, _bound(config, "clip")), "nonempty": clip_l1(nonempty, _bound(config, "clip-l1"))},
             {"num-examples": int(X.shape[0]), "kept": int(keep.sum())},
@@ -198,7 +186,7 @@ def feddp_lloyd(data: DeviceData, arrays: dict, config: dict):
     X = private_points(data, config)
     centers = matching_dimension(X, arrays["centers"])
     labels, _ = assign(X, centers)
-    sums, counts = sums_and_counts(X, labels, centers.shape[0])
+    sums, counts = label_sums(X, labels, centers.shape[0])
     if config["level"] == CLIENT:
         sums = clip_l2(sums, _bound(config, "clip"))
         counts = clip_l1(counts, _bound(config, "clip-l1"))

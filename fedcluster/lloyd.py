@@ -3,7 +3,7 @@
 * assignment: :func:`nearest` (labels), :func:`assign` (labels and distances),
   :func:`squared_distances`;
 * sufficient statistics of one Lloyd step: :func:`lloyd_statistics` (sums, counts, cost,
-  optionally sums of squares) and :func:`label_means` (means of a given grouping);
+  optionally sums of squares); of a given grouping: :func:`label_sums`, :func:`label_means`;
 * Lloyd: :func:`lloyd_until_stable` (until the assignment is stable, weighted or not;
   k-FED's device and server steps), :func:`lloyd` (until the centers stop moving) and
   :func:`kmeans` (restarts);
@@ -138,6 +138,29 @@ def nearest(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) -
     return labels
 
 
+def label_sums(
+    X: np.ndarray,
+    labels: np.ndarray,
+    k: int,
+    weights: np.ndarray | None = None,
+    chunk_rows: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(Weighted) per-group sums (k x d) and counts (k,) of the rows of ``X`` grouped by
+    ``labels`` (values in ``[0, k)``). The sums are one indicator-matrix product per chunk
+    (BLAS rather than a scatter), as in :func:`lloyd_statistics`."""
+    X = np.asarray(X, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.int64)
+    weights = None if weights is None else np.asarray(weights, dtype=np.float64)
+    sums = np.zeros((k, X.shape[1]))
+    step = rows_per_chunk(X.shape[0], k, chunk_rows)
+    for start in range(0, X.shape[0], step):
+        lab = labels[start : start + step]
+        indicator = np.zeros((k, lab.size))
+        indicator[lab, np.arange(lab.size)] = 1.0 if weights is None else weights[start : start + step]
+        sums += indicator @ X[start : start + step]
+    return sums, np.bincount(labels, weights=weights, minlength=k).astype(np.float64)
+
+
 def label_means(
     X: np.ndarray,
     labels: np.ndarray,
@@ -146,25 +169,9 @@ def label_means(
     chunk_rows: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(Weighted) means of the rows of ``X`` grouped by ``labels``: ``(centers, counts)``.
-
-    A group with no mass keeps its row of ``previous``. The sums are one indicator-matrix
-    product per chunk (BLAS rather than a scatter), as in :func:`lloyd_statistics`."""
-    X = np.asarray(X, dtype=np.float64)
-    labels = np.asarray(labels, dtype=np.int64)
-    weights = None if weights is None else np.asarray(weights, dtype=np.float64)
-    k = previous.shape[0]
-    sums = np.zeros((k, X.shape[1]))
-    step = rows_per_chunk(X.shape[0], k, chunk_rows)
-    for start in range(0, X.shape[0], step):
-        lab = labels[start : start + step]
-        indicator = np.zeros((k, lab.size))
-        indicator[lab, np.arange(lab.size)] = 1.0 if weights is None else weights[start : start + step]
-        sums += indicator @ X[start : start + step]
-    counts = np.bincount(labels, weights=weights, minlength=k).astype(np.float64)
-    out = np.array(previous, dtype=np.float64, copy=True)
-    nonempty = counts > 0
-    out[nonempty] = sums[nonempty] / counts[nonempty, None]
-    return out, counts
+    A group with no mass keeps its row of ``previous``."""
+    sums, counts = label_sums(X, labels, previous.shape[0], weights, chunk_rows)
+    return LloydStatistics(sums, counts, 0.0).centers(previous), counts
 
 
 def lloyd_until_stable(
@@ -275,19 +282,6 @@ def lloyd_statistics(
         if sumsq is not None:
             sumsq += membership @ (Xc * Xc)
     return LloydStatistics(sums=sums, counts=counts, cost=cost, sumsq=sumsq)
-
-
-def add_rows_by_label(out: np.ndarray, labels: np.ndarray, values: np.ndarray) -> None:
-    """``out[labels[i]] += values[i]`` for all i, via a stable sort and ``np.add.reduceat``.
-
-    Shared by the device kernels that need per-cluster sums outside ``lloyd_statistics``
-    (k-FED's server merge, FedDP's projected-assignment sums)."""
-    if labels.size == 0:
-        return
-    order = np.argsort(labels, kind="stable")
-    sorted_labels = labels[order]
-    starts = np.flatnonzero(np.r_[True, sorted_labels[1:] != sorted_labels[:-1]])
-    out[sorted_labels[starts]] += np.add.reduceat(values[order], starts, axis=0)
 
 
 def kmeans_cost(X: np.ndarray, centers: np.ndarray, weights: np.ndarray | None = None) -> float:

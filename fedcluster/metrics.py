@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedcluster.lloyd import kmeans_cost
+from fedcluster.lloyd import kmeans_cost, label_sums
 
 __all__ = [
     "cost_per_point",
@@ -383,11 +383,9 @@ def cost_per_point(X: np.ndarray, centers: np.ndarray) -> float:
 
 
 def _cluster_means(X: np.ndarray, codes: np.ndarray, number_of_clusters: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-cluster means (k, d) and sizes (k,) of the points of ``X`` by label code."""
-    sizes = np.bincount(codes, minlength=number_of_clusters)
-    sums = np.column_stack(
-        [np.bincount(codes, weights=X[:, column], minlength=number_of_clusters) for column in range(X.shape[1])]
-    )
+    """Per-cluster means (k, d) and sizes (k,) of the points of ``X`` by label code (every
+    code in use)."""
+    sums, sizes = label_sums(X, codes, number_of_clusters)
     return sums / sizes[:, None], sizes
 
 

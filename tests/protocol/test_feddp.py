@@ -277,7 +277,8 @@ def test_reply_bound_checks_accept_clipped_replies_and_name_the_violation():
     assert "L1 norm" in feddp_kmeans.histogram_violation(np.array([10.0, 21.0]), 30, "client", 30.0)
 
     labels = np.arange(30) % 3
-    sums, counts = feddp_kmeans.sums_and_counts(X, labels, 3)
+    sums = np.stack([X[labels == j].sum(axis=0) for j in range(3)])
+    counts = np.bincount(labels, minlength=3).astype(float)
     assert feddp_kmeans.lloyd_violation(sums, counts, 30, "data-point", 2.0, 0.0, 0.0) is None
     assert "not a count" in feddp_kmeans.lloyd_violation(sums, counts, 31, "data-point", 2.0, 0.0, 0.0)
     assert feddp_kmeans.sums_counts_violation(sums, counts, 31, 2.0, exact_total=False) is None  # margin filter
@@ -287,7 +288,7 @@ def test_reply_bound_checks_accept_clipped_replies_and_name_the_violation():
     assert "'sums'" in feddp_kmeans.lloyd_violation(sums, counts, 30, "client", 2.0, 0.5, 30.0)
     assert "'counts'" in feddp_kmeans.lloyd_violation(sums, counts, 30, "client", 2.0, 1e3, 29.0)
 
-    means, nonempty = feddp_kmeans.cluster_means(sums, counts)
+    means, nonempty = sums / counts[:, None], np.ones(3)
     assert feddp_kmeans.means_violation(means, nonempty, 2.0 * math.sqrt(3), 3.0) is None
     assert "above 1" in feddp_kmeans.means_violation(means, nonempty * 2, 1e3, 1e3)
     assert "'means'" in feddp_kmeans.means_violation(means, nonempty, 0.1, 3.0)

@@ -1,7 +1,18 @@
 import numpy as np
 import pytest
 
-from fedcluster.lloyd import assign, kmeans, kmeans_plus_plus, lloyd_statistics
+from fedcluster.lloyd import (
+    assign,
+    kmeans,
+    kmeans_cost,
+    kmeans_plus_plus,
+    kmeans_plus_plus_indices,
+    label_means,
+    label_sums,
+    lloyd_statistics,
+    lloyd_until_stable,
+    nearest,
+)
 
 
 def naive_statistics(X, C, w=None):
@@ -62,3 +73,69 @@ def test_kmeans_close_to_sklearn():
     _, cost = kmeans(X, 4, np.random.default_rng(0))
     reference = KMeans(4, n_init=10, random_state=0).fit(X).inertia_
     assert cost <= reference * 1.01
+
+
+@pytest.mark.parametrize("chunk", [1, 7, None])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_nearest_and_label_sums_match_naive(chunk, weighted):
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(200, 3)) * 2
+    C = rng.normal(size=(5, 3)) * 2
+    w = rng.uniform(0.1, 2.0, size=200) if weighted else None
+    sums, counts, _, _, labels = naive_statistics(X, C, w)
+    assert np.array_equal(nearest(X, C, chunk_rows=chunk), labels)
+    got_sums, got_counts = label_sums(X, labels, 5, w, chunk_rows=chunk)
+    np.testing.assert_allclose(got_sums, sums, rtol=1e-12, atol=1e-10)
+    np.testing.assert_allclose(got_counts, counts, rtol=1e-12)
+
+
+def test_label_means_keeps_the_previous_row_of_an_empty_group():
+    X = np.array([[0.0, 0.0], [2.0, 0.0], [10.0, 10.0]])
+    previous = np.array([[5.0, 5.0], [-1.0, -1.0], [7.0, 7.0]])
+    means, counts = label_means(X, np.array([0, 0, 2]), previous)
+    np.testing.assert_array_equal(means, [[1.0, 0.0], [-1.0, -1.0], [10.0, 10.0]])
+    np.testing.assert_array_equal(counts, [2, 0, 1])
+
+
+def naive_lloyd_until_stable(X, C, w, max_iter):
+    """Textbook Lloyd (no incremental sums): assign, mean, repeat until no label changes."""
+    w = np.ones(len(X)) if w is None else w
+    labels = ((X[:, None] - C[None]) ** 2).sum(-1).argmin(1)
+    for it in range(max_iter + 1):
+        C = np.array([(X[labels == j] * w[labels == j, None]).sum(0) / w[labels == j].sum() if (labels == j).any() else C[j] for j in range(len(C))])
+        if it == max_iter:
+            break
+        new = ((X[:, None] - C[None]) ** 2).sum(-1).argmin(1)
+        if np.array_equal(new, labels):
+            break
+        labels = new
+    cost = float((((X - C[labels]) ** 2).sum(1) * w).sum())
+    return C, labels, cost
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("max_iter", [0, 1, 100])
+def test_lloyd_until_stable_matches_textbook_lloyd(weighted, max_iter):
+    rng = np.random.default_rng(4)
+    X = np.concatenate([rng.normal(loc=m, size=(400, 2)) for m in (0, 3, 6, 9)])
+    w = rng.uniform(0.5, 3.0, size=len(X)) if weighted else None
+    for seed in range(5):
+        start = X[np.random.default_rng(seed).choice(len(X), 4, replace=False)]
+        centers, labels, cost = lloyd_until_stable(X, start, max_iter, w)
+        ref_centers, ref_labels, ref_cost = naive_lloyd_until_stable(X, start, w, max_iter)
+        assert np.array_equal(labels, ref_labels)
+        np.testing.assert_allclose(centers, ref_centers, rtol=1e-10, atol=1e-12)
+        assert cost == pytest.approx(ref_cost, rel=1e-10)
+        if max_iter == 100:  # converged: a fixed point, and the cost is the k-means cost
+            assert cost == pytest.approx(kmeans_cost(X, centers, w), rel=1e-10)
+
+
+def test_kmeans_plus_plus_indices_are_distinct_even_with_duplicates():
+    X = np.repeat(np.array([[0.0, 0.0], [1.0, 1.0]]), 5, axis=0)
+    for seed in range(10):
+        rows = kmeans_plus_plus_indices(X, 6, np.random.default_rng(seed))
+        assert len(set(rows.tolist())) == 6
+        assert {tuple(X[r]) for r in rows} == {(0.0, 0.0), (1.0, 1.0)}
+    np.testing.assert_array_equal(
+        kmeans_plus_plus(X, 2, np.random.default_rng(3)), X[kmeans_plus_plus_indices(X, 2, np.random.default_rng(3))]
+    )
