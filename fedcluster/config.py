@@ -145,7 +145,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("privacy-level", DATA_POINT, "unit of privacy", choices=LEVELS),
         Key("epsilon", 1.0, "target total ε (inf = no noise)", low=0, low_open=True, allow_inf=True),
         Key("delta", 1e-6, "δ", low=0, high=1, low_open=True, high_open=True),
-        Key("step-epsilons", "", "per-step ε 'e1,e2,...' instead of a target total"),
+        Key("step-epsilons", "", "per-step ε 'e1,e2,...' instead of a target total; their PLD total must not exceed epsilon"),
         Key("budget-split", "", "relative ε shares 'w1,w2,w3g,w3l' (default: the paper's rule of thumb)"),
         Key("lloyd-rounds", 0, "T, FedDP-Lloyds rounds", low=0, high=MANY),
         Key("lloyd-fraction", 0.25, "share of ε for FedDP-Lloyds", low=0, high=1, high_open=True),

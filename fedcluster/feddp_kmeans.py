@@ -287,16 +287,30 @@ def step_specs(
     ]
 
 
+class BudgetExceeded(ValueError):
+    """Per-step ε values whose composition exceeds the run's ``epsilon``."""
+
+
 def privacy_plan(
     specs: Sequence[privacy.StepSpec], epsilon: float, delta: float, step_epsilons: Sequence[float] | None = None
 ) -> tuple[dict[str, privacy.CalibratedStep], str]:
     """The noise of every step and the budget mode: calibrated so that the PLD total is
     ``epsilon`` at ``delta`` ("target-total"; ``inf`` = no noise), or each step on its own
-    for its ε in ``step_epsilons`` ("per-step", one value per spec, in order)."""
+    for its ε in ``step_epsilons`` ("per-step", one value per spec, in order). In per-step
+    mode ``epsilon`` is a cap: a PLD total above it raises :class:`BudgetExceeded`
+    (``epsilon = inf``: no cap)."""
     if not specs:
         return {}, "no private step"
     if step_epsilons:
         steps = [privacy.calibrate_step(spec, float(eps), delta) for spec, eps in zip(specs, step_epsilons)]
+        if not math.isinf(epsilon):
+            total = privacy.composed_epsilon([step.event() for step in steps], delta)
+            if total > epsilon * (1.0 + 1e-9):
+                raise BudgetExceeded(
+                    f"step-epsilons {', '.join(f'{float(e):g}' for e in step_epsilons)} compose to a total "
+                    f"ε of {total:.4g} at δ={delta:g} (PLD accounting), above epsilon={epsilon:g}: lower "
+                    f"step-epsilons, or set epsilon to at least {total:.4g} to accept that budget"
+                )
         return {step.name: step for step in steps}, "per-step"
     mode = "no noise (epsilon = inf)" if math.isinf(epsilon) else "target-total"
     calibration = privacy.calibrate_to_total(epsilon, delta, specs)

@@ -135,7 +135,10 @@ class FedDPKMeans(FederatedStrategy):
         if specs and cfg["step-epsilons"]:
             step_epsilons = list(number_list(cfg["step-epsilons"], "step-epsilons"))
             assert [s.name for s in specs] == list(feddp_step_names(cfg)), "config and plan disagree on the steps"
-        plan, self.budget_mode = feddp_kmeans.privacy_plan(specs, cfg["epsilon"], cfg["delta"], step_epsilons)
+        try:
+            plan, self.budget_mode = feddp_kmeans.privacy_plan(specs, cfg["epsilon"], cfg["delta"], step_epsilons)
+        except feddp_kmeans.BudgetExceeded as exc:
+            raise FederationError(str(exc)) from None
         return plan
 
     # ------------------------------------------------------------------ messaging helpers

@@ -25,7 +25,8 @@ _EXPORTS = {
         "Calibration", "calibrate_step", "calibrate_to_total",
     ),
     "ledger": (
-        "REPORT_DISCRETIZATION", "SEARCH_DISCRETIZATION", "wrap_event", "pld_epsilon", "event_to_dict",
+        "REPORT_DISCRETIZATION", "SEARCH_DISCRETIZATION", "wrap_event", "pld_epsilon", "composed_epsilon",
+        "event_to_dict",
         "LedgerStep", "PrivacyLedger",
     ),
 }

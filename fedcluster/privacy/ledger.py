@@ -69,6 +69,15 @@ def pld_epsilon(
     return float(accountant.get_epsilon(delta))
 
 
+def composed_epsilon(
+    events: Sequence[dp_accounting.DpEvent],
+    delta: float,
+    value_discretization_interval: float = REPORT_DISCRETIZATION,
+) -> float:
+    """ε at ``delta`` of ``events`` run one after the other (PLD composition)."""
+    return pld_epsilon(dp_accounting.ComposedDpEvent(list(events)), delta, value_discretization_interval)
+
+
 def event_to_dict(event: dp_accounting.DpEvent) -> dict[str, Any]:
     """A JSON-friendly description of a ``DpEvent``, from dp_accounting's own
     ``to_named_tuple``: ``{"type": class name, field: value, ...}``, nested events alike."""

@@ -226,7 +226,9 @@ def test_privacy_plan_per_step_is_each_step_calibrated_alone():
     weights = feddp_kmeans.step_weights("feddp", 2, feddp_kmeans.RULE_OF_THUMB["data-point"], 0.5)
     specs = feddp_kmeans.step_specs(weights, bounds, 2, None)
     assert [s.compositions for s in specs] == [1, 1, 1, 1, 2, 2]
-    plan, mode = feddp_kmeans.privacy_plan(specs, 1.0, DELTA, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    with pytest.raises(feddp_kmeans.BudgetExceeded, match="above epsilon=1"):  # they add up to more than 1
+        feddp_kmeans.privacy_plan(specs, 1.0, DELTA, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    plan, mode = feddp_kmeans.privacy_plan(specs, 5.0, DELTA, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
     assert mode == "per-step"
     assert plan["step1"].noise_scale == pytest.approx(9.0 * analytic_gaussian_sigma(0.1, DELTA), rel=1e-12)
     assert plan["step2"].noise_scale == pytest.approx(1 / 0.2, rel=1e-12)
@@ -300,7 +302,7 @@ def test_step1_is_calibrated_to_delta_squared_in_data_point_mode(tmp_path):
     mechanism, and the noise that actually reached the eigen-decomposition all say so."""
     clip, seed = 3.0, 11
     result = run(
-        small(tmp_path, **{"clip-norm": clip, "step-epsilons": "0.2,0.2,0.45,0.15", "noise-seed": seed}),
+        small(tmp_path, **{"clip-norm": clip, "step-epsilons": "0.2,0.2,0.45,0.15", "epsilon": 10.0, "noise-seed": seed}),
         num_nodes=NODES,
     )
     steps = {s["name"]: s for s in result["privacy"]["steps"]}
@@ -459,7 +461,7 @@ def test_noisy_counts_at_or_below_zero_never_give_inf_or_nan_centers(tmp_path):
     """ε so small that step 3's noisy counts go negative: centers = S̃ / max(Ñ, 1) stay
     finite, and so do the Lloyd rounds (clusters with Ñ < 1 keep their center)."""
     result = run(
-        small(tmp_path, **{"step-epsilons": "1,1,1,0.0001,1,0.0001", "lloyd-rounds": 2, "noise-seed": 0}),
+        small(tmp_path, **{"step-epsilons": "1,1,1,0.0001,1,0.0001", "epsilon": 10.0, "lloyd-rounds": 2, "noise-seed": 0}),
         num_nodes=NODES,
     )
     noisy = np.array(result["init"]["noisy_counts"])
@@ -550,3 +552,16 @@ def test_paper_data_point_setting_reaches_the_optimum_at_small_epsilon(tmp_path)
     )
     assert result["privacy"]["epsilon"] <= 0.5
     assert result["reference"]["ratio"] < 1.01, result["reference"]
+
+
+def test_step_epsilons_above_the_epsilon_cap_are_refused_before_any_private_step(tmp_path):
+    """Per-step ε values compose (PLD) to more than ``epsilon``: the run is refused with
+    both numbers named, instead of silently spending the larger budget."""
+    from server_app.base import FederationError
+
+    with pytest.raises(FederationError, match=r"compose to a total ε of [0-9.]+ .*above epsilon=0.5"):
+        run(small(tmp_path, **{"step-epsilons": "0.5,0.5,0.5,0.5", "epsilon": 0.5}), num_nodes=NODES)
+    assert not (tmp_path / "out" / "centers.npy").exists()
+    # the same steps under a cap that covers them run, and report a total within the cap
+    result = run(small(tmp_path, **{"step-epsilons": "0.5,0.5,0.5,0.5", "epsilon": 3.0, "noise-seed": 0}), num_nodes=NODES)
+    assert 0.5 < result["privacy"]["epsilon"] <= 3.0
