@@ -183,6 +183,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("round-timeout", 600.0, "longest wait for the replies of one phase, seconds", low=0, high=10**7, low_open=True),
         Key("min-replies", 1, "fewest valid replies a phase needs", low=1, high=10**9),
         Key("min-reply-fraction", 0.5, "fewest valid replies a phase needs, as a share of those sent", low=0, high=1),
+        Key("max-missed-phases", 3, "a node that sent no reply in this many consecutive phases leaves the run", low=1, high=10**6),
         Key("output-dir", "", "results folder (default outputs/<time>-<algorithm>)"),
         Key("reference", True, "also compute the pooled central k-means reference (generated data)"),
     ),

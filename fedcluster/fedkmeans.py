@@ -19,6 +19,7 @@ candidates on the devices' local summaries).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -183,17 +184,24 @@ def reassign_starved(
     state: ServerState,
     threshold: float,
     patience: int,
+    orphaned: Sequence[int] = (),
 ) -> list[int]:
     """Reassignment (ρ = ``threshold``, R = ``patience``): a cluster whose round count
     stays below ρ × (the round's total count) for R consecutive rounds is re-seeded by
     SPLITTING the currently largest cluster along its coordinate axis of largest variance
     e: the two centers move to ``c ± SPLIT_OFFSET·σ·e``. The variance comes from the
-    reported per-cluster sums of squares ``sumsq`` and the cluster ``means``. Works on
-    ``centers`` and ``state.starved_rounds`` in place; returns the re-seeded clusters."""
+    reported per-cluster sums of squares ``sumsq`` and the cluster ``means``. An
+    ``orphaned`` cluster (:func:`orphaned_clusters`) below the threshold is re-seeded at
+    once. Works on ``centers`` and ``state.starved_rounds`` in place; returns the
+    re-seeded clusters."""
     if threshold <= 0 or patience <= 0:
         return []
     below = state.starved_rounds
-    below[:] = np.where(counts < threshold * counts.sum(), below + 1, 0)
+    starved = counts < threshold * counts.sum()
+    below[:] = np.where(starved, below + 1, 0)
+    orphans = np.zeros(below.shape[0], dtype=bool)
+    orphans[list(orphaned)] = True
+    below[orphans & starved] = np.maximum(below[orphans & starved], patience)
     moved = []
     sizes = counts.astype(float).copy()
     for j in np.flatnonzero(below >= patience):
@@ -212,6 +220,23 @@ def reassign_starved(
         below[j] = 0
         moved.append(int(j))
     return moved
+
+
+def orphaned_clusters(last_counts: Mapping[int, np.ndarray], left: Iterable[int]) -> list[int]:
+    """The clusters that, in the counts every node last reported, only nodes that have
+    now ``left`` the run fed: nobody will feed them again, so they are re-seeded at once
+    instead of after ``reassign-patience`` rounds."""
+    left = set(left)
+    if not left or not last_counts:
+        return []
+    k = len(next(iter(last_counts.values())))
+    staying, leaving = np.zeros(k), np.zeros(k)
+    for node, counts in last_counts.items():
+        if node in left:
+            leaving += counts
+        else:
+            staying += counts
+    return np.flatnonzero((leaving > 0) & (staying <= 0)).tolist()
 
 
 def summary_candidates(

@@ -40,6 +40,13 @@ def run_algorithm(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
 def print_summary(result: dict[str, Any]) -> None:
     final = result.get("final", {})
     lines = [f"[fedcluster] {result['algorithm']} finished in {result['wall_time_s']:.1f} s"]
+    nodes = result["nodes"]
+    left = len(nodes["excluded"])
+    covers = f"  covers                   : {nodes['active']} of {nodes['connected']} nodes"
+    covers += f" ({left} left the run: see nodes.exclusions)" if left else ""
+    if final.get("num_points") is not None:
+        covers += f", {final['num_points']} points"
+    lines.append(covers)
     if "cost" in final:
         lines.append(f"  federated cost per point : {final['cost']:.6g} on {final.get('num_points')} points")
     reference = result.get("reference")

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
@@ -102,6 +103,9 @@ class FederatedStrategy:
         self.rng = np.random.default_rng(config["seed"])
         self.nodes: list[int] = []
         self.excluded: dict[int, str] = {}
+        self.exclusions: list[dict[str, Any]] = []  # who left, why, in which phase and round
+        self._missed: dict[int, int] = {}  # consecutive phases without any reply, per node
+        self._phase: str | None = None
         self.dimension: int | None = None
         self.rounds: list[dict[str, Any]] = []
         self.phases: list[dict[str, Any]] = []
@@ -150,9 +154,30 @@ class FederatedStrategy:
         return [node for node in self.nodes if node not in self.excluded]
 
     def exclude(self, node_id: int, reason: str) -> None:
+        """Take a node out of the run for good: it is not sent to again, and the result
+        records the reason, the phase and the round."""
         if node_id not in self.excluded:
             self.excluded[node_id] = reason
+            round_number = self._current_round["round"] if self._current_round else None
+            self.exclusions.append({"node": node_id, "reason": reason, "phase": self._phase, "round": round_number})
             log(WARNING, "[fedcluster] node %s excluded from the run: %s", node_id, reason)
+
+    def _track_presence(self, nodes: list[int], failures: list[dict[str, Any]]) -> None:
+        """A node the SuperLink reports unavailable leaves at once; one that sent nothing in
+        ``max-missed-phases`` consecutive phases leaves then. Any reply (even an invalid
+        one) shows the node is there."""
+        kinds = {failure["node"]: failure.get("kind") for failure in failures}
+        limit = self.config["max-missed-phases"]
+        for node in nodes:
+            kind = kinds.get(node)
+            if kind == "unavailable":
+                self.exclude(node, "the SuperLink reports the node unavailable (NODE_UNAVAILABLE)")
+            elif kind == "timeout":
+                self._missed[node] = self._missed.get(node, 0) + 1
+                if self._missed[node] >= limit:
+                    self.exclude(node, f"no reply in {limit} consecutive phases (max-missed-phases)")
+            else:
+                self._missed[node] = 0
 
     def sample(self, fraction: float) -> list[int]:
         """``max(floor(fraction * M), 1)`` active nodes, uniformly without replacement."""
@@ -218,6 +243,7 @@ class FederatedStrategy:
         spec = protocol.task(task)
         nodes = list(nodes)
         phase = phase or task
+        self._phase = phase
         started = time.perf_counter()
         reply_spec = ReplySpec(spec, {"d": self.dimension, **(sizes or {})}, dict(config or {}), check)
         seeds = self.node_seeds(nodes) if seeded else {}
@@ -232,6 +258,7 @@ class FederatedStrategy:
         node_of, failures = self._push(messages, nodes)
         replies, up = self._collect(node_of, reply_spec, failures)
         self._record_phase(phase, spec, nodes, replies, failures, down, up, time.perf_counter() - started)
+        self._track_presence(nodes, failures)
         required = self.required_replies(len(nodes)) if min_replies is None else min_replies
         if len(replies) < required:
             reasons = "; ".join(f"node {f['node']}: {f['reason']}" for f in failures[:10])
@@ -263,7 +290,7 @@ class FederatedStrategy:
         message_ids = list(self.grid.push_messages(messages)) if messages else []
         node_of = {mid: node for mid, node in zip(message_ids, nodes) if mid}
         failures = [
-            {"node": node, "reason": "the SuperLink did not accept the message"}
+            {"node": node, "kind": "refused", "reason": "the SuperLink did not accept the message"}
             for mid, node in zip(message_ids, nodes)
             if not mid
         ]
@@ -284,7 +311,10 @@ class FederatedStrategy:
             node = node_of.get(mid, message.metadata.src_node_id)
             answered.add(mid)
             if message.has_error():
-                failures.append({"node": node, "reason": f"error reply: {message.error.reason}"})
+                lost = message.error.code == ErrorCode.NODE_UNAVAILABLE
+                failures.append(
+                    {"node": node, "kind": "unavailable" if lost else "error", "reason": f"error reply: {message.error.reason}"}
+                )
                 continue
             try:
                 records = message.content.array_records
@@ -293,13 +323,13 @@ class FederatedStrategy:
             except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
                 reason, reply = f"unreadable reply: {type(exc).__name__}: {exc}", None
             if reason:
-                failures.append({"node": node, "reason": reason})
+                failures.append({"node": node, "kind": "invalid", "reason": reason})
                 continue
             replies.append(reply)
         for mid, node in node_of.items():
             if mid not in answered:
                 failures.append(
-                    {"node": node, "reason": f"no reply within round-timeout={self.config['round-timeout']} s"}
+                    {"node": node, "kind": "timeout", "reason": f"no reply within round-timeout={self.config['round-timeout']} s"}
                 )
         replies.sort(key=lambda reply: reply.node_id)
         failures.sort(key=lambda failure: str(failure["node"]))
@@ -431,7 +461,12 @@ class FederatedStrategy:
         result = {
             "algorithm": self.config["algorithm"],
             "config": dict(self.config),
-            "nodes": {"connected": len(self.nodes), "excluded": {str(k): v for k, v in self.excluded.items()}},
+            "nodes": {
+                "connected": len(self.nodes),
+                "active": len(self.active_nodes),
+                "excluded": {str(k): v for k, v in self.excluded.items()},
+                "exclusions": self.exclusions,
+            },
             "rounds": self.rounds,
             "phases": self.phases,
             **{key: _jsonable(value) for key, value in outcome.items()},

@@ -44,7 +44,14 @@ from flwr.common.logger import log
 
 from fedcluster.common import bounding_box, center_shift
 from fedcluster.data import load_points
-from fedcluster.fedkmeans import ServerState, box_candidates, reassign_starved, server_update, summary_candidates
+from fedcluster.fedkmeans import (
+    ServerState,
+    box_candidates,
+    orphaned_clusters,
+    reassign_starved,
+    server_update,
+    summary_candidates,
+)
 from fedcluster.lloyd import kmeans_plus_plus
 
 from .base import FederatedStrategy, FederationError, sum_arrays, sum_metric
@@ -150,9 +157,11 @@ class FedKMeans(FederatedStrategy):
             "batch-size": cfg["batch-size"],
             "client-lr": cfg["client-lr"],
         }
+        last_counts: dict[int, np.ndarray] = {}  # per node: the counts it last reported
         for t in range(1, rounds + 1):
             self.begin_round(t)
             nodes = self.sample(cfg["fraction"])
+            present = set(self.active_nodes)
             replies = self.broadcast(
                 "fedkmeans_train",
                 nodes,
@@ -162,12 +171,17 @@ class FedKMeans(FederatedStrategy):
                 sizes={"k": k},
                 phase="train",
             )
+            last_counts.update({r.node_id: r.arrays["counts"] for r in replies})
+            left = present - set(self.active_nodes)  # NODE_UNAVAILABLE or silent too long
+            orphans = orphaned_clusters(last_counts, left)
+            for node in left:
+                last_counts.pop(node, None)
             counts = sum_arrays(replies, "counts")
             weighted = np.sum([r.arrays["counts"][:, None] * r.arrays["centers"] for r in replies], axis=0)
             new, target = server_update(centers, counts, weighted, state, cfg["server-lr"], cfg["momentum"])
             reassigned = reassign_starved(
                 new, counts, sum_arrays(replies, "sumsq"), target, state,
-                cfg["reassign-threshold"], cfg["reassign-patience"],
+                cfg["reassign-threshold"], cfg["reassign-patience"], orphans,
             )
             shift = center_shift(new, centers)
             # The train replies carry the cost of the centers they received (Γ_{t−1}):
@@ -189,6 +203,7 @@ class FedKMeans(FederatedStrategy):
                 center_shift=shift,
                 empty_clusters=int((counts <= 0).sum()),
                 reassigned=reassigned,
+                orphaned=orphans,
             )
             log(
                 INFO,
