@@ -110,6 +110,10 @@ class ArrayField:
     ``shape`` holds ints, symbols (see the module docstring) and ``"*"``. ``integer``
     arrays hold whole numbers (labels); ``nonnegative`` ones no negative entry.
     ``when = (key, value)``: present only when the request's config has that value.
+    ``role`` says what the array means for the bounds a device's declarations put on its
+    replies (:mod:`fedcluster.bounds`): ``count``, ``sum``, ``sumsq``, ``mean``, ``cost``,
+    ``box-min``, ``box-max``; ``of`` names the request array a ``cost`` is of, or whose
+    centers a ``mean`` may start from.
     """
 
     name: str
@@ -119,6 +123,8 @@ class ArrayField:
     integer: bool = False
     optional: bool = False
     when: tuple[str, str] | None = None
+    role: str = ""
+    of: str = ""
 
     def describe(self) -> str:
         dims = ", ".join(str(s) for s in self.shape)
@@ -191,6 +197,7 @@ class Task:
     reply: tuple[ArrayField, ...] = ()
     metrics: tuple[str, ...] = (NUM_EXAMPLES,)
     used_by: tuple[str, ...] = field(default=())
+    counts: str = ""  # the reply's "count" array adds up to the device's points: "all" or "at-most"
 
     @property
     def message_type(self) -> str:
@@ -244,8 +251,8 @@ class Task:
 
 _CENTERS = ArrayField("centers", ("k", "d"), "the current global centers")
 _LOCAL_CENTERS = (
-    ArrayField("centers", ("c", "d"), "a device's local centers"),
-    ArrayField("counts", ("c",), "points in each", nonnegative=True),
+    ArrayField("centers", ("c", "d"), "a device's local centers", role="mean"),
+    ArrayField("counts", ("c",), "points in each", nonnegative=True, role="count"),
 )
 _SEED = Param("seed", int, 0, doc="the node's own seed for its random choices")
 _LEVEL = Param("level", str, DATA_POINT, choices=LEVELS, doc="privacy level")
@@ -259,7 +266,7 @@ TASKS: dict[str, Task] = {
     for task in (
         Task(
             "data_summary", "query", "size, dimension and bounding box of the device's points",
-            reply=(ArrayField("min", ("d",)), ArrayField("max", ("d",))),
+            reply=(ArrayField("min", ("d",), role="box-min"), ArrayField("max", ("d",), role="box-max")),
             metrics=(NUM_EXAMPLES, DIM),
             used_by=("fedkmeans", "feddp-kmeans"),
         ),
@@ -267,16 +274,17 @@ TASKS: dict[str, Task] = {
             "lloyd_stats", "query", "per-cluster sums, counts and cost of the given centers",
             request=(_CENTERS,),
             reply=(
-                ArrayField("sums", ("k", "d")),
-                ArrayField("counts", ("k",), nonnegative=True),
-                ArrayField("cost", (1,), nonnegative=True),
+                ArrayField("sums", ("k", "d"), role="sum"),
+                ArrayField("counts", ("k",), nonnegative=True, role="count"),
+                ArrayField("cost", (1,), nonnegative=True, role="cost", of="centers"),
             ),
             used_by=("fedkmeans", "kfed", "feddp-kmeans"),
+            counts="all",
         ),
         Task(
             "score_candidates", "query", "k-means cost of each of m candidate center sets",
             request=(ArrayField("candidates", ("m", "k", "d")),),
-            reply=(ArrayField("costs", ("m",), nonnegative=True),),
+            reply=(ArrayField("costs", ("m",), nonnegative=True, role="cost", of="candidates"),),
             used_by=("fedkmeans",),
         ),
         Task(
@@ -289,6 +297,7 @@ TASKS: dict[str, Task] = {
             ),
             reply=_LOCAL_CENTERS,
             used_by=("fedkmeans",),
+            counts="at-most",
         ),
         Task(
             "fedkmeans_train", "train", "ClientKMeans from the global centers; cost of the received centers",
@@ -300,12 +309,13 @@ TASKS: dict[str, Task] = {
                 _SEED,
             ),
             reply=(
-                ArrayField("centers", ("k", "d")),
-                ArrayField("counts", ("k",), nonnegative=True),
-                ArrayField("sumsq", ("k", "d"), nonnegative=True),
-                ArrayField("cost", (1,), nonnegative=True),
+                ArrayField("centers", ("k", "d"), role="mean", of="centers"),
+                ArrayField("counts", ("k",), nonnegative=True, role="count"),
+                ArrayField("sumsq", ("k", "d"), nonnegative=True, role="sumsq"),
+                ArrayField("cost", (1,), nonnegative=True, role="cost", of="centers"),
             ),
             used_by=("fedkmeans",),
+            counts="all",
         ),
         Task(
             "kfed_local", "query", "k-FED step 1: the device's local k'-means (Awasthi-Sheffet)",
@@ -318,6 +328,7 @@ TASKS: dict[str, Task] = {
             ),
             reply=_LOCAL_CENTERS,
             used_by=("kfed", "fedkmeans"),
+            counts="all",
         ),
         Task(
             "feddp_outer", "query", "FedDP-Init step 1: XᵀX as its packed upper triangle",
@@ -330,8 +341,9 @@ TASKS: dict[str, Task] = {
             "feddp_histogram", "query", "FedDP-Init step 2: histogram of the nearest projected server point",
             request=(ArrayField("projection", ("d", "r")), ArrayField("server", ("s", "r"))),
             config=(_LEVEL, _CLIP_NORM, _CLIP_L1),
-            reply=(ArrayField("histogram", ("s",), nonnegative=True),),
+            reply=(ArrayField("histogram", ("s",), nonnegative=True, role="count"),),
             used_by=("feddp-kmeans",),
+            counts="at-most",
         ),
         Task(
             "feddp_projected_stats", "query", "FedDP-Init step 3: statistics of the projected assignment",
@@ -339,18 +351,20 @@ TASKS: dict[str, Task] = {
             config=(_LEVEL, _CLIP_NORM, _CLIP, _CLIP_L1, Param("margin", float, 1.0, low=0, low_open=True, doc="margin filter (1: off)")),
             reply=(
                 ArrayField("sums", ("k", "d"), when=("level", "data-point")),
-                ArrayField("counts", ("k",), nonnegative=True, when=("level", "data-point")),
+                ArrayField("counts", ("k",), nonnegative=True, when=("level", "data-point"), role="count"),
                 ArrayField("means", ("k", "d"), when=("level", "client")),
                 ArrayField("nonempty", ("k",), nonnegative=True, when=("level", "client")),
             ),
             used_by=("feddp-kmeans",),
+            counts="at-most",
         ),
         Task(
             "feddp_lloyd", "query", "FedDP-Lloyds: per-cluster sums and counts, clipped on the device",
             request=(_CENTERS,),
             config=(_LEVEL, _CLIP_NORM, _CLIP, _CLIP_L1),
-            reply=(ArrayField("sums", ("k", "d")), ArrayField("counts", ("k",), nonnegative=True)),
+            reply=(ArrayField("sums", ("k", "d")), ArrayField("counts", ("k",), nonnegative=True, role="count")),
             used_by=("feddp-kmeans",),
+            counts="at-most",
         ),
         Task(
             "power_step", "train", "FedSpectral+: local power steps (paper) or one global product (exact)",

@@ -32,7 +32,7 @@ from flwr.common.constant import ErrorCode
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from fedcluster import protocol
+from fedcluster import bounds, protocol
 from fedcluster.common import majority_value
 from fedcluster.wire import array_fields, array_numpy
 
@@ -64,6 +64,7 @@ class ReplySpec:
     sizes: dict[str, int | None] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     check: Callable[[Reply], str | None] | None = None
+    request: dict[str, np.ndarray] = field(default_factory=dict)  # the arrays sent to every node
 
 
 def payload_bytes(record: ArrayRecord | None) -> int:
@@ -105,6 +106,7 @@ class FederatedStrategy:
         self.excluded: dict[int, str] = {}
         self.exclusions: list[dict[str, Any]] = []  # who left, why, in which phase and round
         self._missed: dict[int, int] = {}  # consecutive phases without any reply, per node
+        self.declared: dict[int, bounds.Declared] = {}  # what each node's first reply fixed
         self._phase: str | None = None
         self.dimension: int | None = None
         self.rounds: list[dict[str, Any]] = []
@@ -245,7 +247,7 @@ class FederatedStrategy:
         phase = phase or task
         self._phase = phase
         started = time.perf_counter()
-        reply_spec = ReplySpec(spec, {"d": self.dimension, **(sizes or {})}, dict(config or {}), check)
+        reply_spec = ReplySpec(spec, {"d": self.dimension, **(sizes or {})}, dict(config or {}), check, dict(arrays or {}))
         seeds = self.node_seeds(nodes) if seeded else {}
 
         def node_content(node: int) -> tuple[dict | None, dict | None]:
@@ -387,16 +389,27 @@ class FederatedStrategy:
         metrics = dict(content.metric_records[protocol.METRICS]) if protocol.METRICS in content.metric_records else {}
         if protocol.DIM in metrics and self.dimension is not None and metrics[protocol.DIM] != self.dimension:
             return f"the node's data has dimension {metrics[protocol.DIM]}, the federation's is {self.dimension}", None
-        reason = spec.task.check_reply(arrays, metrics, spec.sizes, spec.config)
+        reason = spec.task.check_reply(arrays, metrics, spec.sizes, spec.config) or bounds.box_violation(spec.task, arrays)
         if reason:
             if "d" in spec.sizes and spec.sizes["d"] is not None and "shape" in reason:
                 reason += " (a different data dimension?)"
             return reason, None
+        declared = self.declared.get(node)
+        first = bounds.declaration(spec.task, arrays, metrics)
+        binding = declared or first  # a first reply must at least agree with itself
+        if binding is not None:
+            reason = bounds.violation(spec.task, arrays, metrics, spec.request, binding, spec.config)
+            if reason:
+                return reason, None
         reply = Reply(node, arrays, metrics)
         if spec.check is not None:
             reason = spec.check(reply)
             if reason:
                 return reason, None
+        if declared is None and first is not None:
+            self.declared[node] = first
+        elif declared is not None and declared.low is None and first is not None and first.low is not None:
+            declared.low, declared.high = first.low, first.high
         return None, reply
 
     # ------------------------------------------------------------------ shared phases

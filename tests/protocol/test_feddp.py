@@ -418,7 +418,8 @@ def test_reply_above_its_clipping_bound_is_dropped_and_never_aggregated(tmp_path
     result = run(small(tmp_path, **overrides), num_nodes=NODES, reply_hook=hook)
     failures = result["rounds"][0]["failures"]
     assert [f["node"] for f in failures] == [1000]
-    assert "clipping bound" in failures[0]["reason"]
+    # caught by FedDP's clipping bound, or before it by the count the node declared
+    assert "clipping bound" in failures[0]["reason"] or "more than the 300 points it declared" in failures[0]["reason"]
     assert result["rounds"][0]["replies"] == NODES - 1
     X = pooled_points(result["config"], NODES)[0]
     per_node = len(X) // NODES

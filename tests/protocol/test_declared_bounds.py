@@ -1,0 +1,90 @@
+"""Declared sizes are binding (issue: no device can steer a run): one device of three lies
+believably; its reply is dropped with the reason, and the result is the honest one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import Array, Error, Message, MetricRecord
+
+from inprocess import run
+
+CONFIG = {"k": 3, "num-rounds": 4, "num-points": 900, "dim": 3, "reference": False, "tol": 0.0}
+
+
+def lie(victim: int, task: str, change_arrays=None, change_metrics=None):
+    def hook(node, message, reply):
+        if node != victim or reply.has_error() or message.metadata.message_type != task:
+            return reply
+        record = reply.content.array_records["arrays"]
+        if change_arrays is not None:
+            arrays = change_arrays({name: record[name].numpy() for name in record})
+            for name, value in arrays.items():
+                record[name] = Array(np.ascontiguousarray(value))
+        if change_metrics is not None:
+            metrics = dict(reply.content.metric_records["metrics"])
+            reply.content.metric_records["metrics"] = MetricRecord(change_metrics(metrics))
+        return reply
+
+    return hook
+
+
+def fail(victim: int, task: str):
+    """The same device simply failing the same task: the oracle a dropped liar must match."""
+
+    def hook(node, message, reply):
+        if node == victim and message.metadata.message_type == task:
+            return Message(Error(code=2, reason="failed"), reply_to=message)
+        return reply
+
+    return hook
+
+
+def reasons(result, phase=None):
+    return [f["reason"] for p in result["phases"] if phase in (None, p["phase"]) for f in p["failures"]]
+
+
+def moved_center(arrays):
+    arrays["centers"][0] += 1e3
+    return arrays
+
+
+CASES = {
+    "inflated counts": ("train.fedkmeans_train", lambda a: {**a, "counts": a["counts"] * 1e4}, None, "counts add up to"),
+    "moved center": ("train.fedkmeans_train", moved_center, None, "'centers' row 0 lies outside"),
+    "other point count": ("train.fedkmeans_train", None, lambda m: {**m, "num-examples": 10**9}, "differs from the"),
+    "lying evaluation (too low)": ("query.lloyd_stats", lambda a: {**a, "cost": np.array([1e-3])}, None, "under-reported"),
+    "lying evaluation (too high)": ("query.lloyd_stats", lambda a: {**a, "cost": np.array([1e12])}, None, "can cost"),
+    "scores from nowhere": ("query.score_candidates", lambda a: {**a, "costs": a["costs"] * 1e9}, None, "can cost"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_one_lying_device_is_dropped_and_the_result_stays_honest(tmp_path, case):
+    task, arrays, metrics, reason = CASES[case]
+    absent = run({**CONFIG, "output-dir": str(tmp_path / "absent")}, num_nodes=3, reply_hook=fail(1001, task))
+    hostile = run({**CONFIG, "output-dir": str(tmp_path / "hostile")}, num_nodes=3, reply_hook=lie(1001, task, arrays, metrics))
+    found = reasons(hostile)
+    assert found and all(reason in r for r in found), found
+    # the lie changed nothing: the run is exactly the one in which that device failed the task
+    assert hostile["final"] == absent["final"]
+    assert np.array_equal(np.load(tmp_path / "hostile" / "centers.npy"), np.load(tmp_path / "absent" / "centers.npy"))
+
+
+def test_kfed_device_with_counts_of_a_billion_is_dropped(tmp_path):
+    config = {"algorithm": "kfed", "k": 4, "num-points": 800, "dim": 3, "reference": False, "output-dir": str(tmp_path)}
+    hook = lie(1001, "query.kfed_local", lambda a: {**a, "counts": a["counts"] * 1e9})
+    # kfed_local is each node's FIRST reply: it declares the point count, so inflated counts
+    # there are bound by num-examples instead (counts must add up to it)
+    result = run(config, num_nodes=4, reply_hook=hook)
+    assert any("counts add up to" in r for r in reasons(result)), reasons(result)
+    assert result["kfed"]["devices"] == 3
+
+
+def test_a_bounding_box_upside_down_is_refused(tmp_path):
+    def flip(arrays):
+        return {"min": arrays["max"] + 1.0, "max": arrays["min"]}
+
+    result = run({**CONFIG, "output-dir": str(tmp_path)}, num_nodes=3, reply_hook=lie(1002, "query.data_summary", flip))
+    assert "1002" in result["nodes"]["excluded"]
+    assert any("minimum above its maximum" in r for r in reasons(result, "data-summary"))

@@ -1,0 +1,95 @@
+"""A device's declarations bind its later replies (fedcluster.bounds), on hand-built replies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedcluster import protocol
+from fedcluster.bounds import Declared, box_violation, declaration, violation
+
+LLOYD = protocol.task("lloyd_stats")
+TRAIN = protocol.task("fedkmeans_train")
+SCORE = protocol.task("score_candidates")
+SUMMARY = protocol.task("local_summary")
+
+
+def honest_device():
+    """Ten points in the box [0, 2] x [0, 4], two clusters, and their exact statistics."""
+    X = np.array([[0, 0], [0, 1], [1, 0], [1, 1], [0, 0.5], [2, 4], [2, 3], [1.5, 4], [2, 3.5], [1.5, 3]], float)
+    centers = np.array([[0.5, 0.5], [1.8, 3.5]])
+    labels = np.array([0] * 5 + [1] * 5)
+    sums = np.stack([X[labels == j].sum(0) for j in range(2)])
+    counts = np.array([5.0, 5.0])
+    cost = float(((X - centers[labels]) ** 2).sum())
+    return X, centers, {"sums": sums, "counts": counts, "cost": np.array([cost])}, Declared(10, X.min(0), X.max(0))
+
+
+def test_honest_statistics_pass():
+    X, centers, reply, declared = honest_device()
+    assert violation(LLOYD, reply, {"num-examples": 10}, {"centers": centers}, declared) is None
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda r: {**r, "counts": r["counts"] * 1000}, "counts add up to 10000, not to the 10 points"),
+        (lambda r: {**r, "sums": r["sums"] + np.array([[0, 100], [0, 0]])}, "'sums' row 0 lies outside"),
+        (lambda r: {**r, "cost": np.array([1e-3])}, "below what its own sums and counts imply"),
+        (lambda r: {**r, "cost": np.array([1e6])}, "more than 10 points inside the declared bounding box can cost"),
+    ],
+)
+def test_a_statistic_no_ten_points_in_the_box_can_produce_is_refused(change, reason):
+    X, centers, reply, declared = honest_device()
+    assert reason in violation(LLOYD, change(reply), {"num-examples": 10}, {"centers": centers}, declared)
+
+
+def test_num_examples_is_fixed_by_the_first_reply():
+    X, centers, reply, declared = honest_device()
+    assert "differs from the 10 points" in violation(LLOYD, reply, {"num-examples": 11}, {"centers": centers}, declared)
+
+
+def test_cost_bound_is_the_farthest_box_corner_from_the_nearest_center():
+    # box [0,2]x[0,4]; one center at (0,0): farthest corner (2,4) is 20 away squared -> 10 points cost <= 200
+    declared = Declared(10, np.array([0.0, 0.0]), np.array([2.0, 4.0]))
+    candidates = np.array([[[0.0, 0.0]], [[1.0, 2.0]]])  # second set: farthest corner 1 + 4 = 5 -> <= 50
+    ok = {"costs": np.array([200.0, 50.0])}
+    assert violation(SCORE, ok, {"num-examples": 10}, {"candidates": candidates}, declared) is None
+    bad = {"costs": np.array([200.0, 50.1])}
+    assert "entry 1" in violation(SCORE, bad, {"num-examples": 10}, {"candidates": candidates}, declared)
+
+
+def test_client_kmeans_centers_may_lie_between_the_box_and_the_received_centers():
+    declared = Declared(10, np.array([0.0, 0.0]), np.array([2.0, 4.0]))
+    received = np.array([[-5.0, 1.0], [1.0, 1.0]])
+    base = {"counts": np.array([5.0, 5.0]), "sumsq": np.array([[1.0, 1.0], [1.0, 1.0]]), "cost": np.array([1.0])}
+    inside = {**base, "centers": np.array([[-4.0, 1.0], [1.5, 3.9]])}  # moved from -5 towards the box
+    assert violation(TRAIN, inside, {"num-examples": 10}, {"centers": received}, declared) is None
+    beyond = {**base, "centers": np.array([[-6.0, 1.0], [1.5, 3.9]])}  # further away than it was sent
+    assert "'centers' row 0 lies outside" in violation(TRAIN, beyond, {"num-examples": 10}, {"centers": received}, declared)
+    squares = {**inside, "sumsq": np.array([[1.0, 1.0], [1.0, 81.0]])}  # 5 points with |y| <= 4: <= 80
+    assert "'sumsq' row 1" in violation(TRAIN, squares, {"num-examples": 10}, {"centers": received}, declared)
+
+
+def test_suppressed_clusters_may_count_fewer_points_but_never_more():
+    declared = Declared(10, np.array([0.0, 0.0]), np.array([2.0, 4.0]))
+    fewer = {"centers": np.array([[1.0, 1.0]]), "counts": np.array([7.0])}
+    assert violation(SUMMARY, fewer, {"num-examples": 10}, {}, declared) is None
+    more = {"centers": np.array([[1.0, 1.0]]), "counts": np.array([11.0])}
+    assert "more than the 10 points" in violation(SUMMARY, more, {"num-examples": 10}, {}, declared)
+
+
+def test_declarations_come_from_the_first_reply_and_a_data_summary_brings_the_box():
+    summary = protocol.task("data_summary")
+    first = declaration(summary, {"min": np.array([0.0, 1.0]), "max": np.array([2.0, 3.0])}, {"num-examples": 7, "dim": 2})
+    assert first.points == 7 and first.low.tolist() == [0.0, 1.0] and first.high.tolist() == [2.0, 3.0]
+    assert declaration(LLOYD, {}, {"num-examples": 7}).low is None
+    assert "minimum above its maximum" in box_violation(summary, {"min": np.array([0.0, 5.0]), "max": np.array([2.0, 3.0])})
+
+
+def test_without_a_box_only_the_point_count_binds():
+    declared = Declared(10)
+    _, centers, reply, _ = honest_device()
+    far = {**reply, "sums": reply["sums"] + 1e6}
+    assert violation(LLOYD, far, {"num-examples": 10}, {"centers": centers}, declared) is None
+    assert "not to the 10 points" in violation(LLOYD, {**far, "counts": np.array([5.0, 6.0])}, {"num-examples": 10}, {"centers": centers}, declared)
