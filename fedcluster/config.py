@@ -91,7 +91,7 @@ MANY = 1_000_000  # upper bound of counts that have no natural one (rounds, rest
 SEED_MAX = 2**32 - 1
 
 ALGORITHMS = ("fedkmeans", "kfed", "feddp-kmeans", "fedspectral", "fedspectral-plus", "da-ufl")
-DATASETS = ("gaussian-mixture", "triebe", "digits", "npy-dir", "edge-dir", "feddp-mixture")
+DATASETS = ("gaussian-mixture", "triebe", "digits", "npy-dir", "edge-dir", "feddp-mixture", "da-ufl-paper")
 PARTITIONS = ("iid", "dirichlet", "one-source", "components")
 FEDKMEANS_INITS = ("auto", "local-summaries", "kfed", "random-box", "server-kmeans++")
 FEDDP_INITS = ("auto", "feddp", "server-kmeans++", "server-lloyds", "sphere-packing")
@@ -114,6 +114,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("dirichlet-alpha", 0.3, "Dirichlet concentration (small = skewed)", low=0, low_open=True),
         Key("classes-per-client", 2, "components per device (partition=components)", low=1, high=MANY),
         Key("server-data", "", "a .npy of server-side points (FedDP-KMeans, init=server-kmeans++)"),
+        Key("snr-db", 30.0, "da-ufl-paper: every agent's SNR in dB (observation probability 1 − exp(−0.025·SNR/d))", low=-50, high=100),
+        Key("class-std", 1.0, "da-ufl-paper: standard deviation of every class per coordinate", low=0, high=1000, low_open=True),
     ),
     # ALGORITHMS.md section 1; `init` is shared by every center-based algorithm.
     "fedkmeans": (
@@ -175,6 +177,20 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("residual-tol", 0.0, "exact mode: stop when every top-k Ritz residual is at most this (0 = never)", low=0),
         Key("edge-copies", 1, "r, clients holding every edge", low=1, high=MANY),
         Key("coassociation", "both-present", "FedSpectral co-association rule", choices=("both-present", "all-clients")),
+    ),
+    # ALGORITHMS.md section 2
+    "da-ufl": (
+        Key("weighting", "som", "UFLBin (grid bins), UFLSOM (SOM-codebook bins) or UFLUni (w_j = 1/J)", choices=("bin", "som", "uniform")),
+        Key("xi-max", 0.05, "ξ_max, label perturbation ξ ~ U(0, ξ_max) per point and cluster (0 = off)", low=0, high=10),
+        Key("eta", 1.0, "η of the dual-averaging step (1 = one inner step is a weighted Lloyd step)", low=0, high=1, low_open=True),
+        Key("eps-glo", 1e-6, "ε_glo: inner loop stops when no center moves more than this × the bounding-box diagonal", low=0, high=1),
+        Key("bins", 10, "UFLBin: grid cells per dimension (b^d cells)", low=1, high=10_000),
+        Key("max-bins", 100_000, "UFLBin: refuse a grid of more cells than this (b^d grows with d)", low=1, high=10**8),
+        Key("som-grid", 4, "UFLSOM: SOM of som-grid × som-grid units per device", low=1, high=100),
+        Key("som-iterations", 2000, "UFLSOM: single-point SOM updates per device", low=1, high=10**7),
+        Key("init-restarts", 10, "k-means++ starts on the bin representatives, each refined by weighted Lloyd there (server only); 0 = the paper's single draw", low=0, high=10_000),
+        Key("outer-iterations", 100, "t1 limit: outer (labelling) iterations", low=1, high=MANY),
+        Key("inner-iterations", 50, "t2 limit: dual-averaging steps per outer iteration", low=1, high=MANY),
     ),
     "federation": (
         Key("min-nodes", 0, "nodes to wait for (0 = until the count is stable)", low=0, high=10**9),

@@ -7,7 +7,8 @@ file; scikit-learn is imported only inside :func:`digits_partition`):
   raising :class:`DataError` with a message that names the file and the problem.
 * **Generators** reproduce the synthetic setups of the papers (ALGORITHMS.md):
   :func:`triebe_clients` (FedKMeans), :func:`kfed_mixture` (k-FED Table 1),
-  :func:`feddp_mixture` and :func:`feddp_server_data` (FedDP-KMeans), and a general
+  :func:`feddp_mixture` and :func:`feddp_server_data` (FedDP-KMeans), :func:`daufl_paper`
+  (DA-UFL: overlapping, unbalanced observations of one event set), and a general
   :func:`gaussian_mixture`. Every generator takes a ``seed`` (an int or a
   ``numpy.random.Generator``) and is deterministic given it.
 * **Partitioners** split ``n`` points over clients. Each returns a list of index arrays,
@@ -35,6 +36,7 @@ __all__ = [
     "kfed_mixture",
     "feddp_mixture",
     "feddp_server_data",
+    "daufl_paper",
     "partition_iid",
     "partition_dirichlet",
     "partition_one_source",
@@ -238,6 +240,48 @@ def client_file(data_dir: str | os.PathLike, pattern: str, partition_id: int) ->
 # ---------------------------------------------------------------------------------------
 # Generators
 # ---------------------------------------------------------------------------------------
+
+
+DAUFL_GRID = (-7.5, -2.5, 2.5, 7.5)
+
+
+def daufl_paper(
+    num_agents: int,
+    points_per_class: int,
+    snr_db: float,
+    seed: int | np.random.Generator,
+    std: float = 1.0,
+    alpha: float = 0.025,
+    area: float = 10.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The DA-UFL setup (Servetnyk et al. 2020, Sec. IV): overlapping, unbalanced agents.
+
+    16 spherical Gaussian classes (``std`` per coordinate; the paper does not give it)
+    with means on the grid {−7.5, −2.5, 2.5, 7.5}², ``points_per_class`` points each (the
+    paper: 50). ``num_agents`` agents at positions uniform in [−area, area]² (the paper:
+    "placed randomly"); agent j observes point n independently with probability
+    ``1 − exp(−alpha · SNR / d_jn)`` (energy detector under Rayleigh fading), d_jn the
+    distance between agent and point, SNR = 10^(snr_db / 10) in linear scale, the same
+    for every agent. A point may be seen by several agents or by none.
+
+    Returns
+    -------
+    X : (16·points_per_class, 2) all points; y : their classes;
+    observed : (num_agents, N) bool, who sees what; positions : (num_agents, 2).
+    """
+    if num_agents < 1 or points_per_class < 1:
+        raise ValueError(f"need num_agents >= 1 and points_per_class >= 1, got {num_agents}, {points_per_class}")
+    rng = _as_generator(seed)
+    means = np.array([(a, b) for a in DAUFL_GRID for b in DAUFL_GRID])
+    y = np.repeat(np.arange(16), points_per_class)
+    X = means[y] + rng.normal(0.0, std, size=(y.size, 2))
+    positions = rng.uniform(-area, area, size=(num_agents, 2))
+    distance = np.sqrt(((positions[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    snr = 10.0 ** (snr_db / 10.0)
+    with np.errstate(divide="ignore"):
+        probability = 1.0 - np.exp(-alpha * snr / distance)
+    observed = rng.random(probability.shape) < probability
+    return X, y, observed, positions
 
 
 def mixture_means(k: int, d: int, separation: float, seed: int | np.random.Generator) -> np.ndarray:

@@ -16,7 +16,11 @@
     (simulation convenience; needs scikit-learn on the simulated device);
   - ``feddp-mixture``: FedDP-KMeans' mixture (Scott et al. 2025, App. G.1): ``num-points``
     split into equal i.i.d. client datasets, ``dim`` dimensions, ``components`` (= k)
-    means ~ U[0, 1]^dim, variance 0.5; its server data is :func:`generated_server_points`.
+    means ~ U[0, 1]^dim, variance 0.5; its server data is :func:`generated_server_points`;
+  - ``da-ufl-paper``: DA-UFL's model (Servetnyk et al. 2020): 16 classes of
+    ``num-points``/16 points (``class-std``) on a 4 × 4 grid in 2-D, every partition an
+    agent at a random position observing each point with probability
+    1 − exp(−0.025·SNR/d) (``snr-db``): the partitions overlap and are unbalanced.
 
 Generated datasets are built once per process and cached. NumPy only (except digits).
 """
@@ -114,7 +118,7 @@ def generated_server_points(run_config: dict[str, Any]) -> np.ndarray | None:
 
 _SPEC_KEYS = (
     "dataset", "seed", "num-points", "dim", "components", "k", "separation",
-    "partition", "dirichlet-alpha", "classes-per-client",
+    "partition", "dirichlet-alpha", "classes-per-client", "snr-db", "class-std",
 )
 
 
@@ -141,6 +145,14 @@ def _generated(spec: tuple, partitions: int) -> tuple[list[np.ndarray], list[np.
             partitions, per_client, int(cfg["dim"]), int(cfg["components"]) or int(cfg["k"]), 0.5, seed
         )
         return points, labels
+    if dataset == "da-ufl-paper":
+        # Servetnyk et al. 2020, Sec. IV: 16 classes of num-points/16 points on the
+        # {-7.5,-2.5,2.5,7.5}^2 grid; every partition is an agent that observes a point
+        # with probability 1 - exp(-0.025 SNR / distance): overlapping, unbalanced.
+        X, y, observed, _ = data.daufl_paper(
+            partitions, max(int(cfg["num-points"]) // 16, 1), float(cfg["snr-db"]), seed, std=float(cfg["class-std"])
+        )
+        return [X[row] for row in observed], [y[row] for row in observed]
     if dataset != "gaussian-mixture":
         raise data.DataError(f"dataset {dataset!r} is not a generated dataset")
     components = int(cfg["components"]) or int(cfg["k"])

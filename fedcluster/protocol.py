@@ -16,7 +16,8 @@ arrays) and ``config`` (its scalar parameters); the device runs the kernel regis
 
 Shapes are tuples of ints and symbols. A symbol the server binds (``k`` clusters, ``d``
 the federation's dimension, ``m`` candidates, ``n`` graph nodes, ``b`` block columns,
-``s`` server points, ``r`` projected dimension, ``p`` packed triangle size) must match
+``s`` server points, ``r`` projected dimension, ``p`` packed triangle size, ``u`` SOM units
+per device, ``q`` bins) must match
 the bound value; an unbound symbol (``c``, a count the device chooses) must agree between
 the arrays of one reply. ``*`` is any size.
 
@@ -259,6 +260,7 @@ _LEVEL = Param("level", str, DATA_POINT, choices=LEVELS, doc="privacy level")
 _CLIP_NORM = Param("clip-norm", float, None, low=0, low_open=True, doc="data-point level: clip every point to this norm")
 _CLIP = Param("clip", float, None, low=0, low_open=True, doc="client level: L2 bound of the Gaussian-noised statistic")
 _CLIP_L1 = Param("clip-l1", float, None, low=0, low_open=True, doc="client level: L1 bound of the Laplace-noised statistic")
+_BINNING = Param("binning", str, "codebook", choices=("grid", "codebook"), doc="grid cells or nearest codebook vector")
 _NUM_NODES = Param("num-nodes", int, low=1, doc="global number of graph nodes")
 
 TASKS: dict[str, Task] = {
@@ -268,7 +270,7 @@ TASKS: dict[str, Task] = {
             "data_summary", "query", "size, dimension and bounding box of the device's points",
             reply=(ArrayField("min", ("d",), role="box-min"), ArrayField("max", ("d",), role="box-max")),
             metrics=(NUM_EXAMPLES, DIM),
-            used_by=("fedkmeans", "feddp-kmeans"),
+            used_by=("fedkmeans", "feddp-kmeans", "da-ufl"),
         ),
         Task(
             "lloyd_stats", "query", "per-cluster sums, counts and cost of the given centers",
@@ -278,7 +280,7 @@ TASKS: dict[str, Task] = {
                 ArrayField("counts", ("k",), nonnegative=True, role="count"),
                 ArrayField("cost", (1,), nonnegative=True, role="cost", of="centers"),
             ),
-            used_by=("fedkmeans", "kfed", "feddp-kmeans"),
+            used_by=("fedkmeans", "kfed", "feddp-kmeans", "da-ufl"),
             counts="all",
         ),
         Task(
@@ -391,6 +393,58 @@ TASKS: dict[str, Task] = {
             reply=(ArrayField("labels", ("n",), integer=True),),
             metrics=(NUM_EXAMPLES, "num-local-nodes"),
             used_by=("fedspectral",),
+        ),
+        Task(
+            "som_codebook", "query", "DA-UFL phase 1 (UFLSOM): a Kohonen SOM codebook of the device's points",
+            config=(
+                Param("grid", int, 4, low=1, high=100, doc="grid × grid units"),
+                Param("iterations", int, 2000, low=1, doc="single-point SOM updates"),
+                _SEED,
+            ),
+            reply=(ArrayField("codebook", ("u", "d"), "the SOM units"),),
+            used_by=("da-ufl",),
+        ),
+        Task(
+            "bin_counts", "query", "DA-UFL phase 2: points per bin (grid cell or nearest codebook vector)",
+            request=(
+                ArrayField("low", ("d",), when=("binning", "grid")),
+                ArrayField("high", ("d",), when=("binning", "grid")),
+                ArrayField("codebook", ("q", "d"), when=("binning", "codebook")),
+            ),
+            config=(
+                _BINNING,
+                Param("bins", int, 10, low=1, doc="grid cells per dimension"),
+            ),
+            reply=(ArrayField("counts", ("q",), nonnegative=True, integer=True, role="count"),),
+            counts="at-most",
+            used_by=("da-ufl",),
+        ),
+        Task(
+            "daufl_step", "train", "DA-UFL inner step: perturbed labels, weighted gradients g_k and counts W_k",
+            request=(
+                _CENTERS,
+                ArrayField("anchor", ("k", "d"), "m^(0) of this outer iteration: the labels are taken against it"),
+                ArrayField("weights", ("q",), "this agent's weight of every bin", nonnegative=True),
+                ArrayField("low", ("d",), when=("binning", "grid")),
+                ArrayField("high", ("d",), when=("binning", "grid")),
+                ArrayField("codebook", ("q", "d"), when=("binning", "codebook")),
+                ArrayField("previous", ("k", "d"), "the previous iteration's anchor (count changed labels)", optional=True),
+            ),
+            config=(
+                Param("binning", str, "codebook", choices=("grid", "codebook", "uniform"), doc="what a bin is"),
+                Param("bins", int, 10, low=1, doc="grid cells per dimension"),
+                Param("outer", int, low=1, doc="t1, the outer iteration"),
+                Param("xi-max", float, 0.0, low=0, doc="ξ_max of the perturbation"),
+                Param("previous-outer", int, 1, low=1, doc="t1 of the previous iteration"),
+                Param("previous-seed", int, 0, doc="seed of the previous iteration's ξ"),
+                _SEED,
+            ),
+            reply=(
+                ArrayField("gradient", ("k", "d")),
+                ArrayField("weight", ("k",), nonnegative=True),
+                ArrayField("changed", (1,), nonnegative=True, integer=True),
+            ),
+            used_by=("da-ufl",),
         ),
     )
 }

@@ -7,6 +7,7 @@ from typing import Any
 from fedcluster.config import with_defaults
 
 from .base import FederatedStrategy, FederationError
+from .da_ufl import DAUFL
 from .feddp_kmeans import FedDPKMeans
 from .fedkmeans import FedKMeans
 from .fedspectral import FedSpectral, FedSpectralPlus
@@ -18,6 +19,7 @@ STRATEGIES: dict[str, type[FederatedStrategy]] = {
     "feddp-kmeans": FedDPKMeans,
     "fedspectral": FedSpectral,
     "fedspectral-plus": FedSpectralPlus,
+    "da-ufl": DAUFL,
 }
 
 

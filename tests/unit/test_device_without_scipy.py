@@ -31,14 +31,15 @@ SCRIPT = textwrap.dedent(
     context = Context(run_id=1, node_id=2, node_config={"data-path": %(data)r}, state=RecordDict(),
                       run_config={"k": 3})
     # Every point-data task of the protocol table, with a request built from its declaration.
-    sizes = {"k": 3, "d": 3, "m": 2, "r": 2, "s": 5}
-    required = {"k": 3, "k-prime": 2, "clip-norm": 10.0}
+    sizes = {"k": 3, "d": 3, "m": 2, "r": 2, "s": 5, "q": 5}
+    required = {"k": 3, "k-prime": 2, "clip-norm": 10.0, "outer": 1}
     rng = np.random.default_rng(1)
     ran = []
     for spec in protocol.TASKS.values():
         if any(a.startswith("fedspectral") for a in spec.used_by) or not spec.used_by:
             continue  # graph tasks need an edge list
         arrays = {a.name: rng.normal(size=tuple(sizes[s] for s in a.shape)) for a in spec.request if not a.optional}
+        arrays = {k: np.abs(v) if next(a for a in spec.request if a.name == k).nonnegative else v for k, v in arrays.items()}
         config = {p.name: required[p.name] for p in spec.config if p.name in required}
         content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}),
                               "config": ConfigRecord(config)})

@@ -11,7 +11,7 @@ from fedcluster import protocol
 from fedcluster.registry import KERNELS
 import fedcluster.device  # noqa: F401  (registers every kernel)
 
-SIZES = {"k": 3, "d": 4, "m": 2, "n": 6, "b": 2, "s": 5, "r": 2, "p": 10, "c": 3}
+SIZES = {"k": 3, "d": 4, "m": 2, "n": 6, "b": 2, "s": 5, "r": 2, "p": 10, "c": 3, "u": 4, "q": 6}
 
 
 def valid_reply(spec: protocol.Task, config: dict) -> tuple[dict, dict]:

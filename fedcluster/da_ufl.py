@@ -1,0 +1,260 @@
+"""DA-UFL: dual-averaging federated k-means with bin or SOM weights (device and server math).
+
+Servetnyk, Fung & Han, "Unsupervised Federated Learning for Unbalanced Data" (GLOBECOM
+2020); working specification ALGORITHMS.md section 2, which corrects the paper's update
+(4b) and says how ξ is drawn. NumPy only: a device imports this module.
+
+Device kernels (declared in :mod:`fedcluster.protocol`):
+
+``som_codebook``  a Kohonen SOM (grid × grid units, Gaussian neighbourhood, exponentially
+                  decaying radius and learning rate, seeded) trained on the device's points;
+``bin_counts``    points per bin: cells of a grid over the federated bounding box (UFLBin)
+                  or Voronoi cells of the concatenated codebooks P (UFLSOM);
+``daufl_step``    one inner step: the perturbed labels of the outer iteration (eq. 2, ξ
+                  drawn per point AND per cluster), the weighted gradient
+                  g_k = Σ μ_nk w_b(n) (m_k − x_n) and weighted count W_k = Σ μ_nk w_b(n);
+                  on the first step of an outer iteration also how many labels changed.
+
+The device is stateless: the labels of an outer iteration are a function of (anchor
+centers m^(0), t1, ξ_max, the seed the server chose for this node and iteration), so the
+request carries them and the device recomputes (a small cache avoids recomputing within
+one process). ξ is redrawn every outer iteration (the simulated-annealing reading of
+eq. 2, whose perturbation decays as 1/t1).
+
+Server math: :func:`bin_weights` (w_jb = c_jb / Σ_j c_jb), :func:`grid_cells` (b^d with a
+clear refusal when too many), :func:`grid_centers`, :func:`weighted_init` (k-means++ on the
+codebook or bin centers weighted by total counts), :func:`dual_averaging_update`
+(m_k = m_k^(0) − z_k / (2 α_k), α_k = W_k / (2η): the recentred eq. (4b); η = 1 is one
+weighted Lloyd step), :func:`max_move` (the ε_glo test).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .common import matching_dimension
+from .lloyd import kmeans, kmeans_plus_plus, label_sums, nearest, squared_distances
+from .registry import DeviceData, device_task
+
+# ------------------------------------------------------------------------------- SOM
+
+
+def train_som(
+    X: np.ndarray,
+    grid: int,
+    iterations: int,
+    rng: np.random.Generator,
+    lr: tuple[float, float] = (0.5, 0.01),
+    radius: tuple[float, float] | None = None,
+) -> np.ndarray:
+    """Online Kohonen SOM on ``X``: the (grid², d) codebook, units in row-major grid order.
+
+    Units start at distinct random data points (with repetition only when the device has
+    fewer points than units). Each of ``iterations`` steps draws one point, finds its best
+    matching unit (BMU) and moves every unit u by ``lr_t · h_u · (x − p_u)`` with the
+    Gaussian neighbourhood ``h_u = exp(−||g_u − g_bmu||² / (2 σ_t²))`` on the grid
+    coordinates; ``lr_t`` and ``σ_t`` decay exponentially from their first to their last
+    value (default radius: grid/2 down to 0.5)."""
+    X = np.asarray(X, dtype=np.float64)
+    n = X.shape[0]
+    if n == 0:
+        raise ValueError("a SOM needs at least one point")
+    units = grid * grid
+    rows, cols = np.divmod(np.arange(units), grid)
+    coords = np.stack([rows, cols], axis=1).astype(np.float64)
+    grid_d2 = squared_distances(coords, coords)
+    start = rng.choice(n, size=units, replace=n < units)
+    codebook = X[start].copy()
+    r0, r1 = radius if radius is not None else (max(grid / 2.0, 0.5), 0.5)
+    draws = rng.integers(n, size=iterations)
+    for t, index in enumerate(draws):
+        frac = t / max(iterations - 1, 1)
+        lr_t = lr[0] * (lr[1] / lr[0]) ** frac
+        sigma = r0 * (r1 / r0) ** frac
+        x = X[index]
+        diff = x - codebook
+        bmu = int(np.argmin(np.einsum("ij,ij->i", diff, diff)))
+        h = np.exp(-grid_d2[bmu] / (2.0 * sigma * sigma))
+        codebook += (lr_t * h)[:, None] * diff
+    return codebook
+
+
+# ------------------------------------------------------------------------------- bins
+
+
+class TooManyBins(ValueError):
+    """The grid of the bin variant has more than ``max_bins`` cells (b^d grows fast)."""
+
+
+def grid_cells(bins: int, d: int, max_bins: int) -> int:
+    """b^d, the number of grid cells, or :class:`TooManyBins` when it exceeds ``max_bins``."""
+    cells = bins**d  # exact (Python int)
+    if cells > max_bins:
+        raise TooManyBins(
+            f"the bin grid has bins^d = {bins}^{d} = {cells:.3g} cells, more than max-bins={max_bins}: "
+            "bins grow exponentially with the dimension; use weighting='som' (SOM codebooks, "
+            "grid² cells per device whatever the dimension) or fewer bins"
+        )
+    return cells
+
+
+def grid_index(X: np.ndarray, low: np.ndarray, high: np.ndarray, bins: int) -> np.ndarray:
+    """Flat (row-major) grid cell of every row of ``X``; b cells per dimension over
+    [low, high]; points outside are clipped to the border cells; a flat dimension has one
+    populated cell (0)."""
+    width = np.where(high > low, high - low, 1.0)
+    cell = np.floor((X - low) / width * bins).astype(np.int64)
+    np.clip(cell, 0, bins - 1, out=cell)
+    flat = np.zeros(X.shape[0], dtype=np.int64)
+    for j in range(X.shape[1]):
+        flat = flat * bins + cell[:, j]
+    return flat
+
+
+def grid_centers(low: np.ndarray, high: np.ndarray, bins: int) -> np.ndarray:
+    """(b^d, d) centers of the grid cells, in the order of :func:`grid_index`."""
+    d = low.shape[0]
+    steps = (high - low) / bins
+    idx = np.indices((bins,) * d).reshape(d, -1).T  # row-major, last dimension fastest
+    return low + (idx + 0.5) * steps
+
+
+def bin_weights(counts: np.ndarray) -> np.ndarray:
+    """Per-agent per-bin weights w_jb = c_jb / Σ_j c_jb from the (J, q) counts; a bin no
+    agent populated gets weight 0 everywhere. Every populated bin's weights sum to 1."""
+    counts = np.asarray(counts, dtype=np.float64)
+    total = counts.sum(axis=0)
+    return np.divide(counts, total, out=np.zeros_like(counts), where=total > 0)
+
+
+def weighted_init(
+    points: np.ndarray, counts: np.ndarray, k: int, rng: np.random.Generator, restarts: int = 0
+) -> np.ndarray:
+    """k-means++ on bin representatives (codebook vectors or grid-cell centers) weighted
+    by their total counts (``counts``: (q,) totals or (J, q) per agent, summed here);
+    representatives with no point are left out. ``restarts = 0`` is the paper's single
+    k-means++ draw; ``restarts > 0`` draws that many, refines each by weighted Lloyd on the
+    representatives and keeps the cheapest (server only: no data leaves an agent)."""
+    weights = np.asarray(counts, dtype=np.float64)
+    if weights.ndim == 2:
+        weights = weights.sum(axis=0)
+    keep = weights > 0
+    if int(keep.sum()) < k:
+        raise ValueError(f"only {int(keep.sum())} populated bins for k={k} clusters")
+    if restarts == 0:
+        return kmeans_plus_plus(points[keep], k, rng, weights=weights[keep])
+    return kmeans(points[keep], k, rng, weights[keep], n_init=restarts)[0]
+
+
+def point_weights(X: np.ndarray, bin_weight: np.ndarray, binning: str, arrays: dict, bins: int) -> np.ndarray:
+    """The weight w_{j, b(x)} of each of this agent's points."""
+    if binning == "uniform":
+        return np.full(X.shape[0], bin_weight[0])
+    if binning == "grid":
+        return bin_weight[grid_index(X, arrays["low"], arrays["high"], bins)]
+    return bin_weight[nearest(X, arrays["codebook"])]
+
+
+# ------------------------------------------------------------------------------- DA
+
+
+def perturbed_labels(X: np.ndarray, centers: np.ndarray, outer: int, xi_max: float, rng: np.random.Generator) -> np.ndarray:
+    """Eq. (2): label = argmin_k (1 + ξ_nk / t1) · ||x_n − m_k||, ξ_nk ~ U(0, ξ_max) drawn
+    per point and per cluster; ξ_max = 0 is the plain nearest center (no draw)."""
+    if xi_max == 0:
+        return nearest(X, centers)
+    xi = rng.uniform(0.0, xi_max, size=(X.shape[0], centers.shape[0]))
+    return np.argmin((1.0 + xi / outer) * np.sqrt(squared_distances(X, centers)), axis=1)
+
+
+def weighted_gradient(
+    X: np.ndarray, labels: np.ndarray, weights: np.ndarray, centers: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """g_k = Σ_n μ_nk w_n (m_k − x_n) = W_k m_k − S_k and W_k = Σ_n μ_nk w_n."""
+    sums, weight = label_sums(X, labels, centers.shape[0], weights)
+    return weight[:, None] * centers - sums, weight
+
+
+def dual_averaging_update(anchor: np.ndarray, z: np.ndarray, weight: np.ndarray, eta: float) -> np.ndarray:
+    """m_k = m_k^(0) − z_k / (2 α_k) with α_k = W_k / (2 η), i.e. m_k^(0) − η z_k / W_k
+    (ALGORITHMS.md §2, the recentred eq. 4b); a cluster with W_k = 0 keeps m_k^(0)."""
+    out = np.array(anchor, dtype=np.float64, copy=True)
+    live = weight > 0
+    out[live] = anchor[live] - eta * z[live] / weight[live, None]
+    return out
+
+
+def max_move(new: np.ndarray, old: np.ndarray) -> float:
+    """max_k ||m_k^new − m_k^old||, the inner loop's ε_glo test."""
+    return float(np.sqrt(np.max(np.sum((new - old) ** 2, axis=1))))
+
+
+def frobenius(z: np.ndarray) -> float:
+    """Frobenius norm (of the accumulated gradient z, for the history)."""
+    return float(np.sqrt(np.sum(z * z)))
+
+
+def diagonal(low: np.ndarray, high: np.ndarray) -> float:
+    """Length of the bounding box's diagonal (the scale ε_glo is relative to)."""
+    return float(np.sqrt(np.sum((high - low) ** 2)))
+
+
+# ------------------------------------------------------------------------------- kernels
+
+
+def _cached_labels(data: DeviceData, X: np.ndarray, anchor: np.ndarray, outer: int, xi_max: float, seed: int) -> np.ndarray:
+    """Labels of one outer iteration, recomputed from (anchor, t1, ξ_max, seed) or cached."""
+    key = (anchor.tobytes(), outer, xi_max, seed)
+    cache = data.extra.setdefault("da-ufl-labels", {})
+    if key not in cache:
+        if len(cache) >= 4:
+            cache.pop(next(iter(cache)))
+        cache[key] = perturbed_labels(X, anchor, outer, xi_max, np.random.default_rng(seed))
+    return cache[key]
+
+
+@device_task("som_codebook")
+def som_codebook(data: DeviceData, arrays: dict, config: dict[str, Any]):
+    X = data.require_points()
+    codebook = train_som(X, config["grid"], config["iterations"], np.random.default_rng(config["seed"]))
+    return {"codebook": codebook}, {"num-examples": int(X.shape[0])}
+
+
+@device_task("bin_counts")
+def bin_counts(data: DeviceData, arrays: dict, config: dict[str, Any]):
+    X = data.require_points()
+    if config["binning"] == "grid":
+        low, high = matching_dimension(X, arrays["low"], "low"), matching_dimension(X, arrays["high"], "high")
+        cells = config["bins"] ** X.shape[1]
+        index = grid_index(X, low, high, config["bins"])
+    else:
+        codebook = matching_dimension(X, arrays["codebook"], "codebook")
+        cells = codebook.shape[0]
+        index = nearest(X, codebook)
+    counts = np.bincount(index, minlength=cells).astype(np.float64)
+    return {"counts": counts}, {"num-examples": int(X.shape[0])}
+
+
+@device_task("daufl_step")
+def daufl_step(data: DeviceData, arrays: dict, config: dict[str, Any]):
+    X = data.require_points()
+    centers = matching_dimension(X, arrays["centers"])
+    binning, bins = config["binning"], config["bins"]
+    weight_of_bin = arrays["weights"]
+    cells = {"uniform": 1, "grid": bins ** X.shape[1]}.get(binning, arrays.get("codebook", np.zeros((0, 0))).shape[0])
+    if weight_of_bin.shape[0] != cells:
+        raise ValueError(f"{weight_of_bin.shape[0]} bin weights for {cells} bins ({binning})")
+    if binning == "codebook":
+        matching_dimension(X, arrays["codebook"], "codebook")
+    labels = _cached_labels(data, X, arrays["anchor"], config["outer"], config["xi-max"], config["seed"])
+    gradient, weight = weighted_gradient(X, labels, point_weights(X, weight_of_bin, binning, arrays, bins), centers)
+    changed = 0
+    if "previous" in arrays:
+        before = _cached_labels(data, X, arrays["previous"], config["previous-outer"], config["xi-max"], config["previous-seed"])
+        changed = int(np.count_nonzero(before != labels))
+    return (
+        {"gradient": gradient, "weight": weight, "changed": np.array([float(changed)])},
+        {"num-examples": int(X.shape[0])},
+    )

@@ -1,0 +1,182 @@
+"""DA-UFL: dual-averaging federated k-means with bin or SOM weights (Algorithm 1).
+
+Servetnyk, Fung & Han, "Unsupervised Federated Learning for Unbalanced Data" (2020);
+working specification ALGORITHMS.md section 2 (the recentred dual-averaging update and
+ξ drawn per point and per cluster). Variants by run-config ``weighting``:
+
+- ``som`` (UFLSOM, default): every agent trains a small SOM and sends its codebook; the
+  server concatenates them into P and broadcasts P; a point's bin is its nearest vector.
+- ``bin`` (UFLBin): the bins are the cells of a ``bins``^d grid over the federated
+  bounding box (refused above ``max-bins`` cells: use ``som``).
+- ``uniform`` (UFLUni): w_j = 1/J; the SOM phases still run, for the initialization only.
+
+Then: bin counts → w_jb = c_jb / Σ_j c_jb; k-means++ on the codebook / cell centers
+weighted by total counts; outer loop t1 (perturbed labels, fixed during the iteration;
+stop when no agent changed a label) around the inner dual-averaging loop t2 (z ← z + Σ_j
+g_j, m = m^(0) − η z / W, stop when no center moves more than ε_glo × the bounding-box
+diagonal). Each agent gets its own ξ seed per outer iteration; the device is stateless.
+"""
+
+from __future__ import annotations
+
+from logging import INFO
+from typing import Any
+
+import numpy as np
+from flwr.common.logger import log
+
+from fedcluster.common import bounding_box
+from fedcluster.da_ufl import (
+    TooManyBins,
+    bin_weights,
+    diagonal,
+    dual_averaging_update,
+    frobenius,
+    grid_cells,
+    grid_centers,
+    max_move,
+    weighted_init,
+)
+
+from .base import FederatedStrategy, FederationError, sum_arrays
+
+
+class DAUFL(FederatedStrategy):
+    """DA-UFL (Servetnyk et al. 2020): UFLBin, UFLSOM, UFLUni.
+
+    Run-config parameters: ``k``, ``weighting`` (bin | som | uniform), ``xi-max`` (ξ_max),
+    ``eta`` (η), ``eps-glo`` (ε_glo, relative to the bounding-box diagonal), ``bins``,
+    ``max-bins``, ``som-grid``, ``som-iterations``, ``init-restarts``, ``outer-iterations``,
+    ``inner-iterations``.
+    """
+
+    name = "da-ufl"
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.config
+        k = cfg["k"]
+        summaries = self.discover_dimension()
+        low, high = bounding_box([r.arrays["min"] for r in summaries], [r.arrays["max"] for r in summaries])
+        nodes = [r.node_id for r in summaries]
+        # Phases 1 and 2 (Algorithm 1, steps 1-3): bins and the agents' weights.
+        binning, bin_arrays, representatives = self.make_bins(nodes, low, high)
+        counts, agents = self.count_bins(nodes, binning, bin_arrays, representatives.shape[0])
+        weights = bin_weights(counts) if cfg["weighting"] != "uniform" else None
+        # Step 4: k-means++ on the bin representatives weighted by total counts.
+        try:
+            initial = weighted_init(representatives, counts, k, self.rng, cfg["init-restarts"])
+        except ValueError as exc:
+            raise FederationError(f"initialization: {exc}") from None
+        centers, outer_done = self.train(agents, initial, binning, bin_arrays, weights, diagonal(low, high))
+        total_cost, num_points = self.evaluate(centers, phase="final-evaluation")
+        log(INFO, "[fedcluster] da-ufl (%s) converged in %d outer iterations; cost/pt %.6g", cfg["weighting"], outer_done, total_cost / num_points)
+        return {
+            "centers": centers,
+            "arrays": {"init_centers": initial, "bin_counts": counts, "bin_representatives": representatives},
+            "da_ufl": {
+                "weighting": cfg["weighting"],
+                "bins": int(representatives.shape[0]),
+                "agents": len(nodes),
+                "outer_iterations": outer_done,
+                "converged": bool(self.rounds and self.rounds[-1]["labels_changed"] == 0),
+            },
+            "final": {"cost": total_cost / num_points, "total_cost": total_cost, "num_points": num_points},
+        }
+
+    # -------------------------------------------------------------- phases 1 and 2
+    def make_bins(self, nodes: list[int], low: np.ndarray, high: np.ndarray) -> tuple[str, dict, np.ndarray]:
+        """The bins: a grid over the bounding box (bin) or the concatenated SOM codebooks
+        (som, uniform). Returns (binning, arrays that define it, bin representatives)."""
+        cfg = self.config
+        if cfg["weighting"] == "bin":
+            try:
+                grid_cells(cfg["bins"], self.dimension, cfg["max-bins"])
+            except TooManyBins as exc:
+                raise FederationError(f"run-config bins={cfg['bins']} with d={self.dimension}: {exc}") from None
+            return "grid", {"low": low, "high": high}, grid_centers(low, high, cfg["bins"])
+        units = cfg["som-grid"] * cfg["som-grid"]
+        replies = self.broadcast(
+            "som_codebook",
+            nodes,
+            config={"grid": cfg["som-grid"], "iterations": cfg["som-iterations"]},
+            seeded=True,
+            sizes={"u": units},
+            phase="som-codebooks",
+        )
+        codebook = np.concatenate([r.arrays["codebook"] for r in replies])
+        return "codebook", {"codebook": codebook}, codebook
+
+    def count_bins(self, nodes: list[int], binning: str, bin_arrays: dict, cells: int) -> tuple[np.ndarray, list[int]]:
+        """Every agent's points per bin, (J, q) in node order, and those agents; a node
+        that fails here is excluded (its weights would be unknown)."""
+        replies = self.broadcast(
+            "bin_counts",
+            nodes,
+            arrays=bin_arrays,
+            config={"binning": binning, "bins": self.config["bins"]},
+            sizes={"q": cells},
+            phase="bin-counts",
+        )
+        answered = {r.node_id for r in replies}
+        for node in nodes:
+            if node not in answered:
+                self.exclude(node, "its bin counts are missing")
+        return np.stack([r.arrays["counts"] for r in replies]), [r.node_id for r in replies]
+
+    # -------------------------------------------------------------- outer and inner loops
+    def train(
+        self,
+        agents: list[int],
+        centers: np.ndarray,
+        binning: str,
+        bin_arrays: dict,
+        weights: np.ndarray | None,
+        scale: float,
+    ) -> tuple[np.ndarray, int]:
+        cfg = self.config
+        row = {node: i for i, node in enumerate(agents)}  # the rows of ``weights``
+        k = centers.shape[0]
+        eps = cfg["eps-glo"] * scale
+        step_binning = "uniform" if weights is None else binning
+        uniform = np.full(1, 1.0 / len(agents))
+
+        def bin_weight_of(node: int) -> np.ndarray:
+            return uniform if weights is None else weights[row[node]]
+
+        previous, previous_seeds = None, {}
+        t1 = 0
+        for t1 in range(1, cfg["outer-iterations"] + 1):
+            self.begin_round(t1)
+            seeds = self.node_seeds(agents)  # ξ of this outer iteration, one stream per agent
+            anchor, z = centers, np.zeros_like(centers)
+            changed, move, t2 = None, None, 0
+            for t2 in range(1, cfg["inner-iterations"] + 1):
+                first = t2 == 1 and previous is not None
+                replies = self.broadcast(
+                    "daufl_step",
+                    agents,
+                    arrays={"centers": centers, "anchor": anchor, **({"previous": previous} if first else {}),
+                            **(bin_arrays if step_binning != "uniform" else {})},
+                    config={"binning": step_binning, "bins": cfg["bins"], "outer": t1, "xi-max": cfg["xi-max"],
+                            **({"previous-outer": t1 - 1} if first else {})},
+                    per_node=lambda node: (
+                        {"weights": bin_weight_of(node)},
+                        {"seed": seeds[node], **({"previous-seed": previous_seeds[node]} if first else {})},
+                    ),
+                    sizes={"k": k},
+                    phase="daufl-step",
+                )
+                if first:
+                    changed = sum_arrays(replies, "changed")[0]
+                z = z + sum_arrays(replies, "gradient")
+                new = dual_averaging_update(anchor, z, sum_arrays(replies, "weight"), cfg["eta"])
+                move = max_move(new, centers)
+                centers = new
+                if move <= eps or changed == 0:
+                    break
+            self.end_round(inner_iterations=t2, labels_changed=changed, last_move=move, z_norm=frobenius(z))
+            log(INFO, "[fedcluster] da-ufl outer %d: %d inner steps, labels changed %s, last move %.3g", t1, t2, changed, move)
+            if changed == 0:
+                break
+            previous, previous_seeds = anchor, seeds
+        return centers, t1

@@ -1,0 +1,71 @@
+"""DA-UFL through the whole system: ServerApp + ClientApp in-process, each variant."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import Array
+
+from inprocess import run
+from server_app.base import FederationError
+
+PAPER = {"algorithm": "da-ufl", "k": 16, "dataset": "da-ufl-paper", "num-points": 800, "snr-db": 20.0}
+
+
+@pytest.mark.parametrize("weighting", ["som", "bin", "uniform"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_each_variant_converges_near_central_kmeans(tmp_path, weighting, seed):
+    result = run({**PAPER, "weighting": weighting, "seed": seed, "output-dir": str(tmp_path)}, num_nodes=5)
+    info = result["da_ufl"]
+    assert info["weighting"] == weighting and info["agents"] == 5 and info["converged"]
+    assert info["bins"] == (100 if weighting == "bin" else 5 * 16)
+    assert 1 <= info["outer_iterations"] < 100
+    assert result["rounds"][-1]["labels_changed"] == 0
+    assert all(r["inner_iterations"] >= 1 and r["replies"] >= 5 for r in result["rounds"])
+    final = result["final"]
+    assert final["num_points"] == result["reference"]["num_points"] and final["cost"] > 0
+    # the reference counts every agent's copy of a point, as plain averaging does
+    assert result["reference"]["ratio"] < 1.03
+    assert np.load(tmp_path / "centers.npy").shape == (16, 2)
+    counts = np.load(tmp_path / "bin_counts.npy")
+    assert counts.shape[0] == 5 and counts.sum() == final["num_points"]
+
+
+def test_one_agent_uniform_without_perturbation_is_lloyd_from_the_same_start(tmp_path):
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(size=(40, 2)) + c for c in ((0, 0), (4, 0), (0, 4))])
+    (tmp_path / "data").mkdir()
+    np.save(tmp_path / "data" / "a.npy", X)
+    out = tmp_path / "out"
+    run({"algorithm": "da-ufl", "k": 3, "weighting": "uniform", "xi-max": 0.0, "eps-glo": 0.0, "inner-iterations": 1,
+         "dataset": "npy-dir", "data-dir": str(tmp_path / "data"), "output-dir": str(out), "init-restarts": 0}, num_nodes=1)
+    centers = np.load(out / "init_centers.npy")
+    for _ in range(100):  # plain Lloyd by loops, until stable
+        labels = [int(np.argmin(((x - centers) ** 2).sum(1))) for x in X]
+        new = np.array([X[np.array(labels) == j].mean(0) if j in labels else centers[j] for j in range(3)])
+        if np.array_equal(new, centers):
+            break
+        centers = new
+    np.testing.assert_allclose(np.load(out / "centers.npy"), centers, atol=1e-12)
+
+
+def test_bin_variant_refuses_a_huge_grid_and_points_to_som(tmp_path):
+    config = {"algorithm": "da-ufl", "k": 3, "weighting": "bin", "dim": 8, "num-points": 300, "output-dir": str(tmp_path)}
+    with pytest.raises(FederationError, match=r"bins=10 with d=8.*weighting='som'"):
+        run(config, num_nodes=3)
+    result = run({**config, "weighting": "som"}, num_nodes=3)  # the SOM variant runs in any dimension
+    assert result["da_ufl"]["bins"] == 3 * 16 and result["reference"]["ratio"] < 1.1
+
+
+def test_a_hostile_step_reply_drops_the_node_not_the_run(tmp_path):
+    def hook(node, message, reply):
+        if node == 1001 and not reply.has_error() and message.metadata.message_type == "train.daufl_step":
+            record = reply.content.array_records["arrays"]
+            record["gradient"] = Array(np.full(record["gradient"].numpy().shape, np.nan))
+        return reply
+
+    result = run({**PAPER, "k": 4, "num-points": 400, "reference": False, "output-dir": str(tmp_path)}, num_nodes=3, reply_hook=hook)
+    failures = [f for phase in result["phases"] if phase["phase"] == "daufl-step" for f in phase["failures"]]
+    assert failures and all(str(f["node"]) == "1001" and "gradient" in f["reason"] for f in failures)
+    assert all(r["replies"] == 2 * r["inner_iterations"] for r in result["rounds"])
+    assert np.isfinite(result["final"]["cost"])
