@@ -121,7 +121,6 @@ def system(snr, seed):
         for j, row in enumerate(observed):
             np.save(Path(tmp) / f"agent_{j}.npy", X[row])
         base = {"k": K, "dataset": "npy-dir", "data-dir": tmp, "seed": seed, "reference": False}
-        central = None
         for name, config in (("da-ufl som", {"algorithm": "da-ufl", "weighting": "som"}),
                              ("da-ufl bin", {"algorithm": "da-ufl", "weighting": "bin"}),
                              ("da-ufl uniform", {"algorithm": "da-ufl", "weighting": "uniform"}),

@@ -80,7 +80,7 @@ def test_one_agent_with_uniform_weights_is_central_kmeans_from_the_same_start():
         central = naive_weighted_means([X], [np.ones(len(X))], central)
     centers = start.copy()
     for t1 in range(1, 51):
-        anchor, z = centers, np.zeros_like(centers)
+        anchor = centers
         out = step(X, centers, anchor, [1.0], outer=t1)
         centers = da_ufl.dual_averaging_update(anchor, out["gradient"], out["weight"], eta=1.0)
     np.testing.assert_allclose(centers, central, atol=1e-12)
