@@ -136,3 +136,24 @@ def test_flwr_run_simulation_on_email_eu_core(tmp_path):
     # even a converged embedding vary), so the bar is the central noise floor; the sine
     # above is the noise-free check. A random labelling scores ARI ~0.
     assert result["central_reference"]["ari"] >= 0.75
+
+
+@pytest.mark.slow  # three flwr runs, ~20 s each (Ray start-up)
+def test_flwr_run_da_ufl_simulation_each_variant(flower, tmp_path):
+    """DA-UFL's three variants through `flwr run` on the paper's overlapping agents."""
+    flower.start_superlink(simulation=True)
+    for weighting in ("som", "bin", "uniform"):
+        out = tmp_path / weighting
+        run_id = flower.submit(
+            ROOT,
+            f"algorithm='da-ufl' weighting='{weighting}' k=16 dataset='da-ufl-paper' num-points=800 snr-db=20.0 "
+            f"output-dir='{out}' node-settle-s=1.0",
+            "num-supernodes=5",
+        )
+        entry = flower.wait_for_run(run_id, timeout=240)
+        assert entry["status"] == "finished:completed", (weighting, entry, flower.run_log(run_id))
+        result = json.loads((out / "result.json").read_text())
+        assert result["da_ufl"]["weighting"] == weighting and result["da_ufl"]["converged"]
+        assert result["da_ufl"]["agents"] == 5 and result["nodes"]["excluded"] == {}
+        assert result["reference"]["ratio"] < 1.05, (weighting, result["reference"])
+        assert np.load(out / "centers.npy").shape == (16, 2)
