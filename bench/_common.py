@@ -7,6 +7,7 @@ root on ``sys.path``, so they run from a checkout without installing anything ex
 from __future__ import annotations
 
 import logging
+import math
 import os
 import platform
 import shlex
@@ -137,3 +138,75 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     for row in cells[1:]:
         lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
     return "\n".join(lines)
+
+
+def nice_step(raw: float) -> float:
+    """The tick step of 1, 2 or 5 times a power of ten nearest above ``raw``."""
+    power = 10.0 ** math.floor(math.log10(raw))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+
+
+SERIES_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#555555", "#9467bd", "#ff7f0e")
+
+
+def svg_line_chart(
+    path: Path,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    series: dict[str, tuple[Sequence[float], Sequence[float], Sequence[float] | None]],
+    width: int = 640,
+    height: int = 400,
+) -> None:
+    """A plain SVG line chart (no plotting library needed): one polyline per series
+    ``label -> (xs, ys, errors or None)`` with error bars, linear axes, a legend."""
+    xs = [x for s in series.values() for x in s[0]]
+    lows = [y - (e or 0.0) for s in series.values() for y, e in zip(s[1], s[2] or [0.0] * len(s[1]))]
+    highs = [y + (e or 0.0) for s in series.values() for y, e in zip(s[1], s[2] or [0.0] * len(s[1]))]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = min(lows), max(highs)
+    pad = (y1 - y0) * 0.05 or abs(y1) * 0.05 or 1.0
+    y0, y1 = y0 - pad, y1 + pad
+    L, R, T, B = 70, 170, 30, 50
+
+    def px(x: float) -> float:
+        return L + (x - x0) / ((x1 - x0) or 1.0) * (width - L - R)
+
+    def py(y: float) -> float:
+        return T + (1 - (y - y0) / (y1 - y0)) * (height - T - B)
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{L}" y="18" font-size="14">{title}</text>',
+        f'<line x1="{L}" y1="{height - B}" x2="{width - R}" y2="{height - B}" stroke="black"/>',
+        f'<line x1="{L}" y1="{T}" x2="{L}" y2="{height - B}" stroke="black"/>',
+        f'<text x="{(L + width - R) / 2}" y="{height - 12}" text-anchor="middle">{xlabel}</text>',
+        f'<text x="16" y="{(T + height - B) / 2}" transform="rotate(-90 16 {(T + height - B) / 2})" '
+        f'text-anchor="middle">{ylabel}</text>',
+    ]
+    for x in sorted(set(xs)):
+        out.append(f'<line x1="{px(x):.1f}" y1="{height - B}" x2="{px(x):.1f}" y2="{height - B + 5}" stroke="black"/>')
+        out.append(f'<text x="{px(x):.1f}" y="{height - B + 18}" text-anchor="middle">{x:g}</text>')
+    step = nice_step((y1 - y0) / 6)
+    y = math.ceil(y0 / step) * step
+    while y <= y1:
+        out.append(f'<line x1="{L - 5}" y1="{py(y):.1f}" x2="{L}" y2="{py(y):.1f}" stroke="black"/>')
+        out.append(f'<text x="{L - 8}" y="{py(y) + 4:.1f}" text-anchor="end">{round(y, 10):g}</text>')
+        y += step
+    for index, (label, (sx, sy, se)) in enumerate(series.items()):
+        color = SERIES_COLORS[index % len(SERIES_COLORS)]
+        shift = (index - (len(series) - 1) / 2) * 3.0  # keep overlapping error bars apart
+        points = " ".join(f"{px(x) + shift:.1f},{py(y):.1f}" for x, y in zip(sx, sy))
+        out.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="2"/>')
+        for x, y, e in zip(sx, sy, se or [None] * len(sx)):
+            out.append(f'<circle cx="{px(x) + shift:.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>')
+            if e:
+                out.append(f'<line x1="{px(x) + shift:.1f}" y1="{py(y - e):.1f}" x2="{px(x) + shift:.1f}" '
+                           f'y2="{py(y + e):.1f}" stroke="{color}"/>')
+        ly = T + 10 + 18 * index
+        out.append(f'<line x1="{width - R + 10}" y1="{ly}" x2="{width - R + 35}" y2="{ly}" stroke="{color}" stroke-width="2"/>')
+        out.append(f'<text x="{width - R + 40}" y="{ly + 4}">{label}</text>')
+    out.append("</svg>")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(out))

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import markdown_table, mean_std, print_header, quiet_flower, run_inprocess
+from _common import markdown_table, mean_std, print_header, quiet_flower, run_inprocess, svg_line_chart
 
 from fedcluster import da_ufl
 from fedcluster.data import daufl_paper
@@ -141,6 +141,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--figures", type=Path, default=Path("bench/results/da-ufl"),
+                        help="folder for objective-vs-snr.svg and outer-iterations.svg")
     args = parser.parse_args()
     seeds = range(3 if args.quick else args.seeds)
     snrs = (10.0, 20.0, 30.0) if args.quick else (5.0, 10.0, 15.0, 20.0, 25.0, 30.0)
@@ -148,6 +150,7 @@ def main() -> None:
     quiet_flower()
     methods = ("UFLBin", "UFLSOM", "UFLUni", "central k-means")
     rows, conv = [], []
+    curves = {m: {"ratio": [], "outer": []} for m in methods}
     for snr in snrs:
         results = [one(snr, s) for s in seeds]
         data = results[0][1]
@@ -158,12 +161,24 @@ def main() -> None:
             rows.append([f"{snr:g}", m, mean_std([v["cost"] for v in values]), mean_std([v["ratio"] for v in values]),
                          mean_std([v["vi"] for v in values]), mean_std([v["rand"] for v in values]),
                          mean_std([v["ari"] for v in values]), mean_std([v["outer"] for v in values], 1)])
+            for key in ("ratio", "outer"):
+                column = [v[key] for v in values]
+                curves[m][key].append((np.mean(column), np.std(column, ddof=1) if len(column) > 1 else 0.0))
         conv.append([f"{snr:g}", f"{seen:.0f}", f"{copies:.2f}"])
         del data
     print(f"\n### Part 1: Fig. 5 / Fig. 4 ({len(seeds)} seeds, mean ± std; same init for all methods)\n")
     print(markdown_table(["SNR dB", "method", "cost / point", "cost / central", "VI", "Rand", "ARI", "outer iterations"], rows))
     print("\nData: distinct points seen by some agent (of 800) and copies per seen point:\n")
     print(markdown_table(["SNR dB", "seen", "copies / point"], conv))
+    for key, name, label in (("ratio", "objective-vs-snr.svg", "cost / central k-means"),
+                             ("outer", "outer-iterations.svg", "outer iterations to converge")):
+        svg_line_chart(
+            args.figures / name,
+            f"DA-UFL, paper Sec. IV: {label}",
+            "SNR (dB)", f"{label} (mean ± std, {len(seeds)} seeds)",
+            {m: (list(snrs), [c[0] for c in curves[m][key]], [c[1] for c in curves[m][key]]) for m in methods},
+        )
+    print(f"\nfigures: {args.figures / 'objective-vs-snr.svg'}, {args.figures / 'outer-iterations.svg'}")
     rows = []
     for snr in ((10.0, 20.0) if args.quick else (10.0, 20.0, 30.0)):
         results = [system(snr, s) for s in seeds]
