@@ -46,6 +46,7 @@ from fedcluster.common import bounding_box, center_shift
 from fedcluster.data import load_points
 from fedcluster.fedkmeans import (
     ServerState,
+    aggregate_centers,
     box_candidates,
     orphaned_clusters,
     reassign_starved,
@@ -176,8 +177,12 @@ class FedKMeans(FederatedStrategy):
             orphans = orphaned_clusters(last_counts, left)
             for node in left:
                 last_counts.pop(node, None)
-            counts = sum_arrays(replies, "counts")
-            weighted = np.sum([r.arrays["counts"][:, None] * r.arrays["centers"] for r in replies], axis=0)
+            counts, weighted = aggregate_centers(
+                np.stack([r.arrays["centers"] for r in replies]),
+                np.stack([r.arrays["counts"] for r in replies]),
+                cfg["aggregation"],
+                cfg["trim-fraction"],
+            )
             new, target = server_update(centers, counts, weighted, state, cfg["server-lr"], cfg["momentum"])
             reassigned = reassign_starved(
                 new, counts, sum_arrays(replies, "sumsq"), target, state,

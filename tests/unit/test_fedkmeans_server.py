@@ -1,0 +1,71 @@
+"""FedKMeans' server aggregation (fedcluster.fedkmeans.aggregate_centers) against naive
+per-cluster, per-coordinate loops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedcluster.fedkmeans import aggregate_centers
+
+
+def devices(m=10, k=3, d=2, seed=0):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(m, k, d))
+    counts = rng.integers(1, 50, size=(m, k)).astype(float)
+    counts[0, 2] = 0.0  # device 0 never saw cluster 2
+    return centers, counts
+
+
+def naive_trimmed(centers, counts, trim):
+    m, k, d = centers.shape
+    out = np.zeros((k, d))
+    for j in range(k):
+        ids = [i for i in range(m) if counts[i, j] > 0]
+        t = min(int(np.ceil(trim * len(ids))), (len(ids) - 1) // 2)
+        for c in range(d):
+            ranked = sorted(ids, key=lambda i: (centers[i, j, c], i))[t : len(ids) - t]
+            out[j, c] = sum(counts[i, j] * centers[i, j, c] for i in ranked) / sum(counts[i, j] for i in ranked)
+    return out
+
+
+def test_mean_is_the_count_weighted_average():
+    centers, counts = devices()
+    totals, weighted = aggregate_centers(centers, counts, "mean")
+    np.testing.assert_allclose(totals, counts.sum(0))
+    for j in range(3):
+        expected = sum(counts[i, j] * centers[i, j] for i in range(10))
+        np.testing.assert_allclose(weighted[j], expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("trim", [0.1, 0.2, 0.45])
+def test_trimmed_mean_matches_naive_loops(trim):
+    centers, counts = devices(seed=1)
+    totals, weighted = aggregate_centers(centers, counts, "trimmed-mean", trim)
+    np.testing.assert_allclose(weighted / totals[:, None], naive_trimmed(centers, counts, trim), rtol=1e-12)
+
+
+def test_median_is_the_per_coordinate_median_of_the_devices_that_saw_the_cluster():
+    centers, counts = devices(seed=2)
+    totals, weighted = aggregate_centers(centers, counts, "median")
+    np.testing.assert_allclose(weighted[2] / totals[2], np.median(centers[1:, 2], axis=0), rtol=1e-12)
+    np.testing.assert_allclose(weighted[0] / totals[0], np.median(centers[:, 0], axis=0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["trimmed-mean", "median"])
+def test_one_liar_in_ten_stays_within_the_honest_range(method):
+    centers, counts = devices(seed=3)
+    centers[4, 1] = [1e6, -1e6]  # moved far away, with a huge count
+    counts[4, 1] = 1e9
+    totals, weighted = aggregate_centers(centers, counts, method, 0.1)
+    honest = np.delete(centers[:, 1], 4, axis=0)
+    result = weighted[1] / totals[1]
+    assert np.all(result >= honest.min(0)) and np.all(result <= honest.max(0))
+    # the plain mean follows the liar
+    mean_totals, mean_weighted = aggregate_centers(centers, counts, "mean")
+    assert mean_weighted[1, 0] / mean_totals[1] > 1e5
+
+
+def test_unknown_aggregation_is_named():
+    with pytest.raises(ValueError, match="aggregation must be one of mean, trimmed-mean, median"):
+        aggregate_centers(*devices(), "krum")
