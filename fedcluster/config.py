@@ -204,6 +204,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("min-reply-fraction", 0.5, "fewest valid replies a phase needs, as a share of those sent", low=0, high=1),
         Key("max-missed-phases", 3, "a node that sent no reply in this many consecutive phases leaves the run", low=1, high=10**6),
         Key("output-dir", "", "results folder (default outputs/<time>-<algorithm>)"),
+        Key("overwrite", False, "replace a result already in output-dir (default: write to a fresh run-N sub-folder)"),
         Key("reference", True, "also compute the pooled central k-means reference (generated data)"),
     ),
 }

@@ -176,6 +176,27 @@ def _validate_points(array: np.ndarray, path: Path) -> np.ndarray:
             f"data file {path} has {bad_rows.size} of {points.shape[0]} rows with NaN or infinite "
             f"values; the first is row {bad_rows[0]} (counting data rows from 0)"
         )
+    return check_scale(points, str(path))
+
+
+# Squared distances of values beyond these overflow (or underflow to 0) in float64.
+LARGEST_VALUE = 1e150
+SMALLEST_SCALE = 1e-150
+
+
+def check_scale(points: np.ndarray, source: str) -> np.ndarray:
+    """Refuse points whose squared norms overflow or underflow float64, with a hint."""
+    magnitude = float(np.max(np.abs(points))) if points.size else 0.0
+    if magnitude > LARGEST_VALUE:
+        raise DataError(
+            f"data {source} has values up to {magnitude:.3g}: squared distances would overflow "
+            f"float64; rescale the data (e.g. divide by {magnitude:.0e}) before clustering"
+        )
+    if 0.0 < magnitude < SMALLEST_SCALE:
+        raise DataError(
+            f"data {source} has values no larger than {magnitude:.3g}: squared distances would "
+            f"underflow float64 to zero; rescale the data (e.g. multiply by {1 / magnitude:.0e})"
+        )
     return points
 
 

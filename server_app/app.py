@@ -20,6 +20,7 @@ def run_algorithm(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
     """Run the configured algorithm on ``grid``; return the result dict (also on disk)."""
     config = validated_config(run_config)
     strategy = strategy_for(config["algorithm"])(grid, config)
+    strategy.prepare_output()  # a bad results folder stops the run before any node is waited for
     strategy.wait_for_nodes()
     outcome = strategy.run()
     if config["reference"]:
@@ -52,7 +53,11 @@ def print_summary(result: dict[str, Any]) -> None:
     reference = result.get("reference")
     if reference:
         lines.append(f"  central k-means cost/pt  : {reference['central_cost']:.6g} (pooled, scikit-learn, n_init=10)")
-        lines.append(f"  federated / central      : {reference['ratio']:.4f}")
+        ratio = reference.get("ratio")
+        lines.append(
+            f"  federated / central      : {ratio:.4f}" if ratio is not None
+            else "  federated / central      : – (the central cost is 0: every point sits on a center)"
+        )
     comm = result["communication"]
     lines.append(f"  bytes up / down          : {comm['bytes_up']} / {comm['bytes_down']}")
     lines.append(f"  output                   : {result['output_dir']}")

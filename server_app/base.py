@@ -452,16 +452,45 @@ class FederatedStrategy:
         """Run the algorithm; return ``{"centers": ..., "final": {...}, ...}``."""
         raise NotImplementedError
 
-    def output_dir(self) -> Path:
+    def prepare_output(self) -> Path:
+        """Choose and check the results folder before any node is waited for: a file, a
+        folder inside the data folder, or an unwritable one stops the run here; a folder
+        that already holds a result gets a fresh ``run-N`` sub-folder unless ``overwrite``."""
         configured = self.config["output-dir"]
         if configured:
-            path = Path(configured).expanduser()
+            path = Path(configured).expanduser().resolve()
         else:
             stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
             root = Path(os.environ.get("FEDCLUSTER_OUTPUT_ROOT", "outputs"))
             path = (root / f"{stamp}-{self.config['algorithm']}").resolve()
-        path.mkdir(parents=True, exist_ok=True)
+        if path.exists() and not path.is_dir():
+            raise FederationError(f"output-dir {path} is a file, not a folder: choose another output-dir")
+        data_dir = self.config.get("data-dir")
+        if data_dir:
+            data = Path(data_dir).expanduser().resolve()
+            if path == data or data in path.parents:
+                raise FederationError(
+                    f"output-dir {path} lies inside the data folder {data}: results there could be "
+                    f"read as client data next time; choose another output-dir"
+                )
+        if (path / "result.json").exists() and not self.config["overwrite"]:
+            number = 2
+            while (path / f"run-{number}").exists():
+                number += 1
+            log(WARNING, "[fedcluster] %s already holds a result: writing to run-%d inside it (overwrite=true to replace)", path, number)
+            path = path / f"run-{number}"
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / ".fedcluster-write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise FederationError(f"output-dir {path} cannot be written: {exc}") from None
+        self._output = path
         return path
+
+    def output_dir(self) -> Path:
+        return getattr(self, "_output", None) or self.prepare_output()
 
     def write_result(self, outcome: dict[str, Any]) -> dict[str, Any]:
         out = self.output_dir()

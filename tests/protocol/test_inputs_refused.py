@@ -1,0 +1,74 @@
+"""Bad inputs are refused before any work, with the problem named; nothing is silently
+overwritten; a degenerate but valid data set finishes cleanly."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import write_npy_dir
+from inprocess import run
+from server_app.base import FederationError
+
+
+def blobs(tmp_path, scale=1.0, name="data"):
+    rng = np.random.default_rng(0)
+    return write_npy_dir(tmp_path / name, [scale * (rng.normal(size=(30, 2)) + 5 * i) for i in range(3)])
+
+
+def config(data, out, **extra):
+    return {"k": 2, "num-rounds": 2, "dataset": "npy-dir", "data-dir": str(data), "output-dir": str(out), **extra}
+
+
+def test_an_output_dir_that_is_a_file_is_refused_before_any_phase(tmp_path):
+    target = tmp_path / "taken"
+    target.write_text("not a folder")
+    with pytest.raises(FederationError, match="is a file, not a folder"):
+        run(config(blobs(tmp_path), target), num_nodes=3)
+    with pytest.raises(FederationError, match="cannot be written"):
+        run(config(blobs(tmp_path), target / "below"), num_nodes=3)
+    assert target.read_text() == "not a folder"
+
+
+def test_an_output_dir_inside_the_data_folder_is_refused(tmp_path):
+    data = blobs(tmp_path)
+    with pytest.raises(FederationError, match="inside the data folder"):
+        run(config(data, data / "results"), num_nodes=3)
+    assert sorted(p.name for p in data.iterdir()) == ["client_000.npy", "client_001.npy", "client_002.npy"]
+
+
+def test_a_previous_result_is_never_silently_overwritten(tmp_path):
+    data, out = blobs(tmp_path), tmp_path / "out"
+    first = run(config(data, out, seed=1), num_nodes=3)
+    second = run(config(data, out, seed=2), num_nodes=3)
+    assert first["output_dir"] == str(out.resolve())
+    assert second["output_dir"] == str((out / "run-2").resolve())
+    assert json.loads((out / "result.json").read_text())["config"]["seed"] == 1  # untouched
+    third = run(config(data, out, seed=3, overwrite=True), num_nodes=3)
+    assert third["output_dir"] == str(out.resolve())
+    assert json.loads((out / "result.json").read_text())["config"]["seed"] == 3
+
+
+@pytest.mark.parametrize("scale, words", [(1e160, "overflow"), (1e-160, "underflow")])
+def test_data_whose_squares_overflow_or_underflow_is_refused_with_a_hint_to_rescale(tmp_path, scale, words):
+    data = blobs(tmp_path, scale)
+    with pytest.raises(FederationError) as failure:
+        run(config(data, tmp_path / "out"), num_nodes=3)
+    assert words in str(failure.value) and "rescale" in str(failure.value)
+
+
+def test_one_device_with_badly_scaled_data_leaves_the_run(tmp_path):
+    data = blobs(tmp_path)
+    np.save(data / "client_001.npy", np.full((30, 2), 1e200))
+    result = run(config(data, tmp_path / "out"), num_nodes=3)
+    assert "rescale" in result["nodes"]["excluded"]["1001"]
+    assert result["final"]["num_points"] == 60
+
+
+def test_a_constant_data_set_finishes_cleanly(tmp_path):
+    data = write_npy_dir(tmp_path / "data", [np.full((20, 3), 7.0) for _ in range(3)])
+    result = run(config(data, tmp_path / "out", k=1), num_nodes=3)
+    assert result["final"]["cost"] == 0.0 and result["final"]["num_points"] == 60
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "centers.npy"), np.full((1, 3), 7.0))
