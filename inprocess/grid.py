@@ -72,6 +72,9 @@ class InProcessGrid(Grid):
                 run_config=dict(run_config),
             )
         self.client_seconds = 0.0
+        # A node whose ClientApp takes longer than round-timeout never answers, as in a
+        # real federation (the server then records "no reply within round-timeout").
+        self._timeout = float(run_config.get("round-timeout", float("inf")))
 
     # ---------------------------------------------------------------- Grid API
     def set_run(self, run: Any) -> None:
@@ -126,7 +129,10 @@ class InProcessGrid(Grid):
                 Error(code=CLIENT_APP_RAISED_EXCEPTION, reason=f"{type(exc).__name__}: {exc}"),
                 reply_to=message,
             )
-        self.client_seconds += time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        self.client_seconds += elapsed
+        if elapsed > self._timeout:
+            return None
         if self._reply_hook is not None:
             reply = self._reply_hook(node, message, reply)
         return reply

@@ -22,6 +22,7 @@ def run_algorithm(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
     strategy = strategy_for(config["algorithm"])(grid, config)
     strategy.prepare_output()  # a bad results folder stops the run before any node is waited for
     strategy.wait_for_nodes()
+    strategy.check_data_coverage()
     outcome = strategy.run()
     if config["reference"]:
         try:

@@ -34,6 +34,7 @@ from flwr.serverapp import Grid
 
 from fedcluster import bounds, protocol
 from fedcluster.common import majority_value
+from fedcluster.data import list_client_files
 from fedcluster.wire import array_fields, array_numpy
 
 class FederationError(RuntimeError):
@@ -111,6 +112,7 @@ class FederatedStrategy:
         self.dimension: int | None = None
         self.rounds: list[dict[str, Any]] = []
         self.phases: list[dict[str, Any]] = []
+        self.warnings: list[str] = []  # said in the log and kept in result.json
         self.bytes_up = 0
         self.bytes_down = 0
         self._current_round: dict[str, Any] | None = None
@@ -150,6 +152,26 @@ class FederatedStrategy:
         self.nodes = ids
         log(INFO, "[fedcluster] starting %s with %d node(s)", self.name, len(ids))
         return ids
+
+    def check_data_coverage(self) -> None:
+        """With one data file per client (``npy-dir``, ``edge-dir``) and fewer nodes than
+        files, say which files are left out; for a graph, where every client's edges are
+        needed, refuse. (Only when the server can see ``data-dir``: a simulation.)"""
+        dataset, directory = self.config.get("dataset"), self.config.get("data-dir")
+        if dataset not in ("npy-dir", "edge-dir") or not directory or not Path(directory).is_dir():
+            return
+        files = list_client_files(directory, "*.npy" if dataset == "npy-dir" else "*.txt")
+        if len(self.nodes) >= len(files):
+            return
+        unused = [f.name for f in files[len(self.nodes):]]
+        text = (
+            f"{len(files)} data files in {directory} but only {len(self.nodes)} nodes: "
+            f"{', '.join(unused[:5])}{' …' if len(unused) > 5 else ''} will not be used"
+        )
+        if dataset == "edge-dir":
+            raise FederationError(f"{text}; a graph needs every client's edges: start one node per file")
+        log(WARNING, "[fedcluster] %s", text)
+        self.warnings.append(text)
 
     @property
     def active_nodes(self) -> list[int]:
@@ -257,8 +279,9 @@ class FederatedStrategy:
             return extra_arrays, extra_config
 
         messages, down = self._messages(spec, nodes, arrays, config, node_content, phase)
+        deadline = time.monotonic() + self.config["round-timeout"]  # from sending, not from the first pull
         node_of, failures = self._push(messages, nodes)
-        replies, up = self._collect(node_of, reply_spec, failures)
+        replies, up = self._collect(node_of, reply_spec, failures, deadline)
         self._record_phase(phase, spec, nodes, replies, failures, down, up, time.perf_counter() - started)
         self._track_presence(nodes, failures)
         required = self.required_replies(len(nodes)) if min_replies is None else min_replies
@@ -299,12 +322,13 @@ class FederatedStrategy:
         return node_of, failures
 
     def _collect(
-        self, node_of: dict[str, int], spec: ReplySpec, failures: list[dict[str, Any]]
+        self, node_of: dict[str, int], spec: ReplySpec, failures: list[dict[str, Any]], deadline: float
     ) -> tuple[list[Reply], int]:
-        """Pull the replies until all arrived or ``round-timeout``; validate each. Replies
+        """Pull the replies until all arrived or the ``deadline`` (``round-timeout`` after
+        sending) passed; validate each. Replies
         arrive in whatever order the transport delivers them; they are returned in node
         order so that the same seed gives the same result."""
-        raw = self._pull(set(node_of), self.config["round-timeout"])
+        raw = self._pull(set(node_of), deadline)
         replies: list[Reply] = []
         up = 0
         answered = set()
@@ -369,8 +393,7 @@ class FederatedStrategy:
         fraction = self.config["min-reply-fraction"]
         return min(sent, max(self.config["min-replies"], int(math.ceil(fraction * sent))))
 
-    def _pull(self, pending: set[str], timeout: float) -> list[Message]:
-        deadline = time.monotonic() + timeout
+    def _pull(self, pending: set[str], deadline: float) -> list[Message]:
         out: list[Message] = []
         while pending:
             got = list(self.grid.pull_messages(list(pending)))
@@ -511,6 +534,7 @@ class FederatedStrategy:
             },
             "rounds": self.rounds,
             "phases": self.phases,
+            "warnings": self.warnings,
             **{key: _jsonable(value) for key, value in outcome.items()},
             "communication": {"bytes_up": self.bytes_up, "bytes_down": self.bytes_down},
             "wall_time_s": time.perf_counter() - self._started,

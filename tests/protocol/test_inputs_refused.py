@@ -72,3 +72,52 @@ def test_a_constant_data_set_finishes_cleanly(tmp_path):
     result = run(config(data, tmp_path / "out", k=1), num_nodes=3)
     assert result["final"]["cost"] == 0.0 and result["final"]["num_points"] == 60
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "centers.npy"), np.full((1, 3), 7.0))
+
+
+def test_fewer_nodes_than_point_files_says_which_files_are_left_out(tmp_path):
+    data = blobs(tmp_path)
+    result = run(config(data, tmp_path / "out"), num_nodes=2)
+    (warning,) = result["warnings"]
+    assert "3 data files" in warning and "only 2 nodes" in warning and "client_002.npy will not be used" in warning
+    assert result["final"]["num_points"] == 60
+
+
+def test_fewer_nodes_than_graph_files_is_refused(tmp_path):
+    folder = tmp_path / "graph"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"client_{i:03d}.txt").write_text(f"{i} {i + 1}\n")
+    with pytest.raises(FederationError, match="a graph needs every client's edges"):
+        run({"algorithm": "fedspectral-plus", "k": 2, "num-nodes": 4, "dataset": "edge-dir", "data-dir": str(folder),
+             "output-dir": str(tmp_path / "out")}, num_nodes=2)
+
+
+def test_the_in_process_runner_enforces_round_timeout(tmp_path):
+    """A node whose ClientApp takes longer than round-timeout does not answer; the run goes
+    on without it and says why, without waiting another round-timeout."""
+    import time
+
+    data = blobs(tmp_path)
+
+    from client_app import app as client_module
+
+    original = client_module.run_task
+
+    def slow_task(name, data_, arrays, cfg):
+        if "client_001" in data_.source and name == "fedkmeans_train":
+            time.sleep(0.6)
+        return original(name, data_, arrays, cfg)
+
+    client_module.run_task = slow_task
+    try:
+        started = time.monotonic()
+        result = run(config(data, tmp_path / "out", **{"round-timeout": 0.5, "max-missed-phases": 100}), num_nodes=3)
+        took = time.monotonic() - started
+    finally:
+        client_module.run_task = original
+    train = [p for p in result["phases"] if p["phase"] == "train"]
+    assert all(p["replies"] == 2 for p in train)
+    assert all(f["kind"] == "timeout" and f["node"] == 1001 for p in train for f in p["failures"])
+    # the deadline counts from sending: no phase waits another round-timeout after the slow node
+    assert all(p["seconds"] < 0.6 + 0.4 for p in train), [p["seconds"] for p in train]
+    assert took > 1.2
