@@ -84,9 +84,11 @@ def one(partition: str, seed: int, method: str, attack: str) -> dict:
     hostile_points = X[parts[0]]
     box = (hostile_points.min(0), hostile_points.max(0))
     with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "data"
+        folder.mkdir()
         for i, index in enumerate(parts):
-            np.save(Path(tmp) / f"client_{i:03d}.npy", X[index])
-        config = {"k": 5, "dataset": "npy-dir", "data-dir": tmp, "seed": seed, "reference": False,
+            np.save(folder / f"client_{i:03d}.npy", X[index])
+        config = {"k": 5, "dataset": "npy-dir", "data-dir": str(folder), "seed": seed, "reference": False,
                   "aggregation": method, "output-dir": str(Path(tmp) / "out")}
         result = run(config, num_nodes=10, reply_hook=attack_hook(attack, box))
         centers = np.load(Path(tmp) / "out" / "centers.npy")

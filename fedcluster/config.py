@@ -132,6 +132,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("init-min-count", 2, "smallest local cluster a device may summarize", low=1, high=10**9),
         Key("eval-every", 1, "federated evaluation every this many rounds (0 = never; partial participation)", low=0, high=MANY),
         Key("tol", 0.0, "stop when the centers move at most this much (0 = run num-rounds)", low=0),
+        Key("server-memory", True, "aggregate every node's latest statistics (unsampled ones as last reported); false: this round's replies only (the paper)"),
         Key("aggregation", "mean", "combining the devices' centers: mean (the paper), trimmed-mean, median",
             choices=("mean", "trimmed-mean", "median")),
         Key("trim-fraction", 0.1, "trimmed-mean: share of a cluster's devices dropped at each end", low=0, high=0.5),

@@ -55,7 +55,7 @@ from fedcluster.fedkmeans import (
 )
 from fedcluster.lloyd import kmeans_plus_plus
 
-from .base import FederatedStrategy, FederationError, sum_arrays, sum_metric
+from .base import FederatedStrategy, FederationError, Reply, sum_arrays, sum_metric
 
 
 class FedKMeans(FederatedStrategy):
@@ -158,7 +158,7 @@ class FedKMeans(FederatedStrategy):
             "batch-size": cfg["batch-size"],
             "client-lr": cfg["client-lr"],
         }
-        last_counts: dict[int, np.ndarray] = {}  # per node: the counts it last reported
+        latest: dict[int, Reply] = {}  # per node: its latest valid training reply
         for t in range(1, rounds + 1):
             self.begin_round(t)
             nodes = self.sample(cfg["fraction"])
@@ -172,20 +172,23 @@ class FedKMeans(FederatedStrategy):
                 sizes={"k": k},
                 phase="train",
             )
-            last_counts.update({r.node_id: r.arrays["counts"] for r in replies})
+            latest.update({r.node_id: r for r in replies})
             left = present - set(self.active_nodes)  # NODE_UNAVAILABLE or silent too long
-            orphans = orphaned_clusters(last_counts, left)
+            orphans = orphaned_clusters({n: r.arrays["counts"] for n, r in latest.items()}, left)
             for node in left:
-                last_counts.pop(node, None)
+                latest.pop(node, None)
+            # server-memory: every node's latest statistics, the unsampled ones as they last
+            # reported (incremental Lloyd); with every node sampled, exactly this round's.
+            pool = [latest[n] for n in sorted(latest)] if cfg["server-memory"] else replies
             counts, weighted = aggregate_centers(
-                np.stack([r.arrays["centers"] for r in replies]),
-                np.stack([r.arrays["counts"] for r in replies]),
+                np.stack([r.arrays["centers"] for r in pool]),
+                np.stack([r.arrays["counts"] for r in pool]),
                 cfg["aggregation"],
                 cfg["trim-fraction"],
             )
             new, target = server_update(centers, counts, weighted, state, cfg["server-lr"], cfg["momentum"])
             reassigned = reassign_starved(
-                new, counts, sum_arrays(replies, "sumsq"), target, state,
+                new, counts, sum_arrays(pool, "sumsq"), target, state,
                 cfg["reassign-threshold"], cfg["reassign-patience"], orphans,
             )
             shift = center_shift(new, centers)

@@ -1,0 +1,122 @@
+"""FedKMeans under partial participation: does the run converge to the answer?
+
+Data: a mixture of 20 Gaussian components in d = 30 (separation 8 σ, unequal sizes: the
+component weights are 1..20 normalised), 3000 points over 50 clients, split:
+pathological non-IID (each client 1, 2 or 3 components), Dirichlet(0.1), Dirichlet(0.5)
+or IID. FedKMeans with only ``k = 20``, ``fraction`` and ``num-rounds = 60`` set (full
+batch), and with mini-batch ``batch-size = 32, local-epochs = 2``. Rows:
+
+- ``defaults``: today's run-config defaults (``server-memory = true``: every client's
+  latest statistics enter the server step; unsampled clients as they last reported);
+- ``previous defaults``: ``server-memory = false`` (this round's replies only: the paper);
+- ``paper setting``: the previous defaults with ``server-lr = 0.5, momentum = 0.5``
+  (Triebe et al.'s α and μ).
+
+Reported: the final cost over the best of scikit-learn KMeans(n_init = 10) and KMeans
+started from the true means, median and worst over the seeds; and how far the final cost
+lies above the best cost seen in the run (``eval-every = 1``).
+
+Usage::
+
+    python bench/fedkmeans_partial.py            # 10 seeds, the whole grid
+    python bench/fedkmeans_partial.py --quick    # 3 seeds, the pathological 2-component rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from _common import default_jobs, markdown_table, parallel_map, print_header, quiet_flower
+
+from fedcluster.data import partition_components, partition_dirichlet, partition_iid
+from fedcluster.lloyd import kmeans_cost
+
+K, D, N, CLIENTS = 20, 30, 3000, 50
+PARTITIONS = ("1 component", "2 components", "3 components", "Dirichlet(0.1)", "Dirichlet(0.5)", "IID")
+SETTINGS = {
+    "defaults": {},
+    "previous defaults": {"server-memory": False},
+    "paper setting": {"server-memory": False, "server-lr": 0.5, "momentum": 0.5},
+}
+
+
+def data(seed: int, partition: str):
+    rng = np.random.default_rng(seed)
+    means = rng.normal(0.0, 8.0 / np.sqrt(2 * D), size=(K, D))
+    weights = np.arange(1, K + 1) / np.arange(1, K + 1).sum()
+    labels = rng.choice(K, size=N, p=weights)
+    X = means[labels] + rng.normal(size=(N, D))
+    if partition.endswith("component") or partition.endswith("components"):
+        parts = partition_components(labels, CLIENTS, int(partition[0]), seed)
+    elif partition.startswith("Dirichlet"):
+        parts = partition_dirichlet(labels, CLIENTS, float(partition[10:-1]), seed)
+    else:
+        parts = partition_iid(N, CLIENTS, seed)
+    return X, labels, means, parts
+
+
+def central(X, labels, means, seed):
+    from sklearn.cluster import KMeans
+
+    true_start = np.stack([X[labels == j].mean(0) for j in range(K)])
+    best = min(KMeans(K, n_init=10, random_state=seed).fit(X).inertia_,
+               KMeans(K, init=true_start, n_init=1).fit(X).inertia_)
+    return best / len(X)
+
+
+def one(job):
+    partition, fraction, batch, setting, seed = job
+    quiet_flower()
+    from inprocess import run
+
+    X, labels, means, parts = data(seed, partition)
+    reference = central(X, labels, means, seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "data"
+        folder.mkdir()
+        for i, index in enumerate(parts):
+            np.save(folder / f"client_{i:03d}.npy", X[index])
+        config = {"k": K, "num-rounds": 60, "fraction": fraction, "dataset": "npy-dir", "data-dir": str(folder),
+                  "seed": seed, "reference": False, "output-dir": str(Path(tmp) / "out"), **SETTINGS[setting]}
+        if batch:
+            config.update({"batch-size": 32, "local-epochs": 2})
+        result = run(config, num_nodes=CLIENTS)
+        centers = np.load(Path(tmp) / "out" / "centers.npy")
+    final = kmeans_cost(X, centers) / len(X)
+    seen = [r["cost"] for r in result["rounds"] if r.get("cost") is not None]
+    return final / reference, final / min(seen) if seen else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--jobs", type=int, default=default_jobs())
+    args = parser.parse_args()
+    seeds = list(range(3 if args.quick else args.seeds))
+    partitions = ("2 components",) if args.quick else PARTITIONS
+    fractions = (0.3, 1.0) if args.quick else (0.1, 0.3, 0.5, 1.0)
+    batches = (False,) if args.quick else (False, True)
+    print_header("FedKMeans under partial participation (50 clients, d = 30, k = 20, 60 rounds)")
+    jobs = [(p, f, b, s, seed) for p in partitions for f in fractions for b in batches for s in SETTINGS for seed in seeds]
+    results = dict(zip(jobs, parallel_map(one, jobs, args.jobs)))
+    rows = []
+    for p in partitions:
+        for f in fractions:
+            for b in batches:
+                for s in SETTINGS:
+                    ratios = [results[(p, f, b, s, seed)][0] for seed in seeds]
+                    above = [results[(p, f, b, s, seed)][1] for seed in seeds]
+                    rows.append([p, f"{f:g}", "B=32 E=2" if b else "full", s, f"{np.median(ratios):.4f}",
+                                 f"{np.max(ratios):.4f}", f"{np.max(above):.4f}"])
+    print(markdown_table(["data", "fraction", "batch", "setting", "cost / best central (median)", "worst",
+                          "final / best seen (worst)"], rows))
+    print(f"\n{len(seeds)} seeds; best central = min(KMeans n_init=10, KMeans from the true means).")
+
+
+if __name__ == "__main__":
+    main()
