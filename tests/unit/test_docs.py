@@ -49,3 +49,37 @@ def test_readme_links_to_the_docs_and_the_fetch_command():
         assert (ROOT / target).is_file(), target
     assert "docs/ALGORITHMS.md" in readme and "docs/DESIGN.md" in readme
     assert "fedcluster-fetch-graphs" in readme
+
+
+def deployment_section() -> str:
+    readme = (ROOT / "README.md").read_text()
+    return readme.split("\n## Deployment\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_deployment_is_secure_by_default():
+    section = deployment_section()
+    commands = "\n".join(re.findall(r"```bash\n(.*?)\n```", section, flags=re.S))
+    for option in ("--ssl-ca-certfile", "--ssl-certfile", "--ssl-keyfile", "--enable-supernode-auth",
+                   "--root-certificates", "--auth-supernode-private-key", "flwr supernode register", "fedcluster-make-certs"):
+        assert option in commands, option
+    assert "--insecure" not in commands  # insecure is an opt-in described in prose, not the path shown
+    assert "explicit opt-in" in section
+
+
+def test_readme_deployment_states_what_a_new_user_hit():
+    section = deployment_section()
+    assert "own `--port`" in section  # several SuperNodes on one host
+    assert "**8000**" in section and "Fleet API" in section
+    assert "flwr ls" in section and "flwr log" in section and "returns at once" in section
+    assert "working directory" in section and "output-dir" in section
+    assert "--disable-runtime-dependency-installation" in section and "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1" in section
+    assert "fedcluster-local-cluster" in section
+
+
+def test_readme_docker_prerequisites_and_no_bare_sudo():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Demo cluster with Docker Compose", 1)[1].split("\n## ", 1)[0]
+    for needed in ("apt-get install docker-compose", "debootstrap", "PyPI", "Debian's mirror", "build.sh --check"):
+        assert needed in section, needed
+    first_command = re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)[0].splitlines()[0]
+    assert not first_command.startswith("sudo"), first_command
