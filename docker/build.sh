@@ -115,7 +115,7 @@ mkdir -p "$CONTEXT/wheelhouse" "$CONTEXT/project" "$CONTEXT/app" "$CONTEXT/scrip
 # a container (VCS, virtual environments, tests, benchmarks, outputs, this docker folder).
 tar -C "$ROOT" \
     --exclude=./.git --exclude=./.venv --exclude=./venv --exclude=./.flwr-home --exclude=./outputs \
-    --exclude=./docker --exclude=./tests --exclude=./bench --exclude=./graphs --exclude=./.ci --exclude=./build --exclude=./dist \
+    --exclude=./docker --exclude=./tests --exclude=./bench --exclude=./graphs --exclude=./certs --exclude=./local-cluster --exclude=./.ci --exclude=./build --exclude=./dist \
     --exclude=.pytest_cache --exclude=__pycache__ --exclude='*.egg-info' --exclude='*.pyc' \
     -c . | tar -C "$CONTEXT/app" -x
 cp "$HERE/run_job.py" "$HERE/make_demo_data.py" "$CONTEXT/scripts/"
