@@ -1,4 +1,4 @@
-"""FedDP-KMeans reproduction (Scott et al. 2025, Figs. 1-2 and Tables 2-5; ALGORITHMS.md §3).
+"""FedDP-KMeans reproduction (Scott et al. 2025, Figs. 1-2 and Tables 2-5; docs/ALGORITHMS.md §3).
 
 The paper's Gaussian mixture (App. G.1: d = 100, k = 10, means ~ U[0,1]^d, variance 0.5,
 server data 20 points per component + 100 uniform, Δ = 11), run as WHOLE federations

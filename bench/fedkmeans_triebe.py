@@ -1,6 +1,6 @@
 """FedKMeans on Triebe & Rajagopal's (2019) toy setup, against central k-means.
 
-Setup (ALGORITHMS.md §1): 50 non-IID clients, 10 points each, every client's points drawn
+Setup (docs/ALGORITHMS.md §1): 50 non-IID clients, 10 points each, every client's points drawn
 from ONE of 5 Gaussians (means 1..5, scale 0.2), 1-D; k = 5; T = 200 rounds. Metrics of
 the paper: mean Euclidean intra-cluster distance and Davies–Bouldin index (both lower is
 better), mean ± std over 10 seeds. Seed s generates the data (``dataset="triebe"``,
@@ -15,7 +15,7 @@ Rows (hyperparameters of the federated runs; everything else is the run-config d
 * ``default``: C = 1, E = 1, B = full, β = 1, α = 1, μ = 0, init ``auto``.
 * ``B=5 E=2 β=0.5``: mini-batch local training.
 * ``α=1 μ=0.5``: the paper's figure captions read "α = (1, 0.5)"; following
-  ALGORITHMS.md we read that as server learning rate 1 and server momentum 0.5.
+  docs/ALGORITHMS.md we read that as server learning rate 1 and server momentum 0.5.
 * ``paper-like``: the paper's Figure 1 setting as we read it -- random initialization
   (``init=random-box``, the paper: "initialize cluster centroids randomly"), C = 0.1
   (5 of 50 clients per round), E = 1, B = full, β = 1, α = 1, μ = 0.5.

@@ -7,7 +7,7 @@ federated row is a real run of the ServerApp + ClientApp through the in-process 
 "global clustering": central spectral clustering of the whole graph (exact top-k
 eigenvectors of (I + N)/2, row-normalized, KMeans n_init=10, random_state=0).
 
-Every row reports (ALGORITHMS.md section 5 explains why the Rand index alone misleads):
+Every row reports (docs/ALGORITHMS.md section 5 explains why the Rand index alone misleads):
 Rand index (the paper's "similarity"), ARI and NMI to the global clustering, the largest
 principal-angle sine between the federated and the central top-k eigenspaces, the
 communication rounds and the bytes moved per client. The central-vs-central noise floor
@@ -26,7 +26,7 @@ Usage::
     python bench/fedspectral_repro.py --flwr      # + per-round time in a real flwr run
     python bench/fedspectral_repro.py --privacy   # + can a server rebuild a client's edges?
 
-Graphs: ``--graphs DIR`` or ``$FEDCLUSTER_GRAPHS`` or ``../shared/data/graphs``.
+Graphs: ``--graphs DIR`` or ``$FEDCLUSTER_GRAPHS`` or ``./graphs`` (``fedcluster-fetch-graphs --out graphs``) or ``../shared/data/graphs``.
 """
 
 from __future__ import annotations
@@ -71,8 +71,14 @@ TARGETS = (1e-1, 1e-2, 1e-3, 1e-6)
 
 
 def default_graph_dir() -> Path:
+    """$FEDCLUSTER_GRAPHS, else ./graphs (fedcluster-fetch-graphs --out graphs), else the
+    offline cache ../shared/data/graphs beside the project."""
     env = os.environ.get("FEDCLUSTER_GRAPHS")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data" / "graphs"
+    if env:
+        return Path(env)
+    root = Path(__file__).resolve().parents[1]
+    fetched = root / "graphs"
+    return fetched if (fetched / "email-Eu-core.txt").is_file() else root.parent / "shared" / "data" / "graphs"
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,8 +28,8 @@ Sections (``--sections``, comma separated; default all):
 
 Usage::
 
-    OPENBLAS_NUM_THREADS=1 /work/venv/bin/python bench/kfed_system.py            # 10 seeds
-    OPENBLAS_NUM_THREADS=1 /work/venv/bin/python bench/kfed_system.py --quick    # 3 seeds
+    OPENBLAS_NUM_THREADS=1 python bench/kfed_system.py            # 10 seeds
+    OPENBLAS_NUM_THREADS=1 python bench/kfed_system.py --quick    # 3 seeds
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ own clusterings each matched separately (an upper bound for what the merge can r
 
 Usage::
 
-    /work/venv/bin/python bench/kfed_table.py                 # our defaults
-    /work/venv/bin/python bench/kfed_table.py --variant paper # paper-faithful k-FED
-    /work/venv/bin/python bench/kfed_table.py --variant all   # every variant
+    python bench/kfed_table.py                 # our defaults
+    python bench/kfed_table.py --variant paper # paper-faithful k-FED
+    python bench/kfed_table.py --variant all   # every variant
 """
 
 from __future__ import annotations

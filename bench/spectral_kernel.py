@@ -14,7 +14,7 @@ prints the ratios (NumPy time / scipy time; lower is better, 1 = as fast as scip
 Timings are the minimum over many repetitions (robust to other load on the machine).
 
 Run: ``python bench/spectral_kernel.py [--graphs DIR] [--block 10] [--repeats 200]``.
-The graph directory defaults to ``$FEDCLUSTER_GRAPHS`` or ``../shared/data/graphs`` next to
+The graph directory defaults to ``$FEDCLUSTER_GRAPHS`` or ``./graphs`` (``fedcluster-fetch-graphs --out graphs``) or ``../shared/data/graphs`` next to
 the project.
 """
 
@@ -36,10 +36,14 @@ from fedcluster.registry import DeviceData  # noqa: E402
 
 
 def default_graph_dir() -> Path:
+    """$FEDCLUSTER_GRAPHS, else ./graphs (fedcluster-fetch-graphs --out graphs), else the
+    offline cache ../shared/data/graphs beside the project."""
     env = os.environ.get("FEDCLUSTER_GRAPHS")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "data" / "graphs"
+    root = Path(__file__).resolve().parents[1]
+    fetched = root / "graphs"
+    return fetched if (fetched / "email-Eu-core.txt").is_file() else root.parent / "shared" / "data" / "graphs"
 
 
 def best_time(fn, repeats: int) -> float:

@@ -14,8 +14,14 @@
 #                       is tagged fedcluster-deps: it is the cache that makes a rebuild after
 #                       a code change take seconds.
 #
-# Usage (as a user who may run docker; step 1 needs root for debootstrap):
+# Usage (as root, or `sudo bash docker/build.sh`: step 1 needs root for debootstrap):
 #   bash docker/build.sh [--from-scratch]     # --from-scratch: redo steps 1 and 2 as well
+#   bash docker/build.sh --check              # only check the prerequisites, build nothing
+# Prerequisites (checked first; every missing one is named): a Docker engine that answers
+# (Debian: apt-get install docker.io, then start dockerd), Docker Compose (the v2 plugin,
+# `docker compose`, or v1: apt-get install docker-compose), debootstrap (apt-get install
+# debootstrap) and root while the base image is to be made, a host python3 with venv, and
+# network access to Debian's mirror and PyPI.
 # Environment: DEBIAN_MIRROR (default http://deb.debian.org/debian), DEBIAN_SUITE
 # (bookworm), BASE_IMAGE (fedcluster-base), IMAGE (fedcluster), PYTHON (a host python3 with
 # venv, for pip; default python3). Only the build talks to the outside (Debian's mirror,
@@ -32,9 +38,11 @@ BASE_IMAGE="${BASE_IMAGE:-fedcluster-base}"
 IMAGE="${IMAGE:-fedcluster}"
 PYTHON="${PYTHON:-python3}"
 FROM_SCRATCH=0
+CHECK_ONLY=0
 for arg in "$@"; do
     case "$arg" in
         --from-scratch) FROM_SCRATCH=1 ;;
+        --check) CHECK_ONLY=1 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
         *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
     esac
@@ -44,14 +52,38 @@ step_started=0
 step() { step_started=$SECONDS; echo; echo "== $*"; }
 done_step() { echo "   ($((SECONDS - step_started)) s)"; }
 
-docker info >/dev/null 2>&1 || { echo "docker build.sh: no Docker engine answers ('docker info' fails); start dockerd first" >&2; exit 1; }
+# --- prerequisites: every missing one is named, then the build stops ----------------------
+missing=()
+if ! command -v docker >/dev/null 2>&1; then
+    missing+=("no 'docker' command: install a Docker engine (Debian: apt-get install docker.io) and start dockerd")
+elif ! docker info >/dev/null 2>&1; then
+    missing+=("no Docker engine answers ('docker info' fails): start dockerd (or: service docker start), or run as a user allowed to use it")
+fi
+if ! { command -v docker >/dev/null 2>&1 && docker compose version >/dev/null 2>&1; } && ! command -v docker-compose >/dev/null 2>&1; then
+    missing+=("no Docker Compose: neither the v2 plugin ('docker compose version' fails) nor v1 'docker-compose' (Debian: apt-get install docker-compose)")
+fi
+needs_base=1
+if [[ $FROM_SCRATCH == 0 ]] && command -v docker >/dev/null 2>&1 && docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then needs_base=0; fi
+if [[ $needs_base == 1 ]]; then
+    command -v debootstrap >/dev/null 2>&1 || missing+=("no 'debootstrap' (needed to make the base image $BASE_IMAGE): apt-get install debootstrap")
+    [[ $(id -u) == 0 ]] || missing+=("not root: debootstrap (base image $BASE_IMAGE) needs root; run as root or with sudo bash docker/build.sh")
+fi
+"$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=("no host python with venv and ensurepip ('$PYTHON'; Debian: apt-get install python3-venv, or set PYTHON)")
+if (( ${#missing[@]} )); then
+    echo "docker/build.sh: missing prerequisites:" >&2
+    printf '  - %s\n' "${missing[@]}" >&2
+    echo "The build also needs network access to $DEBIAN_MIRROR and PyPI." >&2
+    exit 1
+fi
+if [[ $CHECK_ONLY == 1 ]]; then
+    echo "docker/build.sh: prerequisites present (engine, compose$([[ $needs_base == 1 ]] && echo ", debootstrap, root")); the build also needs network access to $DEBIAN_MIRROR and PyPI"
+    exit 0
+fi
 mkdir -p "$BUILD"
 
 # --- 1. the base image ---------------------------------------------------------------------
 if [[ $FROM_SCRATCH == 1 ]] || ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
     step "1/3 base image $BASE_IMAGE: debootstrap --variant=minbase $DEBIAN_SUITE + python3, python3-venv"
-    command -v debootstrap >/dev/null || { echo "needs debootstrap (apt-get install -y debootstrap)" >&2; exit 1; }
-    [[ $(id -u) == 0 ]] || { echo "debootstrap needs root" >&2; exit 1; }
     ROOTFS="$BUILD/rootfs"
     rm -rf "$ROOTFS"
     debootstrap --variant=minbase --include=python3,python3-venv "$DEBIAN_SUITE" "$ROOTFS" "$DEBIAN_MIRROR" > "$BUILD/debootstrap.log" 2>&1 \
@@ -83,7 +115,7 @@ mkdir -p "$CONTEXT/wheelhouse" "$CONTEXT/project" "$CONTEXT/app" "$CONTEXT/scrip
 # a container (VCS, virtual environments, tests, benchmarks, outputs, this docker folder).
 tar -C "$ROOT" \
     --exclude=./.git --exclude=./.venv --exclude=./venv --exclude=./.flwr-home --exclude=./outputs \
-    --exclude=./docker --exclude=./tests --exclude=./bench --exclude=./.ci --exclude=./build --exclude=./dist \
+    --exclude=./docker --exclude=./tests --exclude=./bench --exclude=./graphs --exclude=./certs --exclude=./local-cluster --exclude=./.ci --exclude=./build --exclude=./dist \
     --exclude=.pytest_cache --exclude=__pycache__ --exclude='*.egg-info' --exclude='*.pyc' \
     -c . | tar -C "$CONTEXT/app" -x
 cp "$HERE/run_job.py" "$HERE/make_demo_data.py" "$CONTEXT/scripts/"

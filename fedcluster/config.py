@@ -117,7 +117,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("snr-db", 30.0, "da-ufl-paper: every agent's SNR in dB (observation probability 1 − exp(−0.025·SNR/d))", low=-50, high=100),
         Key("class-std", 1.0, "da-ufl-paper: standard deviation of every class per coordinate", low=0, high=1000, low_open=True),
     ),
-    # ALGORITHMS.md section 1; `init` is shared by every center-based algorithm.
+    # docs/ALGORITHMS.md section 1; `init` is shared by every center-based algorithm.
     "fedkmeans": (
         Key("fraction", 1.0, "C, fraction of nodes sampled per round", low=0, high=1, low_open=True),
         Key("local-epochs", 1, "E, local epochs", low=1, high=MANY),
@@ -137,7 +137,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             choices=("mean", "trimmed-mean", "median")),
         Key("trim-fraction", 0.1, "trimmed-mean: share of a cluster's devices dropped at each end", low=0, high=0.5),
     ),
-    # ALGORITHMS.md section 4
+    # docs/ALGORITHMS.md section 4
     "kfed": (
         Key("k-prime", 0, "local clusters per device (0 = ceil(sqrt(k)))", low=0, high=MANY),
         Key("kfed-weighting", "count", "weighting of device centers in the merge", choices=("count", "uniform")),
@@ -146,7 +146,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("kfed-device-restarts", 10, "local k'-means restarts on each device (1 = the paper)", low=1, high=10_000),
         Key("kfed-evaluate", True, "one extra round measuring the federated cost of the result"),
     ),
-    # ALGORITHMS.md section 3
+    # docs/ALGORITHMS.md section 3
     "feddp-kmeans": (
         Key("privacy-level", DATA_POINT, "unit of privacy", choices=LEVELS),
         Key("epsilon", 1.0, "target total ε (inf = no noise)", low=0, low_open=True, allow_inf=True),
@@ -170,7 +170,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("noise-seed", -1, "seed of the noise (-1 = OS entropy)", low=-1, high=SEED_MAX),
         Key("evaluate-cost", True, "report the exact (non-private) federated cost of the result"),
     ),
-    # ALGORITHMS.md section 5
+    # docs/ALGORITHMS.md section 5
     "fedspectral": (
         Key("num-nodes", 0, "global number of graph nodes (ids 0 .. n-1)", low=0, high=10**9),
         Key("mode", "exact", "FedSpectral+: exact (summed global products) or paper", choices=("exact", "paper")),

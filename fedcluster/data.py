@@ -5,7 +5,7 @@ file; scikit-learn is imported only inside :func:`digits_partition`):
 
 * **Loaders** read one device's points from a ``.npy`` or ``.csv`` file and validate them,
   raising :class:`DataError` with a message that names the file and the problem.
-* **Generators** reproduce the synthetic setups of the papers (ALGORITHMS.md):
+* **Generators** reproduce the synthetic setups of the papers (docs/ALGORITHMS.md):
   :func:`triebe_clients` (FedKMeans), :func:`kfed_mixture` (k-FED Table 1),
   :func:`feddp_mixture` and :func:`feddp_server_data` (FedDP-KMeans), :func:`daufl_paper`
   (DA-UFL: overlapping, unbalanced observations of one event set), and a general

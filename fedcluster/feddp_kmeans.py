@@ -1,4 +1,4 @@
-"""FedDP-KMeans (Scott et al. 2025; ALGORITHMS.md §3): everything that never touches a
+"""FedDP-KMeans (Scott et al. 2025; docs/ALGORITHMS.md §3): everything that never touches a
 Flower message. NumPy only at import time (a device needs nothing else).
 
 - Device kernels (``feddp_outer``, ``feddp_histogram``, ``feddp_projected_stats``,
@@ -439,7 +439,7 @@ def lloyd_violation(
 
 # ------------------------------------------------------------------ SpherePacking baseline
 def sphere_packing(k: int, d: int, radius: float, rng: np.random.Generator) -> tuple[np.ndarray, float]:
-    """SpherePacking initialization (Su et al. 2017; ALGORITHMS.md section 3, App. G.3).
+    """SpherePacking initialization (Su et al. 2017; docs/ALGORITHMS.md section 3, App. G.3).
 
     For a radius a, center j is drawn uniformly from the cube [−r, r]^d until it is at
     least a away from every corner of the cube (the nearest corner of c is sign(c)·r, at

@@ -1,4 +1,4 @@
-"""FedKMeans: federated mini-batch k-means (Triebe et al. 2019; ALGORITHMS.md section 1).
+"""FedKMeans: federated mini-batch k-means (Triebe et al. 2019; docs/ALGORITHMS.md section 1).
 
 Device (NumPy only): ClientKMeans (:func:`client_kmeans`, task ``fedkmeans_train``)
 starts from the global centers, runs E passes of mini-batch k-means with learning rate β
@@ -202,7 +202,7 @@ def server_update(
     server_lr: float,
     momentum: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One server step of ALGORITHMS.md §1 from the summed replies::
+    """One server step of docs/ALGORITHMS.md §1 from the summed replies::
 
         Γ* = Σ_i Λ^(i) Γ^(i) / Λ_t  where Λ_t > 0     (weighted centroid average)
         v  = μ v + (1 − μ)(Γ* − Γ_{t−1})  if μ > 0  else  Γ* − Γ_{t−1}

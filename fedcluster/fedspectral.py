@@ -1,6 +1,6 @@
 """FedSpectral and FedSpectral+: federated spectral clustering of a graph whose edges are
 spread over clients ("FedSpectral+: Spectral Clustering using Federated Learning", 2023;
-working specification ALGORITHMS.md section 5). The phases are in ``server_app/fedspectral.py``.
+working specification docs/ALGORITHMS.md section 5). The phases are in ``server_app/fedspectral.py``.
 
 Spectral clustering is Ng-Jordan-Weiss on ``M = (I + N)/2``, ``N = D^{-1/2} A D^{-1/2}``
 (a degree-0 node has ``D^{-1/2} = 0``): top-``k`` eigenvectors, rows normalized, k-means.

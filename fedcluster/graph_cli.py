@@ -6,13 +6,15 @@ of ``--clients 5`` is ``r = 2``; or give ``--copies r`` directly) and writes
 ``client_000.txt``, ``client_001.txt``, ... into ``--out``. The same files serve
 
 * a simulation: ``dataset='edge-dir' data-dir='OUT'`` (node i reads the i-th file), and
-* a deployment: one SuperNode per file with ``--node-config 'data-path="OUT/client_000.txt"'``.
+* a deployment: one SuperNode per file with ``--node-config 'data-path="OUT/client_000.txt"'``
+  (pointed at the SuperLink's HTTP port, 8000 by default).
 
 It prints the run config to use (``num-nodes``, ``edge-copies``) and both commands.
 
 Example::
 
-    fedcluster-split-graph ../shared/data/graphs/email-Eu-core.txt --clients 5 --overlap 0.4 --out /tmp/email5
+    fedcluster-fetch-graphs --out graphs   # once: the SNAP graphs, checksums verified
+    fedcluster-split-graph graphs/email-Eu-core.txt --clients 5 --overlap 0.4 --out /tmp/email5
     flwr run . --run-config "algorithm='fedspectral-plus' k=10 num-nodes=1005 edge-copies=2 \\
         dataset='edge-dir' data-dir='/tmp/email5'" --federation-config "num-supernodes=5"
 """
@@ -24,6 +26,14 @@ import sys
 from pathlib import Path
 
 from .graph import GraphError, canonical_edges, infer_num_nodes, load_edge_list, overlap_to_clients, split_edges, write_client_edge_files
+
+
+# flower-superlink (flwr 1.41) serves the Fleet API (SuperNodes), the Control API (flwr run /
+# ls / log) and the Runtime API (SuperExecs) on ONE HTTP port, 8000 unless --port says
+# otherwise; the old gRPC ports 9091-9093 are gone. A SuperNode's own Runtime API (ClientAppIo)
+# listens on 9094 by default, so SuperNodes sharing a host need one --port each.
+SUPERLINK_PORT = 8000
+SUPERNODE_PORT = 9094
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,9 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     print("\nsimulation:")
     print(f"  flwr run . --run-config \"algorithm='fedspectral-plus' k=10 {config} dataset='edge-dir' "
           f"data-dir='{out}'\" --federation-config \"num-supernodes={args.clients}\"")
-    print("deployment (one SuperNode per file):")
-    print(f"  flower-supernode --insecure --superlink SERVER:9092 --node-config 'data-path=\"{paths[0]}\"'   # ... one per client file")
+    print(f"deployment (one SuperNode per file; SERVER:{SUPERLINK_PORT} is the SuperLink's one HTTP port, "
+          "serving the Fleet, Control and Runtime APIs: flower-superlink --port):")
+    for index, path in enumerate(paths):
+        print(f"  flower-supernode --superlink SERVER:{SUPERLINK_PORT} --root-certificates ca.crt "
+              f"--auth-supernode-private-key supernode-{index + 1}.key --port {SUPERNODE_PORT + index} "
+              f"--node-config 'data-path=\"{path}\"'")
     print(f"  flwr run . my-superlink --run-config \"algorithm='fedspectral-plus' k=10 {config} min-nodes={args.clients}\"")
+    print("  (certificates and keys: fedcluster-make-certs; one machine, all of it: fedcluster-local-cluster; "
+          "each SuperNode on one host needs its own --port)")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""k-FED: one-shot federated clustering (Dennis, Li & Smith, ICML 2021; ALGORITHMS.md §4).
+"""k-FED: one-shot federated clustering (Dennis, Li & Smith, ICML 2021; docs/ALGORITHMS.md §4).
 
 Device (:func:`local_kprime_means`, task ``kfed_local``): the Awasthi-Sheffet local
 k'-means. At most k' distinct points are their own centers; otherwise project onto the top

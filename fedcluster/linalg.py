@@ -2,7 +2,7 @@
 symmetric eigensolver, one Rayleigh-Ritz step. NumPy only (SciPy's subset eigensolver is
 used when it is installed, so a device never needs SciPy).
 
-Users: k-FED's projection onto the top right singular vectors (ALGORITHMS.md §4),
+Users: k-FED's projection onto the top right singular vectors (docs/ALGORITHMS.md §4),
 FedDP-KMeans' top eigenvectors of the noisy XᵀX (§3), FedSpectral(+)'s Ritz vectors on
 the server and on the device (§5).
 """

@@ -2,7 +2,7 @@
 
 The device runs k-FED's local step on its own data and maps each of its local centers to
 the nearest stored global center: O(k·k') distances, no other device and no new round
-involved (ALGORITHMS.md section 4). NumPy only: it runs on the device.
+involved (docs/ALGORITHMS.md section 4). NumPy only: it runs on the device.
 
 Command line::
 

@@ -1,5 +1,5 @@
 """Central spectral clustering of the whole graph: the references FedSpectral / FedSpectral+
-are judged against (ALGORITHMS.md section 5, "global clustering"). Reporting and testing
+are judged against (docs/ALGORITHMS.md section 5, "global clustering"). Reporting and testing
 only; the algorithm itself is :mod:`fedcluster.fedspectral`.
 
 :func:`central_eigenpairs` (an accurate eigensolver) and :func:`central_spectral` give the

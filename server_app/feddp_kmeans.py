@@ -1,6 +1,6 @@
 """FedDP-KMeans: differentially private federated k-means with server-side data.
 
-Scott et al. 2025; ALGORITHMS.md §3 (it wins over the paper and the authors' code). The
+Scott et al. 2025; docs/ALGORITHMS.md §3 (it wins over the paper and the authors' code). The
 phases, in the order this strategy runs them::
 
     FedDP-Init

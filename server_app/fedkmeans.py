@@ -1,7 +1,7 @@
 """FedKMeans: federated mini-batch k-means with weighted centroid averaging.
 
 Triebe et al., "Federated K-Means" (2019); the working specification is
-ALGORITHMS.md section 1, which this strategy follows line by line:
+docs/ALGORITHMS.md section 1, which this strategy follows line by line:
 
     Λ_t = Σ_i Λ^(i)                                   (per-cluster counts)
     Γ*  = Σ_i Λ^(i) Γ^(i) / Λ_t  where Λ_t > 0        (weighted centroid average)

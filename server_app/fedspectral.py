@@ -1,6 +1,6 @@
 """FedSpectral and FedSpectral+: the phases (broadcast, check, call into
 :mod:`fedcluster.fedspectral`, record). Paper: "FedSpectral+: Spectral Clustering using
-Federated Learning" (2023); specification: ALGORITHMS.md section 5.
+Federated Learning" (2023); specification: docs/ALGORITHMS.md section 5.
 
 A global graph on ``num-nodes`` nodes has its edges spread over J clients (each edge
 possibly on several); a client holds only its own edge list. Every phase needs a reply

@@ -1,7 +1,7 @@
 """k-FED: one-shot federated clustering.
 
 Dennis, Li & Smith, "Heterogeneity for the Win: One-Shot Federated Clustering" (ICML 2021);
-working specification ALGORITHMS.md section 4. One round of communication:
+working specification docs/ALGORITHMS.md section 4. One round of communication:
 
 1. every device runs the Awasthi–Sheffet local k'-means on its own data and sends its k'
    local centers with their counts (``kfed_local``; one message of k'·d floats up);

@@ -28,8 +28,9 @@ for _path in (ROOT, ROOT / "tests", ROOT / "tests" / "engine"):  # the project, 
 
 
 def graphs_dir() -> Path | None:
-    """The SNAP graphs: $FEDCLUSTER_GRAPHS or ../shared/data/graphs beside the project."""
-    candidates = [os.environ.get("FEDCLUSTER_GRAPHS", ""), str(ROOT.parent / "shared" / "data" / "graphs")]
+    """The SNAP graphs: $FEDCLUSTER_GRAPHS, ./graphs (where ``fedcluster-fetch-graphs`` puts
+    them), or ../shared/data/graphs beside the project (an offline cache)."""
+    candidates = [os.environ.get("FEDCLUSTER_GRAPHS", ""), str(ROOT / "graphs"), str(ROOT.parent / "shared" / "data" / "graphs")]
     for candidate in candidates:
         if candidate and (Path(candidate) / "email-Eu-core.txt").is_file():
             return Path(candidate).resolve()
@@ -42,7 +43,7 @@ def split_email_eu_core(tmp_path: Path, clients: int = 5, copies: int = 2) -> Pa
 
     graphs = graphs_dir()
     if graphs is None:
-        pytest.skip("SNAP graphs not found: set FEDCLUSTER_GRAPHS or put email-Eu-core.txt in ../shared/data/graphs")
+        pytest.skip("SNAP graphs not found: run fedcluster-fetch-graphs --out graphs, or set FEDCLUSTER_GRAPHS")
     out = tmp_path / f"email{clients}"
     assert split_main([str(graphs / "email-Eu-core.txt"), "--clients", str(clients), "--copies", str(copies), "--out", str(out)]) == 0
     return out

@@ -1,4 +1,4 @@
-"""Differential privacy for fedcluster, along dp_accounting's lines (ALGORITHMS.md §3):
+"""Differential privacy for fedcluster, along dp_accounting's lines (docs/ALGORITHMS.md §3):
 
 - :mod:`.clipping` -- device side, NumPy only: norm clipping and the privacy levels;
 - :mod:`.mechanisms` -- Gaussian, symmetric Gaussian and Laplace noise, one base class;

@@ -7,7 +7,7 @@
 - :func:`gaussian_sigma_for`, :func:`laplace_scale_for` -- one step, possibly repeated
   and/or Poisson-sampled.
 - :func:`calibrate_to_total` -- every step of a run, so that the PLD composition of all of
-  them meets a target ε at δ (what FedDP-KMeans' ``epsilon`` means, ALGORITHMS.md §3).
+  them meets a target ε at δ (what FedDP-KMeans' ``epsilon`` means, docs/ALGORITHMS.md §3).
 
 Searches use a band, not a root: they stop as soon as the accounted ε lands in
 ``[target·(1 − tol), target]`` and are warm-started, so they take about half the PLD

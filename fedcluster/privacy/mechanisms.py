@@ -3,7 +3,7 @@
 Each mechanism holds its OWN random generator (get independent ones from
 :func:`independent_generators`) and describes one use of itself as a ``dp_accounting``
 event (``GaussianDpEvent`` / ``LaplaceDpEvent``, whose noise multiplier is scale /
-sensitivity). Used by FedDP-KMeans (ALGORITHMS.md §3) on the server.
+sensitivity). Used by FedDP-KMeans (docs/ALGORITHMS.md §3) on the server.
 
 Conventions: ``sensitivity`` is L2 for the Gaussian mechanisms and L1 for Laplace;
 ``scale`` is σ (Gaussian) or b (Laplace); ``noise_std`` is the standard deviation of one

@@ -433,7 +433,7 @@ def test_device_module_needs_only_numpy():
 def test_email_eu_core_loads_with_1005_nodes():
     directory = graph_dir()
     if directory is None:
-        pytest.skip("SNAP graphs not found: set FEDCLUSTER_GRAPHS or provide ../../shared/data/graphs")
+        pytest.skip("SNAP graphs not found: run fedcluster-fetch-graphs --out graphs, or set FEDCLUSTER_GRAPHS")
     edges = load_edge_list(directory / "email-Eu-core.txt", num_nodes=1005)
     assert edges.shape == (25571, 2)
     assert infer_num_nodes(edges) == 1005

@@ -1,5 +1,5 @@
 """The house plan, checked: fedcluster never needs flwr, a device needs only NumPy, and a
-strategy does no math beyond summing replies (DESIGN.md, "The three rooms")."""
+strategy does no math beyond summing replies (docs/DESIGN.md, "Three places for code")."""
 
 from __future__ import annotations
 

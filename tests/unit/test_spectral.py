@@ -249,14 +249,14 @@ def test_exact_mode_equals_central_subspace_iteration_random_graph():
 def test_exact_mode_equals_central_on_email_eu_core():
     directory = graph_dir()
     if directory is None:
-        pytest.skip("SNAP graphs not found: set FEDCLUSTER_GRAPHS or provide ../../shared/data/graphs")
+        pytest.skip("SNAP graphs not found: run fedcluster-fetch-graphs --out graphs, or set FEDCLUSTER_GRAPHS")
     n = 1005
     edges = load_edge_list(directory / "email-Eu-core.txt", num_nodes=n)
     Qf, MQf = federated_exact(edges, n, clients=5, overlap=2, block=20, rounds=40, seed=0)
     Qc, MQc = central_subspace_iteration(edges, n, 20, 40, seed=0)
     np.testing.assert_allclose(Qf, Qc, rtol=0, atol=1e-8)
     assert principal_angle_sines(rayleigh_ritz(Qf, MQf, 10)[1], rayleigh_ritz(Qc, MQc, 10)[1])[0] < 1e-8
-    # ALGORITHMS.md: the 10th and 11th eigenvalues of (I + N)/2 are 0.7757 and 0.7692
+    # docs/ALGORITHMS.md: the 10th and 11th eigenvalues of (I + N)/2 are 0.7757 and 0.7692
     values, _ = central_eigenpairs(edges, n, 11)
     assert values[9] == pytest.approx(0.7757, abs=5e-5)
     assert values[10] == pytest.approx(0.7692, abs=5e-5)

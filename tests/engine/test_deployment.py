@@ -1,0 +1,231 @@
+"""Engine tier: the secure deployment path for real (SuperLink + SuperNodes on loopback).
+
+One SuperLink with TLS and SuperNode authentication serves the module (started by the same
+``LocalCluster`` that ``fedcluster-local-cluster`` uses): an unregistered SuperNode is
+refused, each algorithm runs through it, and last a SuperNode is killed mid-run. Every
+process is started here and stopped by PID (process group) at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flower_processes import flower_available
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.slow,  # real processes; every message is a fresh ClientApp process (~6 s a round trip)
+    pytest.mark.skipif(not flower_available(), reason="flwr / flower-superlink / flower-supernode not installed"),
+]
+pytest.importorskip("cryptography")
+
+from fedcluster.local_cluster import LocalCluster  # noqa: E402
+
+MEANS = np.array([[0, 0, 0, 0], [12, 0, 0, 0], [0, 12, 0, 0], [0, 0, 12, 0]], dtype=float)
+NODES = 3
+QUICK = f"min-nodes={NODES} node-settle-s=1.0 reference=false"  # each round trip is ~6 s: no extra phases
+
+
+def node_data(directory: Path) -> list[Path]:
+    """Node i holds blobs i and i+1 (mod 4) of four well-separated 4-D blobs (non-IID)."""
+    rng = np.random.default_rng(11)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(NODES):
+        X = np.concatenate([MEANS[(i + j) % 4] + rng.normal(size=(40, 4)) for j in range(2)])
+        paths.append(directory / f"node_{i + 1}.npy")
+        np.save(paths[-1], X)
+    return paths
+
+
+def pooled(paths) -> np.ndarray:
+    return np.concatenate([np.load(p) for p in paths])
+
+
+def lloyd_reference(X, k):
+    from sklearn.cluster import KMeans
+
+    return KMeans(k, n_init=10, random_state=0).fit(X).inertia_ / X.shape[0]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("deployment")
+    handle = LocalCluster(workdir, node_data(workdir / "data"), echo=lambda *_: None)
+    try:
+        handle.start()
+        yield handle
+    finally:
+        handle.stop()
+
+
+def run_to_end(cluster: LocalCluster, run_config: str, timeout: float = 400) -> tuple[str, str]:
+    run_id = cluster.submit(ROOT, run_config)
+    return run_id, cluster.wait(run_id, timeout)
+
+
+def processes_of(workdir: Path) -> list[int]:
+    """PIDs whose command line names ``workdir`` (this test's processes only)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(workdir) in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+# ------------------------------------------------------------------ TLS + SuperNode auth
+
+
+def test_an_unregistered_supernode_is_refused(cluster, tmp_path):
+    from fedcluster.certs import make_certs
+
+    stranger = make_certs(tmp_path / "stranger", supernodes=1).supernode_keys[0]  # never registered
+    before = cluster.flwr("supernode", "list", "local", "--format", "json")
+    process = cluster.start_supernode(0, key=stranger)
+    name = next(n for n, p in cluster.processes.items() if p is process)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None and "Failed to activate SuperNode" not in cluster.tail(name):
+            time.sleep(1)
+        log = cluster.tail(name)
+        # Flower's exit code 305: "Failed to activate SuperNode" -- the SuperLink refused its key
+        # (the same CA and options with a registered key connect: the module's SuperNodes).
+        assert "Failed to activate SuperNode" in log, log
+    finally:
+        cluster.stop_process(name)
+        del cluster.processes[name]
+    after = cluster.flwr("supernode", "list", "local", "--format", "json")
+    assert after.stdout.count('"node-id"') == before.stdout.count('"node-id"'), (before.stdout, after.stdout)
+
+
+def test_tls_and_auth_deployment_runs_fedkmeans_to_the_central_cost(cluster):
+    out = cluster.workdir / "out-fedkmeans"
+    run_id, status = run_to_end(cluster, f"k=4 num-rounds=2 eval-every=0 {QUICK} output-dir='{out}'")
+    assert status == "finished:completed", cluster.run_log(run_id)
+    result = json.loads((out / "result.json").read_text())
+    assert result["nodes"]["connected"] == NODES and not result["nodes"]["exclusions"]
+    X = pooled(cluster.data_files)
+    assert result["final"]["num_points"] == X.shape[0]
+    assert result["final"]["cost"] <= 1.02 * lloyd_reference(X, 4)
+    # Dependencies are installed ahead of time: nothing was `uv sync`ed at run time.
+    assert not list(cluster.home.rglob("runtime-envs")), sorted(cluster.home.rglob("*"))[:20]
+
+
+def test_kfed_through_the_deployment(cluster):
+    out = cluster.workdir / "out-kfed"
+    run_id, status = run_to_end(cluster, f"algorithm='kfed' k=4 k-prime=2 {QUICK} output-dir='{out}'")
+    assert status == "finished:completed", cluster.run_log(run_id)
+    result = json.loads((out / "result.json").read_text())
+    assert result["kfed"]["devices"] == NODES
+    assert result["final"]["cost"] <= 1.02 * lloyd_reference(pooled(cluster.data_files), 4)
+
+
+def test_feddp_kmeans_through_the_deployment(cluster):
+    rng = np.random.default_rng(5)
+    server = cluster.workdir / "server.npy"  # server-side points, read by the ServerApp on the SuperLink's machine
+    np.save(server, np.concatenate([MEANS[j] + rng.normal(size=(10, 4)) for j in range(4)]))
+    out = cluster.workdir / "out-feddp"
+    run_id, status = run_to_end(
+        cluster,
+        f"algorithm='feddp-kmeans' k=4 epsilon=inf server-data='{server}' {QUICK} "
+        f"lloyd-rounds=1 noise-seed=1 output-dir='{out}'",
+    )
+    assert status == "finished:completed", cluster.run_log(run_id)
+    result = json.loads((out / "result.json").read_text())
+    assert result["final"]["cost"] <= 1.05 * lloyd_reference(pooled(cluster.data_files), 4)
+
+
+def test_a_supernode_killed_mid_run_is_excluded_and_the_run_completes(cluster):
+    """Runs last in the module: it kills one of the module's SuperNodes."""
+    out = cluster.workdir / "out-killed"
+    run_id = cluster.submit(ROOT, f"k=4 num-rounds=5 eval-every=0 tol=0.0 {QUICK} output-dir='{out}'")
+    deadline = time.monotonic() + 200
+    while time.monotonic() < deadline and cluster.status(run_id) != "running":
+        time.sleep(1)
+    time.sleep(15)  # the run is past its first phases
+    victim = cluster.processes["supernode-3"]
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait(timeout=10)
+    status = cluster.wait(run_id, 400)
+    assert status == "finished:completed", cluster.run_log(run_id)
+    result = json.loads((out / "result.json").read_text())
+    assert result["nodes"]["connected"] == NODES and result["nodes"]["active"] == NODES - 1
+    (exclusion,) = result["nodes"]["exclusions"]
+    assert exclusion["reason"], exclusion
+    assert result["final"]["num_points"] == 2 * 80  # the two nodes still there
+
+
+# ------------------------------------------------------------------ graphs: their own cluster
+
+
+def test_fedspectral_through_the_deployment(tmp_path):
+    from fedcluster.graph import canonical_edges, split_edges, write_client_edge_files
+
+    rng = np.random.default_rng(2)
+    sizes, n = (30, 30, 30), 90
+    edges = []
+    for c, start in enumerate((0, 30, 60)):
+        iu = np.triu_indices(sizes[c], 1)
+        keep = rng.random(iu[0].size) < 0.3
+        edges.append(np.stack([iu[0][keep] + start, iu[1][keep] + start], axis=1))
+    edges.append(np.array([[0, 30], [30, 60], [60, 0]]))
+    edges = canonical_edges(np.concatenate(edges))
+    files = write_client_edge_files(split_edges(edges, 2, 2, 0), tmp_path / "edges")
+    out = tmp_path / "out"
+    with LocalCluster(tmp_path / "cluster", files, echo=lambda *_: None) as graph_cluster:
+        graph_cluster.start()
+        run_id, status = run_to_end(
+            graph_cluster,
+            f"algorithm='fedspectral-plus' k=3 num-rounds=4 num-nodes={n} edge-copies=2 min-nodes=2 output-dir='{out}'",
+        )
+        assert status == "finished:completed", graph_cluster.run_log(run_id)
+    labels = np.load(out / "labels.npy")
+    truth = np.repeat(np.arange(3), 30)
+    from sklearn.metrics import adjusted_rand_score
+
+    assert adjusted_rand_score(truth, labels) >= 0.95
+
+
+# ------------------------------------------------------------------ the console script
+
+
+def test_local_cluster_command_stops_everything_on_ctrl_c(tmp_path):
+    workdir = tmp_path / "lc"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fedcluster.local_cluster", "--demo-nodes", "2", "--workdir", str(workdir),
+         "--run-config", "k=4 num-rounds=50 tol=0.0 reference=false"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (workdir / "logs" / "supernode-2.log").exists():
+            time.sleep(0.5)
+        time.sleep(3)
+        assert len(processes_of(workdir)) >= 3  # the SuperLink and two SuperNodes are up
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, output
+    assert "interrupted; every process started here is stopped" in output
+    deadline = time.monotonic() + 20  # a process group may take a moment to go
+    while time.monotonic() < deadline and processes_of(workdir):
+        time.sleep(0.5)
+    left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:300] for pid in processes_of(workdir)}
+    assert not left, (left, output)

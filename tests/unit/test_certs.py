@@ -1,0 +1,79 @@
+"""``fedcluster-make-certs``: a CA, the SuperLink's certificate, SuperNode key pairs.
+
+Checked here with the cryptography package (chain, SANs, key formats Flower loads); the
+engine tier uses the same files for a real TLS + authenticated deployment."""
+
+from __future__ import annotations
+
+import ipaddress
+import stat
+
+import pytest
+
+pytest.importorskip("cryptography")
+
+from cryptography import x509  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+from cryptography.hazmat.primitives.serialization import load_pem_private_key, load_ssh_private_key, load_ssh_public_key  # noqa: E402
+from cryptography.x509.oid import ExtendedKeyUsageOID  # noqa: E402
+
+from fedcluster.certs import main, make_certs  # noqa: E402
+
+
+def test_superlink_certificate_is_signed_by_the_ca_with_every_host_as_san(tmp_path):
+    made = make_certs(tmp_path, ("superlink.example", "10.1.2.3", "::1"), supernodes=0)
+    ca = x509.load_pem_x509_certificate(made.ca_cert.read_bytes())
+    link = x509.load_pem_x509_certificate(made.superlink_cert.read_bytes())
+    link.verify_directly_issued_by(ca)  # raises when the signature or issuer is wrong
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert not link.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    san = link.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == ["superlink.example"]
+    assert set(san.get_values_for_type(x509.IPAddress)) == {ipaddress.ip_address("10.1.2.3"), ipaddress.ip_address("::1")}
+    assert ExtendedKeyUsageOID.SERVER_AUTH in link.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    key = load_pem_private_key(made.superlink_key.read_bytes(), None)
+    assert key.public_key().public_numbers() == link.public_key().public_numbers()
+
+
+def test_supernode_keys_are_openssh_ecdsa_pairs_and_private_files_are_0600(tmp_path):
+    made = make_certs(tmp_path, supernodes=3)
+    assert [p.name for p in made.supernode_keys] == ["supernode-1.key", "supernode-2.key", "supernode-3.key"]
+    publics = set()
+    for path in made.supernode_keys:
+        private = load_ssh_private_key(path.read_bytes(), None)  # what flower-supernode does
+        public = load_ssh_public_key(path.with_name(path.name + ".pub").read_bytes())  # flwr supernode register
+        assert isinstance(private, ec.EllipticCurvePrivateKey) and private.curve.key_size == 384
+        assert private.public_key().public_numbers() == public.public_numbers()
+        publics.add(public.public_numbers())
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(publics) == 3
+    assert stat.S_IMODE(made.ca_key.stat().st_mode) == 0o600
+    assert stat.S_IMODE(made.superlink_key.stat().st_mode) == 0o600
+
+
+def test_existing_files_are_not_overwritten_without_force(tmp_path, capsys):
+    assert main(["--out", str(tmp_path), "--supernodes", "1"]) == 0
+    first = (tmp_path / "ca.crt").read_bytes()
+    capsys.readouterr()
+    assert main(["--out", str(tmp_path), "--supernodes", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "already holds" in err and "--force" in err
+    assert (tmp_path / "ca.crt").read_bytes() == first
+    assert main(["--out", str(tmp_path), "--supernodes", "1", "--force"]) == 0
+    assert (tmp_path / "ca.crt").read_bytes() != first
+
+
+def test_prints_the_secure_commands_and_one_registration_per_supernode(tmp_path, capsys):
+    assert main(["--out", str(tmp_path), "--host", "server.lan", "--supernodes", "2", "--connection", "prod"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("flwr supernode register") == 2
+    assert f"flwr supernode register {tmp_path / 'supernode-2.key.pub'} prod" in out
+    assert "--enable-supernode-auth" in out and "--ssl-certfile" in out and "--root-certificates" in out
+    assert "--insecure" not in out
+    assert 'address = "server.lan:8000"' in out
+    assert "--port 9094" in out and "--port 9095" in out
+
+
+def test_bad_arguments_are_named(tmp_path, capsys):
+    assert main(["--out", str(tmp_path), "--supernodes", "-1"]) == 1
+    assert "--supernodes must be >= 0" in capsys.readouterr().err

@@ -1,0 +1,44 @@
+"""``fedcluster-local-cluster``: what it refuses before it starts anything (the real
+cluster is in tests/engine/test_deployment.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedcluster import local_cluster
+from fedcluster.local_cluster import demo_data, main
+
+
+def test_no_data_is_named(tmp_path, capsys):
+    assert main(["--workdir", str(tmp_path / "w")]) == 1
+    assert "no data: give --data FILE" in capsys.readouterr().err
+    assert not (tmp_path / "w" / "logs").exists()  # nothing was started
+
+
+def test_a_missing_data_file_is_named(tmp_path, capsys):
+    assert main(["--workdir", str(tmp_path / "w"), "--data", str(tmp_path / "nope.npy")]) == 1
+    err = capsys.readouterr().err
+    assert "data file(s) not found" in err and "nope.npy" in err
+
+
+def test_an_app_folder_without_a_flower_app_is_named(tmp_path, capsys):
+    assert main(["--workdir", str(tmp_path / "w"), "--demo-nodes", "2", "--app", str(tmp_path)]) == 1
+    assert "no Flower app in" in capsys.readouterr().err
+
+
+def test_data_dir_gives_one_node_per_file_in_order(tmp_path):
+    for name in ("b.npy", "a.npy", "c.txt", "notes.md"):
+        (tmp_path / name).write_text("x")
+
+    class Args:
+        data = None
+        data_dir = str(tmp_path)
+
+    assert [p.name for p in local_cluster.data_files_from(Args)] == ["a.npy", "b.npy", "c.txt"]
+
+
+def test_demo_data_is_non_iid(tmp_path):
+    paths = demo_data(tmp_path, 3)
+    arrays = [np.load(p) for p in paths]
+    assert all(a.shape == (100, 2) for a in arrays)
+    assert not np.allclose(arrays[0].mean(0), arrays[1].mean(0), atol=1.0)
