@@ -182,7 +182,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("edge-copies", 1, "r, clients holding every edge", low=1, high=MANY),
         Key("coassociation", "both-present", "FedSpectral co-association rule", choices=("both-present", "all-clients")),
     ),
-    # ALGORITHMS.md section 2
+    # docs/ALGORITHMS.md §2
     "da-ufl": (
         Key("weighting", "som", "UFLBin (grid bins), UFLSOM (SOM-codebook bins) or UFLUni (w_j = 1/J)", choices=("bin", "som", "uniform")),
         Key("xi-max", 0.05, "ξ_max, label perturbation ξ ~ U(0, ξ_max) per point and cluster (0 = off)", low=0, high=10),

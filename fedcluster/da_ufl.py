@@ -1,7 +1,7 @@
 """DA-UFL: dual-averaging federated k-means with bin or SOM weights (device and server math).
 
 Servetnyk, Fung & Han, "Unsupervised Federated Learning for Unbalanced Data" (GLOBECOM
-2020); working specification ALGORITHMS.md section 2, which corrects the paper's update
+2020); working specification docs/ALGORITHMS.md §2, which corrects the paper's update
 (4b) and says how ξ is drawn. NumPy only: a device imports this module.
 
 Device kernels (declared in :mod:`fedcluster.protocol`):
@@ -179,7 +179,7 @@ def weighted_gradient(
 
 def dual_averaging_update(anchor: np.ndarray, z: np.ndarray, weight: np.ndarray, eta: float) -> np.ndarray:
     """m_k = m_k^(0) − z_k / (2 α_k) with α_k = W_k / (2 η), i.e. m_k^(0) − η z_k / W_k
-    (ALGORITHMS.md §2, the recentred eq. 4b); a cluster with W_k = 0 keeps m_k^(0)."""
+    (docs/ALGORITHMS.md §2, the recentred eq. 4b); a cluster with W_k = 0 keeps m_k^(0)."""
     out = np.array(anchor, dtype=np.float64, copy=True)
     live = weight > 0
     out[live] = anchor[live] - eta * z[live] / weight[live, None]

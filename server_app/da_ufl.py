@@ -1,7 +1,7 @@
 """DA-UFL: dual-averaging federated k-means with bin or SOM weights (Algorithm 1).
 
 Servetnyk, Fung & Han, "Unsupervised Federated Learning for Unbalanced Data" (2020);
-working specification ALGORITHMS.md section 2 (the recentred dual-averaging update and
+working specification docs/ALGORITHMS.md §2 (the recentred dual-averaging update and
 ξ drawn per point and per cluster). Variants by run-config ``weighting``:
 
 - ``som`` (UFLSOM, default): every agent trains a small SOM and sends its codebook; the

@@ -1,5 +1,5 @@
 """DA-UFL kernels and server math on plain arrays (fedcluster/da_ufl.py), against oracles
-written here with plain loops (ALGORITHMS.md section 2)."""
+written here with plain loops (docs/ALGORITHMS.md §2)."""
 
 from __future__ import annotations
 
