@@ -185,7 +185,12 @@ def svg_line_chart(
         f'<text x="16" y="{(T + height - B) / 2}" transform="rotate(-90 16 {(T + height - B) / 2})" '
         f'text-anchor="middle">{ylabel}</text>',
     ]
-    for x in sorted(set(xs)):
+    ticks = sorted(set(xs))
+    if len(ticks) > 12:  # many points (e.g. rounds): round ticks instead of one per point
+        xstep = nice_step((x1 - x0) / 8)
+        ticks = [t * xstep for t in range(math.ceil(x0 / xstep), math.floor(x1 / xstep) + 1)]
+    dense = len(set(xs)) > 20  # no markers, no error-bar offsets
+    for x in ticks:
         out.append(f'<line x1="{px(x):.1f}" y1="{height - B}" x2="{px(x):.1f}" y2="{height - B + 5}" stroke="black"/>')
         out.append(f'<text x="{px(x):.1f}" y="{height - B + 18}" text-anchor="middle">{x:g}</text>')
     step = nice_step((y1 - y0) / 6)
@@ -196,10 +201,12 @@ def svg_line_chart(
         y += step
     for index, (label, (sx, sy, se)) in enumerate(series.items()):
         color = SERIES_COLORS[index % len(SERIES_COLORS)]
-        shift = (index - (len(series) - 1) / 2) * 3.0  # keep overlapping error bars apart
+        shift = 0.0 if dense else (index - (len(series) - 1) / 2) * 3.0  # keep overlapping error bars apart
         points = " ".join(f"{px(x) + shift:.1f},{py(y):.1f}" for x, y in zip(sx, sy))
         out.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="2"/>')
         for x, y, e in zip(sx, sy, se or [None] * len(sx)):
+            if dense and not e:
+                continue
             out.append(f'<circle cx="{px(x) + shift:.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>')
             if e:
                 out.append(f'<line x1="{px(x) + shift:.1f}" y1="{py(y - e):.1f}" x2="{px(x) + shift:.1f}" '

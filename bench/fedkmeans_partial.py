@@ -14,12 +14,15 @@ batch), and with mini-batch ``batch-size = 32, local-epochs = 2``. Rows:
 
 Reported: the final cost over the best of scikit-learn KMeans(n_init = 10) and KMeans
 started from the true means, median and worst over the seeds; and how far the final cost
-lies above the best cost seen in the run (``eval-every = 1``).
+lies above the best cost seen in the run (``eval-every = 1``). ``--figures DIR`` draws the
+cost per round (median over the seeds, over the best central cost) of the three settings
+at ``fraction = 0.3``, full batch, for the 2-component and the Dirichlet(0.1) splits.
 
 Usage::
 
     python bench/fedkmeans_partial.py            # 10 seeds, the whole grid
     python bench/fedkmeans_partial.py --quick    # 3 seeds, the pathological 2-component rows
+    python bench/fedkmeans_partial.py --figures docs/figures/fedkmeans-partial
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import default_jobs, markdown_table, parallel_map, print_header, quiet_flower
+from _common import default_jobs, svg_line_chart, markdown_table, parallel_map, print_header, quiet_flower
 
 from fedcluster.data import partition_components, partition_dirichlet, partition_iid
 from fedcluster.lloyd import kmeans_cost
@@ -87,8 +90,9 @@ def one(job):
         result = run(config, num_nodes=CLIENTS)
         centers = np.load(Path(tmp) / "out" / "centers.npy")
     final = kmeans_cost(X, centers) / len(X)
-    seen = [r["cost"] for r in result["rounds"] if r.get("cost") is not None]
-    return final / reference, final / min(seen) if seen else float("nan")
+    curve = [r.get("cost") for r in result["rounds"]]
+    seen = [c for c in curve if c is not None]
+    return final / reference, final / min(seen) if seen else float("nan"), [c / reference if c else None for c in curve]
 
 
 def main() -> None:
@@ -96,6 +100,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--jobs", type=int, default=default_jobs())
+    parser.add_argument("--figures", type=Path, default=None, help="write cost-per-round SVGs into this folder")
     args = parser.parse_args()
     seeds = list(range(3 if args.quick else args.seeds))
     partitions = ("2 components",) if args.quick else PARTITIONS
@@ -116,6 +121,22 @@ def main() -> None:
     print(markdown_table(["data", "fraction", "batch", "setting", "cost / best central (median)", "worst",
                           "final / best seen (worst)"], rows))
     print(f"\n{len(seeds)} seeds; best central = min(KMeans n_init=10, KMeans from the true means).")
+    if args.figures:
+        args.figures.mkdir(parents=True, exist_ok=True)
+        for p in partitions:
+            if (p, 0.3, False, "defaults", seeds[0]) not in results or p not in ("2 components", "Dirichlet(0.1)"):
+                continue
+            series = {}
+            for s in SETTINGS:
+                raw = [results[(p, 0.3, False, s, seed)][2] for seed in seeds]
+                longest = max(map(len, raw))  # a run stopped by tol keeps its last cost
+                curves = np.array([c + c[-1:] * (longest - len(c)) for c in raw], dtype=float)
+                rounds = np.arange(1, curves.shape[1] + 1)
+                series[s] = (rounds.tolist(), np.median(curves, axis=0).tolist(), None)
+            name = f"cost-per-round-{p.replace(' ', '-').replace('(', '').replace(')', '').lower()}.svg"
+            svg_line_chart(args.figures / name, f"FedKMeans, {p}, fraction 0.3, full batch ({len(seeds)} seeds, median)",
+                           "round", "cost / best central", series)
+            print(f"figure: {args.figures / name}")
 
 
 if __name__ == "__main__":

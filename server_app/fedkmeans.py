@@ -36,7 +36,7 @@ Initialization (``init``):
 
 from __future__ import annotations
 
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
@@ -81,13 +81,23 @@ class FedKMeans(FederatedStrategy):
         total_cost, num_points = self.evaluate(centers, phase="final-evaluation")
         if self.rounds and self.rounds[-1].get("cost") is None:
             self.rounds[-1]["cost"] = total_cost / num_points
-        log(INFO, "[fedcluster] fedkmeans final cost per point %.6g on %d points", total_cost / num_points, num_points)
-        return {
+        final_cost = total_cost / num_points
+        log(INFO, "[fedcluster] fedkmeans final cost per point %.6g on %d points", final_cost, num_points)
+        outcome = {
             "centers": centers,
             "arrays": {"init_centers": initial},
             "init": init_record,
-            "final": {"cost": total_cost / num_points, "total_cost": total_cost, "num_points": num_points},
+            "final": {"cost": final_cost, "total_cost": total_cost, "num_points": num_points},
         }
+        best = getattr(self, "best_seen", None)
+        if best is not None:
+            # The evaluated rounds measured every node: keep the best centers seen as well.
+            outcome["arrays"]["best_centers"] = best[2]
+            outcome["best_seen"] = {"round": best[1], "cost": best[0], "final_over_best": final_cost / best[0]}
+            if final_cost > 1.01 * best[0]:
+                log(WARNING, "[fedcluster] final cost %.6g is %.1f%% above the best seen (round %d, %.6g): "
+                    "best_centers.npy holds those centers", final_cost, 100 * (final_cost / best[0] - 1), best[1], best[0])
+        return outcome
 
     # -------------------------------------------------------------- initialization
     def initialize(self, k: int, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
@@ -159,6 +169,7 @@ class FedKMeans(FederatedStrategy):
             "client-lr": cfg["client-lr"],
         }
         latest: dict[int, Reply] = {}  # per node: its latest valid training reply
+        self.best_seen: tuple[float, int, np.ndarray] | None = None  # (cost, round, centers) evaluated
         for t in range(1, rounds + 1):
             self.begin_round(t)
             nodes = self.sample(cfg["fraction"])
@@ -204,6 +215,8 @@ class FedKMeans(FederatedStrategy):
             if not everyone and every > 0 and t % every == 0:
                 total, points = self.evaluate(centers, phase="evaluation")
                 cost = total / points
+                if self.best_seen is None or cost < self.best_seen[0]:
+                    self.best_seen = (cost, t, centers.copy())
             record = self.end_round(
                 cost=cost,
                 sampled_nodes=len(nodes),

@@ -267,3 +267,88 @@ def test_no_reference_when_nodes_hold_their_own_files(tmp_path):
     result = run({"k": 3, "num-rounds": 2, "output-dir": str(tmp_path / "o")}, node_configs=files)
     assert result["final"]["num_points"] == 150
     assert "reference" not in result
+
+
+# ---------------------------------------------------------------- partial participation (issue 14)
+def sampled_training(parts, tmp_path, **overrides):
+    """Train under partial participation, recording per round which node received which centers."""
+    sent = []  # (node index, centers it received), in reply order
+
+    def hook(node, message, reply):
+        if message.metadata.message_type.startswith("train.") and not reply.has_error():
+            centers = message.content.array_records["arrays"]["centers"].numpy()
+            sent.append((node - 1000, centers.copy()))
+        return reply
+
+    strategy = strategy_over(parts, tmp_path, reply_hook=hook, **overrides)
+    return strategy, sent
+
+
+def test_server_memory_is_lloyd_over_every_nodes_latest_statistics(tmp_path):
+    """Written out naively: a node's statistics are the per-cluster sums and counts of its
+    points under the centers it last received; the new centers are the pooled means of every
+    node's latest statistics (clusters nobody holds keep their center)."""
+    rng = np.random.default_rng(3)
+    parts = [rng.normal(size=(25 + 3 * i, 2)) + (i % 4) * 5 for i in range(10)]
+    strategy, sent = sampled_training(parts, tmp_path, fraction=0.3, **{"reassign-patience": 1000})
+    C = np.array([[0.0, 0.0], [5.0, 5.0], [10.0, 10.0], [15.0, 15.0], [30.0, 0.0]])
+    rounds = 6
+    out = strategy.train(C, rounds)
+    per_round = 3  # floor(0.3 * 10) nodes sampled per round
+    assert len(sent) == rounds * per_round
+    memory = {}
+    centers = C.copy()
+    for t in range(rounds):
+        this_round = sent[t * per_round:(t + 1) * per_round]
+        for i, received in this_round:
+            np.testing.assert_allclose(received, centers, rtol=0, atol=1e-9)
+            labels = ((parts[i][:, None, :] - received[None]) ** 2).sum(-1).argmin(1)
+            sums = np.zeros_like(received)
+            counts = np.zeros(len(received))
+            for j in range(len(received)):
+                sums[j] = parts[i][labels == j].sum(0)
+                counts[j] = (labels == j).sum()
+            memory[i] = (sums, counts)
+        total = sum(s for s, _ in memory.values())
+        count = sum(c for _, c in memory.values())
+        expected = centers.copy()
+        expected[count > 0] = total[count > 0] / count[count > 0, None]
+        centers = expected
+    np.testing.assert_allclose(out, centers, rtol=0, atol=1e-9)
+    assert len(memory) > per_round  # unsampled nodes' statistics were kept
+    final = strategy.rounds[-1]
+    assert final["empty_clusters"] >= 1  # the far center at (30, 0) is held by no node
+    from fedcluster.lloyd import kmeans_cost
+
+    assert strategy.best_seen is not None
+    assert kmeans_cost(np.concatenate(parts), centers) / sum(map(len, parts)) == pytest.approx(strategy.rounds[-1]["cost"], rel=1e-9)
+
+
+def test_partial_participation_defaults_converge_where_previous_defaults_drift(tmp_path):
+    """The issue-14 scenario, small: every client holds 2 of 8 components, 30 % sampled."""
+    from sklearn.cluster import KMeans
+
+    from fedcluster.data import partition_components
+
+    rng = np.random.default_rng(0)
+    k, d = 8, 6
+    means = rng.normal(0.0, 8.0 / np.sqrt(2 * d), size=(k, d))
+    labels = rng.choice(k, size=1200, p=np.arange(1, k + 1) / np.arange(1, k + 1).sum())
+    X = means[labels] + rng.normal(size=(1200, d))
+    parts = [X[i] for i in partition_components(labels, 20, 2, 0)]
+    directory = write_npy_dir(tmp_path / "data", parts)
+    best = min(KMeans(k, n_init=10, random_state=0).fit(X).inertia_,
+               KMeans(k, init=np.stack([X[labels == j].mean(0) for j in range(k)]), n_init=1).fit(X).inertia_) / len(X)
+    ratios = {}
+    for name, extra in {"defaults": {}, "previous": {"server-memory": False}}.items():
+        out = tmp_path / name
+        result = run({"k": k, "num-rounds": 30, "fraction": 0.3, "dataset": "npy-dir", "data-dir": str(directory),
+                      "output-dir": str(out), "reference": False, **extra}, num_nodes=len(parts))
+        ratios[name] = result["final"]["cost"] / best
+        seen = result["best_seen"]
+        assert seen["cost"] == pytest.approx(min(r["cost"] for r in result["rounds"]))
+        best_centers = np.load(out / "best_centers.npy")
+        d2 = ((X[:, None, :] - best_centers[None]) ** 2).sum(-1).min(1)
+        assert d2.mean() == pytest.approx(seen["cost"], rel=1e-9)
+    assert ratios["defaults"] <= 1.02, ratios
+    assert ratios["defaults"] < ratios["previous"], ratios
