@@ -10,3 +10,20 @@ functions that use them. The README's "Layout" section is the map.
 """
 
 __version__ = "0.1.0"
+
+# The scikit-learn-style estimators run the ServerApp and ClientApp in this process, so
+# they live beside the runner (inprocess/estimators.py) and load only when asked for:
+# ``import fedcluster`` still never imports flwr.
+_ESTIMATORS = ("FederatedKMeans", "DPFederatedKMeans")
+
+
+def __getattr__(name: str):
+    if name in _ESTIMATORS:
+        from inprocess import estimators
+
+        return getattr(estimators, name)
+    raise AttributeError(f"module 'fedcluster' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_ESTIMATORS])

@@ -352,3 +352,11 @@ def test_partial_participation_defaults_converge_where_previous_defaults_drift(t
         assert d2.mean() == pytest.approx(seen["cost"], rel=1e-9)
     assert ratios["defaults"] <= 1.02, ratios
     assert ratios["defaults"] < ratios["previous"], ratios
+
+
+def test_server_memory_changes_nothing_when_every_node_is_sampled(tmp_path):
+    config = {"k": 5, "num-rounds": 6, "reference": False, "partition": "components", "classes-per-client": 1}
+    on = run({**config, "output-dir": str(tmp_path / "on")}, num_nodes=8)
+    off = run({**config, "output-dir": str(tmp_path / "off"), "server-memory": False}, num_nodes=8)
+    np.testing.assert_array_equal(np.load(tmp_path / "on" / "centers.npy"), np.load(tmp_path / "off" / "centers.npy"))
+    assert [r["cost"] for r in on["rounds"]] == [r["cost"] for r in off["rounds"]]

@@ -1,0 +1,236 @@
+"""scikit-learn-style estimators over the in-process runner.
+
+``fit(clients)`` takes one array per client (rows = points), writes them to a temporary
+``npy-dir`` and runs the SAME ServerApp strategy and ClientApp as ``flwr run`` through
+``inprocess.run``: there is no second implementation. The result folder is temporary
+unless ``output_dir`` is given; everything needed afterwards is kept on the estimator.
+
+Parameter names follow scikit-learn where a counterpart exists (``n_clusters``,
+``random_state``, ``max_iter``, ``tol``); every other run-config key can be passed in
+``run_config`` under its run-config name (README "Run-config keys"). A key given both ways
+is refused, as is a scikit-learn parameter the chosen algorithm has no use for.
+
+Labels: a client's points take their nearest final center, computed from the client's own
+array in this process (on a real device that is ``fedcluster.lloyd.nearest`` on its data;
+nothing about the points leaves it).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.utils import check_random_state
+
+from fedcluster.config import SEED_MAX
+from fedcluster.lloyd import kmeans_cost, nearest
+
+# scikit-learn name -> run-config key, per algorithm (None: the algorithm has no such knob)
+_MAX_ITER = {"fedkmeans": "num-rounds", "da-ufl": "outer-iterations", "kfed": None, "feddp-kmeans": "lloyd-rounds"}
+_TOL = {"fedkmeans": "tol", "da-ufl": None, "kfed": None, "feddp-kmeans": None}
+
+
+def _seed(random_state: Any) -> int:
+    """An int seed is the run-config ``seed`` itself (same seed, same result as ``flwr run``)."""
+    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
+        if not 0 <= int(random_state) <= SEED_MAX:
+            raise ValueError(f"random_state={random_state} must lie in [0, {SEED_MAX}]")
+        return int(random_state)
+    return int(check_random_state(random_state).randint(0, 2**31 - 1))
+
+
+def _client_arrays(clients: Sequence[Any]) -> list[np.ndarray]:
+    """Every client's points as a finite float64 2-D array of one common dimension."""
+    if isinstance(clients, np.ndarray) or not isinstance(clients, Sequence) or isinstance(clients, (str, bytes)):
+        raise TypeError("clients must be a list with one 2-D array (rows = points) per client")
+    if len(clients) == 0:
+        raise ValueError("clients is empty: give one array per client")
+    arrays = []
+    for i, points in enumerate(clients):
+        try:
+            array = np.asarray(points, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"clients[{i}] is not numeric: {exc}") from None
+        if array.ndim != 2:
+            raise ValueError(f"clients[{i}] has shape {array.shape}: expected (points, features)")
+        if array.shape[0] == 0:
+            raise ValueError(f"clients[{i}] holds no points")
+        if not np.all(np.isfinite(array)):
+            raise ValueError(f"clients[{i}] holds NaN or inf")
+        if array.shape[1] != (arrays[0].shape[1] if arrays else array.shape[1]):
+            raise ValueError(f"clients[{i}] has {array.shape[1]} features, clients[0] has {arrays[0].shape[1]}")
+        arrays.append(array)
+    return arrays
+
+
+class _Federated(ClusterMixin, BaseEstimator):
+    """What every estimator shares: the run, the fitted attributes, labels and predict."""
+
+    def _config(self) -> dict[str, Any]:  # the run config of this estimator's parameters
+        raise NotImplementedError
+
+    def _merged_config(self, own: dict[str, Any]) -> dict[str, Any]:
+        extra = dict(self.run_config or {})
+        clash = sorted(set(extra) & set(own))
+        if clash:
+            raise ValueError(
+                f"run_config sets {clash}, which this estimator sets from its own parameters: "
+                f"use the parameters ({', '.join(own)}) instead"
+            )
+        return {**extra, **own}
+
+    def fit(self, clients: Sequence[Any], y: Any = None, server_data: Any = None) -> "_Federated":
+        """Run the federation over ``clients`` (one array per client); ``y`` is ignored."""
+        from . import run
+
+        arrays = _client_arrays(clients)
+        config = self._config()
+        with tempfile.TemporaryDirectory(prefix="fedcluster-") as tmp:
+            folder = Path(tmp) / "clients"
+            folder.mkdir()
+            for i, array in enumerate(arrays):
+                np.save(folder / f"client_{i:05d}.npy", array)
+            if server_data is not None:
+                points = np.asarray(server_data, dtype=np.float64)
+                if points.ndim != 2 or points.shape[1] != arrays[0].shape[1]:
+                    raise ValueError(f"server_data has shape {points.shape}: expected (points, {arrays[0].shape[1]})")
+                np.save(Path(tmp) / "server.npy", points)
+                config["server-data"] = str(Path(tmp) / "server.npy")
+            output = Path(self.output_dir) if self.output_dir else Path(tmp) / "result"
+            config.update({"dataset": "npy-dir", "data-dir": str(folder), "output-dir": str(output)})
+            config.setdefault("reference", False)
+            result = run(config, num_nodes=len(arrays))
+            self.cluster_centers_ = np.load(Path(result["output_dir"]) / "centers.npy")
+        self.result_ = result
+        self.output_dir_ = result["output_dir"] if self.output_dir else None
+        self.history_ = result["rounds"]
+        self.n_iter_ = len(result["rounds"])
+        self.n_features_in_ = arrays[0].shape[1]
+        self.labels_ = [nearest(array, self.cluster_centers_) for array in arrays]
+        final = result.get("final") or {}
+        self.inertia_ = float(
+            final["total_cost"] if "total_cost" in final else sum(kmeans_cost(a, self.cluster_centers_) for a in arrays)
+        )
+        return self
+
+    def fit_predict(self, clients: Sequence[Any], y: Any = None, **kwargs: Any) -> list[np.ndarray]:
+        """``fit`` and return ``labels_``: one label array per client."""
+        return self.fit(clients, **kwargs).labels_
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The nearest fitted center of every row of ``X``."""
+        if not hasattr(self, "cluster_centers_"):
+            raise AttributeError(f"this {type(self).__name__} is not fitted yet: call fit(clients) first")
+        points = np.asarray(X, dtype=np.float64)
+        if points.ndim != 2 or points.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has shape {points.shape}: expected (points, {self.n_features_in_})")
+        return nearest(points, self.cluster_centers_)
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """Opposite of the k-means cost of ``X`` (scikit-learn's convention: higher is better)."""
+        self.predict(X)  # checks
+        return -float(kmeans_cost(np.asarray(X, dtype=np.float64), self.cluster_centers_))
+
+
+class FederatedKMeans(_Federated):
+    """Federated k-means: ``algorithm`` = ``"fedkmeans"`` (Triebe et al.), ``"kfed"``
+    (one-shot, Dennis et al.) or ``"da-ufl"`` (dual averaging, Servetnyk et al.).
+
+    ``max_iter``: FedKMeans rounds (``num-rounds``) or DA-UFL outer iterations; ``tol``:
+    FedKMeans' stopping shift; ``fraction``: FedKMeans' share of clients per round. None
+    keeps the run-config default. Fitted: ``cluster_centers_``, ``labels_`` (a list, one
+    array per client), ``inertia_`` (k-means cost over all clients), ``n_iter_`` (rounds
+    recorded), ``history_`` (per-round records), ``result_`` (the whole ``result.json``).
+    """
+
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        *,
+        algorithm: str = "fedkmeans",
+        random_state: Any = None,
+        max_iter: int | None = None,
+        tol: float | None = None,
+        fraction: float | None = None,
+        run_config: dict[str, Any] | None = None,
+        output_dir: str | None = None,
+    ) -> None:
+        self.n_clusters = n_clusters
+        self.algorithm = algorithm
+        self.random_state = random_state
+        self.max_iter = max_iter
+        self.tol = tol
+        self.fraction = fraction
+        self.run_config = run_config
+        self.output_dir = output_dir
+
+    def _config(self) -> dict[str, Any]:
+        if self.algorithm not in _MAX_ITER or self.algorithm == "feddp-kmeans":
+            raise ValueError(
+                f"algorithm={self.algorithm!r}: FederatedKMeans runs 'fedkmeans', 'kfed' or 'da-ufl' "
+                f"(DPFederatedKMeans runs FedDP-KMeans)"
+            )
+        own: dict[str, Any] = {"algorithm": self.algorithm, "k": self.n_clusters, "seed": _seed(self.random_state)}
+        for name, value, keys in (("max_iter", self.max_iter, _MAX_ITER), ("tol", self.tol, _TOL)):
+            if value is not None:
+                if keys[self.algorithm] is None:
+                    raise ValueError(f"{name} does not apply to algorithm={self.algorithm!r}")
+                own[keys[self.algorithm]] = value
+        if self.fraction is not None:
+            if self.algorithm != "fedkmeans":
+                raise ValueError(f"fraction does not apply to algorithm={self.algorithm!r}")
+            own["fraction"] = self.fraction
+        return self._merged_config(own)
+
+
+class DPFederatedKMeans(_Federated):
+    """FedDP-KMeans (Scott et al.): differentially private federated k-means, started from
+    server-side data given to ``fit(clients, server_data=points)``.
+
+    ``privacy_level``: ``"data-point"`` or ``"client"``; ``epsilon``, ``delta``: the total
+    budget; ``max_iter``: FedDP-Lloyd rounds. Fitted as FederatedKMeans, plus ``privacy_``
+    (the budget ledger of ``result.json``). ``inertia_`` is the exact cost, a report
+    outside the DP guarantee (``evaluate-cost``).
+    """
+
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        *,
+        epsilon: float = 1.0,
+        delta: float = 1e-6,
+        privacy_level: str = "data-point",
+        random_state: Any = None,
+        max_iter: int | None = None,
+        run_config: dict[str, Any] | None = None,
+        output_dir: str | None = None,
+    ) -> None:
+        self.n_clusters = n_clusters
+        self.epsilon = epsilon
+        self.delta = delta
+        self.privacy_level = privacy_level
+        self.random_state = random_state
+        self.max_iter = max_iter
+        self.run_config = run_config
+        self.output_dir = output_dir
+
+    def _config(self) -> dict[str, Any]:
+        own: dict[str, Any] = {
+            "algorithm": "feddp-kmeans",
+            "k": self.n_clusters,
+            "seed": _seed(self.random_state),
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "privacy-level": self.privacy_level,
+        }
+        if self.max_iter is not None:
+            own["lloyd-rounds"] = self.max_iter
+        return self._merged_config(own)
+
+    def fit(self, clients: Sequence[Any], y: Any = None, server_data: Any = None) -> "DPFederatedKMeans":
+        super().fit(clients, y, server_data=server_data)
+        self.privacy_ = self.result_.get("privacy")
+        return self

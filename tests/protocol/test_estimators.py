@@ -1,0 +1,109 @@
+"""The scikit-learn-style estimators: the same federation as the run-config path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+import fedcluster
+from conftest import write_npy_dir
+from inprocess import run
+
+
+def clients_of(seed=0, n=6, d=3):
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=(40 + 7 * i, d)) + (i % 3) * 6 for i in range(n)]
+
+
+@pytest.mark.parametrize("algorithm,max_iter", [("fedkmeans", 5), ("kfed", None), ("da-ufl", 3)])
+def test_same_seed_same_result_as_the_run_config_path(algorithm, max_iter, tmp_path):
+    clients = clients_of()
+    model = fedcluster.FederatedKMeans(3, algorithm=algorithm, random_state=7, max_iter=max_iter).fit(clients)
+    config = {"algorithm": algorithm, "k": 3, "seed": 7, "dataset": "npy-dir", "reference": False,
+              "data-dir": str(write_npy_dir(tmp_path / "data", clients)), "output-dir": str(tmp_path / "out")}
+    if max_iter is not None:
+        config[{"fedkmeans": "num-rounds", "da-ufl": "outer-iterations"}[algorithm]] = max_iter
+    result = run(config, num_nodes=len(clients))
+    np.testing.assert_array_equal(model.cluster_centers_, np.load(tmp_path / "out" / "centers.npy"))
+    assert model.inertia_ == pytest.approx(result["final"]["total_cost"], rel=1e-12)
+    assert model.n_iter_ == len(result["rounds"])
+
+
+def test_labels_are_each_clients_nearest_centers_and_predict_agrees():
+    clients = clients_of(1)
+    model = fedcluster.FederatedKMeans(3, random_state=0, max_iter=4)
+    labels = model.fit_predict(clients)
+    assert len(labels) == len(clients)
+    C = model.cluster_centers_
+    for X, got in zip(clients, labels):
+        expected = np.array([min(range(len(C)), key=lambda j: float(((x - C[j]) ** 2).sum())) for x in X])
+        np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(model.predict(X), expected)
+    pooled = np.concatenate(clients)
+    naive = sum(min(float(((x - c) ** 2).sum()) for c in C) for x in pooled)
+    assert model.inertia_ == pytest.approx(naive, rel=1e-9)
+    assert model.score(pooled) == pytest.approx(-naive, rel=1e-9)
+    assert len(model.history_) == 4 and all("replies" in r for r in model.history_)
+
+
+def test_clone_and_set_params_follow_scikit_learn():
+    model = fedcluster.FederatedKMeans(4, algorithm="kfed", random_state=3, run_config={"k-prime": 2})
+    copy = clone(model)
+    assert copy.get_params() == model.get_params()
+    copy.set_params(n_clusters=5, algorithm="fedkmeans")
+    assert (copy.n_clusters, copy.algorithm, model.n_clusters) == (5, "fedkmeans", 4)
+    assert set(fedcluster.DPFederatedKMeans().get_params()) >= {"n_clusters", "epsilon", "delta", "privacy_level"}
+
+
+def test_dp_estimator_reports_its_privacy_budget():
+    clients = clients_of(2)
+    server = np.concatenate(clients)[::5] + 0.1
+    model = fedcluster.DPFederatedKMeans(3, epsilon=2.0, random_state=0, run_config={"noise-seed": 1})
+    model.fit(clients, server_data=server)
+    assert model.privacy_["epsilon"] <= 2.0 + 1e-9
+    assert model.privacy_["level"] == "data-point"
+    assert model.cluster_centers_.shape == (3, 3)
+    assert sum(map(len, model.labels_)) == sum(map(len, clients))
+
+
+@pytest.mark.parametrize(
+    "make,clients,message",
+    [
+        (lambda: fedcluster.FederatedKMeans(2), np.zeros((5, 2)), "one 2-D array"),
+        (lambda: fedcluster.FederatedKMeans(2), [], "empty"),
+        (lambda: fedcluster.FederatedKMeans(2), [np.zeros((5, 2)), np.zeros((5, 3))], r"clients\[1\] has 3 features"),
+        (lambda: fedcluster.FederatedKMeans(2), [np.zeros((5, 2)), np.full((5, 2), np.nan)], r"clients\[1\] holds NaN"),
+        (lambda: fedcluster.FederatedKMeans(2), [np.zeros(5)], r"clients\[0\] has shape \(5,\)"),
+        (lambda: fedcluster.FederatedKMeans(2), [np.zeros((0, 2))], "holds no points"),
+        (lambda: fedcluster.FederatedKMeans(2), [[["a", "b"]]], "not numeric"),
+        (lambda: fedcluster.FederatedKMeans(2, algorithm="kfed", max_iter=3), [np.zeros((5, 2))], "max_iter does not apply"),
+        (lambda: fedcluster.FederatedKMeans(2, algorithm="da-ufl", fraction=0.5), [np.zeros((5, 2))], "fraction does not apply"),
+        (lambda: fedcluster.FederatedKMeans(2, algorithm="feddp-kmeans"), [np.zeros((5, 2))], "DPFederatedKMeans"),
+        (lambda: fedcluster.FederatedKMeans(2, run_config={"k": 3}), [np.zeros((5, 2))], r"run_config sets \['k'\]"),
+        (lambda: fedcluster.FederatedKMeans(2, random_state=-1), [np.zeros((5, 2))], "random_state=-1"),
+    ],
+)
+def test_bad_input_is_refused_with_its_name(make, clients, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        make().fit(clients)
+
+
+def test_bad_run_config_value_is_refused_by_the_config_check():
+    with pytest.raises(ValueError, match="fraction"):
+        fedcluster.FederatedKMeans(2, fraction=1.5).fit(clients_of())
+
+
+def test_predict_before_fit_says_so():
+    with pytest.raises(AttributeError, match="not fitted"):
+        fedcluster.FederatedKMeans(2).predict(np.zeros((3, 2)))
+
+
+def test_importing_fedcluster_does_not_import_flwr():
+    code = "import sys, fedcluster; assert 'flwr' not in sys.modules; print(fedcluster.FederatedKMeans.__name__)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "FederatedKMeans"
