@@ -234,3 +234,80 @@ class DPFederatedKMeans(_Federated):
         super().fit(clients, y, server_data=server_data)
         self.privacy_ = self.result_.get("privacy")
         return self
+
+
+class FederatedSpectralClustering(BaseEstimator):
+    """Federated spectral graph clustering: ``algorithm`` = ``"fedspectral-plus"`` (federated
+    power iteration / block Krylov on the summed adjacency) or ``"fedspectral"`` (one round:
+    local spectral labels, server co-association).
+
+    ``fit(clients)``: one integer edge array (m_i × 2, node ids 0 .. n_nodes − 1) per client.
+    ``n_nodes``: the global number of graph nodes (None = largest id + 1). ``max_iter``:
+    FedSpectral+ communication rounds (``num-rounds``). Fitted: ``labels_`` (one cluster per
+    GRAPH node), ``embedding_`` (n_nodes × k), ``n_iter_``, ``history_``, ``result_``.
+    """
+
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        *,
+        algorithm: str = "fedspectral-plus",
+        n_nodes: int | None = None,
+        random_state: Any = None,
+        max_iter: int | None = None,
+        run_config: dict[str, Any] | None = None,
+        output_dir: str | None = None,
+    ) -> None:
+        self.n_clusters = n_clusters
+        self.algorithm = algorithm
+        self.n_nodes = n_nodes
+        self.random_state = random_state
+        self.max_iter = max_iter
+        self.run_config = run_config
+        self.output_dir = output_dir
+
+    def fit(self, clients: Sequence[Any], y: Any = None) -> "FederatedSpectralClustering":
+        from . import run
+
+        if self.algorithm not in ("fedspectral", "fedspectral-plus"):
+            raise ValueError(f"algorithm={self.algorithm!r}: 'fedspectral-plus' or 'fedspectral'")
+        if isinstance(clients, np.ndarray) or not isinstance(clients, Sequence) or len(clients) == 0:
+            raise ValueError("clients must be a non-empty list with one (edges × 2) integer array per client")
+        edges = []
+        for i, client in enumerate(clients):
+            array = np.asarray(client)
+            if array.ndim != 2 or array.shape[1] != 2 or array.shape[0] == 0:
+                raise ValueError(f"clients[{i}] has shape {array.shape}: expected (edges, 2) with at least one edge")
+            if array.dtype.kind not in "iu" or (array.size and array.min() < 0):
+                raise ValueError(f"clients[{i}] must hold non-negative integer node ids (dtype {array.dtype})")
+            edges.append(array.astype(np.int64))
+        largest = max(int(e.max()) for e in edges)
+        n_nodes = self.n_nodes if self.n_nodes is not None else largest + 1
+        if largest >= n_nodes:
+            raise ValueError(f"a client holds node id {largest}, but n_nodes={n_nodes} (ids 0 .. {n_nodes - 1})")
+        own: dict[str, Any] = {"algorithm": self.algorithm, "k": self.n_clusters, "seed": _seed(self.random_state),
+                               "num-nodes": n_nodes}
+        if self.max_iter is not None:
+            if self.algorithm != "fedspectral-plus":
+                raise ValueError("max_iter does not apply to algorithm='fedspectral' (one round)")
+            own["num-rounds"] = self.max_iter
+        config = _Federated._merged_config(self, own)
+        with tempfile.TemporaryDirectory(prefix="fedcluster-") as tmp:
+            folder = Path(tmp) / "clients"
+            folder.mkdir()
+            for i, array in enumerate(edges):
+                np.savetxt(folder / f"client_{i:05d}.txt", array, fmt="%d")
+            output = Path(self.output_dir) if self.output_dir else Path(tmp) / "result"
+            config.update({"dataset": "edge-dir", "data-dir": str(folder), "output-dir": str(output)})
+            config.setdefault("reference", False)
+            result = run(config, num_nodes=len(edges))
+            self.labels_ = np.load(Path(result["output_dir"]) / "labels.npy")
+            self.embedding_ = np.load(Path(result["output_dir"]) / "embedding.npy")
+        self.result_ = result
+        self.output_dir_ = result["output_dir"] if self.output_dir else None
+        self.history_ = result["rounds"]
+        self.n_iter_ = len(result["rounds"])
+        return self
+
+    def fit_predict(self, clients: Sequence[Any], y: Any = None) -> np.ndarray:
+        return self.fit(clients).labels_

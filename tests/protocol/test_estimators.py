@@ -107,3 +107,41 @@ def test_importing_fedcluster_does_not_import_flwr():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "FederatedKMeans"
+
+
+def two_communities(seed=0):
+    rng = np.random.default_rng(seed)
+    edges = [(a, b) for a in range(40) for b in range(a + 1, 40) if rng.random() < (0.3 if (a < 20) == (b < 20) else 0.01)]
+    edges = np.array(edges)
+    return [edges[p] for p in np.array_split(rng.permutation(len(edges)), 4)]
+
+
+def test_spectral_estimator_matches_the_run_config_path_and_finds_the_communities(tmp_path):
+    clients = two_communities()
+    model = fedcluster.FederatedSpectralClustering(2, random_state=3).fit(clients)
+    folder = tmp_path / "edges"
+    folder.mkdir()
+    for i, e in enumerate(clients):
+        np.savetxt(folder / f"client_{i:05d}.txt", e, fmt="%d")
+    run({"algorithm": "fedspectral-plus", "k": 2, "seed": 3, "num-nodes": 40, "dataset": "edge-dir", "reference": False,
+         "data-dir": str(folder), "output-dir": str(tmp_path / "out")}, num_nodes=len(clients))
+    np.testing.assert_array_equal(model.labels_, np.load(tmp_path / "out" / "labels.npy"))
+    assert len(set(model.labels_[:20])) == 1 and len(set(model.labels_[20:])) == 1
+    assert model.labels_[0] != model.labels_[20]
+    assert model.embedding_.shape[0] == 40
+
+
+@pytest.mark.parametrize(
+    "kwargs,clients,message",
+    [
+        ({}, [np.array([[0, 1, 2]])], r"clients\[0\] has shape \(1, 3\)"),
+        ({}, [np.array([[0.5, 1.0]])], "integer node ids"),
+        ({}, [np.array([[0, -1]])], "non-negative"),
+        ({"n_nodes": 3}, [np.array([[0, 5]])], "node id 5, but n_nodes=3"),
+        ({"algorithm": "fedspectral", "max_iter": 4}, [np.array([[0, 1]])], "max_iter does not apply"),
+        ({"algorithm": "spectral"}, [np.array([[0, 1]])], "fedspectral-plus"),
+    ],
+)
+def test_spectral_estimator_refuses_bad_edges(kwargs, clients, message):
+    with pytest.raises(ValueError, match=message):
+        fedcluster.FederatedSpectralClustering(2, **kwargs).fit(clients)
