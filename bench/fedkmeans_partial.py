@@ -1,7 +1,7 @@
 """FedKMeans under partial participation: does the run converge to the answer?
 
 Data: a mixture of 20 Gaussian components in d = 30 (separation 8 σ, unequal sizes: the
-component weights are 1..20 normalised), 3000 points over 50 clients, split:
+component sizes are proportional to 1..20, 14 to 286 points), 3000 points over 50 clients, split:
 pathological non-IID (each client 1, 2 or 3 components), Dirichlet(0.1), Dirichlet(0.5)
 or IID. FedKMeans with only ``k = 20``, ``fraction`` and ``num-rounds = 60`` set (full
 batch), and with mini-batch ``batch-size = 32, local-epochs = 2``. Rows:
@@ -51,7 +51,9 @@ def data(seed: int, partition: str):
     rng = np.random.default_rng(seed)
     means = rng.normal(0.0, 8.0 / np.sqrt(2 * D), size=(K, D))
     weights = np.arange(1, K + 1) / np.arange(1, K + 1).sum()
-    labels = rng.choice(K, size=N, p=weights)
+    sizes = np.floor(weights * N).astype(int)
+    sizes[-1] += N - sizes.sum()  # component j holds ~ (j + 1) / 210 of the points: 14 .. 286
+    labels = rng.permutation(np.repeat(np.arange(K), sizes))
     X = means[labels] + rng.normal(size=(N, D))
     if partition.endswith("component") or partition.endswith("components"):
         parts = partition_components(labels, CLIENTS, int(partition[0]), seed)

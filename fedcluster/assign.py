@@ -1,0 +1,76 @@
+"""Label a device's own points with a finished run's centers, on the device.
+
+Every point takes its nearest center of ``RUN_DIR/centers.npy`` (FedKMeans, DA-UFL,
+FedDP-KMeans, k-FED's global centers). The points and their labels never leave the
+machine this runs on. NumPy only. For k-FED's own induced rule (a point takes the global
+cluster of its local center) use ``fedcluster-kfed-assign``; graph runs store one label per
+graph node in ``labels.npy`` already.
+
+Command line::
+
+    fedcluster-assign RUN_DIR POINTS.npy [--out LABELS.npy] [--overwrite]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .data import DataError, load_points
+from .lloyd import nearest
+
+
+def run_centers(run_dir: str | Path) -> np.ndarray:
+    """The final centers of a finished run's folder, with an error that says what is wrong."""
+    folder = Path(run_dir)
+    if not folder.is_dir():
+        raise DataError(f"{folder} is not a folder: give the output folder of a finished run")
+    file = folder / "centers.npy"
+    if not file.is_file():
+        if (folder / "labels.npy").is_file():
+            raise DataError(f"{folder} is a graph run: its labels.npy already holds one cluster per graph node")
+        raise DataError(f"{file} does not exist: is {folder} the output folder of a finished run?")
+    centers = np.load(file)
+    if centers.ndim != 2 or centers.shape[0] == 0 or not np.all(np.isfinite(centers)):
+        raise DataError(f"{file} holds no usable centers (shape {centers.shape})")
+    return centers
+
+
+def assign_labels(run_dir: str | Path, points: np.ndarray) -> np.ndarray:
+    """The nearest center of every point: an (n,) int64 array."""
+    centers = run_centers(run_dir)
+    points = np.asarray(points, dtype=np.float64)
+    if points.ndim != 2 or points.shape[1] != centers.shape[1]:
+        raise DataError(f"the points have shape {points.shape}, the run's centers have dimension {centers.shape[1]}")
+    return nearest(points, centers).astype(np.int64)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fedcluster-assign", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", help="output folder of a finished run (centers.npy)")
+    parser.add_argument("points", help="this device's points (.npy or .csv, rows = points)")
+    parser.add_argument("--out", help="labels file (.npy); default: POINTS with .labels.npy")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing labels file")
+    args = parser.parse_args(argv)
+    points_path = Path(args.points)
+    out = Path(args.out) if args.out else points_path.with_name(points_path.name.rsplit(".", 1)[0] + ".labels.npy")
+    try:
+        if out.exists() and not args.overwrite:
+            raise DataError(f"{out} exists: pass --overwrite to replace it, or --out another file")
+        labels = assign_labels(args.run_dir, load_points(str(points_path)))
+        np.save(out, labels)
+    except (DataError, ValueError, OSError) as exc:
+        print(f"fedcluster-assign: error: {exc}", file=sys.stderr)
+        return 1
+    sizes = np.bincount(labels)
+    print(json.dumps({"points": int(labels.size), "labels": str(out),
+                      "cluster_sizes": {str(i): int(s) for i, s in enumerate(sizes) if s}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

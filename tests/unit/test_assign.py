@@ -1,0 +1,61 @@
+"""fedcluster-assign: a device labels its own points with a run's centers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fedcluster.assign import main
+
+
+def run_folder(tmp_path, centers):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    np.save(folder / "centers.npy", np.asarray(centers, dtype=np.float64))
+    return folder
+
+
+def test_labels_are_the_nearest_centers_written_beside_the_points(tmp_path, capsys):
+    folder = run_folder(tmp_path, [[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    points = np.array([[1.0, 1.0], [9.0, 1.0], [0.0, 7.0], [6.0, 0.0], [-3.0, 4.0]])
+    np.save(tmp_path / "mine.npy", points)
+    assert main([str(folder), str(tmp_path / "mine.npy")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "mine.labels.npy"), [0, 1, 2, 1, 0])
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["points"] == 5 and summary["cluster_sizes"] == {"0": 2, "1": 2, "2": 1}
+
+
+def test_existing_labels_are_not_overwritten_without_asking(tmp_path, capsys):
+    folder = run_folder(tmp_path, [[0.0], [5.0]])
+    np.save(tmp_path / "p.npy", np.array([[1.0], [4.0]]))
+    np.save(tmp_path / "p.labels.npy", np.array([7, 7]))
+    assert main([str(folder), str(tmp_path / "p.npy")]) == 1
+    assert "--overwrite" in capsys.readouterr().err
+    np.testing.assert_array_equal(np.load(tmp_path / "p.labels.npy"), [7, 7])
+    assert main([str(folder), str(tmp_path / "p.npy"), "--overwrite"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "p.labels.npy"), [0, 1])
+
+
+@pytest.mark.parametrize(
+    "setup,message",
+    [
+        ("missing", "is not a folder"),
+        ("empty", "centers.npy does not exist"),
+        ("graph", "graph run"),
+        ("dimension", "dimension 3"),
+    ],
+)
+def test_errors_name_the_problem(setup, message, tmp_path, capsys):
+    np.save(tmp_path / "p.npy", np.zeros((4, 2)))
+    folder = tmp_path / "run"
+    if setup != "missing":
+        folder.mkdir()
+    if setup == "graph":
+        np.save(folder / "labels.npy", np.zeros(10, dtype=np.int64))
+    if setup == "dimension":
+        np.save(folder / "centers.npy", np.zeros((2, 3)))
+    assert main([str(folder), str(tmp_path / "p.npy")]) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "p.labels.npy").exists()
