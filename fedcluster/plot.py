@@ -1,0 +1,232 @@
+"""Pictures of a finished run, from its ``result.json`` (and, optionally, one device's points).
+
+``fedcluster-plot RUN_DIR [--points POINTS.npy] [--out DIR]`` writes PNGs into ``RUN_DIR``
+(or ``--out``) and prints which it wrote and which it skipped, with the reason:
+
+- ``cost.png``          cost per point per round, beside the pooled central cost when the run
+                        measured it (``reference``);
+- ``communication.png`` bytes up and down per round;
+- ``replies.png``       replies and failures (by kind) per round;
+- ``privacy.png``       FedDP-KMeans: ε spent by each privacy step;
+- ``spectral.png``      FedSpectral+: subspace change and Ritz residual per round (log scale);
+- ``points.png``        with ``--points``: that device's points (2-D, or their top-2 principal
+                        components) coloured by nearest center, and the centers.
+
+matplotlib is an optional extra: ``pip install 'fedcluster[plot]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .data import DataError, load_points
+from .lloyd import nearest
+
+INSTALL_HINT = "matplotlib is not installed: pip install 'fedcluster[plot]' (or pip install matplotlib)"
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only, no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise DataError(INSTALL_HINT) from None
+    return plt
+
+
+def load_result(run_dir: str | Path) -> dict[str, Any]:
+    file = Path(run_dir) / "result.json"
+    if not file.is_file():
+        raise DataError(f"{file} does not exist: give the output folder of a finished run")
+    try:
+        return json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{file} is not valid JSON ({exc}): was the run interrupted?") from None
+
+
+def _series(rounds: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    pairs = [(r["round"], float(r[key])) for r in rounds if isinstance(r.get(key), (int, float))]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _title(result: dict[str, Any]) -> str:
+    config = result.get("config", {})
+    return f"{result.get('algorithm', '?')}, k = {config.get('k', '?')}"
+
+
+def plot_cost(result: dict[str, Any], plt, path: Path) -> str | None:
+    x, y = _series(result.get("rounds", []), "cost")
+    if not x:
+        return "no round recorded a cost (FedDP keeps costs private; eval-every = 0; one-shot run)"
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    ax.plot(x, y, marker="o" if len(x) <= 30 else None, label="federated cost per point")
+    reference = result.get("reference") or {}
+    if "central_cost" in reference:
+        ax.axhline(reference["central_cost"], color="black", linestyle="--", label="central k-means (pooled)")
+    best = result.get("best_seen")
+    if best:
+        ax.plot([best["round"]], [best["cost"]], "v", color="tab:green", label=f"best seen (round {best['round']})")
+    ax.set(xlabel="round", ylabel="cost per point", title=f"Cost per round: {_title(result)}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+def plot_communication(result: dict[str, Any], plt, path: Path) -> str | None:
+    x, up = _series(result.get("rounds", []), "bytes_up")
+    _, down = _series(result.get("rounds", []), "bytes_down")
+    if not x or len(down) != len(x):
+        return "no round recorded its bytes"
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    ax.plot(x, np.asarray(up) / 1e3, marker="o" if len(x) <= 30 else None, label="up (devices → server)")
+    ax.plot(x, np.asarray(down) / 1e3, marker="s" if len(x) <= 30 else None, label="down (server → devices)")
+    ax.set(xlabel="round", ylabel="kB of arrays", title=f"Communication per round: {_title(result)}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+def plot_replies(result: dict[str, Any], plt, path: Path) -> str | None:
+    rounds = result.get("rounds", [])
+    if not rounds:
+        return "no rounds recorded"
+    x = [r["round"] for r in rounds]
+    replies = np.array([r.get("replies", 0) for r in rounds], dtype=float)
+    kinds = sorted({f.get("kind", "error") for r in rounds for f in r.get("failures", [])})
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    ax.bar(x, replies, label="valid replies (every phase of the round)", color="tab:blue")
+    bottom = replies.copy()
+    for kind in kinds:
+        counts = np.array([sum(f.get("kind", "error") == kind for f in r.get("failures", [])) for r in rounds], float)
+        ax.bar(x, counts, bottom=bottom, label=f"failed: {kind}")
+        bottom += counts
+    ax.set(xlabel="round", ylabel="replies", title=f"Replies and failures per round: {_title(result)}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+def plot_privacy(result: dict[str, Any], plt, path: Path) -> str | None:
+    steps = (result.get("privacy") or {}).get("steps") or []
+    steps = [s for s in steps if isinstance(s.get("epsilon"), (int, float))]
+    if not steps:
+        return "not a FedDP-KMeans run (no privacy steps)"
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    names = [s["name"] for s in steps]
+    ax.bar(range(len(steps)), [s["epsilon"] for s in steps], color="tab:purple")
+    ax.set_xticks(range(len(steps)), names, rotation=30, ha="right")
+    total = result["privacy"].get("epsilon")
+    ax.set(ylabel="ε of the step alone", title="Privacy budget per step"
+           + (f" (composed total ε = {total:.3g}, less than the sum)" if total else ""))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+def plot_spectral(result: dict[str, Any], plt, path: Path) -> str | None:
+    rounds = result.get("rounds", [])
+    x1, change = _series(rounds, "subspace_change")
+    x2, residual = _series(rounds, "residual")
+    if not x1 and not x2:
+        return "not a FedSpectral+ run (no subspace change or residual per round)"
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    if x1:
+        ax.semilogy(x1, np.maximum(change, 1e-300), marker="o", label="subspace change (sine)")
+    if x2:
+        ax.semilogy(x2, np.maximum(residual, 1e-300), marker="s", label="largest top-k Ritz residual")
+    ax.set(xlabel="round", ylabel="log scale", title=f"Eigenspace convergence: {_title(result)}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+def plot_points(run_dir: Path, points_file: str | None, plt, path: Path) -> str | None:
+    if not points_file:
+        return "no --points given (a device's own points)"
+    centers_file = run_dir / "centers.npy"
+    if not centers_file.is_file():
+        return f"{centers_file} does not exist (graph runs have no centers)"
+    centers = np.load(centers_file)
+    points = load_points(points_file)
+    if points.shape[1] != centers.shape[1]:
+        raise DataError(f"{points_file} has {points.shape[1]} features, the run's centers {centers.shape[1]}")
+    labels = nearest(points, centers)
+    if points.shape[1] == 2:
+        P, C, axes = points, centers, ("x₁", "x₂")
+    else:  # top-2 principal components of this device's points (computed here, on the device)
+        mean = points.mean(0)
+        _, _, vt = np.linalg.svd(points - mean, full_matrices=False)
+        basis = vt[:2].T if vt.shape[0] >= 2 else np.eye(points.shape[1])[:, :2]
+        P, C, axes = (points - mean) @ basis, (centers - mean) @ basis, ("PC 1 (this device)", "PC 2 (this device)")
+    fig, ax = plt.subplots(figsize=(6.4, 5))
+    ax.scatter(P[:, 0], P[:, 1], c=labels, cmap="tab20", s=8, alpha=0.7)
+    ax.scatter(C[:, 0], C[:, 1], marker="X", s=120, c="black", label="centers")
+    ax.set(xlabel=axes[0], ylabel=axes[1], title=f"{Path(points_file).name}: {len(points)} points, nearest center")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+def plot_run(run_dir: str | Path, points: str | None = None, out: str | Path | None = None) -> dict[str, Any]:
+    """Write every picture that applies; return ``{"written": [...], "skipped": {name: reason}}``."""
+    run_dir = Path(run_dir)
+    result = load_result(run_dir)
+    plt = _pyplot()
+    folder = Path(out) if out else run_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    written, skipped = [], {}
+    for name, draw in (
+        ("cost.png", lambda p: plot_cost(result, plt, p)),
+        ("communication.png", lambda p: plot_communication(result, plt, p)),
+        ("replies.png", lambda p: plot_replies(result, plt, p)),
+        ("privacy.png", lambda p: plot_privacy(result, plt, p)),
+        ("spectral.png", lambda p: plot_spectral(result, plt, p)),
+        ("points.png", lambda p: plot_points(run_dir, points, plt, p)),
+    ):
+        reason = draw(folder / name)
+        if reason is None:
+            written.append(str(folder / name))
+        else:
+            skipped[name] = reason
+    return {"written": written, "skipped": skipped}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fedcluster-plot", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", help="output folder of a finished run (result.json)")
+    parser.add_argument("--points", help="one device's points (.npy/.csv) to draw with the centers")
+    parser.add_argument("--out", help="write the PNGs here instead of RUN_DIR")
+    args = parser.parse_args(argv)
+    try:
+        report = plot_run(args.run_dir, args.points, args.out)
+    except (DataError, ValueError, OSError) as exc:
+        print(f"fedcluster-plot: error: {exc}", file=sys.stderr)
+        return 1
+    for file in report["written"]:
+        print(f"wrote   {file}")
+    for name, reason in report["skipped"].items():
+        print(f"skipped {name}: {reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

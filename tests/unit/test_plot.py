@@ -1,0 +1,74 @@
+"""fedcluster-plot: pictures from a result.json written by hand here."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from fedcluster.plot import main, plot_run  # noqa: E402
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def write_run(folder, **extra):
+    folder.mkdir(parents=True)
+    rounds = [
+        {"round": t, "cost": 2.0 / t, "replies": 5 - (t == 2), "bytes_up": 100 * t, "bytes_down": 50,
+         "failures": [{"node": 1, "kind": "invalid", "reason": "NaN"}] if t == 2 else []}
+        for t in range(1, 6)
+    ]
+    result = {"algorithm": "fedkmeans", "config": {"k": 2}, "rounds": rounds,
+              "reference": {"central_cost": 0.35}, **extra}
+    (folder / "result.json").write_text(json.dumps(result))
+    np.save(folder / "centers.npy", np.array([[0.0, 0.0, 0.0], [5.0, 5.0, 5.0]]))
+    return folder
+
+
+def test_a_kmeans_run_gets_its_pictures_and_the_rest_say_why_not(tmp_path):
+    run = write_run(tmp_path / "run")
+    np.save(tmp_path / "mine.npy", np.random.default_rng(0).normal(size=(30, 3)))
+    report = plot_run(run, str(tmp_path / "mine.npy"))
+    assert sorted(p.rsplit("/", 1)[1] for p in report["written"]) == ["communication.png", "cost.png", "points.png", "replies.png"]
+    assert set(report["skipped"]) == {"privacy.png", "spectral.png"}
+    for name in ("cost.png", "communication.png", "replies.png", "points.png"):
+        assert (run / name).read_bytes()[:8] == PNG
+
+
+def test_privacy_and_spectral_pictures_when_the_run_has_them(tmp_path):
+    steps = [{"name": "step1", "epsilon": 0.3}, {"name": "step2", "epsilon": 0.5}]
+    rounds = [{"round": t, "subspace_change": 10.0 ** -t, "residual": 10.0 ** (1 - t)} for t in range(1, 4)]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "result.json").write_text(json.dumps({"algorithm": "x", "rounds": rounds, "privacy": {"epsilon": 0.7, "steps": steps}}))
+    report = plot_run(run, out=tmp_path / "pics")
+    names = sorted(p.rsplit("/", 1)[1] for p in report["written"])
+    assert names == ["privacy.png", "replies.png", "spectral.png"]
+    assert set(report["skipped"]) == {"cost.png", "communication.png", "points.png"}
+    assert (tmp_path / "pics" / "privacy.png").read_bytes()[:8] == PNG
+
+
+def test_errors_name_the_problem(tmp_path, capsys):
+    assert main([str(tmp_path / "nothing")]) == 1
+    assert "result.json does not exist" in capsys.readouterr().err
+    run = write_run(tmp_path / "run")
+    np.save(tmp_path / "flat.npy", np.zeros((4, 2)))
+    assert main([str(run), "--points", str(tmp_path / "flat.npy")]) == 1
+    assert "2 features" in capsys.readouterr().err
+    (run / "result.json").write_text("{truncated")
+    assert main([str(run)]) == 1
+    assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_without_matplotlib_the_command_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    run = write_run(tmp_path / "run")
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main([str(run)]) == 1
+    assert "pip install 'fedcluster[plot]'" in capsys.readouterr().err
+    assert not (run / "cost.png").exists()
