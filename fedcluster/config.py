@@ -136,6 +136,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("aggregation", "mean", "combining the devices' centers: mean (the paper), trimmed-mean, median",
             choices=("mean", "trimmed-mean", "median")),
         Key("trim-fraction", 0.1, "trimmed-mean: share of a cluster's devices dropped at each end", low=0, high=0.5),
+        Key("k-range", "", "choose k: 'a:b' scores every k in a..b in one federated round and reports the elbow "
+            "and the Calinski-Harabasz choice instead of training (k is then unused)"),
     ),
     # docs/ALGORITHMS.md section 4
     "kfed": (
@@ -312,7 +314,26 @@ def _spectral_rules(c: dict[str, Any]) -> None:
         raise ConfigError(f"{c['algorithm']} needs num-rounds >= 1, got {c['num-rounds']}")
 
 
-RULES = (_data_rules, _init_rules, _feddp_rules, _spectral_rules)
+def k_range(text: str) -> tuple[int, int]:
+    """``'a:b'`` -> (a, b), 2 <= a < b (the k-range of a choose-k run)."""
+    try:
+        low, high = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise ConfigError(f"run-config k-range must look like '2:20' (two integers a:b), got {text!r}") from None
+    if not 2 <= low < high <= 1000:
+        raise ConfigError(f"run-config k-range a:b needs 2 <= a < b <= 1000, got {text!r}")
+    return low, high
+
+
+def _k_range_rules(c: dict[str, Any]) -> None:
+    if not c["k-range"]:
+        return
+    if c["algorithm"] != "fedkmeans":
+        raise ConfigError(f"run-config k-range is a FedKMeans study (algorithm='fedkmeans'), not {c['algorithm']!r}")
+    k_range(c["k-range"])
+
+
+RULES = (_data_rules, _init_rules, _feddp_rules, _spectral_rules, _k_range_rules)
 
 
 def parse_run_config(text: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ candidates on the devices' local summaries).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -312,3 +312,59 @@ def summary_candidates(
 def box_candidates(k: int, count: int, low: np.ndarray, high: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """``count`` candidate center sets drawn uniformly in the box [low, high]."""
     return np.stack([rng.uniform(low, high, size=(k, low.size)) for _ in range(count)])
+
+
+# ------------------------------------------------------------------------ choosing k
+def k_range_candidates(
+    points: np.ndarray,
+    weights: np.ndarray,
+    ks: Sequence[int],
+    count: int,
+    low: np.ndarray,
+    high: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Every k's ``count`` candidate sets from the summaries, plus the summaries' mean (the
+    k = 1 set, last), padded to max(ks) centers by repeating each set's first center: a
+    duplicate center changes no point's nearest distance, so one ``score_candidates`` round
+    prices every k. Shape ``(len(ks) * count + 1, max(ks), d)``."""
+    k_max = max(ks)
+    sets = [summary_candidates(points, weights, k, count, low, high, rng) for k in ks]
+    mean = (np.average(points, axis=0, weights=weights) if points.shape[0] else (low + high) / 2)[None, None]
+    padded = [np.concatenate([s, np.repeat(s[:, :1], k_max - s.shape[1], axis=1)], axis=1) for s in sets + [mean]]
+    return np.concatenate(padded)
+
+
+def k_range_report(ks: Sequence[int], count: int, costs: np.ndarray, num_points: int) -> dict[str, Any]:
+    """Best candidate per k, the elbow of the cost curve and the Calinski–Harabasz choice.
+
+    ``costs`` are the total costs of :func:`k_range_candidates`' sets in order. The total
+    scatter T is the cost of the summaries' mean (≥ the scatter about the true mean);
+    CH(k) = ((T − W_k)/(k − 1)) / (W_k/(n − k)), from sufficient statistics only. The elbow
+    is the k farthest below the chord from the first to the last point of the normalised
+    log-cost curve (the "kneedle" rule on log W_k: on the raw cost the first big drop wins
+    whenever clusters come in groups)."""
+    ks = list(ks)
+    per_k = costs[: len(ks) * count].reshape(len(ks), count)
+    chosen = [int(i * count + b) for i, b in enumerate(per_k.argmin(axis=1))]
+    for i in range(1, len(ks)):  # more centers can always do as well as fewer (a padded smaller set)
+        if costs[chosen[i - 1]] < costs[chosen[i]]:
+            chosen[i] = chosen[i - 1]
+    W = costs[chosen].astype(np.float64)
+    T = max(float(costs[-1]), float(W[0]))
+    n = num_points
+    ch = [((T - w) / (k - 1)) / (w / (n - k)) if w > 0 and n > k else float("inf") for k, w in zip(ks, W)]
+    x = (np.array(ks) - ks[0]) / (ks[-1] - ks[0])
+    logs = np.log(np.maximum(W, 1e-300))  # log scale: the last large RELATIVE drop, not the first large one
+    span = logs[0] - logs[-1]
+    y = (logs - logs[-1]) / span if span > 0 else np.zeros(len(ks))
+    below = 1.0 - x - y
+    return {
+        "k": ks,
+        "cost": (W / n).tolist(),
+        "calinski_harabasz": ch,
+        "elbow_k": int(ks[int(np.argmax(below))]) if span > 0 else ks[0],
+        "calinski_harabasz_k": int(ks[int(np.argmax(ch))]),
+        "total_scatter": T / n,
+        "best_candidate": chosen,
+    }

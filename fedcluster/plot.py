@@ -9,6 +9,8 @@
 - ``replies.png``       replies and failures (by kind) per round;
 - ``privacy.png``       FedDP-KMeans: ε spent by each privacy step;
 - ``spectral.png``      FedSpectral+: subspace change and Ritz residual per round (log scale);
+- ``k_range.png``       a ``k-range`` run: cost and Calinski–Harabasz score per k, the
+                        elbow and the chosen k;
 - ``points.png``        with ``--points``: that device's points (2-D, or their top-2 principal
                         components) coloured by nearest center, and the centers.
 
@@ -157,6 +159,29 @@ def plot_spectral(result: dict[str, Any], plt, path: Path) -> str | None:
     return None
 
 
+def plot_k_range(result: dict[str, Any], plt, path: Path) -> str | None:
+    report = result.get("k_range")
+    if not report:
+        return "not a k-range run"
+    ks, cost, ch = report["k"], report["cost"], report["calinski_harabasz"]
+    fig, left = plt.subplots(figsize=(6.4, 4))
+    left.plot(ks, cost, marker="o", color="tab:blue", label="cost per point (best candidate)")
+    left.axvline(report["elbow_k"], color="tab:blue", linestyle=":", label=f"elbow: k = {report['elbow_k']}")
+    left.set(xlabel="k", ylabel="cost per point", title="Choosing k (one federated scoring round)")
+    right = left.twinx()
+    right.plot(ks, ch, marker="s", color="tab:orange", label="Calinski–Harabasz")
+    right.axvline(report["calinski_harabasz_k"], color="tab:orange", linestyle="--",
+                  label=f"CH maximum: k = {report['calinski_harabasz_k']}")
+    right.set_ylabel("Calinski–Harabasz (higher is better)")
+    lines = left.get_legend_handles_labels()
+    more = right.get_legend_handles_labels()
+    left.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
 def plot_points(run_dir: Path, points_file: str | None, plt, path: Path) -> str | None:
     if not points_file:
         return "no --points given (a device's own points)"
@@ -200,6 +225,7 @@ def plot_run(run_dir: str | Path, points: str | None = None, out: str | Path | N
         ("replies.png", lambda p: plot_replies(result, plt, p)),
         ("privacy.png", lambda p: plot_privacy(result, plt, p)),
         ("spectral.png", lambda p: plot_spectral(result, plt, p)),
+        ("k_range.png", lambda p: plot_k_range(result, plt, p)),
         ("points.png", lambda p: plot_points(run_dir, points, plt, p)),
     ):
         reason = draw(folder / name)

@@ -32,7 +32,8 @@ def central_reference(
     if pooled is None:
         return None
     X, _ = pooled
-    if X.shape[0] < config["k"] or X.shape[1] != centers.shape[1]:
+    k = centers.shape[0]  # the run's k (a k-range run: the k it chose)
+    if X.shape[0] < k or X.shape[1] != centers.shape[1]:
         return None
     if num_points is not None and X.shape[0] != num_points:
         # The nodes did not hold what the server can rebuild (e.g. a deployment whose
@@ -40,7 +41,7 @@ def central_reference(
         return None
     from .metrics import central_kmeans
 
-    _, central_total = central_kmeans(X, config["k"], config["seed"], n_init=10)
+    _, central_total = central_kmeans(X, k, config["seed"], n_init=10)
     federated_total = kmeans_cost(X, centers)
     return {
         "num_points": int(X.shape[0]),

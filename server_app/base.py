@@ -170,6 +170,10 @@ class FederatedStrategy:
         )
         if dataset == "edge-dir":
             raise FederationError(f"{text}; a graph needs every client's edges: start one node per file")
+        self.warn(text)
+
+    def warn(self, text: str) -> None:
+        """Say it in the log and keep it in result.json (``warnings``)."""
         log(WARNING, "[fedcluster] %s", text)
         self.warnings.append(text)
 

@@ -48,11 +48,14 @@ from fedcluster.fedkmeans import (
     ServerState,
     aggregate_centers,
     box_candidates,
+    k_range_candidates,
+    k_range_report,
     orphaned_clusters,
     reassign_starved,
     server_update,
     summary_candidates,
 )
+from fedcluster.config import k_range
 from fedcluster.lloyd import kmeans_plus_plus
 
 from .base import FederatedStrategy, FederationError, Reply, sum_arrays, sum_metric
@@ -76,6 +79,8 @@ class FedKMeans(FederatedStrategy):
         if k > total:
             raise FederationError(f"k={k} is larger than the {total} points held by the federation")
         low, high = bounding_box([r.arrays["min"] for r in summaries], [r.arrays["max"] for r in summaries])
+        if self.config["k-range"]:
+            return self.choose_k(k_range(self.config["k-range"]), total, low, high)
         initial, init_record = self.initialize(k, low, high)
         centers = self.train(initial, self.config["num-rounds"])
         total_cost, num_points = self.evaluate(centers, phase="final-evaluation")
@@ -98,6 +103,34 @@ class FedKMeans(FederatedStrategy):
                 log(WARNING, "[fedcluster] final cost %.6g is %.1f%% above the best seen (round %d, %.6g): "
                     "best_centers.npy holds those centers", final_cost, 100 * (final_cost / best[0] - 1), best[1], best[0])
         return outcome
+
+    def choose_k(self, bounds: tuple[int, int], total: int, low: np.ndarray, high: np.ndarray) -> dict[str, Any]:
+        """``k-range``: local summaries once, every k's candidates built here, all scored in
+        ONE federated round; the elbow and the Calinski–Harabasz choice (no training)."""
+        first, last = bounds
+        if last > total:
+            raise FederationError(f"k-range {first}:{last} asks for more clusters than the {total} points held")
+        ks = list(range(first, last + 1))
+        m = self.config["init-candidates"]
+        points, weights = self.local_summaries(last)
+        if points.shape[0] < last:
+            self.warn(f"only {points.shape[0]} summary centers for k up to {last}: the larger k use random-box candidates")
+        candidates = k_range_candidates(points, weights, ks, m, low, high, self.rng)
+        self.begin_round(1)
+        costs = self.score(candidates, phase="k-range-scoring")
+        report = k_range_report(ks, m, costs, total)
+        self.end_round(candidates=int(candidates.shape[0]))
+        chosen = report["calinski_harabasz_k"]
+        index = ks.index(chosen)
+        log(INFO, "[fedcluster] k-range %d:%d: elbow at k=%d, Calinski-Harabasz picks k=%d (cost/pt %.6g)",
+            first, last, report["elbow_k"], chosen, report["cost"][index])
+        for k, cost, ch in zip(ks, report["cost"], report["calinski_harabasz"]):
+            log(INFO, "[fedcluster]   k=%-4d cost/pt %-12.6g CH %.6g", k, cost, ch)
+        return {
+            "centers": candidates[report["best_candidate"][index]][:chosen],
+            "k_range": report,
+            "final": {"cost": report["cost"][index], "total_cost": report["cost"][index] * total, "num_points": total, "k": chosen},
+        }
 
     # -------------------------------------------------------------- initialization
     def initialize(self, k: int, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:

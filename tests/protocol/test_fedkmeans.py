@@ -360,3 +360,30 @@ def test_server_memory_changes_nothing_when_every_node_is_sampled(tmp_path):
     off = run({**config, "output-dir": str(tmp_path / "off"), "server-memory": False}, num_nodes=8)
     np.testing.assert_array_equal(np.load(tmp_path / "on" / "centers.npy"), np.load(tmp_path / "off" / "centers.npy"))
     assert [r["cost"] for r in on["rounds"]] == [r["cost"] for r in off["rounds"]]
+
+
+# ---------------------------------------------------------------- choosing k
+def test_k_range_finds_the_number_of_components_in_three_broadcasts(tmp_path):
+    rng = np.random.default_rng(4)
+    means = rng.normal(size=(5, 3)) * 12
+    parts = [np.concatenate([means[j] + rng.normal(size=(30, 3)) for j in (i % 5, (i + 1) % 5)]) for i in range(10)]
+    directory = write_npy_dir(tmp_path / "data", parts)
+    result = run({"k-range": "2:9", "dataset": "npy-dir", "data-dir": str(directory), "output-dir": str(tmp_path / "out"),
+                  "reference": False}, num_nodes=len(parts))
+    report = result["k_range"]
+    assert report["k"] == list(range(2, 10))
+    assert report["calinski_harabasz_k"] == 5 and report["elbow_k"] == 5
+    assert [p["phase"] for p in result["phases"]] == ["data-summary", "init-local-summaries", "k-range-scoring"]
+    centers = np.load(tmp_path / "out" / "centers.npy")
+    assert centers.shape == (5, 3)
+    X = np.concatenate(parts)
+    d2 = ((X[:, None, :] - centers[None]) ** 2).sum(-1).min(1)
+    assert report["cost"][3] == pytest.approx(d2.mean(), rel=1e-9)  # the federated score is the pooled cost
+    assert all(a >= b for a, b in zip(report["cost"], report["cost"][1:]))
+
+
+def test_k_range_larger_than_the_data_is_refused(tmp_path):
+    parts = [np.random.default_rng(i).normal(size=(3, 2)) for i in range(2)]
+    directory = write_npy_dir(tmp_path / "data", parts)
+    with pytest.raises(FederationError, match="more clusters than the 6 points"):
+        run({"k-range": "2:7", "dataset": "npy-dir", "data-dir": str(directory), "output-dir": str(tmp_path / "o")}, num_nodes=2)

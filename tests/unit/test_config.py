@@ -118,3 +118,19 @@ def test_readme_config_table_is_generated_from_the_declarations():
 
     block = f"<!-- generated: python -m fedcluster.config -->\n{markdown_table()}\n<!-- end generated -->"
     assert block in (ROOT / "README.md").read_text(), "regenerate: python -m fedcluster.config README.md"
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"k-range": "2-10"}, "two integers"),
+        ({"k-range": "5:3"}, "2 <= a < b"),
+        ({"k-range": "1:4"}, "2 <= a < b"),
+        ({"k-range": "2:8", "algorithm": "kfed"}, "FedKMeans study"),
+    ],
+)
+def test_bad_k_range_is_refused(overrides, message):
+    from fedcluster.config import ConfigError, with_defaults
+
+    with pytest.raises(ConfigError, match=message):
+        with_defaults(overrides)

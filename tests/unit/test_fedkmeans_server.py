@@ -69,3 +69,49 @@ def test_one_liar_in_ten_stays_within_the_honest_range(method):
 def test_unknown_aggregation_is_named():
     with pytest.raises(ValueError, match="aggregation must be one of mean, trimmed-mean, median"):
         aggregate_centers(*devices(), "krum")
+
+
+# ---------------------------------------------------------------- choosing k (k-range)
+def naive_cost(X, C):
+    return sum(min(float(((x - c) ** 2).sum()) for c in C) for x in X)
+
+
+def test_padded_candidate_sets_cost_what_the_unpadded_ones_cost():
+    from fedcluster.fedkmeans import k_range_candidates
+
+    rng = np.random.default_rng(0)
+    points = rng.normal(size=(30, 2)) * 4
+    X = rng.normal(size=(50, 2)) * 4
+    batch = k_range_candidates(points, np.ones(30), [2, 3, 5], 2, points.min(0), points.max(0), rng)
+    assert batch.shape == (3 * 2 + 1, 5, 2)
+    for index, k in enumerate([2, 2, 3, 3, 5, 5, 1]):
+        unpadded = batch[index][:k]
+        assert naive_cost(X, batch[index]) == pytest.approx(naive_cost(X, unpadded), rel=1e-12)
+        assert len({tuple(c) for c in batch[index]}) == k  # the padding repeats, never adds a center
+    np.testing.assert_allclose(batch[-1][0], points.mean(0))
+
+
+def test_k_range_report_by_hand():
+    from fedcluster.fedkmeans import k_range_report
+
+    # ks 2..5, 2 candidates each, then the k = 1 cost T = 100; n = 50 points.
+    costs = np.array([60.0, 50.0, 20.0, 30.0, 25.0, 18.0, 17.0, 16.0, 100.0])
+    report = k_range_report([2, 3, 4, 5], 2, costs, 50)
+    W = [50.0, 20.0, 18.0, 16.0]
+    assert report["cost"] == pytest.approx([w / 50 for w in W])
+    assert report["best_candidate"] == [1, 2, 5, 7]
+    expected_ch = [((100 - w) / (k - 1)) / (w / (50 - k)) for k, w in zip([2, 3, 4, 5], W)]
+    assert report["calinski_harabasz"] == pytest.approx(expected_ch)
+    assert report["calinski_harabasz_k"] == 3  # CH: 48, 92, 83.1, 70.3
+    # log W normalised: (0, 1) (1/3, 0.196) (2/3, 0.103) (1, 0): farthest below the chord at k = 3
+    assert report["elbow_k"] == 3
+    assert report["total_scatter"] == pytest.approx(2.0)
+
+
+def test_k_range_report_never_lets_more_centers_cost_more():
+    from fedcluster.fedkmeans import k_range_report
+
+    costs = np.array([40.0, 45.0, 30.0, 100.0])  # k = 3 candidates worse than k = 2's best
+    report = k_range_report([2, 3, 4], 1, costs, 20)
+    assert report["cost"] == pytest.approx([2.0, 2.0, 1.5])
+    assert report["best_candidate"] == [0, 0, 2]
