@@ -142,7 +142,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
     # docs/ALGORITHMS.md section 4
     "kfed": (
         Key("k-prime", 0, "local clusters per device (0 = ceil(sqrt(k)))", low=0, high=MANY),
-        Key("kfed-weighting", "count", "weighting of device centers in the merge", choices=("count", "uniform")),
+        Key("kfed-weighting", "count", "weighting of device centers in the merge; capped-count: no device weighs "
+            "more than the median device (robust to inflated counts)", choices=("count", "uniform", "capped-count")),
         Key("kfed-to-convergence", True, "server Lloyd to convergence (false = one round, the paper)"),
         Key("kfed-server-starts", 20, "merge starts scored on the server (1 = the paper)", low=1, high=10_000),
         Key("kfed-device-restarts", 10, "local k'-means restarts on each device (1 = the paper)", low=1, high=10_000),

@@ -412,6 +412,24 @@ def _check_k(k: int, total: int) -> None:
         )
 
 
+WEIGHTINGS = ("count", "uniform", "capped-count")
+
+
+def cap_device_weights(device_counts: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Scale every device's counts so that its total is at most the median device total.
+
+    The robust weighting of k-FED's merge: a device that claims a huge point count (its
+    first reply fixes its own n, so nothing else bounds it) then weighs no more than a
+    typical device, and honest devices at or below the median keep their counts exactly.
+    """
+    totals = np.array([float(np.sum(c)) for c in device_counts])
+    positive = totals[totals > 0]
+    if positive.size == 0:
+        return [np.asarray(c, dtype=np.float64) for c in device_counts]
+    cap = float(np.median(positive))
+    return [np.asarray(c, dtype=np.float64) * (cap / t if t > cap else 1.0) for c, t in zip(device_counts, totals)]
+
+
 def kfed_merge(
     device_centers: Sequence[np.ndarray],
     device_counts: Sequence[np.ndarray],
@@ -435,7 +453,8 @@ def kfed_merge(
     rng : NumPy Generator (or seed): which device starts the farthest-point traversal, and
         the extra starts when ``n_init > 1``.
     weighting : ``"count"`` -- group means and the start score weighted by counts;
-        ``"uniform"`` -- every device center counts once.
+        ``"uniform"`` -- every device center counts once; ``"capped-count"`` -- by counts,
+        but no device weighs more than the median device (:func:`cap_device_weights`).
     to_convergence : ``False`` -- one Lloyd round from M (the paper's Algorithm 2, step 7);
         ``True`` -- Lloyd until the grouping is stable (the authors' code).
     max_iter : maximum Lloyd rounds when ``to_convergence``.
@@ -457,8 +476,8 @@ def kfed_merge(
         device center (the groups τ_1..τ_k). With one Lloyd round these are the groups
         around M, and ``global_centers`` are their means, exactly as in the paper.
     """
-    if weighting not in ("count", "uniform"):
-        raise ValueError(f"weighting must be 'count' or 'uniform', got {weighting!r}")
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
     if len(device_counts) != len(device_centers):
         raise ValueError(
             f"{len(device_centers)} center arrays but {len(device_counts)} count arrays"
@@ -477,8 +496,10 @@ def kfed_merge(
     k = int(k)
     _check_k(k, points.shape[0])
     rng = _as_rng(rng)
-    weights = np.concatenate(counts) if weighting == "count" else np.ones(points.shape[0])
-    if weighting == "count" and weights.sum() <= 0:
+    if weighting == "capped-count":
+        counts = cap_device_weights(counts)
+    weights = np.concatenate(counts) if weighting != "uniform" else np.ones(points.shape[0])
+    if weighting != "uniform" and weights.sum() <= 0:
         weights = np.ones(points.shape[0])  # all counts zero: fall back to uniform
 
     nonempty_devices = np.flatnonzero(np.bincount(owner, minlength=len(device_centers)) > 0)

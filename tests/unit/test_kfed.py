@@ -496,3 +496,14 @@ def test_early_stop_keeps_the_exhaustive_answer_on_separated_data():
     fast = local_kprime_means(A, 4, np.random.default_rng(3))
     cost = lambda c, lab: float(((A - c[lab]) ** 2).sum())  # noqa: E731
     assert cost(fast[0], fast[2]) == pytest.approx(cost(full[0], full[2]), rel=1e-9)
+
+
+def test_cap_device_weights_by_hand():
+    from fedcluster.kfed import cap_device_weights
+
+    capped = cap_device_weights([np.array([1.0, 3.0]), np.array([10.0]), np.array([2.0, 2.0, 2.0]), np.array([4e9])])
+    # totals 4, 10, 6, 4e9; median 8: the devices above 8 are scaled down to 8, the rest kept
+    np.testing.assert_allclose(capped[0], [1.0, 3.0])
+    np.testing.assert_allclose(capped[1], [8.0])
+    np.testing.assert_allclose(capped[2], [2.0, 2.0, 2.0])
+    np.testing.assert_allclose(capped[3], [8.0])
