@@ -133,7 +133,8 @@ def plot_privacy(result: dict[str, Any], plt, path: Path) -> str | None:
     ax.set_xticks(range(len(steps)), names, rotation=30, ha="right")
     total = result["privacy"].get("epsilon")
     ax.set(ylabel="ε of the step alone", title="Privacy budget per step"
-           + (f" (composed total ε = {total:.3g}, less than the sum)" if total else ""))
+           + (f" (composed total ε = {total:.3g})" if total else ""))
+    ax.set_xlabel("step (the composed total, by PLD accounting, is below the sum of the steps)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

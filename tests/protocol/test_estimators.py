@@ -145,3 +145,16 @@ def test_spectral_estimator_matches_the_run_config_path_and_finds_the_communitie
 def test_spectral_estimator_refuses_bad_edges(kwargs, clients, message):
     with pytest.raises(ValueError, match=message):
         fedcluster.FederatedSpectralClustering(2, **kwargs).fit(clients)
+
+
+def test_the_estimators_page_runs_as_written():
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "estimators.md").read_text()
+    code = re.search(r"```python\n(.*?)```", page, re.S).group(1)
+    scope = {}
+    exec(compile(code, "docs/guide/estimators.md", "exec"), scope)
+    assert scope["model"].cluster_centers_.shape == (3, 2)
+    assert scope["dp"].privacy_["epsilon"] <= 2.0 + 1e-9
+    assert len(scope["graph"].labels_) == 5
