@@ -54,6 +54,13 @@ def load_result(run_dir: str | Path) -> dict[str, Any]:
         raise DataError(f"{file} is not valid JSON ({exc}): was the run interrupted?") from None
 
 
+def _save(fig, plt, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
 def _series(rounds: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
     pairs = [(r["round"], float(r[key])) for r in rounds if isinstance(r.get(key), (int, float))]
     return [p[0] for p in pairs], [p[1] for p in pairs]
@@ -78,10 +85,7 @@ def plot_cost(result: dict[str, Any], plt, path: Path) -> str | None:
         ax.plot([best["round"]], [best["cost"]], "v", color="tab:green", label=f"best seen (round {best['round']})")
     ax.set(xlabel="round", ylabel="cost per point", title=f"Cost per round: {_title(result)}")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return None
+    return _save(fig, plt, path)
 
 
 def plot_communication(result: dict[str, Any], plt, path: Path) -> str | None:
@@ -94,10 +98,7 @@ def plot_communication(result: dict[str, Any], plt, path: Path) -> str | None:
     ax.plot(x, np.asarray(down) / 1e3, marker="s" if len(x) <= 30 else None, label="down (server → devices)")
     ax.set(xlabel="round", ylabel="kB of arrays", title=f"Communication per round: {_title(result)}")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return None
+    return _save(fig, plt, path)
 
 
 def plot_replies(result: dict[str, Any], plt, path: Path) -> str | None:
@@ -116,10 +117,7 @@ def plot_replies(result: dict[str, Any], plt, path: Path) -> str | None:
         bottom += counts
     ax.set(xlabel="round", ylabel="replies", title=f"Replies and failures per round: {_title(result)}")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return None
+    return _save(fig, plt, path)
 
 
 def plot_privacy(result: dict[str, Any], plt, path: Path) -> str | None:
@@ -135,10 +133,7 @@ def plot_privacy(result: dict[str, Any], plt, path: Path) -> str | None:
     ax.set(ylabel="ε of the step alone", title="Privacy budget per step"
            + (f" (composed total ε = {total:.3g})" if total else ""))
     ax.set_xlabel("step (the composed total, by PLD accounting, is below the sum of the steps)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return None
+    return _save(fig, plt, path)
 
 
 def plot_spectral(result: dict[str, Any], plt, path: Path) -> str | None:
@@ -154,10 +149,7 @@ def plot_spectral(result: dict[str, Any], plt, path: Path) -> str | None:
         ax.semilogy(x2, np.maximum(residual, 1e-300), marker="s", label="largest top-k Ritz residual")
     ax.set(xlabel="round", ylabel="log scale", title=f"Eigenspace convergence: {_title(result)}")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return None
+    return _save(fig, plt, path)
 
 
 def plot_k_range(result: dict[str, Any], plt, path: Path) -> str | None:
@@ -177,10 +169,7 @@ def plot_k_range(result: dict[str, Any], plt, path: Path) -> str | None:
     lines = left.get_legend_handles_labels()
     more = right.get_legend_handles_labels()
     left.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return None
+    return _save(fig, plt, path)
 
 
 def plot_points(run_dir: Path, points_file: str | None, plt, path: Path) -> str | None:
@@ -206,10 +195,7 @@ def plot_points(run_dir: Path, points_file: str | None, plt, path: Path) -> str 
     ax.scatter(C[:, 0], C[:, 1], marker="X", s=120, c="black", label="centers")
     ax.set(xlabel=axes[0], ylabel=axes[1], title=f"{Path(points_file).name}: {len(points)} points, nearest center")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return None
+    return _save(fig, plt, path)
 
 
 def plot_run(run_dir: str | Path, points: str | None = None, out: str | Path | None = None) -> dict[str, Any]:
