@@ -1,0 +1,78 @@
+"""Round trips: how many broadcasts each algorithm spends, counted from real runs.
+
+Every algorithm runs in-process with its run-config defaults on small generated data
+(FedSpectral(+) on a generated two-community graph), and its ``result.json`` phases are
+sorted into: broadcasts before the first round, per round (mean over the rounds), after
+the last round, and in total. In a deployment every broadcast costs about one
+SuperLink/SuperNode round trip (~6 s measured on this machine), so this is the latency
+budget of a run. Rows with a measurement option switched off show what it costs.
+
+Usage::
+
+    python bench/round_trips.py
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from _common import markdown_table, print_header, run_inprocess
+
+ROWS = {
+    "fedkmeans (fraction 1)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10},
+    "fedkmeans (fraction 0.3, eval-every 1: default)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10, "fraction": 0.3},
+    "fedkmeans (fraction 0.3, eval-every 0)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10, "fraction": 0.3, "eval-every": 0},
+    "fedkmeans k-range 2:8": {"algorithm": "fedkmeans", "k-range": "2:8"},
+    "kfed (kfed-evaluate: default)": {"algorithm": "kfed", "k": 4},
+    "kfed (kfed-evaluate = false)": {"algorithm": "kfed", "k": 4, "kfed-evaluate": False},
+    "da-ufl (som)": {"algorithm": "da-ufl", "k": 4, "dataset": "da-ufl-paper"},
+    "feddp-kmeans (2 Lloyd rounds, evaluate-cost: default)": {"algorithm": "feddp-kmeans", "k": 4, "dataset": "feddp-mixture", "lloyd-rounds": 2},
+    "feddp-kmeans (evaluate-cost = false)": {"algorithm": "feddp-kmeans", "k": 4, "dataset": "feddp-mixture", "lloyd-rounds": 2, "evaluate-cost": False},
+    "fedspectral": {"algorithm": "fedspectral", "k": 2},
+    "fedspectral-plus (10 rounds)": {"algorithm": "fedspectral-plus", "k": 2, "num-rounds": 10},
+}
+
+
+def graph_dir(folder: Path) -> Path:
+    rng = np.random.default_rng(0)
+    edges = np.array([(a, b) for a in range(60) for b in range(a + 1, 60) if rng.random() < (0.3 if (a < 30) == (b < 30) else 0.01)])
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, part in enumerate(np.array_split(rng.permutation(len(edges)), 5)):
+        np.savetxt(folder / f"client_{i:03d}.txt", edges[part], fmt="%d")
+    return folder
+
+
+def split(phases: list[dict]) -> tuple[int, float, int, int]:
+    numbered = [i for i, p in enumerate(phases) if p.get("round") is not None]
+    if not numbered:
+        return len(phases), 0.0, 0, len(phases)
+    first, last = numbered[0], numbered[-1]
+    rounds = {phases[i]["round"] for i in numbered}
+    return first, (last - first + 1) / len(rounds), len(phases) - last - 1, len(phases)
+
+
+def main() -> None:
+    print_header("Broadcasts per run, by algorithm (in-process, run-config defaults)")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        edges = graph_dir(Path(tmp) / "graph")
+        for name, config in ROWS.items():
+            config = dict(config, reference=False)
+            nodes = 20
+            if config["algorithm"].startswith("fedspectral"):
+                config.update({"dataset": "edge-dir", "data-dir": str(edges), "num-nodes": 60})
+                nodes = 5
+            if config.get("dataset") == "feddp-mixture":
+                nodes = 100
+            result = run_inprocess(config, num_nodes=nodes)
+            before, per_round, after, total = split(result["phases"])
+            names = " → ".join(dict.fromkeys(p["phase"] for p in result["phases"]))
+            rows.append([name, before, f"{per_round:g}", after, total, names])
+    print(markdown_table(["run", "before round 1", "per round", "after the last", "total", "phases"], rows))
+
+
+if __name__ == "__main__":
+    main()
