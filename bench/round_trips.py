@@ -1,10 +1,10 @@
-"""Round trips: how many broadcasts each algorithm spends, counted from real runs.
+"""Round trips: how many exchanges with the devices each algorithm spends, from real runs.
 
 Every algorithm runs in-process with its run-config defaults on small generated data
 (FedSpectral(+) on a generated two-community graph), and its ``result.json`` phases are
-sorted into: broadcasts before the first round, per round (mean over the rounds), after
-the last round, and in total. In a deployment every broadcast costs about one
-SuperLink/SuperNode round trip (~6 s measured on this machine), so this is the latency
+grouped by round trip (phases pushed together share one) and sorted into: before the first round, per round (mean over the rounds), after
+the last round, and in total. In a deployment every round trip costs about one
+SuperLink/SuperNode exchange (~6 s measured on this machine), so this is the latency
 budget of a run. Rows with a measurement option switched off show what it costs.
 
 Usage::
@@ -46,16 +46,20 @@ def graph_dir(folder: Path) -> Path:
 
 
 def split(phases: list[dict]) -> tuple[int, float, int, int]:
-    numbered = [i for i, p in enumerate(phases) if p.get("round") is not None]
+    """Round trips (phases sent together count once) before, per and after the rounds."""
+    trips: dict[int, object] = {}
+    for p in phases:
+        trips.setdefault(p["round_trip"], p.get("round"))
+    marks = list(trips.values())
+    numbered = [i for i, r in enumerate(marks) if r is not None]
     if not numbered:
-        return len(phases), 0.0, 0, len(phases)
+        return len(marks), 0.0, 0, len(marks)
     first, last = numbered[0], numbered[-1]
-    rounds = {phases[i]["round"] for i in numbered}
-    return first, (last - first + 1) / len(rounds), len(phases) - last - 1, len(phases)
+    return first, (last - first + 1) / len({marks[i] for i in numbered}), len(marks) - last - 1, len(marks)
 
 
 def main() -> None:
-    print_header("Broadcasts per run, by algorithm (in-process, run-config defaults)")
+    print_header("Round trips per run, by algorithm (in-process, run-config defaults)")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         edges = graph_dir(Path(tmp) / "graph")

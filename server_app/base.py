@@ -109,6 +109,7 @@ class FederatedStrategy:
         self._missed: dict[int, int] = {}  # consecutive phases without any reply, per node
         self.declared: dict[int, bounds.Declared] = {}  # what each node's first reply fixed
         self._phase: str | None = None
+        self.round_trips = 0  # push-and-pull exchanges with the nodes (one per broadcast_together)
         self.dimension: int | None = None
         self.rounds: list[dict[str, Any]] = []
         self.phases: list[dict[str, Any]] = []
@@ -268,11 +269,46 @@ class FederatedStrategy:
         number of valid replies raises :class:`FederationError` naming the failures. An
         empty ``nodes`` records a skipped phase and returns no reply.
         """
+        request = dict(task=task, nodes=nodes, arrays=arrays, config=config, seeded=seeded, per_node=per_node,
+                       sizes=sizes, check=check, phase=phase, min_replies=min_replies)
+        return self.broadcast_together(request)[0]
+
+    def broadcast_together(self, *requests: dict[str, Any]) -> list[list[Reply]]:
+        """Several broadcasts (each a dict of :meth:`broadcast`'s arguments, to disjoint
+        nodes) in ONE round trip: all messages are pushed, then pulled together. Each is
+        checked and recorded as its own phase; returns each one's valid replies."""
+        started = time.perf_counter()
+        self.round_trips += 1
+        prepared = [self._prepare(**request) for request in requests]
+        deadline = time.monotonic() + self.config["round-timeout"]  # from sending, not from the first pull
+        sent = [self._push(p["messages"], p["nodes"]) for p in prepared]
+        raw = self._pull(set().union(*(set(node_of) for node_of, _ in sent)), deadline)
+        out = []
+        for p, (node_of, failures) in zip(prepared, sent):
+            mine = [m for m in raw if m.metadata.reply_to_message_id in node_of]
+            self._phase = p["phase"]
+            replies, up = self._collect(mine, node_of, p["reply_spec"], failures)
+            self._record_phase(p["phase"], p["spec"], p["nodes"], replies, failures, p["down"], up, time.perf_counter() - started)
+            self.phases[-1]["round_trip"] = self.round_trips  # phases sent together share one
+            self._track_presence(p["nodes"], failures)
+            required = self.required_replies(len(p["nodes"])) if p["min_replies"] is None else p["min_replies"]
+            if len(replies) < required:
+                reasons = "; ".join(f"node {f['node']}: {f['reason']}" for f in failures[:10])
+                more = f" (and {len(failures) - 10} more)" if len(failures) > 10 else ""
+                raise FederationError(
+                    f"phase {p['phase']!r}: only {len(replies)} valid replies of {len(p['nodes'])} sent, "
+                    f"{required} required. Failures: {reasons}{more}"
+                )
+            out.append(replies)
+        return out
+
+    def _prepare(self, task, nodes, arrays=None, config=None, seeded=False, per_node=None, sizes=None, check=None,
+                 phase=None, min_replies=None) -> dict[str, Any]:
+        """The messages of one broadcast and how to check its replies."""
         spec = protocol.task(task)
         nodes = list(nodes)
         phase = phase or task
         self._phase = phase
-        started = time.perf_counter()
         reply_spec = ReplySpec(spec, {"d": self.dimension, **(sizes or {})}, dict(config or {}), check, dict(arrays or {}))
         seeds = self.node_seeds(nodes) if seeded else {}
 
@@ -283,20 +319,8 @@ class FederatedStrategy:
             return extra_arrays, extra_config
 
         messages, down = self._messages(spec, nodes, arrays, config, node_content, phase)
-        deadline = time.monotonic() + self.config["round-timeout"]  # from sending, not from the first pull
-        node_of, failures = self._push(messages, nodes)
-        replies, up = self._collect(node_of, reply_spec, failures, deadline)
-        self._record_phase(phase, spec, nodes, replies, failures, down, up, time.perf_counter() - started)
-        self._track_presence(nodes, failures)
-        required = self.required_replies(len(nodes)) if min_replies is None else min_replies
-        if len(replies) < required:
-            reasons = "; ".join(f"node {f['node']}: {f['reason']}" for f in failures[:10])
-            more = f" (and {len(failures) - 10} more)" if len(failures) > 10 else ""
-            raise FederationError(
-                f"phase {phase!r}: only {len(replies)} valid replies of {len(nodes)} sent, "
-                f"{required} required. Failures: {reasons}{more}"
-            )
-        return replies
+        return {"spec": spec, "nodes": nodes, "phase": phase, "reply_spec": reply_spec, "messages": messages,
+                "down": down, "min_replies": min_replies}
 
     def _messages(self, spec, nodes, arrays, config, node_content, phase) -> tuple[list[Message], int]:
         """One message per node; the request is checked against the protocol table first
@@ -326,13 +350,12 @@ class FederatedStrategy:
         return node_of, failures
 
     def _collect(
-        self, node_of: dict[str, int], spec: ReplySpec, failures: list[dict[str, Any]], deadline: float
+        self, raw: list[Message], node_of: dict[str, int], spec: ReplySpec, failures: list[dict[str, Any]]
     ) -> tuple[list[Reply], int]:
-        """Pull the replies until all arrived or the ``deadline`` (``round-timeout`` after
-        sending) passed; validate each. Replies
-        arrive in whatever order the transport delivers them; they are returned in node
-        order so that the same seed gives the same result."""
-        raw = self._pull(set(node_of), deadline)
+        """Validate the replies pulled for one broadcast (``node_of``: message id -> node);
+        a message with no reply is a timeout. Replies arrive in whatever order the
+        transport delivers them; they are returned in node order so that the same seed
+        gives the same result."""
         replies: list[Reply] = []
         up = 0
         answered = set()
@@ -540,7 +563,7 @@ class FederatedStrategy:
             "phases": self.phases,
             "warnings": self.warnings,
             **{key: _jsonable(value) for key, value in outcome.items()},
-            "communication": {"bytes_up": self.bytes_up, "bytes_down": self.bytes_down},
+            "communication": {"bytes_up": self.bytes_up, "bytes_down": self.bytes_down, "round_trips": self.round_trips},
             "wall_time_s": time.perf_counter() - self._started,
             "output_dir": str(out),
             "files": sorted(f"{name}.npy" for name in arrays),

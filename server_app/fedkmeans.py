@@ -87,6 +87,8 @@ class FedKMeans(FederatedStrategy):
         if self.rounds and self.rounds[-1].get("cost") is None:
             self.rounds[-1]["cost"] = total_cost / num_points
         final_cost = total_cost / num_points
+        if self.config["fraction"] < 1 and self.config["eval-every"] > 0:
+            self.consider_best(final_cost, self.rounds[-1]["round"], centers)
         log(INFO, "[fedcluster] fedkmeans final cost per point %.6g on %d points", final_cost, num_points)
         outcome = {
             "centers": centers,
@@ -103,6 +105,11 @@ class FedKMeans(FederatedStrategy):
                 log(WARNING, "[fedcluster] final cost %.6g is %.1f%% above the best seen (round %d, %.6g): "
                     "best_centers.npy holds those centers", final_cost, 100 * (final_cost / best[0] - 1), best[1], best[0])
         return outcome
+
+    def consider_best(self, cost: float, round_number: int, centers: np.ndarray) -> None:
+        """Keep the lowest cost measured on every node, its round and its centers."""
+        if self.best_seen is None or cost < self.best_seen[0]:
+            self.best_seen = (cost, round_number, centers.copy())
 
     def choose_k(self, bounds: tuple[int, int], total: int, low: np.ndarray, high: np.ndarray) -> dict[str, Any]:
         """``k-range``: local summaries once, every k's candidates built here, all scored in
@@ -207,15 +214,20 @@ class FedKMeans(FederatedStrategy):
             self.begin_round(t)
             nodes = self.sample(cfg["fraction"])
             present = set(self.active_nodes)
-            replies = self.broadcast(
-                "fedkmeans_train",
-                nodes,
-                arrays={"centers": centers},
-                config=client_config,
-                seeded=True,
-                sizes={"k": k},
-                phase="train",
-            )
+            train = dict(task="fedkmeans_train", nodes=nodes, arrays={"centers": centers}, config=client_config,
+                         seeded=True, sizes={"k": k}, phase="train")
+            # Under partial participation the centers of round t-1 are measured in round t's
+            # round trip: the sampled nodes' training replies carry their cost, the others
+            # are asked for it in the same push (no extra broadcast; results unchanged).
+            every = cfg["eval-every"]
+            measure = not everyone and every > 0 and t > 1 and (t - 1) % every == 0
+            others = [n for n in self.active_nodes if n not in set(nodes)] if measure else []
+            if others:
+                replies, measured = self.broadcast_together(
+                    train, dict(task="lloyd_stats", nodes=others, arrays={"centers": centers}, sizes={"k": k}, phase="evaluation")
+                )
+            else:
+                replies, measured = self.broadcast(**train), []
             latest.update({r.node_id: r for r in replies})
             left = present - set(self.active_nodes)  # NODE_UNAVAILABLE or silent too long
             orphans = orphaned_clusters({n: r.arrays["counts"] for n, r in latest.items()}, left)
@@ -242,16 +254,14 @@ class FedKMeans(FederatedStrategy):
             received_points = int(sum_metric(replies))
             if everyone and t > 1 and self.rounds[-1].get("cost") is None:
                 self.rounds[-1]["cost"] = received_cost / max(received_points, 1)
+            if measure:
+                total = received_cost + float(sum_arrays(measured, "cost")[0])
+                points = received_points + int(sum_arrays(measured, "counts").sum())
+                self.rounds[-1]["cost"] = total / max(points, 1)
+                self.consider_best(total / max(points, 1), t - 1, centers)
             centers = new
-            cost = None
-            every = cfg["eval-every"]
-            if not everyone and every > 0 and t % every == 0:
-                total, points = self.evaluate(centers, phase="evaluation")
-                cost = total / points
-                if self.best_seen is None or cost < self.best_seen[0]:
-                    self.best_seen = (cost, t, centers.copy())
             record = self.end_round(
-                cost=cost,
+                cost=None,
                 sampled_nodes=len(nodes),
                 sampled_cost_of_received=received_cost / max(received_points, 1),
                 center_shift=shift,

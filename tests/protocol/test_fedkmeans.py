@@ -298,6 +298,7 @@ def test_server_memory_is_lloyd_over_every_nodes_latest_statistics(tmp_path):
     assert len(sent) == rounds * per_round
     memory = {}
     centers = C.copy()
+    history = []
     for t in range(rounds):
         this_round = sent[t * per_round:(t + 1) * per_round]
         for i, received in this_round:
@@ -314,14 +315,17 @@ def test_server_memory_is_lloyd_over_every_nodes_latest_statistics(tmp_path):
         expected = centers.copy()
         expected[count > 0] = total[count > 0] / count[count > 0, None]
         centers = expected
+        history.append(centers)
     np.testing.assert_allclose(out, centers, rtol=0, atol=1e-9)
     assert len(memory) > per_round  # unsampled nodes' statistics were kept
     final = strategy.rounds[-1]
     assert final["empty_clusters"] >= 1  # the far center at (30, 0) is held by no node
-    from fedcluster.lloyd import kmeans_cost
-
-    assert strategy.best_seen is not None
-    assert kmeans_cost(np.concatenate(parts), centers) / sum(map(len, parts)) == pytest.approx(strategy.rounds[-1]["cost"], rel=1e-9)
+    # the cost recorded for round t (measured in round t+1's round trip) is the pooled cost of its centers
+    X = np.concatenate(parts)
+    for t in range(rounds - 1):
+        naive = ((X[:, None, :] - history[t][None]) ** 2).sum(-1).min(1).mean()
+        assert strategy.rounds[t]["cost"] == pytest.approx(naive, rel=1e-9), t
+    assert strategy.rounds[-1]["cost"] is None  # measured by the run's final evaluation
 
 
 def test_partial_participation_defaults_converge_where_previous_defaults_drift(tmp_path):
@@ -387,3 +391,19 @@ def test_k_range_larger_than_the_data_is_refused(tmp_path):
     directory = write_npy_dir(tmp_path / "data", parts)
     with pytest.raises(FederationError, match="more clusters than the 6 points"):
         run({"k-range": "2:7", "dataset": "npy-dir", "data-dir": str(directory), "output-dir": str(tmp_path / "o")}, num_nodes=2)
+
+
+def test_partial_participation_measures_every_round_without_extra_round_trips(tmp_path):
+    config = {"k": 5, "num-rounds": 8, "fraction": 0.3, "reference": False, "partition": "components", "classes-per-client": 2}
+    measured = run({**config, "output-dir": str(tmp_path / "m")}, num_nodes=12)
+    silent = run({**config, "output-dir": str(tmp_path / "s"), "eval-every": 0}, num_nodes=12)
+    # evaluation never changes the training
+    np.testing.assert_array_equal(np.load(tmp_path / "m" / "centers.npy"), np.load(tmp_path / "s" / "centers.npy"))
+    # 3 start-up round trips, one per round, one final evaluation: the same with and without
+    assert measured["communication"]["round_trips"] == silent["communication"]["round_trips"] == 3 + 8 + 1
+    assert all(r["cost"] is not None for r in measured["rounds"])
+    assert all(r.get("cost") is None for r in silent["rounds"][:-1])
+    trains = [p for p in measured["phases"] if p["phase"] == "train"]
+    evaluations = [p for p in measured["phases"] if p["phase"] == "evaluation"]
+    assert len(evaluations) == 7 and {p["round_trip"] for p in evaluations} <= {p["round_trip"] for p in trains}
+    assert all(e["sent"] + 3 == 12 for e in evaluations)  # the unsampled nodes only
