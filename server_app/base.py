@@ -481,14 +481,25 @@ class FederatedStrategy:
 
         The federation's dimension is the one most nodes report; nodes with another
         dimension, or whose summary failed, are excluded from the run."""
-        replies = self.broadcast("data_summary", self.active_nodes, phase="data-summary")
+        return self.survey()[0]
+
+    def survey(self, *together: dict[str, Any]) -> tuple[list[Reply], list[list[Reply]]]:
+        """:meth:`discover_dimension`, with other queries to every active node (dicts of
+        :meth:`broadcast` arguments without ``nodes``) in the same round trip. Their
+        replies are kept only from nodes that stay in the run; a task whose reply depends
+        on the dimension is checked with the dimension each node reports."""
+        requests = [dict(task="data_summary", nodes=self.active_nodes, phase="data-summary")]
+        requests += [{"nodes": self.active_nodes, **request} for request in together]
+        first = len(self.phases)
+        replies, *others = self.broadcast_together(*requests)
         kept = self.vote_dimension(replies, lambda reply: reply.metrics[protocol.DIM])
         kept = [r for r in kept if r.arrays["min"].shape == (self.dimension,)]
         answered = {r.node_id for r in replies}
-        for failure in self.phases[-1]["failures"]:
+        for failure in self.phases[first]["failures"]:
             if failure["node"] not in answered:
                 self.exclude(failure["node"], f"data summary failed: {failure['reason']}")
-        return kept
+        staying = {r.node_id for r in kept}
+        return kept, [[r for r in group if r.node_id in staying] for group in others]
 
     def evaluate(self, centers: np.ndarray, phase: str = "evaluation") -> tuple[float, int]:
         """Federated k-means cost of ``centers`` on every active node: ``(total cost, points)``."""

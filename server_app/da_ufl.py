@@ -55,11 +55,15 @@ class DAUFL(FederatedStrategy):
     def run(self) -> dict[str, Any]:
         cfg = self.config
         k = cfg["k"]
-        summaries = self.discover_dimension()
+        if cfg["weighting"] == "bin":
+            summaries, soms = self.discover_dimension(), None
+        else:  # the SOM codebooks need nothing from the server: they travel with the data summary
+            summaries, (soms,) = self.survey(self.som_request())
+            soms = [r for r in soms if r.arrays["codebook"].shape[1] == self.dimension]
         low, high = bounding_box([r.arrays["min"] for r in summaries], [r.arrays["max"] for r in summaries])
         nodes = [r.node_id for r in summaries]
         # Phases 1 and 2 (Algorithm 1, steps 1-3): bins and the agents' weights.
-        binning, bin_arrays, representatives = self.make_bins(nodes, low, high)
+        binning, bin_arrays, representatives = self.make_bins(low, high, soms)
         counts, agents = self.count_bins(nodes, binning, bin_arrays, representatives.shape[0])
         weights = bin_weights(counts) if cfg["weighting"] != "uniform" else None
         # Step 4: k-means++ on the bin representatives weighted by total counts.
@@ -84,9 +88,14 @@ class DAUFL(FederatedStrategy):
         }
 
     # -------------------------------------------------------------- phases 1 and 2
-    def make_bins(self, nodes: list[int], low: np.ndarray, high: np.ndarray) -> tuple[str, dict, np.ndarray]:
+    def som_request(self) -> dict[str, Any]:
+        cfg = self.config
+        return dict(task="som_codebook", config={"grid": cfg["som-grid"], "iterations": cfg["som-iterations"]},
+                    seeded=True, sizes={"u": cfg["som-grid"] * cfg["som-grid"]}, phase="som-codebooks")
+
+    def make_bins(self, low: np.ndarray, high: np.ndarray, soms: list | None) -> tuple[str, dict, np.ndarray]:
         """The bins: a grid over the bounding box (bin) or the concatenated SOM codebooks
-        (som, uniform). Returns (binning, arrays that define it, bin representatives)."""
+        ``soms`` (som, uniform). Returns (binning, arrays that define it, bin representatives)."""
         cfg = self.config
         if cfg["weighting"] == "bin":
             try:
@@ -94,16 +103,9 @@ class DAUFL(FederatedStrategy):
             except TooManyBins as exc:
                 raise FederationError(f"run-config bins={cfg['bins']} with d={self.dimension}: {exc}") from None
             return "grid", {"low": low, "high": high}, grid_centers(low, high, cfg["bins"])
-        units = cfg["som-grid"] * cfg["som-grid"]
-        replies = self.broadcast(
-            "som_codebook",
-            nodes,
-            config={"grid": cfg["som-grid"], "iterations": cfg["som-iterations"]},
-            seeded=True,
-            sizes={"u": units},
-            phase="som-codebooks",
-        )
-        codebook = np.concatenate([r.arrays["codebook"] for r in replies])
+        if not soms:
+            raise FederationError("no device returned a SOM codebook")
+        codebook = np.concatenate([r.arrays["codebook"] for r in soms])
         return "codebook", {"codebook": codebook}, codebook
 
     def count_bins(self, nodes: list[int], binning: str, bin_arrays: dict, cells: int) -> tuple[np.ndarray, list[int]]:

@@ -61,6 +61,13 @@ from fedcluster.lloyd import kmeans_plus_plus
 from .base import FederatedStrategy, FederationError, Reply, sum_arrays, sum_metric
 
 
+def summary_points(replies: list[Reply], dimension: int) -> tuple[np.ndarray, np.ndarray]:
+    """The devices' local summaries stacked: (summary centers, their counts)."""
+    if not replies:
+        return np.zeros((0, dimension)), np.zeros(0)
+    return np.concatenate([r.arrays["centers"] for r in replies]), np.concatenate([r.arrays["counts"] for r in replies])
+
+
 class FedKMeans(FederatedStrategy):
     """Federated mini-batch k-means (Triebe et al. 2019).
 
@@ -74,14 +81,21 @@ class FedKMeans(FederatedStrategy):
 
     def run(self) -> dict[str, Any]:
         k = self.config["k"]
-        summaries = self.discover_dimension()
+        bounds = k_range(self.config["k-range"]) if self.config["k-range"] else None
+        local = None
+        if bounds or self.config["init"] in ("auto", "local-summaries"):
+            # The local summaries the start needs travel with the data summary: one round trip.
+            summaries, (replies,) = self.survey(self.local_summary_request(bounds[1] if bounds else k))
+            local = summary_points([r for r in replies if r.arrays["centers"].shape[1] == self.dimension], self.dimension)
+        else:
+            summaries = self.discover_dimension()
         total = sum(r.num_examples for r in summaries)
+        low, high = bounding_box([r.arrays["min"] for r in summaries], [r.arrays["max"] for r in summaries])
+        if bounds:
+            return self.choose_k(bounds, total, low, high, local)
         if k > total:
             raise FederationError(f"k={k} is larger than the {total} points held by the federation")
-        low, high = bounding_box([r.arrays["min"] for r in summaries], [r.arrays["max"] for r in summaries])
-        if self.config["k-range"]:
-            return self.choose_k(k_range(self.config["k-range"]), total, low, high)
-        initial, init_record = self.initialize(k, low, high)
+        initial, init_record = self.initialize(k, low, high, local)
         centers = self.train(initial, self.config["num-rounds"])
         total_cost, num_points = self.evaluate(centers, phase="final-evaluation")
         if self.rounds and self.rounds[-1].get("cost") is None:
@@ -111,7 +125,8 @@ class FedKMeans(FederatedStrategy):
         if self.best_seen is None or cost < self.best_seen[0]:
             self.best_seen = (cost, round_number, centers.copy())
 
-    def choose_k(self, bounds: tuple[int, int], total: int, low: np.ndarray, high: np.ndarray) -> dict[str, Any]:
+    def choose_k(self, bounds: tuple[int, int], total: int, low: np.ndarray, high: np.ndarray,
+                 local: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
         """``k-range``: local summaries once, every k's candidates built here, all scored in
         ONE federated round; the elbow and the Calinski–Harabasz choice (no training)."""
         first, last = bounds
@@ -119,7 +134,7 @@ class FedKMeans(FederatedStrategy):
             raise FederationError(f"k-range {first}:{last} asks for more clusters than the {total} points held")
         ks = list(range(first, last + 1))
         m = self.config["init-candidates"]
-        points, weights = self.local_summaries(last)
+        points, weights = local
         if points.shape[0] < last:
             self.warn(f"only {points.shape[0]} summary centers for k up to {last}: the larger k use random-box candidates")
         candidates = k_range_candidates(points, weights, ks, m, low, high, self.rng)
@@ -140,13 +155,16 @@ class FedKMeans(FederatedStrategy):
         }
 
     # -------------------------------------------------------------- initialization
-    def initialize(self, k: int, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
-        """Candidate center sets by ``init``, scored on every node in one round; best wins."""
+    def initialize(
+        self, k: int, low: np.ndarray, high: np.ndarray, local: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Candidate center sets by ``init``, scored on every node in one round; best wins.
+        ``local``: the devices' summaries (points, weights) when already collected."""
         cfg = self.config
         method = cfg["init"]
         m = cfg["init-candidates"]
         if method in ("auto", "local-summaries"):
-            points, weights = self.local_summaries(k)
+            points, weights = local if local is not None else self.local_summaries(k)
             if points.shape[0] < k:
                 log(INFO, "[fedcluster] only %d summary centers for k=%d: random-box candidates", points.shape[0], k)
             candidates = summary_candidates(points, weights, k, m, low, high, self.rng)
@@ -172,18 +190,13 @@ class FedKMeans(FederatedStrategy):
         log(INFO, "[fedcluster] init %s: best of %d candidates, cost %.6g", method, m, costs[best])
         return candidates[best].copy(), {"method": method, "candidates": m, "candidate_costs": costs.tolist(), "best": best}
 
+    def local_summary_request(self, k: int) -> dict[str, Any]:
+        return dict(task="local_summary", config={"k": k, "min-count": self.config["init-min-count"]},
+                    seeded=True, phase="init-local-summaries")
+
     def local_summaries(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Every node's local k-means summary: (summary centers, their counts), stacked."""
-        replies = self.broadcast(
-            "local_summary",
-            self.active_nodes,
-            config={"k": k, "min-count": self.config["init-min-count"]},
-            seeded=True,
-            phase="init-local-summaries",
-        )
-        if not replies:
-            return np.zeros((0, self.dimension)), np.zeros(0)
-        return np.concatenate([r.arrays["centers"] for r in replies]), np.concatenate([r.arrays["counts"] for r in replies])
+        return summary_points(self.broadcast(nodes=self.active_nodes, **self.local_summary_request(k)), self.dimension)
 
     def score(self, candidates: np.ndarray, phase: str = "init-scoring") -> np.ndarray:
         """Total cost of every candidate center set (m, k, d) in one federated round."""

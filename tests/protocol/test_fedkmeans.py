@@ -399,8 +399,12 @@ def test_partial_participation_measures_every_round_without_extra_round_trips(tm
     silent = run({**config, "output-dir": str(tmp_path / "s"), "eval-every": 0}, num_nodes=12)
     # evaluation never changes the training
     np.testing.assert_array_equal(np.load(tmp_path / "m" / "centers.npy"), np.load(tmp_path / "s" / "centers.npy"))
-    # 3 start-up round trips, one per round, one final evaluation: the same with and without
-    assert measured["communication"]["round_trips"] == silent["communication"]["round_trips"] == 3 + 8 + 1
+    # 2 start-up round trips (data and local summaries together; candidate scoring), one per
+    # round, one final evaluation: the same with and without the per-round measurement
+    assert measured["communication"]["round_trips"] == silent["communication"]["round_trips"] == 2 + 8 + 1
+    start = [p for p in measured["phases"] if p["round"] is None][:3]
+    assert [p["phase"] for p in start] == ["data-summary", "init-local-summaries", "init-scoring"]
+    assert start[0]["round_trip"] == start[1]["round_trip"] != start[2]["round_trip"]
     assert all(r["cost"] is not None for r in measured["rounds"])
     assert all(r.get("cost") is None for r in silent["rounds"][:-1])
     trains = [p for p in measured["phases"] if p["phase"] == "train"]
