@@ -12,11 +12,12 @@ nodes report), :func:`bounding_box`, :func:`center_shift`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from .lloyd import lloyd_statistics
+from .lloyd import lloyd_statistics, nearest
 from .registry import DeviceData, device_task
 
 
@@ -66,3 +67,31 @@ def lloyd_stats(data: DeviceData, arrays: dict, config: dict):
     X = data.require_points()
     stats = lloyd_statistics(X, matching_dimension(X, arrays["centers"]))
     return {"sums": stats.sums, "counts": stats.counts, "cost": np.array([stats.cost])}, {"num-examples": int(X.shape[0])}
+
+
+LABELS_FOLDER = "fedcluster-labels"
+
+
+def labels_path(source: str) -> Path:
+    """Where ``write_labels`` saves a device's labels: ``fedcluster-labels/<data file stem>.npy``
+    beside the data file (a sub-folder, so an ``npy-dir`` listing never takes them for data)."""
+    data_file = Path(source)
+    return data_file.parent / LABELS_FOLDER / f"{data_file.stem}.npy"
+
+
+@device_task("write_labels")
+def write_labels(data: DeviceData, arrays: dict, config: dict):
+    """Nearest-center labels of the device's own points, saved beside its data file (the
+    latest run's labels replace earlier ones); a device without a data file (generated data)
+    writes nothing. Only the flag ``written`` leaves the device."""
+    X = data.require_points()
+    labels = nearest(X, matching_dimension(X, arrays["centers"])).astype(np.int64)
+    if not data.source or not Path(data.source).is_file():
+        return {"written": np.array([0.0])}, {"num-examples": int(X.shape[0])}
+    target = labels_path(data.source)
+    target.parent.mkdir(exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    with open(partial, "wb") as handle:
+        np.save(handle, labels)
+    partial.replace(target)
+    return {"written": np.array([1.0])}, {"num-examples": int(X.shape[0])}

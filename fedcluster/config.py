@@ -210,6 +210,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("output-dir", "", "results folder (default outputs/<time>-<algorithm>)"),
         Key("overwrite", False, "replace a result already in output-dir (default: write to a fresh run-N sub-folder)"),
         Key("reference", True, "also compute the pooled central k-means reference (generated data)"),
+        Key("write-labels", False, "after the run every device saves its points' labels in fedcluster-labels/ "
+            "beside its data file (never sent; center-based algorithms)"),
     ),
 }
 
@@ -326,6 +328,11 @@ def k_range(text: str) -> tuple[int, int]:
     return low, high
 
 
+def _label_rules(c: dict[str, Any]) -> None:
+    if c["write-labels"] and c["algorithm"] in ("fedspectral", "fedspectral-plus"):
+        raise ConfigError("write-labels is for center-based algorithms: a graph run stores one label per graph node in labels.npy")
+
+
 def _k_range_rules(c: dict[str, Any]) -> None:
     if not c["k-range"]:
         return
@@ -334,7 +341,7 @@ def _k_range_rules(c: dict[str, Any]) -> None:
     k_range(c["k-range"])
 
 
-RULES = (_data_rules, _init_rules, _feddp_rules, _spectral_rules, _k_range_rules)
+RULES = (_data_rules, _init_rules, _feddp_rules, _spectral_rules, _k_range_rules, _label_rules)
 
 
 def parse_run_config(text: str) -> dict[str, Any]:

@@ -284,6 +284,13 @@ TASKS: dict[str, Task] = {
             counts="all",
         ),
         Task(
+            "write_labels", "query",
+            "label its own points with the centers and save them beside its data file; only whether it wrote is sent",
+            request=(_CENTERS,),
+            reply=(ArrayField("written", (1,), nonnegative=True),),
+            used_by=("fedkmeans", "kfed", "feddp-kmeans", "da-ufl"),
+        ),
+        Task(
             "score_candidates", "query", "k-means cost of each of m candidate center sets",
             request=(ArrayField("candidates", ("m", "k", "d")),),
             reply=(ArrayField("costs", ("m",), nonnegative=True, role="cost", of="candidates"),),

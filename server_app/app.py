@@ -24,6 +24,8 @@ def run_algorithm(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
     strategy.wait_for_nodes()
     strategy.check_data_coverage()
     outcome = strategy.run()
+    if config["write-labels"] and outcome.get("centers") is not None:
+        outcome["labels_written"] = strategy.write_device_labels(outcome["centers"])
     if config["reference"]:
         try:
             reference = central_reference(

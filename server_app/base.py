@@ -501,6 +501,18 @@ class FederatedStrategy:
         staying = {r.node_id for r in kept}
         return kept, [[r for r in group if r.node_id in staying] for group in others]
 
+    def write_device_labels(self, centers: np.ndarray) -> dict[str, Any]:
+        """``write-labels``: every active device saves its points' nearest-center labels
+        beside its data file; only whether it did comes back."""
+        replies = self.broadcast("write_labels", self.active_nodes, arrays={"centers": centers},
+                                 sizes={"k": centers.shape[0]}, phase="write-labels", min_replies=0)
+        written = sum(1 for r in replies if r.arrays["written"][0] > 0)
+        log(INFO, "[fedcluster] labels saved on %d of %d devices (fedcluster-labels/ beside each data file)",
+            written, len(self.active_nodes))
+        if written < len(replies):
+            self.warn(f"{len(replies) - written} devices hold generated data (no data file): they saved no labels")
+        return {"devices": written, "asked": len(self.active_nodes), "where": "fedcluster-labels/<data file stem>.npy beside each device's data file"}
+
     def evaluate(self, centers: np.ndarray, phase: str = "evaluation") -> tuple[float, int]:
         """Federated k-means cost of ``centers`` on every active node: ``(total cost, points)``."""
         replies = self.broadcast(

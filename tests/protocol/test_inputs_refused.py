@@ -121,3 +121,38 @@ def test_the_in_process_runner_enforces_round_timeout(tmp_path):
     # the deadline counts from sending: no phase waits another round-timeout after the slow node
     assert all(p["seconds"] < 0.6 + 0.4 for p in train), [p["seconds"] for p in train]
     assert took > 1.2
+
+
+# ---------------------------------------------------------------- labels stay on the devices
+def test_write_labels_saves_each_devices_labels_beside_its_file_and_sends_none(tmp_path):
+    from conftest import write_npy_dir
+
+    rng = np.random.default_rng(2)
+    parts = [rng.normal(size=(30 + i, 2)) + 6 * (i % 3) for i in range(5)]
+    data = write_npy_dir(tmp_path / "data", parts)
+    config = {"k": 3, "num-rounds": 3, "dataset": "npy-dir", "data-dir": str(data), "reference": False, "write-labels": True}
+    result = run({**config, "output-dir": str(tmp_path / "out")}, num_nodes=5)
+    assert result["labels_written"]["devices"] == 5
+    centers = np.load(tmp_path / "out" / "centers.npy")
+    for file, X in zip(sorted(data.glob("*.npy")), parts):
+        saved = np.load(data / "fedcluster-labels" / file.name)
+        naive = np.array([int(np.argmin([((x - c) ** 2).sum() for c in centers])) for x in X])
+        np.testing.assert_array_equal(saved, naive)
+    phase = [p for p in result["phases"] if p["phase"] == "write-labels"][0]
+    assert phase["bytes_up"] / 5 < 8 * 30  # one flag per device (an .npy header and 8 bytes), never 30+ labels
+    # the labels folder is never read as client data by the next run
+    again = run({**config, "output-dir": str(tmp_path / "out2"), "write-labels": False}, num_nodes=5)
+    assert again["final"]["num_points"] == sum(map(len, parts)) and not again["warnings"]
+
+
+def test_write_labels_on_generated_data_says_nothing_was_written(tmp_path):
+    result = run({"k": 3, "num-rounds": 1, "write-labels": True, "reference": False, "output-dir": str(tmp_path / "o")}, num_nodes=3)
+    assert result["labels_written"]["devices"] == 0
+    assert any("no data file" in w for w in result["warnings"])
+
+
+def test_write_labels_is_refused_for_graph_runs():
+    from fedcluster.config import ConfigError, with_defaults
+
+    with pytest.raises(ConfigError, match="labels.npy"):
+        with_defaults({"algorithm": "fedspectral-plus", "num-nodes": 10, "write-labels": True})
