@@ -66,21 +66,23 @@ def _client_arrays(clients: Sequence[Any]) -> list[np.ndarray]:
     return arrays
 
 
+def _merged(run_config: dict[str, Any] | None, own: dict[str, Any]) -> dict[str, Any]:
+    """The estimator's own keys plus ``run_config``; a key set both ways is refused."""
+    extra = dict(run_config or {})
+    clash = sorted(set(extra) & set(own))
+    if clash:
+        raise ValueError(
+            f"run_config sets {clash}, which this estimator sets from its own parameters: "
+            f"use the parameters ({', '.join(own)}) instead"
+        )
+    return {**extra, **own}
+
+
 class _Federated(ClusterMixin, BaseEstimator):
     """What every estimator shares: the run, the fitted attributes, labels and predict."""
 
     def _config(self) -> dict[str, Any]:  # the run config of this estimator's parameters
         raise NotImplementedError
-
-    def _merged_config(self, own: dict[str, Any]) -> dict[str, Any]:
-        extra = dict(self.run_config or {})
-        clash = sorted(set(extra) & set(own))
-        if clash:
-            raise ValueError(
-                f"run_config sets {clash}, which this estimator sets from its own parameters: "
-                f"use the parameters ({', '.join(own)}) instead"
-            )
-        return {**extra, **own}
 
     def fit(self, clients: Sequence[Any], y: Any = None, server_data: Any = None) -> "_Federated":
         """Run the federation over ``clients`` (one array per client); ``y`` is ignored."""
@@ -183,7 +185,7 @@ class FederatedKMeans(_Federated):
             if self.algorithm != "fedkmeans":
                 raise ValueError(f"fraction does not apply to algorithm={self.algorithm!r}")
             own["fraction"] = self.fraction
-        return self._merged_config(own)
+        return _merged(self.run_config, own)
 
 
 class DPFederatedKMeans(_Federated):
@@ -228,7 +230,7 @@ class DPFederatedKMeans(_Federated):
         }
         if self.max_iter is not None:
             own["lloyd-rounds"] = self.max_iter
-        return self._merged_config(own)
+        return _merged(self.run_config, own)
 
     def fit(self, clients: Sequence[Any], y: Any = None, server_data: Any = None) -> "DPFederatedKMeans":
         super().fit(clients, y, server_data=server_data)
@@ -291,7 +293,7 @@ class FederatedSpectralClustering(BaseEstimator):
             if self.algorithm != "fedspectral-plus":
                 raise ValueError("max_iter does not apply to algorithm='fedspectral' (one round)")
             own["num-rounds"] = self.max_iter
-        config = _Federated._merged_config(self, own)
+        config = _merged(self.run_config, own)
         with tempfile.TemporaryDirectory(prefix="fedcluster-") as tmp:
             folder = Path(tmp) / "clients"
             folder.mkdir()
