@@ -9,6 +9,9 @@ graph node in ``labels.npy`` already.
 Command line::
 
     fedcluster-assign RUN_DIR POINTS.npy [--out LABELS.npy] [--overwrite]
+
+The labels go to ``fedcluster-labels/<name>.npy`` beside the points by default (as with
+the run-config ``write-labels``): a sub-folder, so a data folder listing never reads them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .common import labels_path
 from .data import DataError, load_points
 from .lloyd import nearest
 
@@ -53,15 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fedcluster-assign", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", help="output folder of a finished run (centers.npy)")
     parser.add_argument("points", help="this device's points (.npy or .csv, rows = points)")
-    parser.add_argument("--out", help="labels file (.npy); default: POINTS with .labels.npy")
+    parser.add_argument("--out", help="labels file (.npy); default: fedcluster-labels/<name>.npy beside POINTS")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing labels file")
     args = parser.parse_args(argv)
     points_path = Path(args.points)
-    out = Path(args.out) if args.out else points_path.with_name(points_path.name.rsplit(".", 1)[0] + ".labels.npy")
+    out = Path(args.out) if args.out else labels_path(str(points_path))
     try:
         if out.exists() and not args.overwrite:
             raise DataError(f"{out} exists: pass --overwrite to replace it, or --out another file")
         labels = assign_labels(args.run_dir, load_points(str(points_path)))
+        out.parent.mkdir(parents=True, exist_ok=True)
         np.save(out, labels)
     except (DataError, ValueError, OSError) as exc:
         print(f"fedcluster-assign: error: {exc}", file=sys.stderr)

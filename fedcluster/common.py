@@ -73,10 +73,12 @@ LABELS_FOLDER = "fedcluster-labels"
 
 
 def labels_path(source: str) -> Path:
-    """Where ``write_labels`` saves a device's labels: ``fedcluster-labels/<data file stem>.npy``
-    beside the data file (a sub-folder, so an ``npy-dir`` listing never takes them for data)."""
+    """Where a device's labels go: ``fedcluster-labels/<data file stem>.npy`` beside the data
+    file (``a.csv`` -> ``a_csv.npy``), a sub-folder, so an ``npy-dir`` listing never takes
+    them for data."""
     data_file = Path(source)
-    return data_file.parent / LABELS_FOLDER / f"{data_file.stem}.npy"
+    name = data_file.stem if data_file.suffix == ".npy" else f"{data_file.stem}_{data_file.suffix.lstrip('.')}"
+    return data_file.parent / LABELS_FOLDER / f"{name}.npy"
 
 
 @device_task("write_labels")

@@ -183,7 +183,10 @@ def plot_points(run_dir: Path, points_file: str | None, plt, path: Path) -> str 
     if points.shape[1] != centers.shape[1]:
         raise DataError(f"{points_file} has {points.shape[1]} features, the run's centers {centers.shape[1]}")
     labels = nearest(points, centers)
-    if points.shape[1] == 2:
+    if points.shape[1] == 1:  # 1-D: the points along x, spread a little in y to be seen
+        jitter = np.random.default_rng(0).uniform(-0.4, 0.4, size=(len(points), 1))
+        P, C, axes = np.hstack([points, jitter]), np.hstack([centers, np.zeros((len(centers), 1))]), ("x", "(jitter)")
+    elif points.shape[1] == 2:
         P, C, axes = points, centers, ("x₁", "x₂")
     else:  # top-2 principal components of this device's points (computed here, on the device)
         mean = points.mean(0)

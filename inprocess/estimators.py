@@ -66,15 +66,25 @@ def _client_arrays(clients: Sequence[Any]) -> list[np.ndarray]:
     return arrays
 
 
+# run-config key -> the estimator parameter that sets it (for error messages)
+_PARAMETER_OF = {"k": "n_clusters", "seed": "random_state", "algorithm": "algorithm", "num-rounds": "max_iter",
+                 "outer-iterations": "max_iter", "lloyd-rounds": "max_iter", "tol": "tol", "fraction": "fraction",
+                 "epsilon": "epsilon", "delta": "delta", "privacy-level": "privacy_level", "num-nodes": "n_nodes"}
+_SET_BY_FIT = {"dataset": "fit(clients)", "data-dir": "fit(clients)", "server-data": "fit(..., server_data=...)",
+               "output-dir": "output_dir"}
+
+
 def _merged(run_config: dict[str, Any] | None, own: dict[str, Any]) -> dict[str, Any]:
     """The estimator's own keys plus ``run_config``; a key set both ways is refused."""
     extra = dict(run_config or {})
     clash = sorted(set(extra) & set(own))
     if clash:
-        raise ValueError(
-            f"run_config sets {clash}, which this estimator sets from its own parameters: "
-            f"use the parameters ({', '.join(own)}) instead"
-        )
+        instead = ", ".join(f"{key!r} -> {_PARAMETER_OF.get(key, key)}" for key in clash)
+        raise ValueError(f"run_config sets {clash}, which this estimator sets from its own parameters ({instead})")
+    fixed = sorted(set(extra) & set(_SET_BY_FIT))
+    if fixed:
+        instead = ", ".join(f"{key!r} -> {_SET_BY_FIT[key]}" for key in fixed)
+        raise ValueError(f"run_config sets {fixed}, which the estimator sets itself ({instead})")
     return {**extra, **own}
 
 

@@ -492,6 +492,7 @@ class FederatedStrategy:
         requests += [{"nodes": self.active_nodes, **request} for request in together]
         first = len(self.phases)
         replies, *others = self.broadcast_together(*requests)
+        self._phase = "data-summary"  # exclusions below belong to the data summary
         kept = self.vote_dimension(replies, lambda reply: reply.metrics[protocol.DIM])
         kept = [r for r in kept if r.arrays["min"].shape == (self.dimension,)]
         answered = {r.node_id for r in replies}

@@ -61,6 +61,9 @@ from fedcluster.lloyd import kmeans_plus_plus
 from .base import FederatedStrategy, FederationError, Reply, sum_arrays, sum_metric
 
 
+K_RANGE_MAX_BYTES = 64 * 10**6  # the k-range scoring message to every device
+
+
 def summary_points(replies: list[Reply], dimension: int) -> tuple[np.ndarray, np.ndarray]:
     """The devices' local summaries stacked: (summary centers, their counts)."""
     if not replies:
@@ -102,7 +105,7 @@ class FedKMeans(FederatedStrategy):
             self.rounds[-1]["cost"] = total_cost / num_points
         final_cost = total_cost / num_points
         if self.config["fraction"] < 1 and self.config["eval-every"] > 0:
-            self.consider_best(final_cost, self.rounds[-1]["round"], centers)
+            self.consider_best(final_cost, self.rounds[-1]["round"], centers, num_points)
         log(INFO, "[fedcluster] fedkmeans final cost per point %.6g on %d points", final_cost, num_points)
         outcome = {
             "centers": centers,
@@ -120,10 +123,13 @@ class FedKMeans(FederatedStrategy):
                     "best_centers.npy holds those centers", final_cost, 100 * (final_cost / best[0] - 1), best[1], best[0])
         return outcome
 
-    def consider_best(self, cost: float, round_number: int, centers: np.ndarray) -> None:
-        """Keep the lowest cost measured on every node, its round and its centers."""
-        if self.best_seen is None or cost < self.best_seen[0]:
-            self.best_seen = (cost, round_number, centers.copy())
+    def consider_best(self, cost: float, round_number: int, centers: np.ndarray, points: int) -> None:
+        """Keep the lowest cost per point, its round and its centers, among measurements
+        over as many points as the best one: a round where a node's reply was lost covers
+        fewer points and is not comparable (it could look cheaper than it is)."""
+        best = self.best_seen
+        if best is None or points > best[3] or (points == best[3] and cost < best[0]):
+            self.best_seen = (cost, round_number, centers.copy(), points)
 
     def choose_k(self, bounds: tuple[int, int], total: int, low: np.ndarray, high: np.ndarray,
                  local: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
@@ -134,6 +140,13 @@ class FedKMeans(FederatedStrategy):
             raise FederationError(f"k-range {first}:{last} asks for more clusters than the {total} points held")
         ks = list(range(first, last + 1))
         m = self.config["init-candidates"]
+        size = (len(ks) * m + 1) * last * self.dimension * 8
+        if size > K_RANGE_MAX_BYTES:
+            raise FederationError(
+                f"k-range {first}:{last} with init-candidates={m} in d={self.dimension} would send "
+                f"{size / 1e6:.0f} MB to every device (limit {K_RANGE_MAX_BYTES / 1e6:.0f} MB): narrow the range "
+                f"or lower init-candidates"
+            )
         points, weights = local
         if points.shape[0] < last:
             self.warn(f"only {points.shape[0]} summary centers for k up to {last}: the larger k use random-box candidates")
@@ -222,7 +235,7 @@ class FedKMeans(FederatedStrategy):
             "client-lr": cfg["client-lr"],
         }
         latest: dict[int, Reply] = {}  # per node: its latest valid training reply
-        self.best_seen: tuple[float, int, np.ndarray] | None = None  # (cost, round, centers) evaluated
+        self.best_seen: tuple[float, int, np.ndarray, int] | None = None  # (cost, round, centers, points)
         for t in range(1, rounds + 1):
             self.begin_round(t)
             nodes = self.sample(cfg["fraction"])
@@ -267,11 +280,11 @@ class FedKMeans(FederatedStrategy):
             received_points = int(sum_metric(replies))
             if everyone and t > 1 and self.rounds[-1].get("cost") is None:
                 self.rounds[-1]["cost"] = received_cost / max(received_points, 1)
-            if measure:
-                total = received_cost + float(sum_arrays(measured, "cost")[0])
-                points = received_points + int(sum_arrays(measured, "counts").sum())
+            if measure:  # measured may be empty: every active node was sampled
+                total = received_cost + sum(float(r.arrays["cost"][0]) for r in measured)
+                points = received_points + sum(int(r.arrays["counts"].sum()) for r in measured)
                 self.rounds[-1]["cost"] = total / max(points, 1)
-                self.consider_best(total / max(points, 1), t - 1, centers)
+                self.consider_best(total / max(points, 1), t - 1, centers, points)
             centers = new
             record = self.end_round(
                 cost=None,

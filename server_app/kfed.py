@@ -83,7 +83,8 @@ def merge_device_centers(strategy: FederatedStrategy, centers: list, counts: lis
 class KFed(FederatedStrategy):
     """k-FED (Dennis et al. 2021): one round of communication, farthest-point merge.
 
-    Run-config parameters: ``k``, ``k-prime``, ``kfed-weighting`` (``count`` | ``uniform``),
+    Run-config parameters: ``k``, ``k-prime``, ``kfed-weighting`` (``count`` | ``uniform`` |
+    ``capped-count``),
     ``kfed-to-convergence``, ``kfed-server-starts`` (1 = the paper's single farthest-point
     start), ``kfed-device-restarts`` (1 = the paper's single local run), ``kfed-evaluate``
     (an extra, non-algorithmic round that measures the federated cost of the result).

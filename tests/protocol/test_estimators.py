@@ -83,7 +83,9 @@ def test_dp_estimator_reports_its_privacy_budget():
         (lambda: fedcluster.FederatedKMeans(2, algorithm="kfed", max_iter=3), [np.zeros((5, 2))], "max_iter does not apply"),
         (lambda: fedcluster.FederatedKMeans(2, algorithm="da-ufl", fraction=0.5), [np.zeros((5, 2))], "fraction does not apply"),
         (lambda: fedcluster.FederatedKMeans(2, algorithm="feddp-kmeans"), [np.zeros((5, 2))], "DPFederatedKMeans"),
-        (lambda: fedcluster.FederatedKMeans(2, run_config={"k": 3}), [np.zeros((5, 2))], r"run_config sets \['k'\]"),
+        (lambda: fedcluster.FederatedKMeans(2, run_config={"k": 3}), [np.zeros((5, 2))], r"run_config sets \['k'\].*n_clusters"),
+        (lambda: fedcluster.FederatedKMeans(2, run_config={"data-dir": "/x"}), [np.zeros((5, 2))], r"fit\(clients\)"),
+        (lambda: fedcluster.FederatedKMeans(2, run_config={"output-dir": "/x"}), [np.zeros((5, 2))], "output_dir"),
         (lambda: fedcluster.FederatedKMeans(2, random_state=-1), [np.zeros((5, 2))], "random_state=-1"),
     ],
 )

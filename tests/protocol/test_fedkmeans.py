@@ -411,3 +411,47 @@ def test_partial_participation_measures_every_round_without_extra_round_trips(tm
     evaluations = [p for p in measured["phases"] if p["phase"] == "evaluation"]
     assert len(evaluations) == 7 and {p["round_trip"] for p in evaluations} <= {p["round_trip"] for p in trains}
     assert all(e["sent"] + 3 == 12 for e in evaluations)  # the unsampled nodes only
+
+
+def test_partial_participation_when_sampling_takes_every_node(tmp_path):
+    """fraction < 1 on one node: the sample is everyone, nobody is left to ask for the cost."""
+    result = run({"k": 3, "num-rounds": 3, "fraction": 0.5, "reference": False, "output-dir": str(tmp_path)}, num_nodes=1)
+    assert [r["cost"] is not None for r in result["rounds"]] == [True, True, True]
+    assert result["best_seen"]["cost"] == pytest.approx(min(r["cost"] for r in result["rounds"]))
+
+
+def test_a_round_with_a_lost_reply_is_not_taken_for_the_best(tmp_path):
+    """A measurement that misses a node's points can look cheaper than it is; it must not
+    become the best centers seen."""
+    rng = np.random.default_rng(1)
+    parts = [rng.normal(size=(40, 2)) + (i % 3) * 6 for i in range(6)]
+    parts[5] = parts[5] * 20  # an expensive node
+    calls = {"n": 0}
+
+    def drop_expensive_once(node, message, reply):
+        if node == 1005 and message.metadata.message_type in ("query.lloyd_stats", "train.fedkmeans_train"):
+            calls["n"] += 1
+            if calls["n"] == 2:  # its measurement in round 2 is lost
+                return None
+        return reply
+
+    directory = write_npy_dir(tmp_path / "data", parts)
+    result = run({"k": 3, "num-rounds": 5, "fraction": 0.5, "dataset": "npy-dir", "data-dir": str(directory),
+                  "reference": False, "output-dir": str(tmp_path / "out"), "round-timeout": 2, "min-reply-fraction": 0.1},
+                 num_nodes=6, reply_hook=drop_expensive_once)
+    full = sum(map(len, parts))
+    best = result["best_seen"]
+    X = np.concatenate(parts)
+    C = np.load(tmp_path / "out" / "best_centers.npy")
+    assert ((X[:, None, :] - C[None]) ** 2).sum(-1).min(1).mean() == pytest.approx(best["cost"], rel=1e-9)
+    assert result["final"]["num_points"] == full
+
+
+def test_exclusions_at_start_up_are_recorded_under_the_data_summary(tmp_path):
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(size=(20, 2)) for _ in range(3)] + [rng.normal(size=(20, 3))]
+    directory = write_npy_dir(tmp_path / "data", parts)
+    result = run({"k": 2, "num-rounds": 1, "dataset": "npy-dir", "data-dir": str(directory), "reference": False,
+                  "output-dir": str(tmp_path / "out")}, num_nodes=4)
+    (exclusion,) = result["nodes"]["exclusions"]
+    assert exclusion["phase"] == "data-summary" and "dimension 3" in exclusion["reason"]

@@ -22,7 +22,7 @@ def test_labels_are_the_nearest_centers_written_beside_the_points(tmp_path, caps
     points = np.array([[1.0, 1.0], [9.0, 1.0], [0.0, 7.0], [6.0, 0.0], [-3.0, 4.0]])
     np.save(tmp_path / "mine.npy", points)
     assert main([str(folder), str(tmp_path / "mine.npy")]) == 0
-    np.testing.assert_array_equal(np.load(tmp_path / "mine.labels.npy"), [0, 1, 2, 1, 0])
+    np.testing.assert_array_equal(np.load(tmp_path / "fedcluster-labels" / "mine.npy"), [0, 1, 2, 1, 0])
     summary = json.loads(capsys.readouterr().out)
     assert summary["points"] == 5 and summary["cluster_sizes"] == {"0": 2, "1": 2, "2": 1}
 
@@ -30,12 +30,13 @@ def test_labels_are_the_nearest_centers_written_beside_the_points(tmp_path, caps
 def test_existing_labels_are_not_overwritten_without_asking(tmp_path, capsys):
     folder = run_folder(tmp_path, [[0.0], [5.0]])
     np.save(tmp_path / "p.npy", np.array([[1.0], [4.0]]))
-    np.save(tmp_path / "p.labels.npy", np.array([7, 7]))
+    (tmp_path / "fedcluster-labels").mkdir()
+    np.save(tmp_path / "fedcluster-labels" / "p.npy", np.array([7, 7]))
     assert main([str(folder), str(tmp_path / "p.npy")]) == 1
     assert "--overwrite" in capsys.readouterr().err
-    np.testing.assert_array_equal(np.load(tmp_path / "p.labels.npy"), [7, 7])
+    np.testing.assert_array_equal(np.load(tmp_path / "fedcluster-labels" / "p.npy"), [7, 7])
     assert main([str(folder), str(tmp_path / "p.npy"), "--overwrite"]) == 0
-    np.testing.assert_array_equal(np.load(tmp_path / "p.labels.npy"), [0, 1])
+    np.testing.assert_array_equal(np.load(tmp_path / "fedcluster-labels" / "p.npy"), [0, 1])
 
 
 @pytest.mark.parametrize(
@@ -58,4 +59,18 @@ def test_errors_name_the_problem(setup, message, tmp_path, capsys):
         np.save(folder / "centers.npy", np.zeros((2, 3)))
     assert main([str(folder), str(tmp_path / "p.npy")]) == 1
     assert message in capsys.readouterr().err
-    assert not (tmp_path / "p.labels.npy").exists()
+    assert not (tmp_path / "fedcluster-labels").exists()
+
+
+def test_labels_never_land_where_a_data_folder_listing_reads_them(tmp_path):
+    from fedcluster.data import list_client_files
+
+    folder = run_folder(tmp_path, [[0.0], [5.0]])
+    data = tmp_path / "data"
+    data.mkdir()
+    np.save(data / "client_0.npy", np.array([[1.0], [4.0]]))
+    np.savetxt(data / "client_1.csv", np.array([[1.0], [4.0]]), delimiter=",")
+    assert main([str(folder), str(data / "client_0.npy")]) == 0
+    assert main([str(folder), str(data / "client_1.csv")]) == 0
+    assert [f.name for f in list_client_files(data)] == ["client_0.npy"]
+    assert sorted(p.name for p in (data / "fedcluster-labels").iterdir()) == ["client_0.npy", "client_1_csv.npy"]

@@ -72,3 +72,15 @@ def test_without_matplotlib_the_command_says_how_to_get_it(tmp_path, capsys, mon
     assert main([str(run)]) == 1
     assert "pip install 'fedcluster[plot]'" in capsys.readouterr().err
     assert not (run / "cost.png").exists()
+
+
+def test_k_range_best_seen_and_one_dimensional_points_are_drawn(tmp_path):
+    run = write_run(tmp_path / "run", best_seen={"round": 4, "cost": 0.5},
+                    k_range={"k": [2, 3, 4], "cost": [3.0, 1.0, 0.9], "calinski_harabasz": [10.0, 30.0, 20.0],
+                             "elbow_k": 3, "calinski_harabasz_k": 3})
+    np.save(run / "centers.npy", np.array([[0.0], [5.0]]))
+    np.save(tmp_path / "line.npy", np.array([[0.1], [0.2], [4.9], [5.3]]))
+    report = plot_run(run, str(tmp_path / "line.npy"))
+    for name in ("k_range.png", "points.png", "cost.png"):
+        assert (run / name).read_bytes()[:8] == PNG, name
+    assert "k_range.png" not in report["skipped"] and "points.png" not in report["skipped"]
