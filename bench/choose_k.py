@@ -67,7 +67,7 @@ def one(job):
         "central_cost": central_cost,
         "fed_ch_curve": report["calinski_harabasz"],
         "central_ch_curve": central_ch,
-        "broadcasts": len(result["phases"]),
+        "phases": len(result["phases"]),
     }
 
 
@@ -90,9 +90,9 @@ def main() -> None:
 
         ratio_at_truth = [r["ratio"][truth - 2] for r in runs]
         rows.append([name, truth, picks("fed_ch"), picks("central_ch"), picks("fed_elbow"), picks("central_elbow"),
-                     f"{np.median(ratio_at_truth):.4f} (max {np.max(ratio_at_truth):.4f})", runs[0]["broadcasts"]])
+                     f"{np.median(ratio_at_truth):.4f} (max {np.max(ratio_at_truth):.4f})", runs[0]["phases"]])
     print(markdown_table(["data", "true k", "CH: federated", "CH: central", "elbow: federated", "elbow: central",
-                          "federated / central cost at true k", "broadcasts"], rows))
+                          "federated / central cost at true k", "phases"], rows))
     print(f"\nOne entry per seed ({len(seeds)} seeds). Federated cost = the best server-built candidate, "
           "scored in one round, no training rounds.")
     if args.figures:
@@ -101,8 +101,8 @@ def main() -> None:
             ks = list(range(2, K_MAX + 1))
             slug = name.split(" (")[0].replace(", ", "-").replace(" = ", "").replace(" ", "-")
             svg_line_chart(args.figures / f"cost-{slug}.svg", f"{name}: cost per point by k (seed 0)", "k",
-                           "cost per point", {"federated (one scoring round)": (ks, r["fed_cost"], None),
-                                              "central KMeans(n_init=10)": (ks, r["central_cost"], None)})
+                           "cost per point", {"federated": (ks, r["fed_cost"], None),
+                                              "central": (ks, r["central_cost"], None)})
             top = max(max(r["fed_ch_curve"]), max(r["central_ch_curve"]))
             svg_line_chart(args.figures / f"ch-{slug}.svg", f"{name}: Calinski-Harabasz / its maximum (seed 0)", "k",
                            "CH (scaled)", {"federated": (ks, [v / top for v in r["fed_ch_curve"]], None),
