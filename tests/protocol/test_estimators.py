@@ -160,3 +160,18 @@ def test_the_estimators_page_runs_as_written():
     assert scope["model"].cluster_centers_.shape == (3, 2)
     assert scope["dp"].privacy_["epsilon"] <= 2.0 + 1e-9
     assert len(scope["graph"].labels_) == 5
+
+
+def test_the_readme_notebook_example_runs_as_written():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "FederatedKMeans" in b)
+    scope = {}
+    exec(compile(block, "README.md", "exec"), scope)
+    assert scope["model"].cluster_centers_.shape == (4, 2)
+    assert len(scope["model"].labels_) == 12
+    assert scope["dp"].privacy_["epsilon"] <= 1.0 + 1e-9
+    labels = scope["graph"].labels_
+    assert len(set(labels[:3])) == 1 and len(set(labels[3:])) == 1 and labels[0] != labels[3]
