@@ -157,9 +157,11 @@ def svg_line_chart(
     series: dict[str, tuple[Sequence[float], Sequence[float], Sequence[float] | None]],
     width: int = 640,
     height: int = 400,
+    xtick_labels: dict[float, str] | None = None,
 ) -> None:
     """A plain SVG line chart (no plotting library needed): one polyline per series
-    ``label -> (xs, ys, errors or None)`` with error bars, linear axes, a legend."""
+    ``label -> (xs, ys, errors or None)`` with error bars, linear axes, a legend.
+    ``xtick_labels`` (x -> text) replaces the x ticks, e.g. for categories at 0, 1, 2."""
     xs = [x for s in series.values() for x in s[0]]
     lows = [y - (e or 0.0) for s in series.values() for y, e in zip(s[1], s[2] or [0.0] * len(s[1]))]
     highs = [y + (e or 0.0) for s in series.values() for y, e in zip(s[1], s[2] or [0.0] * len(s[1]))]
@@ -190,9 +192,10 @@ def svg_line_chart(
         xstep = nice_step((x1 - x0) / 8)
         ticks = [t * xstep for t in range(math.ceil(x0 / xstep), math.floor(x1 / xstep) + 1)]
     dense = len(set(xs)) > 20  # no markers, no error-bar offsets
-    for x in ticks:
+    labels = {t: f"{t:g}" for t in ticks} if xtick_labels is None else dict(xtick_labels)
+    for x in labels:
         out.append(f'<line x1="{px(x):.1f}" y1="{height - B}" x2="{px(x):.1f}" y2="{height - B + 5}" stroke="black"/>')
-        out.append(f'<text x="{px(x):.1f}" y="{height - B + 18}" text-anchor="middle">{x:g}</text>')
+        out.append(f'<text x="{px(x):.1f}" y="{height - B + 18}" text-anchor="middle">{labels[x]}</text>')
     step = nice_step((y1 - y0) / 6)
     y = math.ceil(y0 / step) * step
     while y <= y1:

@@ -40,6 +40,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -356,14 +357,16 @@ def main_table(graph: Graph, seeds: int) -> dict[str, Any]:
     return raw
 
 
-def rounds_to_target(graph: Graph) -> None:
+def rounds_to_target(graph: Graph, figures: Path | None = None) -> None:
     print(f"### {graph.name}: communication rounds to reach a sine to the central top-{K} eigenspace "
           "(exact mode; round 1 = degrees + first product)\n")
     rows = []
+    curves = {}
     setups = [("none", 20, 300), ("none", 40, 300), ("krylov", 10, 80), ("krylov", 15, 80), ("krylov", 20, 80), ("krylov", 30, 80)]
     for method, block, max_rounds in setups:
         started = time.perf_counter()
         curve = twin_curve(graph, K, block, method, max_rounds)
+        curves[("plain" if method == "none" else "Krylov") + f" b={block}"] = curve["sines"]
         at = curve["at"]
         cells = [("subspace iteration" if method == "none" else "block Krylov"), str(block)]
         cells += [str(at[t]["round"]) if t in at else f"> {len(curve['sines'])}" for t in TARGETS]
@@ -380,6 +383,15 @@ def rounds_to_target(graph: Graph) -> None:
         ["method", "block", *(f"sine ≤ {t:g}" for t in TARGETS), "MB/client to 1e-3", "residual at 1e-3",
          "Rand % / ARI at 1e-3", "sine after 60 rounds"], rows))
     print()
+    if figures:
+        from _common import svg_line_chart
+
+        series = {label: (list(range(1, min(len(sines), 80) + 1)), [math.log10(max(v, 1e-16)) for v in sines[:80]], None)
+                  for label, sines in curves.items()}
+        path = figures / f"sine-per-round-{graph.name}.svg"
+        svg_line_chart(path, f"FedSpectral+ on {graph.name}: sine to the central top-{K} space", "communication round",
+                       "log10 sine", series)
+        print(f"figure: {path}\n")
 
 
 def performance(graph: Graph, use_flwr: bool) -> None:
@@ -602,6 +614,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-main", action="store_true", help="skip the main table (e.g. with --sweeps)")
     parser.add_argument("--flwr", action="store_true", help="also time ego-Facebook rounds in a real flwr run simulation")
     parser.add_argument("--privacy", action="store_true", help="also try to rebuild a client's edges from its replies (ego-Facebook)")
+    parser.add_argument("--convergence-only", action="store_true", help="only the rounds-to-target tables (plain vs Krylov)")
+    parser.add_argument("--figures", type=Path, default=None, help="write sine-per-round SVGs (plain vs Krylov) here")
     args = parser.parse_args(argv)
     if not (args.graphs / "email-Eu-core.txt").is_file():
         print(f"SNAP graphs not found in {args.graphs} (use --graphs or $FEDCLUSTER_GRAPHS)", file=sys.stderr)
@@ -611,11 +625,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         names = [args.only] if args.only else list(GRAPHS)
         graphs = {name: load_graph(name, args.graphs, workdir) for name in names}
-        if not args.no_main:
+        if args.convergence_only:
+            for graph in graphs.values():
+                rounds_to_target(graph, args.figures)
+        elif not args.no_main:
             raws = {}
             for name, graph in graphs.items():
                 raws[name] = main_table(graph, args.seeds)
-                rounds_to_target(graph)
+                rounds_to_target(graph, args.figures)
             if "email-Eu-core" in graphs:
                 departments_table(graphs["email-Eu-core"], raws["email-Eu-core"], args.seeds)
             if "ego-Facebook" in graphs:

@@ -25,6 +25,7 @@ Usage::
     python bench/kfed_table.py                 # our defaults
     python bench/kfed_table.py --variant paper # paper-faithful k-FED
     python bench/kfed_table.py --variant all   # every variant
+    python bench/kfed_table.py --figures docs/figures/kfed   # accuracy vs separation, beside the authors
 """
 
 from __future__ import annotations
@@ -144,7 +145,9 @@ def main() -> None:
     parser.add_argument("--m0", type=int, default=5)
     parser.add_argument("--seps", default="100,10,5,4")
     parser.add_argument("--configs", default="100x16,300x64")
+    parser.add_argument("--figures", default="", help="write accuracy-vs-separation SVGs (ours beside the authors') here")
     args = parser.parse_args()
+    curves = {}
     seps = [float(s) for s in args.seps.split(",")]
     configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
     variants = list(VARIANTS) if args.variant == "all" else [args.variant]
@@ -164,6 +167,7 @@ def main() -> None:
                     accs.append(acc), locs.append(loc), bayes.append(bay)
                     times.append(t), cpus.append(c)
                 perfect = sum(a == 1.0 for a in accs)
+                curves.setdefault((variant, d, k), []).append((sep, float(np.mean(accs)), float(np.std(accs))))
                 ref_acc = ref.get(int(sep)) if sep == int(sep) else None
                 ref_str = f"{ref_acc:.4f}" if ref_acc is not None else "-"
                 if ref_acc is not None and int(sep) == 100:
@@ -173,6 +177,25 @@ def main() -> None:
                       f"{np.mean(cpus):>7.3f} | {ref_str}"
                       + (f", {ref_time} s/run" if sep == seps[0] and ref_time else ""),
                       flush=True)
+    if args.figures:
+        from pathlib import Path
+
+        from _common import svg_line_chart
+
+        for (variant, d, k), points in curves.items():
+            ref = AUTHORS.get((d, k), ({},))[0]
+            order = sorted(p[0] for p in points)  # separations as evenly spaced categories
+            where = {sep: i for i, sep in enumerate(order)}
+            points = sorted(points)
+            series = {"ours (± std)": ([where[p[0]] for p in points], [p[1] for p in points], [p[2] for p in points])}
+            mine = [sep for sep in order if int(sep) in ref]
+            if mine:
+                series["authors"] = ([where[sep] for sep in mine], [ref[int(sep)] for sep in mine], None)
+            path = Path(args.figures) / f"accuracy-d{d}-k{k}-{variant}.svg"
+            svg_line_chart(path, f"k-FED ({variant}), d = {d}, k = {k}, {args.seeds} seeds: accuracy",
+                           "separation between means", "induced-clustering accuracy", series,
+                           xtick_labels={where[sep]: f"{sep:g}" for sep in order})
+            print(f"figure: {path}")
 
 
 if __name__ == "__main__":
