@@ -22,11 +22,15 @@ def run(
     *,
     node_configs: list[dict[str, Any]] | None = None,
     reply_hook: ReplyHook | None = None,
+    labels: bool = False,
 ) -> dict[str, Any]:
     """Run the configured algorithm over ``num_nodes`` in-process nodes; return result.json.
 
     ``node_configs`` overrides the default simulation node configs
-    (``partition-id``/``num-partitions``), e.g. with ``data-path`` per node.
+    (``partition-id``/``num-partitions``), e.g. with ``data-path`` per node. ``labels``:
+    also return ``result["labels"]``, one array per node of its points' nearest final
+    centers, computed here from each node's own data as its device would (never part of
+    ``result.json``).
     """
     from client_app.app import app as client_app
     from server_app.algorithms import validated_config
@@ -39,7 +43,24 @@ def run(
     run_id = next(_RUN_IDS)
     set_task_identity(run_id=run_id, node_id=InProcessGrid.SERVER_NODE_ID)
     grid = InProcessGrid(client_app, config, node_configs, run_id=run_id, reply_hook=reply_hook)
-    return run_algorithm(grid, config)
+    result = run_algorithm(grid, config)
+    if labels:
+        result["labels"] = node_labels(result, node_configs)
+    return result
+
+
+def node_labels(result: dict[str, Any], node_configs: list[dict[str, Any]]) -> list:
+    """Every node's nearest-center labels of its own points (center-based runs)."""
+    import numpy as np
+
+    from fedcluster.datasets import device_data
+    from fedcluster.lloyd import nearest
+
+    centers_file = Path(result["output_dir"]) / "centers.npy"
+    if not centers_file.is_file():
+        raise ValueError(f"labels=True needs a center-based run; {result['algorithm']} wrote no centers.npy")
+    centers = np.load(centers_file)
+    return [nearest(device_data(result["config"], dict(node)).require_points(), centers) for node in node_configs]
 
 
 def main(argv: list[str] | None = None) -> int:

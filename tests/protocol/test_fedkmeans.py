@@ -455,3 +455,16 @@ def test_exclusions_at_start_up_are_recorded_under_the_data_summary(tmp_path):
                   "output-dir": str(tmp_path / "out")}, num_nodes=4)
     (exclusion,) = result["nodes"]["exclusions"]
     assert exclusion["phase"] == "data-summary" and "dimension 3" in exclusion["reason"]
+
+
+def test_inprocess_run_returns_each_nodes_labels(tmp_path):
+    rng = np.random.default_rng(5)
+    parts = [rng.normal(size=(20 + i, 2)) + 5 * (i % 2) for i in range(4)]
+    directory = write_npy_dir(tmp_path / "data", parts)
+    result = run({"k": 2, "num-rounds": 2, "dataset": "npy-dir", "data-dir": str(directory), "reference": False,
+                  "output-dir": str(tmp_path / "out")}, num_nodes=4, labels=True)
+    C = np.load(tmp_path / "out" / "centers.npy")
+    assert len(result["labels"]) == 4
+    for X, got in zip(parts, result["labels"]):
+        np.testing.assert_array_equal(got, ((X[:, None, :] - C[None]) ** 2).sum(-1).argmin(1))
+    assert "labels" not in json.loads((tmp_path / "out" / "result.json").read_text())
