@@ -88,40 +88,54 @@ def _merged(run_config: dict[str, Any] | None, own: dict[str, Any]) -> dict[str,
     return {**extra, **own}
 
 
-class _Federated(ClusterMixin, BaseEstimator):
-    """What every estimator shares: the run, the fitted attributes, labels and predict."""
+class _InProcess(ClusterMixin, BaseEstimator):
+    """The run every estimator makes: the clients' files in a temporary folder, the
+    federation in-process, the run's records kept on the estimator."""
+
+    def _federate(self, config: dict[str, Any], dataset: str, writers: list, load: tuple[str, ...],
+                  server_data: np.ndarray | None = None, labels: bool = False) -> tuple[dict, dict[str, np.ndarray]]:
+        """``writers[i](folder, i)`` saves client i's file; returns result.json (with
+        ``labels`` when asked) and the arrays ``load`` names from the result folder."""
+        from . import run
+
+        with tempfile.TemporaryDirectory(prefix="fedcluster-") as tmp:
+            folder = Path(tmp) / "clients"
+            folder.mkdir()
+            for i, write in enumerate(writers):
+                write(folder, i)
+            if server_data is not None:
+                np.save(Path(tmp) / "server.npy", server_data)
+                config["server-data"] = str(Path(tmp) / "server.npy")
+            output = Path(self.output_dir) if self.output_dir else Path(tmp) / "result"
+            config.update({"dataset": dataset, "data-dir": str(folder), "output-dir": str(output)})
+            config.setdefault("reference", False)
+            result = run(config, num_nodes=len(writers), labels=labels)
+            arrays = {name: np.load(Path(result["output_dir"]) / f"{name}.npy") for name in load}
+        self.result_ = {key: value for key, value in result.items() if key != "labels"}
+        self.output_dir_ = result["output_dir"] if self.output_dir else None
+        self.history_ = result["rounds"]
+        self.n_iter_ = len(result["rounds"])
+        return result, arrays
+
+
+class _Federated(_InProcess):
+    """What the k-means estimators share: fitted centers, per-client labels, predict."""
 
     def _config(self) -> dict[str, Any]:  # the run config of this estimator's parameters
         raise NotImplementedError
 
     def fit(self, clients: Sequence[Any], y: Any = None, server_data: Any = None) -> "_Federated":
         """Run the federation over ``clients`` (one array per client); ``y`` is ignored."""
-        from . import run
-
         arrays = _client_arrays(clients)
-        config = self._config()
-        with tempfile.TemporaryDirectory(prefix="fedcluster-") as tmp:
-            folder = Path(tmp) / "clients"
-            folder.mkdir()
-            for i, array in enumerate(arrays):
-                np.save(folder / f"client_{i:05d}.npy", array)
-            if server_data is not None:
-                points = np.asarray(server_data, dtype=np.float64)
-                if points.ndim != 2 or points.shape[1] != arrays[0].shape[1]:
-                    raise ValueError(f"server_data has shape {points.shape}: expected (points, {arrays[0].shape[1]})")
-                np.save(Path(tmp) / "server.npy", points)
-                config["server-data"] = str(Path(tmp) / "server.npy")
-            output = Path(self.output_dir) if self.output_dir else Path(tmp) / "result"
-            config.update({"dataset": "npy-dir", "data-dir": str(folder), "output-dir": str(output)})
-            config.setdefault("reference", False)
-            result = run(config, num_nodes=len(arrays))
-            self.cluster_centers_ = np.load(Path(result["output_dir"]) / "centers.npy")
-        self.result_ = result
-        self.output_dir_ = result["output_dir"] if self.output_dir else None
-        self.history_ = result["rounds"]
-        self.n_iter_ = len(result["rounds"])
+        if server_data is not None:
+            server_data = np.asarray(server_data, dtype=np.float64)
+            if server_data.ndim != 2 or server_data.shape[1] != arrays[0].shape[1]:
+                raise ValueError(f"server_data has shape {server_data.shape}: expected (points, {arrays[0].shape[1]})")
+        writers = [lambda folder, i, a=a: np.save(folder / f"client_{i:05d}.npy", a) for a in arrays]
+        result, loaded = self._federate(self._config(), "npy-dir", writers, ("centers",), server_data, labels=True)
+        self.cluster_centers_ = loaded["centers"]
         self.n_features_in_ = arrays[0].shape[1]
-        self.labels_ = [nearest(array, self.cluster_centers_) for array in arrays]
+        self.labels_ = result["labels"]  # each node's nearest centers, from its own points
         final = result.get("final") or {}
         self.inertia_ = float(
             final["total_cost"] if "total_cost" in final else sum(kmeans_cost(a, self.cluster_centers_) for a in arrays)
@@ -248,7 +262,7 @@ class DPFederatedKMeans(_Federated):
         return self
 
 
-class FederatedSpectralClustering(BaseEstimator):
+class FederatedSpectralClustering(_InProcess):
     """Federated spectral graph clustering: ``algorithm`` = ``"fedspectral-plus"`` (federated
     power iteration / block Krylov on the summed adjacency) or ``"fedspectral"`` (one round:
     local spectral labels, server co-association).
@@ -279,8 +293,6 @@ class FederatedSpectralClustering(BaseEstimator):
         self.output_dir = output_dir
 
     def fit(self, clients: Sequence[Any], y: Any = None) -> "FederatedSpectralClustering":
-        from . import run
-
         if self.algorithm not in ("fedspectral", "fedspectral-plus"):
             raise ValueError(f"algorithm={self.algorithm!r}: 'fedspectral-plus' or 'fedspectral'")
         if isinstance(clients, np.ndarray) or not isinstance(clients, Sequence) or len(clients) == 0:
@@ -303,23 +315,7 @@ class FederatedSpectralClustering(BaseEstimator):
             if self.algorithm != "fedspectral-plus":
                 raise ValueError("max_iter does not apply to algorithm='fedspectral' (one round)")
             own["num-rounds"] = self.max_iter
-        config = _merged(self.run_config, own)
-        with tempfile.TemporaryDirectory(prefix="fedcluster-") as tmp:
-            folder = Path(tmp) / "clients"
-            folder.mkdir()
-            for i, array in enumerate(edges):
-                np.savetxt(folder / f"client_{i:05d}.txt", array, fmt="%d")
-            output = Path(self.output_dir) if self.output_dir else Path(tmp) / "result"
-            config.update({"dataset": "edge-dir", "data-dir": str(folder), "output-dir": str(output)})
-            config.setdefault("reference", False)
-            result = run(config, num_nodes=len(edges))
-            self.labels_ = np.load(Path(result["output_dir"]) / "labels.npy")
-            self.embedding_ = np.load(Path(result["output_dir"]) / "embedding.npy")
-        self.result_ = result
-        self.output_dir_ = result["output_dir"] if self.output_dir else None
-        self.history_ = result["rounds"]
-        self.n_iter_ = len(result["rounds"])
+        writers = [lambda folder, i, e=e: np.savetxt(folder / f"client_{i:05d}.txt", e, fmt="%d") for e in edges]
+        _, loaded = self._federate(_merged(self.run_config, own), "edge-dir", writers, ("labels", "embedding"))
+        self.labels_, self.embedding_ = loaded["labels"], loaded["embedding"]
         return self
-
-    def fit_predict(self, clients: Sequence[Any], y: Any = None) -> np.ndarray:
-        return self.fit(clients).labels_
