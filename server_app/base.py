@@ -486,8 +486,8 @@ class FederatedStrategy:
     def survey(self, *together: dict[str, Any]) -> tuple[list[Reply], list[list[Reply]]]:
         """:meth:`discover_dimension`, with other queries to every active node (dicts of
         :meth:`broadcast` arguments without ``nodes``) in the same round trip. Their
-        replies are kept only from nodes that stay in the run; a task whose reply depends
-        on the dimension is checked with the dimension each node reports."""
+        replies are kept only from nodes that stay in the run and, where the protocol table
+        gives a reply array the dimension ``d``, only when it is the federation's."""
         requests = [dict(task="data_summary", nodes=self.active_nodes, phase="data-summary")]
         requests += [{"nodes": self.active_nodes, **request} for request in together]
         first = len(self.phases)
@@ -500,7 +500,15 @@ class FederatedStrategy:
             if failure["node"] not in answered:
                 self.exclude(failure["node"], f"data summary failed: {failure['reason']}")
         staying = {r.node_id for r in kept}
-        return kept, [[r for r in group if r.node_id in staying] for group in others]
+
+        def fits(reply: Reply, task: protocol.Task) -> bool:
+            return reply.node_id in staying and all(
+                reply.arrays[f.name].shape[f.shape.index("d")] == self.dimension
+                for f in task.reply if "d" in f.shape and f.name in reply.arrays
+            )
+
+        tasks = [protocol.task(request["task"]) for request in together]
+        return kept, [[r for r in group if fits(r, task)] for group, task in zip(others, tasks)]
 
     def write_device_labels(self, centers: np.ndarray) -> dict[str, Any]:
         """``write-labels``: every active device saves its points' nearest-center labels

@@ -59,7 +59,6 @@ class DAUFL(FederatedStrategy):
             summaries, soms = self.discover_dimension(), None
         else:  # the SOM codebooks need nothing from the server: they travel with the data summary
             summaries, (soms,) = self.survey(self.som_request())
-            soms = [r for r in soms if r.arrays["codebook"].shape[1] == self.dimension]
         low, high = bounding_box([r.arrays["min"] for r in summaries], [r.arrays["max"] for r in summaries])
         nodes = [r.node_id for r in summaries]
         # Phases 1 and 2 (Algorithm 1, steps 1-3): bins and the agents' weights.

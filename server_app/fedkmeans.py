@@ -89,7 +89,7 @@ class FedKMeans(FederatedStrategy):
         if bounds or self.config["init"] in ("auto", "local-summaries"):
             # The local summaries the start needs travel with the data summary: one round trip.
             summaries, (replies,) = self.survey(self.local_summary_request(bounds[1] if bounds else k))
-            local = summary_points([r for r in replies if r.arrays["centers"].shape[1] == self.dimension], self.dimension)
+            local = summary_points(replies, self.dimension)
         else:
             summaries = self.discover_dimension()
         total = sum(r.num_examples for r in summaries)
@@ -113,7 +113,7 @@ class FedKMeans(FederatedStrategy):
             "init": init_record,
             "final": {"cost": final_cost, "total_cost": total_cost, "num_points": num_points},
         }
-        best = getattr(self, "best_seen", None)
+        best = self.best_seen  # set by train; None unless partial participation measured rounds
         if best is not None:
             # The evaluated rounds measured every node: keep the best centers seen as well.
             outcome["arrays"]["best_centers"] = best[2]
@@ -172,12 +172,12 @@ class FedKMeans(FederatedStrategy):
         self, k: int, low: np.ndarray, high: np.ndarray, local: tuple[np.ndarray, np.ndarray] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Candidate center sets by ``init``, scored on every node in one round; best wins.
-        ``local``: the devices' summaries (points, weights) when already collected."""
+        ``local``: the devices' summaries (points, weights), for the summary starts."""
         cfg = self.config
         method = cfg["init"]
         m = cfg["init-candidates"]
         if method in ("auto", "local-summaries"):
-            points, weights = local if local is not None else self.local_summaries(k)
+            points, weights = local  # collected with the data summary (run)
             if points.shape[0] < k:
                 log(INFO, "[fedcluster] only %d summary centers for k=%d: random-box candidates", points.shape[0], k)
             candidates = summary_candidates(points, weights, k, m, low, high, self.rng)
@@ -206,10 +206,6 @@ class FedKMeans(FederatedStrategy):
     def local_summary_request(self, k: int) -> dict[str, Any]:
         return dict(task="local_summary", config={"k": k, "min-count": self.config["init-min-count"]},
                     seeded=True, phase="init-local-summaries")
-
-    def local_summaries(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Every node's local k-means summary: (summary centers, their counts), stacked."""
-        return summary_points(self.broadcast(nodes=self.active_nodes, **self.local_summary_request(k)), self.dimension)
 
     def score(self, candidates: np.ndarray, phase: str = "init-scoring") -> np.ndarray:
         """Total cost of every candidate center set (m, k, d) in one federated round."""
