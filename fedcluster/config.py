@@ -93,6 +93,7 @@ SEED_MAX = 2**32 - 1
 ALGORITHMS = ("fedkmeans", "kfed", "feddp-kmeans", "fedspectral", "fedspectral-plus", "da-ufl")
 DATASETS = ("gaussian-mixture", "triebe", "digits", "npy-dir", "edge-dir", "feddp-mixture", "da-ufl-paper")
 PARTITIONS = ("iid", "dirichlet", "one-source", "components")
+KFED_WEIGHTINGS = ("count", "uniform", "capped-count")
 FEDKMEANS_INITS = ("auto", "local-summaries", "kfed", "random-box", "server-kmeans++")
 FEDDP_INITS = ("auto", "feddp", "server-kmeans++", "server-lloyds", "sphere-packing")
 
@@ -143,7 +144,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
     "kfed": (
         Key("k-prime", 0, "local clusters per device (0 = ceil(sqrt(k)))", low=0, high=MANY),
         Key("kfed-weighting", "count", "weighting of device centers in the merge; capped-count: no device weighs "
-            "more than the median device (robust to inflated counts)", choices=("count", "uniform", "capped-count")),
+            "more than the median device (robust to inflated counts)", choices=KFED_WEIGHTINGS),
         Key("kfed-to-convergence", True, "server Lloyd to convergence (false = one round, the paper)"),
         Key("kfed-server-starts", 20, "merge starts scored on the server (1 = the paper)", low=1, high=10_000),
         Key("kfed-device-restarts", 10, "local k'-means restarts on each device (1 = the paper)", low=1, high=10_000),

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .config import KFED_WEIGHTINGS
 from .linalg import orthonormalize, top_eigenpairs
 from .lloyd import (
     kmeans_plus_plus,
@@ -412,9 +413,6 @@ def _check_k(k: int, total: int) -> None:
         )
 
 
-WEIGHTINGS = ("count", "uniform", "capped-count")
-
-
 def cap_device_weights(device_counts: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Scale every device's counts so that its total is at most the median device total.
 
@@ -476,8 +474,8 @@ def kfed_merge(
         device center (the groups τ_1..τ_k). With one Lloyd round these are the groups
         around M, and ``global_centers`` are their means, exactly as in the paper.
     """
-    if weighting not in WEIGHTINGS:
-        raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
+    if weighting not in KFED_WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {', '.join(KFED_WEIGHTINGS)}, got {weighting!r}")
     if len(device_counts) != len(device_centers):
         raise ValueError(
             f"{len(device_centers)} center arrays but {len(device_counts)} count arrays"

@@ -243,7 +243,8 @@ class FedKMeans(FederatedStrategy):
             # are asked for it in the same push (no extra broadcast; results unchanged).
             every = cfg["eval-every"]
             measure = not everyone and every > 0 and t > 1 and (t - 1) % every == 0
-            others = [n for n in self.active_nodes if n not in set(nodes)] if measure else []
+            sampled = set(nodes)
+            others = [n for n in self.active_nodes if n not in sampled] if measure else []
             if others:
                 replies, measured = self.broadcast_together(
                     train, dict(task="lloyd_stats", nodes=others, arrays={"centers": centers}, sizes={"k": k}, phase="evaluation")
