@@ -103,6 +103,11 @@ class LocalCluster:
 
     # ---------------------------------------------------------------- processes
     def _start(self, name: str, args: list[str], cwd: Path) -> subprocess.Popen:
+        """Start a process under ``name`` (``name-2``, ``name-3``, … when taken: a second
+        process must never hide the first from :meth:`stop`)."""
+        base, number = name, 2
+        while name in self.processes:
+            name, number = f"{base}-{number}", number + 1
         log = open(self.logs / f"{name}.log", "w")
         self._log_files.append(log)
         process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -42,3 +42,17 @@ def test_demo_data_is_non_iid(tmp_path):
     arrays = [np.load(p) for p in paths]
     assert all(a.shape == (100, 2) for a in arrays)
     assert not np.allclose(arrays[0].mean(0), arrays[1].mean(0), atol=1.0)
+
+
+def test_a_second_process_under_a_taken_name_does_not_hide_the_first_from_stop(tmp_path):
+    """The engine test of an unregistered SuperNode starts 'supernode-1' again; the module's
+    own 'supernode-1' must still be stopped (it once leaked, one per CI run)."""
+    import sys
+
+    cluster = local_cluster.LocalCluster(tmp_path, [])
+    cluster.logs.mkdir(parents=True)
+    first = cluster._start("supernode-1", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path)
+    second = cluster._start("supernode-1", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path)
+    assert sorted(cluster.processes) == ["supernode-1", "supernode-1-2"]
+    cluster.stop()
+    assert first.poll() is not None and second.poll() is not None
