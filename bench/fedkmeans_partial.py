@@ -7,8 +7,10 @@ or IID. FedKMeans with only ``k = 20``, ``fraction`` and ``num-rounds = 60`` set
 batch), and with mini-batch ``batch-size = 32, local-epochs = 2``. Rows:
 
 - ``defaults``: today's run-config defaults (``server-memory = true``: every client's
-  latest statistics enter the server step; unsampled clients as they last reported);
-- ``previous defaults``: ``server-memory = false`` (this round's replies only: the paper);
+  latest statistics enter the server step; unsampled clients as they last reported;
+  ``init-coarse = true``: candidate starts from coarse device summaries as well);
+- ``previous defaults``: ``server-memory = false`` (this round's replies only: the paper)
+  and ``init-coarse = false`` (candidates from the fine summaries only);
 - ``paper setting``: the previous defaults with ``server-lr = 0.5, momentum = 0.5``
   (Triebe et al.'s α and μ).
 
@@ -43,8 +45,8 @@ K, D, N, CLIENTS = 20, 30, 3000, 50
 PARTITIONS = ("1 component", "2 components", "3 components", "Dirichlet(0.1)", "Dirichlet(0.5)", "IID")
 SETTINGS = {
     "defaults": {},
-    "previous defaults": {"server-memory": False},
-    "paper setting": {"server-memory": False, "server-lr": 0.5, "momentum": 0.5},
+    "previous defaults": {"server-memory": False, "init-coarse": False},
+    "paper setting": {"server-memory": False, "init-coarse": False, "server-lr": 0.5, "momentum": 0.5},
 }
 
 # --diagnose: where the remaining gap on the 1- and 2-component rows comes from
@@ -132,14 +134,8 @@ def main() -> None:
     print_header("FedKMeans under partial participation (50 clients, d = 30, k = 20, 60 rounds)")
     pairs = [(p, seed) for p in partitions for seed in seeds]
     references = dict(zip(pairs, parallel_map(reference_of, pairs, args.jobs)))
-    # With every client sampled, server-memory changes nothing (tests/protocol/test_fedkmeans.py):
-    # the "previous defaults" rows at fraction 1 are the "defaults" rows, not rerun.
-    jobs = [(p, f, b, s, seed) for p in partitions for f in fractions for b in batches for s in SETTINGS for seed in seeds
-            if not (f == 1.0 and s == "previous defaults" and "defaults" in SETTINGS)]
+    jobs = [(p, f, b, s, seed) for p in partitions for f in fractions for b in batches for s in SETTINGS for seed in seeds]
     results = dict(zip(jobs, parallel_map(one, [job + (references[job[0], job[4]],) for job in jobs], args.jobs)))
-    for (p, f, b, s, seed) in list(results):
-        if f == 1.0 and s == "defaults":
-            results[(p, f, b, "previous defaults", seed)] = results[(p, f, b, s, seed)]
     rows = []
     for p in partitions:
         for f in fractions:

@@ -18,6 +18,7 @@ candidates on the devices' local summaries).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -234,8 +235,9 @@ def reassign_starved(
     patience: int,
     orphaned: Sequence[int] = (),
 ) -> list[int]:
-    """Reassignment (ρ = ``threshold``, R = ``patience``): a cluster whose round count
-    stays below ρ × (the round's total count) for R consecutive rounds is re-seeded by
+    """Reassignment (ρ = ``threshold``, R = ``patience``): a cluster whose count stays
+    below ρ × (the largest cluster's count, as scikit-learn's MiniBatchKMeans) for R
+    consecutive rounds is re-seeded by
     SPLITTING the currently largest cluster along its coordinate axis of largest variance
     e: the two centers move to ``c ± SPLIT_OFFSET·σ·e``. The variance comes from the
     reported per-cluster sums of squares ``sumsq`` and the cluster ``means``. An
@@ -245,7 +247,7 @@ def reassign_starved(
     if threshold <= 0 or patience <= 0:
         return []
     below = state.starved_rounds
-    starved = counts < threshold * counts.sum()
+    starved = counts < threshold * counts.max()
     below[:] = np.where(starved, below + 1, 0)
     orphans = np.zeros(below.shape[0], dtype=bool)
     orphans[list(orphaned)] = True
@@ -285,6 +287,11 @@ def orphaned_clusters(last_counts: Mapping[int, np.ndarray], left: Iterable[int]
         else:
             staying += counts
     return np.flatnonzero((leaving > 0) & (staying <= 0)).tolist()
+
+
+def coarse_summary_k(k: int) -> int:
+    """Local clusters of the coarse summary (``init-coarse``): ceil(sqrt(k)), k-FED's k'."""
+    return max(1, math.ceil(math.sqrt(k)))
 
 
 def summary_candidates(

@@ -48,6 +48,7 @@ from fedcluster.fedkmeans import (
     ServerState,
     aggregate_centers,
     box_candidates,
+    coarse_summary_k,
     k_range_candidates,
     k_range_report,
     orphaned_clusters,
@@ -85,11 +86,16 @@ class FedKMeans(FederatedStrategy):
     def run(self) -> dict[str, Any]:
         k = self.config["k"]
         bounds = k_range(self.config["k-range"]) if self.config["k-range"] else None
-        local = None
+        local = coarse = None
         if bounds or self.config["init"] in ("auto", "local-summaries"):
             # The local summaries the start needs travel with the data summary: one round trip.
-            summaries, (replies,) = self.survey(self.local_summary_request(bounds[1] if bounds else k))
-            local = summary_points(replies, self.dimension)
+            requests = [self.local_summary_request(bounds[1] if bounds else k)]
+            coarse_k = coarse_summary_k(k)
+            if not bounds and self.config["init-coarse"] and coarse_k < k:
+                requests.append(self.local_summary_request(coarse_k, phase="init-coarse-summaries"))
+            summaries, groups = self.survey(*requests)
+            local = summary_points(groups[0], self.dimension)
+            coarse = summary_points(groups[1], self.dimension) if len(groups) > 1 else None
         else:
             summaries = self.discover_dimension()
         total = sum(r.num_examples for r in summaries)
@@ -98,7 +104,7 @@ class FedKMeans(FederatedStrategy):
             return self.choose_k(bounds, total, low, high, local)
         if k > total:
             raise FederationError(f"k={k} is larger than the {total} points held by the federation")
-        initial, init_record = self.initialize(k, low, high, local)
+        initial, init_record = self.initialize(k, low, high, local, coarse)
         centers = self.train(initial, self.config["num-rounds"])
         total_cost, num_points = self.evaluate(centers, phase="final-evaluation")
         if self.rounds and self.rounds[-1].get("cost") is None:
@@ -169,10 +175,16 @@ class FedKMeans(FederatedStrategy):
 
     # -------------------------------------------------------------- initialization
     def initialize(
-        self, k: int, low: np.ndarray, high: np.ndarray, local: tuple[np.ndarray, np.ndarray] | None = None
+        self,
+        k: int,
+        low: np.ndarray,
+        high: np.ndarray,
+        local: tuple[np.ndarray, np.ndarray] | None = None,
+        coarse: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Candidate center sets by ``init``, scored on every node in one round; best wins.
-        ``local``: the devices' summaries (points, weights), for the summary starts."""
+        ``local``: the devices' summaries (points, weights), for the summary starts;
+        ``coarse``: their summaries at ceil(sqrt(k)) local clusters (``init-coarse``)."""
         cfg = self.config
         method = cfg["init"]
         m = cfg["init-candidates"]
@@ -181,6 +193,10 @@ class FedKMeans(FederatedStrategy):
             if points.shape[0] < k:
                 log(INFO, "[fedcluster] only %d summary centers for k=%d: random-box candidates", points.shape[0], k)
             candidates = summary_candidates(points, weights, k, m, low, high, self.rng)
+            if coarse is not None and coarse[0].shape[0] >= k:
+                # Devices that hold few clusters split each of them k ways in the fine summary;
+                # the coarse one keeps them whole. Both kinds compete in the same scoring round.
+                candidates = np.concatenate([candidates, summary_candidates(*coarse, k, m, low, high, self.rng)])
         elif method == "kfed":
             # k-FED as initializer: one extra round that often saves many.
             from .kfed import collect_device_centers, merge_device_centers
@@ -200,12 +216,13 @@ class FedKMeans(FederatedStrategy):
             candidates = np.stack([kmeans_plus_plus(server_points, k, self.rng) for _ in range(m)])
         costs = self.score(candidates)
         best = int(np.argmin(costs))
+        m = candidates.shape[0]
         log(INFO, "[fedcluster] init %s: best of %d candidates, cost %.6g", method, m, costs[best])
         return candidates[best].copy(), {"method": method, "candidates": m, "candidate_costs": costs.tolist(), "best": best}
 
-    def local_summary_request(self, k: int) -> dict[str, Any]:
+    def local_summary_request(self, k: int, phase: str = "init-local-summaries") -> dict[str, Any]:
         return dict(task="local_summary", config={"k": k, "min-count": self.config["init-min-count"]},
-                    seeded=True, phase="init-local-summaries")
+                    seeded=True, phase=phase)
 
     def score(self, candidates: np.ndarray, phase: str = "init-scoring") -> np.ndarray:
         """Total cost of every candidate center set (m, k, d) in one federated round."""

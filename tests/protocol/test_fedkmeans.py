@@ -402,9 +402,9 @@ def test_partial_participation_measures_every_round_without_extra_round_trips(tm
     # 2 start-up round trips (data and local summaries together; candidate scoring), one per
     # round, one final evaluation: the same with and without the per-round measurement
     assert measured["communication"]["round_trips"] == silent["communication"]["round_trips"] == 2 + 8 + 1
-    start = [p for p in measured["phases"] if p["round"] is None][:3]
-    assert [p["phase"] for p in start] == ["data-summary", "init-local-summaries", "init-scoring"]
-    assert start[0]["round_trip"] == start[1]["round_trip"] != start[2]["round_trip"]
+    start = [p for p in measured["phases"] if p["round"] is None][:4]
+    assert [p["phase"] for p in start] == ["data-summary", "init-local-summaries", "init-coarse-summaries", "init-scoring"]
+    assert start[0]["round_trip"] == start[1]["round_trip"] == start[2]["round_trip"] != start[3]["round_trip"]
     assert all(r["cost"] is not None for r in measured["rounds"])
     assert all(r.get("cost") is None for r in silent["rounds"][:-1])
     trains = [p for p in measured["phases"] if p["phase"] == "train"]
@@ -468,3 +468,28 @@ def test_inprocess_run_returns_each_nodes_labels(tmp_path):
     for X, got in zip(parts, result["labels"]):
         np.testing.assert_array_equal(got, ((X[:, None, :] - C[None]) ** 2).sum(-1).argmin(1))
     assert "labels" not in json.loads((tmp_path / "out" / "result.json").read_text())
+
+
+def test_coarse_summaries_win_the_start_when_each_device_holds_one_component(tmp_path):
+    # Every device holds one of 16 components: its fine summary (16 local centers) splits
+    # that component 16 ways, which misleads k-means on the summaries; the coarse summary
+    # (ceil(sqrt(16)) = 4 local centers, sent in the same round trip) keeps it whole.
+    asked = []
+
+    def spy(node, message, reply):
+        if message.metadata.message_type == "query.local_summary":
+            asked.append((message.content["config"]["k"], reply.content.array_records["arrays"]["centers"].numpy().shape[0]))
+        return reply
+
+    config = {"k": 16, "dim": 30, "num-points": 2000, "partition": "components", "classes-per-client": 1,
+              "num-rounds": 1, "reference": False, "init-candidates": 5}
+    for seed in range(3):
+        result = run({**config, "seed": seed, "output-dir": str(tmp_path / str(seed))}, num_nodes=32, reply_hook=spy)
+        costs = result["init"]["candidate_costs"]
+        assert result["init"]["candidates"] == 10
+        assert min(costs[5:]) < min(costs[:5]), (seed, costs)
+        assert sorted({k for k, _ in asked}) == [4, 16] and all(rows <= k for k, rows in asked)
+        asked.clear()
+    plain = run({**config, "init-coarse": False, "output-dir": str(tmp_path / "plain")}, num_nodes=32, reply_hook=spy)
+    assert plain["init"]["candidates"] == 5 and {k for k, _ in asked} == {16}
+    assert "init-coarse-summaries" not in [p["phase"] for p in plain["phases"]]

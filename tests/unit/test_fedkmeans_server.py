@@ -115,3 +115,29 @@ def test_k_range_report_never_lets_more_centers_cost_more():
     report = k_range_report([2, 3, 4], 1, costs, 20)
     assert report["cost"] == pytest.approx([2.0, 2.0, 1.5])
     assert report["best_candidate"] == [0, 0, 2]
+
+
+# ---------------------------------------------------------------- reassignment
+def starved_after(counts, rounds, threshold=0.01, patience=3):
+    from fedcluster.fedkmeans import ServerState, reassign_starved
+
+    counts = np.asarray(counts, dtype=float)
+    k = counts.size
+    centers = np.arange(k * 2, dtype=float).reshape(k, 2)
+    means = centers.copy()
+    sumsq = counts[:, None] * (means**2 + 1.0)  # unit variance per coordinate
+    state = ServerState.start(centers)
+    moved = []
+    for _ in range(rounds):
+        moved += reassign_starved(centers, counts, sumsq, means, state, threshold, patience)
+    return moved
+
+
+def test_reassignment_threshold_is_relative_to_the_largest_cluster():
+    # A small TRUE cluster (14 of 1732 points: under 1 % of the total, but 5 % of the
+    # largest cluster) is left alone; a cluster with 2 points (under 1 % of 286) is
+    # re-seeded after patience rounds.
+    counts = [14] + [286] * 6 + [2]
+    assert starved_after(counts[:-1] + [286], rounds=5) == []
+    assert starved_after(counts, rounds=2) == []
+    assert starved_after(counts, rounds=3) == [7]
