@@ -1,5 +1,5 @@
-"""Robust aggregation for FedKMeans: 10 devices, one hostile, ``aggregation`` mean vs
-trimmed-mean vs median.
+"""Robust aggregation for FedKMeans and DA-UFL: 10 devices, one hostile, ``aggregation``
+mean vs trimmed-mean vs median.
 
 The hostile device (node 1000) lies as far as the declared-size bounds let it
 (``fedcluster/bounds.py``; replies beyond them are dropped anyway):
@@ -8,11 +8,16 @@ The hostile device (node 1000) lies as far as the declared-size bounds let it
   moves that cluster's center to the corner of its own bounding box farthest from the
   center it was sent (counts add up to its declared n; the center lies in its box);
 - ``lying evaluation``: in the final evaluation it reports the smallest cost its own
-  sums and counts allow (it hides its points' scatter).
+  sums and counts allow (it hides its points' scatter);
+- DA-UFL, ``moved means``: in every inner step it sends, for every cluster, the gradient
+  ``W_k (m_k − corner)`` with its honest weight W_k: it claims its points of every cluster
+  sit at the corner of its box farthest from the center (a finite gradient with honest
+  weights: nothing the bounds refuse).
 
 Data: a Gaussian mixture (d = 5, k = 5, 2000 points, separation 8 σ) split IID or by
 Dirichlet(0.5) labels over 10 devices; FedKMeans run-config defaults otherwise
-(20 rounds, every device every round). Reported: the TRUE k-means cost per point of the
+(20 rounds, every device every round); DA-UFL with ``algorithm = "da-ufl"`` and its
+defaults (SOM weights) on the same split. Reported: the TRUE k-means cost per point of the
 final centers on all 2000 points over the best scikit-learn KMeans (n_init = 10) cost,
 median and worst over the seeds, and for the lying evaluation the reported cost over
 the true one.
@@ -21,6 +26,7 @@ Usage::
 
     python bench/robust_aggregation.py            # 10 seeds
     python bench/robust_aggregation.py --quick    # 3 seeds
+    python bench/robust_aggregation.py --algorithms da-ufl
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from fedcluster.lloyd import kmeans_cost
 
 HOSTILE = 1000
 METHODS = ("mean", "trimmed-mean", "median")
-ATTACKS = ("honest", "moved center", "lying evaluation")
+ATTACKS = {"fedkmeans": ("honest", "moved center", "lying evaluation"), "da-ufl": ("honest", "moved means")}
 
 
 def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray]):
@@ -62,6 +68,11 @@ def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray]):
             sumsq = np.zeros_like(centers)
             sumsq[j] = new_counts[j] * corner**2
             record["centers"], record["counts"], record["sumsq"] = Array(centers), Array(new_counts), Array(sumsq)
+        if attack == "moved means" and kind == "train.daufl_step":
+            sent = message.content.array_records["arrays"]["centers"].numpy()
+            weight = record["weight"].numpy()
+            corner = np.where(np.abs(low - sent) > np.abs(high - sent), low, high)  # (k, d)
+            record["gradient"] = Array(weight[:, None] * (sent - corner))
         if attack == "lying evaluation" and kind == "query.lloyd_stats":
             sent = message.content.array_records["arrays"]["centers"].numpy()
             sums, counts = record["sums"].numpy(), record["counts"].numpy()
@@ -73,7 +84,7 @@ def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray]):
     return hook
 
 
-def one(partition: str, seed: int, method: str, attack: str) -> dict:
+def one(algorithm: str, partition: str, seed: int, method: str, attack: str) -> dict:
     from sklearn.cluster import KMeans
 
     from inprocess import run
@@ -88,7 +99,7 @@ def one(partition: str, seed: int, method: str, attack: str) -> dict:
         folder.mkdir()
         for i, index in enumerate(parts):
             np.save(folder / f"client_{i:03d}.npy", X[index])
-        config = {"k": 5, "dataset": "npy-dir", "data-dir": str(folder), "seed": seed, "reference": False,
+        config = {"algorithm": algorithm, "k": 5, "dataset": "npy-dir", "data-dir": str(folder), "seed": seed, "reference": False,
                   "aggregation": method, "output-dir": str(Path(tmp) / "out")}
         result = run(config, num_nodes=10, reply_hook=attack_hook(attack, box))
         centers = np.load(Path(tmp) / "out" / "centers.npy")
@@ -101,22 +112,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--algorithms", default="fedkmeans,da-ufl", help="comma-separated: fedkmeans, da-ufl")
     args = parser.parse_args()
     seeds = range(3 if args.quick else args.seeds)
-    print_header("FedKMeans robust aggregation: 10 devices, 1 hostile")
     quiet_flower()
-    rows = []
-    for partition in ("IID", "Dirichlet(0.5)"):
-        for attack in ATTACKS:
-            for method in METHODS:
-                runs = [one(partition, s, method, attack) for s in seeds]
-                ratios = [r["ratio"] for r in runs]
-                reported = [r["reported"] for r in runs]
-                rows.append([partition, attack, method, f"{np.median(ratios):.4f}", f"{np.max(ratios):.4f}",
-                             f"{np.median(reported):.4f}", f"{np.mean([r['dropped'] for r in runs]):.1f}"])
-    print(markdown_table(["data", "hostile device", "aggregation", "true cost / central (median)",
-                          "worst", "reported / true cost (median)", "replies dropped / run"], rows))
-    print(f"\n{len(seeds)} seeds; true cost = k-means cost of the final centers on all 2000 points.")
+    for algorithm in args.algorithms.split(","):
+        print_header(f"{algorithm}: robust aggregation, 10 devices, 1 hostile")
+        rows = []
+        for partition in ("IID", "Dirichlet(0.5)"):
+            for attack in ATTACKS[algorithm]:
+                for method in METHODS:
+                    runs = [one(algorithm, partition, s, method, attack) for s in seeds]
+                    ratios = [r["ratio"] for r in runs]
+                    reported = [r["reported"] for r in runs]
+                    rows.append([partition, attack, method, f"{np.median(ratios):.4f}", f"{np.max(ratios):.4f}",
+                                 f"{np.median(reported):.4f}", f"{np.mean([r['dropped'] for r in runs]):.1f}"])
+        print(markdown_table(["data", "hostile device", "aggregation", "true cost / central (median)",
+                              "worst", "reported / true cost (median)", "replies dropped / run"], rows))
+        print(f"\n{len(seeds)} seeds; true cost = k-means cost of the final centers on all 2000 points.\n")
 
 
 if __name__ == "__main__":

@@ -94,6 +94,7 @@ ALGORITHMS = ("fedkmeans", "kfed", "feddp-kmeans", "fedspectral", "fedspectral-p
 DATASETS = ("gaussian-mixture", "triebe", "digits", "npy-dir", "edge-dir", "feddp-mixture", "da-ufl-paper")
 PARTITIONS = ("iid", "dirichlet", "one-source", "components")
 KFED_WEIGHTINGS = ("count", "uniform", "capped-count")
+AGGREGATIONS = ("mean", "trimmed-mean", "median")  # fedcluster/robust.py
 FEDKMEANS_INITS = ("auto", "local-summaries", "kfed", "random-box", "server-kmeans++")
 FEDDP_INITS = ("auto", "feddp", "server-kmeans++", "server-lloyds", "sphere-packing")
 
@@ -136,8 +137,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("eval-every", 1, "federated evaluation every this many rounds (0 = never; partial participation)", low=0, high=MANY),
         Key("tol", 0.0, "stop when the centers move at most this much (0 = run num-rounds)", low=0),
         Key("server-memory", True, "aggregate every node's latest statistics (unsampled ones as last reported); false: this round's replies only (the paper)"),
-        Key("aggregation", "mean", "combining the devices' centers: mean (the paper), trimmed-mean, median",
-            choices=("mean", "trimmed-mean", "median")),
+        Key("aggregation", "mean", "combining the devices' centers (FedKMeans) or agents' implied means (DA-UFL): "
+            "mean (the papers), trimmed-mean, median", choices=AGGREGATIONS),
         Key("trim-fraction", 0.1, "trimmed-mean: share of a cluster's devices dropped at each end", low=0, high=0.5),
         Key("k-range", "", "choose k: 'a:b' scores every k in a..b in one federated round and reports the elbow "
             "and the Calinski-Harabasz choice instead of training (k is then unused)"),

@@ -37,6 +37,7 @@ import numpy as np
 from .common import matching_dimension
 from .lloyd import kmeans, kmeans_plus_plus, label_sums, nearest, squared_distances
 from .registry import DeviceData, device_task
+from .robust import aggregate_centers
 
 # ------------------------------------------------------------------------------- SOM
 
@@ -184,6 +185,28 @@ def dual_averaging_update(anchor: np.ndarray, z: np.ndarray, weight: np.ndarray,
     live = weight > 0
     out[live] = anchor[live] - eta * z[live] / weight[live, None]
     return out
+
+
+def combine_gradients(
+    centers: np.ndarray, gradients: np.ndarray, weights: np.ndarray, method: str = "mean", trim: float = 0.1
+) -> tuple[np.ndarray, np.ndarray]:
+    """The agents' gradients g (m, k, d) and weighted counts W (m, k), computed at
+    ``centers``, combined into ``(Σ g, Σ W)`` for :func:`dual_averaging_update`.
+
+    ``mean``: the plain sums (the paper). Otherwise every agent's implied mean
+    ``m_k − g_k / W_k`` (= its weighted points' mean S_k / W_k) is combined by
+    :func:`fedcluster.robust.aggregate_centers` into (W*, Σ* W m*), returned as the
+    gradient ``W* m_k − Σ* W m*`` the honest agents alone could have sent: one agent among
+    several cannot move a cluster's step beyond the honest agents' range.
+    """
+    gradients = np.asarray(gradients, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    if method == "mean":
+        return gradients.sum(axis=0), weights.sum(axis=0)
+    safe = np.where(weights > 0, weights, 1.0)
+    means = np.where(weights[..., None] > 0, centers[None] - gradients / safe[..., None], centers[None])
+    totals, weighted = aggregate_centers(means, weights, method, trim)
+    return totals[:, None] * centers - weighted, totals
 
 
 def max_move(new: np.ndarray, old: np.ndarray) -> float:

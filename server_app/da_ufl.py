@@ -29,6 +29,7 @@ from fedcluster.common import bounding_box
 from fedcluster.da_ufl import (
     TooManyBins,
     bin_weights,
+    combine_gradients,
     diagonal,
     dual_averaging_update,
     frobenius,
@@ -169,8 +170,15 @@ class DAUFL(FederatedStrategy):
                 )
                 if first:
                     changed = sum_arrays(replies, "changed")[0]
-                z = z + sum_arrays(replies, "gradient")
-                new = dual_averaging_update(anchor, z, sum_arrays(replies, "weight"), cfg["eta"])
+                gradient, weight = combine_gradients(
+                    centers,
+                    np.stack([r.arrays["gradient"] for r in replies]),
+                    np.stack([r.arrays["weight"] for r in replies]),
+                    cfg["aggregation"],
+                    cfg["trim-fraction"],
+                )
+                z = z + gradient
+                new = dual_averaging_update(anchor, z, weight, cfg["eta"])
                 move = max_move(new, centers)
                 centers = new
                 if move <= eps or changed == 0:

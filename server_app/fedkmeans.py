@@ -22,8 +22,11 @@ Initialization (``init``):
 
 - ``auto``/``local-summaries`` (default): each node runs a small local k-means and sends
   its local centers with their counts (clusters with fewer than ``init-min-count`` points
-  are suppressed, so no single point leaves a device). The server draws
-  ``init-candidates`` weighted k-means++ + Lloyd solutions on these summaries, scores all
+  are suppressed, so no single point leaves a device); with ``init-coarse`` (default) it
+  also sends, in the same round trip, a coarse summary with ceil(sqrt(k)) local centers
+  (a device that holds few clusters splits each of them k ways in the fine summary, which
+  misleads k-means on the summaries; the coarse one keeps them whole). The server draws
+  ``init-candidates`` weighted k-means++ + Lloyd solutions on each summary, scores all
   candidates on every node's data in ONE federated round, and keeps the best: the
   federated analogue of scikit-learn's ``n_init``. Robust on non-IID data.
 - ``random-box``: data-free; candidates uniform in the federated bounding box (from the
@@ -46,7 +49,6 @@ from fedcluster.common import bounding_box, center_shift
 from fedcluster.data import load_points
 from fedcluster.fedkmeans import (
     ServerState,
-    aggregate_centers,
     box_candidates,
     coarse_summary_k,
     k_range_candidates,
@@ -57,6 +59,7 @@ from fedcluster.fedkmeans import (
     summary_candidates,
 )
 from fedcluster.config import k_range
+from fedcluster.robust import aggregate_centers
 from fedcluster.lloyd import kmeans_plus_plus
 
 from .base import FederatedStrategy, FederationError, Reply, sum_arrays, sum_metric

@@ -69,3 +69,23 @@ def test_a_hostile_step_reply_drops_the_node_not_the_run(tmp_path):
     assert failures and all(str(f["node"]) == "1001" and "gradient" in f["reason"] for f in failures)
     assert all(r["replies"] == 2 * r["inner_iterations"] for r in result["rounds"])
     assert np.isfinite(result["final"]["cost"])
+
+
+def test_trimmed_mean_keeps_one_lying_agent_in_ten_from_steering_the_centers(tmp_path):
+    # Agent 1003 claims, in every step, that its points of every cluster sit 50 units away
+    # (a finite gradient with honest weights: nothing for the bounds to refuse).
+    def liar(node, message, reply):
+        if node == 1003 and not reply.has_error() and message.metadata.message_type == "train.daufl_step":
+            record = reply.content.array_records["arrays"]
+            weight = record["weight"].numpy()
+            record["gradient"] = Array(np.repeat(-50.0 * weight[:, None], record["gradient"].numpy().shape[1], axis=1))
+        return reply
+
+    config = {**PAPER, "k": 16, "seed": 0, "reference": False}
+    costs = {}
+    for how in ("mean", "trimmed-mean"):
+        honest = run({**config, "aggregation": how, "output-dir": str(tmp_path / f"h-{how}")}, num_nodes=10)
+        hostile = run({**config, "aggregation": how, "output-dir": str(tmp_path / how)}, num_nodes=10, reply_hook=liar)
+        costs[how] = hostile["final"]["cost"] / honest["final"]["cost"]
+    assert costs["mean"] > 2.0, costs
+    assert costs["trimmed-mean"] < 1.1, costs

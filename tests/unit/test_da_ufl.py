@@ -210,3 +210,50 @@ def test_daufl_paper_model_overlaps_and_follows_the_snr():
     assert observed[0][d < np.median(d)].mean() > observed[0][d >= np.median(d)].mean()
     low = daufl_paper(5, 50, 0.0, seed=0)[2]
     assert low.sum() < observed.sum()
+
+
+# ---------------------------------------------------------------- robust combining
+def agents_gradients(num_agents=10, k=3, d=2, seed=0):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(k, d))
+    means = rng.normal(size=(num_agents, k, d)) * 0.1  # every agent's weighted mean S/W
+    weights = rng.uniform(1.0, 5.0, size=(num_agents, k))
+    gradients = weights[..., None] * centers[None] - weights[..., None] * means  # g = W m − S
+    return centers, gradients, weights, means
+
+
+def test_mean_combining_is_the_plain_sum():
+    from fedcluster.da_ufl import combine_gradients
+
+    centers, gradients, weights, _ = agents_gradients()
+    z, w = combine_gradients(centers, gradients, weights, "mean")
+    np.testing.assert_array_equal(z, gradients.sum(axis=0))
+    np.testing.assert_array_equal(w, weights.sum(axis=0))
+
+
+def test_trimmed_combining_step_is_the_trimmed_mean_of_the_agents_means_by_loops():
+    from fedcluster.da_ufl import combine_gradients, dual_averaging_update
+
+    centers, gradients, weights, means = agents_gradients()
+    z, w = combine_gradients(centers, gradients, weights, "trimmed-mean", 0.1)
+    step = dual_averaging_update(centers, z, w, 1.0)  # η = 1 from the anchor: the combined mean
+    for j in range(centers.shape[0]):
+        for c in range(centers.shape[1]):
+            order = np.argsort(means[:, j, c], kind="stable")[1:-1]  # t = ceil(0.1 · 10) = 1 each end
+            naive = np.sum(weights[order, j] * means[order, j, c]) / np.sum(weights[order, j])
+            assert step[j, c] == pytest.approx(naive, rel=1e-10, abs=1e-12)
+
+
+@pytest.mark.parametrize("method", ["trimmed-mean", "median"])
+def test_one_lying_agent_in_ten_cannot_move_a_daufl_step_outside_the_honest_range(method):
+    from fedcluster.da_ufl import combine_gradients, dual_averaging_update
+
+    centers, gradients, weights, means = agents_gradients()
+    gradients[0] = weights[0, :, None] * (centers - 1e6)  # claims its points sit at +1e6
+    weights[0] *= 1000  # with a huge weight
+    honest = means[1:]
+    for how in ("mean", method):
+        z, w = combine_gradients(centers, gradients, weights, how, 0.1)
+        step = dual_averaging_update(centers, z, w, 1.0)
+        inside = np.all((step >= honest.min(axis=0) - 1e-9) & (step <= honest.max(axis=0) + 1e-9))
+        assert inside == (how != "mean"), how

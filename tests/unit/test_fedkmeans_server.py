@@ -1,4 +1,4 @@
-"""FedKMeans' server aggregation (fedcluster.fedkmeans.aggregate_centers) against naive
+"""FedKMeans' server aggregation (fedcluster.robust.aggregate_centers) against naive
 per-cluster, per-coordinate loops."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedcluster.fedkmeans import aggregate_centers
+from fedcluster.robust import aggregate_centers
 
 
 def devices(m=10, k=3, d=2, seed=0):
