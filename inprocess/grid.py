@@ -62,19 +62,26 @@ class InProcessGrid(Grid):
         self._reply_hook = reply_hook
         self._replies: dict[str, Message] = {}
         self._contexts: dict[int, Context] = {}
-        for index, node_config in enumerate(node_configs):
-            node_id = 1000 + index
-            self._contexts[node_id] = Context(
-                run_id=run_id,
-                node_id=node_id,
-                node_config=dict(node_config),
-                state=RecordDict(),
-                run_config=dict(run_config),
-            )
+        self._run_id, self._run_config = run_id, dict(run_config)
+        for node_config in node_configs:
+            self.add_node(node_config)
         self.client_seconds = 0.0
         # A node whose ClientApp takes longer than round-timeout never answers, as in a
         # real federation (the server then records "no reply within round-timeout").
         self._timeout = float(run_config.get("round-timeout", float("inf")))
+
+    def add_node(self, node_config: dict[str, Any]) -> int:
+        """Connect one more node (ids 1000, 1001, ... in order), as a SuperNode that
+        joins the federation, possibly while a run is under way. Returns its id."""
+        node_id = 1000 + len(self._contexts)
+        self._contexts[node_id] = Context(
+            run_id=self._run_id,
+            node_id=node_id,
+            node_config=dict(node_config),
+            state=RecordDict(),
+            run_config=dict(self._run_config),
+        )
+        return node_id
 
     # ---------------------------------------------------------------- Grid API
     def set_run(self, run: Any) -> None:

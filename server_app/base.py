@@ -106,6 +106,7 @@ class FederatedStrategy:
         self.nodes: list[int] = []
         self.excluded: dict[int, str] = {}
         self.exclusions: list[dict[str, Any]] = []  # who left, why, in which phase and round
+        self.joined: list[dict[str, Any]] = []  # nodes admitted after the start (admit_newcomers)
         self._missed: dict[int, int] = {}  # consecutive phases without any reply, per node
         self.declared: dict[int, bounds.Declared] = {}  # what each node's first reply fixed
         self._phase: str | None = None
@@ -190,6 +191,38 @@ class FederatedStrategy:
             round_number = self._current_round["round"] if self._current_round else None
             self.exclusions.append({"node": node_id, "reason": reason, "phase": self._phase, "round": round_number})
             log(WARNING, "[fedcluster] node %s excluded from the run: %s", node_id, reason)
+
+    def newcomers(self) -> list[int]:
+        """Nodes connected now that are neither in the run nor excluded from it: SuperNodes
+        that joined after the start."""
+        known = set(self.nodes) | set(self.excluded)
+        return sorted(int(i) for i in self.grid.get_node_ids() if int(i) not in known)
+
+    @staticmethod
+    def join_request(nodes: list[int]) -> dict[str, Any]:
+        """The data-summary query a newcomer answers before it may join (a
+        :meth:`broadcast_together` request; no reply is required)."""
+        return dict(task="data_summary", nodes=nodes, phase="join", min_replies=0)
+
+    def admit_newcomers(self, replies: list[Reply]) -> list[int]:
+        """Newcomers whose data summary (:meth:`join_request`) is valid and of the
+        federation's dimension join the run: their summary fixes their declared size and
+        box as a first reply does, they are recorded in ``nodes.joined`` and may be sent
+        to from then on. Another dimension excludes the node; no reply leaves it a
+        newcomer, asked again next time (``max-missed-phases`` silent asks exclude it)."""
+        admitted = []
+        for reply in replies:
+            dim = int(reply.metrics[protocol.DIM])
+            if dim != self.dimension or reply.arrays["min"].shape != (self.dimension,):
+                self.exclude(reply.node_id, f"it joined with data of dimension {dim}, the federation's is {self.dimension}")
+                continue
+            admitted.append(reply.node_id)
+            round_number = self._current_round["round"] if self._current_round else None
+            self.joined.append({"node": reply.node_id, "round": round_number, "points": int(reply.num_examples)})
+            log(INFO, "[fedcluster] node %s joined the run (round %s, %d points)", reply.node_id, round_number,
+                reply.num_examples)
+        self.nodes = sorted(self.nodes + admitted)
+        return admitted
 
     def _track_presence(self, nodes: list[int], failures: list[dict[str, Any]]) -> None:
         """A node the SuperLink reports unavailable leaves at once; one that sent nothing in
@@ -590,6 +623,7 @@ class FederatedStrategy:
                 "active": len(self.active_nodes),
                 "excluded": {str(k): v for k, v in self.excluded.items()},
                 "exclusions": self.exclusions,
+                "joined": self.joined,
             },
             "rounds": self.rounds,
             "phases": self.phases,

@@ -265,12 +265,22 @@ class FedKMeans(FederatedStrategy):
             measure = not everyone and every > 0 and t > 1 and (t - 1) % every == 0
             sampled = set(nodes)
             others = [n for n in self.active_nodes if n not in sampled] if measure else []
+            requests = [train]
             if others:
-                replies, measured = self.broadcast_together(
-                    train, dict(task="lloyd_stats", nodes=others, arrays={"centers": centers}, sizes={"k": k}, phase="evaluation")
-                )
+                requests.append(dict(task="lloyd_stats", nodes=others, arrays={"centers": centers}, sizes={"k": k},
+                                     phase="evaluation"))
+            # SuperNodes that connected since the start are asked for their data summary in
+            # the same round trip and may be sampled from the next round on.
+            joining = self.newcomers()
+            if joining:
+                requests.append(self.join_request(joining))
+            if len(requests) > 1:
+                replies, *rest = self.broadcast_together(*requests)
             else:
-                replies, measured = self.broadcast(**train), []
+                replies, rest = self.broadcast(**train), []
+            measured = rest[0] if others else []
+            if joining:
+                self.admit_newcomers(rest[-1])
             latest.update({r.node_id: r for r in replies})
             left = present - set(self.active_nodes)  # NODE_UNAVAILABLE or silent too long
             orphans = orphaned_clusters({n: r.arrays["counts"] for n, r in latest.items()}, left)

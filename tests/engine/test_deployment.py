@@ -169,6 +169,33 @@ def test_a_supernode_killed_mid_run_is_excluded_and_the_run_completes(cluster):
     assert result["final"]["num_points"] == 2 * 80  # the two nodes still there
 
 
+def test_a_supernode_that_connects_mid_run_joins_it(tmp_path):
+    """Its own cluster: two SuperNodes start the run, a third (registered ahead) connects
+    while it runs; FedKMeans admits it and the result covers its points."""
+    files = node_data(tmp_path / "data")
+    out = tmp_path / "out"
+    with LocalCluster(tmp_path / "cluster", files, echo=lambda *_: None) as growing:
+        growing.start_superlink()
+        for index in range(NODES):
+            growing.register(index)
+        for index in range(NODES - 1):
+            growing.start_supernode(index)
+        run_id = growing.submit(ROOT, f"k=4 num-rounds=8 eval-every=0 min-nodes={NODES - 1} node-settle-s=1.0 "
+                                      f"reference=false output-dir='{out}'")
+        deadline = time.monotonic() + 200
+        while time.monotonic() < deadline and growing.status(run_id) != "running":
+            time.sleep(1)
+        time.sleep(10)  # the run is under way with two nodes
+        growing.start_supernode(NODES - 1)
+        status = growing.wait(run_id, 400)
+        assert status == "finished:completed", growing.run_log(run_id)
+    result = json.loads((out / "result.json").read_text())
+    (joined,) = result["nodes"]["joined"]
+    assert joined["points"] == 80 and joined["round"] >= 1, result["nodes"]
+    assert result["nodes"]["connected"] == NODES and not result["nodes"]["exclusions"]
+    assert result["final"]["num_points"] == NODES * 80
+
+
 # ------------------------------------------------------------------ graphs: their own cluster
 
 

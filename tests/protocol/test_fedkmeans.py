@@ -493,3 +493,33 @@ def test_coarse_summaries_win_the_start_when_each_device_holds_one_component(tmp
     plain = run({**config, "init-coarse": False, "output-dir": str(tmp_path / "plain")}, num_nodes=32, reply_hook=spy)
     assert plain["init"]["candidates"] == 5 and {k for k, _ in asked} == {16}
     assert "init-coarse-summaries" not in [p["phase"] for p in plain["phases"]]
+
+
+def test_a_node_that_connects_mid_run_joins_from_the_next_round(tmp_path):
+    from client_app.app import app
+    from server_app.app import run_algorithm
+
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(size=(60, 2)) + c for c in ((0, 0), (8, 0), (0, 8), (8, 8))]
+    files = sorted(write_npy_dir(tmp_path / "data", parts).glob("*.npy"))
+    config = {"k": 4, "num-rounds": 6, "min-nodes": 3, "reference": False, "output-dir": str(tmp_path / "out")}
+    set_task_identity(1, InProcessGrid.SERVER_NODE_ID)
+    late = {}
+
+    def connect_during_round_3(node, message, reply):
+        if message.metadata.group_id == "3" and not late:
+            late["id"] = grid.add_node({"data-path": str(files[3])})  # a 4th SuperNode connects
+        return reply
+
+    grid = InProcessGrid(app, config, [{"data-path": str(f)} for f in files[:3]], reply_hook=connect_during_round_3)
+    result = run_algorithm(grid, config)
+    assert late["id"] == 1003
+    assert result["nodes"]["joined"] == [{"node": 1003, "round": 4, "points": 60}]
+    joins = [p for p in result["phases"] if p["phase"] == "join"]
+    trains = {p["round"]: p for p in result["phases"] if p["phase"] == "train"}
+    assert [p["round"] for p in joins] == [4] and joins[0]["round_trip"] == trains[4]["round_trip"]
+    assert [r["replies"] for r in result["rounds"]] == [3, 3, 3, 3 + 1, 4, 4]  # round 4: 3 trains + its summary
+    assert result["final"]["num_points"] == 240
+    # its blob at (8, 8) gets a center once its statistics count
+    centers = np.load(tmp_path / "out" / "centers.npy")
+    assert np.min(np.linalg.norm(centers - [8.0, 8.0], axis=1)) < 1.0
