@@ -68,6 +68,9 @@ from .base import FederatedStrategy, FederationError, Reply, sum_arrays, sum_met
 K_RANGE_MAX_BYTES = 64 * 10**6  # the k-range scoring message to every device
 
 
+COARSE_STREAM = 7  # random stream of the coarse summaries (init-coarse), apart from the server's generator
+
+
 def summary_points(replies: list[Reply], dimension: int) -> tuple[np.ndarray, np.ndarray]:
     """The devices' local summaries stacked: (summary centers, their counts)."""
     if not replies:
@@ -95,7 +98,7 @@ class FedKMeans(FederatedStrategy):
             requests = [self.local_summary_request(bounds[1] if bounds else k)]
             coarse_k = coarse_summary_k(k)
             if not bounds and self.config["init-coarse"] and coarse_k < k:
-                requests.append(self.local_summary_request(coarse_k, phase="init-coarse-summaries"))
+                requests.append(self.local_summary_request(coarse_k, phase="init-coarse-summaries", stream=COARSE_STREAM))
             summaries, groups = self.survey(*requests)
             local = summary_points(groups[0], self.dimension)
             coarse = summary_points(groups[1], self.dimension) if len(groups) > 1 else None
@@ -199,7 +202,10 @@ class FedKMeans(FederatedStrategy):
             if coarse is not None and coarse[0].shape[0] >= k:
                 # Devices that hold few clusters split each of them k ways in the fine summary;
                 # the coarse one keeps them whole. Both kinds compete in the same scoring round.
-                candidates = np.concatenate([candidates, summary_candidates(*coarse, k, m, low, high, self.rng)])
+                # Their own random stream: the fine candidates and everything after them
+                # draw exactly what they would without init-coarse.
+                stream = np.random.default_rng([cfg["seed"], COARSE_STREAM])
+                candidates = np.concatenate([candidates, summary_candidates(*coarse, k, m, low, high, stream)])
         elif method == "kfed":
             # k-FED as initializer: one extra round that often saves many.
             from .kfed import collect_device_centers, merge_device_centers
@@ -223,9 +229,14 @@ class FedKMeans(FederatedStrategy):
         log(INFO, "[fedcluster] init %s: best of %d candidates, cost %.6g", method, m, costs[best])
         return candidates[best].copy(), {"method": method, "candidates": m, "candidate_costs": costs.tolist(), "best": best}
 
-    def local_summary_request(self, k: int, phase: str = "init-local-summaries") -> dict[str, Any]:
-        return dict(task="local_summary", config={"k": k, "min-count": self.config["init-min-count"]},
-                    seeded=True, phase=phase)
+    def local_summary_request(self, k: int, phase: str = "init-local-summaries", stream: int | None = None) -> dict[str, Any]:
+        """The ``local_summary`` query; with ``stream`` its device seeds come from their own
+        random stream (seed, stream, node) instead of the server's generator."""
+        request = dict(task="local_summary", config={"k": k, "min-count": self.config["init-min-count"]}, phase=phase)
+        if stream is None:
+            return {**request, "seeded": True}
+        seed = self.config["seed"]
+        return {**request, "per_node": lambda node: (None, {"seed": int(np.random.default_rng([seed, stream, node]).integers(2**31))})}
 
     def score(self, candidates: np.ndarray, phase: str = "init-scoring") -> np.ndarray:
         """Total cost of every candidate center set (m, k, d) in one federated round."""
