@@ -523,3 +523,15 @@ def test_a_node_that_connects_mid_run_joins_from_the_next_round(tmp_path):
     # its blob at (8, 8) gets a center once its statistics count
     centers = np.load(tmp_path / "out" / "centers.npy")
     assert np.min(np.linalg.norm(centers - [8.0, 8.0], axis=1)) < 1.0
+
+
+def test_coarse_candidates_change_nothing_when_a_fine_one_wins(tmp_path):
+    # IID devices: the fine summaries' candidates win the scoring; the coarse ones draw
+    # from their own random stream, so the run is the one without init-coarse.
+    config = {"k": 8, "dim": 5, "partition": "iid", "num-rounds": 5, "fraction": 0.5, "reference": False,
+              "init-candidates": 4}
+    with_coarse = run({**config, "output-dir": str(tmp_path / "a")}, num_nodes=10)
+    without = run({**config, "init-coarse": False, "output-dir": str(tmp_path / "b")}, num_nodes=10)
+    assert with_coarse["init"]["candidates"] == 8 and with_coarse["init"]["best"] < 4
+    assert with_coarse["init"]["candidate_costs"][:4] == without["init"]["candidate_costs"]
+    np.testing.assert_array_equal(np.load(tmp_path / "a" / "centers.npy"), np.load(tmp_path / "b" / "centers.npy"))
