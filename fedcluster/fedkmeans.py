@@ -224,6 +224,39 @@ def reassign_starved(
     return moved
 
 
+def train_cost_mismatch(
+    incoming: np.ndarray,
+    centers: np.ndarray,
+    counts: np.ndarray,
+    sumsq: np.ndarray,
+    cost: float,
+    learning_rate: float,
+    relative: float = 1e-8,
+) -> str | None:
+    """A full-batch, one-epoch training reply fixes the cost of the centers it received:
+    every seen cluster's mean is μ_j = Γ_j + (c_j − Γ_j)/β (ClientKMeans' one step), and
+
+        cost = Σ_j [ Σ_d sumsq_jd − 2 n_j Γ_j·μ_j + n_j ||Γ_j||² ].
+
+    Returns why the reported ``cost`` is not that (None when it is, up to rounding).
+    A device can still lower its cost only by lowering its sums of squares too, which the
+    declared bounds keep at or above n_j μ_j² (no scatter): the lowest cost it can claim
+    is Σ_j n_j ||μ_j − Γ_j||²."""
+    seen = counts > 0
+    if not np.any(seen):
+        return None if cost == 0 else f"cost {cost:.6g} reported for no assigned point"
+    gamma = incoming[seen]
+    means = gamma + (centers[seen] - gamma) / learning_rate
+    n = counts[seen]
+    terms = sumsq[seen].sum(axis=1) + n * np.einsum("ij,ij->i", gamma, gamma)
+    implied = float(np.sum(terms - 2 * n * np.einsum("ij,ij->i", gamma, means)))
+    scale = float(np.sum(terms)) + abs(cost)
+    if abs(cost - implied) > relative * scale:
+        return (f"cost {cost:.10g} of the received centers does not match its counts, centers and sums of "
+                f"squares ({implied:.10g})")
+    return None
+
+
 def orphaned_clusters(last_counts: Mapping[int, np.ndarray], left: Iterable[int]) -> list[int]:
     """The clusters that, in the counts every node last reported, only nodes that have
     now ``left`` the run fed: nobody will feed them again, so they are re-seeded at once

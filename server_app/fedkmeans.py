@@ -57,6 +57,7 @@ from fedcluster.fedkmeans import (
     reassign_starved,
     server_update,
     summary_candidates,
+    train_cost_mismatch,
 )
 from fedcluster.config import k_range
 from fedcluster.robust import aggregate_centers
@@ -134,6 +135,16 @@ class FedKMeans(FederatedStrategy):
                 log(WARNING, "[fedcluster] final cost %.6g is %.1f%% above the best seen (round %d, %.6g): "
                     "best_centers.npy holds those centers", final_cost, 100 * (final_cost / best[0] - 1), best[1], best[0])
         return outcome
+
+    def cost_check(self, incoming: np.ndarray):
+        """Full batch, one local epoch: a training reply's cost must be the one its other
+        arrays imply (:func:`fedcluster.fedkmeans.train_cost_mismatch`); else no check."""
+        cfg = self.config
+        if cfg["batch-size"] != 0 or cfg["local-epochs"] != 1:
+            return None
+        beta = cfg["client-lr"]
+        return lambda reply: train_cost_mismatch(incoming, reply.arrays["centers"], reply.arrays["counts"],
+                                                 reply.arrays["sumsq"], float(reply.arrays["cost"][0]), beta)
 
     def consider_best(self, cost: float, round_number: int, centers: np.ndarray, points: int) -> None:
         """Keep the lowest cost per point, its round and its centers, among measurements
@@ -268,7 +279,7 @@ class FedKMeans(FederatedStrategy):
             nodes = self.sample(cfg["fraction"])
             present = set(self.active_nodes)
             train = dict(task="fedkmeans_train", nodes=nodes, arrays={"centers": centers}, config=client_config,
-                         seeded=True, sizes={"k": k}, phase="train")
+                         seeded=True, sizes={"k": k}, phase="train", check=self.cost_check(centers))
             # Under partial participation the centers of round t-1 are measured in round t's
             # round trip: the sampled nodes' training replies carry their cost, the others
             # are asked for it in the same push (no extra broadcast; results unchanged).

@@ -535,3 +535,19 @@ def test_coarse_candidates_change_nothing_when_a_fine_one_wins(tmp_path):
     assert with_coarse["init"]["candidates"] == 8 and with_coarse["init"]["best"] < 4
     assert with_coarse["init"]["candidate_costs"][:4] == without["init"]["candidate_costs"]
     np.testing.assert_array_equal(np.load(tmp_path / "a" / "centers.npy"), np.load(tmp_path / "b" / "centers.npy"))
+
+
+def test_a_training_reply_whose_cost_disagrees_with_its_statistics_is_dropped(tmp_path):
+    def lower_cost(node, message, reply):
+        if node == 1002 and message.metadata.message_type == "train.fedkmeans_train" and not reply.has_error():
+            record = reply.content.array_records["arrays"]
+            record["cost"] = Array(0.9 * record["cost"].numpy())
+        return reply
+
+    result = run({"k": 4, "num-rounds": 3, "reference": False, "output-dir": str(tmp_path)}, num_nodes=5,
+                 reply_hook=lower_cost)
+    failures = [f for p in result["phases"] if p["phase"] == "train" for f in p["failures"]]
+    assert len(failures) == 3 and all(str(f["node"]) == "1002" and "does not match" in f["reason"] for f in failures)
+    mini = run({"k": 4, "num-rounds": 3, "reference": False, "batch-size": 16, "output-dir": str(tmp_path / "mini")},
+               num_nodes=5, reply_hook=lower_cost)
+    assert not [f for p in mini["phases"] for f in p["failures"]]  # mini-batch: the cost is not fixed, not checked

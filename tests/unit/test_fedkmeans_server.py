@@ -141,3 +141,24 @@ def test_reassignment_threshold_is_relative_to_the_largest_cluster():
     assert starved_after(counts[:-1] + [286], rounds=5) == []
     assert starved_after(counts, rounds=2) == []
     assert starved_after(counts, rounds=3) == [7]
+
+
+# ---------------------------------------------------------------- a training reply's cost
+@pytest.mark.parametrize("beta", [1.0, 0.5])
+@pytest.mark.parametrize("offset", [0.0, 1e3])
+def test_train_cost_is_fixed_by_the_rest_of_a_full_batch_reply(beta, offset):
+    from fedcluster.fedkmeans import client_kmeans, train_cost_mismatch
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(300, 4)) + offset
+    incoming = X[rng.choice(300, 5, replace=False)] + 0.3
+    incoming[4] = offset + 1e4  # a cluster nobody joins
+    counts, centers, sumsq = client_kmeans(X, incoming, learning_rate=beta)
+    cost = float(np.sum(np.min(((X[:, None, :] - incoming[None]) ** 2).sum(axis=2), axis=1)))  # by hand
+    assert train_cost_mismatch(incoming, centers, counts, sumsq, cost, beta) is None
+    reason = train_cost_mismatch(incoming, centers, counts, sumsq, 0.9 * cost, beta)
+    assert reason is not None and "does not match" in reason
+    # the lowest cost a device can claim: its sums of squares at the Jensen floor
+    floor_sumsq = counts[:, None] * (incoming + (centers - incoming) / beta) ** 2
+    floor = float(np.sum(counts[:, None] * ((centers - incoming) / beta) ** 2))
+    assert train_cost_mismatch(incoming, centers, counts, floor_sumsq, floor, beta) is None
