@@ -192,6 +192,10 @@ class FederatedStrategy:
             self.exclusions.append({"node": node_id, "reason": reason, "phase": self._phase, "round": round_number})
             log(WARNING, "[fedcluster] node %s excluded from the run: %s", node_id, reason)
 
+    def summary_fits(self, reply: Reply) -> bool:
+        """A data summary of the federation's dimension (the metric and the box agree)."""
+        return int(reply.metrics[protocol.DIM]) == self.dimension and reply.arrays["min"].shape == (self.dimension,)
+
     def newcomers(self) -> list[int]:
         """Nodes connected now that are neither in the run nor excluded from it: SuperNodes
         that joined after the start."""
@@ -212,8 +216,8 @@ class FederatedStrategy:
         newcomer, asked again next time (``max-missed-phases`` silent asks exclude it)."""
         admitted = []
         for reply in replies:
-            dim = int(reply.metrics[protocol.DIM])
-            if dim != self.dimension or reply.arrays["min"].shape != (self.dimension,):
+            if not self.summary_fits(reply):
+                dim = int(reply.metrics[protocol.DIM])
                 self.exclude(reply.node_id, f"it joined with data of dimension {dim}, the federation's is {self.dimension}")
                 continue
             admitted.append(reply.node_id)
@@ -250,8 +254,11 @@ class FederatedStrategy:
         picked = self.rng.choice(len(active), size=m, replace=False)
         return [active[i] for i in sorted(picked)]
 
-    def node_seeds(self, nodes: Iterable[int]) -> dict[int, int]:
-        """One seed per node from the server's generator (drawn in node order)."""
+    def node_seeds(self, nodes: Iterable[int], stream: int | None = None) -> dict[int, int]:
+        """One seed per node from the server's generator (drawn in node order); with
+        ``stream``, from (run seed, stream, node) instead, leaving the generator untouched."""
+        if stream is not None:
+            return {node: int(np.random.default_rng([self.config["seed"], stream, node]).integers(2**31)) for node in nodes}
         return {node: int(self.rng.integers(2**31)) for node in nodes}
 
     # ------------------------------------------------------------------ rounds
@@ -284,7 +291,7 @@ class FederatedStrategy:
         *,
         arrays: dict[str, np.ndarray] | None = None,
         config: dict[str, Any] | None = None,
-        seeded: bool = False,
+        seeded: bool | int = False,
         per_node: Callable[[int], tuple[dict | None, dict | None]] | None = None,
         sizes: dict[str, int | None] | None = None,
         check: Callable[[Reply], str | None] | None = None,
@@ -294,7 +301,8 @@ class FederatedStrategy:
         """Send task ``task`` of the protocol table to ``nodes``; return the valid replies
         in node order.
 
-        ``arrays``/``config`` go to every node; ``seeded`` adds each node's own ``seed``;
+        ``arrays``/``config`` go to every node; ``seeded`` adds each node's own ``seed`` (an
+        int: the random stream of :meth:`node_seeds` it comes from);
         ``per_node(node_id)`` may return extra ``(arrays, config)`` for one node. Replies
         are checked against the task's declared reply with its shape symbols bound to
         ``sizes`` (``d`` defaults to the federation's dimension) and then ``check``.
@@ -343,7 +351,8 @@ class FederatedStrategy:
         phase = phase or task
         self._phase = phase
         reply_spec = ReplySpec(spec, {"d": self.dimension, **(sizes or {})}, dict(config or {}), check, dict(arrays or {}))
-        seeds = self.node_seeds(nodes) if seeded else {}
+        seeded, stream = seeded is not False, (None if isinstance(seeded, bool) else seeded)
+        seeds = self.node_seeds(nodes, stream) if seeded else {}
 
         def node_content(node: int) -> tuple[dict | None, dict | None]:
             extra_arrays, extra_config = (None, None) if per_node is None else per_node(node)
@@ -527,7 +536,7 @@ class FederatedStrategy:
         replies, *others = self.broadcast_together(*requests)
         self._phase = "data-summary"  # exclusions below belong to the data summary
         kept = self.vote_dimension(replies, lambda reply: reply.metrics[protocol.DIM])
-        kept = [r for r in kept if r.arrays["min"].shape == (self.dimension,)]
+        kept = [r for r in kept if self.summary_fits(r)]
         answered = {r.node_id for r in replies}
         for failure in self.phases[first]["failures"]:
             if failure["node"] not in answered:

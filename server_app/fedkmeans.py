@@ -240,14 +240,11 @@ class FedKMeans(FederatedStrategy):
         log(INFO, "[fedcluster] init %s: best of %d candidates, cost %.6g", method, m, costs[best])
         return candidates[best].copy(), {"method": method, "candidates": m, "candidate_costs": costs.tolist(), "best": best}
 
-    def local_summary_request(self, k: int, phase: str = "init-local-summaries", stream: int | None = None) -> dict[str, Any]:
-        """The ``local_summary`` query; with ``stream`` its device seeds come from their own
-        random stream (seed, stream, node) instead of the server's generator."""
-        request = dict(task="local_summary", config={"k": k, "min-count": self.config["init-min-count"]}, phase=phase)
-        if stream is None:
-            return {**request, "seeded": True}
-        seed = self.config["seed"]
-        return {**request, "per_node": lambda node: (None, {"seed": int(np.random.default_rng([seed, stream, node]).integers(2**31))})}
+    def local_summary_request(self, k: int, phase: str = "init-local-summaries", stream: int | bool = True) -> dict[str, Any]:
+        """The ``local_summary`` query; with a ``stream`` number its device seeds come from
+        that random stream instead of the server's generator (:meth:`node_seeds`)."""
+        return dict(task="local_summary", config={"k": k, "min-count": self.config["init-min-count"]}, seeded=stream,
+                    phase=phase)
 
     def score(self, candidates: np.ndarray, phase: str = "init-scoring") -> np.ndarray:
         """Total cost of every candidate center set (m, k, d) in one federated round."""
