@@ -148,6 +148,9 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("k-prime", 0, "local clusters per device (0 = ceil(sqrt(k)))", low=0, high=MANY),
         Key("kfed-weighting", "count", "weighting of device centers in the merge; capped-count: no device weighs "
             "more than the median device (robust to inflated counts)", choices=KFED_WEIGHTINGS),
+        Key("kfed-min-devices", 1, "a global cluster must gather centers of at least this many devices, else its "
+            "centers are left out of the merge (1 = the paper; 2: one device cannot claim a cluster of its own)",
+            low=1, high=MANY),
         Key("kfed-to-convergence", True, "server Lloyd to convergence (false = one round, the paper)"),
         Key("kfed-server-starts", 20, "merge starts scored on the server (1 = the paper)", low=1, high=10_000),
         Key("kfed-device-restarts", 10, "local k'-means restarts on each device (1 = the paper)", low=1, high=10_000),

@@ -439,7 +439,9 @@ def kfed_merge(
     *,
     n_init: int = SERVER_N_INIT,
     early_stop: bool = True,
-) -> tuple[np.ndarray, list[np.ndarray]]:
+    min_devices: int = 1,
+    return_kept: bool = False,
+):
     """k-FED server steps 2-7: merge the devices' local centers into ``k`` global clusters.
 
     Parameters
@@ -462,6 +464,16 @@ def kfed_merge(
         the lowest weighted cost on the device centers wins. ``n_init=1`` is the paper.
     early_stop : stop the starts once two further starts have reproduced the best cost so
         far (relative 1e-9); ``False`` runs all ``n_init``.
+    min_devices : every global cluster must gather centers of at least this many distinct
+        devices. The centers of a weaker cluster are left out and the merge is redone on the
+        rest, until every cluster is supported (:func:`unsupported_centers`); a center left
+        out takes the nearest global cluster in ``assignment``. 1 (the paper) leaves nothing
+        out. 2 stops one device from claiming a global cluster of its own with a center far
+        from everyone else's (the farthest-point start picks it first) -- and drops a real
+        cluster that only one device holds.
+    return_kept : also return the (total centers,) bool mask of the device centers the
+        final merge used (all True unless ``min_devices`` left some out), in the stacked
+        order of ``device_centers``.
 
     Defaults (``to_convergence=True``, ``n_init=20``, count weighting) are the most
     accurate in ``bench/kfed_table.py``; the paper-faithful call is
@@ -500,7 +512,50 @@ def kfed_merge(
     if weighting != "uniform" and weights.sum() <= 0:
         weights = np.ones(points.shape[0])  # all counts zero: fall back to uniform
 
-    nonempty_devices = np.flatnonzero(np.bincount(owner, minlength=len(device_centers)) > 0)
+    min_devices = int(min_devices)
+    if min_devices < 1:
+        raise ValueError(f"min_devices must be >= 1, got {min_devices}")
+    kept = np.ones(points.shape[0], dtype=bool)
+    while True:
+        best_centers, best_labels = _best_grouping(
+            points[kept], owner[kept], weights[kept], k, rng, n_init, early_stop, max_iter if to_convergence else 1
+        )
+        weak = unsupported_centers(owner[kept], best_labels, k, min_devices) if min_devices > 1 else None
+        if weak is None or not weak.any():
+            break
+        kept[np.flatnonzero(kept)[weak]] = False
+        if kept.sum() < k:
+            raise TooFewCenters(
+                f"k={k} with min-devices={min_devices}: only {int(kept.sum())} device centers lie in "
+                f"global clusters that {min_devices} or more devices share (lower k or min-devices)"
+            )
+    labels = nearest(points, best_centers)
+    labels[kept] = best_labels
+    assignment = [labels[owner == z].astype(np.int64) for z in range(len(device_centers))]
+    return (best_centers, assignment, kept) if return_kept else (best_centers, assignment)
+
+
+def unsupported_centers(owner: np.ndarray, labels: np.ndarray, k: int, min_devices: int) -> np.ndarray:
+    """Mask of the device centers whose global cluster gathers centers of fewer than
+    ``min_devices`` distinct devices (``owner``: the device of each center, ``labels``:
+    its global cluster in 0..k-1)."""
+    owner = np.asarray(owner, dtype=np.int64)
+    labels = np.asarray(labels, dtype=np.int64)
+    pairs = np.unique(labels * (int(owner.max(initial=0)) + 1) + owner)  # distinct (cluster, device)
+    support = np.bincount(pairs // (int(owner.max(initial=0)) + 1), minlength=int(k))
+    return support[labels] < int(min_devices)
+
+
+def _best_grouping(
+    points: np.ndarray, owner: np.ndarray, weights: np.ndarray, k: int, rng: np.random.Generator,
+    n_init: int, early_stop: bool, lloyd_rounds: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Steps 2-7 once: the lowest weighted-cost grouping of ``points`` over the starts of
+    :func:`kfed_merge` (the paper's farthest-point start from a seeded device first)."""
+    _check_k(k, points.shape[0])
+    if weights.sum() <= 0:
+        weights = np.ones(points.shape[0])  # all counts zero: fall back to uniform
+    nonempty_devices = np.unique(owner)
     first = int(nonempty_devices[rng.integers(nonempty_devices.size)])
     other_devices = rng.permutation(nonempty_devices[nonempty_devices != first])
 
@@ -517,15 +572,11 @@ def kfed_merge(
             rows = kmeans_plus_plus_indices(points, k, rng, weights)
         # Step 7: Lloyd on the device centers from the start (one round: the groups around
         # M and their means, as in the paper; else until the grouping is stable).
-        centers, labels, cost = lloyd_until_stable(
-            points, points[rows], max_iter - 1 if to_convergence else 0, weights
-        )
+        centers, labels, cost = lloyd_until_stable(points, points[rows], lloyd_rounds - 1, weights)
         if cost < best_cost * (1.0 - 1e-9):
             best_centers, best_labels, best_cost, hits = centers, labels, cost, 0
         elif cost <= best_cost * (1.0 + 1e-9):
             hits += 1
             if early_stop and hits >= 2:
                 break  # the best grouping was reached from three different starts
-
-    assignment = [best_labels[owner == z].astype(np.int64) for z in range(len(device_centers))]
-    return best_centers, assignment
+    return best_centers, best_labels

@@ -61,8 +61,10 @@ def collect_device_centers(strategy: FederatedStrategy, phase: str = "kfed-local
     )
 
 
-def merge_device_centers(strategy: FederatedStrategy, centers: list, counts: list, k: int) -> tuple[np.ndarray, list]:
-    """Server steps of k-FED on the collected device centers (clear error when k is too big)."""
+def merge_device_centers(strategy: FederatedStrategy, centers: list, counts: list, k: int) -> tuple[np.ndarray, list, np.ndarray]:
+    """Server steps of k-FED on the collected device centers (clear error when k is too big):
+    global centers, per-device assignment, and the mask of the device centers the merge kept
+    (``kfed-min-devices``)."""
     config = strategy.config
     try:
         return kfed_merge(
@@ -73,6 +75,8 @@ def merge_device_centers(strategy: FederatedStrategy, centers: list, counts: lis
             weighting=config["kfed-weighting"],
             to_convergence=config["kfed-to-convergence"],
             n_init=config["kfed-server-starts"],
+            min_devices=config["kfed-min-devices"],
+            return_kept=True,
         )
     except TooFewCenters as exc:
         raise FederationError(
@@ -84,7 +88,7 @@ class KFed(FederatedStrategy):
     """k-FED (Dennis et al. 2021): one round of communication, farthest-point merge.
 
     Run-config parameters: ``k``, ``k-prime``, ``kfed-weighting`` (``count`` | ``uniform`` |
-    ``capped-count``),
+    ``capped-count``), ``kfed-min-devices`` (devices a global cluster needs, 1 = the paper),
     ``kfed-to-convergence``, ``kfed-server-starts`` (1 = the paper's single farthest-point
     start), ``kfed-device-restarts`` (1 = the paper's single local run), ``kfed-evaluate``
     (an extra, non-algorithmic round that measures the federated cost of the result).
@@ -96,8 +100,13 @@ class KFed(FederatedStrategy):
         k = self.config["k"]
         self.begin_round(1)
         nodes, centers, counts = collect_device_centers(self)
-        global_centers, assignment = merge_device_centers(self, centers, counts, k)
+        global_centers, assignment, kept = merge_device_centers(self, centers, counts, k)
         sent = int(sum(c.shape[0] for c in centers))
+        node_of_row = np.concatenate([np.full(c.shape[0], n, dtype=np.uint64) for n, c in zip(nodes, centers)])
+        left_out = [{"node": int(n), "centers": int(np.sum(node_of_row[~kept] == n))} for n in np.unique(node_of_row[~kept])]
+        if left_out:
+            log(INFO, "[fedcluster] k-FED left out %d device centers of %d devices: their global clusters gathered "
+                "fewer than kfed-min-devices=%d devices", int((~kept).sum()), len(left_out), self.config["kfed-min-devices"])
         self.end_round(devices=len(nodes), device_centers=sent)
         log(INFO, "[fedcluster] k-FED merged %d device centers from %d devices into k=%d", sent, len(nodes), k)
         outcome: dict[str, Any] = {
@@ -105,10 +114,10 @@ class KFed(FederatedStrategy):
             "arrays": {
                 "device_centers": np.concatenate(centers),
                 "device_counts": np.concatenate(counts),
-                "device_nodes": np.concatenate([np.full(c.shape[0], n, dtype=np.uint64) for n, c in zip(nodes, centers)]),
+                "device_nodes": node_of_row,
                 "device_assignment": np.concatenate([np.asarray(a, dtype=np.int64) for a in assignment]),
             },
-            "kfed": {"k_prime": default_k_prime(k, self.config["k-prime"]), "devices": len(nodes)},
+            "kfed": {"k_prime": default_k_prime(k, self.config["k-prime"]), "devices": len(nodes), "left_out": left_out},
         }
         if self.config["kfed-evaluate"]:
             total, points = self.evaluate(global_centers)

@@ -193,3 +193,45 @@ def test_capped_count_weighting_stops_a_device_that_inflates_its_counts(tmp_path
     # liar still places its two centers, with a median device's weight)
     assert attacked > 3.0 * honest, (honest, attacked)
     assert capped < 1.1 * honest, (honest, capped)
+
+
+def test_min_devices_stops_a_device_that_claims_a_cluster_far_from_everyone(tmp_path):
+    """One device of ten moves one of its two centers far from every point: the farthest-point
+    start makes it a global cluster of its own (so two true clusters share one); with
+    kfed-min-devices=2 its center is left out and recorded, and the result is the honest one."""
+    from flwr.app import Array, ArrayRecord, RecordDict
+
+    rng = np.random.default_rng(1)
+    means = np.array([[0.0, 0.0], [8.0, 0.0], [0.0, 8.0], [8.0, 8.0]])
+    devices = [np.concatenate([means[j] + rng.normal(size=(40, 2)) for j in (i % 4, (i + 1) % 4)]) for i in range(10)]
+    data_dir = write_npy_dir(tmp_path / "data", devices)
+
+    def hostile(node, message, reply):
+        if node != 1000 or reply.has_error() or message.metadata.message_type != "query.kfed_local":
+            return reply
+        arrays = {k: v.numpy() for k, v in reply.content.array_records["arrays"].items()}
+        arrays["centers"][1] = [60.0, 60.0]
+        content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}),
+                              "metrics": reply.content.metric_records["metrics"]})
+        return Message(content, reply_to=message)
+
+    X = np.concatenate(devices)
+
+    def outcome(min_devices, hook, name):
+        out = tmp_path / name
+        result = run({"algorithm": "kfed", "k": 4, "k-prime": 2, "dataset": "npy-dir", "data-dir": str(data_dir),
+                      "output-dir": str(out), "kfed-min-devices": min_devices, "kfed-evaluate": False, "reference": False},
+                     num_nodes=len(devices), reply_hook=hook)
+        C = np.load(out / "centers.npy")
+        return ((X[:, None, :] - C[None]) ** 2).sum(-1).min(1).mean(), result["kfed"]["left_out"]
+
+    honest, none_left_out = outcome(1, None, "honest")
+    attacked, _ = outcome(1, hostile, "attacked")
+    robust, left_out = outcome(2, hostile, "robust")
+    honest_robust, honest_left_out = outcome(2, None, "honest-robust")
+    # measured: honest 2.039, attacked 9.87 (a global center at (60, 60)), robust 2.039,
+    # honest with min-devices 2: 2.039 (every true cluster is on several devices here)
+    assert none_left_out == [] and honest_left_out == []
+    assert attacked > 3.0 * honest, (honest, attacked)
+    assert robust < 1.05 * honest and honest_robust < 1.05 * honest, (honest, robust, honest_robust)
+    assert left_out == [{"node": 1000, "centers": 1}]

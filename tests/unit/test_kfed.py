@@ -13,6 +13,7 @@ from fedcluster.kfed import (
     farthest_point_init,
     induced_labels,
     kfed_assign_new_device,
+    TooFewCenters,
     kfed_merge,
     local_kprime_means,
 )
@@ -507,3 +508,54 @@ def test_cap_device_weights_by_hand():
     np.testing.assert_allclose(capped[1], [8.0])
     np.testing.assert_allclose(capped[2], [2.0, 2.0, 2.0])
     np.testing.assert_allclose(capped[3], [8.0])
+
+
+# --- min_devices: a global cluster needs centers of several devices ----------------------------
+
+
+def test_unsupported_centers_matches_a_naive_count_of_devices_per_cluster():
+    from fedcluster.kfed import unsupported_centers
+
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        k = int(rng.integers(1, 6))
+        owner = rng.integers(0, 7, size=int(rng.integers(1, 30)))
+        labels = rng.integers(0, k, size=owner.size)
+        for min_devices in (1, 2, 3):
+            naive = np.array([len({o for o, l in zip(owner, labels) if l == label}) < min_devices for label in labels])
+            assert np.array_equal(unsupported_centers(owner, labels, k, min_devices), naive)
+
+
+def _far_center_federation(rng):
+    """Eight devices, each with one center near each of three true means (0, 10, 20 on a
+    line, x2 jitter), and one more device whose second center sits at 200."""
+    means = np.array([[0.0, 0.0], [10.0, 0.0], [20.0, 0.0]])
+    centers = [means + rng.normal(scale=0.3, size=means.shape) for _ in range(8)]
+    counts = [np.full(3, 50.0) for _ in range(8)]
+    centers.append(np.array([[10.2, 0.1], [200.0, 0.0]]))
+    counts.append(np.array([50.0, 50.0]))
+    return means, centers, counts
+
+
+def test_min_devices_keeps_one_device_from_claiming_a_cluster_with_a_far_center():
+    means, centers, counts = _far_center_federation(np.random.default_rng(0))
+    # the paper's merge: the far center is a global cluster, two true means share one
+    plain, _ = kfed_merge(centers, counts, 3, np.random.default_rng(1))
+    assert np.min(np.linalg.norm(plain - [200.0, 0.0], axis=1)) < 1e-9
+    robust, assignment, kept = kfed_merge(centers, counts, 3, np.random.default_rng(1), min_devices=2, return_kept=True)
+    order = np.argsort(robust[:, 0])
+    assert np.allclose(robust[order], means, atol=0.5), robust
+    assert kept.tolist() == [True] * 25 + [False]  # only the far center was left out
+    assert assignment[-1][1] == order[2]  # it takes the nearest global cluster (the one at 20)
+    assert [a.shape for a in assignment] == [c.shape[:1] for c in centers]
+
+
+def test_min_devices_one_is_the_plain_merge_and_too_few_supported_centers_is_an_error():
+    _, centers, counts = _far_center_federation(np.random.default_rng(2))
+    a = kfed_merge(centers, counts, 3, np.random.default_rng(3))
+    b, _, kept = kfed_merge(centers, counts, 3, np.random.default_rng(3), min_devices=1, return_kept=True)
+    assert np.array_equal(a[0], b) and kept.all()
+    with pytest.raises(TooFewCenters, match="min-devices=10"):
+        kfed_merge(centers, counts, 3, np.random.default_rng(3), min_devices=10)
+    with pytest.raises(ValueError, match="min_devices"):
+        kfed_merge(centers, counts, 3, np.random.default_rng(3), min_devices=0)
