@@ -5,7 +5,9 @@ Runs inside the compose network (the ``job`` service; image path /opt/fedcluster
     python /opt/fedcluster/run_job.py "k=4 num-rounds=10 min-nodes=3 output-dir='/out'"
 
 1. waits until the SuperLink answers on its address (``--superlink``, default
-   ``superlink:8000``; the connection ``demo`` in $FLWR_HOME/config.toml is written to match),
+   ``superlink:8000``; the connection ``demo`` in $FLWR_HOME/config.toml is written to match:
+   TLS verified against ``--root-certificates`` (or $ROOT_CERTIFICATES) when given, else
+   insecure),
 2. ``flwr run /app demo --run-config ...`` (a few attempts, for a SuperLink still starting),
 3. streams the run's log (``flwr log``) while polling ``flwr ls`` until the run is finished,
 4. writes the final ``flwr ls`` entry to ``flwr-run.json`` in the run config's ``output-dir``
@@ -13,7 +15,14 @@ Runs inside the compose network (the ``job`` service; image path /opt/fedcluster
    its summary.
 
 Exit status 0 only when Flower reports ``finished:completed`` (``flwr run`` alone exits 0
-even when the run failed). Standard library only.
+even when the run failed).
+
+With ``--register KEY.pub ...`` it instead registers those SuperNode public keys with the
+SuperLink (``flwr supernode register``; the ``register`` service of
+docker-compose.tls.yml): a key the SuperLink already holds counts as registered. With
+``--then-wait`` it then writes ``/tmp/registered`` (the service's health check) and waits
+until stopped: a one-shot that exited would stop the whole cluster under
+``up --exit-code-from job``. Standard library only.
 """
 
 from __future__ import annotations
@@ -39,12 +48,34 @@ def json_payload(stdout: str) -> dict:
     return json.loads(stdout[stdout.index("{") :]) if "{" in stdout else {}
 
 
-def write_connection(address: str) -> None:
+def write_connection(address: str, root_certificates: Path | None = None) -> None:
     home = Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr"))
     home.mkdir(parents=True, exist_ok=True)
+    if root_certificates is None:
+        security = "insecure = true\n"
+    elif not root_certificates.is_file():
+        sys.exit(f"[job] --root-certificates {root_certificates}: no such file (make the certificates first: fedcluster-make-certs)")
+    else:
+        security = f'root-certificates = "{root_certificates}"\n'
     (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\naddress = "{address}"\ninsecure = true\n'
+        f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\naddress = "{address}"\n{security}'
     )
+
+
+def register(public_keys: list[Path], attempts: int = 10) -> None:
+    """``flwr supernode register`` every key; a few attempts, for a SuperLink still starting."""
+    for key in public_keys:
+        if not key.is_file():
+            sys.exit(f"[register] {key}: no such file (make the keys first: fedcluster-make-certs --supernodes N)")
+        for attempt in range(attempts):
+            done = flwr("supernode", "register", str(key), CONNECTION)
+            text = done.stdout + done.stderr
+            if done.returncode == 0 or "already" in text.lower():
+                print(f"[register] {key.name}: registered", flush=True)
+                break
+            if attempt == attempts - 1:
+                sys.exit(f"[register] flwr supernode register {key} failed (rc {done.returncode}):\n{text[-2000:]}")
+            time.sleep(2)
 
 
 def wait_for(address: str, timeout: float) -> None:
@@ -118,11 +149,22 @@ def main() -> int:
     parser.add_argument("--app", default="/app")
     parser.add_argument("--status-dir", type=Path, default=None, help="where flwr-run.json is written (default: the output-dir, else /out)")
     parser.add_argument("--timeout", type=float, default=float(os.environ.get("RUN_TIMEOUT", "900")), help="seconds to wait for the run")
+    parser.add_argument("--root-certificates", type=Path, default=os.environ.get("ROOT_CERTIFICATES") or None,
+                        help="CA certificate of a TLS SuperLink (default: $ROOT_CERTIFICATES; none: insecure)")
+    parser.add_argument("--register", type=Path, nargs="+", metavar="KEY.pub", help="register these SuperNode public keys and exit")
+    parser.add_argument("--then-wait", action="store_true", help="after --register: write /tmp/registered and wait until stopped")
     args = parser.parse_args()
 
     started = time.monotonic()
-    write_connection(args.superlink)
+    write_connection(args.superlink, args.root_certificates)
     wait_for(args.superlink, timeout=180)
+    if args.register:
+        register(args.register)
+        if args.then_wait:
+            Path("/tmp/registered").write_text("ok\n")
+            while True:  # stopped by SIGTERM from docker compose (init: true forwards it)
+                time.sleep(3600)
+        return 0
     out = output_dir(args.run_config)
     if out is not None and (out / "result.json").exists():
         (out / "result.json").unlink()  # a result.json seen later is this run's

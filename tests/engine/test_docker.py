@@ -3,10 +3,12 @@
 * Always: the compose file and the demo data agree with each other and with the run-config
   keys (no Docker needed).
 * Engine: the cluster brought up for real (SuperLink, SuperExecs, 3 SuperNodes and the
-  one-shot job) on demo data in a temporary folder; the run must finish completed and its
-  result land in the mounted folder. Skips with a reason when no Docker engine answers or
-  the images are not built (bash docker/build.sh); with FEDCLUSTER_DOCKER_TESTS=1 set these
-  become failures instead of skips.
+  one-shot job) on demo data in a temporary folder, plain and with the TLS + SuperNode
+  authentication override (docker-compose.tls.yml, certificates made here); the run must
+  finish completed and its result land in the mounted folder. FEDCLUSTER_DOCKER_TESTS=1
+  (what .ci/run sets after starting an engine and building the images) makes a missing
+  engine, Compose or image a failure; FEDCLUSTER_DOCKER_TESTS=0 skips on request; unset,
+  they skip with the reason (a developer machine without Docker).
 """
 
 from __future__ import annotations
@@ -28,8 +30,12 @@ from fedcluster.config import parse_run_config, with_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
+TLS_FILE = ROOT / "docker-compose.tls.yml"
 IMAGE = os.environ.get("FEDCLUSTER_IMAGE", "fedcluster")
-REQUIRED = bool(os.environ.get("FEDCLUSTER_DOCKER_TESTS"))
+DOCKER_TESTS = os.environ.get("FEDCLUSTER_DOCKER_TESTS", "").strip()
+if DOCKER_TESTS not in ("", "0", "1"):
+    raise ValueError(f"FEDCLUSTER_DOCKER_TESTS={DOCKER_TESTS!r}: use 1 (the Docker demo must run) or 0 (skip it)")
+REQUIRED = DOCKER_TESTS == "1"
 SUPERNODES = ("supernode-1", "supernode-2", "supernode-3")
 
 
@@ -40,9 +46,9 @@ def make_demo_data_module():
     return module
 
 
-def compose_services() -> dict:
+def compose_services(path: Path = COMPOSE_FILE) -> dict:
     yaml = pytest.importorskip("yaml")
-    return yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    return yaml.safe_load(path.read_text())["services"]
 
 
 def mounts(service: dict) -> dict[str, str]:
@@ -95,10 +101,41 @@ def test_compose_file_gives_each_supernode_its_own_file_and_a_valid_job():
     assert services["superlink"]["command"][:1] == ["flower-superlink"]
 
 
+def test_tls_override_secures_every_link_to_the_superlink_and_registers_every_supernode():
+    base, tls = compose_services(), compose_services(TLS_FILE)
+    assert set(tls) <= set(base) | {"register"}
+    superlink = tls["superlink"]["command"]
+    assert "--insecure" not in superlink and "--enable-supernode-auth" in superlink
+    served = {flag: superlink[superlink.index(flag) + 1] for flag in ("--ssl-ca-certfile", "--ssl-certfile", "--ssl-keyfile")}
+    assert set(served.values()) <= set(mounts(tls["superlink"]))
+    registered = tls["register"]["command"][tls["register"]["command"].index("--register") + 1 :]
+    every_mount = {}
+    for name, service in tls.items():
+        every_mount.update({host: name for host in mounts(service).values()})
+        # what talks to the SuperLink verifies it against the CA
+        command = service.get("command", [])
+        assert "--insecure" not in command, name
+        if name.startswith("supernode-"):
+            key = command[command.index("--auth-supernode-private-key") + 1]
+            host_key = mounts(service)[key]
+            assert host_key.endswith(f"/{name}.key"), (name, host_key)  # its own key, no other
+            assert f"/certs/{name}.key.pub" in registered
+            assert service["depends_on"]["register"]["condition"] == "service_healthy"
+            assert command[command.index("--root-certificates") + 1] in mounts(service)
+    assert not [host for host in every_mount if host.endswith("/ca.key")]  # the CA key never leaves the host
+    assert len(registered) == len(SUPERNODES)
+    assert tls["superexec-serverapp"]["command"][tls["superexec-serverapp"]["command"].index("--root-certificates") + 1] == "/certs/ca.crt"
+    assert tls["job"]["environment"]["ROOT_CERTIFICATES"] in mounts(tls["job"])
+    # the services that talk only to their own SuperNode are left as they are
+    assert not {f"superexec-clientapp-{i}" for i in (1, 2, 3)} & set(tls)
+
+
 # --- engine: the cluster for real ---------------------------------------------------------------
 
 
 def _unavailable(reason: str):
+    if DOCKER_TESTS == "0":
+        pytest.skip("FEDCLUSTER_DOCKER_TESTS=0: the Docker demo is skipped on request")
     if REQUIRED:
         pytest.fail(f"{reason} (FEDCLUSTER_DOCKER_TESTS is set)")
     pytest.skip(reason)
@@ -120,16 +157,23 @@ def compose_command() -> list[str]:
 
 
 class Cluster:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, tls: bool = False) -> None:
         self.compose = compose_command()
         self.data = tmp_path / "data"
         self.out = tmp_path / "out"
         self.out.mkdir()
         self.project = f"fedclustertest{uuid.uuid4().hex[:8]}"
         self.env = {**os.environ, "FEDCLUSTER_DATA": str(self.data), "FEDCLUSTER_OUT": str(self.out), "FEDCLUSTER_IMAGE": IMAGE}
+        self.files = ["-f", str(COMPOSE_FILE)]
+        if tls:
+            from fedcluster.certs import make_certs
+
+            certs = make_certs(tmp_path / "certs", hosts=("superlink",), supernodes=len(SUPERNODES))
+            self.env["FEDCLUSTER_CERTS"] = str(certs.out)
+            self.files += ["-f", str(TLS_FILE)]
 
     def __call__(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        command = [*self.compose, "-f", str(COMPOSE_FILE), "-p", self.project, *args]
+        command = [*self.compose, *self.files, "-p", self.project, *args]
         return subprocess.run(command, capture_output=True, text=True, env=self.env, timeout=timeout, cwd=ROOT)
 
     def logs(self) -> str:
@@ -139,8 +183,9 @@ class Cluster:
 
 @pytest.mark.engine
 @pytest.mark.slow
-def test_docker_compose_cluster_runs_a_job_to_completion(tmp_path):
-    cluster = Cluster(tmp_path)
+@pytest.mark.parametrize("variant", ["plain", "tls"])
+def test_docker_compose_cluster_runs_a_job_to_completion(tmp_path, variant):
+    cluster = Cluster(tmp_path, tls=variant == "tls")
     manifest = make_demo_data_module().make(cluster.data)
     timings = {}
     passed = False
@@ -171,7 +216,10 @@ def test_docker_compose_cluster_runs_a_job_to_completion(tmp_path):
         federated = ((X[:, None, :] - centers[None]) ** 2).sum(-1).min(1).mean()
         assert abs(federated - result["final"]["cost"]) <= 1e-6 * max(1.0, federated)
         assert federated <= 1.02 * central, (federated, central)
-        print(f"docker demo: up {timings['up']:.1f} s, job {timings['job']:.1f} s, status {status['status']}, cost {federated:.4f} (central {central:.4f})")
+        if variant == "tls":  # the SuperNodes connected with their registered keys, over TLS
+            registered = cluster("logs", "--no-color", "register", timeout=120).stdout
+            assert all(f"supernode-{i}.key.pub: registered" in registered for i in (1, 2, 3)), registered
+        print(f"docker demo ({variant}): up {timings['up']:.1f} s, job {timings['job']:.1f} s, status {status['status']}, cost {federated:.4f} (central {central:.4f})")
         passed = True
     finally:
         down = cluster("down", "-v", "--remove-orphans", timeout=300)
