@@ -1,5 +1,6 @@
 """Robust aggregation for FedKMeans and DA-UFL: 10 devices, one hostile, ``aggregation``
-mean vs trimmed-mean vs median.
+mean vs trimmed-mean vs median; k-FED's robust options (``kfed-weighting``,
+``kfed-min-devices``) against the same kind of device.
 
 The hostile device (node 1000) lies as far as the declared-size bounds let it
 (``fedcluster/bounds.py``; replies beyond them are dropped anyway):
@@ -13,6 +14,12 @@ The hostile device (node 1000) lies as far as the declared-size bounds let it
   ``W_k (m_k − corner)`` with its honest weight W_k: it claims its points of every cluster
   sit at the corner of its box farthest from the center (a finite gradient with honest
   weights: nothing the bounds refuse).
+- k-FED (one message per device: its first reply is its declaration), ``far center``: the
+  local center with the most points is moved away from the data, to its box's farthest
+  corner from the data's mean plus twice the box's width (nothing bounds it);
+  ``inflated counts``: its counts × 10⁶ (and its ``num-examples`` with them) and every
+  center moved halfway to that corner. k-FED runs with ``k-prime = 5`` (= k: a device here
+  may hold every component, so the paper's ⌈√k⌉ would not fit honest devices either).
 
 Data: a Gaussian mixture (d = 5, k = 5, 2000 points, separation 8 σ) split IID or by
 Dirichlet(0.5) labels over 10 devices; FedKMeans run-config defaults otherwise
@@ -27,6 +34,7 @@ Usage::
     python bench/robust_aggregation.py            # 10 seeds
     python bench/robust_aggregation.py --quick    # 3 seeds
     python bench/robust_aggregation.py --algorithms da-ufl
+    python bench/robust_aggregation.py --algorithms kfed
 """
 
 from __future__ import annotations
@@ -43,14 +51,29 @@ from fedcluster.data import gaussian_mixture, partition_dirichlet, partition_iid
 from fedcluster.lloyd import kmeans_cost
 
 HOSTILE = 1000
-METHODS = ("mean", "trimmed-mean", "median")
-ATTACKS = {"fedkmeans": ("honest", "moved center", "lying evaluation"), "da-ufl": ("honest", "moved means")}
+AGGREGATION = {method: {"aggregation": method} for method in ("mean", "trimmed-mean", "median")}
+METHODS = {
+    "fedkmeans": AGGREGATION,
+    "da-ufl": AGGREGATION,
+    "kfed": {
+        "count": {"kfed-weighting": "count", "k-prime": 5},
+        "capped-count": {"kfed-weighting": "capped-count", "k-prime": 5},
+        "capped-count, min-devices 2": {"kfed-weighting": "capped-count", "kfed-min-devices": 2, "k-prime": 5},
+    },
+}
+ATTACKS = {
+    "fedkmeans": ("honest", "moved center", "lying evaluation"),
+    "da-ufl": ("honest", "moved means"),
+    "kfed": ("honest", "far center", "inflated counts"),
+}
 
 
-def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray]):
+def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray], data_mean: np.ndarray):
     from flwr.app import Array
 
     low, high = box
+    away = np.where(np.abs(low - data_mean) > np.abs(high - data_mean), low, high)  # box corner far from the data
+    away = away + 2.0 * (high - low) * np.sign(away - data_mean)
 
     def hook(node, message, reply):
         if node != HOSTILE or reply.has_error():
@@ -79,12 +102,22 @@ def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray]):
             used = counts > 0
             floor = np.sum(np.sum((sums[used] - counts[used, None] * sent[used]) ** 2, axis=1) / counts[used])
             record["cost"] = Array(np.array([floor]))
+        if attack in ("far center", "inflated counts") and kind == "query.kfed_local":
+            centers, counts = record["centers"].numpy().copy(), record["counts"].numpy().copy()
+            if attack == "far center":
+                centers[int(np.argmax(counts))] = away
+            else:
+                centers = 0.5 * (centers + away)
+                counts = counts * 1e6
+            record["centers"], record["counts"] = Array(centers), Array(counts)
+            reply.content.metric_records["metrics"]["num-examples"] = int(counts.sum())
         return reply
 
     return hook
 
 
 def one(algorithm: str, partition: str, seed: int, method: str, attack: str) -> dict:
+    """One run: true cost over central, reported over true cost, replies dropped."""
     from sklearn.cluster import KMeans
 
     from inprocess import run
@@ -100,8 +133,8 @@ def one(algorithm: str, partition: str, seed: int, method: str, attack: str) -> 
         for i, index in enumerate(parts):
             np.save(folder / f"client_{i:03d}.npy", X[index])
         config = {"algorithm": algorithm, "k": 5, "dataset": "npy-dir", "data-dir": str(folder), "seed": seed, "reference": False,
-                  "aggregation": method, "output-dir": str(Path(tmp) / "out")}
-        result = run(config, num_nodes=10, reply_hook=attack_hook(attack, box))
+                  **METHODS[algorithm][method], "output-dir": str(Path(tmp) / "out")}
+        result = run(config, num_nodes=10, reply_hook=attack_hook(attack, box, X.mean(0)))
         centers = np.load(Path(tmp) / "out" / "centers.npy")
     true = kmeans_cost(X, centers) / len(X)
     dropped = sum(len(p["failures"]) for p in result["phases"])
@@ -112,7 +145,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--algorithms", default="fedkmeans,da-ufl", help="comma-separated: fedkmeans, da-ufl")
+    parser.add_argument("--algorithms", default="fedkmeans,da-ufl,kfed", help="comma-separated: fedkmeans, da-ufl, kfed")
     args = parser.parse_args()
     seeds = range(3 if args.quick else args.seeds)
     quiet_flower()
@@ -121,13 +154,13 @@ def main() -> None:
         rows = []
         for partition in ("IID", "Dirichlet(0.5)"):
             for attack in ATTACKS[algorithm]:
-                for method in METHODS:
+                for method in METHODS[algorithm]:
                     runs = [one(algorithm, partition, s, method, attack) for s in seeds]
                     ratios = [r["ratio"] for r in runs]
                     reported = [r["reported"] for r in runs]
                     rows.append([partition, attack, method, f"{np.median(ratios):.4f}", f"{np.max(ratios):.4f}",
                                  f"{np.median(reported):.4f}", f"{np.mean([r['dropped'] for r in runs]):.1f}"])
-        print(markdown_table(["data", "hostile device", "aggregation", "true cost / central (median)",
+        print(markdown_table(["data", "hostile device", "aggregation" if algorithm != "kfed" else "merge options", "true cost / central (median)",
                               "worst", "reported / true cost (median)", "replies dropped / run"], rows))
         print(f"\n{len(seeds)} seeds; true cost = k-means cost of the final centers on all 2000 points.\n")
 
