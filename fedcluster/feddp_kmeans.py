@@ -48,19 +48,46 @@ def _bound(config: dict[str, Any], key: str) -> float:
 
 def private_points(data: DeviceData, config: dict[str, Any]) -> np.ndarray:
     """The points a FedDP kernel may use: clipped to norm Δ = ``clip-norm`` at data-point
-    level (computed once per Δ and cached on the device), the raw points at client level."""
+    level (computed once per Δ and cached on the device), the raw points at client level.
+
+    At data-point level with ``max-points`` = m > 0, a device holding more than m points
+    uses the same m of them in every step: a subset drawn uniformly with a fixed seed (it
+    depends on n and m only, never on the points' values, so each point's contribution is
+    still at most Δ and the accounting is unchanged)."""
     X = np.asarray(data.require_points(), dtype=np.float64)
     if X.shape[0] == 0:
         raise ValueError(f"the device holds no points ({data.source})")
     if config["level"] == CLIENT:
         return X
     delta = _bound(config, "clip-norm")
-    key = ("feddp-clipped", delta)
+    cap = int(config.get("max-points") or 0)
+    key = ("feddp-clipped", delta, cap, X.shape)
     cached = data.extra.get(key)
-    if cached is None or cached.shape != X.shape:
+    if cached is None:
+        if 0 < cap < X.shape[0]:
+            X = X[np.sort(capped_subset(X.shape[0], cap))]
         cached = clip_rows_l2(X, delta)
         data.extra[key] = cached
     return cached
+
+
+def held(data: DeviceData) -> int:
+    """The device's number of points (its declaration, ``num-examples``), whatever a cap
+    lets the FedDP steps use."""
+    return int(data.require_points().shape[0])
+
+
+def usable_points(num_examples: int, level: str, cap: int) -> int:
+    """How many points a data-point level reply's statistics may stand for: the declared
+    n, at most ``max-device-points`` when that is set (an honest capped device uses exactly
+    min(n, cap))."""
+    return min(int(num_examples), int(cap)) if level == DATA_POINT and cap > 0 else int(num_examples)
+
+
+def capped_subset(n: int, cap: int) -> np.ndarray:
+    """Indices of the ``cap`` of ``n`` points a capped device uses: uniform, with a seed
+    fixed by (n, cap), so every step of a run (and every run) uses the same subset."""
+    return np.random.default_rng([n, cap]).choice(n, size=cap, replace=False)
 
 
 def _projection(arrays: dict[str, np.ndarray], d: int) -> np.ndarray:
@@ -149,7 +176,7 @@ def feddp_outer(data: DeviceData, arrays: dict, config: dict):
     outer = outer_product(X)
     if config["level"] == CLIENT:
         outer = clip_l2(outer, _bound(config, "clip"))
-    return {"outer": pack_symmetric(outer)}, {"num-examples": int(X.shape[0]), "dim": int(X.shape[1])}
+    return {"outer": pack_symmetric(outer)}, {"num-examples": held(data), "dim": int(X.shape[1])}
 
 
 @device_task("feddp_histogram")
@@ -160,7 +187,7 @@ def feddp_histogram(data: DeviceData, arrays: dict, config: dict):
     histogram = nearest_histogram(X @ V, server)
     if config["level"] == CLIENT:
         histogram = clip_l1(histogram, _bound(config, "clip-l1"))
-    return {"histogram": histogram}, {"num-examples": int(X.shape[0])}
+    return {"histogram": histogram}, {"num-examples": held(data)}
 
 
 @device_task("feddp_projected_stats")
@@ -176,9 +203,9 @@ def feddp_projected_stats(data: DeviceData, arrays: dict, config: dict):
         nonempty = (counts > 0).astype(np.float64)
         return (
             {"means": clip_l2(means, _bound(config, "clip")), "nonempty": clip_l1(nonempty, _bound(config, "clip-l1"))},
-            {"num-examples": int(X.shape[0]), "kept": int(keep.sum())},
+            {"num-examples": held(data), "kept": int(keep.sum())},
         )
-    return {"sums": sums, "counts": counts}, {"num-examples": int(X.shape[0]), "kept": int(keep.sum())}
+    return {"sums": sums, "counts": counts}, {"num-examples": held(data), "kept": int(keep.sum())}
 
 
 @device_task("feddp_lloyd")
@@ -190,7 +217,7 @@ def feddp_lloyd(data: DeviceData, arrays: dict, config: dict):
     if config["level"] == CLIENT:
         sums = clip_l2(sums, _bound(config, "clip"))
         counts = clip_l1(counts, _bound(config, "clip-l1"))
-    return {"sums": sums, "counts": counts}, {"num-examples": int(X.shape[0])}
+    return {"sums": sums, "counts": counts}, {"num-examples": held(data)}
 
 
 # ==================================================================== server-side math

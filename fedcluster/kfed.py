@@ -546,6 +546,13 @@ def unsupported_centers(owner: np.ndarray, labels: np.ndarray, k: int, min_devic
     return support[labels] < int(min_devices)
 
 
+def left_out_by_node(node_of_row: np.ndarray, kept: np.ndarray) -> list[dict[str, int]]:
+    """``[{"node", "centers"}]``: how many device centers of each node the merge left out
+    (``kept`` from ``kfed_merge(..., return_kept=True)``), by node id."""
+    nodes, counts = np.unique(np.asarray(node_of_row)[~np.asarray(kept, dtype=bool)], return_counts=True)
+    return [{"node": int(n), "centers": int(c)} for n, c in zip(nodes, counts)]
+
+
 def _best_grouping(
     points: np.ndarray, owner: np.ndarray, weights: np.ndarray, k: int, rng: np.random.Generator,
     n_init: int, early_stop: bool, lloyd_rounds: int,

@@ -259,6 +259,7 @@ _SEED = Param("seed", int, 0, doc="the node's own seed for its random choices")
 _LEVEL = Param("level", str, DATA_POINT, choices=LEVELS, doc="privacy level")
 _CLIP_NORM = Param("clip-norm", float, None, low=0, low_open=True, doc="data-point level: clip every point to this norm")
 _CLIP = Param("clip", float, None, low=0, low_open=True, doc="client level: L2 bound of the Gaussian-noised statistic")
+_MAX_POINTS = Param("max-points", int, 0, low=0, doc="data-point level: use at most this many points (a fixed random subset; 0 = all)")
 _CLIP_L1 = Param("clip-l1", float, None, low=0, low_open=True, doc="client level: L1 bound of the Laplace-noised statistic")
 _BINNING = Param("binning", str, "codebook", choices=("grid", "codebook"), doc="grid cells or nearest codebook vector")
 _NUM_NODES = Param("num-nodes", int, low=1, doc="global number of graph nodes")
@@ -341,7 +342,7 @@ TASKS: dict[str, Task] = {
         ),
         Task(
             "feddp_outer", "query", "FedDP-Init step 1: XᵀX as its packed upper triangle",
-            config=(_LEVEL, _CLIP_NORM, _CLIP),
+            config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP),
             reply=(ArrayField("outer", ("p",)),),
             metrics=(NUM_EXAMPLES, DIM),
             used_by=("feddp-kmeans",),
@@ -349,7 +350,7 @@ TASKS: dict[str, Task] = {
         Task(
             "feddp_histogram", "query", "FedDP-Init step 2: histogram of the nearest projected server point",
             request=(ArrayField("projection", ("d", "r")), ArrayField("server", ("s", "r"))),
-            config=(_LEVEL, _CLIP_NORM, _CLIP_L1),
+            config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP_L1),
             reply=(ArrayField("histogram", ("s",), nonnegative=True, role="count"),),
             used_by=("feddp-kmeans",),
             counts="at-most",
@@ -357,7 +358,7 @@ TASKS: dict[str, Task] = {
         Task(
             "feddp_projected_stats", "query", "FedDP-Init step 3: statistics of the projected assignment",
             request=(ArrayField("projection", ("d", "r")), ArrayField("centers", ("k", "r"))),
-            config=(_LEVEL, _CLIP_NORM, _CLIP, _CLIP_L1, Param("margin", float, 1.0, low=0, low_open=True, doc="margin filter (1: off)")),
+            config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP, _CLIP_L1, Param("margin", float, 1.0, low=0, low_open=True, doc="margin filter (1: off)")),
             reply=(
                 ArrayField("sums", ("k", "d"), when=("level", "data-point")),
                 ArrayField("counts", ("k",), nonnegative=True, when=("level", "data-point"), role="count"),
@@ -370,7 +371,7 @@ TASKS: dict[str, Task] = {
         Task(
             "feddp_lloyd", "query", "FedDP-Lloyds: per-cluster sums and counts, clipped on the device",
             request=(_CENTERS,),
-            config=(_LEVEL, _CLIP_NORM, _CLIP, _CLIP_L1),
+            config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP, _CLIP_L1),
             reply=(ArrayField("sums", ("k", "d")), ArrayField("counts", ("k",), nonnegative=True, role="count")),
             used_by=("feddp-kmeans",),
             counts="at-most",

@@ -43,7 +43,7 @@ class FedDPKMeans(FederatedStrategy):
     Run-config parameters: ``k``, ``init`` (``auto`` = ``feddp``, ``server-kmeans++``,
     ``server-lloyds``, ``sphere-packing``), ``privacy-level``, ``epsilon``, ``delta``,
     ``step-epsilons``, ``budget-split``, ``lloyd-rounds``, ``lloyd-fraction``,
-    ``clip-norm``, ``client-max-points``, ``clip-outer``, ``clip-histogram``,
+    ``clip-norm``, ``max-device-points``, ``client-max-points``, ``clip-outer``, ``clip-histogram``,
     ``clip-means``, ``clip-nonempty``, ``clip-sums``, ``clip-counts``,
     ``client-sampling-rate``, ``margin``, ``min-server-weight``, ``server-n-init``,
     ``noise-seed``, ``evaluate-cost``, ``server-data`` (see the module docstring).
@@ -146,7 +146,7 @@ class FedDPKMeans(FederatedStrategy):
         """What a device needs to clip: Δ for its points (data-point level), or the bounds
         of the statistics it sends (client level: ``clip`` L2, ``clip-l1`` L1)."""
         if self.level == "data-point":
-            return {"level": "data-point", "clip-norm": self.clip_norm}
+            return {"level": "data-point", "clip-norm": self.clip_norm, "max-points": self.config["max-device-points"]}
         config: dict[str, Any] = {"level": "client"}
         if gaussian is not None:
             config["clip"] = self.bounds[gaussian]
@@ -305,15 +305,20 @@ class FedDPKMeans(FederatedStrategy):
         return report
 
     # ------------------------------------------------------------------ reply checks
+    def usable(self, reply: Reply) -> int:
+        """Points the reply's statistics may stand for: its declared n, capped by
+        ``max-device-points`` at data-point level."""
+        return feddp_kmeans.usable_points(reply.num_examples, self.level, self.config["max-device-points"])
+
     def check_outer(self, reply: Reply) -> str | None:
-        return feddp_kmeans.outer_violation(reply.arrays["outer"], self.dimension, reply.num_examples, self.level,
+        return feddp_kmeans.outer_violation(reply.arrays["outer"], self.dimension, self.usable(reply), self.level,
                                    self.clip_norm, self.bounds["step1"])
 
     def check_histogram(self, reply: Reply) -> str | None:
-        return feddp_kmeans.histogram_violation(reply.arrays["histogram"], reply.num_examples, self.level, self.bounds["step2"])
+        return feddp_kmeans.histogram_violation(reply.arrays["histogram"], self.usable(reply), self.level, self.bounds["step2"])
 
     def check_sums(self, reply: Reply) -> str | None:
-        return feddp_kmeans.sums_counts_violation(reply.arrays["sums"], reply.arrays["counts"], reply.num_examples,
+        return feddp_kmeans.sums_counts_violation(reply.arrays["sums"], reply.arrays["counts"], self.usable(reply),
                                          self.clip_norm, exact_total=False)
 
     def check_means(self, reply: Reply) -> str | None:
@@ -321,5 +326,5 @@ class FedDPKMeans(FederatedStrategy):
                                    self.bounds["step3_laplace"])
 
     def check_lloyd(self, reply: Reply) -> str | None:
-        return feddp_kmeans.lloyd_violation(reply.arrays["sums"], reply.arrays["counts"], reply.num_examples, self.level,
+        return feddp_kmeans.lloyd_violation(reply.arrays["sums"], reply.arrays["counts"], self.usable(reply), self.level,
                                    self.clip_norm, self.bounds["lloyd_gaussian"], self.bounds["lloyd_laplace"])

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
-from fedcluster.kfed import TooFewCenters, default_k_prime, kfed_merge
+from fedcluster.kfed import TooFewCenters, default_k_prime, kfed_merge, left_out_by_node
 
 from .base import FederatedStrategy, FederationError
 
@@ -103,7 +103,7 @@ class KFed(FederatedStrategy):
         global_centers, assignment, kept = merge_device_centers(self, centers, counts, k)
         sent = int(sum(c.shape[0] for c in centers))
         node_of_row = np.concatenate([np.full(c.shape[0], n, dtype=np.uint64) for n, c in zip(nodes, centers)])
-        left_out = [{"node": int(n), "centers": int(np.sum(node_of_row[~kept] == n))} for n in np.unique(node_of_row[~kept])]
+        left_out = left_out_by_node(node_of_row, kept)
         if left_out:
             log(INFO, "[fedcluster] k-FED left out %d device centers of %d devices: their global clusters gathered "
                 "fewer than kfed-min-devices=%d devices", int((~kept).sum()), len(left_out), self.config["kfed-min-devices"])

@@ -566,3 +566,81 @@ def test_step_epsilons_above_the_epsilon_cap_are_refused_before_any_private_step
     # the same steps under a cap that covers them run, and report a total within the cap
     result = run(small(tmp_path, **{"step-epsilons": "0.5,0.5,0.5,0.5", "epsilon": 3.0, "noise-seed": 0}), num_nodes=NODES)
     assert 0.5 < result["privacy"]["epsilon"] <= 3.0
+
+
+# ------------------------------------------------------------------ max-device-points
+def test_max_device_points_bounds_a_device_that_claims_many_points(tmp_path):
+    """Data-point level, no noise. Node 1000 claims 1000x its points in every reply, each
+    statistic scaled to match (within n·Δ, n·Δ² of what it claims); in the Lloyd rounds it
+    puts all its claimed points at Δ·e₁. Without a cap its claim is its weight and it puts a
+    center to where it likes; with max-device-points = 2x an honest device, every reply claiming
+    more than the cap allows is dropped and the result is the honest one without it."""
+    factor = 1000
+
+    def hook(node, message, reply):
+        kind = message.metadata.message_type
+        if node != 1000 or reply.has_error() or "feddp_" not in kind:
+            return reply
+        metrics = dict(reply.content.metric_records["metrics"])
+        n = int(metrics["num-examples"])
+        metrics["num-examples"] = n * factor
+
+        def change(arrays):
+            if kind == "query.feddp_lloyd":
+                counts = np.zeros_like(arrays["counts"])
+                counts[0] = n * factor
+                sums = np.zeros_like(arrays["sums"])
+                sums[0, 0] = counts[0] * clip_norm[0]
+                return {"sums": sums, "counts": counts}
+            return {key: value * factor for key, value in arrays.items()}
+
+        forged = rewrite_reply(message, reply, change)
+        return Message(RecordDict({"arrays": forged.content.array_records["arrays"], "metrics": MetricRecord(metrics)}),
+                       reply_to=message)
+
+    clip_norm = []
+
+    def outcome(name, cap, attack):
+        config = small(tmp_path, **{"epsilon": math.inf, "lloyd-rounds": 2, "max-device-points": cap,
+                                    "output-dir": str(tmp_path / name)})
+        result = run(config, num_nodes=NODES, reply_hook=hook if attack else None)
+        clip_norm[:] = [result["privacy"]["clip_norm"]]
+        X = pooled_points(result["config"], NODES)[0]
+        C = np.load(tmp_path / name / "centers.npy")
+        dropped = {p["phase"]: [f["node"] for f in p["failures"]] for p in result["phases"]}
+        return ((X[:, None, :] - C[None]) ** 2).sum(-1).min(1).mean(), C, dropped
+
+    honest, honest_centers, _ = outcome("honest", 0, False)
+    _, capped_honest_centers, none_dropped = outcome("capped-honest", 600, False)
+    np.testing.assert_array_equal(capped_honest_centers, honest_centers)  # 300 points each: nothing capped
+    assert not any(none_dropped.values())
+    attacked, attacked_centers, _ = outcome("attacked", 0, True)
+    capped, capped_centers, dropped = outcome("capped", 600, True)
+    target = np.zeros(attacked_centers.shape[1])
+    target[0] = clip_norm[0]
+
+    def nearest_to_target(C):
+        return np.min(np.linalg.norm(C - target, axis=1)) / clip_norm[0]
+
+    # measured: a center put 1.5e-5·Δ from where the liar wanted it, true cost 4.921 (honest
+    # 4.610); capped: the nearest center 1.00·Δ away (honest run: 1.00·Δ), cost 4.610
+    assert nearest_to_target(attacked_centers) < 0.01 and attacked > 1.05 * honest, (nearest_to_target(attacked_centers), attacked, honest)
+    assert nearest_to_target(capped_centers) > 0.5 and capped < 1.01 * honest, (nearest_to_target(capped_centers), capped, honest)
+    private_phases = [phase for phase in dropped if phase != "final-evaluation"]
+    assert private_phases and all(dropped[phase] == [1000] for phase in private_phases), dropped
+
+
+def test_a_capped_device_uses_the_same_random_subset_in_every_step():
+    X = np.arange(40.0).reshape(20, 2)
+    data = DeviceData(points=X, source="test")
+    config = {"level": "data-point", "clip-norm": 1e6, "max-points": 5}
+    first = feddp_kmeans.private_points(data, config)
+    assert first.shape == (5, 2)
+    assert np.array_equal(first, feddp_kmeans.private_points(DeviceData(points=X, source="again"), config))
+    rows = {tuple(row) for row in X}
+    assert all(tuple(row) in rows for row in first) and len({tuple(r) for r in first}) == 5
+    assert feddp_kmeans.private_points(data, {**config, "max-points": 50}).shape == (20, 2)  # fewer than the cap: all
+    assert feddp_kmeans.usable_points(300, "data-point", 600) == 300
+    assert feddp_kmeans.usable_points(300000, "data-point", 600) == 600
+    assert feddp_kmeans.usable_points(300000, "data-point", 0) == 300000
+    assert feddp_kmeans.usable_points(300000, "client", 600) == 300000
