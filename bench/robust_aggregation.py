@@ -20,6 +20,12 @@ The hostile device (node 1000) lies as far as the declared-size bounds let it
   ``inflated counts``: its counts × 10⁶ (and its ``num-examples`` with them) and every
   center moved halfway to that corner. k-FED runs with ``k-prime = 5`` (= k: a device here
   may hold every component, so the paper's ⌈√k⌉ would not fit honest devices either).
+- FedDP-KMeans (data-point level, ``epsilon = inf`` to isolate the attack from the noise,
+  2 Lloyd rounds; server data: 200 other points of the same mixture), ``claimed points``:
+  it claims 1000 × its points in every reply with every statistic scaled to match, and in
+  the Lloyd rounds puts all of them at Δ times the unit vector towards its box's corner
+  farthest from the data's mean (inside the clipping ball). ``max-device-points`` off vs
+  2 × the median device.
 
 Data: a Gaussian mixture (d = 5, k = 5, 2000 points, separation 8 σ) split IID or by
 Dirichlet(0.5) labels over 10 devices; FedKMeans run-config defaults otherwise
@@ -35,6 +41,7 @@ Usage::
     python bench/robust_aggregation.py --quick    # 3 seeds
     python bench/robust_aggregation.py --algorithms da-ufl
     python bench/robust_aggregation.py --algorithms kfed
+    python bench/robust_aggregation.py --algorithms feddp-kmeans
 """
 
 from __future__ import annotations
@@ -60,11 +67,14 @@ METHODS = {
         "capped-count": {"kfed-weighting": "capped-count", "k-prime": 5},
         "capped-count, min-devices 2": {"kfed-weighting": "capped-count", "kfed-min-devices": 2, "k-prime": 5},
     },
+    "feddp-kmeans": {"no cap": {"max-device-points": 0}, "max-device-points 2x median": {"max-device-points": "2x"}},
 }
+FEDDP = {"epsilon": float("inf"), "lloyd-rounds": 2}
 ATTACKS = {
     "fedkmeans": ("honest", "moved center", "lying evaluation"),
     "da-ufl": ("honest", "moved means"),
     "kfed": ("honest", "far center", "inflated counts"),
+    "feddp-kmeans": ("honest", "claimed points"),
 }
 
 
@@ -111,6 +121,18 @@ def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray], data_mean: np.n
                 counts = counts * 1e6
             record["centers"], record["counts"] = Array(centers), Array(counts)
             reply.content.metric_records["metrics"]["num-examples"] = int(counts.sum())
+        if attack == "claimed points" and kind.startswith("query.feddp_"):
+            metrics = reply.content.metric_records["metrics"]
+            n = int(metrics["num-examples"])
+            metrics["num-examples"] = n * 1000
+            for name in list(record.keys()):
+                record[name] = Array(record[name].numpy() * 1000)
+            if kind == "query.feddp_lloyd":
+                radius = float(message.content.config_records["config"]["clip-norm"])
+                direction = (away - data_mean) / np.linalg.norm(away - data_mean)
+                counts = np.zeros_like(record["counts"].numpy())
+                counts[0] = n * 1000
+                record["counts"], record["sums"] = Array(counts), Array(counts[:, None] * radius * direction[None])
         return reply
 
     return hook
@@ -134,6 +156,12 @@ def one(algorithm: str, partition: str, seed: int, method: str, attack: str) -> 
             np.save(folder / f"client_{i:03d}.npy", X[index])
         config = {"algorithm": algorithm, "k": 5, "dataset": "npy-dir", "data-dir": str(folder), "seed": seed, "reference": False,
                   **METHODS[algorithm][method], "output-dir": str(Path(tmp) / "out")}
+        if algorithm == "feddp-kmeans":
+            server = gaussian_mixture(200, 5, 5, seed, separation=8.0)[0]  # same means (same seed), other points
+            np.save(Path(tmp) / "server.npy", server)
+            config.update(FEDDP, **{"server-data": str(Path(tmp) / "server.npy")})
+            if config["max-device-points"] == "2x":
+                config["max-device-points"] = int(2 * np.median([len(index) for index in parts]))
         result = run(config, num_nodes=10, reply_hook=attack_hook(attack, box, X.mean(0)))
         centers = np.load(Path(tmp) / "out" / "centers.npy")
     true = kmeans_cost(X, centers) / len(X)
@@ -145,7 +173,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--algorithms", default="fedkmeans,da-ufl,kfed", help="comma-separated: fedkmeans, da-ufl, kfed")
+    parser.add_argument("--algorithms", default="fedkmeans,da-ufl,kfed,feddp-kmeans", help="comma-separated: fedkmeans, da-ufl, kfed, feddp-kmeans")
     args = parser.parse_args()
     seeds = range(3 if args.quick else args.seeds)
     quiet_flower()
@@ -160,7 +188,7 @@ def main() -> None:
                     reported = [r["reported"] for r in runs]
                     rows.append([partition, attack, method, f"{np.median(ratios):.4f}", f"{np.max(ratios):.4f}",
                                  f"{np.median(reported):.4f}", f"{np.mean([r['dropped'] for r in runs]):.1f}"])
-        print(markdown_table(["data", "hostile device", "aggregation" if algorithm != "kfed" else "merge options", "true cost / central (median)",
+        print(markdown_table(["data", "hostile device", "aggregation" if algorithm in ("fedkmeans", "da-ufl") else "options", "true cost / central (median)",
                               "worst", "reported / true cost (median)", "replies dropped / run"], rows))
         print(f"\n{len(seeds)} seeds; true cost = k-means cost of the final centers on all 2000 points.\n")
 
