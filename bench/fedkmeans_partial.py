@@ -8,9 +8,12 @@ batch), and with mini-batch ``batch-size = 32, local-epochs = 2``. Rows:
 
 - ``defaults``: today's run-config defaults (``server-memory = true``: every client's
   latest statistics enter the server step; unsampled clients as they last reported;
-  ``init-coarse = true``: candidate starts from coarse device summaries as well);
-- ``previous defaults``: ``server-memory = false`` (this round's replies only: the paper)
-  and ``init-coarse = false`` (candidates from the fine summaries only);
+  ``init-coarse = true``: candidate starts from coarse device summaries as well;
+  ``init-server-starts = 100``: the 10 candidates per summary are the best of 100 server
+  starts by their cost on the summary);
+- ``previous defaults``: ``server-memory = false`` (this round's replies only: the paper),
+  ``init-coarse = false`` (candidates from the fine summaries only) and
+  ``init-server-starts = 10`` (the 10 candidates are the first 10 starts);
 - ``paper setting``: the previous defaults with ``server-lr = 0.5, momentum = 0.5``
   (Triebe et al.'s α and μ).
 
@@ -45,8 +48,8 @@ K, D, N, CLIENTS = 20, 30, 3000, 50
 PARTITIONS = ("1 component", "2 components", "3 components", "Dirichlet(0.1)", "Dirichlet(0.5)", "IID")
 SETTINGS = {
     "defaults": {},
-    "previous defaults": {"server-memory": False, "init-coarse": False},
-    "paper setting": {"server-memory": False, "init-coarse": False, "server-lr": 0.5, "momentum": 0.5},
+    "previous defaults": {"server-memory": False, "init-coarse": False, "init-server-starts": 10},
+    "paper setting": {"server-memory": False, "init-coarse": False, "init-server-starts": 10, "server-lr": 0.5, "momentum": 0.5},
 }
 
 # --diagnose: where the remaining gap on the 1- and 2-component rows comes from

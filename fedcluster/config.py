@@ -131,6 +131,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("reassign-patience", 20, "R, starved rounds before a cluster is re-seeded", low=1, high=MANY),
         Key("init", "auto", "initialization method", choices=tuple(dict.fromkeys(FEDKMEANS_INITS + FEDDP_INITS))),
         Key("init-candidates", 10, "candidate center sets scored in one federated round", low=1, high=10_000),
+        Key("init-server-starts", 100, "k-means++ + Lloyd starts the server runs on each device summary; the "
+            "init-candidates of lowest cost on the summary are scored on the devices (server time only)", low=1, high=100_000),
         Key("init-min-count", 2, "smallest local cluster a device may summarize", low=1, high=10**9),
         Key("init-coarse", True, "devices also summarize at ceil(sqrt(k)) local clusters; init-candidates more "
             "candidates are drawn on that coarse summary and scored in the same round"),

@@ -287,18 +287,33 @@ def summary_candidates(
     low: np.ndarray,
     high: np.ndarray,
     rng: np.random.Generator,
+    starts: int = 0,
 ) -> np.ndarray:
     """``count`` candidate center sets (count, k, d) for ``init=local-summaries``: weighted
     k-means++ + Lloyd on the devices' summary centers ``points`` (weights = their counts);
-    uniform draws in the box [low, high] when there are fewer than k summary centers."""
+    uniform draws in the box [low, high] when there are fewer than k summary centers.
+
+    With ``starts`` > ``count`` (``init-server-starts``), that many k-means++ starts are
+    screened by their weighted cost ON THE SUMMARY after ``SCREEN_ITERATIONS`` Lloyd
+    iterations, and only the ``count`` cheapest (in the order they were drawn) are refined
+    to convergence: more starts cost server time only (about 1 + starts · 5 / (count · the
+    iterations a refinement takes) times the plain draw), while the devices still score
+    ``count``. ``starts <= count`` is the plain draw of ``count``."""
     candidates = []
     if points.shape[0] >= k:
-        for _ in range(count):
-            seed = kmeans_plus_plus(points, k, rng, weights)
-            candidates.append(lloyd(points, seed, weights, max_iter=100)[0])
+        seeds = [kmeans_plus_plus(points, k, rng, weights) for _ in range(max(count, int(starts)))]
+        if len(seeds) > count:
+            screened = [lloyd(points, seed, weights, max_iter=SCREEN_ITERATIONS) for seed in seeds]
+            costs = [cost for _, cost, _ in screened]
+            seeds = [screened[i][0] for i in np.sort(np.argsort(costs, kind="stable")[:count])]
+        candidates = [lloyd(points, seed, weights, max_iter=100)[0] for seed in seeds]
     while len(candidates) < count:
         candidates.append(rng.uniform(low, high, size=(k, low.size)))
     return np.stack(candidates)
+
+
+# Lloyd iterations a start gets before the starts are ranked (init-server-starts).
+SCREEN_ITERATIONS = 5
 
 
 def box_candidates(k: int, count: int, low: np.ndarray, high: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -25,10 +25,11 @@ Initialization (``init``):
   are suppressed, so no single point leaves a device); with ``init-coarse`` (default) it
   also sends, in the same round trip, a coarse summary with ceil(sqrt(k)) local centers
   (a device that holds few clusters splits each of them k ways in the fine summary, which
-  misleads k-means on the summaries; the coarse one keeps them whole). The server draws
-  ``init-candidates`` weighted k-means++ + Lloyd solutions on each summary, scores all
-  candidates on every node's data in ONE federated round, and keeps the best: the
-  federated analogue of scikit-learn's ``n_init``. Robust on non-IID data.
+  misleads k-means on the summaries; the coarse one keeps them whole). The server runs
+  ``init-server-starts`` weighted k-means++ + Lloyd solutions on each summary, keeps the
+  ``init-candidates`` of lowest cost on that summary, scores all kept candidates on every
+  node's data in ONE federated round, and keeps the best: the federated analogue of
+  scikit-learn's ``n_init``. Robust on non-IID data.
 - ``random-box``: data-free; candidates uniform in the federated bounding box (from the
   min/max summary), scored the same way.
 - ``server-kmeans++``: k-means++ candidates on server-side data (run-config
@@ -85,7 +86,7 @@ class FedKMeans(FederatedStrategy):
     Run-config parameters: ``k``, ``num-rounds`` (T), ``fraction`` (C), ``local-epochs``
     (E), ``batch-size`` (B, 0 = full batch), ``client-lr`` (β), ``server-lr`` (α),
     ``momentum`` (μ), ``reassign-threshold`` (ρ), ``reassign-patience`` (R), ``init``,
-    ``init-candidates``, ``init-min-count``, ``eval-every``, ``tol``.
+    ``init-candidates``, ``init-server-starts``, ``init-min-count``, ``eval-every``, ``tol``.
     """
 
     name = "fedkmeans"
@@ -209,14 +210,15 @@ class FedKMeans(FederatedStrategy):
             points, weights = local  # collected with the data summary (run)
             if points.shape[0] < k:
                 log(INFO, "[fedcluster] only %d summary centers for k=%d: random-box candidates", points.shape[0], k)
-            candidates = summary_candidates(points, weights, k, m, low, high, self.rng)
+            starts = cfg["init-server-starts"]
+            candidates = summary_candidates(points, weights, k, m, low, high, self.rng, starts)
             if coarse is not None and coarse[0].shape[0] >= k:
                 # Devices that hold few clusters split each of them k ways in the fine summary;
                 # the coarse one keeps them whole. Both kinds compete in the same scoring round.
                 # Their own random stream: the fine candidates and everything after them
                 # draw exactly what they would without init-coarse.
                 stream = np.random.default_rng([cfg["seed"], COARSE_STREAM])
-                candidates = np.concatenate([candidates, summary_candidates(*coarse, k, m, low, high, stream)])
+                candidates = np.concatenate([candidates, summary_candidates(*coarse, k, m, low, high, stream, starts)])
         elif method == "kfed":
             # k-FED as initializer: one extra round that often saves many.
             from .kfed import collect_device_centers, merge_device_centers

@@ -162,3 +162,44 @@ def test_train_cost_is_fixed_by_the_rest_of_a_full_batch_reply(beta, offset):
     floor_sumsq = counts[:, None] * (incoming + (centers - incoming) / beta) ** 2
     floor = float(np.sum(counts[:, None] * ((centers - incoming) / beta) ** 2))
     assert train_cost_mismatch(incoming, centers, counts, floor_sumsq, floor, beta) is None
+
+
+# --- init-server-starts: more starts on the summary, the same number scored on the devices ----
+
+
+def _summary(seed: int):
+    rng = np.random.default_rng(seed)
+    points = np.concatenate([rng.normal(size=(30, 3)) + 6 * rng.normal(size=3) for _ in range(8)])
+    weights = rng.integers(1, 20, size=points.shape[0]).astype(float)
+    return points, weights, points.min(0), points.max(0)
+
+
+def _weighted_cost(points, weights, centers):
+    return float(weights @ ((points[:, None, :] - centers[None]) ** 2).sum(-1).min(1))
+
+
+def test_server_starts_keep_the_lowest_cost_starts_in_draw_order():
+    from fedcluster.fedkmeans import summary_candidates
+
+    points, weights, low, high = _summary(0)
+    # the 40 starts by hand: the same generator, the plain draw of 40
+    every = summary_candidates(points, weights, 6, 40, low, high, np.random.default_rng(7))
+    costs = [_weighted_cost(points, weights, c) for c in every]
+    kept = summary_candidates(points, weights, 6, 5, low, high, np.random.default_rng(7), starts=40)
+    # kept: 5 of the 40 starts, in the order they were drawn ...
+    rows, start = [], 0
+    for c in kept:  # identical starts (the same local optimum) may repeat: match in order
+        rows.append(next(i for i in range(start, 40) if np.array_equal(every[i], c)))
+        start = rows[-1] + 1
+    # ... of the lowest cost on the summary (equal-cost starts may tie either way)
+    assert max(costs[i] for i in rows) <= np.sort(costs)[4] * (1 + 1e-9)
+    assert max(costs[:5]) > max(costs[i] for i in rows) * (1 + 1e-9)  # the first 5 starts would be worse here
+
+
+def test_server_starts_at_most_the_candidates_is_the_plain_draw():
+    from fedcluster.fedkmeans import summary_candidates
+
+    points, weights, low, high = _summary(1)
+    plain = summary_candidates(points, weights, 6, 5, low, high, np.random.default_rng(3))
+    for starts in (0, 1, 5):
+        np.testing.assert_array_equal(summary_candidates(points, weights, 6, 5, low, high, np.random.default_rng(3), starts=starts), plain)
