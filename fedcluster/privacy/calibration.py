@@ -13,6 +13,15 @@ Searches use a band, not a root: they stop as soon as the accounted ε lands in
 ``[target·(1 − tol), target]`` and are warm-started, so they take about half the PLD
 evaluations of dp_accounting's ``calibrate_dp_mechanism`` (Brent to a parameter
 tolerance), which the tests use as the oracle.
+
+With Poisson sampling the cost is building PLDs of sampled Gaussians (0.01-0.3 s each on
+the accounting grid). :func:`calibrate_to_total` therefore searches a 10x coarser grid
+first (cheap, nearly the same ε), remembers every evaluation of every ε(z) curve to start
+later solves from, and keeps the PLDs it built to compose them again
+(:func:`~.ledger.event_plds`): the search on the accounting grid then takes about one
+PLD per step. The answer is accounted as before: every step and the total on the
+accounting grid, in their bands, with the accountant's own numbers (bit for bit); the
+pilot only chooses where to look (bench/dp_calibration.py: 2-25 s -> 0.5-2.5 s).
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from scipy import special
 import dp_accounting
 
 from ._checks import check_compositions, check_delta, check_epsilon, check_sampling_rate, check_sensitivity
-from .ledger import SEARCH_DISCRETIZATION, pld_epsilon, wrap_event
+from .ledger import SEARCH_DISCRETIZATION, composed_pld_epsilon, event_plds, pld_epsilon, wrap_event
 from .mechanisms import MECHANISMS, NoiseMechanism
 
 __all__ = [
@@ -125,17 +134,17 @@ def gaussian_sigma_for(
 _INNER_TOLERANCE = 1e-4
 
 
-def _solve_in_band(f, start: float, low: float, high: float, max_evaluations: int = 60):
+def _solve_in_band(f, start: float, low: float, high: float, max_evaluations: int = 60, slope: float = 1.0):
     """Find u with ``low <= f(u) <= high`` for a positive increasing function ``f``.
 
     Both uses here (total ε against log scale, ε against −log noise multiplier) are close
     to ``f ∝ exp(u)``, so the search works on ``log f``: secant steps from ``start`` (the
-    first with slope 1) until the band is bracketed, then the Illinois variant of false
-    position. It aims at the middle of the band and stops as soon as an evaluation lands
-    inside it -- PLD evaluations are the cost, so a band beats a root; typically 2-4
-    evaluations. Returns ``(u, f(u))``; should the band not be hit within
-    ``max_evaluations`` it returns the best point with ``f(u) < low`` (under the target,
-    the constraint that matters).
+    first with ``slope``, d log f / du: 1 unless earlier evaluations tell better) until
+    the band is bracketed, then the Illinois variant of false position. It aims at the
+    middle of the band and stops as soon as an evaluation lands inside it -- PLD
+    evaluations are the cost, so a band beats a root; typically 1-4 evaluations. Returns
+    ``(u, f(u))``; should the band not be hit within ``max_evaluations`` it returns the
+    best point with ``f(u) < low`` (under the target, the constraint that matters).
     """
     log_low, log_high = math.log(low), math.log(high)
     aim = 0.5 * (log_low + log_high)
@@ -153,7 +162,7 @@ def _solve_in_band(f, start: float, low: float, high: float, max_evaluations: in
     u0, g0 = start, g(start)
     if inside(g0):
         return u0, math.exp(g0 + aim)
-    slope = 1.0
+    slope = slope if slope > 0 and math.isfinite(slope) else 1.0
     while True:  # secant steps until the sign of g changes
         step = -g0 / slope if math.isfinite(g0) else 1.0
         step = math.copysign(min(max(abs(step), 1e-6), 2.0), step)
@@ -193,6 +202,97 @@ def _solve_in_band(f, start: float, low: float, high: float, max_evaluations: in
     return u_lo, math.exp(g_lo + aim)
 
 
+def _segment(curve: list[tuple[float, float]], index: int, value: float) -> tuple[float, float, float]:
+    """The segment of ``curve`` (points ``(u, log f)`` sorted by u) around ``value`` in
+    coordinate ``index`` (0: u, 1: log f), the end ones beyond the ends: its first point
+    and slope d log f / du (``nan`` if not positive)."""
+    i = 1
+    while i < len(curve) - 1 and curve[i][index] < value:
+        i += 1
+    (u0, l0), (u1, l1) = curve[i - 1], curve[i]
+    slope = (l1 - l0) / (u1 - u0)
+    return u0, l0, slope if slope > 0 else math.nan
+
+
+def _start_from(
+    points: list[tuple[float, float]], log_target: float, hints: list[tuple[float, float]] = ()
+) -> tuple[float, float] | None:
+    """Start and slope for :func:`_solve_in_band` from earlier evaluations ``points`` =
+    ``(u, log f(u))`` of the same smooth increasing function, and ``hints``, evaluations
+    of a nearby one (the same ε on a coarser PLD grid); ``None`` without either.
+
+    The piecewise-linear curve through the hints (else through the points) is solved
+    for ``log_target`` (linear beyond its ends, at most 2 past them, as the search's own
+    steps); when the hints give the shape, the point nearest ``log_target`` gives the
+    offset between the two functions. A single point gives a Newton step with slope 1
+    (f ∝ exp(u)).
+    """
+    own = sorted({u: v for u, v in points if math.isfinite(v)}.items())
+    model = sorted({u: v for u, v in hints if math.isfinite(v)}.items())
+    shift = 0.0
+    if len(model) >= 2 and own:
+        u0, l0 = min(own, key=lambda point: abs(point[1] - log_target))
+        base_u, base_l, slope = _segment(model, 0, u0)
+        shift = l0 - (base_l + (u0 - base_u) * slope) if math.isfinite(slope) else 0.0
+    elif len(own) >= 2 or not model:
+        model = own
+    if not model:
+        return None
+    if len(model) == 1:
+        (u0, l0), slope = model[0], 1.0
+    else:
+        u0, l0, slope = _segment(model, 1, log_target - shift)
+        if not math.isfinite(slope):
+            u0, l0 = min(model, key=lambda point: abs(point[1] - log_target + shift))
+            slope = 1.0
+    u = u0 + (log_target - shift - l0) / slope
+    return max(model[0][0] - 2.0, min(model[-1][0] + 2.0, u)), slope
+
+
+def _first_multiplier_guess(epsilon: float, delta: float, compositions: int, sampling_rate: float) -> float:
+    """A first guess of a T-fold Poisson-sampled Gaussian's noise multiplier, closed form.
+
+    Two bounds bracket it in practice: amplification by sampling with basic composition,
+    σ_AGM(log(1 + (e^(ε/T) − 1)/q), δ/(qT)), is an upper bound (exact for T = 1 on the
+    FedDP-KMeans grid, up to 4x too large at T = 20), and the central-limit μ-GDP
+    approximation of Dong, Roth & Su (2019), μ = q·√(T·(exp(1/z²) − 1)) with
+    μ = 1/σ_AGM(ε, δ), is too small by up to 2x for small q·√T. The guess interpolates
+    geometrically, weight 1/√T on the first: within ~40% of the answer; only a start.
+    """
+    amplified = analytic_gaussian_sigma(
+        math.log1p(math.expm1(epsilon / compositions) / sampling_rate), min(1.0, delta / (sampling_rate * compositions))
+    )
+    mu = 1.0 / analytic_gaussian_sigma(epsilon, delta)
+    central = 1.0 / math.sqrt(math.log1p(mu * mu / (sampling_rate * sampling_rate * compositions)))
+    weight = 1.0 / math.sqrt(compositions)
+    return amplified**weight * central ** (1.0 - weight)
+
+
+def _gaussian_composition_scale(target_epsilon: float, delta: float, specs: tuple[StepSpec, ...]) -> float:
+    """A first guess of the scale s of :func:`calibrate_to_total`, closed form: every step
+    treated as a Gaussian mechanism calibrated to its share (μᵢ = 1/σ_AGM(s·wᵢ/Σw, δ)),
+    and Gaussians compose exactly (μ² = Σ μᵢ²). Exact for unsampled Gaussian steps; with
+    sampling and Laplace steps within a factor ~1.5 of the answer (start = target is up
+    to 3x off), which saves the pilot search an outer evaluation. Bisection in log s to
+    0.1%.
+    """
+    weight_sum = sum(float(spec.weight) for spec in specs)
+    goal = analytic_gaussian_sigma(target_epsilon, delta) ** -2
+
+    def precision(scale: float) -> float:  # Σ μᵢ², increasing in s
+        return sum(analytic_gaussian_sigma(scale * float(spec.weight) / weight_sum, delta) ** -2 for spec in specs)
+
+    low, high = target_epsilon, target_epsilon
+    while precision(high) < goal:
+        high *= 2.0
+    while precision(low) > goal:
+        low /= 2.0
+    while high / low > 1.001:
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if precision(middle) < goal else (low, middle)
+    return math.sqrt(low * high)
+
+
 def _sampled_gaussian_multiplier(
     epsilon: float,
     delta: float,
@@ -200,23 +300,55 @@ def _sampled_gaussian_multiplier(
     sampling_rate: float,
     upper_bound: float,
     guess: float | None = None,
+    discretization: float = SEARCH_DISCRETIZATION,
+    points: list[tuple[float, float]] | None = None,
+    hints: list[tuple[float, float]] = (),
+    plds: dict | None = None,
+    sensitivity: float = 1.0,
 ) -> float:
-    """Noise multiplier z of a T-fold Poisson-sampled Gaussian whose PLD ε at δ is in
-    ``[epsilon·(1 − 1e-4), epsilon]``.
+    """Noise multiplier z of a T-fold Poisson-sampled Gaussian whose PLD ε at δ (grid
+    ``discretization``) is in ``[epsilon·(1 − 1e-4), epsilon]``.
 
     ``upper_bound`` is a z known to suffice (the unsampled answer) and the default start;
-    ``guess`` (a nearby earlier solution) saves most evaluations when called repeatedly
-    from :func:`calibrate_to_total`. The search variable is u = −log z, so ε is
-    increasing in u.
+    ``guess`` (a nearby earlier solution) saves most evaluations when called repeatedly.
+    ``points``, if given, collects every evaluation ``(u, log ε)`` and, with ``hints``
+    (the same curve on another grid), gives the start (:func:`_start_from`): repeated
+    solves along one curve then take about one evaluation each. ``plds`` (see :func:`_accounted`) keeps the PLDs built;
+    the event accounted is then the one a step of ``sensitivity`` with noise
+    ``sensitivity·z`` describes (z = that noise / ``sensitivity``, to the last bit), so
+    that the total reuses its PLD. The search variable is u = −log z, so ε is increasing
+    in u.
     """
 
     def accounted(u: float) -> float:
-        event = wrap_event(dp_accounting.GaussianDpEvent(math.exp(-u)), compositions, sampling_rate)
-        return pld_epsilon(event, delta, SEARCH_DISCRETIZATION)
+        multiplier = sensitivity * math.exp(-u) / sensitivity
+        event = wrap_event(dp_accounting.GaussianDpEvent(multiplier), compositions, sampling_rate)
+        value = _accounted([event], delta, discretization, plds)
+        if points is not None:
+            points.append((u, math.log(value) if value > 0 else -math.inf))
+        return value
 
-    start = guess if guess is not None and guess > 0 else upper_bound
-    u, _ = _solve_in_band(accounted, -math.log(start), epsilon * (1.0 - _INNER_TOLERANCE), epsilon)
+    start, slope = -math.log(guess if guess is not None and guess > 0 else upper_bound), 1.0
+    if points is not None:
+        log_aim = math.log(epsilon) + 0.5 * math.log1p(-_INNER_TOLERANCE)  # the band's middle
+        start, slope = _start_from(points, log_aim, hints) or (start, slope)
+    u, _ = _solve_in_band(accounted, start, epsilon * (1.0 - _INNER_TOLERANCE), epsilon, slope=slope)
     return math.exp(-u)
+
+
+def _accounted(events, delta: float, discretization: float, plds: dict | None = None) -> float:
+    """``pld_epsilon`` of the composition of ``events`` -- the same number, bit for bit --
+    keeping each event's PLDs in ``plds`` (keyed by event and grid) when given, so that an
+    event accounted before (a step's solution, now in the total) is not built again."""
+    if plds is None:
+        return pld_epsilon(dp_accounting.ComposedDpEvent(list(events)), delta, discretization)
+    built = []
+    for event in events:
+        key = (event, discretization)
+        if key not in plds:
+            plds[key] = event_plds(event, discretization)
+        built.extend(plds[key])
+    return composed_pld_epsilon(built, delta, discretization)
 
 
 def laplace_scale_for(
@@ -321,13 +453,7 @@ def calibrate_step(
     steps at ``delta``, Laplace steps pure. ``guesses`` carries earlier sampled-Gaussian
     solutions between calls (warm start) and is updated in place."""
     sampling_rate = check_sampling_rate(spec.sampling_rate)
-    if spec.mechanism == "laplace":
-        noise = laplace_scale_for(epsilon, spec.sensitivity, spec.compositions, sampling_rate)
-        step_delta = None
-    elif sampling_rate is None or math.isinf(epsilon):
-        noise = gaussian_sigma_for(epsilon, delta, spec.sensitivity, spec.compositions, sampling_rate)
-        step_delta = delta
-    else:
+    if spec.mechanism != "laplace" and sampling_rate is not None and not math.isinf(epsilon):
         guesses = {} if guesses is None else guesses
         unsampled = math.sqrt(spec.compositions) * analytic_gaussian_sigma(epsilon, delta)
         guess = None
@@ -338,11 +464,21 @@ def calibrate_step(
             epsilon, delta, spec.compositions, sampling_rate, unsampled, guess
         )
         guesses[spec.name] = (epsilon, multiplier)
-        noise = float(spec.sensitivity) * multiplier
-        step_delta = delta
+        return _calibrated(spec, epsilon, delta, float(spec.sensitivity) * multiplier)
+    return _calibrated(spec, epsilon, delta)
+
+
+def _calibrated(spec: StepSpec, epsilon: float, delta: float, noise: float | None = None) -> CalibratedStep:
+    """``spec`` calibrated for ``epsilon``: with ``noise`` given (a searched sampled
+    Gaussian), that; otherwise the closed forms (Laplace pure, unsampled Gaussian at δ)."""
+    sampling_rate = check_sampling_rate(spec.sampling_rate)
+    if noise is None and spec.mechanism == "laplace":
+        noise = laplace_scale_for(epsilon, spec.sensitivity, spec.compositions, sampling_rate)
+    elif noise is None:
+        noise = gaussian_sigma_for(epsilon, delta, spec.sensitivity, spec.compositions, sampling_rate)
     return CalibratedStep(
         name=spec.name, mechanism=spec.mechanism, sensitivity=float(spec.sensitivity),
-        noise_scale=noise, epsilon_share=epsilon, delta=step_delta,
+        noise_scale=noise, epsilon_share=epsilon, delta=None if spec.mechanism == "laplace" else delta,
         compositions=spec.compositions, sampling_rate=sampling_rate,
     )
 
@@ -365,8 +501,13 @@ def calibrate_to_total(
     "basic composition" budget; since PLD composition is tighter, s ≥ target usually.
 
     Cost: a few PLD compositions; each Poisson-sampled Gaussian step adds an inner PLD
-    search per outer evaluation (warm-started from the previous one). Results are cached
-    per process (same arguments -> same :class:`Calibration` object).
+    search per outer evaluation. Those dominate (a sampled Gaussian's PLD is built point
+    by point in Python), so with sampling the whole search first runs on a 10x coarser
+    grid (``_PILOT_DISCRETIZATION``, ~5-10x cheaper PLDs, nearly the same ε) and the
+    search on ``SEARCH_DISCRETIZATION`` then starts from its answer and slopes: the
+    result -- every step in its inner band and the total in the band, all accounted on
+    ``SEARCH_DISCRETIZATION`` -- is as before, in a handful of fine evaluations. Results
+    are cached per process (same arguments -> same :class:`Calibration` object).
     """
     target_epsilon = check_epsilon(target_epsilon)
     delta = check_delta(delta)
@@ -383,10 +524,27 @@ def calibrate_to_total(
 # repeated runs in one process (seeds of an experiment) reuse them.
 _CALIBRATION_CACHE: dict[tuple, Calibration] = {}
 
+# The pilot search (sampled Gaussian steps only) runs on min(1e-2, ε/100): 10x
+# SEARCH_DISCRETIZATION builds a sampled Gaussian's PLD 5-10x faster and its ε differs by
+# ~1e-4 (relative) for ε ≳ 0.5, so its answer is nearly the fine one; for small ε the
+# coarse grid's pessimism would dominate (and fine PLDs are cheap there), so no pilot.
+# Its results are only starting points, so its band (centred on the final band's
+# middle, above the target allowed) is _PILOT_BAND times wider: one outer step fewer.
+_PILOT_DISCRETIZATION = 1e-2
+_PILOT_RELATIVE_DISCRETIZATION = 1e-2
+_PILOT_BAND = 3.0
+
 
 def _calibrate_to_total(
-    target_epsilon: float, delta: float, specs: tuple[StepSpec, ...], relative_tolerance: float
+    target_epsilon: float,
+    delta: float,
+    specs: tuple[StepSpec, ...],
+    relative_tolerance: float,
+    pilot: bool = True,
 ) -> Calibration:
+    """:func:`calibrate_to_total` without the cache. ``pilot=False`` is the previous
+    algorithm (one search on ``SEARCH_DISCRETIZATION``, warm-started through
+    :func:`calibrate_step`'s ``guesses``), kept as the benchmark's baseline."""
     if not specs:
         raise ValueError("calibrate_to_total needs at least one step")
     names = [spec.name for spec in specs]
@@ -395,26 +553,92 @@ def _calibrate_to_total(
     if math.isinf(target_epsilon):
         steps = tuple(calibrate_step(spec, math.inf, delta) for spec in specs)
         return Calibration(target_epsilon, delta, math.inf, math.inf, steps)
-    weight_sum = sum(float(spec.weight) for spec in specs)
+    band = (target_epsilon * (1.0 - relative_tolerance), target_epsilon)
+    searched = [spec for spec in specs if spec.mechanism != "laplace" and spec.sampling_rate is not None]
+    if not pilot or not searched:
+        guesses: dict[str, tuple[float, float]] = {}
+        return _search_scale(
+            target_epsilon, delta, specs, band, SEARCH_DISCRETIZATION,
+            lambda spec, epsilon: calibrate_step(spec, epsilon, delta, guesses),
+        )[0]
+    # The search on a coarser grid first, then on the accounting grid from its answer:
+    # the pilot's evaluations (u, log ε) per curve are the hints, its (log s, log total)
+    # the start. Its grid must stay well under ε, where discretization dominates.
+    plds: dict = {}
+    hints: dict = {}
+    aim = 0.5 * (math.log(band[0]) + math.log(band[1]))
+    start, slope = math.log(_gaussian_composition_scale(target_epsilon, delta, specs)), 1.0
+    grid = min(_PILOT_DISCRETIZATION, _PILOT_RELATIVE_DISCRETIZATION * target_epsilon)
+    if grid >= 2.0 * SEARCH_DISCRETIZATION:
+        width = _PILOT_BAND * relative_tolerance
+        try:
+            outer = _search_scale(
+                target_epsilon, delta, specs, (math.exp(aim) * (1.0 - width), math.exp(aim) * (1.0 + width)), grid,
+                _curve_calibrator(delta, grid, hints, {}, plds), plds, start,
+            )[1]
+            start, slope = _start_from(outer, aim)
+        except RuntimeError:  # the pilot is only a shortcut
+            hints = {}
+        plds.clear()  # on the pilot grid: never composed again
+    return _search_scale(
+        target_epsilon, delta, specs, band, SEARCH_DISCRETIZATION,
+        _curve_calibrator(delta, SEARCH_DISCRETIZATION, {}, hints, plds), plds, start, slope,
+    )[0]
 
+
+def _curve_calibrator(delta: float, discretization: float, curves: dict, hints: dict, plds: dict):
+    """``(spec, ε) -> CalibratedStep`` for :func:`_search_scale` that solves sampled
+    Gaussian steps on ``discretization``, recording every evaluation in ``curves`` under
+    the step's (compositions, sampling rate) -- steps that share them share ε(z) -- and
+    starting from them (or from ``hints``, the same curves on another grid; or from
+    :func:`_first_multiplier_guess`): successive solves along one curve then take ~1
+    evaluation each. The PLDs built go to ``plds``."""
+
+    def calibrate(spec: StepSpec, epsilon: float) -> CalibratedStep:
+        if spec.mechanism == "laplace" or spec.sampling_rate is None or math.isinf(epsilon):
+            return _calibrated(spec, epsilon, delta)
+        curve = (spec.compositions, float(spec.sampling_rate))
+        unsampled = math.sqrt(spec.compositions) * analytic_gaussian_sigma(epsilon, delta)
+        guess = min(unsampled, _first_multiplier_guess(epsilon, delta, spec.compositions, spec.sampling_rate))
+        multiplier = _sampled_gaussian_multiplier(
+            epsilon, delta, spec.compositions, spec.sampling_rate, unsampled, guess,
+            discretization, curves.setdefault(curve, []), hints.get(curve, ()), plds, float(spec.sensitivity),
+        )
+        return _calibrated(spec, epsilon, delta, float(spec.sensitivity) * multiplier)
+
+    return calibrate
+
+
+def _search_scale(
+    target_epsilon: float,
+    delta: float,
+    specs: tuple[StepSpec, ...],
+    band: tuple[float, float],
+    discretization: float,
+    calibrate,
+    plds: dict | None = None,
+    start: float | None = None,
+    slope: float = 1.0,
+) -> tuple[Calibration, list[tuple[float, float]]]:
+    """Search the scale s (over u = log s, from ``start``, default log target, with
+    ``slope`` = d log total / d log s to begin with) until the PLD total on
+    ``discretization`` of the steps ``calibrate(spec, s·wᵢ/Σw)`` is in ``band``; ``plds``
+    as in :func:`_accounted`. Returns the calibration and every evaluation
+    ``(log s, log total)``."""
+    weight_sum = sum(float(spec.weight) for spec in specs)
     cache: dict[float, tuple[float, tuple[CalibratedStep, ...]]] = {}
-    guesses: dict[str, tuple[float, float]] = {}
+    points: list[tuple[float, float]] = []
 
     def evaluate(scale: float) -> tuple[float, tuple[CalibratedStep, ...]]:
         if scale not in cache:
-            steps = tuple(
-                calibrate_step(spec, scale * float(spec.weight) / weight_sum, delta, guesses) for spec in specs
-            )
-            event = dp_accounting.ComposedDpEvent([step.event() for step in steps])
-            cache[scale] = (pld_epsilon(event, delta, SEARCH_DISCRETIZATION), steps)
+            steps = tuple(calibrate(spec, scale * float(spec.weight) / weight_sum) for spec in specs)
+            total = _accounted([step.event() for step in steps], delta, discretization, plds)
+            cache[scale] = (total, steps)
+            points.append((math.log(scale), math.log(total) if total > 0 else -math.inf))
         return cache[scale]
 
-    log_scale, _ = _solve_in_band(
-        lambda u: evaluate(math.exp(u))[0],
-        math.log(target_epsilon),
-        target_epsilon * (1.0 - relative_tolerance),
-        target_epsilon,
-    )
+    first = math.log(target_epsilon) if start is None else start
+    log_scale, _ = _solve_in_band(lambda u: evaluate(math.exp(u))[0], first, *band, slope=slope)
     scale = math.exp(log_scale)
     total, steps = evaluate(scale)
-    return Calibration(target_epsilon, delta, total, scale, steps)
+    return Calibration(target_epsilon, delta, total, scale, steps), points

@@ -12,10 +12,15 @@ with the interval. Reports use ``REPORT_DISCRETIZATION = 1e-4``; searches, which
 dozens of times, use ``SEARCH_DISCRETIZATION = 1e-3``. On the FedDP-KMeans steps the finer
 grid's estimate was always the smaller, so a calibration that meets ε at 1e-3 still meets
 it when the ledger re-accounts it at 1e-4 (tests/test_privacy.py checks this).
+
+:func:`event_plds` builds the very PLDs the accountant composes for an event, so a search can
+keep a step's PLDs and compose them again without rebuilding them (:func:`composed_pld_epsilon`
+gives the accountant's ε, bit for bit; the tests check that).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -23,7 +28,7 @@ import numpy as np
 
 import dp_accounting
 from dp_accounting import dp_event
-from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.pld import pld_privacy_accountant, privacy_loss_distribution
 
 from ._checks import check_compositions, check_delta, check_sampling_rate, check_sensitivity
 from .clipping import LEVELS
@@ -33,6 +38,8 @@ __all__ = [
     "SEARCH_DISCRETIZATION",
     "wrap_event",
     "pld_epsilon",
+    "event_plds",
+    "composed_pld_epsilon",
     "event_to_dict",
     "LedgerStep",
     "PrivacyLedger",
@@ -67,6 +74,62 @@ def pld_epsilon(
     )
     accountant.compose(event)
     return float(accountant.get_epsilon(delta))
+
+
+def event_plds(
+    event: dp_accounting.DpEvent, value_discretization_interval: float = REPORT_DISCRETIZATION, count: int = 1
+) -> list[privacy_loss_distribution.PrivacyLossDistribution]:
+    """The PLDs that dp_accounting's ``PLDAccountant`` composes, in order, for ``event``
+    repeated ``count`` times, built the way it builds them (add-or-remove-one,
+    pessimistic), for the events a ledger records: Gaussian, Laplace, their
+    Poisson-sampled forms, self- and plain compositions (an event without privacy loss,
+    sampling rate 0, adds none; zero noise raises: it has no PLD, ε = ∞).
+
+    Building the PLD of a Poisson-sampled Gaussian is the cost of accounting (point by
+    point in Python): a search that keeps its steps' PLDs composes them again for the
+    price of a convolution. :func:`composed_pld_epsilon` of the list is :func:`pld_epsilon`
+    of the event, exactly (the tests check it).
+    """
+    interval = value_discretization_interval
+    if isinstance(event, dp_accounting.SelfComposedDpEvent):
+        return event_plds(event.event, interval, event.count * count)
+    if isinstance(event, dp_accounting.ComposedDpEvent):
+        return [pld for e in event.events for pld in event_plds(e, interval, count)]
+    sampling_rate = 1.0
+    if isinstance(event, dp_accounting.PoissonSampledDpEvent):
+        sampling_rate, event = event.sampling_probability, event.event
+        if sampling_rate == 0:
+            return []
+    multiplier = getattr(event, "noise_multiplier", None)
+    if not isinstance(event, (dp_accounting.GaussianDpEvent, dp_accounting.LaplaceDpEvent)) or not multiplier:
+        raise ValueError(f"no PLD for {event!r}")
+    if isinstance(event, dp_accounting.LaplaceDpEvent):
+        return [privacy_loss_distribution.from_laplace_mechanism(
+            parameter=multiplier, value_discretization_interval=interval, sampling_prob=sampling_rate
+        ).self_compose(count)]
+    relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    if sampling_rate == 1.0:  # T Gaussians are one Gaussian with σ/√T; the accountant uses that
+        return [privacy_loss_distribution.from_gaussian_mechanism(
+            standard_deviation=multiplier / math.sqrt(count), value_discretization_interval=interval,
+            neighboring_relation=relation,
+        )]
+    return [privacy_loss_distribution.from_gaussian_mechanism(
+        standard_deviation=multiplier, value_discretization_interval=interval, sampling_prob=sampling_rate,
+        neighboring_relation=relation,
+    ).self_compose(count)]
+
+
+def composed_pld_epsilon(
+    plds: Sequence[privacy_loss_distribution.PrivacyLossDistribution],
+    delta: float,
+    value_discretization_interval: float,
+) -> float:
+    """ε at ``delta`` of ``plds`` (from :func:`event_plds`) composed in order onto the
+    identity, as the accountant does: :func:`pld_epsilon` of the events they came from."""
+    total = privacy_loss_distribution.identity(value_discretization_interval=value_discretization_interval)
+    for pld in plds:
+        total = total.compose(pld)
+    return float(total.get_epsilon_for_delta(delta))
 
 
 def composed_epsilon(
