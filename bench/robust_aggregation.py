@@ -6,8 +6,10 @@ The hostile device (node 1000) lies as far as the declared-size bounds let it
 (``fedcluster/bounds.py``; replies beyond them are dropped anyway):
 
 - ``moved center``: in every training reply it puts ALL its points on one cluster and
-  moves that cluster's center to the corner of its own bounding box farthest from the
-  center it was sent (counts add up to its declared n; the center lies in its box);
+  moves that cluster's center to a corner of its own bounding box: the corner farthest
+  from its nearest received center, and that center's cluster (counts add up to its
+  declared n; the center lies in its box; sums of squares and the reported cost are those
+  of all its points sitting at that corner, so every check of the reply holds);
 - ``lying evaluation``: in the final evaluation it reports the smallest cost its own
   sums and counts allow (it hides its points' scatter);
 - DA-UFL, ``moved means``: in every inner step it sends, for every cluster, the gradient
@@ -93,14 +95,21 @@ def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray], data_mean: np.n
         if attack == "moved center" and kind == "train.fedkmeans_train":
             sent = message.content.array_records["arrays"]["centers"].numpy()
             centers, counts = record["centers"].numpy().copy(), record["counts"].numpy()
-            j = int(np.argmax(counts))
-            corner = np.where(np.abs(low - sent[j]) > np.abs(high - sent[j]), low, high)
+            # the corner of its box farthest from ITS nearest received center, and that
+            # center's cluster: all its points "sit" there, consistent with every bound
+            corners = np.array(np.meshgrid(*zip(low, high))).reshape(len(low), -1).T
+            gaps = ((corners[:, None, :] - sent[None]) ** 2).sum(-1)
+            far = int(np.argmax(gaps.min(1)))
+            corner, j = corners[far], int(np.argmin(gaps[far]))
             centers[j] = corner
             new_counts = np.zeros_like(counts)
             new_counts[j] = counts.sum()
             sumsq = np.zeros_like(centers)
             sumsq[j] = new_counts[j] * corner**2
             record["centers"], record["counts"], record["sumsq"] = Array(centers), Array(new_counts), Array(sumsq)
+            # and the cost of the received centers its forged statistics imply (else the
+            # train_cost_mismatch check drops the reply): all its points at the corner
+            record["cost"] = Array(np.array([new_counts[j] * float(np.sum((corner - sent[j]) ** 2))]))
         if attack == "moved means" and kind == "train.daufl_step":
             sent = message.content.array_records["arrays"]["centers"].numpy()
             weight = record["weight"].numpy()
