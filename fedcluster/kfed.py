@@ -509,8 +509,6 @@ def kfed_merge(
     if weighting == "capped-count":
         counts = cap_device_weights(counts)
     weights = np.concatenate(counts) if weighting != "uniform" else np.ones(points.shape[0])
-    if weighting != "uniform" and weights.sum() <= 0:
-        weights = np.ones(points.shape[0])  # all counts zero: fall back to uniform
 
     min_devices = int(min_devices)
     if min_devices < 1:
@@ -541,8 +539,9 @@ def unsupported_centers(owner: np.ndarray, labels: np.ndarray, k: int, min_devic
     its global cluster in 0..k-1)."""
     owner = np.asarray(owner, dtype=np.int64)
     labels = np.asarray(labels, dtype=np.int64)
-    pairs = np.unique(labels * (int(owner.max(initial=0)) + 1) + owner)  # distinct (cluster, device)
-    support = np.bincount(pairs // (int(owner.max(initial=0)) + 1), minlength=int(k))
+    devices = int(owner.max(initial=0)) + 1
+    pairs = np.unique(labels * devices + owner)  # distinct (cluster, device)
+    support = np.bincount(pairs // devices, minlength=int(k))
     return support[labels] < int(min_devices)
 
 
@@ -559,7 +558,6 @@ def _best_grouping(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Steps 2-7 once: the lowest weighted-cost grouping of ``points`` over the starts of
     :func:`kfed_merge` (the paper's farthest-point start from a seeded device first)."""
-    _check_k(k, points.shape[0])
     if weights.sum() <= 0:
         weights = np.ones(points.shape[0])  # all counts zero: fall back to uniform
     nonempty_devices = np.unique(owner)

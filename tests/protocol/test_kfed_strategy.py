@@ -155,36 +155,56 @@ def test_k_prime_may_differ_per_device(tmp_path):
     assert rows.tolist() == [4, 2, 2, 2]
 
 
+def _four_blobs_on_ten_devices(tmp_path, seed):
+    """Ten devices, each with 40 points of two of four well-separated blobs."""
+    rng = np.random.default_rng(seed)
+    means = np.array([[0.0, 0.0], [8.0, 0.0], [0.0, 8.0], [8.0, 8.0]])
+    devices = [np.concatenate([means[j] + rng.normal(size=(40, 2)) for j in (i % 4, (i + 1) % 4)]) for i in range(10)]
+    return devices, write_npy_dir(tmp_path / "data", devices)
+
+
+def _lying_kfed_device(change):
+    """A reply hook: node 1000's k-FED local reply rewritten by ``change(arrays, metrics)``
+    (both dicts, changed in place)."""
+    from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+
+    def hook(node, message, reply):
+        if node != 1000 or reply.has_error() or message.metadata.message_type != "query.kfed_local":
+            return reply
+        arrays = {k: v.numpy() for k, v in reply.content.array_records["arrays"].items()}
+        metrics = dict(reply.content.metric_records["metrics"])
+        change(arrays, metrics)
+        content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}), "metrics": MetricRecord(metrics)})
+        return Message(content, reply_to=message)
+
+    return hook
+
+
+def _kfed_true_cost(tmp_path, devices, data_dir, overrides, hook, name):
+    """(true cost per point of the run's centers on all points, result)."""
+    out = tmp_path / name
+    result = run({"algorithm": "kfed", "k": 4, "k-prime": 2, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(out),
+                  "kfed-evaluate": False, "reference": False, **overrides}, num_nodes=len(devices), reply_hook=hook)
+    X = np.concatenate(devices)
+    C = np.load(out / "centers.npy")
+    return ((X[:, None, :] - C[None]) ** 2).sum(-1).min(1).mean(), result
+
+
 def test_capped_count_weighting_stops_a_device_that_inflates_its_counts(tmp_path):
     """One device of ten claims 1e6 times its points and moves its centers halfway to a
     neighbouring cluster (inside its own box): with count weighting it drags the global
     centers; with capped-count it weighs like a median device."""
-    from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+    devices, data_dir = _four_blobs_on_ten_devices(tmp_path, 0)
 
-    rng = np.random.default_rng(0)
-    means = np.array([[0.0, 0.0], [8.0, 0.0], [0.0, 8.0], [8.0, 8.0]])
-    devices = [np.concatenate([means[j] + rng.normal(size=(40, 2)) for j in (i % 4, (i + 1) % 4)]) for i in range(10)]
-    data_dir = write_npy_dir(tmp_path / "data", devices)
-
-    def hostile(node, message, reply):
-        if node != 1000 or reply.has_error() or message.metadata.message_type != "query.kfed_local":
-            return reply
-        arrays = {k: v.numpy() for k, v in reply.content.array_records["arrays"].items()}
+    def inflate(arrays, metrics):
         arrays["centers"] = arrays["centers"] * 0.5 + 2.0  # still inside its box
         arrays["counts"] = arrays["counts"] * 1e6
-        metrics = dict(reply.content.metric_records["metrics"])
         metrics["num-examples"] = int(arrays["counts"].sum())
-        content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}), "metrics": MetricRecord(metrics)})
-        return Message(content, reply_to=message)
 
-    X = np.concatenate(devices)
+    hostile = _lying_kfed_device(inflate)
 
     def true_cost(weighting, hook, name):
-        out = tmp_path / name
-        run({"algorithm": "kfed", "k": 4, "k-prime": 2, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(out),
-             "kfed-weighting": weighting, "kfed-evaluate": False, "reference": False}, num_nodes=len(devices), reply_hook=hook)
-        C = np.load(out / "centers.npy")
-        return ((X[:, None, :] - C[None]) ** 2).sum(-1).min(1).mean()
+        return _kfed_true_cost(tmp_path, devices, data_dir, {"kfed-weighting": weighting}, hook, name)[0]
 
     honest = true_cost("count", None, "honest")
     attacked = true_cost("count", hostile, "count")
@@ -199,31 +219,16 @@ def test_min_devices_stops_a_device_that_claims_a_cluster_far_from_everyone(tmp_
     """One device of ten moves one of its two centers far from every point: the farthest-point
     start makes it a global cluster of its own (so two true clusters share one); with
     kfed-min-devices=2 its center is left out and recorded, and the result is the honest one."""
-    from flwr.app import Array, ArrayRecord, RecordDict
+    devices, data_dir = _four_blobs_on_ten_devices(tmp_path, 1)
 
-    rng = np.random.default_rng(1)
-    means = np.array([[0.0, 0.0], [8.0, 0.0], [0.0, 8.0], [8.0, 8.0]])
-    devices = [np.concatenate([means[j] + rng.normal(size=(40, 2)) for j in (i % 4, (i + 1) % 4)]) for i in range(10)]
-    data_dir = write_npy_dir(tmp_path / "data", devices)
-
-    def hostile(node, message, reply):
-        if node != 1000 or reply.has_error() or message.metadata.message_type != "query.kfed_local":
-            return reply
-        arrays = {k: v.numpy() for k, v in reply.content.array_records["arrays"].items()}
+    def far_center(arrays, metrics):
         arrays["centers"][1] = [60.0, 60.0]
-        content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}),
-                              "metrics": reply.content.metric_records["metrics"]})
-        return Message(content, reply_to=message)
 
-    X = np.concatenate(devices)
+    hostile = _lying_kfed_device(far_center)
 
     def outcome(min_devices, hook, name):
-        out = tmp_path / name
-        result = run({"algorithm": "kfed", "k": 4, "k-prime": 2, "dataset": "npy-dir", "data-dir": str(data_dir),
-                      "output-dir": str(out), "kfed-min-devices": min_devices, "kfed-evaluate": False, "reference": False},
-                     num_nodes=len(devices), reply_hook=hook)
-        C = np.load(out / "centers.npy")
-        return ((X[:, None, :] - C[None]) ** 2).sum(-1).min(1).mean(), result["kfed"]["left_out"]
+        cost, result = _kfed_true_cost(tmp_path, devices, data_dir, {"kfed-min-devices": min_devices}, hook, name)
+        return cost, result["kfed"]["left_out"]
 
     honest, none_left_out = outcome(1, None, "honest")
     attacked, _ = outcome(1, hostile, "attacked")
