@@ -70,6 +70,7 @@ from .base import FederatedStrategy, FederationError, Reply, sum_arrays, sum_met
 K_RANGE_MAX_BYTES = 64 * 10**6  # the k-range scoring message to every device
 
 
+FULL_BATCH = {"local-epochs": 1, "batch-size": 0, "client-lr": 1.0}  # a train reply = Lloyd statistics
 COARSE_STREAM = 7  # random stream of the coarse summaries (init-coarse), apart from the server's generator
 
 
@@ -285,23 +286,31 @@ class FedKMeans(FederatedStrategy):
             every = cfg["eval-every"]
             measure = not everyone and every > 0 and t > 1 and (t - 1) % every == 0
             sampled = set(nodes)
-            others = [n for n in self.active_nodes if n not in sampled] if measure else []
-            requests = [train]
+            unsampled = [n for n in self.active_nodes if n not in sampled]
+            others = unsampled if measure else []
+            # server-memory starts from every node: in round 1 the nodes not sampled send the
+            # full-batch statistics of the starting centers in the same round trip, so the
+            # first updates do not pull every center towards the few nodes drawn first.
+            seeding = unsampled if cfg["server-memory"] and not everyone and t == 1 else []
+            requests = {"train": train}
             if others:
-                requests.append(dict(task="lloyd_stats", nodes=others, arrays={"centers": centers}, sizes={"k": k},
-                                     phase="evaluation"))
+                requests["measure"] = dict(task="lloyd_stats", nodes=others, arrays={"centers": centers},
+                                           sizes={"k": k}, phase="evaluation")
+            if seeding:
+                requests["seed"] = dict(train, nodes=seeding, config=FULL_BATCH, phase="memory", min_replies=0)
             # SuperNodes that connected since the start are asked for their data summary in
             # the same round trip and may be sampled from the next round on.
             joining = self.newcomers()
             if joining:
-                requests.append(self.join_request(joining))
+                requests["join"] = self.join_request(joining)
             if len(requests) > 1:
-                replies, *rest = self.broadcast_together(*requests)
+                got = dict(zip(requests, self.broadcast_together(*requests.values())))
             else:
-                replies, rest = self.broadcast(**train), []
-            measured = rest[0] if others else []
+                got = {"train": self.broadcast(**train)}
+            replies, measured = got["train"], got.get("measure", [])
             if joining:
-                self.admit_newcomers(rest[-1])
+                self.admit_newcomers(got["join"])
+            latest.update({r.node_id: r for r in got.get("seed", [])})
             latest.update({r.node_id: r for r in replies})
             left = present - set(self.active_nodes)  # NODE_UNAVAILABLE or silent too long
             orphans = orphaned_clusters({n: r.arrays["counts"] for n, r in latest.items()}, left)

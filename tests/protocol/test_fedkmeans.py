@@ -287,7 +287,9 @@ def sampled_training(parts, tmp_path, **overrides):
 def test_server_memory_is_lloyd_over_every_nodes_latest_statistics(tmp_path):
     """Written out naively: a node's statistics are the per-cluster sums and counts of its
     points under the centers it last received; the new centers are the pooled means of every
-    node's latest statistics (clusters nobody holds keep their center)."""
+    node's latest statistics (clusters nobody holds keep their center). The memory starts
+    from every node: in round 1 the unsampled nodes send the statistics of the starting
+    centers too."""
     rng = np.random.default_rng(3)
     parts = [rng.normal(size=(25 + 3 * i, 2)) + (i % 4) * 5 for i in range(10)]
     strategy, sent = sampled_training(parts, tmp_path, fraction=0.3, **{"reassign-patience": 1000})
@@ -295,12 +297,14 @@ def test_server_memory_is_lloyd_over_every_nodes_latest_statistics(tmp_path):
     rounds = 6
     out = strategy.train(C, rounds)
     per_round = 3  # floor(0.3 * 10) nodes sampled per round
-    assert len(sent) == rounds * per_round
+    sizes = [len(parts)] + [per_round] * (rounds - 1)  # round 1: 3 sampled + 7 seeding the memory
+    assert len(sent) == sum(sizes)
+    assert sorted(i for i, _ in sent[: len(parts)]) == list(range(len(parts)))
     memory = {}
     centers = C.copy()
     history = []
     for t in range(rounds):
-        this_round = sent[t * per_round:(t + 1) * per_round]
+        this_round = sent[sum(sizes[:t]):sum(sizes[: t + 1])]
         for i, received in this_round:
             np.testing.assert_allclose(received, centers, rtol=0, atol=1e-9)
             labels = ((parts[i][:, None, :] - received[None]) ** 2).sum(-1).argmin(1)
@@ -326,6 +330,39 @@ def test_server_memory_is_lloyd_over_every_nodes_latest_statistics(tmp_path):
         naive = ((X[:, None, :] - history[t][None]) ** 2).sum(-1).min(1).mean()
         assert strategy.rounds[t]["cost"] == pytest.approx(naive, rel=1e-9), t
     assert strategy.rounds[-1]["cost"] is None  # measured by the run's final evaluation
+
+
+def test_memory_seeding_is_full_batch_round_one_only_and_only_with_server_memory(tmp_path):
+    """Mini-batch training: the sampled nodes get B and E, the round-1 seeding messages to the
+    others ask for full-batch statistics (phase "memory"); without server-memory, or with every
+    node sampled, nobody is asked beyond the sample."""
+    from fedcluster import protocol
+
+    rng = np.random.default_rng(5)
+    parts = [rng.normal(size=(30, 2)) + (i % 3) * 6 for i in range(10)]
+    C = np.array([[0.0, 0.0], [6.0, 6.0], [12.0, 12.0]])
+    for overrides, expect_seed in (({}, True), ({"server-memory": False}, False), ({"fraction": 1.0}, False)):
+        seen = []  # (round, node, batch-size)
+
+        def hook(node, message, reply):
+            if message.metadata.message_type.startswith("train."):
+                config = message.content.config_records[protocol.CONFIG]
+                seen.append((strategy._current_round["round"], node, config["batch-size"]))
+            return reply
+
+        settings = {"fraction": 0.3, "batch-size": 8, "local-epochs": 2, **overrides}
+        strategy = strategy_over(parts, tmp_path / str(len(overrides)) / str(expect_seed), reply_hook=hook, **settings)
+        strategy.train(C, 3)
+        first = [s for s in seen if s[0] == 1]
+        later = [s for s in seen if s[0] > 1]
+        sampled = 10 if settings["fraction"] == 1.0 else 3
+        assert all(b == 8 for _, _, b in later) and len(later) == 2 * sampled
+        if expect_seed:
+            assert len(first) == 10 and sorted(b for _, _, b in first) == [0] * 7 + [8] * 3
+            assert any(p["phase"] == "memory" for p in strategy.phases)
+        else:
+            assert len(first) == sampled and all(b == 8 for _, _, b in first)
+            assert not any(p["phase"] == "memory" for p in strategy.phases)
 
 
 def test_partial_participation_defaults_converge_where_previous_defaults_drift(tmp_path):
