@@ -301,12 +301,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="rounds per run in (b) and (c)")
     parser.add_argument("--points-per-client", type=int, default=100)
     parser.add_argument("--skip-kernel", action="store_true", help="skip (a)")
+    parser.add_argument("--kernel-only", action="store_true", help="only (a)")
     parser.add_argument("--keep-flwr-home", action="store_true", help="keep the temporary FLWR_HOME (SuperLink log) of (c)")
     args = parser.parse_args(argv)
 
     print_header("Speed")
     if not args.skip_kernel:
         kernel_section(50_000 if args.quick else 200_000, 32, 16, args.repeats)
+    if args.kernel_only:
+        return 0
     client_counts = [10, 100] if args.quick else [10, 100, 1000]
     inprocess = inprocess_section(client_counts, args.points_per_client, args.rounds)
     if args.flwr:

@@ -138,7 +138,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "candidates are drawn on that coarse summary and scored in the same round"),
         Key("eval-every", 1, "federated evaluation every this many rounds (0 = never; partial participation)", low=0, high=MANY),
         Key("tol", 0.0, "stop when the centers move at most this much (0 = run num-rounds)", low=0),
-        Key("server-memory", True, "aggregate every node's latest statistics (unsampled ones as last reported); false: this round's replies only (the paper)"),
+        Key("server-memory", True, "aggregate every node's latest statistics (unsampled ones as last reported; every node sends its statistics of the start in round 1); false: this round's replies only (the paper)"),
         Key("aggregation", "mean", "combining the devices' centers (FedKMeans) or agents' implied means (DA-UFL): "
             "mean (the papers), trimmed-mean, median", choices=AGGREGATIONS),
         Key("trim-fraction", 0.1, "trimmed-mean: share of a cluster's devices dropped at each end", low=0, high=0.5),

@@ -42,6 +42,19 @@ def test_lloyd_statistics_match_naive(chunk, weighted):
     assert np.array_equal(assign(X, C, chunk_rows=chunk)[0], labels)
 
 
+def test_cost_from_statistics_is_accurate_far_from_the_origin_and_never_negative():
+    """The cost comes from the statistics (sum ||x||² + sum_j (W_j ||c_j||² − 2 c_j·S_j)):
+    checked against the per-point form on data offset by 1e4 σ, and exactly on the centers."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(2000, 5)) + 1e4
+    C = X[:4] + 0.5
+    _, _, cost, _, _ = naive_statistics(X, C)
+    assert lloyd_statistics(X, C, chunk_rows=64).cost == pytest.approx(cost, rel=1e-6)
+    on_centers = np.repeat(C, 3, axis=0)
+    assert lloyd_statistics(on_centers, C).cost >= 0.0
+    assert lloyd_statistics(on_centers, C).cost <= 1e-6 * float((on_centers ** 2).sum()) * 1e-9
+
+
 def test_empty_cluster_keeps_center():
     X = np.zeros((5, 2))
     C = np.array([[0.0, 0.0], [100.0, 100.0]])
