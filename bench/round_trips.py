@@ -5,7 +5,8 @@ Every algorithm runs in-process with its run-config defaults on small generated 
 grouped by round trip (phases pushed together share one) and sorted into: before the first round, per round (mean over the rounds), after
 the last round, and in total. In a deployment every round trip costs about one
 SuperLink/SuperNode exchange (~6 s measured on this machine), so this is the latency
-budget of a run. Rows with a measurement option switched off show what it costs.
+budget of a run. Rows with a measurement option switched off (one by one, or all by
+``preset = "deployment"``) show what it costs.
 
 Usage::
 
@@ -25,12 +26,15 @@ ROWS = {
     "fedkmeans (fraction 1)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10},
     "fedkmeans (fraction 0.3, eval-every 1: default)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10, "fraction": 0.3},
     "fedkmeans (fraction 0.3, eval-every 0)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10, "fraction": 0.3, "eval-every": 0},
+    "fedkmeans (fraction 0.3, preset deployment)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10, "fraction": 0.3, "preset": "deployment"},
     "fedkmeans k-range 2:8": {"algorithm": "fedkmeans", "k-range": "2:8"},
     "kfed (kfed-evaluate: default)": {"algorithm": "kfed", "k": 4},
     "kfed (kfed-evaluate = false)": {"algorithm": "kfed", "k": 4, "kfed-evaluate": False},
+    "kfed (preset deployment)": {"algorithm": "kfed", "k": 4, "preset": "deployment"},
     "da-ufl (som)": {"algorithm": "da-ufl", "k": 4, "dataset": "da-ufl-paper"},
     "feddp-kmeans (2 Lloyd rounds, evaluate-cost: default)": {"algorithm": "feddp-kmeans", "k": 4, "dataset": "feddp-mixture", "lloyd-rounds": 2},
     "feddp-kmeans (evaluate-cost = false)": {"algorithm": "feddp-kmeans", "k": 4, "dataset": "feddp-mixture", "lloyd-rounds": 2, "evaluate-cost": False},
+    "feddp-kmeans (preset deployment)": {"algorithm": "feddp-kmeans", "k": 4, "dataset": "feddp-mixture", "lloyd-rounds": 2, "preset": "deployment"},
     "fedspectral": {"algorithm": "fedspectral", "k": 2},
     "fedspectral-plus (10 rounds)": {"algorithm": "fedspectral-plus", "k": 2, "num-rounds": 10},
 }

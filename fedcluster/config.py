@@ -97,6 +97,15 @@ KFED_WEIGHTINGS = ("count", "uniform", "capped-count")
 AGGREGATIONS = ("mean", "trimmed-mean", "median")  # fedcluster/robust.py
 FEDKMEANS_INITS = ("auto", "local-summaries", "kfed", "random-box", "server-kmeans++")
 FEDDP_INITS = ("auto", "feddp", "server-kmeans++", "server-lloyds", "sphere-packing")
+# Presets: values for keys left at their default (a key given another value than both its
+# default and the preset's is a conflict). "deployment" switches off the measurement rounds
+# that are not part of any algorithm: in a deployment every round trip costs seconds, and
+# FedDP's exact cost report is not private.
+PRESETS: dict[str, dict[str, Any]] = {
+    "none": {},
+    "deployment": {"eval-every": 0, "kfed-evaluate": False, "evaluate-cost": False},
+}
+PRESET_NAMES = tuple(PRESETS)
 
 SECTIONS: dict[str, tuple[Key, ...]] = {
     "common": (
@@ -104,6 +113,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("k", 5, "number of clusters", low=1, high=MANY),
         Key("num-rounds", 20, "training rounds", low=0, high=MANY),
         Key("seed", 0, "seed of the server's random choices and of generated data", low=0, high=SEED_MAX),
+        Key("preset", "none", "deployment: the measurement phases that are not part of the algorithm are off "
+            "(eval-every = 0, kfed-evaluate = false, evaluate-cost = false)", choices=PRESET_NAMES),
     ),
     "data": (
         Key("dataset", "gaussian-mixture", "where the devices' data come from", choices=DATASETS),
@@ -244,6 +255,14 @@ def with_defaults(run_config: dict[str, Any] | None, algorithms: Sequence[str] |
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"unknown run-config key {name!r}{hint}")
         merged[name] = KEYS[name].coerce(value)
+    KEYS["preset"].check(merged["preset"])
+    for name, value in PRESETS[merged["preset"]].items():
+        if merged[name] not in (DEFAULTS[name], value):
+            raise ConfigError(
+                f"run-config {name} = {merged[name]!r} conflicts with preset {merged['preset']!r}, which sets "
+                f"{name} = {value!r}: drop one of the two"
+            )
+        merged[name] = value
     for name, key in KEYS.items():
         key.check(merged[name])
     if algorithms is not None and merged["algorithm"] not in algorithms:

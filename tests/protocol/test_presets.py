@@ -1,0 +1,54 @@
+"""preset = "deployment": the measurement phases that are not part of any algorithm are not
+sent, and the results are the same centers as with them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedcluster.config import ConfigError, with_defaults
+from inprocess import run
+from test_feddp import NODES, small
+
+BASE = {"dataset": "gaussian-mixture", "num-points": 400, "dim": 3, "k": 3, "num-rounds": 3, "reference": False}
+CASES = {
+    # algorithm run -> the phases the preset removes, round trips saved
+    "fedkmeans, fraction 0.5": ({**BASE, "fraction": 0.5}, {"evaluation"}, 0),  # it travels with training
+    "kfed": ({**BASE, "algorithm": "kfed"}, {"evaluation"}, 1),
+}
+
+
+def phases(result):
+    return {p["phase"] for p in result["phases"]}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_deployment_preset_drops_the_measurement_phases_and_keeps_the_centers(tmp_path, name):
+    config, removed, saved = CASES[name]
+    plain = run({**config, "output-dir": str(tmp_path / "plain")}, num_nodes=8)
+    deployed = run({**config, "preset": "deployment", "output-dir": str(tmp_path / "deployed")}, num_nodes=8)
+    assert removed <= phases(plain)
+    assert not removed & phases(deployed)
+    assert deployed["communication"]["bytes_up"] < plain["communication"]["bytes_up"]
+    assert deployed["communication"]["round_trips"] == plain["communication"]["round_trips"] - saved
+    np.testing.assert_array_equal(np.load(tmp_path / "plain" / "centers.npy"), np.load(tmp_path / "deployed" / "centers.npy"))
+
+
+def test_deployment_preset_drops_feddp_exact_cost_report(tmp_path):
+    plain = run(small(tmp_path / "plain"), num_nodes=NODES)
+    deployed = run(small(tmp_path / "deployed", preset="deployment"), num_nodes=NODES)
+    assert "final" in plain and "final" in plain["privacy"]["not_covered"]
+    assert "final" not in deployed and "final" not in deployed["privacy"]["not_covered"]
+    assert "final-evaluation" in phases(plain) and "final-evaluation" not in phases(deployed)
+
+
+def test_preset_values_and_conflicts():
+    config = with_defaults({"preset": "deployment"})
+    assert (config["eval-every"], config["kfed-evaluate"], config["evaluate-cost"]) == (0, False, False)
+    assert with_defaults({"preset": "deployment", "kfed-evaluate": False})["kfed-evaluate"] is False
+    assert with_defaults({})["kfed-evaluate"] is True  # no preset: the measurement stays on
+    with pytest.raises(ConfigError, match="eval-every = 5 conflicts with preset 'deployment'"):
+        with_defaults({"preset": "deployment", "eval-every": 5})
+    with pytest.raises(ConfigError, match="preset must be one of none, deployment"):
+        with_defaults({"preset": "production"})
+    assert with_defaults(config) == config  # a full config validates again unchanged
