@@ -40,10 +40,7 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,12 +48,11 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import ROOT, markdown_table, print_header, run_inprocess  # noqa: E402
+from _common import ROOT, SimulationSuperLink, markdown_table, print_header, run_inprocess  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 TARGET = 1.5
-VENV_BIN = Path(sys.executable).parent
 
 
 # --------------------------------------------------------------------------- (a) kernel
@@ -179,85 +175,21 @@ def inprocess_section(client_counts: list[int], points_per_client: int, rounds: 
 
 
 # --------------------------------------------------------------------------- (c) flwr run
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_healthy(port: int, process: subprocess.Popen, timeout: float = 60.0) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"flower-superlink exited with code {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"flower-superlink did not become healthy on port {port} within {timeout} s")
-
-
 def flwr_section(
     client_counts: list[int], points_per_client: int, rounds: int, inprocess: dict[int, dict], args_keep_home: bool = False
 ) -> None:
     print("## (c) `flwr run` simulation (Ray) vs in-process, same runs\n", flush=True)
-    home = Path(tempfile.mkdtemp(prefix="fedcluster-bench-flwr-home-"))
-    env = dict(os.environ)
-    env.update({
-        "FLWR_HOME": str(home),
-        "FLWR_TELEMETRY_ENABLED": "0",
-        "FLWR_DISABLE_UPDATE_CHECK": "1",
-        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-        "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
-    })
-    port, control_port = free_port(), free_port()
-    # Flower writes its default config.toml on first use; add our own connection to it.
-    subprocess.run([str(VENV_BIN / "flwr"), "config", "list"], env=env, capture_output=True, timeout=60)
-    config_file = home / "config.toml"
-    text = config_file.read_text() if config_file.exists() else '[superlink]\ndefault = "bench"\n'
-    text += f'\n[superlink.bench]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
-    config_file.write_text(text)
-    log_file = home / "superlink.log"
-    command = [
-        str(VENV_BIN / "flower-superlink"), "--insecure", "--simulation",
-        "--host", "127.0.0.1", "--port", str(port),
-        # The gRPC Control API would otherwise bind 0.0.0.0:9093 and clash with any other
-        # SuperLink on this machine; the flag is deprecated but still honoured in 1.41.
-        "--control-api-address", f"127.0.0.1:{control_port}",
-        "--disable-runtime-dependency-installation",
-        "--database", str(home / "state.db"),
-    ]
-    print(f"SuperLink: `{' '.join(command)}` (FLWR_HOME={home})\n", flush=True)
-    with open(log_file, "w") as log:
-        superlink = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     rows = []
-    failed = False
-    try:
-        wait_healthy(port, superlink)
+    with SimulationSuperLink(keep=args_keep_home) as link:
+        print(f"SuperLink: `{' '.join(link.command)}` (FLWR_HOME={link.home})\n", flush=True)
         for clients in client_counts:
             output_dir = tempfile.mkdtemp(prefix=f"fedcluster-bench-flwr-{clients}-")
             cfg = inprocess_config(clients, points_per_client, rounds)
             cfg.update({"output-dir": output_dir, "min-nodes": clients})
-            run_config = " ".join(
-                f"{key}={json.dumps(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value}"
-                for key, value in cfg.items()
-            )
-            flwr_command = [
-                str(VENV_BIN / "flwr"), "run", str(ROOT), "bench", "--stream",
-                "--run-config", run_config, "--federation-config", f"num-supernodes={clients}",
-            ]
-            print(f"`{' '.join(flwr_command)}`", flush=True)
-            started = time.perf_counter()
-            completed = subprocess.run(flwr_command, env=env, capture_output=True, text=True, timeout=3600)
-            wall = time.perf_counter() - started
+            completed, wall = link.run(ROOT, cfg, clients)
             result_file = Path(output_dir) / "result.json"
             if completed.returncode != 0 or not result_file.exists():
-                failed = True
+                link.failed = True
                 tail = (completed.stdout + completed.stderr)[-3000:]
                 print(f"\nflwr run failed (exit {completed.returncode}, result.json {'present' if result_file.exists() else 'missing'}):\n```\n{tail}\n```\n")
                 rows.append([clients, f"{inprocess[clients]['per_round']:.3f}", "failed", "–", "–", f"{wall:.0f}"])
@@ -273,17 +205,6 @@ def flwr_section(
                 f"{result['wall_time_s']:.1f}",
                 f"{wall:.1f}",
             ])
-    finally:
-        os.killpg(superlink.pid, signal.SIGTERM)  # the SuperLink and the SuperExec it started
-        try:
-            superlink.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(superlink.pid, signal.SIGKILL)
-            superlink.wait()
-    if args_keep_home or failed:
-        print(f"kept FLWR_HOME {home} (SuperLink log: {log_file})")
-    else:
-        shutil.rmtree(home, ignore_errors=True)
     print()
     print(markdown_table(
         ["supernodes", "in-process s / round", "flwr run s / round", "flwr / in-process",

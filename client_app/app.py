@@ -2,7 +2,8 @@
 
 Message type ``query.<task>`` or ``train.<task>``; content ``{"arrays": ArrayRecord,
 "config": ConfigRecord}``. The reply is ``{"arrays": ArrayRecord, "metrics":
-MetricRecord}`` with at least ``num-examples``. A kernel that fails (bad data, a
+MetricRecord}`` with at least ``num-examples``. A ``query.bundle`` message carries several
+tasks (:mod:`fedcluster.protocol`); each part is run and answered on its own. A kernel that fails (bad data, a
 dimension mismatch, ...) produces an error reply whose reason says what went wrong; the
 server logs it and drops that node's contribution.
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import traceback
 
-from flwr.app import Array, ArrayRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedcluster import protocol
@@ -57,6 +58,20 @@ def load_data(context: Context) -> DeviceData:
     return _DATA_CACHE[key]
 
 
+def _failure(task: str, where: str, exc: Exception) -> str:
+    reason = f"task {task!r} failed{where}: {type(exc).__name__}: {exc}"
+    if not isinstance(exc, (ValueError, KeyError, OSError)):
+        reason += "\n" + traceback.format_exc(limit=4)
+    return reason
+
+
+def _run(task: str, data: DeviceData, records: ArrayRecord | None, config: ConfigRecord | None) -> tuple[ArrayRecord, MetricRecord]:
+    """One task on this device's data: request records in, reply records out."""
+    arrays = {k: array_numpy(v) for k, v in records.items()} if records is not None else {}
+    out_arrays, metrics = run_task(task, data, arrays, dict(config) if config is not None else {})
+    return ArrayRecord({k: Array(**array_fields(v)) for k, v in out_arrays.items()}), MetricRecord(dict(metrics))
+
+
 def handle(message: Message, context: Context) -> Message:
     task = message.metadata.message_type.split(".", 1)[-1]
     where = ""
@@ -64,23 +79,36 @@ def handle(message: Message, context: Context) -> Message:
         data = load_data(context)
         where = f" on {data.describe()}"
         content = message.content
+        if task == protocol.BUNDLE:
+            return Message(run_bundle(content, data, where), reply_to=message)
         records, configs = content.array_records, content.config_records
-        arrays = {k: array_numpy(v) for k, v in records[protocol.ARRAYS].items()} if protocol.ARRAYS in records else {}
-        config = dict(configs[protocol.CONFIG]) if protocol.CONFIG in configs else {}
-        out_arrays, metrics = run_task(task, data, arrays, config)
-        reply = RecordDict(
-            {
-                protocol.ARRAYS: ArrayRecord({k: Array(**array_fields(v)) for k, v in out_arrays.items()}),
-                protocol.METRICS: MetricRecord(dict(metrics)),
-            }
-        )
-        return Message(reply, reply_to=message)
+        arrays, metrics = _run(task, data, records.get(protocol.ARRAYS), configs.get(protocol.CONFIG))
+        return Message(RecordDict({protocol.ARRAYS: arrays, protocol.METRICS: metrics}), reply_to=message)
     except Exception as exc:  # every failure becomes an error reply that says what happened
-        reason = f"task {task!r} failed{where}: {type(exc).__name__}: {exc}"
-        if not isinstance(exc, (ValueError, KeyError, OSError)):
-            reason += "\n" + traceback.format_exc(limit=4)
-        return Message(Error(code=CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=message)
+        return Message(Error(code=CLIENT_APP_RAISED_EXCEPTION, reason=_failure(task, where, exc)), reply_to=message)
+
+
+def run_bundle(content: RecordDict, data: DeviceData, where: str = "") -> RecordDict:
+    """The reply to a bundle (several tasks in one message, :mod:`fedcluster.protocol`):
+    ``arrays.i``/``metrics.i`` per part, ``error.i`` for a part that failed; one failing
+    part never costs the others."""
+    tasks = content.config_records[protocol.BUNDLE]["tasks"]
+    if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+        raise ValueError(f"a bundle's {protocol.BUNDLE!r} record must list task names, got {tasks!r}")
+    records, configs = content.array_records, content.config_records
+    reply = RecordDict()
+    for index, task in enumerate(tasks):
+        try:
+            arrays, metrics = _run(
+                task, data, records.get(protocol.part(protocol.ARRAYS, index)), configs.get(protocol.part(protocol.CONFIG, index))
+            )
+            reply[protocol.part(protocol.ARRAYS, index)] = arrays
+            reply[protocol.part(protocol.METRICS, index)] = metrics
+        except Exception as exc:
+            reply[protocol.part(protocol.ERROR, index)] = ConfigRecord({"reason": _failure(task, where, exc)})
+    return reply
 
 
 for _task in protocol.TASKS.values():
     getattr(app, _task.kind)(_task.name)(handle)
+app.query(protocol.BUNDLE)(handle)

@@ -21,6 +21,14 @@ per device, ``q`` bins) must match
 the bound value; an unbound symbol (``c``, a count the device chooses) must agree between
 the arrays of one reply. ``*`` is any size.
 
+Bundles: when one round trip asks a node for several tasks (the start-up queries a server
+sends together), they travel as ONE message of type ``query.bundle``: part ``i`` is the
+records ``arrays.i`` and ``config.i`` of task ``config-record "bundle"["tasks"][i]``; the
+reply holds ``arrays.i`` and ``metrics.i`` per part, or ``error.i`` (``{"reason": ...}``)
+for a part that failed. Each part is checked as its own reply. (Flower's simulation engine
+scans every stored message for every node it serves, and a deployment starts one
+ClientApp process per message: one message per node per round trip costs least.)
+
 NumPy only: a device imports this.
 """
 
@@ -37,6 +45,8 @@ from .privacy.clipping import DATA_POINT, LEVELS
 ARRAYS = "arrays"
 CONFIG = "config"
 METRICS = "metrics"
+BUNDLE = "bundle"  # the task name of a bundle message and its config record (module docstring)
+ERROR = "error"
 NUM_EXAMPLES = "num-examples"
 DIM = "dim"
 
@@ -456,6 +466,12 @@ TASKS: dict[str, Task] = {
         ),
     )
 }
+
+
+def part(record: str, index: int) -> str:
+    """The name of record ``record`` (``arrays``, ``config``, ``metrics``, ``error``) of part
+    ``index`` of a bundle."""
+    return f"{record}.{index}"
 
 
 def task(name: str) -> Task:

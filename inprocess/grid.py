@@ -6,9 +6,11 @@ import time
 import uuid
 from typing import Any, Callable, Iterable
 
-from flwr.app import Context, Error, Message, RecordDict
+from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
+
+from fedcluster import protocol
 
 # Flower's error codes (flwr.common.constant.ErrorCode).
 CLIENT_APP_RAISED_EXCEPTION = 2
@@ -129,17 +131,54 @@ class InProcessGrid(Grid):
         if context is None:
             return Message(Error(code=NODE_UNAVAILABLE, reason=f"node {node} is not connected"), reply_to=message)
         started = time.perf_counter()
-        try:
-            reply = self._client_app(message, context)
-        except Exception as exc:  # as Flower's runtime does: an exception becomes an error reply
-            reply = Message(
-                Error(code=CLIENT_APP_RAISED_EXCEPTION, reason=f"{type(exc).__name__}: {exc}"),
-                reply_to=message,
-            )
+        bundle = self._reply_hook is not None and message.metadata.message_type == f"query.{protocol.BUNDLE}"
+        reply = self._call_parts(node, message, context) if bundle else self._call(message, context)
         elapsed = time.perf_counter() - started
         self.client_seconds += elapsed
         if elapsed > self._timeout:
             return None
-        if self._reply_hook is not None:
+        if self._reply_hook is not None and not bundle:
             reply = self._reply_hook(node, message, reply)
         return reply
+
+    def _call(self, message: Message, context: Context) -> Message:
+        try:
+            return self._client_app(message, context)
+        except Exception as exc:  # as Flower's runtime does: an exception becomes an error reply
+            return Message(
+                Error(code=CLIENT_APP_RAISED_EXCEPTION, reason=f"{type(exc).__name__}: {exc}"),
+                reply_to=message,
+            )
+
+    def _call_parts(self, node: int, message: Message, context: Context) -> Message | None:
+        """A bundle, for a ``reply_hook``: each part delivered as the plain message it
+        stands for (so the hook sees ``query.<task>`` messages and replies, as without
+        bundles), the replies put back together as the bundle's reply. A part the hook
+        silences or reports NODE_UNAVAILABLE for does so for the whole node."""
+        content = message.content
+        tasks = content.config_records[protocol.BUNDLE]["tasks"]
+        joined = RecordDict()
+        for index, task in enumerate(tasks):
+            part = Message(
+                RecordDict({
+                    protocol.ARRAYS: content.array_records[protocol.part(protocol.ARRAYS, index)],
+                    protocol.CONFIG: content.config_records[protocol.part(protocol.CONFIG, index)],
+                }),
+                node,
+                protocol.task(task).message_type,
+                group_id=message.metadata.group_id,
+            )
+            part.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+            reply = self._reply_hook(node, part, self._call(part, context))
+            if reply is None:
+                return None
+            if reply.has_error() and reply.error.code == NODE_UNAVAILABLE:  # the node is gone, not one task
+                return Message(Error(code=NODE_UNAVAILABLE, reason=reply.error.reason), reply_to=message)
+            if reply.has_error():
+                joined[protocol.part(protocol.ERROR, index)] = ConfigRecord({"reason": reply.error.reason})
+                continue
+            if protocol.ARRAYS in reply.content.array_records:
+                joined[protocol.part(protocol.ARRAYS, index)] = reply.content.array_records[protocol.ARRAYS]
+            if protocol.METRICS in reply.content.metric_records:
+                joined[protocol.part(protocol.METRICS, index)] = reply.content.metric_records[protocol.METRICS]
+        return Message(joined, reply_to=message)

@@ -41,6 +41,19 @@ class FederationError(RuntimeError):
     """The federation cannot go on: too few nodes or too few valid replies."""
 
 
+# Pause between two pulls of a broadcast's pending replies. A pull costs the SuperLink work
+# in proportion to the pending ids (in simulation, in the very process and under the lock
+# that also hands the messages to the ClientApps): the pause grows with the pull so that
+# pulling takes at most 1 / (1 + PULL_PAUSE_FACTOR) of the time, never under PULL_PAUSE_S.
+PULL_PAUSE_S = 0.1
+PULL_PAUSE_FACTOR = 9.0
+
+
+def pull_pause(pull_seconds: float) -> float:
+    """Seconds to wait before the next pull after one that took ``pull_seconds``."""
+    return max(PULL_PAUSE_S, PULL_PAUSE_FACTOR * pull_seconds)
+
+
 @dataclass
 class Reply:
     """A validated reply of one node."""
@@ -77,6 +90,65 @@ def payload_bytes(record: ArrayRecord | None) -> int:
 
 def to_array_record(arrays: dict[str, np.ndarray] | None) -> ArrayRecord:
     return ArrayRecord({key: Array(**array_fields(value)) for key, value in (arrays or {}).items()})
+
+
+@dataclass
+class Incoming:
+    """One reply to one broadcast as pulled, before any check: from a plain message, or
+    one part of a bundle's reply. ``key``: the message id, ``<id>/<part>`` for a part."""
+
+    key: str
+    node: int
+    error: str | None = None  # why there is nothing to check: the device's or Flower's error, or unreadable
+    kind: str = "error"  # of the failure: "error", "unavailable" (Flower's NODE_UNAVAILABLE), "invalid"
+    arrays: ArrayRecord | None = None
+    metrics: dict[str, Any] | None = None
+    up: int = 0  # bytes of array payload
+
+
+def part_key(message_id: str, index: int, parts: int) -> str:
+    return message_id if parts == 1 else f"{message_id}/{index}"
+
+
+def bundle_message(messages: list[Message], group: str) -> Message:
+    """The messages of one round trip to ONE node as a single ``query.bundle`` message
+    (:mod:`fedcluster.protocol`), parts in the given order."""
+    content = RecordDict({protocol.BUNDLE: ConfigRecord({
+        "tasks": [m.metadata.message_type.split(".", 1)[-1] for m in messages]
+    })})
+    for index, message in enumerate(messages):
+        content[protocol.part(protocol.ARRAYS, index)] = message.content.array_records[protocol.ARRAYS]
+        content[protocol.part(protocol.CONFIG, index)] = message.content.config_records[protocol.CONFIG]
+    return Message(content, messages[0].metadata.dst_node_id, f"query.{protocol.BUNDLE}", group_id=group)
+
+
+def incoming(message: Message, node: int, parts: int) -> list[Incoming]:
+    """A pulled message as the replies it holds (``parts`` > 1: a bundle's). Anything
+    unreadable becomes a reason, never an exception."""
+    mid = message.metadata.reply_to_message_id
+    keys = [part_key(mid, index, parts) for index in range(parts)]
+    if message.has_error():
+        kind = "unavailable" if message.error.code == ErrorCode.NODE_UNAVAILABLE else "error"
+        return [Incoming(key, node, error=f"error reply: {message.error.reason}", kind=kind) for key in keys]
+    out = []
+    for index, key in enumerate(keys):
+        try:
+            content = message.content
+            records, metric_records = content.array_records, content.metric_records
+            if parts == 1:
+                names = protocol.ARRAYS, protocol.METRICS
+            else:
+                names = protocol.part(protocol.ARRAYS, index), protocol.part(protocol.METRICS, index)
+                error = content.config_records.get(protocol.part(protocol.ERROR, index))
+                if error is not None:
+                    out.append(Incoming(key, node, error=f"error reply: {error.get('reason', '(no reason given)')}"))
+                    continue
+            arrays = records.get(names[0])
+            metrics = dict(metric_records[names[1]]) if names[1] in metric_records else {}
+            out.append(Incoming(key, node, arrays=arrays, metrics=metrics, up=payload_bytes(arrays)))
+        except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
+            out.append(Incoming(key, node, error=f"unreadable reply: {type(exc).__name__}: {exc}", kind="invalid"))
+    return out
 
 
 def sum_arrays(replies: list[Reply], key: str) -> np.ndarray:
@@ -315,18 +387,23 @@ class FederatedStrategy:
         return self.broadcast_together(request)[0]
 
     def broadcast_together(self, *requests: dict[str, Any]) -> list[list[Reply]]:
-        """Several broadcasts (each a dict of :meth:`broadcast`'s arguments, to disjoint
-        nodes) in ONE round trip: all messages are pushed, then pulled together. Each is
+        """Several broadcasts (each a dict of :meth:`broadcast`'s arguments; a node may be
+        in several) in ONE round trip: all messages are pushed, then pulled together. Each is
         checked and recorded as its own phase; returns each one's valid replies."""
         started = time.perf_counter()
         self.round_trips += 1
         prepared = [self._prepare(**request) for request in requests]
         deadline = time.monotonic() + self.config["round-timeout"]  # from sending, not from the first pull
-        sent = [self._push(p["messages"], p["nodes"]) for p in prepared]
-        raw = self._pull(set().union(*(set(node_of) for node_of, _ in sent)), deadline)
+        sent, pushed = self._push_together(prepared)
+        pulled: dict[str, Incoming] = {}
+        for message in self._pull(set(pushed), deadline):
+            mid = message.metadata.reply_to_message_id
+            node, parts = pushed.get(mid, (message.metadata.src_node_id, 1))
+            for reply in incoming(message, node, parts):
+                pulled[reply.key] = reply
         out = []
         for p, (node_of, failures) in zip(prepared, sent):
-            mine = [m for m in raw if m.metadata.reply_to_message_id in node_of]
+            mine = [pulled[key] for key in node_of if key in pulled]
             self._phase = p["phase"]
             replies, up = self._collect(mine, node_of, p["reply_spec"], failures)
             self._record_phase(p["phase"], p["spec"], p["nodes"], replies, failures, p["down"], up, time.perf_counter() - started)
@@ -381,48 +458,60 @@ class FederatedStrategy:
             messages.append(Message(content, int(node), spec.message_type, group_id=group))
         return messages, down
 
-    def _push(self, messages: list[Message], nodes: list[int]) -> tuple[dict[str, int], list[dict[str, Any]]]:
-        message_ids = list(self.grid.push_messages(messages)) if messages else []
-        node_of = {mid: node for mid, node in zip(message_ids, nodes) if mid}
-        failures = [
-            {"node": node, "kind": "refused", "reason": "the SuperLink did not accept the message"}
-            for mid, node in zip(message_ids, nodes)
-            if not mid
-        ]
-        return node_of, failures
+    def _push_together(self, prepared: list[dict[str, Any]]) -> tuple[list[tuple[dict[str, int], list]], dict[str, tuple[int, int]]]:
+        """Push the messages of one round trip, ONE per node: a node asked for several
+        tasks gets them as a bundle. Returns, per prepared broadcast, ``(reply key ->
+        node, failures)``, and per pushed message id its ``(node, parts)``."""
+        by_node: dict[int, list[tuple[int, Message]]] = {}
+        for index, p in enumerate(prepared):
+            for node, message in zip(p["nodes"], p["messages"]):
+                by_node.setdefault(int(node), []).append((index, message))
+        outgoing, routes = [], []
+        for node, items in by_node.items():
+            messages = [message for _, message in items]
+            outgoing.append(messages[0] if len(messages) == 1 else bundle_message(messages, messages[0].metadata.group_id))
+            routes.append([index for index, _ in items])
+        message_ids = list(self.grid.push_messages(outgoing)) if outgoing else []
+        sent: list[tuple[dict[str, int], list]] = [({}, []) for _ in prepared]
+        pushed: dict[str, tuple[int, int]] = {}
+        for mid, message, route in zip(message_ids, outgoing, routes):
+            node = int(message.metadata.dst_node_id)
+            if mid:
+                pushed[mid] = (node, len(route))
+            for part, index in enumerate(route):
+                if mid:
+                    sent[index][0][part_key(mid, part, len(route))] = node
+                else:
+                    sent[index][1].append({"node": node, "kind": "refused", "reason": "the SuperLink did not accept the message"})
+        return sent, pushed
 
     def _collect(
-        self, raw: list[Message], node_of: dict[str, int], spec: ReplySpec, failures: list[dict[str, Any]]
+        self, raw: list[Incoming], node_of: dict[str, int], spec: ReplySpec, failures: list[dict[str, Any]]
     ) -> tuple[list[Reply], int]:
-        """Validate the replies pulled for one broadcast (``node_of``: message id -> node);
+        """Validate the replies pulled for one broadcast (``node_of``: reply key -> node);
         a message with no reply is a timeout. Replies arrive in whatever order the
         transport delivers them; they are returned in node order so that the same seed
         gives the same result."""
         replies: list[Reply] = []
         up = 0
         answered = set()
-        for message in raw:
-            mid = message.metadata.reply_to_message_id
-            node = node_of.get(mid, message.metadata.src_node_id)
-            answered.add(mid)
-            if message.has_error():
-                lost = message.error.code == ErrorCode.NODE_UNAVAILABLE
-                failures.append(
-                    {"node": node, "kind": "unavailable" if lost else "error", "reason": f"error reply: {message.error.reason}"}
-                )
+        for reply in raw:
+            node = node_of.get(reply.key, reply.node)
+            answered.add(reply.key)
+            if reply.error is not None:
+                failures.append({"node": node, "kind": reply.kind, "reason": reply.error})
                 continue
+            up += reply.up
             try:
-                records = message.content.array_records
-                up += payload_bytes(records[protocol.ARRAYS] if protocol.ARRAYS in records else None)
-                reason, reply = self._validate(node, message, spec)
+                reason, valid = self._validate(node, reply, spec)
             except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
-                reason, reply = f"unreadable reply: {type(exc).__name__}: {exc}", None
+                reason, valid = f"unreadable reply: {type(exc).__name__}: {exc}", None
             if reason:
                 failures.append({"node": node, "kind": "invalid", "reason": reason})
                 continue
-            replies.append(reply)
-        for mid, node in node_of.items():
-            if mid not in answered:
+            replies.append(valid)
+        for key, node in node_of.items():
+            if key not in answered:
                 failures.append(
                     {"node": node, "kind": "timeout", "reason": f"no reply within round-timeout={self.config['round-timeout']} s"}
                 )
@@ -465,20 +554,20 @@ class FederatedStrategy:
     def _pull(self, pending: set[str], deadline: float) -> list[Message]:
         out: list[Message] = []
         while pending:
+            started = time.monotonic()
             got = list(self.grid.pull_messages(list(pending)))
             out.extend(got)
             pending.difference_update(m.metadata.reply_to_message_id for m in got)
             if not pending or time.monotonic() > deadline:
                 break
-            time.sleep(0.05 if got else 0.1)
+            time.sleep(pull_pause(time.monotonic() - started))
         return out
 
-    def _validate(self, node: int, message: Message, spec: ReplySpec) -> tuple[str | None, Reply | None]:
-        content = message.content
-        if protocol.ARRAYS not in content.array_records:
+    def _validate(self, node: int, reply: Incoming, spec: ReplySpec) -> tuple[str | None, Reply | None]:
+        if reply.arrays is None:
             return f"reply has no {protocol.ARRAYS!r} record", None
-        arrays = {key: array_numpy(value) for key, value in content.array_records[protocol.ARRAYS].items()}
-        metrics = dict(content.metric_records[protocol.METRICS]) if protocol.METRICS in content.metric_records else {}
+        arrays = {key: array_numpy(value) for key, value in reply.arrays.items()}
+        metrics = reply.metrics or {}
         if protocol.DIM in metrics and self.dimension is not None and metrics[protocol.DIM] != self.dimension:
             return f"the node's data has dimension {metrics[protocol.DIM]}, the federation's is {self.dimension}", None
         reason = spec.task.check_reply(arrays, metrics, spec.sizes, spec.config) or bounds.box_violation(spec.task, arrays)

@@ -1,0 +1,1 @@
+"""Minimal Flower echo app (the baseline of bench/flwr_scale.py)."""

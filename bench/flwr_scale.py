@@ -1,0 +1,149 @@
+"""`flwr run` simulation at scale: seconds per broadcast, fedcluster against a minimal echo app.
+
+For each number of SuperNodes (default 1000; ``--supernodes 1000 5000``) the script starts
+its own ``flower-superlink --insecure --simulation`` (private FLWR_HOME, free loopback
+ports, stopped by PID afterwards; see ``_common.SimulationSuperLink``) and runs, on it,
+one after the other:
+
+1. fedcluster's FedKMeans (IID Gaussian mixture, ``--points-per-client`` 100, d = 8,
+   k = 8, ``--rounds`` 5, no central reference): seconds per training round from the
+   run's result.json (``rounds[i].seconds``: messages built and pushed, replies pulled,
+   validated and aggregated), the start-up round trips (``phases[].round_trip``) and the
+   bytes per device per round;
+2. the echo app of ``bench/echo_app`` (a ServerApp that broadcasts one float64 array
+   with Flower's own ``grid.send_and_receive`` and ClientApps that reply with another),
+   with the SAME payload per device down and up as one FedKMeans round and as many
+   broadcasts as FedKMeans has rounds.
+
+It prints the median seconds per broadcast of each and their ratio (target: ours / echo
+≤ 1.15). Both apps wait until all N nodes registered before their first broadcast, so
+node start-up is not counted in either.
+
+Usage::
+
+    python bench/flwr_scale.py                       # 1000 SuperNodes (~5 min)
+    python bench/flwr_scale.py --supernodes 1000 5000
+    python bench/flwr_scale.py --quick               # 100 SuperNodes, 3 rounds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import ROOT, SimulationSuperLink, markdown_table, print_header  # noqa: E402
+
+TARGET = 1.15
+ECHO_APP = Path(__file__).resolve().parent / "echo_app"
+
+
+def fedkmeans_config(supernodes: int, points_per_client: int, rounds: int, output_dir: str) -> dict:
+    return {
+        "algorithm": "fedkmeans", "dataset": "gaussian-mixture", "partition": "iid",
+        "num-points": supernodes * points_per_client, "dim": 8, "k": 8, "num-rounds": rounds,
+        "reference": False, "min-nodes": supernodes, "output-dir": output_dir,
+    }
+
+
+def failure(completed, what: str) -> str:
+    tail = (completed.stdout + completed.stderr)[-3000:]
+    return f"\n{what} failed (exit {completed.returncode}):\n```\n{tail}\n```\n"
+
+
+def measure(link: SimulationSuperLink, supernodes: int, points_per_client: int, rounds: int) -> dict | None:
+    output_dir = tempfile.mkdtemp(prefix=f"fedcluster-bench-scale-{supernodes}-")
+    completed, ours_wall = link.run(ROOT, fedkmeans_config(supernodes, points_per_client, rounds, output_dir), supernodes)
+    result_file = Path(output_dir) / "result.json"
+    if not result_file.exists():
+        link.failed = True
+        print(failure(completed, f"fedcluster at {supernodes} SuperNodes (no result.json)"))
+        return None
+    result = json.loads(result_file.read_text())
+    train = [r for r in result["rounds"] if r["replies"] == supernodes]
+    if len(train) != len(result["rounds"]):
+        print(f"note: {len(result['rounds']) - len(train)} round(s) without every reply left out")
+    per_round = [r["seconds"] for r in train]
+    down = max(1, round(statistics.median(r["bytes_down"] for r in train) / supernodes / 8))
+    up = max(1, round(statistics.median(r["bytes_up"] for r in train) / supernodes / 8))
+    startup: dict[int, float] = {}
+    for phase in result["phases"]:
+        if phase["round"] is None and phase.get("round_trip") is not None:
+            startup[phase["round_trip"]] = max(startup.get(phase["round_trip"], 0.0), phase["seconds"])
+
+    echo_out = Path(output_dir) / "echo.json"
+    echo_config = {
+        "broadcasts": len(per_round), "down-floats": down, "up-floats": up,
+        "min-nodes": supernodes, "output": str(echo_out),
+    }
+    completed, echo_wall = link.run(ECHO_APP, echo_config, supernodes)
+    if not echo_out.exists():
+        link.failed = True
+        print(failure(completed, f"echo app at {supernodes} SuperNodes (no output)"))
+        return None
+    echo = json.loads(echo_out.read_text())
+    if any(count != supernodes for count in echo["replies"]):
+        print(f"note: echo replies per broadcast {echo['replies']} (of {supernodes})")
+    return {
+        "supernodes": supernodes,
+        "ours": per_round,
+        "echo": echo["seconds"],
+        "startup": [startup[key] for key in sorted(startup)],
+        "down": down * 8, "up": up * 8,
+        "ours_wall": ours_wall, "echo_wall": echo_wall,
+        "ours_server_wall": result["wall_time_s"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--supernodes", type=int, nargs="+", default=[1000])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--points-per-client", type=int, default=100)
+    parser.add_argument("--quick", action="store_true", help="100 SuperNodes, 3 rounds")
+    parser.add_argument("--keep-flwr-home", action="store_true", help="keep the SuperLink's FLWR_HOME (its log)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.supernodes, args.rounds = [100], 3
+    print_header("`flwr run` simulation: seconds per broadcast, fedcluster FedKMeans vs a minimal echo app")
+    rows, ok = [], True
+    for supernodes in args.supernodes:
+        with SimulationSuperLink(keep=args.keep_flwr_home) as link:
+            print(f"{supernodes} SuperNodes: SuperLink `{' '.join(link.command)}`", flush=True)
+            measured = measure(link, supernodes, args.points_per_client, args.rounds)
+        if measured is None:
+            ok = False
+            rows.append([supernodes, "failed", "–", "–", "–", "–", "–"])
+            continue
+        ours, echo = statistics.median(measured["ours"]), statistics.median(measured["echo"])
+        ratio = ours / echo
+        ok = ok and ratio <= TARGET
+        print(f"  ours s/round {', '.join(f'{s:.2f}' for s in measured['ours'])}; "
+              f"echo s/broadcast {', '.join(f'{s:.2f}' for s in measured['echo'])}; "
+              f"start-up round trips {', '.join(f'{s:.2f}' for s in measured['startup'])} s; "
+              f"flwr run wall {measured['ours_wall']:.0f} s (ServerApp {measured['ours_server_wall']:.0f} s) / "
+              f"{measured['echo_wall']:.0f} s", flush=True)
+        rows.append([
+            supernodes, f"{measured['down']} / {measured['up']}", f"{ours:.2f}", f"{echo:.2f}",
+            f"{ratio:.2f}" + ("" if ratio <= TARGET else " (above 1.15)"),
+            " + ".join(f"{s:.1f}" for s in measured["startup"]),
+            f"{measured['ours_wall']:.0f} / {measured['echo_wall']:.0f}",
+        ])
+    print()
+    print(markdown_table(
+        ["SuperNodes", "bytes per device down / up", "ours s / round (median)", "echo s / broadcast (median)",
+         "ours / echo", "ours start-up round trips s", "`flwr run` wall s ours / echo"],
+        rows,
+    ))
+    print(f"\ntarget: ours / echo <= {TARGET}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
