@@ -41,17 +41,14 @@ class FederationError(RuntimeError):
     """The federation cannot go on: too few nodes or too few valid replies."""
 
 
-# Pause between two pulls of a broadcast's pending replies. A pull costs the SuperLink work
-# in proportion to the pending ids (in simulation, in the very process and under the lock
-# that also hands the messages to the ClientApps): the pause grows with the pull so that
-# pulling takes at most 1 / (1 + PULL_PAUSE_FACTOR) of the time, never under PULL_PAUSE_S.
+# Pause between two pulls of a broadcast's pending replies. Flower's own pause (the
+# in-memory grid's `pull_interval`) when the last pull brought nothing; a shorter one while
+# replies are arriving: a message and its reply leave the SuperLink's store only when the
+# reply is pulled, and Flower's simulation engine rescans that whole store for every node
+# about every 0.1 s, so replies left waiting slow down the delivery of the others
+# (`bench/flwr_scale.py`: a pause longer than Flower's made 1000-node rounds 1.5-2.5x slower).
 PULL_PAUSE_S = 0.1
-PULL_PAUSE_FACTOR = 9.0
-
-
-def pull_pause(pull_seconds: float) -> float:
-    """Seconds to wait before the next pull after one that took ``pull_seconds``."""
-    return max(PULL_PAUSE_S, PULL_PAUSE_FACTOR * pull_seconds)
+PULL_AGAIN_S = 0.02
 
 
 @dataclass
@@ -395,18 +392,34 @@ class FederatedStrategy:
         prepared = [self._prepare(**request) for request in requests]
         deadline = time.monotonic() + self.config["round-timeout"]  # from sending, not from the first pull
         sent, pushed = self._push_together(prepared)
-        pulled: dict[str, Incoming] = {}
-        for message in self._pull(set(pushed), deadline):
-            mid = message.metadata.reply_to_message_id
-            node, parts = pushed.get(mid, (message.metadata.src_node_id, 1))
-            for reply in incoming(message, node, parts):
-                pulled[reply.key] = reply
+        phase_of = {key: index for index, (node_of, _) in enumerate(sent) for key in node_of}
+        checked: list[list[Reply]] = [[] for _ in prepared]
+        answered: list[set[str]] = [set() for _ in prepared]
+        up = [0] * len(prepared)
+
+        def check(batch: list[Message]) -> None:
+            """Check replies as they arrive, while the others are still on their way."""
+            for message in batch:
+                mid = message.metadata.reply_to_message_id
+                node, parts = pushed.get(mid, (message.metadata.src_node_id, 1))
+                for reply in incoming(message, node, parts):
+                    index = phase_of.get(reply.key)
+                    if index is None or reply.key in answered[index]:
+                        continue  # not ours, or a second reply to the same message
+                    p, (node_of, failures) = prepared[index], sent[index]
+                    self._phase = p["phase"]
+                    answered[index].add(reply.key)
+                    valid, up_bytes = self._check_reply(reply, node_of, p["reply_spec"], failures)
+                    up[index] += up_bytes
+                    if valid is not None:
+                        checked[index].append(valid)
+
+        self._pull(set(pushed), deadline, check)
         out = []
-        for p, (node_of, failures) in zip(prepared, sent):
-            mine = [pulled[key] for key in node_of if key in pulled]
+        for index, (p, (node_of, failures)) in enumerate(zip(prepared, sent)):
             self._phase = p["phase"]
-            replies, up = self._collect(mine, node_of, p["reply_spec"], failures)
-            self._record_phase(p["phase"], p["spec"], p["nodes"], replies, failures, p["down"], up, time.perf_counter() - started)
+            replies = self._finish_replies(checked[index], answered[index], node_of, failures)
+            self._record_phase(p["phase"], p["spec"], p["nodes"], replies, failures, p["down"], up[index], time.perf_counter() - started)
             self.phases[-1]["round_trip"] = self.round_trips  # phases sent together share one
             self._track_presence(p["nodes"], failures)
             required = self.required_replies(len(p["nodes"])) if p["min_replies"] is None else p["min_replies"]
@@ -485,31 +498,31 @@ class FederatedStrategy:
                     sent[index][1].append({"node": node, "kind": "refused", "reason": "the SuperLink did not accept the message"})
         return sent, pushed
 
-    def _collect(
-        self, raw: list[Incoming], node_of: dict[str, int], spec: ReplySpec, failures: list[dict[str, Any]]
-    ) -> tuple[list[Reply], int]:
-        """Validate the replies pulled for one broadcast (``node_of``: reply key -> node);
-        a message with no reply is a timeout. Replies arrive in whatever order the
+    def _check_reply(
+        self, reply: Incoming, node_of: dict[str, int], spec: ReplySpec, failures: list[dict[str, Any]]
+    ) -> tuple[Reply | None, int]:
+        """One pulled reply of one broadcast (``node_of``: reply key -> node), checked: the
+        valid :class:`Reply` or None with the reason appended to ``failures``; and the
+        bytes of array payload it carried."""
+        node = node_of.get(reply.key, reply.node)
+        if reply.error is not None:
+            failures.append({"node": node, "kind": reply.kind, "reason": reply.error})
+            return None, 0
+        try:
+            reason, valid = self._validate(node, reply, spec)
+        except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
+            reason, valid = f"unreadable reply: {type(exc).__name__}: {exc}", None
+        if reason:
+            failures.append({"node": node, "kind": "invalid", "reason": reason})
+            return None, reply.up
+        return valid, reply.up
+
+    def _finish_replies(
+        self, replies: list[Reply], answered: set[str], node_of: dict[str, int], failures: list[dict[str, Any]]
+    ) -> list[Reply]:
+        """A message with no reply is a timeout. Replies arrive in whatever order the
         transport delivers them; they are returned in node order so that the same seed
         gives the same result."""
-        replies: list[Reply] = []
-        up = 0
-        answered = set()
-        for reply in raw:
-            node = node_of.get(reply.key, reply.node)
-            answered.add(reply.key)
-            if reply.error is not None:
-                failures.append({"node": node, "kind": reply.kind, "reason": reply.error})
-                continue
-            up += reply.up
-            try:
-                reason, valid = self._validate(node, reply, spec)
-            except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
-                reason, valid = f"unreadable reply: {type(exc).__name__}: {exc}", None
-            if reason:
-                failures.append({"node": node, "kind": "invalid", "reason": reason})
-                continue
-            replies.append(valid)
         for key, node in node_of.items():
             if key not in answered:
                 failures.append(
@@ -517,7 +530,7 @@ class FederatedStrategy:
                 )
         replies.sort(key=lambda reply: reply.node_id)
         failures.sort(key=lambda failure: str(failure["node"]))
-        return replies, up
+        return replies
 
     def _record_phase(self, phase, spec, nodes, replies, failures, down, up, seconds) -> None:
         for failure in failures:
@@ -551,16 +564,19 @@ class FederatedStrategy:
         fraction = self.config["min-reply-fraction"]
         return min(sent, max(self.config["min-replies"], int(math.ceil(fraction * sent))))
 
-    def _pull(self, pending: set[str], deadline: float) -> list[Message]:
+    def _pull(self, pending: set[str], deadline: float, on_batch: Callable[[list[Message]], None] | None = None) -> list[Message]:
+        """Pull the replies to ``pending`` message ids until all came or ``deadline``;
+        ``on_batch`` is called with each pull's replies as they come."""
         out: list[Message] = []
         while pending:
-            started = time.monotonic()
             got = list(self.grid.pull_messages(list(pending)))
             out.extend(got)
             pending.difference_update(m.metadata.reply_to_message_id for m in got)
+            if got and on_batch is not None:
+                on_batch(got)
             if not pending or time.monotonic() > deadline:
                 break
-            time.sleep(pull_pause(time.monotonic() - started))
+            time.sleep(PULL_AGAIN_S if got else PULL_PAUSE_S)
         return out
 
     def _validate(self, node: int, reply: Incoming, spec: ReplySpec) -> tuple[str | None, Reply | None]:

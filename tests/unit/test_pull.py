@@ -1,20 +1,12 @@
-"""The server's pull loop: it waits longer between pulls that cost more (pull_pause)."""
+"""The server's pull loop: Flower's own pause after a pull that brought nothing, a short
+one while replies arrive (they leave the SuperLink's store only when pulled)."""
 
 from types import SimpleNamespace
 
 import pytest
 
 from server_app import base
-from server_app.base import PULL_PAUSE_FACTOR, PULL_PAUSE_S, pull_pause
-
-
-def test_pause_has_a_floor_and_grows_with_the_pull():
-    assert pull_pause(0.0) == PULL_PAUSE_S
-    assert pull_pause(0.001) == PULL_PAUSE_S
-    assert pull_pause(0.05) == pytest.approx(PULL_PAUSE_FACTOR * 0.05)
-    # pulling takes at most 1 / (1 + factor) of the time once the pull dominates
-    for seconds in (0.02, 0.1, 1.0):
-        assert seconds / (seconds + pull_pause(seconds)) <= 1 / (1 + PULL_PAUSE_FACTOR) + 1e-12
+from server_app.base import PULL_AGAIN_S, PULL_PAUSE_S
 
 
 class _Reply:
@@ -22,17 +14,18 @@ class _Reply:
         self.metadata = SimpleNamespace(reply_to_message_id=mid)
 
 
-class _SlowGrid:
-    """Each pull costs `cost` seconds (on the fake clock) and returns one pending reply."""
+class _Grid:
+    """Each pull costs `cost` seconds (on the fake clock) and returns one pending reply,
+    or none on the pulls numbered in `empty`."""
 
-    def __init__(self, clock, cost):
-        self.clock, self.cost, self.calls = clock, cost, []
+    def __init__(self, clock, cost, empty=()):
+        self.clock, self.cost, self.calls, self.empty = clock, cost, [], set(empty)
 
     def pull_messages(self, ids):
         ids = sorted(ids)
         self.calls.append(len(ids))
         self.clock.now += self.cost
-        return [_Reply(ids[0])]
+        return [] if len(self.calls) in self.empty else [_Reply(ids[0])]
 
 
 class _Clock:
@@ -47,21 +40,27 @@ class _Clock:
         self.now += seconds
 
 
-@pytest.mark.parametrize("cost", [0.001, 0.05])
-def test_pull_loop_pauses_by_the_cost_of_its_pulls(monkeypatch, cost):
+def test_pause_is_flowers_own_pull_interval():
+    from flwr.simulation.run_simulation import InMemoryGrid
+
+    assert PULL_PAUSE_S == InMemoryGrid.__init__.__defaults__[-1] == 0.1
+
+
+def test_pull_loop_pulls_again_soon_while_replies_arrive(monkeypatch):
     clock = _Clock()
     monkeypatch.setattr(base, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep, perf_counter=clock.monotonic))
-    grid = _SlowGrid(clock, cost)
+    grid = _Grid(clock, 0.01, empty={2})
     pending = {f"m{i}" for i in range(4)}
     out = base.FederatedStrategy._pull(SimpleNamespace(grid=grid), set(pending), deadline=1e9)
     assert {m.metadata.reply_to_message_id for m in out} == pending
-    assert grid.calls == [4, 3, 2, 1]  # one reply per pull, the pending set shrinks
-    assert clock.sleeps == pytest.approx([max(PULL_PAUSE_S, PULL_PAUSE_FACTOR * cost)] * 3)
+    assert grid.calls == [4, 3, 3, 2, 1]  # one reply per pull but the second: the pending set shrinks
+    assert clock.sleeps == pytest.approx([PULL_AGAIN_S, PULL_PAUSE_S, PULL_AGAIN_S, PULL_AGAIN_S])
+    assert PULL_AGAIN_S < PULL_PAUSE_S
 
 
 def test_pull_loop_stops_at_the_deadline(monkeypatch):
     clock = _Clock()
     monkeypatch.setattr(base, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep, perf_counter=clock.monotonic))
-    grid = _SlowGrid(clock, 0.5)
+    grid = _Grid(clock, 0.5)
     out = base.FederatedStrategy._pull(SimpleNamespace(grid=grid), {"a", "b", "c"}, deadline=0.4)
     assert len(out) == 1 and clock.sleeps == []
