@@ -13,7 +13,9 @@ starts once the previous run's Ray processes are gone) and runs, one after the o
 2. the echo app of ``bench/echo_app`` (a ServerApp that broadcasts one float64 array
    with Flower's own ``grid.send_and_receive`` and ClientApps that reply with another),
    with the SAME payload per device down and up as one FedKMeans round and as many
-   broadcasts as FedKMeans has rounds, once BEFORE and once AFTER fedcluster's run.
+   broadcasts as FedKMeans has rounds (plus a first one, left out: it starts the Ray
+   actors, which fedcluster's start-up round trips do before its rounds), once BEFORE and
+   once AFTER fedcluster's run.
 
 It prints the median seconds per broadcast of each and the ratio of ours to the mean of
 the two echo medians (target ≤ 1.15); two echo runs that disagree show how much the
@@ -75,7 +77,9 @@ def quiesce(timeout: float = 60.0) -> None:
 def run_echo(keep: bool, supernodes: int, broadcasts: int, down: int, up: int, output_dir: str,
              tag: str) -> dict | None:
     out = Path(output_dir) / f"echo-{tag}.json"
-    config = {"broadcasts": broadcasts, "down-floats": down, "up-floats": up, "min-nodes": supernodes, "output": str(out)}
+    # One broadcast more than asked: the first one starts the Ray actors (fedcluster's runs do
+    # that in their start-up round trips, before the rounds measured) and is left out.
+    config = {"broadcasts": broadcasts + 1, "down-floats": down, "up-floats": up, "min-nodes": supernodes, "output": str(out)}
     quiesce()
     with SimulationSuperLink(keep=keep) as link:
         completed, wall = link.run(ECHO_APP, config, supernodes)
@@ -86,6 +90,7 @@ def run_echo(keep: bool, supernodes: int, broadcasts: int, down: int, up: int, o
     echo = json.loads(out.read_text())
     if any(count != supernodes for count in echo["replies"]):
         print(f"note: echo replies per broadcast {echo['replies']} (of {supernodes})")
+    echo["warm-up"], echo["seconds"] = echo["seconds"][0], echo["seconds"][1:]
     echo["wall"] = wall
     return echo
 
@@ -130,6 +135,7 @@ def measure(keep: bool, supernodes: int, points_per_client: int, rounds: int) ->
         "supernodes": supernodes,
         "ours": per_round,
         "echo": [before["seconds"], after["seconds"]],
+        "warm-up": [before["warm-up"], after["warm-up"]],
         "startup": [startup[key] for key in sorted(startup)],
         "down": echo_bytes[0], "up": echo_bytes[1],
         "ours_wall": ours_wall, "echo_wall": [before["wall"], after["wall"]],
@@ -161,8 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         ratio = ours / echo
         ok = ok and ratio <= TARGET
         print(f"  ours s/round {', '.join(f'{s:.2f}' for s in measured['ours'])}; "
-              f"echo s/broadcast before {', '.join(f'{s:.2f}' for s in measured['echo'][0])}, "
-              f"after {', '.join(f'{s:.2f}' for s in measured['echo'][1])}; "
+              f"echo s/broadcast before {', '.join(f'{s:.2f}' for s in measured['echo'][0])} "
+              f"(warm-up {measured['warm-up'][0]:.2f} left out), "
+              f"after {', '.join(f'{s:.2f}' for s in measured['echo'][1])} (warm-up {measured['warm-up'][1]:.2f}); "
               f"start-up round trips {', '.join(f'{s:.2f}' for s in measured['startup'])} s; "
               f"flwr run wall {measured['ours_wall']:.0f} s (ServerApp {measured['ours_server_wall']:.0f} s), "
               f"echo {' / '.join(f'{w:.0f}' for w in measured['echo_wall'])} s", flush=True)

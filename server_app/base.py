@@ -45,10 +45,11 @@ class FederationError(RuntimeError):
 # in-memory grid's `pull_interval`) when the last pull brought nothing; a shorter one while
 # replies are arriving: a message and its reply leave the SuperLink's store only when the
 # reply is pulled, and Flower's simulation engine rescans that whole store for every node
-# about every 0.1 s, so replies left waiting slow down the delivery of the others
-# (`bench/flwr_scale.py`: a pause longer than Flower's made 1000-node rounds 1.5-2.5x slower).
+# about every 0.1 s, so replies left waiting slow down the delivery of the others (one
+# `bench/flwr_scale.py` run at 1000 nodes with pauses of up to 9x the pull's own time:
+# rounds of 15-26 s instead of 9-11 s).
 PULL_PAUSE_S = 0.1
-PULL_AGAIN_S = 0.02
+PULL_AGAIN_S = 0.05
 
 
 @dataclass
