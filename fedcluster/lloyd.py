@@ -127,6 +127,41 @@ def _nearest_block(Xc: np.ndarray, minus_two_centers_t: np.ndarray, c_sq: np.nda
     return labels, np.take_along_axis(block, labels[:, None], axis=1)[:, 0]
 
 
+# Up to this many centers, :func:`lloyd_statistics` finds each row's nearest center by a
+# minimum over the centers and a comparison with it, along contiguous rows of a (k x rows)
+# block; beyond it, by a per-row argmin over a (rows x k) block. Measured with one thread
+# (n = 1e5-2e5, d = 2-300): the first is 1.2-4.7x faster at k <= 32, even at k = 48 and
+# 1.15-1.2x slower at k = 64-128.
+MEMBERSHIP_MAX_K = 40
+
+
+def _membership_block(Xc, minus_two_centers_t, c_sq, membership, ones, scratch=None):
+    """Fill ``membership`` (k x rows) with the indicator of every row's nearest center
+    (ties: the lowest index, as :func:`nearest`); return the rows per center and a work
+    buffer for the next chunk of the same size. ``ones`` holds ``rows`` ones."""
+    k, rows = membership.shape
+    if k > MEMBERSHIP_MAX_K:
+        membership.fill(0.0)
+        labels = _nearest_block(Xc, minus_two_centers_t, c_sq, with_values=False)
+        membership[labels, np.arange(rows)] = 1.0
+        return membership @ ones, scratch
+    if scratch is None:
+        scratch = (np.empty((k, rows)), np.empty(rows))
+    block, nearest_value = scratch  # ||c||² - 2 x·c, one column per row of the chunk
+    np.matmul(Xc, minus_two_centers_t, out=block.T)
+    block += c_sq[:, None]
+    np.minimum.reduce(block, axis=0, out=nearest_value)
+    np.equal(block, nearest_value, out=membership, casting="unsafe")
+    row_counts = membership @ ones
+    if row_counts.sum() != rows:
+        # A row with two nearest centers at exactly the same value (or a NaN): keep the
+        # lowest index, as np.argmin does.
+        membership.fill(0.0)
+        membership[np.argmin(block, axis=0), np.arange(rows)] = 1.0
+        row_counts = membership @ ones
+    return row_counts, scratch
+
+
 def nearest(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) -> np.ndarray:
     """Index of the nearest center of every row of ``X`` (ties: the lowest index), chunked.
 
@@ -266,37 +301,37 @@ def lloyd_statistics(
     n, d = X.shape
     k = centers.shape[0]
     w_all = None if weights is None else np.asarray(weights, dtype=np.float64)
-    sums = np.zeros((k, d))
     counts = np.zeros(k)
     sumsq = np.zeros((k, d)) if with_sumsq else None
     x_sq = 0.0  # sum of (weighted) ||x||^2
-    # The chunk holds both the distance block (rows x k) and the rows of X (rows x d):
+    # The chunk holds both the distance block (k x rows) and the rows of X (rows x d):
     # sized by the wider one so that both stay in cache.
     step = rows_per_chunk(n, max(k, d), chunk_rows)
     minus_two_centers_t, c_sq = _nearest_form(centers)
-    membership = np.zeros((k, min(step, n)))
+    sums_t = np.zeros((d, k))  # accumulated transposed: (d x rows) @ (rows x k) is the faster product
+    membership = np.empty((k, min(step, n)))  # 1 where the center is the row's nearest, else 0
+    ones = np.ones(membership.shape[1])
+    scratch = None
     for start in range(0, n, step):
         Xc = X[start : start + step]
         rows = Xc.shape[0]
-        labels = _nearest_block(Xc, minus_two_centers_t, c_sq, with_values=False)
-        # Per-cluster sums as one matrix product: a (k x rows) membership matrix (holding
-        # the weights) times the chunk -- BLAS instead of a scatter.
         if rows != membership.shape[1]:
-            membership = np.zeros((k, rows))
-        else:
-            membership.fill(0.0)
+            membership, ones, scratch = np.empty((k, rows)), np.ones(rows), None
+        row_counts, scratch = _membership_block(Xc, minus_two_centers_t, c_sq, membership, ones, scratch)
         if w_all is None:
-            membership[labels, np.arange(rows)] = 1.0
-            counts += np.bincount(labels, minlength=k)
+            counts += row_counts
             x_sq += float(np.vdot(Xc, Xc))
         else:
             w = w_all[start : start + step]
-            membership[labels, np.arange(rows)] = w
-            counts += np.bincount(labels, weights=w, minlength=k)
+            membership *= w
+            counts += membership @ ones
             x_sq += float(np.einsum("ij,ij->i", Xc, Xc) @ w)
-        sums += membership @ Xc
+        # Per-cluster sums as one matrix product: the (k x rows) membership matrix (holding
+        # the weights) times the chunk -- BLAS instead of a scatter.
+        sums_t += Xc.T @ membership.T
         if sumsq is not None:
             sumsq += membership @ (Xc * Xc)
+    sums = np.ascontiguousarray(sums_t.T)
     # cost = sum_i w_i ||x_i - c_{l_i}||^2 = sum_i w_i ||x_i||^2 + sum_j (W_j ||c_j||^2 - 2 c_j . S_j):
     # from the statistics, without a per-row distance (rounding: the same cancellation as
     # the per-row form ||x||^2 - 2 x.c + ||c||^2; never below 0).

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from fedcluster.lloyd import (
+    MEMBERSHIP_MAX_K,
     assign,
     kmeans,
     kmeans_cost,
@@ -28,10 +29,11 @@ def naive_statistics(X, C, w=None):
 
 @pytest.mark.parametrize("chunk", [1, 7, None])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_lloyd_statistics_match_naive(chunk, weighted):
+@pytest.mark.parametrize("k", [6, MEMBERSHIP_MAX_K + 10])  # both ways of finding the nearest
+def test_lloyd_statistics_match_naive(chunk, weighted, k):
     rng = np.random.default_rng(1)
     X = rng.normal(size=(300, 4)) * 3
-    C = rng.normal(size=(6, 4)) * 3
+    C = rng.normal(size=(k, 4)) * 3
     w = rng.uniform(0.1, 2.0, size=300) if weighted else None
     stats = lloyd_statistics(X, C, w, with_sumsq=True, chunk_rows=chunk)
     sums, counts, cost, sumsq, labels = naive_statistics(X, C, w)
@@ -53,6 +55,23 @@ def test_cost_from_statistics_is_accurate_far_from_the_origin_and_never_negative
     on_centers = np.repeat(C, 3, axis=0)
     assert lloyd_statistics(on_centers, C).cost >= 0.0
     assert lloyd_statistics(on_centers, C).cost <= 1e-6 * float((on_centers ** 2).sum()) * 1e-9
+
+
+@pytest.mark.parametrize("k", [4, MEMBERSHIP_MAX_K + 4])
+def test_ties_go_to_the_lowest_index(k):
+    """A duplicated center and points exactly halfway between two centers: every such
+    point counts once, for the lower index (as np.argmin), never for both."""
+    rng = np.random.default_rng(3)
+    C = rng.normal(size=(k, 2)) * 50
+    C[0], C[1], C[2], C[3] = [1.0, 0.0], [-1.0, 0.0], [0.0, 8.0], [0.0, 8.0]  # 2 and 3 coincide
+    X = np.array([[0.0, 0.0], [0.0, 0.5], [0.0, 8.0], [0.1, 7.9], [0.9, 0.1]])
+    stats = lloyd_statistics(X, C, chunk_rows=2)
+    sums, counts, cost, _, labels = naive_statistics(X, C)
+    assert list(labels) == [0, 0, 2, 2, 0]
+    np.testing.assert_array_equal(stats.counts, counts)
+    np.testing.assert_allclose(stats.sums, sums, atol=1e-12)
+    assert stats.counts.sum() == len(X)
+    assert stats.cost == pytest.approx(cost, abs=1e-9)
 
 
 def test_empty_cluster_keeps_center():
