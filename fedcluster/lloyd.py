@@ -130,7 +130,7 @@ def _nearest_block(Xc: np.ndarray, minus_two_centers_t: np.ndarray, c_sq: np.nda
 # Up to this many centers, :func:`lloyd_statistics` finds each row's nearest center by a
 # minimum over the centers and a comparison with it, along contiguous rows of a (k x rows)
 # block; beyond it, by a per-row argmin over a (rows x k) block. Measured with one thread
-# (n = 1e5-2e5, d = 2-300): the first is 1.2-4.7x faster at k <= 32, even at k = 48 and
+# (n = 1e5-2e5, d = 2-300): the first is 1.13-4.7x faster at k <= 32, even at k = 48 and
 # 1.15-1.2x slower at k = 64-128.
 MEMBERSHIP_MAX_K = 40
 
@@ -153,9 +153,10 @@ def _membership_block(Xc, minus_two_centers_t, c_sq, membership, ones, scratch=N
     np.minimum.reduce(block, axis=0, out=nearest_value)
     np.equal(block, nearest_value, out=membership, casting="unsafe")
     row_counts = membership @ ones
-    if row_counts.sum() != rows:
-        # A row with two nearest centers at exactly the same value (or a NaN): keep the
-        # lowest index, as np.argmin does.
+    if row_counts.sum() != rows or not np.isfinite(nearest_value.sum()):
+        # A row with two nearest centers at exactly the same value, or a NaN (a row that
+        # matches no center; with a tie elsewhere the total alone could still add up):
+        # the index np.argmin gives, the lowest among ties.
         membership.fill(0.0)
         membership[np.argmin(block, axis=0), np.arange(rows)] = 1.0
         row_counts = membership @ ones

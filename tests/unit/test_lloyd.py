@@ -74,6 +74,16 @@ def test_ties_go_to_the_lowest_index(k):
     assert stats.cost == pytest.approx(cost, abs=1e-9)
 
 
+def test_nan_rows_count_once_as_np_argmin_says_even_beside_a_tie():
+    """A NaN row matches no center by comparison; with a tied row in the same chunk the
+    row total still adds up, so the kernel must look at the NaN itself."""
+    X = np.array([[0.0, 0.0], [np.nan, 0.0], [5.0, 5.0]])
+    C = np.array([[1.0, 0.0], [-1.0, 0.0], [5.0, 5.0]])
+    stats = lloyd_statistics(X, C)
+    np.testing.assert_array_equal(stats.counts, [2.0, 0.0, 1.0])  # np.argmin: NaN -> index 0
+    assert stats.counts.sum() == len(X)
+
+
 def test_empty_cluster_keeps_center():
     X = np.zeros((5, 2))
     C = np.array([[0.0, 0.0], [100.0, 100.0]])
