@@ -74,6 +74,46 @@ AUTHORS = {
 }
 
 
+# The authors' code at CLIENT level (jonnyascott/fed-dp-kmeans @ 17bb616 on pfl 0.3.1, run
+# outside this repository on this machine in an earlier session, November 2026): App. G.1
+# data, their configuration (no Lloyd rounds, split 1:1:1:0.2, clip bounds 1500 / 1 / 21 / 10
+# for XᵀX / histogram / means / non-empty -- 1500 chosen from the clients' own norms, median
+# ~1438, and not counted in ε), step 3's Gaussian and Laplace noise from independent streams
+# (their code seeds both alike), cost / n on the pooled client data, mean of 3 seeds. At
+# client level their step 1 is calibrated to its Frobenius bound, so the ε they report is
+# the honest one (their Δ-for-Δ² shortcut is at data-point level only).
+AUTHORS_CLIENT = {
+    "client-1000": {1.0: 57.19, 2.0: 54.01, 4.0: 51.96, 8.0: 50.77, 16.0: 50.19},
+    "client-2000": {1.0: 54.03, 2.0: 51.41, 4.0: 50.67, 8.0: 49.98, 16.0: 50.24},
+    "client-5000": {1.0: 51.10, 2.0: 50.30, 4.0: 49.97, 8.0: 50.19, 16.0: 49.96},
+}
+
+
+def authors_table(rows, optima) -> str:
+    """Client level: ours (same data, same ε, each Lloyd-round count on its own row) beside
+    the authors' code, with the ratios ours / authors and ours / the pooled optimum."""
+    lines = []
+    for setting, theirs in AUTHORS_CLIENT.items():
+        sub = [r for r in rows if r["setting"] == setting and r["tag"] == "sweep" and r["method"] == "feddp"]
+        if not sub:
+            continue
+        opt = mean(o["optimum"] for o in optima if o["setting"] == setting)
+        by = grouped(sub, ("lloyd_rounds", "target_epsilon"))
+        table = []
+        for eps, their in theirs.items():
+            for rounds in sorted({r["lloyd_rounds"] for r in sub}):
+                runs = by.get((rounds, eps))
+                if not runs:
+                    continue
+                ours = mean(r["cost"] for r in runs)
+                table.append([f"{eps:g}", rounds, f"{ours:.2f}", f"{their:.2f}", f"{ours / their:.4f}",
+                              f"{ours / opt:.4f}", f"{their / opt:.4f}", len(runs)])
+        lines.append(f"\n### {setting}: ours against the authors' code at equal ε (optimum {opt:.3f})\n")
+        lines.append(markdown_table(["ε", "our Lloyd rounds", "ours cost/n", "authors cost/n", "ours/authors",
+                                     "ours/optimum", "authors/optimum", "our seeds"], table))
+    return "\n".join(lines)
+
+
 def config_for(setting: str, method: str, epsilon: float, rounds: int, seed: int, extra: dict | None = None) -> dict:
     spec = SETTINGS[setting]
     config = {
@@ -218,16 +258,17 @@ def ablation_tables(rows, optima) -> str:
 
 def server_data_bounds(setting: str, seed: int) -> dict:
     """Client-level clipping bounds from the SERVER data's typical squared norm (public,
-    no privacy cost) instead of the worst case Δ² (the default): a client of m points of
-    typical norm r sends ||XᵀX||_F ≈ m r², per-cluster means of Frobenius norm ≈ √k r and
-    Lloyd sums ≈ (m/√k) r when its points spread over the k clusters."""
+    no privacy cost) instead of the worst case Δ (the default): a client of m points of
+    typical norm r sends per-cluster means of Frobenius norm ≈ √k r and Lloyd sums ≈
+    (m/√k) r when its points spread over the k clusters. Step 1 keeps its default (each
+    client's XᵀX scaled to norm 1)."""
     from fedcluster.config import with_defaults
     from fedcluster.datasets import generated_server_points
 
     server = generated_server_points(with_defaults(config_for(setting, "feddp", 1.0, 0, seed)))
     r = math.sqrt(float((server**2).sum(axis=1).mean()))
     m, k = SETTINGS[setting]["points"], 10
-    return {"clip-outer": round(m * r * r, 1), "clip-means": round(math.sqrt(k) * r, 2),
+    return {"clip-means": round(math.sqrt(k) * r, 2),
             "clip-sums": round(m * r / math.sqrt(k), 1)}
 
 
@@ -244,8 +285,9 @@ def svg(setting, rows, optima, path: Path) -> None:
         by = grouped([r for r in sub if r["method"] == method], ("lloyd_rounds", "target_epsilon"))
         points = [(mean(r["total_epsilon"] for r in runs), mean(r["cost"] for r in runs), "") for runs in by.values()]
         fronts[method] = pareto_front(points)
-    xs = [p[0] for f in fronts.values() for p in f]
-    ys = [p[1] for f in fronts.values() for p in f] + [opt] + kfed
+    theirs_points = list(AUTHORS_CLIENT.get(setting, {}).items())
+    xs = [p[0] for f in fronts.values() for p in f] + [e for e, _ in theirs_points]
+    ys = [p[1] for f in fronts.values() for p in f] + [opt] + kfed + [c for _, c in theirs_points]
     x0, x1 = math.log10(min(xs)) - 0.1, math.log10(max(xs)) + 0.1
     y0, y1 = min(ys) - 0.5, min(max(ys), opt * 1.5) + 0.5
     W, H, L, R, T, B = 640, 420, 70, 170, 30, 50
@@ -286,6 +328,13 @@ def svg(setting, rows, optima, path: Path) -> None:
     for label, value, color in [("optimum", opt, COLORS["optimum"])] + ([("kfed", mean(kfed), COLORS["kfed"])] if kfed else []):
         out.append(f'<line x1="{L}" y1="{py(value):.1f}" x2="{W - R}" y2="{py(value):.1f}" stroke="{color}" stroke-dasharray="5,4"/>')
         key(LABELS[label], color, 'stroke-dasharray="5,4"')
+    theirs = sorted(AUTHORS_CLIENT.get(setting, {}).items())
+    if theirs:
+        path_points = " ".join(f"{px(e):.1f},{py(c):.1f}" for e, c in theirs)
+        out.append(f'<polyline points="{path_points}" fill="none" stroke="#7f7f7f" stroke-width="2" stroke-dasharray="2,3"/>')
+        for e, c in theirs:
+            out.append(f'<rect x="{px(e) - 3:.1f}" y="{py(c) - 3:.1f}" width="6" height="6" fill="#7f7f7f"/>')
+        key("authors' code", "#7f7f7f", 'stroke-dasharray="2,3"')
     for method, front in fronts.items():
         if not front:
             continue
@@ -484,7 +533,7 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def report(rows: list[dict], optima: list[dict], settings: list[str], out: Path) -> None:
-    text = sweep_tables(rows, optima) + "\n" + ablation_tables(rows, optima)
+    text = sweep_tables(rows, optima) + "\n" + authors_table(rows, optima) + "\n" + ablation_tables(rows, optima)
     init_only = [r for r in rows if r["tag"] == "init only"]
     if init_only:
         table = [[f"{s}", LABELS[m], f"{mean(r['cost'] for r in runs):.3f}"]

@@ -269,6 +269,7 @@ _SEED = Param("seed", int, 0, doc="the node's own seed for its random choices")
 _LEVEL = Param("level", str, DATA_POINT, choices=LEVELS, doc="privacy level")
 _CLIP_NORM = Param("clip-norm", float, None, low=0, low_open=True, doc="data-point level: clip every point to this norm")
 _CLIP = Param("clip", float, None, low=0, low_open=True, doc="client level: L2 bound of the Gaussian-noised statistic")
+_NORMALIZE = Param("normalize", bool, False, doc="client level: scale the statistic to L2 norm exactly `clip` (a zero one stays zero) instead of clipping it")
 _MAX_POINTS = Param("max-points", int, 0, low=0, doc="data-point level: use at most this many points (a fixed random subset; 0 = all)")
 _CLIP_L1 = Param("clip-l1", float, None, low=0, low_open=True, doc="client level: L1 bound of the Laplace-noised statistic")
 _BINNING = Param("binning", str, "codebook", choices=("grid", "codebook"), doc="grid cells or nearest codebook vector")
@@ -352,7 +353,7 @@ TASKS: dict[str, Task] = {
         ),
         Task(
             "feddp_outer", "query", "FedDP-Init step 1: XᵀX as its packed upper triangle",
-            config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP),
+            config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP, _NORMALIZE),
             reply=(ArrayField("outer", ("p",)),),
             metrics=(NUM_EXAMPLES, DIM),
             used_by=("feddp-kmeans",),

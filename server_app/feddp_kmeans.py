@@ -68,6 +68,7 @@ class FedDPKMeans(FederatedStrategy):
             raise FederationError("clip-norm is 0 and the server data has radius 0: set clip-norm")
         chosen = {step: cfg[key] for step, key in feddp_kmeans.CLIENT_BOUND_KEYS.items()}
         self.bounds = feddp_kmeans.clipping_bounds(self.level, self.clip_norm, k, cfg["client-max-points"], chosen)
+        self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg["clip-outer"])
         self.plan = self.privacy_plan()
         seed = cfg["noise-seed"]
         streams = independent_generators(seed if seed >= 0 else None, len(feddp_kmeans.STEPS) + 1)
@@ -189,7 +190,10 @@ class FedDPKMeans(FederatedStrategy):
         components = min(k, d)
 
         # Step 1: the data subspace from the noisy Σ XᵢᵀXᵢ.
-        replies = self.gather("feddp_outer", {}, self.client_config("step1"), {"p": feddp_kmeans.packed_size(d)},
+        step1_config = self.client_config("step1")
+        if self.normalize_outer:
+            step1_config["normalize"] = True
+        replies = self.gather("feddp_outer", {}, step1_config, {"p": feddp_kmeans.packed_size(d)},
                               self.check_outer, "init-step1-outer-product")
         packed = np.zeros(feddp_kmeans.packed_size(d))
         for reply in replies:
@@ -297,6 +301,7 @@ class FedDPKMeans(FederatedStrategy):
             "epsilon_shares": {name: step.epsilon_share for name, step in self.plan.items()},
             "clip_norm": self.clip_norm,
             "bounds": {name: self.bounds[name] for name in self.plan},
+            "step1_normalized": self.normalize_outer,
             "client_sampling_rate": self.config["client-sampling-rate"] if self.level == "client" else 1.0,
             "init": self.init_method,
             "lloyd_rounds": self.lloyd_rounds,

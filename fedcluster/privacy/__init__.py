@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "clipping": ("DATA_POINT", "CLIENT", "LEVELS", "clip_rows_l2", "clip_l2", "clip_l1"),
+    "clipping": ("DATA_POINT", "CLIENT", "LEVELS", "clip_rows_l2", "clip_l2", "clip_l1", "scale_l2"),
     "mechanisms": (
         "NoiseMechanism", "GaussianMechanism", "SymmetricGaussianMechanism", "LaplaceMechanism",
         "MECHANISMS", "independent_generators",

@@ -113,6 +113,26 @@ def clip_l2(array: np.ndarray, bound: float) -> np.ndarray:
     return _clip_whole(array, bound, 2, "a statistic")
 
 
+def scale_l2(array: np.ndarray, norm: float) -> np.ndarray:
+    """Scale a whole statistic to Frobenius / Euclidean norm exactly ``norm`` (a zero array
+    stays zero): the sensitivity is ``norm`` whatever the data's scale.
+
+    For a statistic the server only uses up to a positive factor per device (FedDP step 1
+    keeps only the top eigenvectors of Σ XᵢᵀXᵢ), this beats clipping at any bound: every
+    device contributes at the full bound, so the signal-to-noise ratio is that of a bound
+    below the smallest device's norm, without choosing one from the private data.
+    """
+    bound = _check_bound(norm)
+    result = _as_finite_float(array, "a statistic")
+    current = float(np.linalg.norm(result.ravel()))
+    if result.size == 0 or current == 0.0 or np.isinf(bound):
+        return result
+    result *= bound / current
+    if float(np.linalg.norm(result.ravel())) > bound:
+        result *= _SHRINK
+    return result
+
+
 def clip_l1(vector: np.ndarray, bound: float) -> np.ndarray:
     """Clip a whole statistic (any shape) to L1 norm (sum of absolute values) at most ``bound``.
 

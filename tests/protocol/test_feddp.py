@@ -151,6 +151,17 @@ def test_client_level_kernels_clip_the_whole_statistic():
     assert np.linalg.norm(stats["sums"]) <= 7.0 and stats["counts"].sum() <= 4.0
     with pytest.raises(ValueError, match="clipping bound"):
         feddp_kmeans.feddp_lloyd(data, {"centers": X[:3]}, {"level": "client"})
+    # step 1 with normalize: scaled UP or down to the bound (tiny data too), not clipped
+    tiny = DeviceData(points=X * 1e-4)
+    for device, bound in ((tiny, 1.0), (data, 1.0), (tiny, 1e-9)):
+        plain, _ = feddp_kmeans.feddp_outer(device, {}, {"level": "client", "clip": bound})
+        scaled, _ = feddp_kmeans.feddp_outer(device, {}, {"level": "client", "clip": bound, "normalize": True})
+        raw = device.points.T @ device.points
+        outer = feddp_kmeans.unpack_symmetric(scaled["outer"], 5)
+        np.testing.assert_allclose(np.linalg.norm(outer), bound, rtol=1e-12)
+        np.testing.assert_allclose(outer, raw * bound / np.linalg.norm(raw), rtol=1e-10)
+        if np.linalg.norm(raw) < bound:  # clipping leaves it alone
+            np.testing.assert_allclose(feddp_kmeans.unpack_symmetric(plain["outer"], 5), raw, rtol=1e-12)
 
 
 def test_feddp_kernels_need_only_numpy(tmp_path):
@@ -206,6 +217,10 @@ def test_clipping_bounds_data_point_delta_squared_and_client_worst_case():
     client = feddp_kmeans.clipping_bounds("client", 2.0, k=9, client_max_points=50, chosen={"step1": 7.0, "step2": 0.0})
     assert client == {"step1": 7.0, "step2": 50.0, "step3_gaussian": 6.0, "step3_laplace": 9.0,
                       "lloyd_gaussian": 100.0, "lloyd_laplace": 50.0}
+    # step 1 with no chosen bound: every device scales its XᵀX to norm 1 (sensitivity 1)
+    assert feddp_kmeans.clipping_bounds("client", 2.0, k=9, client_max_points=50)["step1"] == 1.0
+    assert feddp_kmeans.normalized_outer("client", 0.0) and not feddp_kmeans.normalized_outer("client", 7.0)
+    assert not feddp_kmeans.normalized_outer("data-point", 0.0)
 
 
 def test_step_weights_rule_of_thumb_lloyd_fraction_and_baselines():
@@ -326,6 +341,39 @@ def test_step1_is_calibrated_to_delta_squared_in_data_point_mode(tmp_path):
     # ... and not with noise scaled to Δ
     wrong = top_eigenvectors(X.T @ X + noise / clip, 3)
     assert not np.allclose(V @ V.T, wrong @ wrong.T, atol=1e-3)
+
+
+@pytest.mark.parametrize("chosen", [0.0, 1050.0])
+def test_client_level_step1_sums_normalized_outer_products_by_default(tmp_path, chosen):
+    """Client level, clip-outer = 0: each device's XᵀX is scaled to Frobenius norm 1 and the
+    noise has sensitivity 1; a chosen clip-outer clips at that bound instead. The released
+    projection is recomputed from the pooled data by naive code and the re-drawn noise."""
+    seed = 5
+    result = run(small(tmp_path, **{"privacy-level": "client", "client-max-points": 300, "clip-outer": chosen,
+                                    "step-epsilons": "0.5,0.2,0.45,0.15", "epsilon": 50.0, "noise-seed": seed}),
+                 num_nodes=NODES)
+    privacy = result["privacy"]
+    step1 = next(s for s in privacy["steps"] if s["name"] == "step1")
+    bound = chosen or 1.0
+    assert step1["sensitivity"] == privacy["bounds"]["step1"] == bound
+    assert privacy["step1_normalized"] is (chosen == 0.0)
+    sigma1 = bound * analytic_gaussian_sigma(0.5, DELTA)
+    assert step1["noise_std"] == pytest.approx(sigma1, rel=1e-9)
+    X, _ = pooled_points(result["config"], NODES)
+    total = np.zeros((X.shape[1], X.shape[1]))
+    for part in np.array_split(X, NODES):  # the in-process runner's equal contiguous shards
+        outer = np.zeros_like(total)
+        for row in part:
+            outer += np.outer(row, row)
+        norm = math.sqrt(float((outer**2).sum()))
+        total += outer / norm if chosen == 0.0 else outer * min(1.0, chosen / norm)
+    if chosen:  # some devices clipped, some not
+        norms = [np.linalg.norm(part.T @ part) for part in np.array_split(X, NODES)]
+        assert min(norms) < chosen < max(norms)
+    noise = SymmetricGaussianMechanism(sigma1, bound, independent_generators(seed, 7)[0]).noise(total.shape)
+    expected = top_eigenvectors(total + noise, 3)
+    V = np.load(tmp_path / "out" / "projection.npy")
+    np.testing.assert_allclose(V @ V.T, expected @ expected.T, atol=1e-8)
 
 
 def test_target_total_epsilon_is_met_and_step1_share_uses_delta_squared(tmp_path):

@@ -35,6 +35,7 @@ from fedcluster.privacy import (  # noqa: E402
     calibrate_to_total,
     clip_l1,
     clip_l2,
+    scale_l2,
     clip_rows_l2,
     event_to_dict,
     gaussian_sigma_for,
@@ -439,6 +440,22 @@ def test_clip_l2_and_l1_clip_the_whole_statistic():
         warnings.simplefilter("error")
         np.testing.assert_array_equal(clip_l2(np.zeros((3, 3)), 1.0), np.zeros((3, 3)))
         np.testing.assert_array_equal(clip_l1(np.zeros(4), 0.0), np.zeros(4))
+
+
+def test_scale_l2_sets_the_norm_whatever_the_scale():
+    rng = np.random.default_rng(13)
+    for _ in range(200):
+        stat = rng.normal(size=(4, 6)) * 10.0 ** rng.uniform(-8, 8)
+        bound = 10.0 ** rng.uniform(-3, 3)
+        scaled = scale_l2(stat, bound)
+        assert np.linalg.norm(scaled) <= bound
+        np.testing.assert_allclose(np.linalg.norm(scaled), bound, rtol=1e-12)
+        np.testing.assert_allclose(scaled, stat * (bound / np.linalg.norm(stat)), rtol=1e-12)  # same direction
+    np.testing.assert_array_equal(scale_l2(np.zeros((2, 2)), 1.0), np.zeros((2, 2)))
+    with pytest.raises(ValueError):
+        scale_l2(np.array([1.0, np.nan]), 1.0)
+    with pytest.raises(ValueError):
+        scale_l2(np.ones(2), -1.0)
 
 
 def test_clipping_rejects_bad_input():
