@@ -184,7 +184,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("client-max-points", 50, "m, points per client assumed by derived client-level bounds", low=1, high=10**9),
         Key("clip-outer", 0.0, "client level: bound of XᵀX (0 = each client's XᵀX scaled to Frobenius norm 1)", low=0),
         Key("clip-histogram", 0.0, "client level: bound of the histogram (0 = derived)", low=0),
-        Key("clip-means", 0.0, "client level: bound of the step-3 means (0 = derived)", low=0),
+        Key("clip-means", 0.0, "client level: bound of the step-3 means (0 = √k times the server data's root-mean-square norm, at most √k·Δ)", low=0),
         Key("clip-nonempty", 0.0, "client level: bound of the non-empty vector (0 = derived)", low=0),
         Key("clip-sums", 0.0, "client level: bound of the Lloyd sums (0 = derived)", low=0),
         Key("clip-counts", 0.0, "client level: bound of the Lloyd counts (0 = derived)", low=0),

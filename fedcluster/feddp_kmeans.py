@@ -270,15 +270,20 @@ SPHERE_SEARCH_STEPS = 40
 
 
 def clipping_bounds(
-    level: str, clip_norm: float, k: int, client_max_points: float = 0.0, chosen: Mapping[str, float] | None = None
+    level: str, clip_norm: float, k: int, client_max_points: float = 0.0, chosen: Mapping[str, float] | None = None,
+    typical_norm: float | None = None,
 ) -> dict[str, float]:
     """Sensitivity of every step, i.e. the clipping bound the device enforces.
 
     Data-point level (Δ = ``clip_norm``): step 1 Δ² (Frobenius norm of xxᵀ), step 2 1,
     step 3 and Lloyd sums Δ, counts 1. Client level: ``chosen[step]`` when > 0, else for
     step 1 ``NORMALIZED_OUTER`` (each device scales its XᵀX to that Frobenius norm: step 1
-    releases only eigenvectors, see ``normalized_outer``) and for the others the worst case
-    of a client with m = ``client_max_points`` points of norm ≤ Δ: m, √k·Δ, k, m·Δ, m.
+    releases only eigenvectors, see ``normalized_outer``), for the step-3 means √k·ρ with
+    ρ = min(Δ, ``typical_norm``) -- the Frobenius norm of k per-cluster means, each of
+    norm ≤ the root mean square of its points' norms, when those are ≤ ρ (the server data's
+    root-mean-square norm ``server_typical_norm``, public, rather than its largest norm) --
+    and for the others the worst case of a client with m = ``client_max_points`` points of
+    norm ≤ Δ: m, k, m·Δ, m.
     """
     delta = float(clip_norm)
     if level == DATA_POINT:
@@ -287,8 +292,9 @@ def clipping_bounds(
             "lloyd_gaussian": delta, "lloyd_laplace": 1.0,
         }
     m = float(client_max_points)
+    rho = delta if typical_norm is None else min(delta, float(typical_norm))
     worst = {
-        "step1": NORMALIZED_OUTER, "step2": m, "step3_gaussian": math.sqrt(k) * delta, "step3_laplace": float(k),
+        "step1": NORMALIZED_OUTER, "step2": m, "step3_gaussian": math.sqrt(k) * rho, "step3_laplace": float(k),
         "lloyd_gaussian": m * delta, "lloyd_laplace": m,
     }
     chosen = chosen or {}
@@ -359,6 +365,12 @@ def privacy_plan(
     mode = "no noise (epsilon = inf)" if math.isinf(epsilon) else "target-total"
     calibration = privacy.calibrate_to_total(epsilon, delta, specs)
     return {step.name: step for step in calibration.steps}, mode
+
+
+def server_typical_norm(points: np.ndarray) -> float:
+    """The server data's root-mean-square point norm: ρ of the default client-level step-3
+    bound (``clipping_bounds``)."""
+    return float(np.sqrt(np.mean(np.einsum("ij,ij->i", points, points))))
 
 
 def data_radius(points: np.ndarray) -> float:

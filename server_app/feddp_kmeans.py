@@ -67,7 +67,9 @@ class FedDPKMeans(FederatedStrategy):
         if not self.clip_norm > 0:
             raise FederationError("clip-norm is 0 and the server data has radius 0: set clip-norm")
         chosen = {step: cfg[key] for step, key in feddp_kmeans.CLIENT_BOUND_KEYS.items()}
-        self.bounds = feddp_kmeans.clipping_bounds(self.level, self.clip_norm, k, cfg["client-max-points"], chosen)
+        self.typical_norm = feddp_kmeans.server_typical_norm(server)
+        self.bounds = feddp_kmeans.clipping_bounds(self.level, self.clip_norm, k, cfg["client-max-points"], chosen,
+                                                   self.typical_norm)
         self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg["clip-outer"])
         self.plan = self.privacy_plan()
         seed = cfg["noise-seed"]
@@ -300,6 +302,7 @@ class FedDPKMeans(FederatedStrategy):
             "budget_mode": self.budget_mode,
             "epsilon_shares": {name: step.epsilon_share for name, step in self.plan.items()},
             "clip_norm": self.clip_norm,
+            "server_typical_norm": self.typical_norm,
             "bounds": {name: self.bounds[name] for name in self.plan},
             "step1_normalized": self.normalize_outer,
             "client_sampling_rate": self.config["client-sampling-rate"] if self.level == "client" else 1.0,

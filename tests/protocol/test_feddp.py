@@ -219,6 +219,10 @@ def test_clipping_bounds_data_point_delta_squared_and_client_worst_case():
                       "lloyd_gaussian": 100.0, "lloyd_laplace": 50.0}
     # step 1 with no chosen bound: every device scales its XᵀX to norm 1 (sensitivity 1)
     assert feddp_kmeans.clipping_bounds("client", 2.0, k=9, client_max_points=50)["step1"] == 1.0
+    # step 3 means: √k times the typical norm when given (never above √k·Δ)
+    assert feddp_kmeans.clipping_bounds("client", 2.0, k=9, client_max_points=50, typical_norm=1.5)["step3_gaussian"] == 4.5
+    assert feddp_kmeans.clipping_bounds("client", 2.0, k=9, client_max_points=50, typical_norm=5.0)["step3_gaussian"] == 6.0
+    assert feddp_kmeans.server_typical_norm(np.array([[3.0, 4.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])) == pytest.approx(math.sqrt(27 / 4))
     assert feddp_kmeans.normalized_outer("client", 0.0) and not feddp_kmeans.normalized_outer("client", 7.0)
     assert not feddp_kmeans.normalized_outer("data-point", 0.0)
 
@@ -357,6 +361,10 @@ def test_client_level_step1_sums_normalized_outer_products_by_default(tmp_path, 
     bound = chosen or 1.0
     assert step1["sensitivity"] == privacy["bounds"]["step1"] == bound
     assert privacy["step1_normalized"] is (chosen == 0.0)
+    server = generated_server_points(result["config"])
+    rms = math.sqrt(float(np.mean(np.sum(server**2, axis=1))))
+    assert rms < privacy["clip_norm"]
+    assert privacy["bounds"]["step3_gaussian"] == pytest.approx(math.sqrt(3) * rms, rel=1e-12)  # default clip-means
     sigma1 = bound * analytic_gaussian_sigma(0.5, DELTA)
     assert step1["noise_std"] == pytest.approx(sigma1, rel=1e-9)
     X, _ = pooled_points(result["config"], NODES)
