@@ -90,13 +90,13 @@ def clip_rows_l2(points: np.ndarray, bound: float) -> np.ndarray:
     return result
 
 
-def _clip_whole(array: np.ndarray, bound: float, order: int, what: str) -> np.ndarray:
+def _clip_whole(array: np.ndarray, bound: float, order: int, what: str, scale_up: bool = False) -> np.ndarray:
     bound = _check_bound(bound)
     result = _as_finite_float(array, what)
     if result.size == 0 or np.isinf(bound):
         return result
     norm = float(np.linalg.norm(result.ravel(), ord=order))
-    if norm > bound:
+    if norm > bound or (scale_up and norm > 0.0):
         result *= bound / norm
         if float(np.linalg.norm(result.ravel(), ord=order)) > bound:
             result *= _SHRINK
@@ -122,15 +122,7 @@ def scale_l2(array: np.ndarray, norm: float) -> np.ndarray:
     device contributes at the full bound, so the signal-to-noise ratio is that of a bound
     below the smallest device's norm, without choosing one from the private data.
     """
-    bound = _check_bound(norm)
-    result = _as_finite_float(array, "a statistic")
-    current = float(np.linalg.norm(result.ravel()))
-    if result.size == 0 or current == 0.0 or np.isinf(bound):
-        return result
-    result *= bound / current
-    if float(np.linalg.norm(result.ravel())) > bound:
-        result *= _SHRINK
-    return result
+    return _clip_whole(array, norm, 2, "a statistic", scale_up=True)
 
 
 def clip_l1(vector: np.ndarray, bound: float) -> np.ndarray:
