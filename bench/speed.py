@@ -21,7 +21,10 @@
 
 (b) In-process runner. FedKMeans on an IID Gaussian mixture with 100 points per client,
     d = 8, k = 8, 5 rounds, no central reference, at 10, 100 and 1000 clients: median
-    seconds per round (``result["rounds"][i]["seconds"]``), plus the whole run's wall time.
+    seconds per round (``result["rounds"][i]["seconds"]``), plus the whole run's wall time;
+    beside it the in-process floor: ``bench/echo_app``'s minimal ClientApp driven through the
+    same ``InProcessGrid`` with the same bytes per client (one Flower message each way and
+    nothing else), timed in the same run. ``--clients 1000 10000`` for other counts.
 
 (c) ``--flwr``: the same runs through ``flwr run`` on a SuperLink started here
     (``flower-superlink --insecure --simulation``, private FLWR_HOME, free ports, stopped
@@ -161,9 +164,41 @@ def inprocess_config(clients: int, points_per_client: int, rounds: int) -> dict:
     }
 
 
+def echo_floor(clients: int, k: int, d: int, rounds: int) -> float:
+    """Median seconds per broadcast of the minimal Flower app (``bench/echo_app``'s ClientApp,
+    written as Flower's docs write one: ``Array(ndarray)`` in, ``Array(ndarray)`` out) driven
+    through the same ``InProcessGrid`` with a FedKMeans round's payload: k x d floats down,
+    k x d + k up. One Flower message per client and nothing else: the in-process floor."""
+    sys.path.insert(0, str(ROOT / "bench" / "echo_app"))
+    from echo_app.client import app as echo_app
+    from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+
+    from inprocess.grid import InProcessGrid, set_task_identity
+
+    set_task_identity(run_id=1, node_id=InProcessGrid.SERVER_NODE_ID)
+    grid = InProcessGrid(echo_app, {}, [{"partition-id": i} for i in range(clients)])
+    down = np.random.default_rng(0).standard_normal((k, d))
+    seconds = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        messages = [
+            Message(RecordDict({"arrays": ArrayRecord({"x": Array(down)}), "config": ConfigRecord({"up-floats": k * d + k})}),
+                    dst_node_id=node, message_type="query")
+            for node in grid.get_node_ids()
+        ]
+        replies = list(grid.send_and_receive(messages))
+        received = [reply.content.array_records["arrays"]["y"].numpy() for reply in replies]
+        seconds.append(time.perf_counter() - started)
+        if len(received) != clients:
+            raise RuntimeError(f"echo floor: {len(received)} replies from {clients} clients")
+    return statistics.median(seconds)
+
+
 def inprocess_section(client_counts: list[int], points_per_client: int, rounds: int) -> dict[int, dict]:
     print(f"## (b) In-process runner: FedKMeans, IID Gaussian mixture, {points_per_client} points/client, "
           f"d=8, k=8, {rounds} rounds\n", flush=True)
+    print("Floor: a minimal Flower echo app (`bench/echo_app`'s ClientApp) through the same in-process grid, "
+          "same bytes per client (64 floats down, 72 up), timed in the same run.\n", flush=True)
     out = {}
     rows = []
     for clients in client_counts:
@@ -172,9 +207,12 @@ def inprocess_section(client_counts: list[int], points_per_client: int, rounds: 
         wall = time.perf_counter() - started
         per_round = statistics.median(r["seconds"] for r in result["rounds"])
         setup = sum(p["seconds"] for p in result["phases"] if p["round"] is None)
-        out[clients] = {"per_round": per_round, "wall": wall}
-        rows.append([clients, f"{per_round:.3f}", f"{per_round / clients * 1e3:.2f}", f"{setup:.2f}", f"{wall:.1f}"])
-    print(markdown_table(["clients", "s / round (median)", "ms / client / round", "init + final phases s", "run wall s"], rows))
+        floor = echo_floor(clients, 8, 8, rounds)
+        out[clients] = {"per_round": per_round, "wall": wall, "floor": floor}
+        rows.append([clients, f"{per_round:.3f}", f"{per_round / clients * 1e3:.2f}", f"{floor / clients * 1e3:.2f}",
+                     f"{per_round / floor:.2f}", f"{setup:.2f}", f"{wall:.1f}"])
+    print(markdown_table(["clients", "s / round (median)", "ms / client / round", "echo floor ms / client",
+                          "ours / floor", "init + final phases s", "run wall s"], rows))
     print()
     return out
 
@@ -226,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=15, help="best of this many timings in (a)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per run in (b) and (c)")
     parser.add_argument("--points-per-client", type=int, default=100)
+    parser.add_argument("--clients", type=int, nargs="+", help="client counts for (b) (default 10 100 1000)")
     parser.add_argument("--skip-kernel", action="store_true", help="skip (a)")
     parser.add_argument("--kernel-only", action="store_true", help="only (a)")
     parser.add_argument("--keep-flwr-home", action="store_true", help="keep the temporary FLWR_HOME (SuperLink log) of (c)")
@@ -236,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         kernel_section(50_000 if args.quick else 200_000, 32, 16, args.repeats)
     if args.kernel_only:
         return 0
-    client_counts = [10, 100] if args.quick else [10, 100, 1000]
+    client_counts = args.clients or ([10, 100] if args.quick else [10, 100, 1000])
     inprocess = inprocess_section(client_counts, args.points_per_client, args.rounds)
     if args.flwr:
         flwr_section([c for c in client_counts if c <= 100], args.points_per_client, args.rounds, inprocess, args.keep_flwr_home)
