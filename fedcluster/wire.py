@@ -11,6 +11,7 @@ version 2/3 headers) falls back to NumPy's own reader. Duck-typed: no Flower imp
 from __future__ import annotations
 
 import io
+import math
 import struct
 
 import numpy as np
@@ -41,7 +42,7 @@ def from_npy_bytes(data: bytes, dtype: str, shape: tuple[int, ...] | list[int]) 
         header = bytes(view[10 : 10 + length])
         dt = np.dtype(dtype)
         if b"True" not in header and (dt.byteorder in "=|<" or dt.itemsize == 1):
-            count = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+            count = math.prod(int(s) for s in shape)  # 1 for shape ()
             offset = 10 + length
             if len(data) - offset == count * dt.itemsize:
                 return np.frombuffer(data, dtype=dt, count=count, offset=offset).reshape(tuple(shape)).copy()

@@ -1,0 +1,66 @@
+"""fedcluster.wire against NumPy's own .npy writer and reader (the oracle)."""
+
+import io
+
+import numpy as np
+import pytest
+from flwr.app import Array
+
+from fedcluster.wire import array_fields, array_numpy, from_npy_bytes, npy_bytes
+
+ARRAYS = [
+    np.zeros(()),
+    np.arange(5.0),
+    np.ones((0, 3)),
+    np.arange(12, dtype=np.int32).reshape(3, 4),
+    np.full((2, 2, 2), 3, dtype=np.float32),
+    np.array([True, False]),
+    np.arange(6, dtype=np.uint8).reshape(2, 3),
+    np.random.default_rng(0).standard_normal((7, 300)),
+]
+
+
+def numpy_save(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("array", ARRAYS, ids=lambda a: f"{a.dtype}{a.shape}")
+def test_bytes_are_those_of_np_save_and_decode_back(array):
+    data = npy_bytes(array)
+    assert data == numpy_save(array)
+    decoded = from_npy_bytes(data, str(array.dtype), array.shape)
+    assert decoded.dtype == array.dtype and decoded.shape == array.shape
+    assert np.array_equal(decoded, array)
+    decoded[...] = 0  # a writable copy, not a view of the message's bytes
+    assert np.array_equal(from_npy_bytes(data, str(array.dtype), array.shape), array)
+
+
+@pytest.mark.parametrize(
+    "array",
+    [np.asfortranarray(np.arange(6.0).reshape(2, 3)), np.arange(4, dtype=">f8")],
+    ids=["fortran-order", "big-endian"],
+)
+def test_unusual_files_fall_back_to_numpys_reader(array):
+    data = numpy_save(array)
+    decoded = from_npy_bytes(data, str(array.dtype), array.shape)
+    assert np.array_equal(decoded, np.load(io.BytesIO(data)))
+
+
+def test_declared_shape_that_disagrees_with_the_bytes_is_not_trusted():
+    data = npy_bytes(np.arange(6.0))
+    decoded = from_npy_bytes(data, "float64", (4,))  # what the bytes say wins
+    assert decoded.shape == (6,) and np.array_equal(decoded, np.arange(6.0))
+
+
+def test_flower_array_round_trip_matches_flowers_own_conversion():
+    array = np.random.default_rng(1).standard_normal((3, 4))
+    fast = Array(**array_fields(array))
+    assert fast.data == Array(array).data
+    assert np.array_equal(array_numpy(fast), Array(array).numpy())
+
+
+def test_object_arrays_are_refused():
+    with pytest.raises(TypeError, match="object arrays"):
+        npy_bytes(np.array([{}, 1], dtype=object))
