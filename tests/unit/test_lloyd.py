@@ -172,6 +172,22 @@ def test_lloyd_until_stable_matches_textbook_lloyd(weighted, max_iter):
             assert cost == pytest.approx(kmeans_cost(X, centers, w), rel=1e-10)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_lloyd_until_stable_cost_over_many_row_pieces(weighted):
+    """High d: the cost pass runs in pieces of a few rows (SMALL_FLOATS); every row counted once."""
+    from fedcluster.lloyd import SMALL_FLOATS
+
+    rng = np.random.default_rng(7)
+    d = 2 * SMALL_FLOATS // 16  # 16-row pieces
+    X = np.concatenate([rng.normal(loc=m, size=(37, d)) for m in (0.0, 0.5, 1.0)])  # 111 rows: 7 pieces, the last short
+    w = rng.uniform(0.5, 3.0, size=len(X)) if weighted else None
+    start = X[[0, 40, 80]]
+    centers, labels, cost = lloyd_until_stable(X, start, 100, w)
+    ref_centers, ref_labels, ref_cost = naive_lloyd_until_stable(X, start, w, 100)
+    assert np.array_equal(labels, ref_labels)
+    assert cost == pytest.approx(ref_cost, rel=1e-12)
+
+
 def test_kmeans_plus_plus_indices_are_distinct_even_with_duplicates():
     X = np.repeat(np.array([[0.0, 0.0], [1.0, 1.0]]), 5, axis=0)
     for seed in range(10):
