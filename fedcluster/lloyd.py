@@ -35,7 +35,7 @@ CHUNK_FLOATS = 1 << 15
 # default mmap threshold of glibc's malloc): larger temporaries made and freed over and over
 # are returned to the system and mapped again each time, and the page faults cost more than
 # the arithmetic. Measured on a k-FED device (800 x 300 points): the cost of an assignment
-# in one (800 x 300) piece 1.46 ms, of which 0.13 ms arithmetic; in 54-row pieces ~0.2 ms.
+# in one (800 x 300) piece 1.46-1.49 ms, of which 0.13 ms arithmetic; in 54-row pieces 0.15 ms.
 SMALL_FLOATS = 1 << 14
 
 
