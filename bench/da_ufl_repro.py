@@ -5,7 +5,7 @@ against FedKMeans on the same overlapping data.
 Setup (``fedcluster.data.daufl_paper``): 16 classes × 50 points, std 1 (the paper does not
 give it), means on {−7.5, −2.5, 2.5, 7.5}²; J = 5 agents uniform in [−10, 10]²; agent j
 sees a point at distance d with probability 1 − exp(−0.025·SNR/d). k = 16, ξ_max = 0.05,
-η = 1, the run-config defaults otherwise (4 × 4 SOMs, 10 bins per dimension).
+η = 1, the run-config defaults otherwise (the SOM grid and epochs, 10 bins per dimension).
 
 Part 1 drives the DA-UFL kernels and server functions of ``fedcluster.da_ufl`` directly
 (the strategy's exact math without the transport) so that all four methods start from the
@@ -36,6 +36,7 @@ import numpy as np
 from _common import markdown_table, mean_std, print_header, quiet_flower, run_inprocess, svg_line_chart
 
 from fedcluster import da_ufl
+from fedcluster.config import DEFAULTS
 from fedcluster.data import daufl_paper
 from fedcluster.device import DeviceData, run_task
 from fedcluster.lloyd import kmeans_cost, nearest
@@ -87,7 +88,8 @@ def one(snr, seed):
     union = observed.any(0)
     Xu, yu = X[union], y[union]
     # phase 1: SOM codebooks; phase 2: counts against the codebook P and against the grid
-    codebooks = [run_task("som_codebook", DeviceData(points=A), {}, {"grid": 4, "iterations": 2000, "seed": seed * 100 + j})[0]["codebook"]
+    som = {"grid": DEFAULTS["som-grid"] or da_ufl.som_grid(K), "epochs": DEFAULTS["som-epochs"]}
+    codebooks = [run_task("som_codebook", DeviceData(points=A), {}, {**som, "seed": seed * 100 + j})[0]["codebook"]
                  for j, A in enumerate(agents)]
     P = np.concatenate(codebooks)
     som_counts = np.stack([np.bincount(nearest(A, P), minlength=len(P)) for A in agents]).astype(float)

@@ -141,10 +141,12 @@ def run_system(devices, k, seed, extra=None, algorithm="kfed"):
 
 
 def kfed_once(d, k, sep, seed, points, m0, k_prime=None, extra=None):
+    """The paper's Table-1 setup, run as the paper does: every device holds k' = √k
+    components and is told k' (run-config ``k-prime``; by default each device would choose)."""
     k_prime = k_prime or int(round(np.sqrt(k)))
     devices, labels = kfed_mixture(d=d, k=k, k_prime=k_prime, m0=m0, points_per_component=points,
                                    separation=sep, seed=seed)
-    result, out, call, cpu, tmp = run_system(devices, k, seed, extra)
+    result, out, call, cpu, tmp = run_system(devices, k, seed, {"k-prime": k_prime, **(extra or {})})
     try:
         acc = accuracy(np.concatenate(labels), induced(out, devices))
     finally:

@@ -93,23 +93,28 @@ def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray], data_mean: np.n
         kind = message.metadata.message_type
         record = reply.content.array_records["arrays"]
         if attack == "moved center" and kind == "train.fedkmeans_train":
-            sent = message.content.array_records["arrays"]["centers"].numpy()
-            centers, counts = record["centers"].numpy().copy(), record["counts"].numpy()
-            # the corner of its box farthest from ITS nearest received center, and that
-            # center's cluster: all its points "sit" there, consistent with every bound
+            # every center set trained side by side (n-init) is attacked the same way
+            sent_sets = message.content.array_records["arrays"]["centers"].numpy()
+            all_centers, all_counts = record["centers"].numpy().copy(), record["counts"].numpy().copy()
+            all_sumsq, all_cost = np.zeros_like(all_centers), np.zeros(sent_sets.shape[0])
             corners = np.array(np.meshgrid(*zip(low, high))).reshape(len(low), -1).T
-            gaps = ((corners[:, None, :] - sent[None]) ** 2).sum(-1)
-            far = int(np.argmax(gaps.min(1)))
-            corner, j = corners[far], int(np.argmin(gaps[far]))
-            centers[j] = corner
-            new_counts = np.zeros_like(counts)
-            new_counts[j] = counts.sum()
-            sumsq = np.zeros_like(centers)
-            sumsq[j] = new_counts[j] * corner**2
-            record["centers"], record["counts"], record["sumsq"] = Array(centers), Array(new_counts), Array(sumsq)
-            # and the cost of the received centers its forged statistics imply (else the
-            # train_cost_mismatch check drops the reply): all its points at the corner
-            record["cost"] = Array(np.array([new_counts[j] * float(np.sum((corner - sent[j]) ** 2))]))
+            for s, sent in enumerate(sent_sets):
+                centers, counts = all_centers[s], all_counts[s]
+                # the corner of its box farthest from ITS nearest received center, and that
+                # center's cluster: all its points "sit" there, consistent with every bound
+                gaps = ((corners[:, None, :] - sent[None]) ** 2).sum(-1)
+                far = int(np.argmax(gaps.min(1)))
+                corner, j = corners[far], int(np.argmin(gaps[far]))
+                centers[j] = corner
+                total = counts.sum()
+                counts[:] = 0
+                counts[j] = total
+                all_sumsq[s, j] = total * corner**2
+                # and the cost of the received centers its forged statistics imply (else the
+                # train_cost_mismatch check drops the reply): all its points at the corner
+                all_cost[s] = total * float(np.sum((corner - sent[j]) ** 2))
+            record["centers"], record["counts"], record["sumsq"] = Array(all_centers), Array(all_counts), Array(all_sumsq)
+            record["cost"] = Array(all_cost)
         if attack == "moved means" and kind == "train.daufl_step":
             sent = message.content.array_records["arrays"]["centers"].numpy()
             weight = record["weight"].numpy()

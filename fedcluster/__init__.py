@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 # The scikit-learn-style estimators run the ServerApp and ClientApp in this process, so
 # they live beside the runner (inprocess/estimators.py) and load only when asked for:
 # ``import fedcluster`` still never imports flwr.
-_ESTIMATORS = ("FederatedKMeans", "DPFederatedKMeans", "FederatedSpectralClustering")
+_ESTIMATORS = ("FederatedKMeans", "DPFederatedKMeans", "FederatedSpectralClustering", "FederatedRunWarning")
 
 
 def __getattr__(name: str):

@@ -26,6 +26,7 @@ import numpy as np
 from .common import labels_path
 from .data import DataError, load_points
 from .lloyd import nearest
+from .scaling import Scaling
 
 
 def run_centers(run_dir: str | Path) -> np.ndarray:
@@ -45,12 +46,14 @@ def run_centers(run_dir: str | Path) -> np.ndarray:
 
 
 def assign_labels(run_dir: str | Path, points: np.ndarray) -> np.ndarray:
-    """The nearest center of every point: an (n,) int64 array."""
+    """The nearest center of every point: an (n,) int64 array (in the standardized space
+    when the run was standardized)."""
     centers = run_centers(run_dir)
     points = np.asarray(points, dtype=np.float64)
     if points.ndim != 2 or points.shape[1] != centers.shape[1]:
         raise DataError(f"the points have shape {points.shape}, the run's centers have dimension {centers.shape[1]}")
-    return nearest(points, centers).astype(np.int64)
+    scaling = Scaling.of_folder(run_dir)
+    return (scaling.nearest(points, centers) if scaling is not None else nearest(points, centers)).astype(np.int64)
 
 
 def main(argv: list[str] | None = None) -> int:

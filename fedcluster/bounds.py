@@ -44,6 +44,7 @@ class Declared:
     points: float
     low: np.ndarray | None = None
     high: np.ndarray | None = None
+    scaled: bool = False  # the box is in a standardized run's units (fedcluster.scaling)
 
 
 def declaration(task: Task, arrays: Mapping[str, np.ndarray], metrics: Mapping[str, Any]) -> Declared | None:
@@ -74,18 +75,35 @@ def violation(
     declared: Declared,
     config: Mapping[str, Any] | None = None,
 ) -> str | None:
-    """The reason a reply breaks what its device declared, or None."""
+    """The reason a reply breaks what its device declared, or None. A reply for several
+    center sets at once (a leading set axis ``m`` on its arrays) is checked set by set."""
     n = declared.points
     if NUM_EXAMPLES in metrics and abs(float(metrics[NUM_EXAMPLES]) - n) > 0.5:
         return f"num-examples {metrics[NUM_EXAMPLES]} differs from the {n:g} points the node declared in its first reply"
     fields = {f.role: f for f in task.reply if f.role and f.name in arrays and _active(f, config)}
+    sets = [f for f in fields.values() if f.shape[:1] == ("m",) and f.role != "cost"]
+    if sets:
+        for index in range(arrays[sets[0].name].shape[0]):
+            part = {name: value[index] for name, value in arrays.items()}
+            part.update({f.name: arrays[f.name][index:index + 1] for f in fields.values() if f.role == "cost"})
+            asked = {name: (value[index] if value.ndim == 3 else value) for name, value in request.items()}
+            reason = _violation(fields, task.counts, part, asked, declared)
+            if reason:
+                return f"set {index}: {reason}" if len(arrays[sets[0].name]) > 1 else reason
+        return None
+    return _violation(fields, task.counts, arrays, request, declared)
+
+
+def _violation(fields: dict, task_counts: str, arrays: Mapping[str, np.ndarray], request: Mapping[str, np.ndarray],
+               declared: Declared) -> str | None:
+    n = declared.points
     counts = arrays[fields["count"].name] if "count" in fields else None
-    if counts is not None and task.counts:
+    if counts is not None and task_counts:
         total = float(np.sum(counts))
         slack = RELATIVE_SLACK * max(n, 1.0)
-        if task.counts == "all" and abs(total - n) > slack:
+        if task_counts == "all" and abs(total - n) > slack:
             return f"its counts add up to {total:g}, not to the {n:g} points it declared"
-        if task.counts == "at-most" and total > n + slack:
+        if task_counts == "at-most" and total > n + slack:
             return f"its counts add up to {total:g}, more than the {n:g} points it declared"
     if declared.low is None:
         return None

@@ -56,10 +56,10 @@ def data_summary(data: DeviceData, arrays: dict, config: dict):
     n, d = X.shape
     if n == 0:
         raise ValueError(f"the device holds no points ({data.source})")
-    return (
-        {"min": X.min(axis=0), "max": X.max(axis=0)},
-        {"num-examples": int(n), "dim": int(d)},
-    )
+    arrays = {"min": X.min(axis=0), "max": X.max(axis=0)}
+    if config["moments"]:
+        arrays.update(sum=X.sum(axis=0), sumsq=np.einsum("ij,ij->j", X, X))
+    return arrays, {"num-examples": int(n), "dim": int(d)}
 
 
 @device_task("lloyd_stats")

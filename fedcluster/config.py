@@ -127,6 +127,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("dirichlet-alpha", 0.3, "Dirichlet concentration (small = skewed)", low=0, low_open=True),
         Key("classes-per-client", 2, "components per device (partition=components)", low=1, high=MANY),
         Key("server-data", "", "a .npy of server-side points (FedDP-KMeans, init=server-kmeans++)"),
+        Key("standardize", False, "every feature to mean 0 and variance 1 first (scikit-learn's StandardScaler, "
+            "federated: one round of per-device sums), centers written in the original units (FedKMeans, k-FED, DA-UFL)"),
         Key("snr-db", 30.0, "da-ufl-paper: every agent's SNR in dB (observation probability 1 − exp(−0.025·SNR/d))", low=-50, high=100),
         Key("class-std", 1.0, "da-ufl-paper: standard deviation of every class per coordinate", low=0, high=1000, low_open=True),
     ),
@@ -141,7 +143,11 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("reassign-threshold", 0.01, "ρ, a cluster below this share of the largest cluster's count is starved", low=0, high=1),
         Key("reassign-patience", 20, "R, starved rounds before a cluster is re-seeded", low=1, high=MANY),
         Key("init", "auto", "initialization method", choices=tuple(dict.fromkeys(FEDKMEANS_INITS + FEDDP_INITS))),
-        Key("init-candidates", 10, "candidate center sets scored in one federated round", low=1, high=10_000),
+        Key("n-init", 0, "center sets trained side by side in the same round trips (scikit-learn's n_init, "
+            "federated): the cheapest scored start and n-init − 1 unrefined k-means++ draws on the devices' summaries; "
+            "a set that can no longer win stops, after half of the rounds only the cheapest trains on. 0: 16 sets while "
+            "k·d ≤ 4096, fewer for larger centers (at most 65536 floats of centers per message)", low=0, high=64),
+        Key("init-candidates", 10, "candidate center sets scored in one federated round (FedKMeans; DA-UFL: at most this many distinct optima of init-restarts)", low=1, high=10_000),
         Key("init-server-starts", 100, "k-means++ + Lloyd starts the server runs on each device summary; the "
             "init-candidates of lowest cost on the summary are scored on the devices (server time only)", low=1, high=100_000),
         Key("init-min-count", 2, "smallest local cluster a device may summarize", low=1, high=10**9),
@@ -158,14 +164,15 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
     ),
     # docs/ALGORITHMS.md section 4
     "kfed": (
-        Key("k-prime", 0, "local clusters per device (0 = ceil(sqrt(k)))", low=0, high=MANY),
+        Key("k-prime", 0, "local clusters per device; 0: each device chooses from its own data, up to k (fewer only "
+            "when its clusters are separated beyond doubt); the paper's rule is ceil(sqrt(k))", low=0, high=MANY),
         Key("kfed-weighting", "count", "weighting of device centers in the merge; capped-count: no device weighs "
             "more than the median device (robust to inflated counts)", choices=KFED_WEIGHTINGS),
         Key("kfed-min-devices", 1, "a global cluster must gather centers of at least this many devices, else its "
             "centers are left out of the merge (1 = the paper; 2: one device cannot claim a cluster of its own)",
             low=1, high=MANY),
         Key("kfed-to-convergence", True, "server Lloyd to convergence (false = one round, the paper)"),
-        Key("kfed-server-starts", 20, "merge starts scored on the server (1 = the paper)", low=1, high=10_000),
+        Key("kfed-server-starts", 100, "merge starts scored on the server, all run (1 = the paper)", low=1, high=10_000),
         Key("kfed-device-restarts", 10, "local k'-means restarts on each device (1 = the paper)", low=1, high=10_000),
         Key("kfed-evaluate", True, "one extra round measuring the federated cost of the result"),
     ),
@@ -209,15 +216,18 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
     ),
     # docs/ALGORITHMS.md §2
     "da-ufl": (
-        Key("weighting", "som", "UFLBin (grid bins), UFLSOM (SOM-codebook bins) or UFLUni (w_j = 1/J)", choices=("bin", "som", "uniform")),
+        Key("weighting", "uniform", "UFLUni (w_j = 1/J; the SOM codebooks still start the centers), UFLSOM (SOM-codebook "
+            "bins) or UFLBin (grid bins): the bin weights count an observation several agents share once, and re-weight "
+            "real points when agents hold different ones (docs: DA-UFL)", choices=("uniform", "som", "bin")),
         Key("xi-max", 0.05, "ξ_max, label perturbation ξ ~ U(0, ξ_max) per point and cluster (0 = off)", low=0, high=10),
         Key("eta", 1.0, "η of the dual-averaging step (1 = one inner step is a weighted Lloyd step)", low=0, high=1, low_open=True),
         Key("eps-glo", 1e-6, "ε_glo: inner loop stops when no center moves more than this × the bounding-box diagonal", low=0, high=1),
         Key("bins", 10, "UFLBin: grid cells per dimension (b^d cells)", low=1, high=10_000),
         Key("max-bins", 100_000, "UFLBin: refuse a grid of more cells than this (b^d grows with d)", low=1, high=10**8),
-        Key("som-grid", 4, "UFLSOM: SOM of som-grid × som-grid units per device", low=1, high=100),
-        Key("som-iterations", 2000, "UFLSOM: single-point SOM updates per device", low=1, high=10**7),
-        Key("init-restarts", 10, "k-means++ starts on the bin representatives, each refined by weighted Lloyd there (server only); 0 = the paper's single draw", low=0, high=10_000),
+        Key("som-grid", 0, "UFLSOM: SOM of som-grid × som-grid units per device (0: about 4k units, at least 4 × 4; "
+            "a device with fewer points uses fewer units)", low=0, high=100),
+        Key("som-epochs", 30, "UFLSOM: batch SOM passes over each device's points", low=1, high=10_000),
+        Key("init-restarts", 50, "k-means++ starts on the bin representatives, each refined by weighted Lloyd there (server only); 0 = the paper's single draw", low=0, high=10_000),
         Key("outer-iterations", 100, "t1 limit: outer (labelling) iterations", low=1, high=MANY),
         Key("inner-iterations", 50, "t2 limit: dual-averaging steps per outer iteration", low=1, high=MANY),
     ),
@@ -358,6 +368,16 @@ def k_range(text: str) -> tuple[int, int]:
     return low, high
 
 
+def _standardize_rules(c: dict[str, Any]) -> None:
+    if not c["standardize"]:
+        return
+    if c["algorithm"] == "feddp-kmeans":
+        raise ConfigError("standardize is not available with feddp-kmeans: the exact per-device sums it needs are not "
+                          "covered by the privacy guarantee (scale the data before the run)")
+    if c["algorithm"] in ("fedspectral", "fedspectral-plus"):
+        raise ConfigError(f"standardize is for point data; {c['algorithm']} clusters a graph")
+
+
 def _label_rules(c: dict[str, Any]) -> None:
     if c["write-labels"] and c["algorithm"] in ("fedspectral", "fedspectral-plus"):
         raise ConfigError("write-labels is for center-based algorithms: a graph run stores one label per graph node in labels.npy")
@@ -371,7 +391,7 @@ def _k_range_rules(c: dict[str, Any]) -> None:
     k_range(c["k-range"])
 
 
-RULES = (_data_rules, _init_rules, _feddp_rules, _spectral_rules, _k_range_rules, _label_rules)
+RULES = (_data_rules, _init_rules, _feddp_rules, _spectral_rules, _k_range_rules, _label_rules, _standardize_rules)
 
 
 def parse_run_config(text: str) -> dict[str, Any]:

@@ -6,8 +6,9 @@ Servetnyk, Fung & Han, "Unsupervised Federated Learning for Unbalanced Data" (GL
 
 Device kernels (declared in :mod:`fedcluster.protocol`):
 
-``som_codebook``  a Kohonen SOM (grid × grid units, Gaussian neighbourhood, exponentially
-                  decaying radius and learning rate, seeded) trained on the device's points;
+``som_codebook``  a batch Kohonen SOM (grid × grid units, at most one per point of the
+                  device; Gaussian neighbourhood, exponentially decaying radius, seeded)
+                  trained on the device's points;
 ``bin_counts``    points per bin: cells of a grid over the federated bounding box (UFLBin)
                   or Voronoi cells of the concatenated codebooks P (UFLSOM);
 ``daufl_step``    one inner step: the perturbed labels of the outer iteration (eq. 2, ξ
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from .common import matching_dimension
-from .lloyd import kmeans, kmeans_plus_plus, label_sums, nearest, squared_distances
+from .lloyd import kmeans, kmeans_plus_plus, label_sums, lloyd, nearest, squared_distances
 from .registry import DeviceData, device_task
 from .robust import aggregate_centers
 
@@ -45,19 +46,21 @@ from .robust import aggregate_centers
 def train_som(
     X: np.ndarray,
     grid: int,
-    iterations: int,
+    epochs: int,
     rng: np.random.Generator,
-    lr: tuple[float, float] = (0.5, 0.01),
     radius: tuple[float, float] | None = None,
 ) -> np.ndarray:
-    """Online Kohonen SOM on ``X``: the (grid², d) codebook, units in row-major grid order.
+    """Batch Kohonen SOM on ``X``: the (grid², d) codebook, units in row-major grid order.
 
     Units start at distinct random data points (with repetition only when the device has
-    fewer points than units). Each of ``iterations`` steps draws one point, finds its best
-    matching unit (BMU) and moves every unit u by ``lr_t · h_u · (x − p_u)`` with the
-    Gaussian neighbourhood ``h_u = exp(−||g_u − g_bmu||² / (2 σ_t²))`` on the grid
-    coordinates; ``lr_t`` and ``σ_t`` decay exponentially from their first to their last
-    value (default radius: grid/2 down to 0.5)."""
+    fewer points than units). Each of ``epochs`` passes finds every point's best matching
+    unit (BMU) and sets every unit u to the neighbourhood-weighted mean of the points,
+    ``p_u = Σ_x h(u, bmu(x)) x / Σ_x h(u, bmu(x))`` with the Gaussian neighbourhood
+    ``h = exp(−||g_u − g_bmu||² / (2 σ²))`` on the grid coordinates; σ decays exponentially
+    from its first to its last value (default: grid/2 down to 0.5), so the last passes are
+    nearly Lloyd steps. A unit no point's neighbourhood reaches keeps its place. (The batch
+    form of Kohonen's rule: the same fixed points as the online one without its per-point
+    learning rate, and whole-array NumPy passes instead of one Python step per point.)"""
     X = np.asarray(X, dtype=np.float64)
     n = X.shape[0]
     if n == 0:
@@ -66,20 +69,34 @@ def train_som(
     rows, cols = np.divmod(np.arange(units), grid)
     coords = np.stack([rows, cols], axis=1).astype(np.float64)
     grid_d2 = squared_distances(coords, coords)
-    start = rng.choice(n, size=units, replace=n < units)
-    codebook = X[start].copy()
+    codebook = X[rng.choice(n, size=units, replace=n < units)].copy()
     r0, r1 = radius if radius is not None else (max(grid / 2.0, 0.5), 0.5)
-    draws = rng.integers(n, size=iterations)
-    for t, index in enumerate(draws):
-        frac = t / max(iterations - 1, 1)
-        lr_t = lr[0] * (lr[1] / lr[0]) ** frac
-        sigma = r0 * (r1 / r0) ** frac
-        x = X[index]
-        diff = x - codebook
-        bmu = int(np.argmin(np.einsum("ij,ij->i", diff, diff)))
-        h = np.exp(-grid_d2[bmu] / (2.0 * sigma * sigma))
-        codebook += (lr_t * h)[:, None] * diff
+    for epoch in range(epochs):
+        sigma = r0 * (r1 / r0) ** (epoch / max(epochs - 1, 1))
+        sums, counts = label_sums(X, nearest(X, codebook), units)
+        h = np.exp(-grid_d2 / (2.0 * sigma * sigma))
+        mass = h @ counts
+        moved = mass > 0
+        codebook[moved] = (h @ sums)[moved] / mass[moved, None]
     return codebook
+
+
+def som_grid(k: int) -> int:
+    """Grid side of the auto SOM (``som-grid = 0``): about 4k units, at least 4 × 4, so that
+    a device holding every cluster has several units in each (a device with fewer points
+    than units uses a smaller grid, :func:`device_grid`)."""
+    return max(4, int(np.ceil(np.sqrt(4 * k))))
+
+
+def is_grid(units: int, grid: int) -> bool:
+    """Is ``units`` the size of a square SOM grid of side at most ``grid``?"""
+    side = int(round(np.sqrt(units)))
+    return side * side == units and 1 <= side <= grid
+
+
+def device_grid(grid: int, points: int) -> int:
+    """The grid side a device trains: ``grid``, or the largest whose units it has points for."""
+    return max(1, min(grid, int(np.sqrt(points))))
 
 
 # ------------------------------------------------------------------------------- bins
@@ -147,6 +164,33 @@ def weighted_init(
     if restarts == 0:
         return kmeans_plus_plus(points[keep], k, rng, weights=weights[keep])
     return kmeans(points[keep], k, rng, weights[keep], n_init=restarts)[0]
+
+
+def init_candidates(
+    points: np.ndarray, counts: np.ndarray, k: int, rng: np.random.Generator, restarts: int, count: int
+) -> np.ndarray:
+    """The starts the agents choose among (``init-candidates``): the ``count`` cheapest
+    DISTINCT weighted-Lloyd optima (relative cost 1e-9) of ``restarts`` k-means++ draws on
+    the bin representatives, cheapest on them first; (m, k, d) with m ≤ count. The bins
+    summarize the agents' points; which optimum is cheapest on the points themselves the
+    agents measure in one round (``score_candidates``). ``restarts = 0``: the paper's
+    single draw, unrefined."""
+    weights = np.asarray(counts, dtype=np.float64)
+    if weights.ndim == 2:
+        weights = weights.sum(axis=0)
+    keep = weights > 0
+    if int(keep.sum()) < k:
+        raise ValueError(f"only {int(keep.sum())} populated bins for k={k} clusters")
+    P, w = points[keep], weights[keep]
+    if restarts == 0:
+        return kmeans_plus_plus(P, k, rng, weights=w)[None]
+    found: list[tuple[float, np.ndarray]] = []
+    for _ in range(restarts):
+        centers, cost, _ = lloyd(P, kmeans_plus_plus(P, k, rng, w), w, max_iter=300)
+        if not any(abs(cost - other) <= 1e-9 * max(other, 1e-300) for other, _ in found):
+            found.append((cost, centers))
+    found.sort(key=lambda item: item[0])
+    return np.stack([centers for _, centers in found[: max(1, count)]])
 
 
 def point_weights(X: np.ndarray, bin_weight: np.ndarray, binning: str, arrays: dict, bins: int) -> np.ndarray:
@@ -241,7 +285,8 @@ def _cached_labels(data: DeviceData, X: np.ndarray, anchor: np.ndarray, outer: i
 @device_task("som_codebook")
 def som_codebook(data: DeviceData, arrays: dict, config: dict[str, Any]):
     X = data.require_points()
-    codebook = train_som(X, config["grid"], config["iterations"], np.random.default_rng(config["seed"]))
+    grid = device_grid(config["grid"], X.shape[0])
+    codebook = train_som(X, grid, config["epochs"], np.random.default_rng(config["seed"]))
     return {"codebook": codebook}, {"num-examples": int(X.shape[0])}
 
 

@@ -88,21 +88,20 @@ def client_kmeans(
 # ------------------------------------------------------------------------ device tasks
 @device_task("fedkmeans_train")
 def fedkmeans_train(data: DeviceData, arrays: dict, config: dict):
+    """ClientKMeans from every set of global centers (m, k, d) in the request; per set its
+    counts, updated centers, sums of squares and the cost of the centers received."""
     X = data.require_points()
     incoming = matching_dimension(X, arrays["centers"])
-    counts, centers, sumsq = client_kmeans(
-        X,
-        incoming,
-        epochs=config["local-epochs"],
-        batch_size=config["batch-size"],
-        learning_rate=config["client-lr"],
-        rng=np.random.default_rng(config["seed"]),
-    )
-    cost = kmeans_cost(X, incoming)
-    return (
-        {"centers": centers, "counts": counts, "sumsq": sumsq, "cost": np.array([cost])},
-        {"num-examples": int(X.shape[0])},
-    )
+    rng = np.random.default_rng(config["seed"])
+    out = {"centers": np.empty_like(incoming), "counts": np.empty(incoming.shape[:2]), "sumsq": np.empty_like(incoming),
+           "cost": np.empty(incoming.shape[0])}
+    for s, centers in enumerate(incoming):
+        out["counts"][s], out["centers"][s], out["sumsq"][s] = client_kmeans(
+            X, centers, epochs=config["local-epochs"], batch_size=config["batch-size"],
+            learning_rate=config["client-lr"], rng=rng,
+        )
+        out["cost"][s] = kmeans_cost(X, centers)
+    return out, {"num-examples": int(X.shape[0])}
 
 
 @device_task("score_candidates")
@@ -186,6 +185,7 @@ def reassign_starved(
     threshold: float,
     patience: int,
     orphaned: Sequence[int] = (),
+    allowed: np.ndarray | None = None,
 ) -> list[int]:
     """Reassignment (ρ = ``threshold``, R = ``patience``): a cluster whose count stays
     below ρ × (the largest cluster's count, as scikit-learn's MiniBatchKMeans) for R
@@ -194,8 +194,9 @@ def reassign_starved(
     e: the two centers move to ``c ± SPLIT_OFFSET·σ·e``. The variance comes from the
     reported per-cluster sums of squares ``sumsq`` and the cluster ``means``. An
     ``orphaned`` cluster (:func:`orphaned_clusters`) below the threshold is re-seeded at
-    once. Works on ``centers`` and ``state.starved_rounds`` in place; returns the
-    re-seeded clusters."""
+    once. ``allowed`` (k bools): the clusters that may be re-seeded now (the others keep
+    counting their starved rounds). Works on ``centers`` and ``state.starved_rounds`` in
+    place; returns the re-seeded clusters."""
     if threshold <= 0 or patience <= 0:
         return []
     below = state.starved_rounds
@@ -206,7 +207,10 @@ def reassign_starved(
     below[orphans & starved] = np.maximum(below[orphans & starved], patience)
     moved = []
     sizes = counts.astype(float).copy()
-    for j in np.flatnonzero(below >= patience):
+    due = below >= patience
+    if allowed is not None:
+        due &= allowed | orphans
+    for j in np.flatnonzero(due):
         big = int(np.argmax(sizes))
         if sizes[big] <= 0 or big == j:
             continue
@@ -222,6 +226,17 @@ def reassign_starved(
         below[j] = 0
         moved.append(int(j))
     return moved
+
+
+def reseed_allowed(counts: np.ndarray, protected: np.ndarray, rounds_left: bool, measured_next: bool) -> np.ndarray:
+    """Which clusters a re-seed may move now (k bools): a re-seed must be measured by a later
+    round, so none in the last round; an empty cluster (moving it cannot raise the cost)
+    whenever rounds are left; a cluster that still owns points only when the next round
+    measures every node (so that a re-seed that made things worse is undone), and never one
+    whose re-seed was undone before (``protected``)."""
+    if not rounds_left:
+        return np.zeros(len(counts), dtype=bool)
+    return ~protected & ((counts <= 0) | measured_next)
 
 
 def train_cost_mismatch(
@@ -319,6 +334,60 @@ SCREEN_ITERATIONS = 5
 def box_candidates(k: int, count: int, low: np.ndarray, high: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """``count`` candidate center sets drawn uniformly in the box [low, high]."""
     return np.stack([rng.uniform(low, high, size=(k, low.size)) for _ in range(count)])
+
+
+def summary_seeds(
+    points: np.ndarray, weights: np.ndarray, k: int, count: int, low: np.ndarray, high: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """``count`` UNREFINED weighted k-means++ draws on the devices' summaries (count, k, d)
+    (box draws when there are fewer than k summary centers). Candidates refined on the
+    summaries all fall into the summaries' best basin; these seeds keep the diversity of
+    scikit-learn's ``n_init`` starts, and the devices' data decide among them."""
+    if points.shape[0] < k:
+        return box_candidates(k, count, low, high, rng) if count else np.zeros((0, k, low.size))
+    return np.stack([kmeans_plus_plus(points, k, rng, weights) for _ in range(count)]) if count else np.zeros((0, k, low.size))
+
+
+# n-init = 0: as many center sets as fit in this many floats of centers, at most AUTO_SETS
+# (chosen with bench/real_data.py --variant; each set adds k·d floats down and about twice
+# that up per round).
+AUTO_SETS, AUTO_SET_FLOATS = 16, 1 << 16
+
+
+def set_count(n_init: int, k: int, d: int) -> int:
+    """The number of center sets trained side by side: ``n_init``, or with 0 (auto) 16 while
+    they fit in 65536 floats of centers, fewer for large k·d, at least 1."""
+    return n_init or max(1, min(AUTO_SETS, AUTO_SET_FLOATS // max(k * d, 1)))
+
+
+def start_sets(costs: np.ndarray, sets: int, seeds: Sequence[int] = ()) -> list[int]:
+    """Which scored candidates start the center sets trained side by side (``n-init``):
+    the cheapest first, then the ``seeds`` (indices of unrefined draws, in order), then the
+    next cheapest, skipping any whose cost equals one already chosen (relative 1e-9: the
+    same local optimum twice trains nothing new)."""
+    order = list(np.argsort(costs, kind="stable"))
+    chosen: list[int] = []
+    for index in [order[0], *seeds, *order[1:]]:
+        if len(chosen) == sets:
+            break
+        if index not in chosen and all(abs(costs[index] - costs[c]) > 1e-9 * max(abs(costs[c]), 1e-300) for c in chosen):
+            chosen.append(int(index))
+    return chosen
+
+
+def keep_sets(costs: Sequence[float], stalled: Sequence[bool], finished: bool) -> list[int]:
+    """The center sets that train on (indices into ``costs``, in order): ``costs`` are
+    this round's measured costs of the sets (from the same devices), ``stalled[i]``: set i
+    did not move and has no starved cluster, so its cost can no longer change. A stalled set
+    other than the cheapest can never win (it costs as much or more) and stops; once
+    ``finished`` (half of the rounds are done) only the cheapest trains on. (Keeping only
+    the cheaper half at rounds 2, 4, 8, … was tried: no faster on the real-data suite, where
+    stalled sets stop anyway, and worse on one case.)"""
+    best = int(np.argmin(costs))
+    if finished:
+        return [best]
+    return [i for i in range(len(costs)) if i == best or not stalled[i]]
 
 
 # ------------------------------------------------------------------------ choosing k

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from .data import DataError, load_points
-from .kfed import default_k_prime, induced_labels, kfed_assign_new_device, local_kprime_means
+from .scaling import Scaling
+from .kfed import auto_local_means, induced_labels, kfed_assign_new_device, local_kprime_means
 
 
 def label_new_device(
@@ -44,10 +45,16 @@ def label_new_device(
         raise DataError(
             f"the device's data has shape {points.shape}, the run's centers have dimension {global_centers.shape[1]}"
         )
+    scaling = Scaling.of_folder(result_dir)
+    if scaling is not None:  # a standardized run: the device clusters in its units too
+        points, global_centers = scaling.apply(points), scaling.apply(global_centers)
     if k_prime is None:
         config = json.loads((result_dir / "result.json").read_text()).get("config", {})
-        k_prime = default_k_prime(global_centers.shape[0], int(config.get("k-prime", 0)))
-    local_centers, _, local_labels = local_kprime_means(points, k_prime, np.random.default_rng(seed))
+        k_prime = int(config.get("k-prime", 0))
+    if k_prime:
+        local_centers, _, local_labels = local_kprime_means(points, k_prime, np.random.default_rng(seed))
+    else:  # the run let every device choose: so does this one
+        local_centers, _, local_labels = auto_local_means(points, global_centers.shape[0], np.random.default_rng(seed))
     return induced_labels(local_labels, kfed_assign_new_device(local_centers, global_centers))
 
 

@@ -82,7 +82,7 @@ def plot_cost(result: dict[str, Any], plt, path: Path) -> str | None:
         ax.axhline(reference["central_cost"], color="black", linestyle="--", label="central k-means (pooled)")
     best = result.get("best_seen")
     if best:
-        ax.plot([best["round"]], [best["cost"]], "v", color="tab:green", label=f"best seen (round {best['round']})")
+        ax.plot([best["round"]], [best["cost"]], "v", color="tab:green", label=f"returned: the cheapest (round {best['round']})")
     ax.set(xlabel="round", ylabel="cost per point", title=f"Cost per round: {_title(result)}")
     ax.legend()
     return _save(fig, plt, path)

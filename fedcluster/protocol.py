@@ -21,6 +21,10 @@ per device, ``q`` bins) must match
 the bound value; an unbound symbol (``c``, a count the device chooses) must agree between
 the arrays of one reply. ``*`` is any size.
 
+Standardized runs (run-config ``standardize``): every request on point data also carries the
+arrays ``scale-shift`` and ``scale-factor`` (d,), and the device runs the task on
+``(x − shift) / factor`` of its points (:mod:`fedcluster.scaling`); replies are in those units.
+
 Bundles: when one round trip asks a node for several tasks (the start-up queries a server
 sends together), they travel as ONE message of type ``query.bundle``: part ``i`` is the
 records ``arrays.i`` and ``config.i`` of task ``config-record "bundle"["tasks"][i]``; the
@@ -279,8 +283,11 @@ TASKS: dict[str, Task] = {
     task.name: task
     for task in (
         Task(
-            "data_summary", "query", "size, dimension and bounding box of the device's points",
-            reply=(ArrayField("min", ("d",), role="box-min"), ArrayField("max", ("d",), role="box-max")),
+            "data_summary", "query", "size, dimension and bounding box of the device's points (with `moments`: their sums and sums of squares)",
+            config=(Param("moments", bool, False, doc="also the per-feature sums and sums of squares (standardize)"),),
+            reply=(ArrayField("min", ("d",), role="box-min"), ArrayField("max", ("d",), role="box-max"),
+                   ArrayField("sum", ("d",), when=("moments", True)),
+                   ArrayField("sumsq", ("d",), nonnegative=True, when=("moments", True))),
             metrics=(NUM_EXAMPLES, DIM),
             used_by=("fedkmeans", "feddp-kmeans", "da-ufl"),
         ),
@@ -306,7 +313,7 @@ TASKS: dict[str, Task] = {
             "score_candidates", "query", "k-means cost of each of m candidate center sets",
             request=(ArrayField("candidates", ("m", "k", "d")),),
             reply=(ArrayField("costs", ("m",), nonnegative=True, role="cost", of="candidates"),),
-            used_by=("fedkmeans",),
+            used_by=("fedkmeans", "kfed", "da-ufl"),
         ),
         Task(
             "local_summary", "query", "a local k-means (centers, counts); clusters under min-count points suppressed",
@@ -321,8 +328,9 @@ TASKS: dict[str, Task] = {
             counts="at-most",
         ),
         Task(
-            "fedkmeans_train", "train", "ClientKMeans from the global centers; cost of the received centers",
-            request=(_CENTERS,),
+            "fedkmeans_train", "train",
+            "ClientKMeans from each of the m sets of global centers trained side by side (n-init); the cost of each set received",
+            request=(ArrayField("centers", ("m", "k", "d"), "the global centers of every set"),),
             config=(
                 Param("local-epochs", int, 1, low=1, doc="E"),
                 Param("batch-size", int, 0, low=0, doc="B (0: full batch)"),
@@ -330,10 +338,10 @@ TASKS: dict[str, Task] = {
                 _SEED,
             ),
             reply=(
-                ArrayField("centers", ("k", "d"), role="mean", of="centers"),
-                ArrayField("counts", ("k",), nonnegative=True, role="count"),
-                ArrayField("sumsq", ("k", "d"), nonnegative=True, role="sumsq"),
-                ArrayField("cost", (1,), nonnegative=True, role="cost", of="centers"),
+                ArrayField("centers", ("m", "k", "d"), role="mean", of="centers"),
+                ArrayField("counts", ("m", "k"), nonnegative=True, role="count"),
+                ArrayField("sumsq", ("m", "k", "d"), nonnegative=True, role="sumsq"),
+                ArrayField("cost", ("m",), nonnegative=True, role="cost", of="centers"),
             ),
             used_by=("fedkmeans",),
             counts="all",
@@ -341,13 +349,14 @@ TASKS: dict[str, Task] = {
         Task(
             "kfed_local", "query", "k-FED step 1: the device's local k'-means (Awasthi-Sheffet)",
             config=(
-                Param("k-prime", int, low=1, doc="local clusters k' (a node's own --node-config k-prime wins)"),
+                Param("k-prime", int, low=0, doc="local clusters k' (0: the device chooses, up to k; a node's own --node-config k-prime wins)"),
+                Param("k", int, 1, low=1, doc="global clusters: the most local clusters a device chooses (k-prime = 0)"),
                 Param("n-init", int, 10, low=1, doc="device restarts (1: the paper)"),
                 Param("max-iter", int, 100, low=1, doc="Lloyd steps"),
                 Param("seeding", str, "best", choices=("best", "core", "voronoi"), doc="start of the Lloyd steps"),
                 _SEED,
             ),
-            reply=_LOCAL_CENTERS,
+            reply=_LOCAL_CENTERS + (ArrayField("cost", (1,), "the local k'-means cost (its points to their local centers)", nonnegative=True),),
             used_by=("kfed", "fedkmeans"),
             counts="all",
         ),
@@ -416,11 +425,11 @@ TASKS: dict[str, Task] = {
         Task(
             "som_codebook", "query", "DA-UFL phase 1 (UFLSOM): a Kohonen SOM codebook of the device's points",
             config=(
-                Param("grid", int, 4, low=1, high=100, doc="grid × grid units"),
-                Param("iterations", int, 2000, low=1, doc="single-point SOM updates"),
+                Param("grid", int, 4, low=1, high=100, doc="grid × grid units at most (a device with fewer points uses fewer)"),
+                Param("epochs", int, 30, low=1, high=10_000, doc="batch SOM passes over the points"),
                 _SEED,
             ),
-            reply=(ArrayField("codebook", ("u", "d"), "the SOM units"),),
+            reply=(ArrayField("codebook", ("u", "d"), "the SOM units (u ≤ grid², a square)"),),
             used_by=("da-ufl",),
         ),
         Task(

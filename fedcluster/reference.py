@@ -18,13 +18,16 @@ from .lloyd import kmeans_cost
 
 
 def central_reference(
-    config: dict[str, Any], num_clients: int, centers: np.ndarray | None, num_points: int | None = None
+    config: dict[str, Any], num_clients: int, centers: np.ndarray | None, num_points: int | None = None,
+    scaling: Any = None,
 ) -> dict[str, Any] | None:
     """Pooled central k-means cost beside the federated one, or None when unavailable.
 
     ``num_points`` is the number of points the federation reported; when the pooled data
     the server can rebuild has a different size, the nodes held something else and no
-    reference is given.
+    reference is given. ``scaling`` (a standardized run, in the units the run clustered
+    in: :class:`fedcluster.scaling.Scaling`): the pooled points and ``centers`` (in the
+    run's standardized units) are compared after it, as a StandardScaler → KMeans pipeline.
     """
     if centers is None:
         return None
@@ -32,6 +35,8 @@ def central_reference(
     if pooled is None:
         return None
     X, _ = pooled
+    if scaling is not None:
+        X = scaling.apply(X)
     k = centers.shape[0]  # the run's k (a k-range run: the k it chose)
     if X.shape[0] < k or X.shape[1] != centers.shape[1]:
         return None
@@ -48,5 +53,6 @@ def central_reference(
         "central_cost": central_total / X.shape[0],
         "federated_cost": federated_total / X.shape[0],
         "ratio": federated_total / central_total if central_total > 0 else None,
-        "how": "scikit-learn KMeans(k-means++, n_init=10) on the pooled points; federated centers evaluated on the same points",
+        "how": "scikit-learn KMeans(k-means++, n_init=10) on the pooled points; federated centers evaluated on the same points"
+               + ("; both standardized by the run's scaling" if scaling is not None else ""),
     }

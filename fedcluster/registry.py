@@ -84,6 +84,9 @@ def run_task(name: str, data: DeviceData, arrays: Mapping[str, Any], config: Map
     spec = protocol.task(name)
     if name not in KERNELS:
         raise KeyError(f"task {name!r} has no kernel on this device")
+    from .scaling import scaled
+
+    data, arrays = scaled(data, arrays)  # a standardized run's requests say how (fedcluster.scaling)
     out_arrays, metrics = KERNELS[name](data, arrays, config)
     out_arrays = {key: np.asarray(value) for key, value in out_arrays.items()}
     reason = protocol.check_arrays(spec.reply, out_arrays, {}, spec.parse_config(config))

@@ -18,6 +18,7 @@ nothing about the points leaves it).
 from __future__ import annotations
 
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -27,10 +28,15 @@ from sklearn.utils import check_random_state
 
 from fedcluster.config import SEED_MAX
 from fedcluster.lloyd import kmeans_cost, nearest
+from fedcluster.scaling import Scaling
 
 # scikit-learn name -> run-config key, per algorithm (None: the algorithm has no such knob)
 _MAX_ITER = {"fedkmeans": "num-rounds", "da-ufl": "outer-iterations", "kfed": None, "feddp-kmeans": "lloyd-rounds"}
 _TOL = {"fedkmeans": "tol", "da-ufl": None, "kfed": None, "feddp-kmeans": None}
+
+
+class FederatedRunWarning(UserWarning):
+    """A run's own numbers say something the user should read (result.json ``warnings``)."""
 
 
 def _seed(random_state: Any) -> int:
@@ -69,7 +75,8 @@ def _client_arrays(clients: Sequence[Any]) -> list[np.ndarray]:
 # run-config key -> the estimator parameter that sets it (for error messages)
 _PARAMETER_OF = {"k": "n_clusters", "seed": "random_state", "algorithm": "algorithm", "num-rounds": "max_iter",
                  "outer-iterations": "max_iter", "lloyd-rounds": "max_iter", "tol": "tol", "fraction": "fraction",
-                 "epsilon": "epsilon", "delta": "delta", "privacy-level": "privacy_level", "num-nodes": "n_nodes"}
+                 "epsilon": "epsilon", "delta": "delta", "privacy-level": "privacy_level", "num-nodes": "n_nodes",
+                 "n-init": "n_init"}
 _SET_BY_FIT = {"dataset": "fit(clients)", "data-dir": "fit(clients)", "server-data": "fit(..., server_data=...)",
                "output-dir": "output_dir"}
 
@@ -112,6 +119,8 @@ class _InProcess(ClusterMixin, BaseEstimator):
             result = run(config, num_nodes=len(writers), labels=labels)
             arrays = {name: np.load(Path(result["output_dir"]) / f"{name}.npy") for name in load}
         self.result_ = {key: value for key, value in result.items() if key != "labels"}
+        for text in result.get("warnings", []):  # what the run's own numbers said, where a notebook shows it
+            warnings.warn(text, FederatedRunWarning, stacklevel=3)
         self.output_dir_ = result["output_dir"] if self.output_dir else None
         self.history_ = result["rounds"]
         self.n_iter_ = len(result["rounds"])
@@ -135,12 +144,20 @@ class _Federated(_InProcess):
         result, loaded = self._federate(self._config(), "npy-dir", writers, ("centers",), server_data, labels=True)
         self.cluster_centers_ = loaded["centers"]
         self.n_features_in_ = arrays[0].shape[1]
+        self.scaling_ = Scaling.of_run(result)  # standardize: the federated mean_ and scale_ (else None)
         self.labels_ = result["labels"]  # each node's nearest centers, from its own points
         final = result.get("final") or {}
         self.inertia_ = float(
-            final["total_cost"] if "total_cost" in final else sum(kmeans_cost(a, self.cluster_centers_) for a in arrays)
+            final["total_cost"] if "total_cost" in final
+            else sum(kmeans_cost(*self._space(a)) for a in arrays)
         )
         return self
+
+    def _space(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``X`` and the centers in the space the run clustered in (standardized or not)."""
+        if self.scaling_ is None:
+            return X, self.cluster_centers_
+        return self.scaling_.apply(X), self.scaling_.apply(self.cluster_centers_)
 
     def fit_predict(self, clients: Sequence[Any], y: Any = None, **kwargs: Any) -> list[np.ndarray]:
         """``fit`` and return ``labels_``: one label array per client."""
@@ -153,12 +170,13 @@ class _Federated(_InProcess):
         points = np.asarray(X, dtype=np.float64)
         if points.ndim != 2 or points.shape[1] != self.n_features_in_:
             raise ValueError(f"X has shape {points.shape}: expected (points, {self.n_features_in_})")
-        return nearest(points, self.cluster_centers_)
+        return nearest(*self._space(points))
 
     def score(self, X: Any, y: Any = None) -> float:
-        """Opposite of the k-means cost of ``X`` (scikit-learn's convention: higher is better)."""
+        """Opposite of the k-means cost of ``X`` (scikit-learn's convention: higher is better;
+        in standardized units when the run was standardized, as ``inertia_``)."""
         self.predict(X)  # checks
-        return -float(kmeans_cost(np.asarray(X, dtype=np.float64), self.cluster_centers_))
+        return -float(kmeans_cost(*self._space(np.asarray(X, dtype=np.float64))))
 
 
 class FederatedKMeans(_Federated):
@@ -166,10 +184,15 @@ class FederatedKMeans(_Federated):
     (one-shot, Dennis et al.) or ``"da-ufl"`` (dual averaging, Servetnyk et al.).
 
     ``max_iter``: FedKMeans rounds (``num-rounds``) or DA-UFL outer iterations; ``tol``:
-    FedKMeans' stopping shift; ``fraction``: FedKMeans' share of clients per round. None
-    keeps the run-config default. Fitted: ``cluster_centers_``, ``labels_`` (a list, one
+    FedKMeans' stopping shift; ``fraction``: FedKMeans' share of clients per round;
+    ``n_init``: FedKMeans' center sets trained side by side (``n-init``). None keeps the
+    run-config default. Fitted: ``cluster_centers_`` (FedKMeans: the cheapest centers its
+    rounds measured on every client, not necessarily the last), ``labels_`` (a list, one
     array per client), ``inertia_`` (k-means cost over all clients), ``n_iter_`` (rounds
-    recorded), ``history_`` (per-round records), ``result_`` (the whole ``result.json``).
+    recorded), ``history_`` (per-round records), ``scaling_`` (with run-config
+    ``standardize``: the federated mean and scale; None otherwise), ``result_`` (the whole
+    ``result.json``). What the run's own numbers warn about is raised as a
+    :class:`FederatedRunWarning` (and kept in ``result_["warnings"]``).
     """
 
     def __init__(
@@ -181,6 +204,7 @@ class FederatedKMeans(_Federated):
         max_iter: int | None = None,
         tol: float | None = None,
         fraction: float | None = None,
+        n_init: int | None = None,
         run_config: dict[str, Any] | None = None,
         output_dir: str | None = None,
     ) -> None:
@@ -190,6 +214,7 @@ class FederatedKMeans(_Federated):
         self.max_iter = max_iter
         self.tol = tol
         self.fraction = fraction
+        self.n_init = n_init
         self.run_config = run_config
         self.output_dir = output_dir
 
@@ -205,10 +230,11 @@ class FederatedKMeans(_Federated):
                 if keys[self.algorithm] is None:
                     raise ValueError(f"{name} does not apply to algorithm={self.algorithm!r}")
                 own[keys[self.algorithm]] = value
-        if self.fraction is not None:
-            if self.algorithm != "fedkmeans":
-                raise ValueError(f"fraction does not apply to algorithm={self.algorithm!r}")
-            own["fraction"] = self.fraction
+        for name, value, key in (("fraction", self.fraction, "fraction"), ("n_init", self.n_init, "n-init")):
+            if value is not None:
+                if self.algorithm != "fedkmeans":
+                    raise ValueError(f"{name} does not apply to algorithm={self.algorithm!r}")
+                own[key] = value
         return _merged(self.run_config, own)
 
 

@@ -55,12 +55,15 @@ def node_labels(result: dict[str, Any], node_configs: list[dict[str, Any]]) -> l
 
     from fedcluster.datasets import device_data
     from fedcluster.lloyd import nearest
+    from fedcluster.scaling import Scaling
 
     centers_file = Path(result["output_dir"]) / "centers.npy"
     if not centers_file.is_file():
         raise ValueError(f"labels=True needs a center-based run; {result['algorithm']} wrote no centers.npy")
     centers = np.load(centers_file)
-    return [nearest(device_data(result["config"], dict(node)).require_points(), centers) for node in node_configs]
+    scaling = Scaling.of_run(result)  # a standardized run: nearest in the standardized space
+    assign = scaling.nearest if scaling is not None else nearest
+    return [assign(device_data(result["config"], dict(node)).require_points(), centers) for node in node_configs]
 
 
 def main(argv: list[str] | None = None) -> int:

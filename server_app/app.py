@@ -29,7 +29,8 @@ def run_algorithm(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
     if config["reference"]:
         try:
             reference = central_reference(
-                config, len(strategy.nodes), outcome.get("centers"), outcome.get("final", {}).get("num_points")
+                config, len(strategy.nodes), outcome.get("centers"), outcome.get("final", {}).get("num_points"),
+                strategy.scaling,
             )
         except Exception as exc:  # the reference is a report, never a reason to lose a run
             log(WARNING, "[fedcluster] no central reference: %s: %s", type(exc).__name__, exc)

@@ -35,7 +35,13 @@ from flwr.serverapp import Grid
 from fedcluster import bounds, protocol
 from fedcluster.common import majority_value
 from fedcluster.data import list_client_files
+from fedcluster.scaling import Scaling
 from fedcluster.wire import array_fields, array_numpy
+
+# Result arrays that are points of the data space (written back in the original units by a
+# standardized run).
+IN_DATA_SPACE = frozenset({"centers", "init_centers", "last_centers", "device_centers", "bin_representatives"})
+
 
 class FederationError(RuntimeError):
     """The federation cannot go on: too few nodes or too few valid replies."""
@@ -188,6 +194,7 @@ class FederatedStrategy:
         self.bytes_up = 0
         self.bytes_down = 0
         self._current_round: dict[str, Any] | None = None
+        self.scaling: Scaling | None = None  # standardize: set by the data summary (survey)
         self._started = time.perf_counter()
 
     # ------------------------------------------------------------------ nodes
@@ -441,6 +448,8 @@ class FederatedStrategy:
         nodes = list(nodes)
         phase = phase or task
         self._phase = phase
+        if self.scaling is not None and task != "data_summary":
+            arrays = {**(arrays or {}), **self.scaling.arrays()}  # the device standardizes its points (fedcluster.scaling)
         reply_spec = ReplySpec(spec, {"d": self.dimension, **(sizes or {})}, dict(config or {}), check, dict(arrays or {}))
         seeded, stream = seeded is not False, (None if isinstance(seeded, bool) else seeded)
         seeds = self.node_seeds(nodes, stream) if seeded else {}
@@ -605,9 +614,13 @@ class FederatedStrategy:
             if reason:
                 return reason, None
         if declared is None and first is not None:
+            if self.scaling is not None:  # a box declared in the data's own units (a newcomer's summary)
+                self._scale_box(first)
             self.declared[node] = first
         elif declared is not None and declared.low is None and first is not None and first.low is not None:
             declared.low, declared.high = first.low, first.high
+            if self.scaling is not None:
+                self._scale_box(declared)
         return None, reply
 
     # ------------------------------------------------------------------ shared phases
@@ -636,8 +649,11 @@ class FederatedStrategy:
         :meth:`broadcast` arguments without ``nodes``) in the same round trip. Their
         replies are kept only from nodes that stay in the run and, where the protocol table
         gives a reply array the dimension ``d``, only when it is the federation's."""
-        requests = [dict(task="data_summary", nodes=self.active_nodes, phase="data-summary")]
-        requests += [{"nodes": self.active_nodes, **request} for request in together]
+        standardize = self.config.get("standardize", False)
+        requests = [dict(task="data_summary", nodes=self.active_nodes, phase="data-summary",
+                         config={"moments": True} if standardize else None)]
+        if not standardize:  # the other queries travel with the data summary (with standardize they need its scaling)
+            requests += [{"nodes": self.active_nodes, **request} for request in together]
         first = len(self.phases)
         replies, *others = self.broadcast_together(*requests)
         self._phase = "data-summary"  # exclusions below belong to the data summary
@@ -647,6 +663,10 @@ class FederatedStrategy:
         for failure in self.phases[first]["failures"]:
             if failure["node"] not in answered:
                 self.exclude(failure["node"], f"data summary failed: {failure['reason']}")
+        if standardize:
+            self.standardize(kept)
+            if together:
+                others = self.broadcast_together(*[{"nodes": [r.node_id for r in kept], **request} for request in together])
         staying = {r.node_id for r in kept}
 
         def fits(reply: Reply, task: protocol.Task) -> bool:
@@ -657,6 +677,24 @@ class FederatedStrategy:
 
         tasks = [protocol.task(request["task"]) for request in together]
         return kept, [[r for r in group if fits(r, task)] for group, task in zip(others, tasks)]
+
+    def standardize(self, summaries: list[Reply]) -> None:
+        """``standardize``: the federation's per-feature mean and variance from the data
+        summaries' sums; from now on every request carries the scaling, and the summaries'
+        boxes (and what each node declared) are in standardized units."""
+        points = sum(r.num_examples for r in summaries)
+        self.scaling = Scaling.from_moments(points, sum_arrays(summaries, "sum"), sum_arrays(summaries, "sumsq"))
+        for reply in summaries:
+            reply.arrays["min"], reply.arrays["max"] = self.scaling.apply(reply.arrays["min"]), self.scaling.apply(reply.arrays["max"])
+        for declared in self.declared.values():
+            self._scale_box(declared)
+        log(INFO, "[fedcluster] standardize: %d features scaled (feature scales %.3g .. %.3g)", self.scaling.mean.size,
+            float(self.scaling.scale.min()), float(self.scaling.scale.max()))
+
+    def _scale_box(self, declared: bounds.Declared) -> None:
+        if declared.low is not None and not declared.scaled:
+            declared.low, declared.high = self.scaling.apply(declared.low), self.scaling.apply(declared.high)
+            declared.scaled = True
 
     def write_device_labels(self, centers: np.ndarray) -> dict[str, Any]:
         """``write-labels``: every active device saves its points' nearest-center labels
@@ -728,6 +766,10 @@ class FederatedStrategy:
         centers = outcome.pop("centers", None)
         if centers is not None:
             arrays = {"centers": centers, **arrays}
+        if self.scaling is not None:  # centers and other points are written in the data's own units
+            arrays = {name: self.scaling.undo(value) if name in IN_DATA_SPACE else value for name, value in arrays.items()}
+            outcome["standardize"] = {**self.scaling.record(), "how": "x -> (x - mean) / scale per feature; centers "
+                                      "written in the original units, costs and nearest centers in the standardized ones"}
         for name, value in arrays.items():
             np.save(out / f"{name}.npy", np.asarray(value))
         result = {

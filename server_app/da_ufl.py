@@ -35,8 +35,10 @@ from fedcluster.da_ufl import (
     frobenius,
     grid_cells,
     grid_centers,
+    init_candidates,
+    is_grid,
     max_move,
-    weighted_init,
+    som_grid,
 )
 
 from .base import FederatedStrategy, FederationError, sum_arrays
@@ -47,7 +49,7 @@ class DAUFL(FederatedStrategy):
 
     Run-config parameters: ``k``, ``weighting`` (bin | som | uniform), ``xi-max`` (ξ_max),
     ``eta`` (η), ``eps-glo`` (ε_glo, relative to the bounding-box diagonal), ``bins``,
-    ``max-bins``, ``som-grid``, ``som-iterations``, ``init-restarts``, ``outer-iterations``,
+    ``max-bins``, ``som-grid``, ``som-epochs``, ``init-restarts``, ``outer-iterations``,
     ``inner-iterations``.
     """
 
@@ -66,17 +68,20 @@ class DAUFL(FederatedStrategy):
         binning, bin_arrays, representatives = self.make_bins(low, high, soms)
         counts, agents = self.count_bins(nodes, binning, bin_arrays, representatives.shape[0])
         weights = bin_weights(counts) if cfg["weighting"] != "uniform" else None
-        # Step 4: k-means++ on the bin representatives weighted by total counts.
+        # Step 4: k-means++ on the bin representatives weighted by total counts; the
+        # agents' own points choose among the distinct optima found there (one round).
         try:
-            initial = weighted_init(representatives, counts, k, self.rng, cfg["init-restarts"])
+            candidates = init_candidates(representatives, counts, k, self.rng, cfg["init-restarts"], cfg["init-candidates"])
         except ValueError as exc:
             raise FederationError(f"initialization: {exc}") from None
+        initial, init_record = self.choose_start(candidates)
         centers, outer_done = self.train(agents, initial, binning, bin_arrays, weights, diagonal(low, high))
         total_cost, num_points = self.evaluate(centers, phase="final-evaluation")
         log(INFO, "[fedcluster] da-ufl (%s) converged in %d outer iterations; cost/pt %.6g", cfg["weighting"], outer_done, total_cost / num_points)
         return {
             "centers": centers,
             "arrays": {"init_centers": initial, "bin_counts": counts, "bin_representatives": representatives},
+            "init": init_record,
             "da_ufl": {
                 "weighting": cfg["weighting"],
                 "bins": int(representatives.shape[0]),
@@ -87,11 +92,30 @@ class DAUFL(FederatedStrategy):
             "final": {"cost": total_cost / num_points, "total_cost": total_cost, "num_points": num_points},
         }
 
+    def choose_start(self, candidates: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        """The start of the dual averaging: the only candidate, or the one the agents'
+        points make cheapest (``score_candidates``: the cost of each set, summed)."""
+        if candidates.shape[0] == 1:
+            return candidates[0], {"candidates": 1, "chosen": 0}
+        replies = self.broadcast("score_candidates", self.active_nodes, arrays={"candidates": candidates},
+                                 sizes={"m": candidates.shape[0], "k": candidates.shape[1]}, phase="init-scoring")
+        costs = sum_arrays(replies, "costs") / max(sum(r.num_examples for r in replies), 1)
+        chosen = int(np.argmin(costs))
+        log(INFO, "[fedcluster] da-ufl init: %d candidates scored by the agents, the cheapest on the bins is %s",
+            candidates.shape[0], "chosen" if chosen == 0 else f"{costs[0] / costs[chosen]:.4g}× the chosen one")
+        return candidates[chosen], {"candidates": int(candidates.shape[0]), "chosen": chosen, "costs": costs.tolist()}
+
     # -------------------------------------------------------------- phases 1 and 2
     def som_request(self) -> dict[str, Any]:
         cfg = self.config
-        return dict(task="som_codebook", config={"grid": cfg["som-grid"], "iterations": cfg["som-iterations"]},
-                    seeded=True, sizes={"u": cfg["som-grid"] * cfg["som-grid"]}, phase="som-codebooks")
+        grid = cfg["som-grid"] or som_grid(cfg["k"])
+
+        def square(reply) -> str | None:  # a device with fewer points than grid² trains a smaller square grid
+            units = reply.arrays["codebook"].shape[0]
+            return None if is_grid(units, grid) else f"its codebook has {units} units, not a square grid of at most {grid} × {grid}"
+
+        return dict(task="som_codebook", config={"grid": grid, "epochs": cfg["som-epochs"]},
+                    seeded=True, check=square, phase="som-codebooks")
 
     def make_bins(self, low: np.ndarray, high: np.ndarray, soms: list | None) -> tuple[str, dict, np.ndarray]:
         """The bins: a grid over the bounding box (bin) or the concatenated SOM codebooks

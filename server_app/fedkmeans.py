@@ -40,6 +40,8 @@ Initialization (``init``):
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any
 
@@ -56,8 +58,13 @@ from fedcluster.fedkmeans import (
     k_range_report,
     orphaned_clusters,
     reassign_starved,
+    keep_sets,
+    reseed_allowed,
     server_update,
+    set_count,
+    start_sets,
     summary_candidates,
+    summary_seeds,
     train_cost_mismatch,
 )
 from fedcluster.config import k_range
@@ -113,48 +120,62 @@ class FedKMeans(FederatedStrategy):
             return self.choose_k(bounds, total, low, high, local)
         if k > total:
             raise FederationError(f"k={k} is larger than the {total} points held by the federation")
-        initial, init_record = self.initialize(k, low, high, local, coarse)
-        centers = self.train(initial, self.config["num-rounds"])
-        total_cost, num_points = self.evaluate(centers, phase="final-evaluation")
+        starts, init_record = self.initialize(k, low, high, local, coarse)
+        last = self.train(starts, self.config["num-rounds"])
+        total_cost, num_points = self.evaluate(last.centers, phase="final-evaluation")
         if self.rounds and self.rounds[-1].get("cost") is None:
             self.rounds[-1]["cost"] = total_cost / num_points
-        final_cost = total_cost / num_points
-        if self.config["fraction"] < 1 and self.config["eval-every"] > 0:
-            self.consider_best(final_cost, self.rounds[-1]["round"], centers, num_points)
-        log(INFO, "[fedcluster] fedkmeans final cost per point %.6g on %d points", final_cost, num_points)
+        final_round = self.rounds[-1]["round"] if self.rounds else 0
+        self.consider_best(total_cost / num_points, final_round, last, num_points)
+        cost, best_round, best_set, points, centers = self.best_seen
+        log(INFO, "[fedcluster] fedkmeans final cost per point %.6g on %d points", cost, points)
         outcome = {
             "centers": centers,
-            "arrays": {"init_centers": initial},
+            "arrays": {"init_centers": self.starts[best_set]},
             "init": init_record,
-            "final": {"cost": final_cost, "total_cost": total_cost, "num_points": num_points},
+            "final": {"cost": cost, "total_cost": cost * points, "num_points": points, "round": best_round,
+                      "set": best_set},
         }
-        best = self.best_seen  # set by train; None unless partial participation measured rounds
-        if best is not None:
-            # The evaluated rounds measured every node: keep the best centers seen as well.
-            outcome["arrays"]["best_centers"] = best[2]
-            outcome["best_seen"] = {"round": best[1], "cost": best[0], "final_over_best": final_cost / best[0]}
-            if final_cost > 1.01 * best[0]:
-                log(WARNING, "[fedcluster] final cost %.6g is %.1f%% above the best seen (round %d, %.6g): "
-                    "best_centers.npy holds those centers", final_cost, 100 * (final_cost / best[0] - 1), best[1], best[0])
+        if best_round != final_round or best_set != last.index:
+            # The centers returned are the cheapest measured, not the last: say so, keep the last.
+            outcome["arrays"]["last_centers"] = last.centers
+            outcome["last"] = {"cost": total_cost / num_points, "round": final_round, "set": last.index}
+            outcome["best_seen"] = {"round": best_round, "cost": cost, "set": best_set, "returned": "centers.npy"}
+            self.warn(f"the last centers (round {final_round}) cost {total_cost / num_points:.6g} per point, "
+                      f"{100 * (total_cost / num_points / cost - 1):.2f} % more than those of round {best_round}"
+                      f"{f' (set {best_set})' if len(self.starts) > 1 else ''}: centers.npy holds the cheaper ones, "
+                      "last_centers.npy the last")
         return outcome
 
     def cost_check(self, incoming: np.ndarray):
-        """Full batch, one local epoch: a training reply's cost must be the one its other
-        arrays imply (:func:`fedcluster.fedkmeans.train_cost_mismatch`); else no check."""
+        """Full batch, one local epoch: a training reply's cost of every set must be the
+        one its other arrays imply (:func:`fedcluster.fedkmeans.train_cost_mismatch`);
+        else no check. ``incoming``: the (m, k, d) centers sent."""
         cfg = self.config
         if cfg["batch-size"] != 0 or cfg["local-epochs"] != 1:
             return None
         beta = cfg["client-lr"]
-        return lambda reply: train_cost_mismatch(incoming, reply.arrays["centers"], reply.arrays["counts"],
-                                                 reply.arrays["sumsq"], float(reply.arrays["cost"][0]), beta)
 
-    def consider_best(self, cost: float, round_number: int, centers: np.ndarray, points: int) -> None:
-        """Keep the lowest cost per point, its round and its centers, among measurements
-        over as many points as the best one: a round where a node's reply was lost covers
-        fewer points and is not comparable (it could look cheaper than it is)."""
-        best = self.best_seen
-        if best is None or points > best[3] or (points == best[3] and cost < best[0]):
-            self.best_seen = (cost, round_number, centers.copy(), points)
+        def check(reply: Reply) -> str | None:
+            a = reply.arrays
+            for s in range(incoming.shape[0]):
+                reason = train_cost_mismatch(incoming[s], a["centers"][s], a["counts"][s], a["sumsq"][s], float(a["cost"][s]), beta)
+                if reason:
+                    return f"set {s}: {reason}" if incoming.shape[0] > 1 else reason
+            return None
+
+        return check
+
+    def consider_best(self, cost: float, round_number: int, center_set: "CenterSet", points: int,
+                      centers: np.ndarray | None = None) -> None:
+        """Keep the lowest cost per point with its round, set and centers, among
+        measurements over as many points as the best one: a round where a node's reply was
+        lost covers fewer points and is not comparable (it could look cheaper than it is).
+        ``centers``: the centers measured (default: the set's current ones)."""
+        best = self.best_seen  # a tie goes to the later measurement: the last centers, unless others are cheaper
+        if best is None or points > best[3] or (points == best[3] and cost <= best[0] * (1 + 1e-12)):
+            measured = center_set.centers if centers is None else centers
+            self.best_seen = (cost, round_number, center_set.index, points, measured.copy())
 
     def choose_k(self, bounds: tuple[int, int], total: int, low: np.ndarray, high: np.ndarray,
                  local: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
@@ -200,13 +221,16 @@ class FedKMeans(FederatedStrategy):
         high: np.ndarray,
         local: tuple[np.ndarray, np.ndarray] | None = None,
         coarse: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Candidate center sets by ``init``, scored on every node in one round; best wins.
+    ) -> tuple[list[np.ndarray], dict[str, Any]]:
+        """Candidate center sets by ``init``, scored on every node in one round; the
+        ``n-init`` starts of the sets trained side by side (:func:`start_sets`).
         ``local``: the devices' summaries (points, weights), for the summary starts;
         ``coarse``: their summaries at ceil(sqrt(k)) local clusters (``init-coarse``)."""
         cfg = self.config
         method = cfg["init"]
         m = cfg["init-candidates"]
+        sets = set_count(cfg["n-init"], k, self.dimension)
+        seeds = np.zeros((0, k, self.dimension))
         if method in ("auto", "local-summaries"):
             points, weights = local  # collected with the data summary (run)
             if points.shape[0] < k:
@@ -220,13 +244,15 @@ class FedKMeans(FederatedStrategy):
                 # draw exactly what they would without init-coarse.
                 stream = np.random.default_rng([cfg["seed"], COARSE_STREAM])
                 candidates = np.concatenate([candidates, summary_candidates(*coarse, k, m, low, high, stream, starts)])
+            # Unrefined draws for the other sets: their own stream as well.
+            seeds = summary_seeds(points, weights, k, sets - 1, low, high,
+                                  np.random.default_rng([cfg["seed"], SEED_STREAM]))
         elif method == "kfed":
             # k-FED as initializer: one extra round that often saves many.
             from .kfed import collect_device_centers, merge_device_centers
 
             _, device_centers, device_counts = collect_device_centers(self, phase="init-kfed")
             candidates = merge_device_centers(self, device_centers, device_counts, k)[0][None]
-            m = 1
         elif method == "random-box":
             candidates = box_candidates(k, m, low, high, self.rng)
         else:  # server-kmeans++ (the config guarantees server-data is set)
@@ -237,11 +263,16 @@ class FedKMeans(FederatedStrategy):
                     f"the federation's is {self.dimension}"
                 )
             candidates = np.stack([kmeans_plus_plus(server_points, k, self.rng) for _ in range(m)])
+        refined = candidates.shape[0]
+        candidates = np.concatenate([candidates, seeds])
         costs = self.score(candidates)
-        best = int(np.argmin(costs))
-        m = candidates.shape[0]
-        log(INFO, "[fedcluster] init %s: best of %d candidates, cost %.6g", method, m, costs[best])
-        return candidates[best].copy(), {"method": method, "candidates": m, "candidate_costs": costs.tolist(), "best": best}
+        chosen = start_sets(costs, sets, range(refined, candidates.shape[0]))
+        log(INFO, "[fedcluster] init %s: %d candidates scored, best cost %.6g; %d center set(s) start",
+            method, candidates.shape[0], costs[chosen[0]], len(chosen))
+        record = {"method": method, "candidates": refined, "candidate_costs": costs[:refined].tolist(),
+                  "best": chosen[0], "sets": len(chosen), "start_costs": costs[chosen].tolist(),
+                  "seeds": int(seeds.shape[0])}
+        return [candidates[i].copy() for i in chosen], record
 
     def local_summary_request(self, k: int, phase: str = "init-local-summaries", stream: int | bool = True) -> dict[str, Any]:
         """The ``local_summary`` query; with a ``stream`` number its device seeds come from
@@ -261,109 +292,224 @@ class FedKMeans(FederatedStrategy):
         return sum_arrays(replies, "costs")
 
     # -------------------------------------------------------------- training
-    def train(self, centers: np.ndarray, rounds: int) -> np.ndarray:
-        """``rounds`` FedKMeans rounds from ``centers``; returns the final global centers."""
+    def train(self, starts: list[np.ndarray] | np.ndarray, rounds: int) -> "CenterSet":
+        """``rounds`` FedKMeans rounds of every center set in ``starts`` side by side (one
+        message per node and round carries them all); a set that can no longer win stops,
+        and after half of the rounds only the cheapest trains on. Returns the last set
+        standing; ``self.best_seen`` holds the cheapest centers measured on every node."""
         cfg = self.config
-        k = centers.shape[0]
+        if isinstance(starts, np.ndarray) and starts.ndim == 2:
+            starts = [starts]
+        self.starts = [np.array(c, dtype=np.float64) for c in starts]
+        live = [CenterSet(i, c.copy(), ServerState.start(c)) for i, c in enumerate(self.starts)]
         everyone = cfg["fraction"] >= 1.0
-        state = ServerState.start(centers)
-        client_config = {
-            "local-epochs": cfg["local-epochs"],
-            "batch-size": cfg["batch-size"],
-            "client-lr": cfg["client-lr"],
-        }
-        latest: dict[int, Reply] = {}  # per node: its latest valid training reply
-        self.best_seen: tuple[float, int, np.ndarray, int] | None = None  # (cost, round, centers, points)
+        self.best_seen = None  # (cost, round, set, points, centers)
+        deadline = max(1, math.ceil(rounds / 2))
         for t in range(1, rounds + 1):
             self.begin_round(t)
             nodes = self.sample(cfg["fraction"])
             present = set(self.active_nodes)
-            train = dict(task="fedkmeans_train", nodes=nodes, arrays={"centers": centers}, config=client_config,
-                         seeded=True, sizes={"k": k}, phase="train", check=self.cost_check(centers))
-            # Under partial participation the centers of round t-1 are measured in round t's
-            # round trip: the sampled nodes' training replies carry their cost, the others
-            # are asked for it in the same push (no extra broadcast; results unchanged).
-            every = cfg["eval-every"]
-            measure = not everyone and every > 0 and t > 1 and (t - 1) % every == 0
-            sampled = set(nodes)
-            unsampled = [n for n in self.active_nodes if n not in sampled]
-            others = unsampled if measure else []
-            # server-memory starts from every node: in round 1 the nodes not sampled send the
-            # full-batch statistics of the starting centers in the same round trip, so the
-            # first updates do not pull every center towards the few nodes drawn first.
-            seeding = unsampled if cfg["server-memory"] and not everyone and t == 1 else []
-            requests = {"train": train}
-            if others:
-                requests["measure"] = dict(task="lloyd_stats", nodes=others, arrays={"centers": centers},
-                                           sizes={"k": k}, phase="evaluation")
-            if seeding:
-                requests["seed"] = dict(train, nodes=seeding, config=FULL_BATCH, phase="memory", min_replies=0)
-            # SuperNodes that connected since the start are asked for their data summary in
-            # the same round trip and may be sampled from the next round on.
-            joining = self.newcomers()
-            if joining:
-                requests["join"] = self.join_request(joining)
-            if len(requests) > 1:
-                got = dict(zip(requests, self.broadcast_together(*requests.values())))
-            else:
-                got = {"train": self.broadcast(**train)}
-            replies, measured = got["train"], got.get("measure", [])
-            if joining:
-                self.admit_newcomers(got["join"])
-            latest.update({r.node_id: r for r in got.get("seed", [])})
-            latest.update({r.node_id: r for r in replies})
+            got, measured_round = self.exchange(live, nodes, t)
             left = present - set(self.active_nodes)  # NODE_UNAVAILABLE or silent too long
-            orphans = orphaned_clusters({n: r.arrays["counts"] for n, r in latest.items()}, left)
-            for node in left:
-                latest.pop(node, None)
-            # server-memory: every node's latest statistics, the unsampled ones as they last
-            # reported (incremental Lloyd); with every node sampled, exactly this round's.
-            pool = [latest[n] for n in sorted(latest)] if cfg["server-memory"] else replies
-            counts, weighted = aggregate_centers(
-                np.stack([r.arrays["centers"] for r in pool]),
-                np.stack([r.arrays["counts"] for r in pool]),
-                cfg["aggregation"],
-                cfg["trim-fraction"],
-            )
-            new, target = server_update(centers, counts, weighted, state, cfg["server-lr"], cfg["momentum"])
-            reassigned = reassign_starved(
-                new, counts, sum_arrays(pool, "sumsq"), target, state,
-                cfg["reassign-threshold"], cfg["reassign-patience"], orphans,
-            )
-            shift = center_shift(new, centers)
-            # The train replies carry the cost of the centers they received (Γ_{t−1}):
-            # with every node sampled that is the global cost of the previous round.
-            received_cost = float(sum_arrays(replies, "cost")[0])
-            received_points = int(sum_metric(replies))
-            if everyone and t > 1 and self.rounds[-1].get("cost") is None:
-                self.rounds[-1]["cost"] = received_cost / max(received_points, 1)
-            if measure:  # measured may be empty: every active node was sampled
-                total = received_cost + sum(float(r.arrays["cost"][0]) for r in measured)
-                points = received_points + sum(int(r.arrays["counts"].sum()) for r in measured)
-                self.rounds[-1]["cost"] = total / max(points, 1)
-                self.consider_best(total / max(points, 1), t - 1, centers, points)
-            centers = new
-            record = self.end_round(
-                cost=None,
-                sampled_nodes=len(nodes),
-                sampled_cost_of_received=received_cost / max(received_points, 1),
-                center_shift=shift,
-                empty_clusters=int((counts <= 0).sum()),
-                reassigned=reassigned,
-                orphaned=orphans,
-            )
-            log(
-                INFO,
-                "[fedcluster] round %d/%d: %d/%d replies, cost/pt of received centers %.6g, shift %.3g%s",
-                t,
-                rounds,
-                record["replies"],
-                record["sent"],
-                record["sampled_cost_of_received"],
-                shift,
-                f", reassigned {reassigned}" if reassigned else "",
-            )
-            if cfg["tol"] > 0 and shift <= cfg["tol"] and not reassigned:
-                log(INFO, "[fedcluster] centers moved %.3g <= tol=%g: stopping after round %d", shift, cfg["tol"], t)
+            if left:  # earlier measurements covered points that are gone: no longer comparable
+                self.best_seen = None
+            reports = []
+            for center_set in live:
+                center_set.incoming, measured = got[center_set.index]
+                reports.append(self.measure(center_set, center_set.incoming, measured, measured_round, t))
+            for center_set, report in zip(live, reports):
+                self.update(center_set, report, left, t, rounds)
+            finished = t >= deadline or t == rounds
+            # Only a full-batch round over every node fixes a set for good (a partial one
+            # leaves other nodes' statistics to come): only then does a stalled set stop.
+            final = everyone and cfg["batch-size"] == 0 and all(r["exact"] for r in reports)
+            keep = keep_sets([r["cost"] for r in reports], [final and c.stalled for c in live], finished)
+            leader = min(keep, key=lambda i: reports[i]["cost"])
+            if t > 1 and self.rounds[-1].get("cost") is None and reports[leader]["exact"]:
+                self.rounds[-1]["cost"] = reports[leader]["cost"]
+            record = self.end_round(cost=None, sampled_nodes=len(nodes), **live[leader].record(reports[leader]),
+                                    **({"sets": [c.record(r) for c, r in zip(live, reports)]} if len(live) > 1 else {}))
+            live = [live[i] for i in keep]
+            log(INFO, "[fedcluster] round %d/%d: %d/%d replies, cost/pt of received centers %.6g, shift %.3g%s%s",
+                t, rounds, record["replies"], record["sent"], record["sampled_cost_of_received"], record["center_shift"],
+                f", reassigned {record['reassigned']}" if record["reassigned"] else "",
+                f", {len(live)} of {len(reports)} sets train on" if len(reports) > 1 else "")
+            if cfg["tol"] > 0 and all(c.shift <= cfg["tol"] and not c.moved for c in live):
+                log(INFO, "[fedcluster] centers moved at most tol=%g: stopping after round %d", cfg["tol"], t)
                 break
-        return centers
+        return min(live, key=lambda c: c.cost)
+
+    def exchange(self, live: list["CenterSet"], nodes: list[int], t: int) -> tuple[dict[int, tuple], bool]:
+        """Round ``t``'s one round trip: every live set's ``fedkmeans_train`` to the sampled
+        ``nodes``; under partial participation the others score the sets (a measuring round)
+        or, in round 1 with ``server-memory``, send the statistics of the starts; newcomers
+        their data summary. Returns per set ``(training replies, measured costs)`` (the
+        measured costs: (unsampled nodes' total cost, their points)) and whether this round
+        measured every node."""
+        cfg = self.config
+        everyone = cfg["fraction"] >= 1.0
+        client_config = {"local-epochs": cfg["local-epochs"], "batch-size": cfg["batch-size"], "client-lr": cfg["client-lr"]}
+        every = cfg["eval-every"]
+        measuring = not everyone and every > 0 and t > 1 and (t - 1) % every == 0
+        sampled = set(nodes)
+        unsampled = [n for n in self.active_nodes if n not in sampled]
+        stacked = np.stack([c.centers for c in live])
+        train = dict(task="fedkmeans_train", nodes=nodes, arrays={"centers": stacked}, config=client_config,
+                     seeded=True, sizes={"m": len(live), "k": stacked.shape[1]}, phase="train",
+                     check=self.cost_check(stacked))
+        requests: dict[str, dict[str, Any]] = {"train": train}
+        # server-memory starts from every node: in round 1 the nodes not sampled send the
+        # full-batch statistics of the starting centers in the same round trip, so the
+        # first updates do not pull every center towards the few nodes drawn first.
+        if cfg["server-memory"] and not everyone and t == 1 and unsampled:
+            requests["seed"] = dict(train, nodes=unsampled, config=FULL_BATCH, phase="memory", min_replies=0)
+        # Under partial participation the centers of round t-1 are measured in round t's
+        # round trip: the sampled nodes' training replies carry their cost, the others score
+        # every set in the same push (no extra broadcast; results unchanged).
+        if measuring and unsampled:
+            requests["measure"] = dict(task="score_candidates", nodes=unsampled, arrays={"candidates": stacked},
+                                       sizes={"m": len(live), "k": stacked.shape[1]}, phase="evaluation")
+        # SuperNodes that connected since the start are asked for their data summary in
+        # the same round trip and may be sampled from the next round on.
+        joining = self.newcomers()
+        if joining:
+            requests["join"] = self.join_request(joining)
+        got = dict(zip(requests, self.broadcast_together(*requests.values())))
+        if joining:
+            self.admit_newcomers(got["join"])
+        measure = got.get("measure", [])
+        out = {}
+        for position, center_set in enumerate(live):
+            center_set.remember([one_set(r, position) for r in got.get("seed", [])])
+            costs = (sum(float(r.arrays["costs"][position]) for r in measure), sum(r.num_examples for r in measure))
+            out[center_set.index] = ([one_set(r, position) for r in got["train"]], costs)
+        return out, everyone or measuring
+
+    def measure(self, center_set: "CenterSet", replies: list[Reply], measured: tuple[float, int],
+                measuring: bool, t: int) -> dict[str, Any]:
+        """What round ``t`` measured of the centers ``center_set`` received (Γ_{t−1}): their
+        cost per point over the nodes that reported it and whether that was every active
+        node (``exact``: then it may become the best centers measured, and it decides
+        whether a re-seed of the previous round stays)."""
+        cost = float(sum(float(r.arrays["cost"][0]) for r in replies)) + measured[0]
+        points = int(sum_metric(replies)) + measured[1]
+        active = sum(self.declared[n].points for n in self.active_nodes if n in self.declared)
+        exact = measuring and points > 0 and points >= active
+        report = {"cost": cost / max(points, 1), "points": points, "exact": exact,
+                  "sampled_cost": float(sum(float(r.arrays["cost"][0]) for r in replies)) / max(int(sum_metric(replies)), 1)}
+        center_set.cost = report["cost"]
+        if exact:
+            self.consider_best(report["cost"], t - 1, center_set, points)
+        return report
+
+    def update(self, center_set: "CenterSet", report: dict[str, Any], left: set[int], t: int, rounds: int) -> None:
+        """The paper's server step for one set (docs/ALGORITHMS.md §1) from its latest
+        statistics, with reassignment; a re-seed that the round's measurement shows made the
+        set costlier is undone first (the set goes on from its centers without it)."""
+        cfg = self.config
+        replies = center_set.incoming
+        if center_set.undo is not None and report["exact"] and report["cost"] > center_set.undo.cost_before * (1 + 1e-9):
+            center_set.revert(report["cost"])
+            log(INFO, "[fedcluster] round %d: the re-seed of cluster(s) %s in set %d raised the cost to %.6g (from %.6g): "
+                "undone", t, center_set.undone, center_set.index, report["cost"], center_set.undo_cost_before)
+            return
+        center_set.undo = None
+        center_set.remember(replies)
+        orphans = orphaned_clusters({n: r.arrays["counts"] for n, r in center_set.latest.items()}, left)
+        center_set.forget(left)
+        # server-memory: every node's latest statistics, the unsampled ones as they last
+        # reported (incremental Lloyd); with every node sampled, exactly this round's.
+        pool = [center_set.latest[n] for n in sorted(center_set.latest)] if cfg["server-memory"] else replies
+        counts, weighted = aggregate_centers(np.stack([r.arrays["centers"] for r in pool]),
+                                             np.stack([r.arrays["counts"] for r in pool]),
+                                             cfg["aggregation"], cfg["trim-fraction"])
+        old = center_set.centers
+        new, target = server_update(old, counts, weighted, center_set.state, cfg["server-lr"], cfg["momentum"])
+        # A re-seed needs a later round to measure it: never in the last round, and a
+        # non-empty cluster only when the next round measures every node.
+        measurable = t < rounds and (cfg["fraction"] >= 1.0 or (cfg["eval-every"] > 0 and t % cfg["eval-every"] == 0))
+        allowed = reseed_allowed(counts, center_set.protected, t < rounds, measurable)
+        before = new.copy()
+        moved = reassign_starved(new, counts, sum_arrays(pool, "sumsq"), target, center_set.state,
+                                 cfg["reassign-threshold"], cfg["reassign-patience"], orphans, allowed)
+        if moved:
+            center_set.undo = Undo(before, report["cost"] if report["exact"] else float("inf"), moved, dict(center_set.latest))
+        center_set.step(new, counts, moved, orphans, center_shift(new, old))
+
+
+def one_set(reply: Reply, position: int) -> Reply:
+    """One center set's part of a training reply (the arrays of set ``position``; the cost as (1,))."""
+    arrays = {name: (value[position:position + 1] if name == "cost" else value[position]) for name, value in reply.arrays.items()}
+    return Reply(reply.node_id, arrays, reply.metrics)
+
+
+SEED_STREAM = 11  # random stream of the unrefined start draws (n-init), apart from the server's generator
+
+
+@dataclass
+class Undo:
+    """A re-seed waiting for the next round's measurement: the centers without it, the
+    cost they were measured at before it, the clusters moved, the statistics memory."""
+
+    centers: np.ndarray
+    cost_before: float
+    clusters: list[int]
+    latest: dict[int, Reply]
+
+
+@dataclass
+class CenterSet:
+    """One of the center sets trained side by side (``n-init``), with the server state the
+    paper's update carries (momentum, starved rounds), the latest statistics of every node
+    (``server-memory``) and what the round records."""
+
+    index: int
+    centers: np.ndarray
+    state: ServerState
+    latest: dict[int, Reply] = field(default_factory=dict)
+    protected: np.ndarray | None = None  # clusters whose re-seed was undone: not re-seeded again
+    undo: Undo | None = None
+    incoming: list[Reply] = field(default_factory=list)
+    shift: float = 0.0
+    moved: list[int] = field(default_factory=list)
+    orphans: list[int] = field(default_factory=list)
+    empty: int = 0
+    undone: list[int] = field(default_factory=list)
+    undo_cost_before: float = 0.0
+    cost: float = 0.0  # its latest measured cost per point (of the centers it received)
+
+    def __post_init__(self) -> None:
+        if self.protected is None:
+            self.protected = np.zeros(self.centers.shape[0], dtype=bool)
+
+    def remember(self, replies: list[Reply]) -> None:
+        self.latest.update({r.node_id: r for r in replies})
+
+    def forget(self, nodes: set[int]) -> None:
+        for node in nodes:
+            self.latest.pop(node, None)
+
+    def step(self, new: np.ndarray, counts: np.ndarray, moved: list[int], orphans: list[int], shift: float) -> None:
+        self.centers, self.moved, self.orphans, self.shift = new, moved, orphans, shift
+        self.empty, self.undone = int((counts <= 0).sum()), []
+
+    def revert(self, cost: float) -> None:
+        """Undo the previous round's re-seed: back to the centers without it, its clusters
+        never re-seeded again (unless empty), the statistics memory as it was."""
+        undo = self.undo
+        self.shift = center_shift(undo.centers, self.centers)
+        self.centers, self.latest = undo.centers, undo.latest
+        self.protected[undo.clusters] = True
+        self.state.starved_rounds[undo.clusters] = 0
+        self.state.velocity[:] = 0.0
+        self.undone, self.moved, self.orphans, self.undo_cost_before, self.undo = undo.clusters, [], [], undo.cost_before, None
+
+    @property
+    def stalled(self) -> bool:
+        """Did not move, nothing pending: its cost can no longer change."""
+        return self.shift == 0.0 and not self.moved and self.undo is None and not self.state.starved_rounds.any()
+
+    def record(self, report: dict[str, Any]) -> dict[str, Any]:
+        return {"set": self.index, "sampled_cost_of_received": report["sampled_cost"], "center_shift": self.shift,
+                "empty_clusters": self.empty, "reassigned": self.moved, "orphaned": self.orphans,
+                **({"reseed_undone": self.undone} if self.undone else {})}

@@ -18,24 +18,34 @@ else involved. The run stores ``centers.npy`` (k x d), ``device_centers.npy`` (a
 centers stacked), ``device_counts.npy``, ``device_nodes.npy`` (the node each row came
 from) and ``device_assignment.npy`` (the global cluster of each device center).
 
-k' per device: run-config ``k-prime`` (0 = the paper's rule ⌈√k⌉); a SuperNode may
-override it with ``--node-config 'k-prime=4'``.
+k' per device: run-config ``k-prime``; 0 (default) lets every device choose from its own
+data, up to k (``fedcluster.kfed.auto_local_means``); the paper's rule is ⌈√k⌉. A SuperNode
+may set its own with ``--node-config 'k-prime=4'``. With ``kfed-evaluate`` the run reports
+how much the induced clustering costs over nearest-center labels of the same centers
+(``kfed.induced_over_nearest``) and warns when a given k' was too small.
 """
 
 from __future__ import annotations
 
+import statistics
 from logging import INFO
 from typing import Any
 
 import numpy as np
 from flwr.common.logger import log
 
-from fedcluster.kfed import TooFewCenters, default_k_prime, kfed_merge, left_out_by_node
+from fedcluster.kfed import TooFewCenters, default_k_prime, induced_over_nearest, kfed_merge, left_out_by_node
 
 from .base import FederatedStrategy, FederationError
 
 
-def collect_device_centers(strategy: FederatedStrategy, phase: str = "kfed-local") -> tuple[list, list, list]:
+# A given k-prime is called too small when k-FED's induced clustering costs this much more
+# than nearest-center labels of the same global centers (chosen with bench/real_data.py).
+INDUCED_WARNING = 1.2
+
+
+def collect_device_centers(strategy: FederatedStrategy, phase: str = "kfed-local",
+                           costs: list | None = None) -> tuple[list, list, list]:
     """The k-FED device phase: every active node's local centers and counts.
 
     Works with or without a preceding ``discover_dimension``: the federation's dimension
@@ -46,7 +56,7 @@ def collect_device_centers(strategy: FederatedStrategy, phase: str = "kfed-local
     replies = strategy.broadcast(
         "kfed_local",
         strategy.active_nodes,
-        config={"k-prime": default_k_prime(config["k"], config["k-prime"]), "n-init": config["kfed-device-restarts"]},
+        config={"k-prime": config["k-prime"], "k": config["k"], "n-init": config["kfed-device-restarts"]},
         seeded=True,
         phase=phase,
     )
@@ -54,6 +64,8 @@ def collect_device_centers(strategy: FederatedStrategy, phase: str = "kfed-local
         raise FederationError("no device returned local centers")
     if strategy.dimension is None:
         replies = strategy.vote_dimension(replies, lambda reply: reply.arrays["centers"].shape[1])
+    if costs is not None:
+        costs.extend(float(r.arrays["cost"][0]) for r in replies)
     return (
         [r.node_id for r in replies],
         [r.arrays["centers"] for r in replies],
@@ -61,10 +73,12 @@ def collect_device_centers(strategy: FederatedStrategy, phase: str = "kfed-local
     )
 
 
-def merge_device_centers(strategy: FederatedStrategy, centers: list, counts: list, k: int) -> tuple[np.ndarray, list, np.ndarray]:
+def merge_device_centers(strategy: FederatedStrategy, centers: list, counts: list, k: int,
+                         candidates: int = 1) -> tuple:
     """Server steps of k-FED on the collected device centers (clear error when k is too big):
     global centers, per-device assignment, and the mask of the device centers the merge kept
-    (``kfed-min-devices``)."""
+    (``kfed-min-devices``); with ``candidates`` > 1, ``([(centers, assignment), ...], kept)``:
+    the distinct groupings, cheapest on the device centers first."""
     config = strategy.config
     try:
         return kfed_merge(
@@ -77,11 +91,17 @@ def merge_device_centers(strategy: FederatedStrategy, centers: list, counts: lis
             n_init=config["kfed-server-starts"],
             min_devices=config["kfed-min-devices"],
             return_kept=True,
+            candidates=candidates,
         )
     except TooFewCenters as exc:
         raise FederationError(
             f"{exc}; k-prime={default_k_prime(config['k'], config['k-prime'])} per device, {len(centers)} devices replied"
         ) from None
+
+
+# kfed-evaluate: how many of the merge's distinct groupings the devices score (chosen with
+# bench/real_data.py).
+MERGE_CANDIDATES = 10
 
 
 class KFed(FederatedStrategy):
@@ -98,17 +118,34 @@ class KFed(FederatedStrategy):
 
     def run(self) -> dict[str, Any]:
         k = self.config["k"]
+        if self.config["standardize"]:  # the per-feature moments first: one more round trip
+            self.discover_dimension()
         self.begin_round(1)
-        nodes, centers, counts = collect_device_centers(self)
-        global_centers, assignment, kept = merge_device_centers(self, centers, counts, k)
+        costs: list[float] = []
+        nodes, centers, counts = collect_device_centers(self, costs=costs)
+        scored = self.config["kfed-evaluate"]
+        if scored:  # the merge's cheapest distinct groupings: the devices choose among them (below)
+            merged, kept = merge_device_centers(self, centers, counts, k, candidates=MERGE_CANDIDATES)
+            global_centers, assignment = merged[0]
+        else:
+            global_centers, assignment, kept = merge_device_centers(self, centers, counts, k)
         sent = int(sum(c.shape[0] for c in centers))
         node_of_row = np.concatenate([np.full(c.shape[0], n, dtype=np.uint64) for n, c in zip(nodes, centers)])
         left_out = left_out_by_node(node_of_row, kept)
         if left_out:
             log(INFO, "[fedcluster] k-FED left out %d device centers of %d devices: their global clusters gathered "
                 "fewer than kfed-min-devices=%d devices", int((~kept).sum()), len(left_out), self.config["kfed-min-devices"])
+        k_primes = [int(c.shape[0]) for c in centers]
         self.end_round(devices=len(nodes), device_centers=sent)
-        log(INFO, "[fedcluster] k-FED merged %d device centers from %d devices into k=%d", sent, len(nodes), k)
+        log(INFO, "[fedcluster] k-FED merged %d device centers from %d devices into k=%d (k' per device %d..%d)",
+            sent, len(nodes), k, min(k_primes), max(k_primes))
+        if scored:
+            # kfed-evaluate: the candidates are scored on the devices' own points in the
+            # evaluation round; the cheapest there is the result, its cost exact.
+            candidate_costs = self.score([c for c, _ in merged])
+            chosen = int(np.argmin(candidate_costs))
+            global_centers, assignment = merged[chosen]
+            total, points = float(candidate_costs[chosen]), self.scored_points
         outcome: dict[str, Any] = {
             "centers": global_centers,
             "arrays": {
@@ -117,10 +154,30 @@ class KFed(FederatedStrategy):
                 "device_nodes": node_of_row,
                 "device_assignment": np.concatenate([np.asarray(a, dtype=np.int64) for a in assignment]),
             },
-            "kfed": {"k_prime": default_k_prime(k, self.config["k-prime"]), "devices": len(nodes), "left_out": left_out},
+            "kfed": {"k_prime": self.config["k-prime"] or "chosen by each device, up to k",
+                     "device_k_prime": {"min": min(k_primes), "median": statistics.median(k_primes), "max": max(k_primes)},
+                     "devices": len(nodes), "left_out": left_out},
         }
-        if self.config["kfed-evaluate"]:
-            total, points = self.evaluate(global_centers)
+        if scored:
             outcome["final"] = {"cost": total / points, "total_cost": total, "num_points": points}
-            log(INFO, "[fedcluster] k-FED cost per point %.6g on %d points", total / points, points)
+            outcome["kfed"]["candidates"] = {"scored": len(merged), "chosen": chosen, "costs": (candidate_costs / points).tolist()}
+            ratio = induced_over_nearest(centers, counts, costs, assignment, global_centers, total)
+            outcome["kfed"]["induced_over_nearest"] = ratio
+            log(INFO, "[fedcluster] k-FED cost per point %.6g on %d points (induced clustering %.4g× that)",
+                total / points, points, ratio)
+            given = self.config["k-prime"]
+            if given and given < k and ratio > INDUCED_WARNING:
+                self.warn(f"k-prime={given} looks too small for how these devices' data are clustered: k-FED's induced "
+                          f"clustering (each point takes its local center's cluster) costs {ratio:.2f}× what the same "
+                          f"centers cost with every point at its nearest, so local clusters span several global ones. "
+                          f"Leave k-prime unset (each device then chooses, up to k={k}) or raise it")
         return outcome
+
+    def score(self, candidates: list[np.ndarray]) -> np.ndarray:
+        """Total federated cost of every candidate set of global centers, one round trip
+        (the run's evaluation round); ``self.scored_points``: the points that scored them."""
+        stacked = np.stack(candidates)
+        replies = self.broadcast("score_candidates", self.active_nodes, arrays={"candidates": stacked},
+                                 sizes={"m": stacked.shape[0], "k": stacked.shape[1]}, phase="evaluation")
+        self.scored_points = int(sum(r.num_examples for r in replies))
+        return np.sum([r.arrays["costs"] for r in replies], axis=0)

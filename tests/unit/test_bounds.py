@@ -61,14 +61,30 @@ def test_cost_bound_is_the_farthest_box_corner_from_the_nearest_center():
 
 def test_client_kmeans_centers_may_lie_between_the_box_and_the_received_centers():
     declared = Declared(10, np.array([0.0, 0.0]), np.array([2.0, 4.0]))
-    received = np.array([[-5.0, 1.0], [1.0, 1.0]])
-    base = {"counts": np.array([5.0, 5.0]), "sumsq": np.array([[1.0, 1.0], [1.0, 1.0]]), "cost": np.array([1.0])}
-    inside = {**base, "centers": np.array([[-4.0, 1.0], [1.5, 3.9]])}  # moved from -5 towards the box
+    received = np.array([[[-5.0, 1.0], [1.0, 1.0]]])  # one center set
+    base = {"counts": np.array([[5.0, 5.0]]), "sumsq": np.array([[[1.0, 1.0], [1.0, 1.0]]]), "cost": np.array([1.0])}
+    inside = {**base, "centers": np.array([[[-4.0, 1.0], [1.5, 3.9]]])}  # moved from -5 towards the box
     assert violation(TRAIN, inside, {"num-examples": 10}, {"centers": received}, declared) is None
-    beyond = {**base, "centers": np.array([[-6.0, 1.0], [1.5, 3.9]])}  # further away than it was sent
+    beyond = {**base, "centers": np.array([[[-6.0, 1.0], [1.5, 3.9]]])}  # further away than it was sent
     assert "'centers' row 0 lies outside" in violation(TRAIN, beyond, {"num-examples": 10}, {"centers": received}, declared)
-    squares = {**inside, "sumsq": np.array([[1.0, 1.0], [1.0, 81.0]])}  # 5 points with |y| <= 4: <= 80
+    squares = {**inside, "sumsq": np.array([[[1.0, 1.0], [1.0, 81.0]]])}  # 5 points with |y| <= 4: <= 80
     assert "'sumsq' row 1" in violation(TRAIN, squares, {"num-examples": 10}, {"centers": received}, declared)
+
+
+def test_every_center_set_of_a_training_reply_is_bound_on_its_own():
+    """Center sets trained side by side (n-init): each set's counts add up to the device's
+    points, each set's centers lie between the box and the centers of THAT set."""
+    declared = Declared(10, np.array([0.0, 0.0]), np.array([2.0, 4.0]))
+    received = np.array([[[-5.0, 1.0], [1.0, 1.0]], [[1.0, 1.0], [1.0, 3.0]]])
+    honest = {"counts": np.array([[5.0, 5.0], [4.0, 6.0]]), "sumsq": np.ones((2, 2, 2)), "cost": np.array([1.0, 2.0]),
+              "centers": np.array([[[-4.0, 1.0], [1.5, 3.9]], [[1.0, 0.5], [1.5, 3.5]]])}
+    assert violation(TRAIN, honest, {"num-examples": 10}, {"centers": received}, declared) is None
+    # -4 is allowed for set 0 (sent -5) but not for set 1 (sent 1: the box bounds it)
+    moved = {**honest, "centers": honest["centers"].copy()}
+    moved["centers"][1, 0, 0] = -4.0
+    assert violation(TRAIN, moved, {"num-examples": 10}, {"centers": received}, declared).startswith("set 1: array 'centers' row 0")
+    counted = {**honest, "counts": np.array([[5.0, 5.0], [4.0, 16.0]])}
+    assert "set 1: its counts add up to 20" in violation(TRAIN, counted, {"num-examples": 10}, {"centers": received}, declared)
 
 
 def test_suppressed_clusters_may_count_fewer_points_but_never_more():

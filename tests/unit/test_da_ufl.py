@@ -157,10 +157,12 @@ def test_som_training_is_deterministic_for_a_seed_and_covers_the_data():
     rng = np.random.default_rng(7)
     X = np.concatenate([rng.normal(size=(100, 2)) * 0.3 + c for c in ((0, 0), (5, 0), (0, 5), (5, 5))])
     data = DeviceData(points=X)
-    one = run_task("som_codebook", data, {}, {"grid": 4, "iterations": 1500, "seed": 11})[0]["codebook"]
-    two = run_task("som_codebook", data, {}, {"grid": 4, "iterations": 1500, "seed": 11})[0]["codebook"]
-    other = run_task("som_codebook", data, {}, {"grid": 4, "iterations": 1500, "seed": 12})[0]["codebook"]
+    one = run_task("som_codebook", data, {}, {"grid": 4, "epochs": 30, "seed": 11})[0]["codebook"]
+    two = run_task("som_codebook", data, {}, {"grid": 4, "epochs": 30, "seed": 11})[0]["codebook"]
+    other = run_task("som_codebook", data, {}, {"grid": 4, "epochs": 30, "seed": 12})[0]["codebook"]
     assert one.shape == (16, 2) and np.array_equal(one, two) and not np.array_equal(one, other)
+    few = run_task("som_codebook", DeviceData(points=X[:10]), {}, {"grid": 4, "epochs": 30, "seed": 11})[0]["codebook"]
+    assert few.shape == (9, 2)  # 10 points: a 3 x 3 grid, not more units than points
     quantization = np.mean([min(np.sum((x - u) ** 2) for u in one) for x in X])
     assert quantization < 0.1 * X.var(0).sum()  # the units sit on the data
     # the units are spread over every blob

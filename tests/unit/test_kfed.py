@@ -271,9 +271,11 @@ def test_device_task_registered():
     rng = np.random.default_rng(0)
     A = np.vstack([rng.normal(size=(20, 4)), rng.normal(size=(20, 4)) + 50])
     arrays, metrics = KERNELS["kfed_local"](DeviceData(points=A), {}, {"k-prime": 2, "seed": 3})
-    assert set(arrays) == {"centers", "counts"}
+    assert set(arrays) == {"centers", "counts", "cost"}
     assert arrays["centers"].shape == (2, 4)
     np.testing.assert_array_equal(np.sort(arrays["counts"]), [20, 20])
+    groups = [A[:20], A[20:]]  # the local cost is each point's squared distance to its local center
+    assert arrays["cost"][0] == pytest.approx(sum(((g - g.mean(0)) ** 2).sum() for g in groups))
     assert metrics == {"num-examples": 40}
     # deterministic given the seed
     again, _ = KERNELS["kfed_local"](DeviceData(points=A), {}, {"k-prime": 2, "seed": 3})

@@ -80,22 +80,22 @@ def test_every_declared_task_has_a_kernel_and_every_kernel_a_declaration(spec):
 
 def test_requests_parse_to_typed_values_and_bad_ones_name_the_key():
     spec = protocol.task("fedkmeans_train")
-    arrays, config = spec.parse_request({"centers": np.ones((2, 3), dtype=np.float32)}, {"batch-size": 4.0})
+    arrays, config = spec.parse_request({"centers": np.ones((1, 2, 3), dtype=np.float32)}, {"batch-size": 4.0})
     assert arrays["centers"].dtype == np.float64
     assert config == {"local-epochs": 1, "batch-size": 4, "client-lr": 1.0, "seed": 0}
     assert type(config["batch-size"]) is int
     with pytest.raises(ValueError, match="'client-lr' must be <= 1"):
-        spec.parse_request({"centers": np.ones((2, 3))}, {"client-lr": 2.0})
+        spec.parse_request({"centers": np.ones((1, 2, 3))}, {"client-lr": 2.0})
     with pytest.raises(ValueError, match="'batch-size' must be an integer"):
-        spec.parse_request({"centers": np.ones((2, 3))}, {"batch-size": 2.5})
+        spec.parse_request({"centers": np.ones((1, 2, 3))}, {"batch-size": 2.5})
     with pytest.raises(ValueError, match="unknown config bogus"):
-        spec.parse_request({"centers": np.ones((2, 3))}, {"bogus": 1})
+        spec.parse_request({"centers": np.ones((1, 2, 3))}, {"bogus": 1})
     with pytest.raises(ValueError, match="needs array 'centers'"):
         spec.parse_request({}, {})
     with pytest.raises(ValueError, match="'centers' contains NaN"):
-        spec.parse_request({"centers": np.full((2, 3), np.nan)}, {})
+        spec.parse_request({"centers": np.full((1, 2, 3), np.nan)}, {})
     with pytest.raises(ValueError, match="must hold real numbers"):
-        spec.parse_request({"centers": np.full((2, 3), "a")}, {})
+        spec.parse_request({"centers": np.full((1, 2, 3), "a")}, {})
     with pytest.raises(ValueError, match="'seeding' must be one of"):
         protocol.task("kfed_local").parse_request({}, {"k-prime": 2, "seeding": "x"})
     with pytest.raises(ValueError, match="no config 'k-prime'"):
