@@ -172,7 +172,7 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
             "centers are left out of the merge (1 = the paper; 2: one device cannot claim a cluster of its own)",
             low=1, high=MANY),
         Key("kfed-to-convergence", True, "server Lloyd to convergence (false = one round, the paper)"),
-        Key("kfed-server-starts", 100, "merge starts scored on the server, all run (1 = the paper)", low=1, high=10_000),
+        Key("kfed-server-starts", 100, "merge starts scored on the server; they stop once ten further starts reproduced the best grouping (1 = the paper)", low=1, high=10_000),
         Key("kfed-device-restarts", 10, "local k'-means restarts on each device (1 = the paper)", low=1, high=10_000),
         Key("kfed-evaluate", True, "one extra round measuring the federated cost of the result"),
     ),

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from .common import matching_dimension
-from .lloyd import kmeans, kmeans_plus_plus, label_sums, lloyd, nearest, squared_distances
+from .lloyd import kmeans_plus_plus, label_sums, lloyd, nearest, squared_distances
 from .registry import DeviceData, device_task
 from .robust import aggregate_centers
 
@@ -147,23 +147,34 @@ def bin_weights(counts: np.ndarray) -> np.ndarray:
     return np.divide(counts, total, out=np.zeros_like(counts), where=total > 0)
 
 
-def weighted_init(
-    points: np.ndarray, counts: np.ndarray, k: int, rng: np.random.Generator, restarts: int = 0
-) -> np.ndarray:
-    """k-means++ on bin representatives (codebook vectors or grid-cell centers) weighted
-    by their total counts (``counts``: (q,) totals or (J, q) per agent, summed here);
-    representatives with no point are left out. ``restarts = 0`` is the paper's single
-    k-means++ draw; ``restarts > 0`` draws that many, refines each by weighted Lloyd on the
-    representatives and keeps the cheapest (server only: no data leaves an agent)."""
+def start_support(points: np.ndarray, counts: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The bin representatives a start is drawn from and their weights (``counts``: (q,)
+    totals or (J, q) per agent, summed here): the populated ones, weighted by their counts.
+    When fewer than k bins hold a point (few points per agent: SOM units crowd onto the same
+    points), the empty representatives join with a weight a millionth of the lightest
+    populated one, so k-means++ takes them only after every populated one; refused only
+    when there are fewer than k distinct representatives."""
     weights = np.asarray(counts, dtype=np.float64)
     if weights.ndim == 2:
         weights = weights.sum(axis=0)
     keep = weights > 0
-    if int(keep.sum()) < k:
-        raise ValueError(f"only {int(keep.sum())} populated bins for k={k} clusters")
-    if restarts == 0:
-        return kmeans_plus_plus(points[keep], k, rng, weights=weights[keep])
-    return kmeans(points[keep], k, rng, weights[keep], n_init=restarts)[0]
+    if int(keep.sum()) >= k:
+        return points[keep], weights[keep]
+    distinct = np.unique(points, axis=0).shape[0]
+    if distinct < k:
+        raise ValueError(f"only {distinct} distinct bin representatives ({int(keep.sum())} populated) for k={k} clusters")
+    filler = 1e-6 * float(weights[keep].min()) if keep.any() else 1.0
+    return points, np.where(keep, weights, filler)
+
+
+def weighted_init(
+    points: np.ndarray, counts: np.ndarray, k: int, rng: np.random.Generator, restarts: int = 0
+) -> np.ndarray:
+    """k-means++ on bin representatives (codebook vectors or grid-cell centers) weighted
+    by their total counts (:func:`start_support`). ``restarts = 0`` is the paper's single
+    k-means++ draw; ``restarts > 0`` draws that many, refines each by weighted Lloyd on the
+    representatives and keeps the cheapest (server only: no data leaves an agent)."""
+    return init_candidates(points, counts, k, rng, restarts, 1)[0]
 
 
 def init_candidates(
@@ -171,17 +182,11 @@ def init_candidates(
 ) -> np.ndarray:
     """The starts the agents choose among (``init-candidates``): the ``count`` cheapest
     DISTINCT weighted-Lloyd optima (relative cost 1e-9) of ``restarts`` k-means++ draws on
-    the bin representatives, cheapest on them first; (m, k, d) with m ≤ count. The bins
-    summarize the agents' points; which optimum is cheapest on the points themselves the
-    agents measure in one round (``score_candidates``). ``restarts = 0``: the paper's
-    single draw, unrefined."""
-    weights = np.asarray(counts, dtype=np.float64)
-    if weights.ndim == 2:
-        weights = weights.sum(axis=0)
-    keep = weights > 0
-    if int(keep.sum()) < k:
-        raise ValueError(f"only {int(keep.sum())} populated bins for k={k} clusters")
-    P, w = points[keep], weights[keep]
+    the bin representatives (:func:`start_support`), cheapest on them first; (m, k, d) with
+    m ≤ count. The bins summarize the agents' points; which optimum is cheapest on the
+    points themselves the agents measure in one round (``score_candidates``).
+    ``restarts = 0``: the paper's single draw, unrefined."""
+    P, w = start_support(points, counts, k)
     if restarts == 0:
         return kmeans_plus_plus(P, k, rng, weights=w)[None]
     found: list[tuple[float, np.ndarray]] = []

@@ -144,3 +144,4 @@ def test_standardize_is_refused_where_it_does_not_apply():
     with pytest.raises(ValueError, match="standardize is not available with feddp-kmeans"):
         fedcluster.DPFederatedKMeans(3, epsilon=1.0, run_config={"standardize": True}).fit(
             [np.random.default_rng(0).normal(size=(50, 2))] * 3, server_data=np.zeros((10, 2)))
+

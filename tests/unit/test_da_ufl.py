@@ -195,8 +195,24 @@ def test_weighted_init_uses_only_populated_bins():
     for seed in range(10):
         init = da_ufl.weighted_init(points, counts, 3, np.random.default_rng(seed))
         assert not any(np.array_equal(row, points[2]) for row in init)
-    with pytest.raises(ValueError, match="populated bins"):
-        da_ufl.weighted_init(points, counts, 4, np.random.default_rng(0))
+    # fewer populated bins than clusters: the empty representative comes last, after every populated one
+    for seed in range(10):
+        init = da_ufl.weighted_init(points, counts, 4, np.random.default_rng(seed))
+        assert sorted(map(tuple, init)) == sorted(map(tuple, points))
+    with pytest.raises(ValueError, match="only 4 distinct bin representatives"):
+        da_ufl.weighted_init(points, counts, 5, np.random.default_rng(0))
+
+
+def test_weighted_init_with_restarts_is_the_cheapest_distinct_start():
+    rng = np.random.default_rng(3)
+    points = rng.normal(size=(60, 2)) + np.repeat([[0, 0], [6, 0], [0, 6], [6, 6]], 15, axis=0)
+    counts = rng.integers(1, 9, size=60)
+    candidates = da_ufl.init_candidates(points, counts, 4, np.random.default_rng(0), 20, 5)
+    def cost(C):
+        return float(np.sum(counts * ((points[:, None] - C[None]) ** 2).sum(-1).min(1)))
+    costs = [cost(C) for C in candidates]
+    assert costs == sorted(costs) and len(set(np.round(costs, 9))) == len(costs)
+    np.testing.assert_array_equal(da_ufl.weighted_init(points, counts, 4, np.random.default_rng(0), 20), candidates[0])
 
 
 def test_daufl_paper_model_overlaps_and_follows_the_snr():
