@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .common import labels_path
-from .data import DataError, load_points
+from .data import LARGEST_VALUE, DataError, load_points
 from .lloyd import nearest
 from .scaling import Scaling
 
@@ -42,6 +42,11 @@ def run_centers(run_dir: str | Path) -> np.ndarray:
     centers = np.load(file)
     if centers.ndim != 2 or centers.shape[0] == 0 or not np.all(np.isfinite(centers)):
         raise DataError(f"{file} holds no usable centers (shape {centers.shape})")
+    magnitude = float(np.max(np.abs(centers)))
+    if magnitude > LARGEST_VALUE:  # the bound device data is held to: distances would overflow
+        raise DataError(f"{file} holds centers with values up to {magnitude:.3g}: squared distances to them would "
+                        f"overflow float64 (the limit is {LARGEST_VALUE:g}, as for device data); these are not "
+                        "centers a run of this project writes")
     return centers
 
 

@@ -29,11 +29,28 @@ import argparse
 import datetime as dt
 import ipaddress
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_HOSTS = ("localhost", "127.0.0.1", "::1")
+MAX_SUPERNODES = 1000  # key pairs in one call: checked before any file is written
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def _checked_host(host: str) -> str:
+    """``host`` as a subject alternative name: an IP address or a DNS name (labels of
+    letters, digits and hyphens, at most 253 characters); anything else is refused by name."""
+    name = host.strip()
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        pass
+    labels = name.rstrip(".").split(".")
+    if not name or len(name) > 253 or not all(_LABEL.match(label) for label in labels):
+        raise ValueError(f"--host {host!r} is neither an IP address nor a DNS name (letters, digits, hyphens and dots)")
+    return name
 
 
 @dataclass
@@ -48,11 +65,19 @@ class Made:
 
 
 def _write(path: Path, data: bytes, private: bool) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    fd = os.open(path, flags, 0o600 if private else 0o644)
+    """A new file at ``path``, never through a link: whatever stood there (``--force``) is
+    removed first, and the file is created exclusively, so a link planted in between makes
+    the write fail instead of writing a key where the link points."""
+    if path.is_symlink() or path.exists():
+        if path.is_dir() and not path.is_symlink():
+            raise IsADirectoryError(f"{path} is a folder, not a file this tool wrote")
+        path.unlink()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    mode = 0o600 if private else 0o644
+    fd = os.open(path, flags, mode)
+    os.fchmod(fd, mode)  # the mode asked for, whatever the umask
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
-    os.chmod(path, 0o600 if private else 0o644)
 
 
 def _subject_alternative_names(hosts):
@@ -74,11 +99,12 @@ def make_certs(out: Path, hosts=DEFAULT_HOSTS, supernodes: int = 2, days: int = 
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    hosts = tuple(h.strip() for h in hosts if h.strip())
+    hosts = tuple(_checked_host(h) for h in hosts)
     if not hosts:
         raise ValueError("give at least one --host (the names and addresses SuperNodes and flwr use for the SuperLink)")
-    if supernodes < 0:
-        raise ValueError(f"--supernodes must be >= 0, got {supernodes}")
+    if not 0 <= supernodes <= MAX_SUPERNODES:
+        raise ValueError(f"--supernodes must be between 0 and {MAX_SUPERNODES}, got {supernodes} "
+                         "(each is a key pair to register and keep; make more in further folders)")
     if days < 1:
         raise ValueError(f"--days must be >= 1, got {days}")
     out = Path(out).expanduser().resolve()

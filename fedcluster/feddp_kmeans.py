@@ -172,9 +172,25 @@ def margin_assignment(projected: np.ndarray, centers: np.ndarray, margin: float)
     return labels, keep
 
 
+# FedDP-Init step 1 holds the d × d second moment on every device and the server
+# eigendecomposes it: 8·d² bytes each (512 MiB at this d). Checked before any work.
+MAX_OUTER_DIMENSION = 8192
+
+
+def outer_dimension_problem(d: int) -> str | None:
+    """Why step 1 cannot run at dimension ``d``, or None."""
+    if d <= MAX_OUTER_DIMENSION:
+        return None
+    return (f"dimension d={d} is above {MAX_OUTER_DIMENSION}: FedDP-Init step 1's d × d second moment would take "
+            f"{8 * d * d / 2**30:.1f} GiB on every device and on the server")
+
+
 @device_task("feddp_outer")
 def feddp_outer(data: DeviceData, arrays: dict, config: dict):
     X = private_points(data, config)
+    problem = outer_dimension_problem(X.shape[1])
+    if problem:  # refused before the allocation, whatever the server asked
+        raise ValueError(problem)
     outer = outer_product(X)
     if config["level"] == CLIENT:  # scaled to the bound (the default) or clipped to it
         outer = (scale_l2 if config.get("normalize") else clip_l2)(outer, _bound(config, "clip"))

@@ -23,6 +23,15 @@ from .scaling import Scaling
 from .kfed import auto_local_means, induced_labels, kfed_assign_new_device, local_kprime_means
 
 
+def _run_algorithm(result_dir: Path) -> str:
+    file = result_dir / "result.json"
+    try:
+        record = json.loads(file.read_text())
+    except (OSError, ValueError):
+        raise DataError(f"{file} is missing or unreadable: is {result_dir} the folder of a finished k-FED run?") from None
+    return str(record.get("algorithm", "unknown")) if isinstance(record, dict) else "unknown"
+
+
 def label_new_device(
     result_dir: str | Path,
     points: np.ndarray,
@@ -39,6 +48,10 @@ def label_new_device(
     centers_file = result_dir / "centers.npy"
     if not centers_file.is_file():
         raise DataError(f"{centers_file} does not exist: is {result_dir} the folder of a finished run?")
+    algorithm = _run_algorithm(result_dir)
+    if algorithm != "kfed":
+        raise DataError(f"{result_dir} holds a {algorithm} run, not a k-FED one: a new device joins a k-FED run "
+                        "(for other runs label points with fedcluster-assign)")
     global_centers = np.load(centers_file)
     points = np.asarray(points, dtype=np.float64)
     if points.ndim != 2 or points.shape[1] != global_centers.shape[1]:

@@ -49,9 +49,41 @@ def load_result(run_dir: str | Path) -> dict[str, Any]:
     if not file.is_file():
         raise DataError(f"{file} does not exist: give the output folder of a finished run")
     try:
-        return json.loads(file.read_text())
+        result = json.loads(file.read_text())
     except json.JSONDecodeError as exc:
         raise DataError(f"{file} is not valid JSON ({exc}): was the run interrupted?") from None
+    if not isinstance(result, dict):
+        raise DataError(f"{file} holds a JSON {type(result).__name__}, not a run's record (a JSON object)")
+    return result
+
+
+# A value larger than this cannot be drawn (matplotlib's axis arithmetic overflows).
+LARGEST_DRAWN = 1e300
+
+
+class FieldError(DataError):
+    """A field of result.json that cannot be read or drawn (the other pictures still are)."""
+
+
+def _number(value: Any, field: str) -> float:
+    """``value`` as a float that can be drawn, or a DataError that names ``field``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FieldError(f"result.json {field} = {value!r} is not a number")
+    number = float(value)
+    if not np.isfinite(number) or abs(number) > LARGEST_DRAWN:
+        raise FieldError(f"result.json {field} = {value!r} is too large to draw (at most {LARGEST_DRAWN:g})")
+    return number
+
+
+def _rounds(result: dict[str, Any]) -> list[dict[str, Any]]:
+    rounds = result.get("rounds", [])
+    if not isinstance(rounds, list):
+        raise FieldError(f"result.json rounds is a {type(rounds).__name__}, not a list of rounds")
+    for i, record in enumerate(rounds):
+        if not isinstance(record, dict):
+            raise FieldError(f"result.json rounds[{i}] is a {type(record).__name__}, not a round's record")
+        _number(record.get("round"), f"rounds[{i}].round")
+    return rounds
 
 
 def _save(fig, plt, path: Path) -> None:
@@ -61,8 +93,11 @@ def _save(fig, plt, path: Path) -> None:
     return None
 
 
-def _series(rounds: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    pairs = [(r["round"], float(r[key])) for r in rounds if isinstance(r.get(key), (int, float))]
+def _series(rounds: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    """The rounds that recorded ``key`` and its values (a round without it is left out; a
+    value that is not a number that can be drawn is an error naming the field)."""
+    pairs = [(_number(r["round"], f"rounds[{i}].round"), _number(r[key], f"rounds[{i}].{key}"))
+             for i, r in enumerate(rounds) if r.get(key) is not None]
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
@@ -72,25 +107,29 @@ def _title(result: dict[str, Any]) -> str:
 
 
 def plot_cost(result: dict[str, Any], plt, path: Path) -> str | None:
-    x, y = _series(result.get("rounds", []), "cost")
+    x, y = _series(_rounds(result), "cost")
     if not x:
         return "no round recorded a cost (FedDP keeps costs private; eval-every = 0; one-shot run)"
+    reference = result.get("reference") or {}
+    central = _number(reference["central_cost"], "reference.central_cost") if isinstance(reference, dict) \
+        and reference.get("central_cost") is not None else None
+    best = result.get("best_seen")
+    marked = (_number(best.get("round"), "best_seen.round"), _number(best.get("cost"), "best_seen.cost")) \
+        if isinstance(best, dict) and best else None
     fig, ax = plt.subplots(figsize=(6.4, 4))
     ax.plot(x, y, marker="o" if len(x) <= 30 else None, label="federated cost per point")
-    reference = result.get("reference") or {}
-    if "central_cost" in reference:
-        ax.axhline(reference["central_cost"], color="black", linestyle="--", label="central k-means (pooled)")
-    best = result.get("best_seen")
-    if best:
-        ax.plot([best["round"]], [best["cost"]], "v", color="tab:green", label=f"returned: the cheapest (round {best['round']})")
+    if central is not None:
+        ax.axhline(central, color="black", linestyle="--", label="central k-means (pooled)")
+    if marked:
+        ax.plot([marked[0]], [marked[1]], "v", color="tab:green", label=f"returned: the cheapest (round {marked[0]:g})")
     ax.set(xlabel="round", ylabel="cost per point", title=f"Cost per round: {_title(result)}")
     ax.legend()
     return _save(fig, plt, path)
 
 
 def plot_communication(result: dict[str, Any], plt, path: Path) -> str | None:
-    x, up = _series(result.get("rounds", []), "bytes_up")
-    _, down = _series(result.get("rounds", []), "bytes_down")
+    x, up = _series(_rounds(result), "bytes_up")
+    _, down = _series(_rounds(result), "bytes_down")
     if not x or len(down) != len(x):
         return "no round recorded its bytes"
     fig, ax = plt.subplots(figsize=(6.4, 4))
@@ -102,17 +141,21 @@ def plot_communication(result: dict[str, Any], plt, path: Path) -> str | None:
 
 
 def plot_replies(result: dict[str, Any], plt, path: Path) -> str | None:
-    rounds = result.get("rounds", [])
+    rounds = _rounds(result)
     if not rounds:
         return "no rounds recorded"
-    x = [r["round"] for r in rounds]
-    replies = np.array([r.get("replies", 0) for r in rounds], dtype=float)
-    kinds = sorted({f.get("kind", "error") for r in rounds for f in r.get("failures", [])})
+    x = [_number(r["round"], f"rounds[{i}].round") for i, r in enumerate(rounds)]
+    replies = np.array([_number(r.get("replies", 0), f"rounds[{i}].replies") for i, r in enumerate(rounds)])
+    for i, r in enumerate(rounds):
+        failures = r.get("failures", [])
+        if not isinstance(failures, list) or not all(isinstance(f, dict) for f in failures):
+            raise FieldError(f"result.json rounds[{i}].failures is not a list of failure records")
+    kinds = sorted({str(f.get("kind", "error")) for r in rounds for f in r.get("failures", [])})
     fig, ax = plt.subplots(figsize=(6.4, 4))
     ax.bar(x, replies, label="valid replies (every phase of the round)", color="tab:blue")
     bottom = replies.copy()
     for kind in kinds:
-        counts = np.array([sum(f.get("kind", "error") == kind for f in r.get("failures", [])) for r in rounds], float)
+        counts = np.array([sum(str(f.get("kind", "error")) == kind for f in r.get("failures", [])) for r in rounds], float)
         ax.bar(x, counts, bottom=bottom, label=f"failed: {kind}")
         bottom += counts
     ax.set(xlabel="round", ylabel="replies", title=f"Replies and failures per round: {_title(result)}")
@@ -121,15 +164,19 @@ def plot_replies(result: dict[str, Any], plt, path: Path) -> str | None:
 
 
 def plot_privacy(result: dict[str, Any], plt, path: Path) -> str | None:
-    steps = (result.get("privacy") or {}).get("steps") or []
-    steps = [s for s in steps if isinstance(s.get("epsilon"), (int, float))]
+    privacy = result.get("privacy") or {}
+    steps = (privacy.get("steps") if isinstance(privacy, dict) else None) or []
+    if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+        raise FieldError("result.json privacy.steps is not a list of step records")
+    steps = [(str(s.get("name", f"step {i + 1}")), _number(s["epsilon"], f"privacy.steps[{i}].epsilon"))
+             for i, s in enumerate(steps) if s.get("epsilon") is not None]
     if not steps:
         return "not a FedDP-KMeans run (no privacy steps)"
+    total = privacy.get("epsilon")
+    total = _number(total, "privacy.epsilon") if total is not None else None
     fig, ax = plt.subplots(figsize=(6.4, 4))
-    names = [s["name"] for s in steps]
-    ax.bar(range(len(steps)), [s["epsilon"] for s in steps], color="tab:purple")
-    ax.set_xticks(range(len(steps)), names, rotation=30, ha="right")
-    total = result["privacy"].get("epsilon")
+    ax.bar(range(len(steps)), [epsilon for _, epsilon in steps], color="tab:purple")
+    ax.set_xticks(range(len(steps)), [name for name, _ in steps], rotation=30, ha="right")
     ax.set(ylabel="ε of the step alone", title="Privacy budget per step"
            + (f" (composed total ε = {total:.3g})" if total else ""))
     ax.set_xlabel("step (the composed total, by PLD accounting, is below the sum of the steps)", fontsize=9)
@@ -137,7 +184,7 @@ def plot_privacy(result: dict[str, Any], plt, path: Path) -> str | None:
 
 
 def plot_spectral(result: dict[str, Any], plt, path: Path) -> str | None:
-    rounds = result.get("rounds", [])
+    rounds = _rounds(result)
     x1, change = _series(rounds, "subspace_change")
     x2, residual = _series(rounds, "residual")
     if not x1 and not x2:
@@ -156,7 +203,15 @@ def plot_k_range(result: dict[str, Any], plt, path: Path) -> str | None:
     report = result.get("k_range")
     if not report:
         return "not a k-range run"
-    ks, cost, ch = report["k"], report["cost"], report["calinski_harabasz"]
+    if not isinstance(report, dict):
+        raise FieldError("result.json k_range is not a record")
+    try:
+        ks, cost, ch = ([_number(v, f"k_range.{key}[{i}]") for i, v in enumerate(report[key])]
+                        for key in ("k", "cost", "calinski_harabasz"))
+        elbow, best_k = (_number(report[key], f"k_range.{key}") for key in ("elbow_k", "calinski_harabasz_k"))
+    except (KeyError, TypeError) as exc:
+        raise FieldError(f"result.json k_range lacks a readable {exc}") from None
+    report = {**report, "elbow_k": int(elbow), "calinski_harabasz_k": int(best_k)}
     fig, left = plt.subplots(figsize=(6.4, 4))
     left.plot(ks, cost, marker="o", color="tab:blue", label="cost per point (best candidate)")
     left.axvline(report["elbow_k"], color="tab:blue", linestyle=":", label=f"elbow: k = {report['elbow_k']}")
@@ -218,7 +273,11 @@ def plot_run(run_dir: str | Path, points: str | None = None, out: str | Path | N
         ("k_range.png", lambda p: plot_k_range(result, plt, p)),
         ("points.png", lambda p: plot_points(run_dir, points, plt, p)),
     ):
-        reason = draw(folder / name)
+        try:
+            reason = draw(folder / name)
+        except FieldError as exc:  # a field it cannot read: say which, draw the rest
+            reason = f"cannot draw it: {exc}"
+            plt.close("all")
         if reason is None:
             written.append(str(folder / name))
         else:

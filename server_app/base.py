@@ -770,6 +770,7 @@ class FederatedStrategy:
             arrays = {name: self.scaling.undo(value) if name in IN_DATA_SPACE else value for name, value in arrays.items()}
             outcome["standardize"] = {**self.scaling.record(), "how": "x -> (x - mean) / scale per feature; centers "
                                       "written in the original units, costs and nearest centers in the standardized ones"}
+        self._remove_earlier_result(out)
         for name, value in arrays.items():
             np.save(out / f"{name}.npy", np.asarray(value))
         result = {
@@ -796,6 +797,30 @@ class FederatedStrategy:
         tmp.replace(out / "result.json")
         log(INFO, "[fedcluster] result written to %s", out)
         return result
+
+
+    @staticmethod
+    def _remove_earlier_result(out: Path) -> None:
+        """``overwrite``: the arrays the earlier run in ``out`` wrote (its result.json
+        ``files``) are removed, and only those: plain ``.npy`` files directly in ``out``, so
+        no earlier result is left beside the new one and nothing else is touched."""
+        earlier = out / "result.json"
+        if not earlier.is_file():
+            return
+        try:
+            files = json.loads(earlier.read_text()).get("files", [])
+        except (OSError, ValueError, AttributeError):
+            log(WARNING, "[fedcluster] %s is unreadable: none of its files removed before overwriting it", earlier)
+            return
+        removed = []
+        for name in files if isinstance(files, list) else []:
+            if isinstance(name, str) and name.endswith(".npy") and Path(name).name == name:
+                target = out / name
+                if target.is_file() and not target.is_symlink():
+                    target.unlink()
+                    removed.append(name)
+        if removed:
+            log(INFO, "[fedcluster] overwrite: removed the earlier run's %s", ", ".join(sorted(removed)))
 
 
 def _jsonable(value: Any) -> Any:

@@ -61,6 +61,10 @@ class FedDPKMeans(FederatedStrategy):
         # (and no client summary such as a bounding box ever reaches the server).
         server = self.server_points()
         self.dimension = server.shape[1]
+        problem = feddp_kmeans.outer_dimension_problem(self.dimension) if self.init_method == "feddp" else None
+        if problem:
+            raise FederationError(f"{problem}; reduce the dimension first (e.g. a projection agreed in advance) or "
+                                  "start from init='sphere-packing' or 'server-kmeans++', which need no second moment")
         if k > server.shape[0] and self.init_method != "sphere-packing":
             raise FederationError(f"k={k} is larger than the {server.shape[0]} server points")
         self.clip_norm = cfg["clip-norm"] or feddp_kmeans.data_radius(server)

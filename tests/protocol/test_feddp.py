@@ -624,6 +624,27 @@ def test_step_epsilons_above_the_epsilon_cap_are_refused_before_any_private_step
     assert 0.5 < result["privacy"]["epsilon"] <= 3.0
 
 
+def test_a_dimension_whose_second_moment_cannot_be_held_is_refused_before_any_work(tmp_path):
+    """d = 100 000 with 2 rows per device: step 1's d × d second moment (74.5 GiB) is never
+    allocated; the server refuses with the limit named, and so does a device asked anyway."""
+    from server_app.base import FederationError
+
+    d = 100_000
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(3):
+        np.save(data / f"c{i}.npy", rng.normal(size=(2, d)))
+    np.save(tmp_path / "server.npy", rng.normal(size=(4, d)))
+    config = {"algorithm": "feddp-kmeans", "k": 2, "dataset": "npy-dir", "data-dir": str(data), "reference": False,
+              "server-data": str(tmp_path / "server.npy"), "output-dir": str(tmp_path / "out")}
+    with pytest.raises(FederationError, match=f"dimension d={d} is above {feddp_kmeans.MAX_OUTER_DIMENSION}"):
+        run(config, num_nodes=3)
+    with pytest.raises(ValueError, match="74.5 GiB"):
+        feddp_kmeans.feddp_outer(DeviceData(points=rng.normal(size=(2, d))), {}, {"level": "data-point", "clip-norm": 1.0,
+                                                                                 "max-points": 0})
+
+
 # ------------------------------------------------------------------ max-device-points
 def test_max_device_points_bounds_a_device_that_claims_many_points(tmp_path):
     """Data-point level, no noise. Node 1000 claims 1000x its points in every reply, each

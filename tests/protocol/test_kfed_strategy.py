@@ -90,6 +90,24 @@ def test_new_device_with_wrong_dimension_is_a_clear_error(tmp_path):
     assert assign_main([str(tmp_path / "nowhere"), str(tmp_path / "bad.npy")]) == 1
 
 
+def test_overwrite_removes_the_earlier_runs_files_and_only_those(tmp_path, capsys):
+    """A k-FED run, then a FedKMeans run into the same folder with overwrite: k-FED's
+    device_*.npy go, a file the user put there stays, and kfed-assign refuses the folder."""
+    devices, _ = kfed_mixture(d=5, k=4, k_prime=2, m0=2, points_per_component=20, separation=40.0, seed=0)
+    data_dir = write_npy_dir(tmp_path / "data", devices)
+    out = tmp_path / "o"
+    base = {"k": 4, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(out), "reference": False}
+    run({**base, "algorithm": "kfed"}, num_nodes=len(devices))
+    assert (out / "device_centers.npy").is_file()
+    (out / "notes.npy").write_bytes(b"mine")
+    result = run({**base, "algorithm": "fedkmeans", "num-rounds": 2, "overwrite": True}, num_nodes=len(devices))
+    assert sorted(p.name for p in out.glob("*.npy")) == sorted(result["files"] + ["notes.npy"])
+    assert not any(name.startswith("device_") for name in result["files"])
+    np.save(tmp_path / "new.npy", devices[0])
+    assert assign_main([str(out), str(tmp_path / "new.npy")]) == 1
+    assert "holds a fedkmeans run, not a k-FED one" in capsys.readouterr().err
+
+
 def test_failed_device_is_simply_absent(tmp_path):
     devices, labels = kfed_mixture(d=20, k=4, k_prime=2, m0=3, points_per_component=60, separation=50.0, seed=1)
     data_dir = write_npy_dir(tmp_path / "data", devices)

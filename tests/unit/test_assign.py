@@ -46,6 +46,7 @@ def test_existing_labels_are_not_overwritten_without_asking(tmp_path, capsys):
         ("empty", "centers.npy does not exist"),
         ("graph", "graph run"),
         ("dimension", "dimension 3"),
+        ("huge", "would overflow float64"),
     ],
 )
 def test_errors_name_the_problem(setup, message, tmp_path, capsys):
@@ -57,6 +58,8 @@ def test_errors_name_the_problem(setup, message, tmp_path, capsys):
         np.save(folder / "labels.npy", np.zeros(10, dtype=np.int64))
     if setup == "dimension":
         np.save(folder / "centers.npy", np.zeros((2, 3)))
+    if setup == "huge":  # distances overflow: every point would be labelled 0
+        np.save(folder / "centers.npy", np.array([[1e300, 0.0], [-1e300, 0.0]]))
     assert main([str(folder), str(tmp_path / "p.npy")]) == 1
     assert message in capsys.readouterr().err
     assert not (tmp_path / "fedcluster-labels").exists()

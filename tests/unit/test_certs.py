@@ -76,4 +76,27 @@ def test_prints_the_secure_commands_and_one_registration_per_supernode(tmp_path,
 
 def test_bad_arguments_are_named(tmp_path, capsys):
     assert main(["--out", str(tmp_path), "--supernodes", "-1"]) == 1
-    assert "--supernodes must be >= 0" in capsys.readouterr().err
+    assert "--supernodes must be between 0 and 1000" in capsys.readouterr().err
+    assert main(["--out", str(tmp_path / "many"), "--supernodes", "100000"]) == 1
+    assert "--supernodes must be between 0 and 1000" in capsys.readouterr().err
+    assert not (tmp_path / "many").exists()  # refused before any file is written
+    for host in ("", "bad host", "-x.example", "a" * 64 + ".example", "x..y"):
+        assert main(["--out", str(tmp_path / "h"), "--host", "ok.example", f"--host={host}"]) == 1
+        assert f"--host {host!r} is neither an IP address nor a DNS name" in capsys.readouterr().err
+    assert not (tmp_path / "h").exists()
+
+
+def test_force_never_writes_through_a_planted_link(tmp_path):
+    """A link planted at OUT/ca.key must not send the CA's private key to its target."""
+    make_certs(tmp_path / "out", supernodes=1)
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("not a key")
+    (tmp_path / "out" / "ca.key").unlink()
+    (tmp_path / "out" / "ca.key").symlink_to(target)
+    (tmp_path / "out" / "supernode-1.key").unlink()
+    (tmp_path / "out" / "supernode-1.key").symlink_to(tmp_path / "dangling")
+    made = make_certs(tmp_path / "out", supernodes=1, force=True)
+    assert target.read_text() == "not a key" and not (tmp_path / "dangling").exists()
+    assert not made.ca_key.is_symlink() and b"PRIVATE KEY" in made.ca_key.read_bytes()
+    assert stat.S_IMODE(made.ca_key.stat().st_mode) == 0o600
+    assert not made.supernode_keys[0].is_symlink()

@@ -84,3 +84,45 @@ def test_k_range_best_seen_and_one_dimensional_points_are_drawn(tmp_path):
     for name in ("k_range.png", "points.png", "cost.png"):
         assert (run / name).read_bytes()[:8] == PNG, name
     assert "k_range.png" not in report["skipped"] and "points.png" not in report["skipped"]
+
+
+def edited(folder, change):
+    """A run whose result.json a person edited by hand: ``change`` edits the parsed JSON."""
+    run = write_run(folder)
+    result = json.loads((run / "result.json").read_text())
+    result = change(result) or result
+    (run / "result.json").write_text(json.dumps(result))
+    return run
+
+
+ROUND_PICTURES = {"cost.png", "communication.png", "replies.png"}
+
+
+@pytest.mark.parametrize("change,pictures,named", [
+    (lambda r: r["rounds"][2].update(cost="x"), {"cost.png"}, "rounds[2].cost = 'x' is not a number"),
+    (lambda r: r["rounds"][1].update(cost=1e308), {"cost.png"}, "rounds[1].cost = 1e+308 is too large to draw"),
+    (lambda r: r["reference"].update(central_cost="low"), {"cost.png"}, "reference.central_cost = 'low'"),
+    (lambda r: r["rounds"][3].update(bytes_up=[1]), {"communication.png"}, "rounds[3].bytes_up = [1] is not a number"),
+    (lambda r: r["rounds"][4].update(failures="none"), {"replies.png"}, "rounds[4].failures is not a list"),
+    # a round without its number: no picture over the rounds can place it
+    (lambda r: r["rounds"][0].update(round=None), ROUND_PICTURES, "rounds[0].round = None is not a number"),
+])
+def test_a_field_it_cannot_read_is_named_and_the_rest_is_drawn(tmp_path, capsys, change, pictures, named):
+    run = edited(tmp_path / "run", change)
+    np.save(tmp_path / "p.npy", np.ones((6, 3)))
+    assert main([str(run), "--points", str(tmp_path / "p.npy")]) == 0
+    out = capsys.readouterr().out
+    for picture in pictures:
+        assert f"skipped {picture}: cannot draw it: result.json {named}" in out, out
+    drawn = ROUND_PICTURES - pictures | {"points.png"}
+    assert all(f"wrote   {run / name}" in out for name in drawn), out
+    assert all((run / name).read_bytes().startswith(PNG) for name in drawn)
+
+
+def test_a_result_json_that_is_not_a_record_is_refused_by_name(tmp_path, capsys):
+    run = edited(tmp_path / "run", lambda r: [r])
+    assert main([str(run)]) == 1
+    assert "holds a JSON list, not a run's record" in capsys.readouterr().err
+    run = edited(tmp_path / "other", lambda r: r.update(rounds={"1": {}}))
+    assert main([str(run)]) == 0
+    assert "result.json rounds is a dict, not a list of rounds" in capsys.readouterr().out
