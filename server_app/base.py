@@ -174,6 +174,10 @@ class FederatedStrategy:
     """
 
     name = "base"
+    # A node one of whose replies was invalid is taken out of the rest of the run (FedDP:
+    # a device that broke its clipping or its cap is not asked for anything else, its
+    # evaluation included). Off elsewhere: an invalid reply costs only its phase.
+    exclude_invalid = False
 
     def __init__(self, grid: Grid, config: dict[str, Any]) -> None:
         self.grid = grid
@@ -264,10 +268,16 @@ class FederatedStrategy:
         """Take a node out of the run for good: it is not sent to again, and the result
         records the reason, the phase and the round."""
         if node_id not in self.excluded:
+            log(WARNING, "[fedcluster] node %s excluded from the run: %s", node_id, reason)
+            reason = self.public_reason(reason)
             self.excluded[node_id] = reason
             round_number = self._current_round["round"] if self._current_round else None
             self.exclusions.append({"node": node_id, "reason": reason, "phase": self._phase, "round": round_number})
-            log(WARNING, "[fedcluster] node %s excluded from the run: %s", node_id, reason)
+
+    def public_reason(self, reason: str) -> str:
+        """What ``result.json`` keeps of a reason a node's reply failed or it was excluded
+        (a private run overrides this: the numbers in a reason describe a device's data)."""
+        return reason
 
     def summary_fits(self, reply: Reply) -> bool:
         """A data summary of the federation's dimension (the metric and the box agree)."""
@@ -545,6 +555,9 @@ class FederatedStrategy:
     def _record_phase(self, phase, spec, nodes, replies, failures, down, up, seconds) -> None:
         for failure in failures:
             log(WARNING, "[fedcluster] %s: dropped node %s: %s", phase, failure["node"], failure["reason"])
+            failure["reason"] = self.public_reason(failure["reason"])
+            if self.exclude_invalid and failure["kind"] == "invalid":
+                self.exclude(failure["node"], f"its {phase} reply was invalid: {failure['reason']}")
         if not nodes:
             log(WARNING, "[fedcluster] %s: no node to ask; phase skipped", phase)
         self.bytes_down += down

@@ -20,6 +20,7 @@ aggregates, the eigenvectors and SpherePacking live in ``fedcluster/feddp_kmeans
 from __future__ import annotations
 
 import math
+import re
 from logging import INFO, WARNING
 from typing import Any
 
@@ -37,6 +38,9 @@ from fedcluster.config import feddp_step_names, number_list
 from .base import FederatedStrategy, FederationError, Reply
 
 
+_NUMBER = re.compile(r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
+
+
 class FedDPKMeans(FederatedStrategy):
     """FedDP-KMeans (Scott et al. 2025): FedDP-Init + FedDP-Lloyds, and its baselines.
 
@@ -50,6 +54,7 @@ class FedDPKMeans(FederatedStrategy):
     """
 
     name = "feddp-kmeans"
+    exclude_invalid = True  # a device that broke a bound is asked for nothing else, its evaluation included
 
     def run(self) -> dict[str, Any]:
         cfg = self.config
@@ -288,6 +293,12 @@ class FedDPKMeans(FederatedStrategy):
             self.record("lloyd_gaussian", compositions=rounds)
             self.record("lloyd_laplace", compositions=rounds)
         return centers
+
+    def public_reason(self, reason: str) -> str:
+        """Failure and exclusion reasons reach result.json without their numbers: a
+        device's exact point count, a row index or a statistic's norm would be data the
+        privacy guarantee does not cover (the server's log keeps them)."""
+        return _NUMBER.sub("#", reason)
 
     def not_covered(self) -> dict[str, str]:
         """Every part of result.json computed from device data WITHOUT noise, with why."""
