@@ -268,6 +268,28 @@ def frobenius(z: np.ndarray) -> float:
     return float(np.sqrt(np.sum(z * z)))
 
 
+def centers_problem(centers: np.ndarray, low: np.ndarray, high: np.ndarray, slack: float = 0.01) -> str | None:
+    """Why the server's own centers cannot be right, or None: an honest step (a weighted
+    Lloyd step for η = 1, a shorter one below) keeps every center inside the points' convex
+    hull, so inside the federation's bounding box; a center outside it by more than
+    ``slack`` of its diagonal, or not finite, came from a reply that no points produce."""
+    if not np.all(np.isfinite(centers)):
+        return "to values that are not finite"
+    margin = slack * diagonal(low, high) + 1e-12 * float(np.max(np.abs(np.concatenate([low, high]))))
+    beyond = float(np.max(np.maximum(low - margin - centers, centers - high - margin)))
+    if beyond > 0:
+        return f"{beyond:.3g} outside the federation's bounding box"
+    return None
+
+
+def box_overshoot(centers: np.ndarray, low: np.ndarray, high: np.ndarray) -> float:
+    """How far ``centers`` lie outside the box [low, high] at most (inf when not finite):
+    which reply, left out, brings a step back the most."""
+    if not np.all(np.isfinite(centers)):
+        return float("inf")
+    return float(np.max(np.maximum(0.0, np.maximum(low - centers, centers - high))))
+
+
 def diagonal(low: np.ndarray, high: np.ndarray) -> float:
     """Length of the bounding box's diagonal (the scale ε_glo is relative to)."""
     return float(np.sqrt(np.sum((high - low) ** 2)))

@@ -153,6 +153,36 @@ def power_step(data: DeviceData, arrays: dict, config: dict) -> tuple[dict, dict
     return {"Q": product}, metrics
 
 
+def product_violation(product: np.ndarray, X: np.ndarray, weight: float, edges: float, first: bool) -> str | None:
+    """Why a ``power_step`` reply cannot be an honest client's product of the block ``X``,
+    or None (the server's check of every reply; its own degrees depend on them).
+
+    Every later product ``w D^{-1/2} A_j D^{-1/2} X`` (and every local power step, whose
+    ``N_j`` has norm at most 1) has each column no longer than ``X``'s: with
+    ``w D_j <= D``, ``||w D^{-1/2} A_j D^{-1/2}|| <= ||N_j|| <= 1``. The first product,
+    ``w A_j [1, G]``, carries the degrees: its first column is ``w`` times the client's
+    local degrees — non-negative, adding up to at most ``2 w`` per local edge (``edges``,
+    the count it declared) — and no column is longer than ``w ||A_j||_F ||x|| =
+    w sqrt(2 edges) ||x||``."""
+    product = np.asarray(product, dtype=np.float64)
+    lengths = np.linalg.norm(X, axis=0)
+    if first:
+        degrees = product[:, 0]
+        if np.any(degrees < 0):
+            return f"its degree column has {int(np.sum(degrees < 0))} negative entries"
+        if degrees.sum() > 2 * weight * edges * (1 + 1e-9) + 1e-9:
+            return f"its degrees add up to {degrees.sum():.6g}, more than 2·w per local edge allows ({2 * weight * edges:.6g})"
+        bound = weight * np.sqrt(2.0 * max(edges, 0.0)) * lengths
+    else:
+        bound = lengths
+    got = np.linalg.norm(product, axis=0)
+    over = np.flatnonzero(got > bound * (1 + 1e-9) + 1e-12)
+    if over.size:
+        j = int(over[0])
+        return f"column {j} of its product has length {got[j]:.6g}, more than an honest product can ({bound[j]:.6g})"
+    return None
+
+
 def local_spectral_embedding(
     graph: AdjacencyOperator,
     k: int,

@@ -29,6 +29,8 @@ from fedcluster.common import bounding_box
 from fedcluster.da_ufl import (
     TooManyBins,
     bin_weights,
+    box_overshoot,
+    centers_problem,
     combine_gradients,
     diagonal,
     dual_averaging_update,
@@ -75,7 +77,7 @@ class DAUFL(FederatedStrategy):
         except ValueError as exc:
             raise FederationError(f"initialization: {exc}") from None
         initial, init_record = self.choose_start(candidates)
-        centers, outer_done = self.train(agents, initial, binning, bin_arrays, weights, diagonal(low, high))
+        centers, outer_done = self.train(agents, initial, binning, bin_arrays, weights, (low, high))
         total_cost, num_points = self.evaluate(centers, phase="final-evaluation")
         log(INFO, "[fedcluster] da-ufl (%s) converged in %d outer iterations; cost/pt %.6g", cfg["weighting"], outer_done, total_cost / num_points)
         return {
@@ -104,6 +106,44 @@ class DAUFL(FederatedStrategy):
         log(INFO, "[fedcluster] da-ufl init: %d candidates scored by the agents, the cheapest on the bins is %s",
             candidates.shape[0], "chosen" if chosen == 0 else f"{costs[0] / costs[chosen]:.4g}× the chosen one")
         return candidates[chosen], {"candidates": int(candidates.shape[0]), "chosen": chosen, "costs": costs.tolist()}
+
+    def step(self, replies: list, centers: np.ndarray, anchor: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The dual-averaging step from ``replies``: the new z and centers."""
+        if not replies:
+            return z, centers
+        gradient, weight = combine_gradients(centers, np.stack([r.arrays["gradient"] for r in replies]),
+                                             np.stack([r.arrays["weight"] for r in replies]),
+                                             self.config["aggregation"], self.config["trim-fraction"])
+        return z + gradient, dual_averaging_update(anchor, z + gradient, weight, self.config["eta"])
+
+    def checked_step(self, replies: list, centers: np.ndarray, anchor: np.ndarray, z: np.ndarray,
+                     box: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`step`, with the server's own state checked after it
+        (:func:`fedcluster.da_ufl.centers_problem`). When the step would break it, the
+        replies that caused it are found by leaving them out one at a time (the one whose
+        absence helps most, until the step is sound: at most half of them), dropped, and
+        their senders taken out of the run; honest senders are never blamed, since a step
+        without the culprits is sound by the same test."""
+        new_z, new = self.step(replies, centers, anchor, z)
+        problem = centers_problem(new, *box)
+        culprits: list[int] = []
+        while problem and len(culprits) < len(replies) // 2:
+            rest = [r for r in replies if r.node_id not in culprits]
+            scored = []
+            for reply in rest:
+                _, trial = self.step([r for r in rest if r is not reply], centers, anchor, z)
+                sound = centers_problem(trial, *box) is None
+                scored.append((not sound, box_overshoot(trial, *box), reply.node_id))
+            culprits.append(min(scored)[2])
+            new_z, new = self.step([r for r in replies if r.node_id not in culprits], centers, anchor, z)
+            problem = centers_problem(new, *box)
+        if problem:
+            raise FederationError(f"the daufl-step replies move the centers {problem} even without "
+                                  f"{len(culprits)} of them: no sound step is left")
+        for node in culprits:
+            self.exclude(node, "its daufl-step reply would have moved the centers outside the federation's "
+                               "bounding box (a step no points produce)")
+        return new_z, new
 
     # -------------------------------------------------------------- phases 1 and 2
     def som_request(self) -> dict[str, Any]:
@@ -157,12 +197,12 @@ class DAUFL(FederatedStrategy):
         binning: str,
         bin_arrays: dict,
         weights: np.ndarray | None,
-        scale: float,
+        box: tuple[np.ndarray, np.ndarray],
     ) -> tuple[np.ndarray, int]:
         cfg = self.config
         row = {node: i for i, node in enumerate(agents)}  # the rows of ``weights``
         k = centers.shape[0]
-        eps = cfg["eps-glo"] * scale
+        eps = cfg["eps-glo"] * diagonal(*box)
         step_binning = "uniform" if weights is None else binning
         uniform = np.full(1, 1.0 / len(agents))
 
@@ -180,7 +220,7 @@ class DAUFL(FederatedStrategy):
                 first = t2 == 1 and previous is not None
                 replies = self.broadcast(
                     "daufl_step",
-                    agents,
+                    [node for node in agents if node not in self.excluded],
                     arrays={"centers": centers, "anchor": anchor, **({"previous": previous} if first else {}),
                             **(bin_arrays if step_binning != "uniform" else {})},
                     config={"binning": step_binning, "bins": cfg["bins"], "outer": t1, "xi-max": cfg["xi-max"],
@@ -194,15 +234,7 @@ class DAUFL(FederatedStrategy):
                 )
                 if first:
                     changed = sum_arrays(replies, "changed")[0]
-                gradient, weight = combine_gradients(
-                    centers,
-                    np.stack([r.arrays["gradient"] for r in replies]),
-                    np.stack([r.arrays["weight"] for r in replies]),
-                    cfg["aggregation"],
-                    cfg["trim-fraction"],
-                )
-                z = z + gradient
-                new = dual_averaging_update(anchor, z, weight, cfg["eta"])
+                z, new = self.checked_step(replies, centers, anchor, z, box)
                 move = max_move(new, centers)
                 centers = new
                 if move <= eps or changed == 0:

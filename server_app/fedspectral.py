@@ -32,6 +32,7 @@ from fedcluster.fedspectral import (
     local_cluster_counts,
     nodes_held,
     paper_aggregate,
+    product_violation,
     subspace_distance,
 )
 from fedcluster.spectral_reference import compare_with_central
@@ -53,6 +54,16 @@ def _by_node(replies: list[Reply]) -> list[Reply]:
     return sorted(replies, key=lambda reply: reply.node_id)
 
 
+def product_check(X: np.ndarray, weight: float, first: bool):
+    """The bounds a ``power_step`` reply to the block ``X`` obeys (fedcluster.fedspectral.
+    product_violation), as a reply check; a reply past them is dropped and its client
+    taken out of the run."""
+    def check(reply: Reply) -> str | None:
+        return product_violation(reply.arrays["Q"], X, weight, reply.num_examples, first)
+
+    return check
+
+
 class _GraphStrategy(FederatedStrategy):
     """What FedSpectral and FedSpectral+ share: the graph size, all-clients phases, the
     result arrays and the optional central reference."""
@@ -70,8 +81,18 @@ class _GraphStrategy(FederatedStrategy):
         return n, k, nodes
 
     def all_clients(self, task: str, nodes: list[int], **kwargs: Any) -> list[Reply]:
-        """Broadcast that needs a valid reply from every client (each holds its own edges)."""
-        return _by_node(self.broadcast(task, nodes, min_replies=len(nodes), **kwargs))
+        """Broadcast to every client still in the run (each holds its own edges). A client
+        whose reply fails is taken out of the run, so every later product is over the same
+        clients' edges; the run goes on while ``min-reply-fraction`` of them answer, as a
+        point run does."""
+        asked = [node for node in nodes if node not in self.excluded]
+        replies = _by_node(self.broadcast(task, asked, **kwargs))
+        answered = {reply.node_id for reply in replies}
+        reasons = {failure["node"]: failure["reason"] for failure in self.phases[-1]["failures"]} if self.phases else {}
+        for node in asked:
+            if node not in answered:
+                self.exclude(node, f"{reasons.get(node, 'no valid reply')} (a graph run goes on without its edges)")
+        return replies
 
     def reference(self, embedding: np.ndarray, labels: np.ndarray, num_clients: int) -> dict[str, Any] | None:
         """Agreement with the central spectral clustering of the union of the client files,
@@ -215,6 +236,7 @@ class FedSpectralPlus(_GraphStrategy):
             self.begin_round(t)
             replies = self.all_clients(
                 "power_step", nodes, arrays={"Q": Q}, config=config, sizes={"n": n, "b": k}, phase="local-power-steps",
+                check=product_check(Q, 1.0, False),
             )
             new = paper_aggregate([r.arrays["Q"] for r in replies])
             change = subspace_distance(new, Q)
@@ -246,17 +268,18 @@ class FedSpectralPlus(_GraphStrategy):
             "num-nodes": n, "iters": 1, "normalization": "global", "edge-weight": 1.0 / cfg["edge-copies"],
         }
 
-        def summed_products(X: np.ndarray, degrees: np.ndarray, phase: str) -> np.ndarray:
+        def summed_products(X: np.ndarray, degrees: np.ndarray, phase: str, first: bool = False) -> np.ndarray:
             replies = self.all_clients(
                 "power_step", nodes, arrays={"Q": X, "degrees": degrees}, config=product_config,
                 sizes={"n": n, "b": X.shape[1]}, phase=phase,
+                check=product_check(X, product_config["edge-weight"], first),
             )
             return sum_arrays(replies, "Q")
 
         # Round 1: the degrees and the first product in one exchange.
         self.begin_round(1)
         first = solver.first_block()
-        solver.start(summed_products(first, solver.first_degrees(), "degrees-and-first-product"))
+        solver.start(summed_products(first, solver.first_degrees(), "degrees-and-first-product", first=True))
         stopped, t, sent = "num-rounds", 1, first.shape[1]
         while True:
             state = solver.observe()

@@ -4,6 +4,8 @@ splitter CLI, the layout (no flwr below the strategy), and one real ``flwr run``
 
 from __future__ import annotations
 
+import re
+
 import subprocess
 import sys
 import textwrap
@@ -328,13 +330,20 @@ def test_a_client_without_edges_does_not_break_the_run(tmp_path, algorithm, mode
         assert result["rounds"][-1]["subspace_change"] < 1.0
 
 
-def test_node_id_out_of_range_is_a_clear_error(tmp_path, small_graph):
+def test_node_id_out_of_range_takes_that_client_out_with_a_clear_reason(tmp_path, small_graph):
+    """A client whose edge file is bad is out of the run, the reason names its file and
+    line; the run goes on over the other clients' edges (as a point run does)."""
     _, n, data_dir = small_graph
     with open(data_dir / "client_002.txt", "a") as handle:
         handle.write(f"3 {n + 5}\n")
     for algorithm in ("fedspectral-plus", "fedspectral"):
-        with pytest.raises(FederationError, match=rf"client_002\.txt.*node id {n + 5} is out of range"):
-            run_graph(tmp_path, data_dir, 4, algorithm=algorithm, k=3, **{"num-nodes": n})
+        (tmp_path / algorithm).mkdir()
+        result, labels, _ = run_graph(tmp_path / algorithm, data_dir, 4, algorithm=algorithm, k=3, **{"num-nodes": n})
+        assert labels.shape == (n,)
+        excluded = result["nodes"]["excluded"]
+        assert list(excluded) == ["1002"], excluded
+        assert re.search(rf"client_002\.txt.*node id {n + 5} is out of range", excluded["1002"])
+        assert result["final"]["num_nodes"] == n
 
 
 def test_point_data_is_rejected_with_a_reason(tmp_path):
@@ -452,3 +461,32 @@ def test_email_eu_core_exact_mode_matches_central_spectral(tmp_path):
     assert reference["ari"] >= 0.75  # the central noise floor on email-Eu-core (see the engine test)
     assert labels.shape == (1005,)
     assert result["final"]["graph"] == {**result["final"]["graph"], "isolated_nodes": 19, "edges": 16064.0}
+
+
+@pytest.mark.parametrize("mode,scale", [("exact", 1.0), ("exact", 1e-3), ("paper", 1.0)])
+def test_a_noisy_product_takes_its_client_out_never_an_honest_one(tmp_path, small_graph, mode, scale):
+    """Client 1001 adds noise to 40 rows of every power_step product, the degree column
+    included: once every honest client failed ("global degree of node 1 is 0") and the
+    error named them. Its reply breaks the bounds an honest product obeys; it alone is
+    taken out and the run ends over the others' edges."""
+    from flwr.app import Array
+
+    _, n, data_dir = small_graph
+
+    def noisy(node, message, reply):
+        if node == 1001 and not reply.has_error() and message.metadata.message_type == "train.power_step":
+            record = reply.content.array_records["arrays"]
+            Q = record["Q"].numpy().copy()
+            Q[:40] += scale * np.random.default_rng(0).normal(size=Q[:40].shape) * (1 + np.abs(Q[:40]).max())
+            record["Q"] = Array(Q)
+        return reply
+
+    from inprocess import run
+
+    config = {"algorithm": "fedspectral-plus", "mode": mode, "dataset": "edge-dir", "data-dir": str(data_dir), "k": 3,
+              "num-nodes": n, "num-rounds": 6, "edge-copies": 2, "node-settle-s": 0.2, "output-dir": str(tmp_path / "o")}
+    result = run(config, num_nodes=4, reply_hook=noisy)
+    assert list(result["nodes"]["excluded"]) == ["1001"], result["nodes"]["excluded"]
+    assert np.load(tmp_path / "o" / "labels.npy").shape == (n,)
+    failed = {str(f["node"]) for phase in result["phases"] for f in phase["failures"]}
+    assert failed == {"1001"}
