@@ -353,9 +353,9 @@ def figure(table, order: list[str], path: Path, old_table=None) -> None:
 
 
 def report(records: list[dict[str, Any]], header: str, splits: list[str], old: list[dict[str, Any]] | None,
-           old_header: str = "") -> str:
+           old_header: str = "", name: str = "real-data") -> str:
     table = cases(records)
-    order = [a for a in ["central", *ALGORITHMS] if a in table]
+    order = ["central", *algorithms_in(records)] if "central" in table else algorithms_in(records)
     federated = [a for a in order if a != "central"]
     names = sorted({r["dataset"] for r in records})
     failed = [f"{r['algorithm']} {r['dataset']} {r['split']} seed {r['seed']}: {r['error']}" for r in records if "error" in r]
@@ -371,7 +371,7 @@ def report(records: list[dict[str, Any]], header: str, splits: list[str], old: l
         "DA-UFL within 5 % on ≥ 90 %. `time / central`: median over cases of seconds per fit over central "
         "scikit-learn's (a federated fit runs a whole in-process federation).\n",
         "## By split\n", per_split(table, federated, splits), "",
-        "![share of cases within a cost ratio](real-data.svg)\n",
+        f"![share of cases within a cost ratio]({name}.svg)\n",
     ]
     if old is not None:
         old_table = cases(old)
@@ -418,6 +418,12 @@ def public(header: str) -> str:
     return re.sub(r" \((/|[A-Za-z]:\\)[^)]*\)$", "", header, flags=re.M)
 
 
+def algorithms_in(records: list[dict[str, Any]]) -> list[str]:
+    """The federated rows of a run, ALGORITHMS' order first, then the variants as they came."""
+    seen = list(dict.fromkeys(r["algorithm"] for r in records if r["algorithm"] != "central"))
+    return [a for a in ALGORITHMS if a in seen] + [a for a in seen if a not in ALGORITHMS]
+
+
 def read_json(path: Path) -> dict[str, Any]:
     """A saved run (``.json`` or ``.json.gz``)."""
     raw = path.read_bytes()
@@ -439,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"{', '.join(QUICK)}, 1 seed")
     parser.add_argument("--jobs", type=int, default=default_jobs())
     parser.add_argument("--out", type=Path, help="folder to write real-data.md, real-data.json.gz and real-data.svg into")
+    parser.add_argument("--name", default="real-data", help="file name of the page, data and figure in --out (default real-data)")
     parser.add_argument("--compare", type=Path, help="an earlier real-data.json(.gz): per-case changes")
     parser.add_argument("--from-json", type=Path, help="re-render a saved run instead of running")
     args = parser.parse_args(argv)
@@ -477,16 +484,16 @@ def main(argv: list[str] | None = None) -> int:
         records = parallel_map(run_case, jobs, args.jobs)
         header += f"\nwall    : {time.perf_counter() - started:.0f} s for {len(jobs)} fits in {args.jobs} processes"
     header, old_header = public(header), public(old_header)
-    text = report(records, header, splits, old, old_header)
+    text = report(records, header, splits, old, old_header, args.name)
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "real-data.md").write_text(text)
+        (args.out / f"{args.name}.md").write_text(text)
         saved = json.dumps({"header": header, "splits": splits, "records": records}, separators=(",", ":"))
-        (args.out / "real-data.json.gz").write_bytes(gzip.compress(saved.encode(), mtime=0))
-        figure(cases(records), [a for a in ALGORITHMS if any(r["algorithm"] == a for r in records)], args.out / "real-data.svg",
+        (args.out / f"{args.name}.json.gz").write_bytes(gzip.compress(saved.encode(), mtime=0))
+        figure(cases(records), algorithms_in(records), args.out / f"{args.name}.svg",
                cases(old) if old else None)
-        print(f"wrote {args.out / 'real-data.md'}, real-data.json.gz, real-data.svg", file=sys.stderr)
+        print(f"wrote {args.out / args.name}.md, .json.gz, .svg", file=sys.stderr)
     return 0
 
 

@@ -126,6 +126,8 @@ class KFed(FederatedStrategy):
         scored = self.config["kfed-evaluate"]
         if scored:  # the merge's cheapest distinct groupings: the devices choose among them (below)
             merged, kept = merge_device_centers(self, centers, counts, k, candidates=MERGE_CANDIDATES)
+            guarded = self.guarded_groupings(centers, counts, k)
+            merged = merged + guarded
             global_centers, assignment = merged[0]
         else:
             global_centers, assignment, kept = merge_device_centers(self, centers, counts, k)
@@ -160,7 +162,10 @@ class KFed(FederatedStrategy):
         }
         if scored:
             outcome["final"] = {"cost": total / points, "total_cost": total, "num_points": points}
-            outcome["kfed"]["candidates"] = {"scored": len(merged), "chosen": chosen, "costs": (candidate_costs / points).tolist()}
+            outcome["kfed"]["candidates"] = {"scored": len(merged), "chosen": chosen, "costs": (candidate_costs / points).tolist(),
+                                             "guarded": len(guarded)}
+            if chosen >= len(merged) - len(guarded):
+                log(INFO, "[fedcluster] k-FED: the devices chose a guarded grouping (capped counts)")
             ratio = induced_over_nearest(centers, counts, costs, assignment, global_centers, total)
             outcome["kfed"]["induced_over_nearest"] = ratio
             log(INFO, "[fedcluster] k-FED cost per point %.6g on %d points (induced clustering %.4g× that)",
@@ -172,6 +177,29 @@ class KFed(FederatedStrategy):
                           f"centers cost with every point at its nearest, so local clusters span several global ones. "
                           f"Leave k-prime unset (each device then chooses, up to k={k}) or raise it")
         return outcome
+
+    def guarded_groupings(self, centers: list, counts: list, k: int) -> list[tuple[np.ndarray, list]]:
+        """Two more candidates for the devices to score, merged as if the robust options
+        were on: capped counts (no device weighs more than the median one), and capped
+        counts with clusters of at least two devices. A device that inflates its counts or
+        sends a far center steers the plain merge; the other devices' points then find the
+        guarded grouping cheaper. An honest run loses nothing: the devices keep the cheapest
+        candidate, and these are only more of them. (Turned on as defaults these options
+        cost honest runs on real data: docs/results/real-data-robust-options.md.)"""
+        chosen = (self.config["kfed-weighting"], self.config["kfed-min-devices"])
+        out = []
+        for min_devices in (1, 2):
+            if chosen == ("capped-count", min_devices):
+                continue  # the run's own merge is this one
+            try:
+                found, assignment, _ = kfed_merge(
+                    centers, counts, k, self.rng, weighting="capped-count", to_convergence=self.config["kfed-to-convergence"],
+                    n_init=self.config["kfed-server-starts"], min_devices=min_devices, return_kept=True,
+                )
+            except TooFewCenters:
+                continue  # fewer clusters shared by two devices than k: no such grouping
+            out.append((found, assignment))
+        return out
 
     def score(self, candidates: list[np.ndarray]) -> np.ndarray:
         """Total federated cost of every candidate set of global centers, one round trip

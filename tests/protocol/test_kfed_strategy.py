@@ -259,3 +259,45 @@ def test_min_devices_stops_a_device_that_claims_a_cluster_far_from_everyone(tmp_
     assert attacked > 3.0 * honest, (honest, attacked)
     assert robust < 1.05 * honest and honest_robust < 1.05 * honest, (honest, robust, honest_robust)
     assert left_out == [{"node": 1000, "centers": 1}]
+
+
+@pytest.mark.parametrize("split", ["iid", "dirichlet"])
+def test_one_device_with_moved_centers_and_inflated_counts_cannot_move_the_defaults(tmp_path, split):
+    """Device 1003 of ten moves its centers halfway to a point far outside the data and
+    multiplies its counts by a million: with the paper's merge it owns the result (7.9x
+    the cost once). The devices also score the merge done with capped counts (and with
+    clusters of two or more devices): their own points pick it, with every default."""
+    from flwr.app import Array
+
+    rng = np.random.default_rng(0)
+    means = rng.normal(scale=6.0, size=(5, 3))
+    X = np.concatenate([rng.normal(size=(300, 3)) + m for m in means])
+    y = np.repeat(np.arange(5), 300)
+    if split == "iid":
+        parts = np.array_split(rng.permutation(len(X)), 10)
+    else:
+        parts = [np.sort(np.concatenate([rng.permutation(np.flatnonzero(y == c))[:60] for c in (i % 5, (i + 1) % 5)]))
+                 for i in range(10)]
+    data_dir = write_npy_dir(tmp_path / "data", [X[p] for p in parts])
+    away = X.max(axis=0) + 3 * (X.max(axis=0) - X.min(axis=0))
+
+    def hostile(node, message, reply):
+        if node == 1003 and not reply.has_error() and message.metadata.message_type == "query.kfed_local":
+            record = reply.content.array_records["arrays"]
+            record["centers"] = Array(0.5 * (record["centers"].numpy() + away))
+            record["counts"] = Array(record["counts"].numpy() * 1_000_000)
+            metrics = reply.content.metric_records["metrics"]
+            metrics["num-examples"] = int(record["counts"].numpy().sum())  # consistent: it declares them too
+        return reply
+
+    def cost(out):
+        C = np.load(out / "centers.npy")
+        return ((X[:, None] - C[None]) ** 2).sum(-1).min(1).sum()
+
+    base = {"algorithm": "kfed", "k": 5, "dataset": "npy-dir", "data-dir": str(data_dir), "reference": False}
+    run({**base, "output-dir": str(tmp_path / "honest")}, num_nodes=10)
+    run({**base, "output-dir": str(tmp_path / "hostile")}, num_nodes=10, reply_hook=hostile)
+    paper = run({**base, "output-dir": str(tmp_path / "paper"), "kfed-evaluate": False}, num_nodes=10, reply_hook=hostile)
+    assert cost(tmp_path / "hostile") <= 1.05 * cost(tmp_path / "honest")
+    assert cost(tmp_path / "paper") > 1.5 * cost(tmp_path / "honest")  # without the devices' choice it moves
+    assert paper["kfed"]["devices"] == 10
