@@ -102,6 +102,9 @@ def merge_device_centers(strategy: FederatedStrategy, centers: list, counts: lis
 # kfed-evaluate: how many of the merge's distinct groupings the devices score (chosen with
 # bench/real_data.py).
 MERGE_CANDIDATES = 10
+# The guarded groupings (KFed.guarded_groupings) run this share of kfed-server-starts: they
+# are a fallback against a hostile device, not the best merge of an honest run.
+GUARDED_SHARE = 10
 
 
 class KFed(FederatedStrategy):
@@ -194,7 +197,8 @@ class KFed(FederatedStrategy):
             try:
                 found, assignment, _ = kfed_merge(
                     centers, counts, k, self.rng, weighting="capped-count", to_convergence=self.config["kfed-to-convergence"],
-                    n_init=self.config["kfed-server-starts"], min_devices=min_devices, return_kept=True,
+                    n_init=max(1, self.config["kfed-server-starts"] // GUARDED_SHARE), min_devices=min_devices,
+                    return_kept=True,
                 )
             except TooFewCenters:
                 continue  # fewer clusters shared by two devices than k: no such grouping
