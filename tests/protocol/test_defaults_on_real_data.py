@@ -65,7 +65,13 @@ def test_a_reseed_the_next_round_measures_as_worse_is_undone(tmp_path):
 def test_the_estimator_returns_the_cheapest_centers_every_client_measured(fraction):
     rng = np.random.default_rng(5)
     clients = [rng.normal(size=(60, 3)) + (i % 4) * 3.0 for i in range(8)]
-    model = fedcluster.FederatedKMeans(4, random_state=2, fraction=fraction, max_iter=8).fit(clients)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", fedcluster.FederatedRunWarning)
+        model = fedcluster.FederatedKMeans(4, random_state=2, fraction=fraction, max_iter=8).fit(clients)
+    last = model.result_.get("last")
+    # a warning only when the last centers cost more than 1 % above the returned ones
+    warned = any("last_centers.npy" in str(w.message) for w in caught)
+    assert warned == bool(last and last["cost"] > 1.01 * model.result_["final"]["cost"]), (last, model.result_["final"])
     measured = [r["cost"] for r in model.history_ if r.get("cost") is not None]
     measured.append(model.result_.get("last", model.result_["final"])["cost"])
     points = sum(map(len, clients))
@@ -145,3 +151,45 @@ def test_standardize_is_refused_where_it_does_not_apply():
         fedcluster.DPFederatedKMeans(3, epsilon=1.0, run_config={"standardize": True}).fit(
             [np.random.default_rng(0).normal(size=(50, 2))] * 3, server_data=np.zeros((10, 2)))
 
+
+
+def test_a_last_round_that_made_things_worse_is_warned_about_and_not_returned(tmp_path):
+    """Node 1000 forges its last training reply (every point on the center nearest a far
+    corner of its box, statistics consistent with that): the last centers cost more than
+    1 % above round T-1's. The cheaper centers are returned, the last kept beside them, and
+    the run warns; a difference below 1 % is only logged."""
+    from flwr.app import Array
+
+    parts, X = with_a_tiny_cluster(3)
+    rounds = 5
+
+    def forge(node, message, reply):
+        if node != 1000 or reply.has_error() or message.metadata.message_type != "train.fedkmeans_train" \
+                or message.metadata.group_id != str(rounds):
+            return reply
+        record = reply.content.array_records["arrays"]
+        sent = message.content.array_records["arrays"]["centers"].numpy()
+        centers, counts = record["centers"].numpy().copy(), record["counts"].numpy().copy()
+        corner = parts[0].max(axis=0)
+        sumsq, cost = np.zeros_like(centers), np.zeros(sent.shape[0])
+        for s in range(sent.shape[0]):
+            j = int(((sent[s] - corner) ** 2).sum(1).argmin())
+            total = counts[s].sum()
+            counts[s] = 0
+            counts[s, j] = total
+            centers[s, j] = corner
+            sumsq[s, j] = total * corner ** 2
+            cost[s] = total * float(((corner - sent[s, j]) ** 2).sum())
+        record["centers"], record["counts"], record["sumsq"], record["cost"] = (
+            Array(centers), Array(counts), Array(sumsq), Array(cost))
+        return reply
+
+    directory = write_npy_dir(tmp_path / "data", parts)
+    config = {"k": 4, "dataset": "npy-dir", "data-dir": str(directory), "output-dir": str(tmp_path / "out"),
+              "reference": False, "n-init": 1, "num-rounds": rounds}
+    result = run(config, num_nodes=len(parts), reply_hook=forge)
+    assert result["last"]["cost"] > 1.01 * result["final"]["cost"]
+    assert any("last_centers.npy the last" in text for text in result["warnings"]), result["warnings"]
+    C, last = np.load(tmp_path / "out" / "centers.npy"), np.load(tmp_path / "out" / "last_centers.npy")
+    cost = lambda centers: ((X[:, None] - centers[None]) ** 2).sum(-1).min(1).sum()
+    assert cost(C) < cost(last)
