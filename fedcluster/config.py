@@ -481,7 +481,7 @@ def write_generated_block(path: str, name: str, table: str) -> None:
     Path(path).write_text(head + start + table + "\n" + end + tail)
 
 
-if __name__ == "__main__":  # python -m fedcluster.config [README.md]: print or rewrite the table
+if __name__ == "__main__":  # python -m fedcluster.config [docs/reference.md]: print or rewrite the table
     import sys
 
     if len(sys.argv) > 1:

@@ -512,7 +512,7 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m fedcluster.protocol [README.md]: print or rewrite the table
+if __name__ == "__main__":  # python -m fedcluster.protocol [docs/reference.md]: print or rewrite the table
     import sys
 
     if len(sys.argv) > 1:

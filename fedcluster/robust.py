@@ -5,7 +5,7 @@ device's updated centers; a DA-UFL agent's implied mean ``m_k − g_k / W_k``) w
 weight behind it (count, or weighted count) is combined per cluster and coordinate by
 ``mean`` (the papers' weighted average), ``trimmed-mean`` or ``median`` (as Flower's
 FedTrimmedAvg / FedMedian do for model parameters, here per cluster over the devices that
-saw it). See README "Untrusted devices" for what each guarantees.
+saw it). See docs/security.md, "Untrusted devices", for what each guarantees.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ unless ``output_dir`` is given; everything needed afterwards is kept on the esti
 
 Parameter names follow scikit-learn where a counterpart exists (``n_clusters``,
 ``random_state``, ``max_iter``, ``tol``); every other run-config key can be passed in
-``run_config`` under its run-config name (README "Run-config keys"). A key given both ways
+``run_config`` under its run-config name (docs/reference.md, "Run-config keys"). A key given both ways
 is refused, as is a scikit-learn parameter the chosen algorithm has no use for.
 
 Labels: a client's points take their nearest final center, computed from the client's own

@@ -14,7 +14,7 @@ phases, in the order this strategy runs them::
 Baselines (``init``): ``server-kmeans++``, ``server-lloyds``, ``sphere-packing``; they spend
 the whole ε on FedDP-Lloyds. The privacy plan, the per-level bound checks, the noisy
 aggregates, the eigenvectors and SpherePacking live in ``fedcluster/feddp_kmeans.py`` and
-``fedcluster/privacy/``; privacy levels, budget and trust model: README, "FedDP-KMeans".
+``fedcluster/privacy/``; privacy levels, budget and trust model: docs/guide/feddp-kmeans.md.
 """
 
 from __future__ import annotations

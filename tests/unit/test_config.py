@@ -117,7 +117,7 @@ def test_readme_config_table_is_generated_from_the_declarations():
     from fedcluster.config import markdown_table
 
     block = f"<!-- generated: python -m fedcluster.config -->\n{markdown_table()}\n<!-- end generated -->"
-    assert block in (ROOT / "README.md").read_text(), "regenerate: python -m fedcluster.config README.md"
+    assert block in (ROOT / "docs" / "reference.md").read_text(), "regenerate: python -m fedcluster.config docs/reference.md"
 
 
 @pytest.mark.parametrize(

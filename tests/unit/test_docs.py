@@ -52,8 +52,8 @@ def test_readme_links_to_the_docs_and_the_fetch_command():
 
 
 def deployment_section() -> str:
-    readme = (ROOT / "README.md").read_text()
-    return readme.split("\n## Deployment\n", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "deployment.md").read_text()
+    return page.split("\n## Deployment\n", 1)[1].split("\n## ", 1)[0]
 
 
 def test_readme_deployment_is_secure_by_default():
@@ -77,9 +77,26 @@ def test_readme_deployment_states_what_a_new_user_hit():
 
 
 def test_readme_docker_prerequisites_and_no_bare_sudo():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Demo cluster with Docker Compose", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "deployment.md").read_text()
+    section = page.split("## Demo cluster with Docker Compose", 1)[1].split("\n## ", 1)[0]
     for needed in ("apt-get install docker-compose", "debootstrap", "PyPI", "Debian's mirror", "build.sh --check"):
         assert needed in section, needed
     first_command = re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)[0].splitlines()[0]
     assert not first_command.startswith("sudo"), first_command
+
+
+def test_every_relative_link_in_the_docs_resolves():
+    """README and every page under docs/: a link to a file of the repository names one that exists."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "bench").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), mailto
+            if not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, broken
+
+
+def test_the_readme_stays_a_front_page():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 200
