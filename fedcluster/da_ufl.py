@@ -276,7 +276,7 @@ def centers_problem(centers: np.ndarray, low: np.ndarray, high: np.ndarray, slac
     if not np.all(np.isfinite(centers)):
         return "to values that are not finite"
     margin = slack * diagonal(low, high) + 1e-12 * float(np.max(np.abs(np.concatenate([low, high]))))
-    beyond = float(np.max(np.maximum(low - margin - centers, centers - high - margin)))
+    beyond = box_overshoot(centers, low - margin, high + margin)
     if beyond > 0:
         return f"{beyond:.3g} outside the federation's bounding box"
     return None

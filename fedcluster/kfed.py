@@ -213,8 +213,11 @@ def local_kprime_means(
             if early_stop and hits >= early_stop:
                 break
     centers, labels, _ = best
+    return _nonempty(centers, labels)
 
-    # Keep non-empty clusters only; relabel compactly.
+
+def _nonempty(centers: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The clusters that hold a point, their counts and the labels renumbered compactly."""
     counts = np.bincount(labels, minlength=centers.shape[0])
     keep = np.flatnonzero(counts > 0)
     remap = np.full(centers.shape[0], -1, dtype=np.int64)
@@ -277,11 +280,7 @@ def auto_local_means(
         return centers, counts, labels
     merged = _ward_groups(centers, counts, groups)
     centers, labels, _ = lloyd_until_stable(A, merged, max_iter)
-    kept = np.bincount(labels, minlength=centers.shape[0])
-    keep = np.flatnonzero(kept > 0)
-    remap = np.full(centers.shape[0], -1, dtype=np.int64)
-    remap[keep] = np.arange(keep.size)
-    return centers[keep], kept[keep].astype(np.int64), remap[labels]
+    return _nonempty(centers, labels)
 
 
 def _ward_groups(centers: np.ndarray, counts: np.ndarray, groups: int) -> np.ndarray:

@@ -637,6 +637,14 @@ class FederatedStrategy:
         return None, reply
 
     # ------------------------------------------------------------------ shared phases
+    def score_candidates(self, candidates: np.ndarray, phase: str) -> tuple[np.ndarray, int]:
+        """The total k-means cost of every candidate center set (m, k, d) over the active
+        nodes' points, in one round trip (``score_candidates``), and the points that scored them."""
+        candidates = np.asarray(candidates)
+        replies = self.broadcast("score_candidates", self.active_nodes, arrays={"candidates": candidates},
+                                 sizes={"m": candidates.shape[0], "k": candidates.shape[1]}, phase=phase)
+        return sum_arrays(replies, "costs"), int(sum_metric(replies))
+
     def vote_dimension(self, replies: list[Reply], dimension_of: Callable[[Reply], int]) -> list[Reply]:
         """Set the federation's dimension to the one most replies report (ties: the
         smaller); exclude the nodes with another. Returns the replies that agree."""

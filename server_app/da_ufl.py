@@ -99,9 +99,8 @@ class DAUFL(FederatedStrategy):
         points make cheapest (``score_candidates``: the cost of each set, summed)."""
         if candidates.shape[0] == 1:
             return candidates[0], {"candidates": 1, "chosen": 0}
-        replies = self.broadcast("score_candidates", self.active_nodes, arrays={"candidates": candidates},
-                                 sizes={"m": candidates.shape[0], "k": candidates.shape[1]}, phase="init-scoring")
-        costs = sum_arrays(replies, "costs") / max(sum(r.num_examples for r in replies), 1)
+        totals, points = self.score_candidates(candidates, phase="init-scoring")
+        costs = totals / max(points, 1)
         chosen = int(np.argmin(costs))
         log(INFO, "[fedcluster] da-ufl init: %d candidates scored by the agents, the cheapest on the bins is %s",
             candidates.shape[0], "chosen" if chosen == 0 else f"{costs[0] / costs[chosen]:.4g}× the chosen one")

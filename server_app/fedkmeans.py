@@ -202,7 +202,7 @@ class FedKMeans(FederatedStrategy):
             self.warn(f"only {points.shape[0]} summary centers for k up to {last}: the larger k use random-box candidates")
         candidates = k_range_candidates(points, weights, ks, m, low, high, self.rng)
         self.begin_round(1)
-        costs = self.score(candidates, phase="k-range-scoring")
+        costs, _ = self.score_candidates(candidates, phase="k-range-scoring")
         report = k_range_report(ks, m, costs, total)
         self.end_round(candidates=int(candidates.shape[0]))
         chosen = report["calinski_harabasz_k"]
@@ -269,7 +269,7 @@ class FedKMeans(FederatedStrategy):
             candidates = np.stack([kmeans_plus_plus(server_points, k, self.rng) for _ in range(m)])
         refined = candidates.shape[0]
         candidates = np.concatenate([candidates, seeds])
-        costs = self.score(candidates)
+        costs, _ = self.score_candidates(candidates, phase="init-scoring")
         chosen = start_sets(costs, sets, range(refined, candidates.shape[0]))
         log(INFO, "[fedcluster] init %s: %d candidates scored, best cost %.6g; %d center set(s) start",
             method, candidates.shape[0], costs[chosen[0]], len(chosen))
@@ -283,17 +283,6 @@ class FedKMeans(FederatedStrategy):
         that random stream instead of the server's generator (:meth:`node_seeds`)."""
         return dict(task="local_summary", config={"k": k, "min-count": self.config["init-min-count"]}, seeded=stream,
                     phase=phase)
-
-    def score(self, candidates: np.ndarray, phase: str = "init-scoring") -> np.ndarray:
-        """Total cost of every candidate center set (m, k, d) in one federated round."""
-        replies = self.broadcast(
-            "score_candidates",
-            self.active_nodes,
-            arrays={"candidates": candidates},
-            sizes={"m": candidates.shape[0], "k": candidates.shape[1]},
-            phase=phase,
-        )
-        return sum_arrays(replies, "costs")
 
     # -------------------------------------------------------------- training
     def train(self, starts: list[np.ndarray] | np.ndarray, rounds: int) -> "CenterSet":
@@ -395,12 +384,13 @@ class FedKMeans(FederatedStrategy):
         cost per point over the nodes that reported it and whether that was every active
         node (``exact``: then it may become the best centers measured, and it decides
         whether a re-seed of the previous round stays)."""
-        cost = float(sum(float(r.arrays["cost"][0]) for r in replies)) + measured[0]
-        points = int(sum_metric(replies)) + measured[1]
+        sampled_cost = float(sum(float(r.arrays["cost"][0]) for r in replies))
+        sampled_points = int(sum_metric(replies))
+        cost, points = sampled_cost + measured[0], sampled_points + measured[1]
         active = sum(self.declared[n].points for n in self.active_nodes if n in self.declared)
         exact = measuring and points > 0 and points >= active
         report = {"cost": cost / max(points, 1), "points": points, "exact": exact,
-                  "sampled_cost": float(sum(float(r.arrays["cost"][0]) for r in replies)) / max(int(sum_metric(replies)), 1)}
+                  "sampled_cost": sampled_cost / max(sampled_points, 1)}
         center_set.cost = report["cost"]
         if exact:
             self.consider_best(report["cost"], t - 1, center_set, points)

@@ -147,10 +147,10 @@ class KFed(FederatedStrategy):
         if scored:
             # kfed-evaluate: the candidates are scored on the devices' own points in the
             # evaluation round; the cheapest there is the result, its cost exact.
-            candidate_costs = self.score([c for c, _ in merged])
+            candidate_costs, points = self.score_candidates(np.stack([c for c, _ in merged]), phase="evaluation")
             chosen = int(np.argmin(candidate_costs))
             global_centers, assignment = merged[chosen]
-            total, points = float(candidate_costs[chosen]), self.scored_points
+            total = float(candidate_costs[chosen])
         outcome: dict[str, Any] = {
             "centers": global_centers,
             "arrays": {
@@ -205,11 +205,3 @@ class KFed(FederatedStrategy):
             out.append((found, assignment))
         return out
 
-    def score(self, candidates: list[np.ndarray]) -> np.ndarray:
-        """Total federated cost of every candidate set of global centers, one round trip
-        (the run's evaluation round); ``self.scored_points``: the points that scored them."""
-        stacked = np.stack(candidates)
-        replies = self.broadcast("score_candidates", self.active_nodes, arrays={"candidates": stacked},
-                                 sizes={"m": stacked.shape[0], "k": stacked.shape[1]}, phase="evaluation")
-        self.scored_points = int(sum(r.num_examples for r in replies))
-        return np.sum([r.arrays["costs"] for r in replies], axis=0)
