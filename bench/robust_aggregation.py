@@ -12,10 +12,20 @@ The hostile device (node 1000) lies as far as the declared-size bounds let it
   of all its points sitting at that corner, so every check of the reply holds);
 - ``lying evaluation``: in the final evaluation it reports the smallest cost its own
   sums and counts allow (it hides its points' scatter);
+- ``wrong cluster``: the lie that stays consistent with everything it declared, its sum and
+  sum of squares included: in every training reply it puts ALL its real points in the
+  cluster of the received center farthest from their mean (true statistics of a false
+  partition; the cost of the received centers under that partition);
+- ``cell edge``: the strongest false partition of its real points that every check lets
+  through: for the cluster and the number q where it pulls hardest (q × the shift of the
+  mean), its q points farthest towards the box corner away from that cluster's center go
+  to that cluster, as long as their mean stays in the center's Voronoi cell (every other
+  point to its nearest center);
 - DA-UFL, ``moved means``: in every inner step it sends, for every cluster, the gradient
   ``W_k (m_k − corner)`` with its honest weight W_k: it claims its points of every cluster
   sit at the corner of its box farthest from the center (a finite gradient with honest
-  weights: nothing the bounds refuse).
+  weights); ``wrong cluster``: all its real points in the cluster of the center farthest
+  from their mean (the gradient and weight of that false partition).
 - k-FED (one message per device: its first reply is its declaration), ``far center``: the
   local center with the most points is moved away from the data, to its box's farthest
   corner from the data's mean plus twice the box's width (nothing bounds it);
@@ -73,17 +83,38 @@ METHODS = {
 }
 FEDDP = {"epsilon": float("inf"), "lloyd-rounds": 2}
 ATTACKS = {
-    "fedkmeans": ("honest", "moved center", "lying evaluation"),
-    "da-ufl": ("honest", "moved means"),
+    "fedkmeans": ("honest", "moved center", "lying evaluation", "wrong cluster", "cell edge"),
+    "da-ufl": ("honest", "moved means", "wrong cluster"),
     "kfed": ("honest", "far center", "inflated counts"),
     "feddp-kmeans": ("honest", "claimed points"),
 }
 
 
-def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray], data_mean: np.ndarray):
+def cell_edge_partition(own: np.ndarray, sent: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """The labels of ``cell edge``: every point to its nearest center, except the q points
+    farthest towards the far corner from center j, which go to j, for the (j, q) of the
+    largest q·|mean − c_j| whose mean stays nearest c_j."""
+    labels = ((own[:, None] - sent[None]) ** 2).sum(-1).argmin(1)
+    best, choice = 0.0, None
+    for j, c in enumerate(sent):
+        corner = np.where(np.abs(low - c) > np.abs(high - c), low, high)
+        order = np.argsort(-(own - c) @ (corner - c))
+        q = np.arange(1, len(own) + 1)
+        means = np.cumsum(own[order], axis=0) / q[:, None]
+        inside = ((means[:, None] - sent[None]) ** 2).sum(-1).argmin(1) == j
+        pull = np.where(inside, q * np.sqrt(((means - c) ** 2).sum(1)), 0.0)
+        if pull.max() > best:
+            best, choice = float(pull.max()), (j, order[: int(np.argmax(pull)) + 1])
+    if choice is not None:
+        labels[choice[1]] = choice[0]
+    return labels
+
+
+def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray], data_mean: np.ndarray, own: np.ndarray):
     from flwr.app import Array
 
     low, high = box
+    own_mean = own.mean(axis=0)
     away = np.where(np.abs(low - data_mean) > np.abs(high - data_mean), low, high)  # box corner far from the data
     away = away + 2.0 * (high - low) * np.sign(away - data_mean)
 
@@ -115,6 +146,38 @@ def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray], data_mean: np.n
                 all_cost[s] = total * float(np.sum((corner - sent[j]) ** 2))
             record["centers"], record["counts"], record["sumsq"] = Array(all_centers), Array(all_counts), Array(all_sumsq)
             record["cost"] = Array(all_cost)
+        if attack == "wrong cluster" and kind == "train.fedkmeans_train":
+            sent_sets = message.content.array_records["arrays"]["centers"].numpy()
+            counts, centers = np.zeros(sent_sets.shape[:2]), sent_sets.copy()
+            sumsq, cost = np.zeros_like(sent_sets), np.zeros(sent_sets.shape[0])
+            for s, sent in enumerate(sent_sets):  # full batch, client-lr 1: the new center is the mean
+                j = int(np.argmax(((sent - own_mean) ** 2).sum(1)))
+                counts[s, j], centers[s, j], sumsq[s, j] = len(own), own_mean, (own**2).sum(0)
+                cost[s] = float(((own - sent[j]) ** 2).sum())
+            record["centers"], record["counts"], record["sumsq"], record["cost"] = (
+                Array(centers), Array(counts), Array(sumsq), Array(cost))
+        if attack == "cell edge" and kind == "train.fedkmeans_train":
+            sent_sets = message.content.array_records["arrays"]["centers"].numpy()
+            counts, centers = np.zeros(sent_sets.shape[:2]), sent_sets.copy()
+            sumsq, cost = np.zeros_like(sent_sets), np.zeros(sent_sets.shape[0])
+            for s, sent in enumerate(sent_sets):  # full batch, client-lr 1: the new center is the mean
+                labels = cell_edge_partition(own, sent, low, high)
+                for j in np.unique(labels):
+                    mine = own[labels == j]
+                    counts[s, j], centers[s, j], sumsq[s, j] = len(mine), mine.mean(0), (mine**2).sum(0)
+                cost[s] = float(((own - sent[labels]) ** 2).sum())
+            record["centers"], record["counts"], record["sumsq"], record["cost"] = (
+                Array(centers), Array(counts), Array(sumsq), Array(cost))
+        if attack == "wrong cluster" and kind == "train.daufl_step":
+            sent = message.content.array_records["arrays"]["centers"].numpy()
+            weight = record["weight"].numpy()
+            point = weight.sum() / len(own)  # uniform weights: every point weighs the same
+            j = int(np.argmax(((sent - own_mean) ** 2).sum(1)))
+            new_weight = np.zeros_like(weight)
+            new_weight[j] = weight.sum()
+            gradient = new_weight[:, None] * sent
+            gradient[j] -= point * own.sum(0)
+            record["gradient"], record["weight"] = Array(gradient), Array(new_weight)
         if attack == "moved means" and kind == "train.daufl_step":
             sent = message.content.array_records["arrays"]["centers"].numpy()
             weight = record["weight"].numpy()
@@ -176,7 +239,7 @@ def one(algorithm: str, partition: str, seed: int, method: str, attack: str) -> 
             config.update(FEDDP, **{"server-data": str(Path(tmp) / "server.npy")})
             if config["max-device-points"] == "2x":
                 config["max-device-points"] = int(2 * np.median([len(index) for index in parts]))
-        result = run(config, num_nodes=10, reply_hook=attack_hook(attack, box, X.mean(0)))
+        result = run(config, num_nodes=10, reply_hook=attack_hook(attack, box, X.mean(0), hostile_points))
         centers = np.load(Path(tmp) / "out" / "centers.npy")
     true = kmeans_cost(X, centers) / len(X)
     dropped = sum(len(p["failures"]) for p in result["phases"])

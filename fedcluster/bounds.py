@@ -16,11 +16,19 @@ checked against them, with the roles the protocol table gives its arrays
   box to the nearest center, and, with sums and counts, above ``Σ ||sum − count·c||²/count``
   (Jensen: no cluster scatters less than its mean's distance says).
 
-What a device can still do inside these bounds: declare a false ``n`` or a false box in its
-first reply (that only widens what it may later claim), and report any statistic that some
-set of ``n`` points in its box could produce: it can move a cluster's sum anywhere inside
-``count × box`` and shift points between clusters. Robust aggregation
-(``aggregation``) is what limits the effect of that on the result.
+A data summary with ``moments`` also fixes the device's per-feature sum ``S`` and sum of
+squares ``Q`` (:func:`moments_violation`): later per-cluster statistics over all its points
+must add up to them (sums to ``S``, sums of squares to ``Q``, counts times means to ``S``),
+and a cost they determine must be that one: the cost of centers ``c`` is
+``ΣQ − Σ_j (2 c_j·sum_j − count_j ||c_j||²)``, a local k-means cost ``ΣQ − Σ_j count_j ||mean_j||²``.
+Statistics of given centers by nearest-center assignment put each cluster's mean in its
+center's Voronoi cell (:func:`voronoi_violation`): the cell is convex.
+
+What a device can still do inside these bounds: declare a false ``n``, box or moments in
+its first replies (behave as a device holding other data), and report any statistic that
+some set of ``n`` points with those moments in its box could produce: it can shift points
+between clusters while the totals stay. Robust aggregation (``aggregation``) is what
+limits the effect of that on the result.
 """
 
 from __future__ import annotations
@@ -34,6 +42,9 @@ from .protocol import NUM_EXAMPLES, Task
 
 # Relative slack for rounding (sums of up to millions of float64 values).
 RELATIVE_SLACK = 1e-8
+# Relative slack of the moments checks, on n × the size of a coordinate (squared for sums of
+# squares and costs): the device adds its points up in another order for each statistic.
+MOMENT_SLACK = 1e-8
 
 
 @dataclass
@@ -45,6 +56,9 @@ class Declared:
     low: np.ndarray | None = None
     high: np.ndarray | None = None
     scaled: bool = False  # the box is in a standardized run's units (fedcluster.scaling)
+    moment_sum: np.ndarray | None = None  # S, per feature (a data summary with moments)
+    moment_sumsq: np.ndarray | None = None  # Q, per feature
+    moment_scale: np.ndarray | None = None  # per feature, the size of a coordinate (for rounding slack)
 
 
 def declaration(task: Task, arrays: Mapping[str, np.ndarray], metrics: Mapping[str, Any]) -> Declared | None:
@@ -55,7 +69,72 @@ def declaration(task: Task, arrays: Mapping[str, np.ndarray], metrics: Mapping[s
     boxed = {f.role: arrays[f.name] for f in task.reply if f.role in ("box-min", "box-max") and f.name in arrays}
     if len(boxed) == 2:
         declared.low, declared.high = np.asarray(boxed["box-min"], float), np.asarray(boxed["box-max"], float)
+        moments = {f.role: arrays[f.name] for f in task.reply if f.role in ("moment-sum", "moment-sumsq") and f.name in arrays}
+        if len(moments) == 2:
+            declared.moment_sum = np.asarray(moments["moment-sum"], float)
+            declared.moment_sumsq = np.asarray(moments["moment-sumsq"], float)
+            declared.moment_scale = np.maximum(np.abs(declared.low), np.abs(declared.high))
     return declared
+
+
+def moments_violation(
+    sums: np.ndarray, sumsq: np.ndarray | None, declared: Declared, what: str = "its per-cluster statistics"
+) -> str | None:
+    """Per-cluster sums (k, d) (and sums of squares) over ALL of a device's points that do
+    not add up to the moments it declared (None when they do, up to rounding, or when it
+    declared none)."""
+    if declared.moment_sum is None:
+        return None
+    n, scale = max(declared.points, 1.0), declared.moment_scale
+    gap = np.abs(np.sum(sums, axis=0) - declared.moment_sum)
+    if np.any(gap > MOMENT_SLACK * n * scale + 1e-300):
+        return f"{what} add up to another sum of its points than the one its data summary declared"
+    if sumsq is not None and np.any(np.abs(np.sum(sumsq, axis=0) - declared.moment_sumsq) > MOMENT_SLACK * n * scale**2 + 1e-300):
+        return f"{what} add up to another sum of squares of its points than the one its data summary declared"
+    return None
+
+
+def voronoi_violation(means: np.ndarray, counts: np.ndarray, centers: np.ndarray, ratio: float = 1.0,
+                      scatter: float = 0.0) -> str | None:
+    """Statistics of a nearest-center assignment: the points of center j lie in its Voronoi
+    cell, which is convex, so their mean does too; a cluster whose mean lies nearer another
+    center was not assigned by distance (None when every one is, up to rounding).
+
+    ``ratio`` ρ > 1: each point's center is only within ρ × its distance to any other
+    (DA-UFL's perturbed labels). Summed over a group of n_g points with mean μ and scatter
+    V ≤ ``scatter`` (the device's whole scatter): ||μ − c_own||² ≤ ρ² ||μ − c_j||² + (ρ² − 1) V / n_g."""
+    seen = np.flatnonzero(counts > 0)
+    if seen.size == 0 or centers.shape[0] < 2:
+        return None
+    mu = means[seen]
+    gaps = ((mu[:, None, :] - centers[None, :, :]) ** 2).sum(axis=2)  # (seen, k)
+    own = gaps[np.arange(seen.size), seen]
+    size = (mu**2).sum(axis=1)[:, None] + (centers**2).sum(axis=1)[None, :]
+    allowed = ratio**2 * gaps + (ratio**2 - 1.0) * scatter / counts[seen][:, None]
+    nearer = allowed + RELATIVE_SLACK * (size + gaps + allowed) + 1e-300 < own[:, None]
+    if np.any(nearer):
+        row = int(np.flatnonzero(nearer.any(axis=1))[0])
+        return (f"the mean of the points it assigned to center {int(seen[row])} lies nearer center "
+                f"{int(np.argmax(nearer[row]))}: not a nearest-center assignment")
+    return None
+
+
+def declared_scatter(declared: Declared) -> float | None:
+    """Σ ||x − mean||² over the device's points, from its declared moments (None without)."""
+    if declared.moment_sum is None:
+        return None
+    return max(float(np.sum(declared.moment_sumsq - declared.moment_sum**2 / max(declared.points, 1.0))), 0.0)
+
+
+def implied_cost_violation(cost: float, implied_minus_q: float, declared: Declared) -> str | None:
+    """A cost that the declared sum of squares and the reply's own statistics fix
+    (``ΣQ + implied_minus_q``) but that is another number."""
+    if declared.moment_sumsq is None:
+        return None
+    implied = float(np.sum(declared.moment_sumsq)) + implied_minus_q
+    if abs(cost - implied) > MOMENT_SLACK * max(declared.points, 1.0) * float(np.sum(declared.moment_scale**2)) + 1e-300:
+        return f"its cost {cost:.10g} is not the one its statistics and declared sum of squares imply ({implied:.10g})"
+    return None
 
 
 def box_violation(task: Task, arrays: Mapping[str, np.ndarray]) -> str | None:
@@ -162,7 +241,44 @@ def _violation(fields: dict, task_counts: str, arrays: Mapping[str, np.ndarray],
                     f"array {fields['cost'].name!r} ({costs[0]:g}) is below what its own sums and counts imply "
                     f"({floor:g}): the cost was under-reported"
                 )
+    if "sum" in fields and counts is not None and task_counts == "all" and "cost" in fields:
+        centers = request.get(fields["cost"].of) if fields["cost"].of else None
+        sums = arrays[fields["sum"].name]
+        if centers is not None and centers.shape == sums.shape:
+            reason = voronoi_violation(sums / np.maximum(counts, 1e-300)[:, None], counts, centers)
+            if reason:
+                return reason
+    if declared.moment_sum is not None and counts is not None and task_counts == "all":
+        return _moments(fields, arrays, request, counts, declared)
     return None
+
+
+def _moments(fields: dict, arrays: Mapping[str, np.ndarray], request: Mapping[str, np.ndarray], counts: np.ndarray,
+             declared: Declared) -> str | None:
+    """Statistics over all of a device's points against its declared moments: sums (or
+    counts × means of its own points) and sums of squares add up to them; the cost of given
+    centers (with sums) or of its own means is the one they fix."""
+    if declared.moment_sum.shape != declared.low.shape:
+        return None
+    sums = arrays[fields["sum"].name] if "sum" in fields else None
+    means = arrays[fields["mean"].name] if "mean" in fields and not fields["mean"].of else None
+    if sums is None and means is not None:
+        sums = counts[:, None] * means
+    if sums is None:
+        return None
+    sumsq = arrays[fields["sumsq"].name] if "sumsq" in fields else None
+    reason = moments_violation(sums, sumsq, declared)
+    if reason or "cost" not in fields:
+        return reason
+    cost = float(np.atleast_1d(arrays[fields["cost"].name])[0])
+    centers = request.get(fields["cost"].of) if fields["cost"].of else None
+    if centers is not None and centers.ndim == 2 and "sum" in fields and centers.shape == sums.shape:
+        rest = -float(np.sum(2 * np.einsum("jd,jd->j", centers, sums) - counts * np.einsum("jd,jd->j", centers, centers)))
+    elif not fields["cost"].of and means is not None:
+        rest = -float(np.sum(counts * np.einsum("jd,jd->j", means, means)))
+    else:
+        return None
+    return implied_cost_violation(cost, rest, declared)
 
 
 def _active(field, config: Mapping[str, Any] | None) -> bool:

@@ -227,6 +227,17 @@ def weighted_gradient(
     return weight[:, None] * centers - sums, weight
 
 
+def implied_statistics(
+    centers: np.ndarray, gradient: np.ndarray, weight: np.ndarray, point_weight: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The per-cluster sums, counts and means of an agent's points that its step reply
+    implies when every point weighs ``point_weight`` (``weighting = uniform``):
+    S_k = (W_k m_k − g_k) / w, n_k = W_k / w."""
+    sums = (weight[:, None] * centers - gradient) / point_weight
+    counts = weight / point_weight
+    return sums, counts, sums / np.maximum(counts, 1e-300)[:, None]
+
+
 def dual_averaging_update(anchor: np.ndarray, z: np.ndarray, weight: np.ndarray, eta: float) -> np.ndarray:
     """m_k = m_k^(0) − z_k / (2 α_k) with α_k = W_k / (2 η), i.e. m_k^(0) − η z_k / W_k
     (docs/ALGORITHMS.md §2, the recentred eq. 4b); a cluster with W_k = 0 keeps m_k^(0)."""

@@ -239,6 +239,12 @@ def reseed_allowed(counts: np.ndarray, protected: np.ndarray, rounds_left: bool,
     return ~protected & ((counts <= 0) | measured_next)
 
 
+def implied_means(incoming: np.ndarray, centers: np.ndarray, learning_rate: float) -> np.ndarray:
+    """The cluster means a full-batch ClientKMeans reply implies: its one step moved each
+    received center Γ_j to Γ_j + β (μ_j − Γ_j), so μ_j = Γ_j + (c_j − Γ_j) / β."""
+    return incoming + (centers - incoming) / learning_rate
+
+
 def train_cost_mismatch(
     incoming: np.ndarray,
     centers: np.ndarray,
@@ -261,7 +267,7 @@ def train_cost_mismatch(
     if not np.any(seen):
         return None if cost == 0 else f"cost {cost:.6g} reported for no assigned point"
     gamma = incoming[seen]
-    means = gamma + (centers[seen] - gamma) / learning_rate
+    means = implied_means(gamma, centers[seen], learning_rate)
     n = counts[seen]
     terms = sumsq[seen].sum(axis=1) + n * np.einsum("ij,ij->i", gamma, gamma)
     implied = float(np.sum(terms - 2 * n * np.einsum("ij,ij->i", gamma, means)))

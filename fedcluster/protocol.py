@@ -284,10 +284,10 @@ TASKS: dict[str, Task] = {
     for task in (
         Task(
             "data_summary", "query", "size, dimension and bounding box of the device's points (with `moments`: their sums and sums of squares)",
-            config=(Param("moments", bool, False, doc="also the per-feature sums and sums of squares (standardize)"),),
+            config=(Param("moments", bool, False, doc="also the per-feature sums and sums of squares (they bind its later statistics; standardize)"),),
             reply=(ArrayField("min", ("d",), role="box-min"), ArrayField("max", ("d",), role="box-max"),
-                   ArrayField("sum", ("d",), when=("moments", True)),
-                   ArrayField("sumsq", ("d",), nonnegative=True, when=("moments", True))),
+                   ArrayField("sum", ("d",), when=("moments", True), role="moment-sum"),
+                   ArrayField("sumsq", ("d",), nonnegative=True, when=("moments", True), role="moment-sumsq")),
             metrics=(NUM_EXAMPLES, DIM),
             used_by=("fedkmeans", "feddp-kmeans", "da-ufl"),
         ),

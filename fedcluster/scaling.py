@@ -40,6 +40,15 @@ class Scaling:
         scale[scale <= 1e-12 * np.maximum(np.abs(mean), 1.0)] = 1.0
         return cls(mean, scale)
 
+    def apply_moments(self, points: float, sums: np.ndarray, sumsq: np.ndarray,
+                      size: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per-feature sum and sum of squares of ``points`` points in standardized units,
+        and the size of a coordinate for rounding slack (the offset counts: the
+        standardized moments come from the original ones by subtraction)."""
+        mean, scale = self.mean, self.scale
+        return ((sums - points * mean) / scale, (sumsq - 2 * mean * sums + points * mean**2) / scale**2,
+                (size + np.abs(mean)) / scale)
+
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> "Scaling | None":
         """The scaling a request carries, or None; ``ValueError`` for a malformed one."""

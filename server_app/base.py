@@ -293,7 +293,7 @@ class FederatedStrategy:
     def join_request(nodes: list[int]) -> dict[str, Any]:
         """The data-summary query a newcomer answers before it may join (a
         :meth:`broadcast_together` request; no reply is required)."""
-        return dict(task="data_summary", nodes=nodes, phase="join", min_replies=0)
+        return dict(task="data_summary", nodes=nodes, phase="join", min_replies=0, config={"moments": True})
 
     def admit_newcomers(self, replies: list[Reply]) -> list[int]:
         """Newcomers whose data summary (:meth:`join_request`) is valid and of the
@@ -671,8 +671,7 @@ class FederatedStrategy:
         replies are kept only from nodes that stay in the run and, where the protocol table
         gives a reply array the dimension ``d``, only when it is the federation's."""
         standardize = self.config.get("standardize", False)
-        requests = [dict(task="data_summary", nodes=self.active_nodes, phase="data-summary",
-                         config={"moments": True} if standardize else None)]
+        requests = [dict(task="data_summary", nodes=self.active_nodes, phase="data-summary", config={"moments": True})]
         if not standardize:  # the other queries travel with the data summary (with standardize they need its scaling)
             requests += [{"nodes": self.active_nodes, **request} for request in together]
         first = len(self.phases)
@@ -713,8 +712,12 @@ class FederatedStrategy:
             float(self.scaling.scale.min()), float(self.scaling.scale.max()))
 
     def _scale_box(self, declared: bounds.Declared) -> None:
+        """A node's declared box and moments in standardized units."""
         if declared.low is not None and not declared.scaled:
             declared.low, declared.high = self.scaling.apply(declared.low), self.scaling.apply(declared.high)
+            if declared.moment_sum is not None:
+                declared.moment_sum, declared.moment_sumsq, declared.moment_scale = self.scaling.apply_moments(
+                    declared.points, declared.moment_sum, declared.moment_sumsq, declared.moment_scale)
             declared.scaled = True
 
     def write_device_labels(self, centers: np.ndarray) -> dict[str, Any]:

@@ -25,8 +25,10 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
+from fedcluster.bounds import declared_scatter, moments_violation, voronoi_violation
 from fedcluster.common import bounding_box
 from fedcluster.da_ufl import (
+    implied_statistics,
     TooManyBins,
     bin_weights,
     box_overshoot,
@@ -145,6 +147,26 @@ class DAUFL(FederatedStrategy):
         return new_z, new
 
     # -------------------------------------------------------------- phases 1 and 2
+    def moments_check(self, centers: np.ndarray, anchor: np.ndarray, point_weight: float, ratio: float):
+        """Every point weighs the same (``weighting = uniform``): an agent's step reply
+        implies the sums of its points per cluster, which must add up to the sum its data
+        summary declared (:func:`fedcluster.bounds.moments_violation`), its weights to its
+        points times the weight, and each cluster's mean must be one its labels allow: each
+        point is within ``ratio`` = 1 + ξ_max / t1 of its nearest ``anchor`` center
+        (:func:`fedcluster.bounds.voronoi_violation`)."""
+        def check(reply) -> str | None:
+            declared = self.declared.get(reply.node_id)
+            if declared is None or declared.moment_sum is None:
+                return None
+            weight = reply.arrays["weight"]
+            if abs(float(weight.sum()) - point_weight * declared.points) > 1e-8 * point_weight * max(declared.points, 1.0):
+                return "its weights do not add up to its declared points times the weight of a point"
+            sums, counts, means = implied_statistics(centers, reply.arrays["gradient"], weight, point_weight)
+            return (moments_violation(sums, None, declared, "the sums its gradients imply")
+                    or voronoi_violation(means, counts, anchor, ratio, declared_scatter(declared)))
+
+        return check
+
     def som_request(self) -> dict[str, Any]:
         cfg = self.config
         grid = cfg["som-grid"] or som_grid(cfg["k"])
@@ -229,6 +251,8 @@ class DAUFL(FederatedStrategy):
                         {"seed": seeds[node], **({"previous-seed": previous_seeds[node]} if first else {})},
                     ),
                     sizes={"k": k},
+                    check=self.moments_check(centers, anchor, uniform[0], 1.0 + cfg["xi-max"] / t1)
+                    if step_binning == "uniform" else None,
                     phase="daufl-step",
                 )
                 if first:

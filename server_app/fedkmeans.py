@@ -48,12 +48,14 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
+from fedcluster.bounds import moments_violation, voronoi_violation
 from fedcluster.common import bounding_box, center_shift
 from fedcluster.data import load_points
 from fedcluster.fedkmeans import (
     ServerState,
     box_candidates,
     coarse_summary_k,
+    implied_means,
     k_range_candidates,
     k_range_report,
     orphaned_clusters,
@@ -153,8 +155,11 @@ class FedKMeans(FederatedStrategy):
 
     def cost_check(self, incoming: np.ndarray):
         """Full batch, one local epoch: a training reply's cost of every set must be the
-        one its other arrays imply (:func:`fedcluster.fedkmeans.train_cost_mismatch`);
-        else no check. ``incoming``: the (m, k, d) centers sent."""
+        one its other arrays imply (:func:`fedcluster.fedkmeans.train_cost_mismatch`), each
+        cluster's mean must lie in its center's Voronoi cell (``voronoi_violation``), and its
+        clusters' sums and sums of squares add up to the moments its data summary
+        declared (:func:`fedcluster.bounds.moments_violation`); else no check.
+        ``incoming``: the (m, k, d) centers sent."""
         cfg = self.config
         if cfg["batch-size"] != 0 or cfg["local-epochs"] != 1:
             return None
@@ -162,8 +167,13 @@ class FedKMeans(FederatedStrategy):
 
         def check(reply: Reply) -> str | None:
             a = reply.arrays
+            declared = self.declared.get(reply.node_id)
             for s in range(incoming.shape[0]):
                 reason = train_cost_mismatch(incoming[s], a["centers"][s], a["counts"][s], a["sumsq"][s], float(a["cost"][s]), beta)
+                means = implied_means(incoming[s], a["centers"][s], beta)
+                reason = reason or voronoi_violation(means, a["counts"][s], incoming[s])
+                if not reason and declared is not None:
+                    reason = moments_violation(a["counts"][s][:, None] * means, a["sumsq"][s], declared)
                 if reason:
                     return f"set {s}: {reason}" if incoming.shape[0] > 1 else reason
             return None

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from flwr.app import Array
 
+from fedcluster.config import with_defaults
 from inprocess import run
 from server_app.base import FederationError
 
@@ -82,16 +83,17 @@ def test_trimmed_mean_keeps_one_lying_agent_in_ten_from_steering_the_centers(tmp
         return reply
 
     config = {**PAPER, "k": 16, "seed": 0, "reference": False}
-    costs, excluded = {}, {}
+    costs, dropped = {}, {}
     for how in ("mean", "trimmed-mean"):
         honest = run({**config, "aggregation": how, "output-dir": str(tmp_path / f"h-{how}")}, num_nodes=10)
         hostile = run({**config, "aggregation": how, "output-dir": str(tmp_path / how)}, num_nodes=10, reply_hook=liar)
         costs[how] = hostile["final"]["cost"] / honest["final"]["cost"]
-        excluded[how] = list(hostile["nodes"]["excluded"])
-    # the mean: its steps would carry the centers out of the data (once 2x the cost); the
-    # server's check of its own centers takes the liar out. Trimmed-mean never lets it move them.
-    assert costs["mean"] < 1.1 and excluded["mean"] == ["1003"], (costs, excluded)
-    assert costs["trimmed-mean"] < 1.1 and excluded["trimmed-mean"] == [], (costs, excluded)
+        dropped[how] = {(f["node"], "declared" in f["reason"]) for p in hostile["phases"] for f in p["failures"]}
+    # Every point weighs the same (uniform weighting, the default): the sums its gradients
+    # imply do not add up to the sum its data summary declared, so every step reply of the
+    # liar is dropped, whatever the aggregation (once 2x the cost with the mean).
+    assert costs["mean"] < 1.1 and dropped["mean"] == {(1003, True)}, (costs, dropped)
+    assert costs["trimmed-mean"] < 1.1 and dropped["trimmed-mean"] == {(1003, True)}, (costs, dropped)
 
 
 @pytest.mark.parametrize("factor", [20.0, 100.0])
@@ -106,10 +108,37 @@ def test_a_step_that_would_throw_the_centers_out_of_the_data_drops_its_sender_on
             record["gradient"] = Array(record["gradient"].numpy() * factor)
         return reply
 
-    config = {**PAPER, "k": 16, "seed": 0, "reference": False, "aggregation": "mean"}
+    # SOM weights: points weigh differently, so no declared sum binds the gradients (with
+    # uniform weights the moments check drops such a reply first); the box check must.
+    config = {**PAPER, "k": 16, "seed": 0, "reference": False, "aggregation": "mean", "weighting": "som"}
     honest = run({**config, "output-dir": str(tmp_path / "honest")}, num_nodes=10)
     hostile = run({**config, "output-dir": str(tmp_path / "hostile")}, num_nodes=10, reply_hook=inflate)
     assert list(hostile["nodes"]["excluded"]) == ["1003"], hostile["nodes"]["excluded"]
     assert "outside the federation's bounding box" in hostile["nodes"]["excluded"]["1003"]
     assert np.all(np.isfinite(np.load(tmp_path / "hostile" / "centers.npy")))
     assert hostile["final"]["cost"] <= 1.05 * honest["final"]["cost"], (hostile["final"], honest["final"])
+
+
+def test_an_agent_putting_its_points_in_the_wrong_cluster_is_dropped(tmp_path):
+    """Agent 1003 keeps its sums true (they add up to its declared moments) but claims all
+    its points belong to the cluster farthest from their mean (once 1.3x the cost on the
+    robust bench): a mean its labels cannot produce, so every such step reply is dropped."""
+    def wrong_cluster(node, message, reply):
+        if node == 1003 and not reply.has_error() and message.metadata.message_type == "train.daufl_step":
+            record = reply.content.array_records["arrays"]
+            sent = message.content.array_records["arrays"]["centers"].numpy()
+            gradient, weight = record["gradient"].numpy(), record["weight"].numpy()
+            total = (weight[:, None] * sent - gradient).sum(0)  # w × the sum of its points
+            j = int(((sent - total / weight.sum()) ** 2).sum(1).argmax())
+            new_weight = np.zeros_like(weight)
+            new_weight[j] = weight.sum()
+            new_gradient = new_weight[:, None] * sent
+            new_gradient[j] -= total
+            record["gradient"], record["weight"] = Array(new_gradient), Array(new_weight)
+        return reply
+
+    config = {**PAPER, "k": 16, "seed": 0, "reference": False, "output-dir": str(tmp_path)}
+    assert with_defaults(config)["weighting"] == "uniform"
+    result = run(config, num_nodes=10, reply_hook=wrong_cluster)
+    failures = [f for p in result["phases"] if p["phase"] == "daufl-step" for f in p["failures"]]
+    assert failures and all(f["node"] == 1003 and "not a nearest-center assignment" in f["reason"] for f in failures)

@@ -153,9 +153,27 @@ def test_standardize_is_refused_where_it_does_not_apply():
 
 
 
+def edge_labels(points, centers):
+    """Every point to its nearest center, except the q points farthest along the line from
+    center j to the data's far side, which go to j: the (j, q) that moves a center most
+    while the group's mean stays nearest its center (the server's Voronoi check)."""
+    labels = ((points[:, None] - centers[None]) ** 2).sum(-1).argmin(1)
+    best, choice = 0.0, None
+    for j, c in enumerate(centers):
+        order = np.argsort(-((points - c) @ (points.mean(0) - c)))
+        q = np.arange(1, len(points) + 1)
+        means = np.cumsum(points[order], axis=0) / q[:, None]
+        inside = ((means[:, None] - centers[None]) ** 2).sum(-1).argmin(1) == j
+        pull = np.where(inside, q * np.sqrt(((means - c) ** 2).sum(1)), 0.0)
+        if pull.max() > best:
+            best, choice = float(pull.max()), (j, order[: int(np.argmax(pull)) + 1])
+    labels[choice[1]] = choice[0]
+    return labels
+
+
 def test_a_last_round_that_made_things_worse_is_warned_about_and_not_returned(tmp_path):
-    """Node 1000 forges its last training reply (every point on the center nearest a far
-    corner of its box, statistics consistent with that): the last centers cost more than
+    """Node 1000 forges its last training reply: a false partition of its real points that
+    every check lets through (:func:`edge_labels`): the last centers cost more than
     1 % above round T-1's. The cheaper centers are returned, the last kept beside them, and
     the run warns; a difference below 1 % is only logged."""
     from flwr.app import Array
@@ -170,16 +188,15 @@ def test_a_last_round_that_made_things_worse_is_warned_about_and_not_returned(tm
         record = reply.content.array_records["arrays"]
         sent = message.content.array_records["arrays"]["centers"].numpy()
         centers, counts = record["centers"].numpy().copy(), record["counts"].numpy().copy()
-        corner = parts[0].max(axis=0)
+        own = parts[0]
         sumsq, cost = np.zeros_like(centers), np.zeros(sent.shape[0])
         for s in range(sent.shape[0]):
-            j = int(((sent[s] - corner) ** 2).sum(1).argmin())
-            total = counts[s].sum()
-            counts[s] = 0
-            counts[s, j] = total
-            centers[s, j] = corner
-            sumsq[s, j] = total * corner ** 2
-            cost[s] = total * float(((corner - sent[s, j]) ** 2).sum())
+            labels = edge_labels(own, sent[s])
+            counts[s], centers[s], sumsq[s] = 0, sent[s], 0
+            for j in np.unique(labels):
+                mine = own[labels == j]
+                counts[s, j], centers[s, j], sumsq[s, j] = len(mine), mine.mean(0), (mine**2).sum(0)
+            cost[s] = float(((own - sent[s][labels]) ** 2).sum())
         record["centers"], record["counts"], record["sumsq"], record["cost"] = (
             Array(centers), Array(counts), Array(sumsq), Array(cost))
         return reply

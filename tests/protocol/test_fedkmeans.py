@@ -584,3 +584,63 @@ def test_a_training_reply_whose_cost_disagrees_with_its_statistics_is_dropped(tm
     mini = run({"k": 4, "num-rounds": 3, "reference": False, "batch-size": 16, "output-dir": str(tmp_path / "mini")},
                num_nodes=5, reply_hook=lower_cost)
     assert not [f for p in mini["phases"] for f in p["failures"]]  # mini-batch: the cost is not fixed, not checked
+
+
+
+def corner_liar(low, high):
+    """Device 1000 within every per-reply bound: in every training reply all its points on
+    one cluster, whose center it moves to the corner of its box farthest from the centers it
+    received (sums of squares and cost as if its points sat there); in every evaluation the
+    least cost its sums and counts allow (its points' scatter hidden)."""
+    corners = np.array(np.meshgrid(*zip(low, high))).reshape(len(low), -1).T
+
+    def hook(node, message, reply):
+        if node != 1000 or reply.has_error():
+            return reply
+        kind, record = message.metadata.message_type, reply.content.array_records["arrays"]
+        if kind == "train.fedkmeans_train":
+            sent_sets = message.content.array_records["arrays"]["centers"].numpy()
+            centers, counts = record["centers"].numpy().copy(), record["counts"].numpy().copy()
+            sumsq, cost = np.zeros_like(centers), np.zeros(len(sent_sets))
+            for s, sent in enumerate(sent_sets):
+                gaps = ((corners[:, None, :] - sent[None]) ** 2).sum(-1)
+                far = int(np.argmax(gaps.min(1)))
+                j, total = int(np.argmin(gaps[far])), counts[s].sum()
+                centers[s, j], counts[s] = corners[far], 0
+                counts[s, j] = total
+                sumsq[s, j] = total * corners[far] ** 2
+                cost[s] = total * gaps[far, j]
+            record["centers"], record["counts"], record["sumsq"], record["cost"] = (
+                Array(centers), Array(counts), Array(sumsq), Array(cost))
+        if kind == "query.lloyd_stats":
+            sent = message.content.array_records["arrays"]["centers"].numpy()
+            sums, counts = record["sums"].numpy(), record["counts"].numpy()
+            used = counts > 0
+            record["cost"] = Array(np.array([np.sum(((sums[used] - counts[used, None] * sent[used]) ** 2).sum(1) / counts[used])]))
+        return reply
+
+    return hook
+
+
+def test_a_device_whose_statistics_contradict_its_declared_moments_cannot_move_the_result(tmp_path):
+    """One device of ten moves a center and hides its scatter within every per-reply bound
+    (with the paper's mean 1.5-3x the cost before moments were declared): its replies do
+    not add up to the sum and sum of squares its data summary declared, so each is dropped,
+    named, and the result is the honest one's within 1 %."""
+    from fedcluster.data import gaussian_mixture, partition_dirichlet
+    from fedcluster.lloyd import kmeans_cost
+
+    X, labels = gaussian_mixture(2000, 5, 5, 1, separation=8.0)
+    parts = [X[p] for p in partition_dirichlet(labels, 10, 0.5, 1)]
+    folder = write_npy_dir(tmp_path / "data", parts)
+    base = {"k": 5, "seed": 1, "reference": False, "dataset": "npy-dir", "data-dir": str(folder), "n-init": 2}
+    honest = run({**base, "output-dir": str(tmp_path / "honest")}, num_nodes=10)
+    hostile = run({**base, "output-dir": str(tmp_path / "hostile")}, num_nodes=10,
+                  reply_hook=corner_liar(parts[0].min(0), parts[0].max(0)))
+    failures = [f for p in hostile["phases"] for f in p["failures"]]
+    assert failures and all(f["node"] == 1000 for f in failures), failures
+    assert any("sum of its points than the one its data summary declared" in f["reason"] for f in failures), failures
+    assert any("declared sum of squares imply" in f["reason"] for f in failures), failures  # the hidden scatter
+    true = {name: kmeans_cost(X, np.load(tmp_path / name / "centers.npy")) for name in ("honest", "hostile")}
+    assert true["hostile"] <= 1.01 * true["honest"], true
+    assert honest["phases"] and not [f for p in honest["phases"] for f in p["failures"]]

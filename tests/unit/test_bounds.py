@@ -109,3 +109,93 @@ def test_without_a_box_only_the_point_count_binds():
     far = {**reply, "sums": reply["sums"] + 1e6}
     assert violation(LLOYD, far, {"num-examples": 10}, {"centers": centers}, declared) is None
     assert "not to the 10 points" in violation(LLOYD, {**far, "counts": np.array([5.0, 6.0])}, {"num-examples": 10}, {"centers": centers}, declared)
+
+
+# ------------------------------------------------------------- declared moments, Voronoi
+def with_moments(X, declared):
+    return Declared(declared.points, declared.low, declared.high, moment_sum=X.sum(0), moment_sumsq=(X**2).sum(0),
+                    moment_scale=np.maximum(np.abs(declared.low), np.abs(declared.high)))
+
+
+def test_a_data_summary_with_moments_declares_them():
+    X = honest_device()[0]
+    summary = protocol.task("data_summary")
+    arrays = {"min": X.min(0), "max": X.max(0), "sum": X.sum(0), "sumsq": (X**2).sum(0)}
+    declared = declaration(summary, arrays, {"num-examples": 10})
+    np.testing.assert_array_equal(declared.moment_sum, X.sum(0))
+    np.testing.assert_array_equal(declared.moment_sumsq, (X**2).sum(0))
+    assert declaration(summary, {"min": X.min(0), "max": X.max(0)}, {"num-examples": 10}).moment_sum is None
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        # every point moved by +0.1 on x: a statistic of other points than declared
+        (lambda r, X: {**r, "sums": r["sums"] + np.array([[0.5, 0], [0, 0]])}, "another sum of its points"),
+        # the scatter hidden: the cost its sums, counts and declared sum of squares fix is larger
+        (lambda r, X: {**r, "cost": r["cost"] * 0.9}, "declared sum of squares imply"),
+        (lambda r, X: {**r, "cost": r["cost"] * 1.1}, "declared sum of squares imply"),
+    ],
+)
+def test_lloyd_statistics_must_add_up_to_the_declared_moments(change, reason):
+    X, centers, reply, declared = honest_device()
+    declared = with_moments(X, declared)
+    assert violation(LLOYD, reply, {"num-examples": 10}, {"centers": centers}, declared) is None
+    assert reason in violation(LLOYD, change(reply, X), {"num-examples": 10}, {"centers": centers}, declared)
+
+
+def test_points_put_in_the_wrong_cluster_are_refused_whatever_the_moments():
+    X, centers, reply, declared = honest_device()
+    # all ten points "assigned" to center 1: true sums and counts, true cost of that partition
+    lie = {"sums": np.stack([np.zeros(2), X.sum(0)]), "counts": np.array([0.0, 10.0]),
+           "cost": np.array([float(((X - centers[1]) ** 2).sum())])}
+    assert "not a nearest-center assignment" in violation(LLOYD, lie, {"num-examples": 10}, {"centers": centers}, declared)
+
+
+def test_voronoi_check_by_loops_over_random_assignments():
+    from fedcluster.bounds import voronoi_violation
+
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        X, centers = rng.normal(size=(60, 3)), rng.normal(size=(4, 3))
+        nearest = ((X[:, None] - centers[None]) ** 2).sum(-1).argmin(1)
+        labels = nearest if rng.random() < 0.5 else rng.integers(0, 4, size=60)
+        counts = np.bincount(labels, minlength=4).astype(float)
+        means = np.stack([X[labels == j].mean(0) if counts[j] else centers[j] for j in range(4)])
+        expected = any(counts[j] and ((means[j] - centers) ** 2).sum(1).argmin() != j for j in range(4))
+        assert (voronoi_violation(means, counts, centers) is not None) == expected
+        if labels is nearest:
+            assert voronoi_violation(means, counts, centers) is None  # a cell is convex: its mean is inside
+
+
+def test_perturbed_labels_pass_the_widened_check_and_a_far_cluster_does_not():
+    from fedcluster.bounds import voronoi_violation
+    from fedcluster.da_ufl import perturbed_labels
+
+    rng = np.random.default_rng(2)
+    X, centers = rng.normal(size=(400, 2)) * 3, rng.normal(size=(5, 2)) * 3
+    scatter = float(((X - X.mean(0)) ** 2).sum())
+    for outer in (1, 2, 5):
+        labels = perturbed_labels(X, centers, outer, 0.5, rng)
+        counts = np.bincount(labels, minlength=5).astype(float)
+        means = np.stack([X[labels == j].mean(0) if counts[j] else centers[j] for j in range(5)])
+        assert voronoi_violation(means, counts, centers, 1 + 0.5 / outer, scatter) is None
+    far = int(((centers - X.mean(0)) ** 2).sum(1).argmax())
+    counts = np.zeros(5)
+    counts[far] = 400
+    means = centers.copy()
+    means[far] = X.mean(0)
+    assert voronoi_violation(means, counts, centers, 1 + 0.05, scatter) is not None
+
+
+def test_standardized_moments_are_the_moments_of_the_standardized_points():
+    from fedcluster.scaling import Scaling
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(50, 3)) * [1, 10, 0.1] + [1e4, -3, 0]
+    scaling = Scaling(np.array([9e3, -2.0, 0.5]), np.array([2.0, 5.0, 0.2]))
+    S, Q, size = scaling.apply_moments(50, X.sum(0), (X**2).sum(0), np.abs(X).max(0))
+    Z = scaling.apply(X)
+    np.testing.assert_allclose(S, Z.sum(0), rtol=1e-9, atol=1e-6)
+    np.testing.assert_allclose(Q, (Z**2).sum(0), rtol=1e-9)
+    assert np.all(size >= np.abs(Z).max(0))
