@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from logging import INFO, WARNING
+from logging import INFO
 from typing import Any
 
 import numpy as np

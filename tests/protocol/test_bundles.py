@@ -13,7 +13,7 @@ from client_app.app import handle
 from fedcluster import protocol
 from inprocess import run
 from inprocess.grid import InProcessGrid, set_task_identity
-from server_app.base import bundle_message, incoming
+from server_app.messages import bundle_message, incoming
 
 CONFIG = {"k": 4, "num-rounds": 3, "num-points": 600, "dim": 3, "seed": 2}
 

@@ -1,0 +1,163 @@
+"""Membership: which nodes take part, who joined late or left and why, sampling and
+per-node seeds. A mixin of :class:`server_app.base.FederatedStrategy`."""
+
+from __future__ import annotations
+
+import math
+import time
+from logging import INFO, WARNING
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+from flwr.common.logger import log
+
+from fedcluster import protocol
+from fedcluster.data import list_client_files
+
+from .messages import FederationError, Reply
+
+
+class Membership:
+    """The nodes of a run (state: ``nodes``, ``excluded``, ``exclusions``, ``joined``, ``declared``)."""
+
+    def wait_for_nodes(self) -> list[int]:
+        """Wait until ``min-nodes`` nodes are connected (or, when 0, until the count has
+        been stable for ``node-settle-s`` seconds), at most ``node-wait-s`` seconds."""
+        expected = self.config["min-nodes"]
+        deadline = time.monotonic() + self.config["node-wait-s"]
+        settle = self.config["node-settle-s"]
+        last_count, stable_since = -1, time.monotonic()
+        while True:
+            ids = sorted(int(i) for i in self.grid.get_node_ids())
+            now = time.monotonic()
+            if len(ids) != last_count:
+                last_count, stable_since = len(ids), now
+                if ids:
+                    log(INFO, "[fedcluster] %d node(s) connected", len(ids))
+            if expected > 0 and len(ids) >= expected:
+                break
+            if expected <= 0 and ids and now - stable_since >= settle:
+                break
+            if now > deadline:
+                if expected > 0:
+                    raise FederationError(
+                        f"only {len(ids)} of the {expected} expected nodes (run-config "
+                        f"min-nodes) connected within node-wait-s={self.config['node-wait-s']} s"
+                    )
+                if not ids:
+                    raise FederationError(
+                        f"no node connected within node-wait-s={self.config['node-wait-s']} s"
+                    )
+                break
+            time.sleep(0.2 if expected > 0 else min(0.2, settle / 4 + 1e-3))
+        self.nodes = ids
+        log(INFO, "[fedcluster] starting %s with %d node(s)", self.name, len(ids))
+        return ids
+
+    def check_data_coverage(self) -> None:
+        """With one data file per client (``npy-dir``, ``edge-dir``) and fewer nodes than
+        files, say which files are left out; for a graph, where every client's edges are
+        needed, refuse. (Only when the server can see ``data-dir``: a simulation.)"""
+        dataset, directory = self.config.get("dataset"), self.config.get("data-dir")
+        if dataset not in ("npy-dir", "edge-dir") or not directory or not Path(directory).is_dir():
+            return
+        files = list_client_files(directory, "*.npy" if dataset == "npy-dir" else "*.txt")
+        if len(self.nodes) >= len(files):
+            return
+        unused = [f.name for f in files[len(self.nodes):]]
+        text = (
+            f"{len(files)} data files in {directory} but only {len(self.nodes)} nodes: "
+            f"{', '.join(unused[:5])}{' …' if len(unused) > 5 else ''} will not be used"
+        )
+        if dataset == "edge-dir":
+            raise FederationError(f"{text}; a graph needs every client's edges: start one node per file")
+        self.warn(text)
+
+    @property
+    def active_nodes(self) -> list[int]:
+        return [node for node in self.nodes if node not in self.excluded]
+
+    def exclude(self, node_id: int, reason: str) -> None:
+        """Take a node out of the run for good: it is not sent to again, and the result
+        records the reason, the phase and the round."""
+        if node_id not in self.excluded:
+            log(WARNING, "[fedcluster] node %s excluded from the run: %s", node_id, reason)
+            reason = self.public_reason(reason)
+            self.excluded[node_id] = reason
+            round_number = self._current_round["round"] if self._current_round else None
+            self.exclusions.append({"node": node_id, "reason": reason, "phase": self._phase, "round": round_number})
+
+    def public_reason(self, reason: str) -> str:
+        """What ``result.json`` keeps of a reason a node's reply failed or it was excluded
+        (a private run overrides this: the numbers in a reason describe a device's data)."""
+        return reason
+
+    def summary_fits(self, reply: Reply) -> bool:
+        """A data summary of the federation's dimension (the metric and the box agree)."""
+        return int(reply.metrics[protocol.DIM]) == self.dimension and reply.arrays["min"].shape == (self.dimension,)
+
+    def newcomers(self) -> list[int]:
+        """Nodes connected now that are neither in the run nor excluded from it: SuperNodes
+        that joined after the start."""
+        known = set(self.nodes) | set(self.excluded)
+        return sorted(int(i) for i in self.grid.get_node_ids() if int(i) not in known)
+
+    @staticmethod
+    def join_request(nodes: list[int]) -> dict[str, Any]:
+        """The data-summary query a newcomer answers before it may join (a
+        :meth:`broadcast_together` request; no reply is required)."""
+        return dict(task="data_summary", nodes=nodes, phase="join", min_replies=0, config={"moments": True})
+
+    def admit_newcomers(self, replies: list[Reply]) -> list[int]:
+        """Newcomers whose data summary (:meth:`join_request`) is valid and of the
+        federation's dimension join the run: their summary fixes their declared size and
+        box as a first reply does, they are recorded in ``nodes.joined`` and may be sent
+        to from then on. Another dimension excludes the node; no reply leaves it a
+        newcomer, asked again next time (``max-missed-phases`` silent asks exclude it)."""
+        admitted = []
+        for reply in replies:
+            if not self.summary_fits(reply):
+                dim = int(reply.metrics[protocol.DIM])
+                self.exclude(reply.node_id, f"it joined with data of dimension {dim}, the federation's is {self.dimension}")
+                continue
+            admitted.append(reply.node_id)
+            round_number = self._current_round["round"] if self._current_round else None
+            self.joined.append({"node": reply.node_id, "round": round_number, "points": int(reply.num_examples)})
+            log(INFO, "[fedcluster] node %s joined the run (round %s, %d points)", reply.node_id, round_number,
+                reply.num_examples)
+        self.nodes = sorted(self.nodes + admitted)
+        return admitted
+
+    def _track_presence(self, nodes: list[int], failures: list[dict[str, Any]]) -> None:
+        """A node the SuperLink reports unavailable leaves at once; one that sent nothing in
+        ``max-missed-phases`` consecutive phases leaves then. Any reply (even an invalid
+        one) shows the node is there."""
+        kinds = {failure["node"]: failure.get("kind") for failure in failures}
+        limit = self.config["max-missed-phases"]
+        for node in nodes:
+            kind = kinds.get(node)
+            if kind == "unavailable":
+                self.exclude(node, "the SuperLink reports the node unavailable (NODE_UNAVAILABLE)")
+            elif kind == "timeout":
+                self._missed[node] = self._missed.get(node, 0) + 1
+                if self._missed[node] >= limit:
+                    self.exclude(node, f"no reply in {limit} consecutive phases (max-missed-phases)")
+            else:
+                self._missed[node] = 0
+
+    def sample(self, fraction: float) -> list[int]:
+        """``max(floor(fraction * M), 1)`` active nodes, uniformly without replacement."""
+        active = self.active_nodes
+        m = max(int(math.floor(fraction * len(active))), 1)
+        if m >= len(active):
+            return list(active)
+        picked = self.rng.choice(len(active), size=m, replace=False)
+        return [active[i] for i in sorted(picked)]
+
+    def node_seeds(self, nodes: Iterable[int], stream: int | None = None) -> dict[int, int]:
+        """One seed per node from the server's generator (drawn in node order); with
+        ``stream``, from (run seed, stream, node) instead, leaving the generator untouched."""
+        if stream is not None:
+            return {node: int(np.random.default_rng([self.config["seed"], stream, node]).integers(2**31)) for node in nodes}
+        return {node: int(self.rng.integers(2**31)) for node in nodes}

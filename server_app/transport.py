@@ -1,0 +1,297 @@
+"""Transport: a task of the protocol table to many nodes in one round trip (push, pull
+with a deadline, bundles), every reply checked against the table, the device's own
+declarations (:mod:`fedcluster.bounds`) and the caller's check, and each phase recorded
+(sent, replies, failures, bytes, seconds). A mixin of :class:`server_app.base.FederatedStrategy`."""
+
+from __future__ import annotations
+
+import math
+import time
+from logging import WARNING
+from typing import Any, Callable, Iterable
+
+import numpy as np
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.common.logger import log
+
+from fedcluster import bounds, protocol
+from fedcluster.wire import array_numpy
+
+from .messages import FederationError, Incoming, Reply, ReplySpec, bundle_message, incoming, part_key, payload_bytes, to_array_record
+
+# Pause between two pulls of a broadcast's pending replies: Flower's own pause (the
+# in-memory grid's `pull_interval`) when the last pull brought nothing; a shorter one while
+# replies are arriving. A message and its reply leave the SuperLink's store only when the
+# reply is pulled, and Flower's simulation engine rescans that whole store for every node,
+# so replies left waiting slow down the delivery of the others (bench/flwr_scale.py).
+PULL_PAUSE_S = 0.1
+PULL_AGAIN_S = 0.05
+
+
+class Transport:
+    """Broadcasting and reply checks (state: ``grid``, ``config``, the strategy's records)."""
+
+    def broadcast(
+        self,
+        task: str,
+        nodes: Iterable[int],
+        *,
+        arrays: dict[str, np.ndarray] | None = None,
+        config: dict[str, Any] | None = None,
+        seeded: bool | int = False,
+        per_node: Callable[[int], tuple[dict | None, dict | None]] | None = None,
+        sizes: dict[str, int | None] | None = None,
+        check: Callable[[Reply], str | None] | None = None,
+        phase: str | None = None,
+        min_replies: int | None = None,
+    ) -> list[Reply]:
+        """Send task ``task`` of the protocol table to ``nodes``; return the valid replies
+        in node order.
+
+        ``arrays``/``config`` go to every node; ``seeded`` adds each node's own ``seed`` (an
+        int: the random stream of :meth:`node_seeds` it comes from);
+        ``per_node(node_id)`` may return extra ``(arrays, config)`` for one node. Replies
+        are checked against the task's declared reply with its shape symbols bound to
+        ``sizes`` (``d`` defaults to the federation's dimension) and then ``check``.
+        Invalid replies are dropped with the reason recorded; fewer than the required
+        number of valid replies raises :class:`FederationError` naming the failures. An
+        empty ``nodes`` records a skipped phase and returns no reply.
+        """
+        request = dict(task=task, nodes=nodes, arrays=arrays, config=config, seeded=seeded, per_node=per_node,
+                       sizes=sizes, check=check, phase=phase, min_replies=min_replies)
+        return self.broadcast_together(request)[0]
+
+    def broadcast_together(self, *requests: dict[str, Any]) -> list[list[Reply]]:
+        """Several broadcasts (each a dict of :meth:`broadcast`'s arguments; a node may be
+        in several) in ONE round trip: all messages are pushed, then pulled together. Each is
+        checked and recorded as its own phase; returns each one's valid replies."""
+        started = time.perf_counter()
+        self.round_trips += 1
+        prepared = [self._prepare(**request) for request in requests]
+        deadline = time.monotonic() + self.config["round-timeout"]  # from sending, not from the first pull
+        sent, pushed = self._push_together(prepared)
+        phase_of = {key: index for index, (node_of, _) in enumerate(sent) for key in node_of}
+        checked: list[list[Reply]] = [[] for _ in prepared]
+        answered: list[set[str]] = [set() for _ in prepared]
+        up = [0] * len(prepared)
+
+        def check(batch: list[Message]) -> None:
+            """Check replies as they arrive, while the others are still on their way."""
+            for message in batch:
+                mid = message.metadata.reply_to_message_id
+                node, parts = pushed.get(mid, (message.metadata.src_node_id, 1))
+                for reply in incoming(message, node, parts):
+                    index = phase_of.get(reply.key)
+                    if index is None or reply.key in answered[index]:
+                        continue  # not ours, or a second reply to the same message
+                    p, (node_of, failures) = prepared[index], sent[index]
+                    self._phase = p["phase"]
+                    answered[index].add(reply.key)
+                    valid, up_bytes = self._check_reply(reply, node_of, p["reply_spec"], failures)
+                    up[index] += up_bytes
+                    if valid is not None:
+                        checked[index].append(valid)
+
+        self._pull(set(pushed), deadline, check)
+        out = []
+        for index, (p, (node_of, failures)) in enumerate(zip(prepared, sent)):
+            self._phase = p["phase"]
+            replies = self._finish_replies(checked[index], answered[index], node_of, failures)
+            self._record_phase(p["phase"], p["spec"], p["nodes"], replies, failures, p["down"], up[index], time.perf_counter() - started)
+            self.phases[-1]["round_trip"] = self.round_trips  # phases sent together share one
+            self._track_presence(p["nodes"], failures)
+            required = self.required_replies(len(p["nodes"])) if p["min_replies"] is None else p["min_replies"]
+            if len(replies) < required:
+                reasons = "; ".join(f"node {f['node']}: {f['reason']}" for f in failures[:10])
+                more = f" (and {len(failures) - 10} more)" if len(failures) > 10 else ""
+                raise FederationError(
+                    f"phase {p['phase']!r}: only {len(replies)} valid replies of {len(p['nodes'])} sent, "
+                    f"{required} required. Failures: {reasons}{more}"
+                )
+            out.append(replies)
+        return out
+
+    def _prepare(self, task, nodes, arrays=None, config=None, seeded=False, per_node=None, sizes=None, check=None,
+                 phase=None, min_replies=None) -> dict[str, Any]:
+        """The messages of one broadcast and how to check its replies."""
+        spec = protocol.task(task)
+        nodes = list(nodes)
+        phase = phase or task
+        self._phase = phase
+        if self.scaling is not None and task != "data_summary":
+            arrays = {**(arrays or {}), **self.scaling.arrays()}  # the device standardizes its points (fedcluster.scaling)
+        reply_spec = ReplySpec(spec, {"d": self.dimension, **(sizes or {})}, dict(config or {}), check, dict(arrays or {}))
+        seeded, stream = seeded is not False, (None if isinstance(seeded, bool) else seeded)
+        seeds = self.node_seeds(nodes, stream) if seeded else {}
+
+        def node_content(node: int) -> tuple[dict | None, dict | None]:
+            extra_arrays, extra_config = (None, None) if per_node is None else per_node(node)
+            if seeded:
+                extra_config = {**(extra_config or {}), "seed": seeds[node]}
+            return extra_arrays, extra_config
+
+        messages, down = self._messages(spec, nodes, arrays, config, node_content, phase)
+        return {"spec": spec, "nodes": nodes, "phase": phase, "reply_spec": reply_spec, "messages": messages,
+                "down": down, "min_replies": min_replies}
+
+    def _messages(self, spec, nodes, arrays, config, node_content, phase) -> tuple[list[Message], int]:
+        """One message per node; the request is checked against the protocol table first
+        (a malformed request is a bug of this server, not a device's problem)."""
+        shared_record = to_array_record(arrays)
+        messages, down = [], 0
+        group = str(self._current_round["round"]) if self._current_round else phase
+        for node in nodes:
+            node_arrays, node_config = node_content(node)
+            full_arrays = {**(arrays or {}), **(node_arrays or {})}
+            full_config = {**(config or {}), **(node_config or {})}
+            spec.parse_request(full_arrays, full_config)
+            record = to_array_record(full_arrays) if node_arrays else shared_record
+            content = RecordDict({protocol.ARRAYS: record, protocol.CONFIG: ConfigRecord(full_config)})
+            down += payload_bytes(record)
+            messages.append(Message(content, int(node), spec.message_type, group_id=group))
+        return messages, down
+
+    def _push_together(self, prepared: list[dict[str, Any]]) -> tuple[list[tuple[dict[str, int], list]], dict[str, tuple[int, int]]]:
+        """Push the messages of one round trip, ONE per node: a node asked for several
+        tasks gets them as a bundle. Returns, per prepared broadcast, ``(reply key ->
+        node, failures)``, and per pushed message id its ``(node, parts)``."""
+        by_node: dict[int, list[tuple[int, Message]]] = {}
+        for index, p in enumerate(prepared):
+            for node, message in zip(p["nodes"], p["messages"]):
+                by_node.setdefault(int(node), []).append((index, message))
+        outgoing, routes = [], []
+        for node, items in by_node.items():
+            messages = [message for _, message in items]
+            outgoing.append(messages[0] if len(messages) == 1 else bundle_message(messages, messages[0].metadata.group_id))
+            routes.append([index for index, _ in items])
+        message_ids = list(self.grid.push_messages(outgoing)) if outgoing else []
+        sent: list[tuple[dict[str, int], list]] = [({}, []) for _ in prepared]
+        pushed: dict[str, tuple[int, int]] = {}
+        for mid, message, route in zip(message_ids, outgoing, routes):
+            node = int(message.metadata.dst_node_id)
+            if mid:
+                pushed[mid] = (node, len(route))
+            for part, index in enumerate(route):
+                if mid:
+                    sent[index][0][part_key(mid, part, len(route))] = node
+                else:
+                    sent[index][1].append({"node": node, "kind": "refused", "reason": "the SuperLink did not accept the message"})
+        return sent, pushed
+
+    def _check_reply(
+        self, reply: Incoming, node_of: dict[str, int], spec: ReplySpec, failures: list[dict[str, Any]]
+    ) -> tuple[Reply | None, int]:
+        """One pulled reply of one broadcast (``node_of``: reply key -> node), checked: the
+        valid :class:`Reply` or None with the reason appended to ``failures``; and the
+        bytes of array payload it carried."""
+        node = node_of.get(reply.key, reply.node)
+        if reply.error is not None:
+            failures.append({"node": node, "kind": reply.kind, "reason": reply.error})
+            return None, 0
+        try:
+            reason, valid = self._validate(node, reply, spec)
+        except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
+            reason, valid = f"unreadable reply: {type(exc).__name__}: {exc}", None
+        if reason:
+            failures.append({"node": node, "kind": "invalid", "reason": reason})
+            return None, reply.up
+        return valid, reply.up
+
+    def _finish_replies(
+        self, replies: list[Reply], answered: set[str], node_of: dict[str, int], failures: list[dict[str, Any]]
+    ) -> list[Reply]:
+        """A message with no reply is a timeout. Replies arrive in whatever order the
+        transport delivers them; they are returned in node order so that the same seed
+        gives the same result."""
+        for key, node in node_of.items():
+            if key not in answered:
+                failures.append(
+                    {"node": node, "kind": "timeout", "reason": f"no reply within round-timeout={self.config['round-timeout']} s"}
+                )
+        replies.sort(key=lambda reply: reply.node_id)
+        failures.sort(key=lambda failure: str(failure["node"]))
+        return replies
+
+    def _record_phase(self, phase, spec, nodes, replies, failures, down, up, seconds) -> None:
+        for failure in failures:
+            log(WARNING, "[fedcluster] %s: dropped node %s: %s", phase, failure["node"], failure["reason"])
+            failure["reason"] = self.public_reason(failure["reason"])
+            if self.exclude_invalid and failure["kind"] == "invalid":
+                self.exclude(failure["node"], f"its {phase} reply was invalid: {failure['reason']}")
+        if not nodes:
+            log(WARNING, "[fedcluster] %s: no node to ask; phase skipped", phase)
+        self.bytes_down += down
+        self.bytes_up += up
+        self.phases.append(
+            {
+                "phase": phase,
+                "task": spec.message_type,
+                "round": self._current_round["round"] if self._current_round else None,
+                "sent": len(nodes),
+                "replies": len(replies),
+                "failures": failures,
+                "bytes_down": down,
+                "bytes_up": up,
+                "seconds": seconds,
+            }
+        )
+        if self._current_round is not None:
+            record = self._current_round
+            record["sent"] += len(nodes)
+            record["replies"] += len(replies)
+            record["failures"].extend(failures)
+            record["bytes_down"] += down
+            record["bytes_up"] += up
+
+    def required_replies(self, sent: int) -> int:
+        fraction = self.config["min-reply-fraction"]
+        return min(sent, max(self.config["min-replies"], int(math.ceil(fraction * sent))))
+
+    def _pull(self, pending: set[str], deadline: float, on_batch: Callable[[list[Message]], None] | None = None) -> list[Message]:
+        """Pull the replies to ``pending`` message ids until all came or ``deadline``;
+        ``on_batch`` is called with each pull's replies as they come."""
+        out: list[Message] = []
+        while pending:
+            got = list(self.grid.pull_messages(list(pending)))
+            out.extend(got)
+            pending.difference_update(m.metadata.reply_to_message_id for m in got)
+            if got and on_batch is not None:
+                on_batch(got)
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(PULL_AGAIN_S if got else PULL_PAUSE_S)
+        return out
+
+    def _validate(self, node: int, reply: Incoming, spec: ReplySpec) -> tuple[str | None, Reply | None]:
+        if reply.arrays is None:
+            return f"reply has no {protocol.ARRAYS!r} record", None
+        arrays = {key: array_numpy(value) for key, value in reply.arrays.items()}
+        metrics = reply.metrics or {}
+        if protocol.DIM in metrics and self.dimension is not None and metrics[protocol.DIM] != self.dimension:
+            return f"the node's data has dimension {metrics[protocol.DIM]}, the federation's is {self.dimension}", None
+        reason = spec.task.check_reply(arrays, metrics, spec.sizes, spec.config) or bounds.box_violation(spec.task, arrays)
+        if reason:
+            if "d" in spec.sizes and spec.sizes["d"] is not None and "shape" in reason:
+                reason += " (a different data dimension?)"
+            return reason, None
+        declared = self.declared.get(node)
+        first = bounds.declaration(spec.task, arrays, metrics)
+        binding = declared or first  # a first reply must at least agree with itself
+        if binding is not None:
+            reason = bounds.violation(spec.task, arrays, metrics, spec.request, binding, spec.config)
+            if reason:
+                return reason, None
+        reply = Reply(node, arrays, metrics)
+        if spec.check is not None:
+            reason = spec.check(reply)
+            if reason:
+                return reason, None
+        if declared is None and first is not None:
+            if self.scaling is not None:  # a box declared in the data's own units (a newcomer's summary)
+                self._scale_box(first)
+            self.declared[node] = first
+        elif declared is not None and declared.low is None and first is not None and first.low is not None:
+            declared.low, declared.high = first.low, first.high
+            if self.scaling is not None:
+                self._scale_box(declared)
+        return None, reply
