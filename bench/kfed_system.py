@@ -7,7 +7,7 @@ devices). Each device's points go to one ``.npy`` file; ``inprocess.run`` runs k
 the project defaults (device restarts, server starts) and ``reference=False``,
 ``kfed-evaluate=False`` (one round, nothing else). Accuracy is the INDUCED clustering
 (point → nearest of its device's stored local centers → that center's global cluster,
-exactly ``induced()`` of tests/test_kfed_strategy.py), Hungarian-matched.
+exactly ``induced()`` of tests/protocol/test_kfed_strategy.py), Hungarian-matched.
 
 Times: ``server s`` = result["wall_time_s"] (the strategy's own clock: the round trip to
 every node, device compute included, and the merge); ``call s`` = wall time of the whole
@@ -89,8 +89,8 @@ def accuracy(true: np.ndarray, pred: np.ndarray) -> float:
 
 
 def induced(out: Path, devices: list[np.ndarray]) -> np.ndarray:
-    """tests/test_kfed_strategy.py ``induced()``: point -> nearest own local center ->
-    that center's global cluster."""
+    """tests/protocol/test_kfed_strategy.py ``induced()``: point -> nearest own local
+    center -> that center's global cluster."""
     centers = np.load(out / "device_centers.npy")
     nodes = np.load(out / "device_nodes.npy")
     assignment = np.load(out / "device_assignment.npy")

@@ -6,7 +6,7 @@ then ``kfed_merge`` on the server, then the induced clustering -- and prints, fo
 matching), the number of perfectly recovered seeds and the wall time per run, beside the
 numbers of the authors' code.
 
-Generator (also spelled out in tests/test_kfed.py): k components with unit variance per
+Generator (also spelled out in tests/unit/test_kfed.py): k components with unit variance per
 coordinate; means drawn i.i.d. N(0, s² I_d) with s = sep / sqrt(2 d), so that the expected
 distance between two means is ``sep``; components split into k/k' groups of k' = sqrt(k)
 consecutive components; ``points`` points per component; each point of a group is put on

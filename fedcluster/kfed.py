@@ -271,8 +271,8 @@ def auto_local_means(
     holds), merged down to c groups only when its own data show c clusters separated
     beyond doubt (:func:`separated_clusters`), then Lloyd on its points from those groups'
     means. Estimating fewer clusters from less evidence under-counts real, overlapping
-    clusters (the cause of k-FED's 6-12× costs on IID splits with k' = ⌈√k⌉;
-    docs/ALGORITHMS.md §4)."""
+    clusters (the cause of k-FED's high costs on IID splits with k' = ⌈√k⌉;
+    docs/ALGORITHMS.md §4 has the numbers)."""
     rng = _as_rng(rng)
     centers, counts, labels = local_kprime_means(A, k, rng, max_iter, **kwargs)
     groups = separated_clusters(ward_costs(centers, counts)) if centers.shape[0] > 2 else None

@@ -27,15 +27,16 @@ import numpy as np
 
 # Rows per chunk are chosen so that one chunk's block holds about this many floats
 # (2^15 doubles = 256 KiB): big enough for BLAS to be efficient, small enough to stay in
-# the L2 cache (measured with bench/speed.py: 2^15 was faster than 2^17 by ~15 % at
-# n = 200 000, d = 32, k = 16) and in memory bounds for any n.
+# the L2 cache (a larger block that spills out of it is slower; the kernel timing of
+# bench/speed.py measures the choice) and in memory bounds for any n.
 CHUNK_FLOATS = 1 << 15
 
 # Floats in the (rows x d) temporaries of a pass that is not a product (2^14 = 128 KiB, the
 # default mmap threshold of glibc's malloc): larger temporaries made and freed over and over
 # are returned to the system and mapped again each time, and the page faults cost more than
-# the arithmetic. Measured on a k-FED device (800 x 300 points): the cost of an assignment
-# in one (800 x 300) piece 1.46-1.49 ms, of which 0.13 ms arithmetic; in 54-row pieces 0.15 ms.
+# the arithmetic: on a k-FED device's few hundred points an assignment in one piece costs
+# far more than its arithmetic, in pieces below this size little more
+# (bench/kfed_table.py times k-FED's device step).
 SMALL_FLOATS = 1 << 14
 
 
@@ -136,9 +137,11 @@ def _nearest_block(Xc: np.ndarray, minus_two_centers_t: np.ndarray, c_sq: np.nda
 
 # Up to this many centers, :func:`lloyd_statistics` finds each row's nearest center by a
 # minimum over the centers and a comparison with it, along contiguous rows of a (k x rows)
-# block; beyond it, by a per-row argmin over a (rows x k) block. Measured with one thread
-# (n = 1e5-2e5, d = 2-300): the first is 1.13-4.7x faster at k <= 32, even at k = 48 and
-# 1.15-1.2x slower at k = 64-128.
+# block; beyond it, by a per-row argmin over a (rows x k) block. The first reads the
+# block along contiguous rows and needs no per-row argmin, which wins for few centers;
+# for many centers the argmin over a (rows x k) block wins. The threshold is where the two
+# crossed when timed with one thread over n, d and k (bench/speed.py's single-thread
+# kernel table times the kernel).
 MEMBERSHIP_MAX_K = 40
 
 
@@ -246,7 +249,8 @@ def lloyd_until_stable(
     if rows_per_chunk(n, k) >= n:
         # One chunk (a device's few hundred points, a server's summary): the same arithmetic
         # as nearest() / label_means() without their chunk loops and argument checks, which
-        # are most of a step's cost at this size (k-FED's device step: ~20 % faster).
+        # are most of a step's cost at this size (bench/kfed_table.py times k-FED's device
+        # step).
         rows = np.arange(n)
         indicator = np.empty((k, n))
         minus_two_centers_t = np.empty((X.shape[1], k))

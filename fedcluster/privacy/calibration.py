@@ -10,18 +10,18 @@
   them meets a target ε at δ (what FedDP-KMeans' ``epsilon`` means, docs/ALGORITHMS.md §3).
 
 Searches use a band, not a root: they stop as soon as the accounted ε lands in
-``[target·(1 − tol), target]`` and are warm-started, so they take about half the PLD
-evaluations of dp_accounting's ``calibrate_dp_mechanism`` (Brent to a parameter
-tolerance), which the tests use as the oracle.
+``[target·(1 − tol), target]`` and are warm-started, so they take fewer PLD evaluations
+than dp_accounting's ``calibrate_dp_mechanism`` (Brent to a parameter tolerance), which
+the tests use as the oracle.
 
-With Poisson sampling the cost is building PLDs of sampled Gaussians (0.01-0.3 s each on
-the accounting grid). :func:`calibrate_to_total` therefore searches a 10x coarser grid
-first (cheap, nearly the same ε), remembers every evaluation of every ε(z) curve to start
-later solves from, and keeps the PLDs it built to compose them again
-(:func:`~.ledger.event_plds`): the search on the accounting grid then takes about one
-PLD per step. The answer is accounted as before: every step and the total on the
-accounting grid, in their bands, with the accountant's own numbers (bit for bit); the
-pilot only chooses where to look (bench/dp_calibration.py: 2-25 s -> 0.5-2.5 s).
+With Poisson sampling the cost is building PLDs of sampled Gaussians (point by point in
+Python, on the accounting grid). :func:`calibrate_to_total` therefore searches a 10x
+coarser grid first (cheap, nearly the same ε), remembers every evaluation of every ε(z)
+curve to start later solves from, and keeps the PLDs it built to compose them again
+(:func:`~.ledger.event_plds`): the search on the accounting grid then takes about one PLD
+per step. The answer is accounted as before: every step and the total on the accounting
+grid, in their bands, with the accountant's own numbers (bit for bit); the pilot only
+chooses where to look (bench/dp_calibration.py times both searches).
 """
 
 from __future__ import annotations
@@ -503,7 +503,7 @@ def calibrate_to_total(
     Cost: a few PLD compositions; each Poisson-sampled Gaussian step adds an inner PLD
     search per outer evaluation. Those dominate (a sampled Gaussian's PLD is built point
     by point in Python), so with sampling the whole search first runs on a 10x coarser
-    grid (``_PILOT_DISCRETIZATION``, ~5-10x cheaper PLDs, nearly the same ε) and the
+    grid (``_PILOT_DISCRETIZATION``, cheaper PLDs, nearly the same ε) and the
     search on ``SEARCH_DISCRETIZATION`` then starts from its answer and slopes: the
     result -- every step in its inner band and the total in the band, all accounted on
     ``SEARCH_DISCRETIZATION`` -- is as before, in a handful of fine evaluations. Results
@@ -525,11 +525,12 @@ def calibrate_to_total(
 _CALIBRATION_CACHE: dict[tuple, Calibration] = {}
 
 # The pilot search (sampled Gaussian steps only) runs on min(1e-2, ε/100): 10x
-# SEARCH_DISCRETIZATION builds a sampled Gaussian's PLD 5-10x faster and its ε differs by
-# ~1e-4 (relative) for ε ≳ 0.5, so its answer is nearly the fine one; for small ε the
-# coarse grid's pessimism would dominate (and fine PLDs are cheap there), so no pilot.
-# Its results are only starting points, so its band (centred on the final band's
-# middle, above the target allowed) is _PILOT_BAND times wider: one outer step fewer.
+# SEARCH_DISCRETIZATION builds a sampled Gaussian's PLD from fewer points, so faster
+# (bench/dp_calibration.py times the search), and its ε differs by ~1e-4 (relative) for
+# ε ≳ 0.5, so its answer is nearly the fine one; for small ε the coarse grid's pessimism
+# would dominate (and fine PLDs are cheap there), so no pilot. Its results are only
+# starting points, so its band (centred on the final band's middle, above the target
+# allowed) is _PILOT_BAND times wider: one outer step fewer.
 _PILOT_DISCRETIZATION = 1e-2
 _PILOT_RELATIVE_DISCRETIZATION = 1e-2
 _PILOT_BAND = 3.0

@@ -11,7 +11,7 @@ PLD discretization: the estimate is pessimistic (it can only over-state ε) and 
 with the interval. Reports use ``REPORT_DISCRETIZATION = 1e-4``; searches, which compose
 dozens of times, use ``SEARCH_DISCRETIZATION = 1e-3``. On the FedDP-KMeans steps the finer
 grid's estimate was always the smaller, so a calibration that meets ε at 1e-3 still meets
-it when the ledger re-accounts it at 1e-4 (tests/test_privacy.py checks this).
+it when the ledger re-accounts it at 1e-4 (tests/unit/test_privacy.py checks this).
 
 :func:`event_plds` builds the very PLDs the accountant composes for an event, so a search can
 keep a step's PLDs and compose them again without rebuilding them (:func:`composed_pld_epsilon`

@@ -3,8 +3,8 @@ the server-side math as pure functions, calibration and accounting of the strate
 clipping enforced by the server, oracles against the non-private pipeline, and a whole
 private run.
 
-Noise scales per mechanism and σ_AGM values are tested in tests/test_privacy.py; here the
-strategy's use of them is."""
+Noise scales per mechanism and σ_AGM values are tested in tests/unit/test_privacy.py; here
+the strategy's use of them is."""
 
 from __future__ import annotations
 
