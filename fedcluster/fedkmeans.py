@@ -19,12 +19,12 @@ candidates on the devices' local summaries).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .common import matching_dimension
+from .common import center_shift, matching_dimension
 from .lloyd import assign, kmeans, kmeans_cost, kmeans_plus_plus, lloyd, lloyd_statistics, rows_per_chunk, squared_distances
 from .registry import DeviceData, device_task
 
@@ -450,3 +450,75 @@ def k_range_report(ks: Sequence[int], count: int, costs: np.ndarray, num_points:
         "total_scatter": T / n,
         "best_candidate": chosen,
     }
+
+
+# ------------------------------------------------------------------------ server state
+# What the server keeps per center set between rounds; replies are the strategy's (any
+# object with ``node_id`` and ``arrays``).
+@dataclass
+class Undo:
+    """A re-seed waiting for the next round's measurement: the centers without it, the
+    cost they were measured at before it, the clusters moved, the statistics memory."""
+
+    centers: np.ndarray
+    cost_before: float
+    clusters: list[int]
+    latest: dict[int, Any]
+
+
+@dataclass
+class CenterSet:
+    """One of the center sets trained side by side (``n-init``), with the server state the
+    paper's update carries (momentum, starved rounds), the latest statistics of every node
+    (``server-memory``) and what the round records."""
+
+    index: int
+    centers: np.ndarray
+    state: ServerState
+    latest: dict[int, Any] = field(default_factory=dict)
+    protected: np.ndarray | None = None  # clusters whose re-seed was undone: not re-seeded again
+    undo: Undo | None = None
+    incoming: list[Any] = field(default_factory=list)
+    shift: float = 0.0
+    moved: list[int] = field(default_factory=list)
+    orphans: list[int] = field(default_factory=list)
+    empty: int = 0
+    undone: list[int] = field(default_factory=list)
+    undo_cost_before: float = 0.0
+    cost: float = 0.0  # its latest measured cost per point (of the centers it received)
+
+    def __post_init__(self) -> None:
+        if self.protected is None:
+            self.protected = np.zeros(self.centers.shape[0], dtype=bool)
+
+    def remember(self, replies: list[Any]) -> None:
+        self.latest.update({r.node_id: r for r in replies})
+
+    def forget(self, nodes: set[int]) -> None:
+        for node in nodes:
+            self.latest.pop(node, None)
+
+    def step(self, new: np.ndarray, counts: np.ndarray, moved: list[int], orphans: list[int], shift: float) -> None:
+        self.centers, self.moved, self.orphans, self.shift = new, moved, orphans, shift
+        self.empty, self.undone = int((counts <= 0).sum()), []
+
+    def revert(self, cost: float) -> None:
+        """Undo the previous round's re-seed: back to the centers without it, its clusters
+        never re-seeded again (unless empty), the statistics memory as it was."""
+        undo = self.undo
+        self.shift = center_shift(undo.centers, self.centers)
+        self.centers, self.latest = undo.centers, undo.latest
+        self.protected[undo.clusters] = True
+        self.state.starved_rounds[undo.clusters] = 0
+        self.state.velocity[:] = 0.0
+        self.undone, self.moved, self.orphans, self.undo_cost_before, self.undo = undo.clusters, [], [], undo.cost_before, None
+
+    @property
+    def stalled(self) -> bool:
+        """Did not move, nothing pending: its cost can no longer change."""
+        return self.shift == 0.0 and not self.moved and self.undo is None and not self.state.starved_rounds.any()
+
+    def record(self, report: dict[str, Any]) -> dict[str, Any]:
+        return {"set": self.index, "sampled_cost_of_received": report["sampled_cost"], "center_shift": self.shift,
+                "empty_clusters": self.empty, "reassigned": self.moved, "orphaned": self.orphans,
+                **({"reseed_undone": self.undone} if self.undone else {})}

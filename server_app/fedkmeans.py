@@ -17,31 +17,10 @@ the coordinate axis of largest variance and σ its standard deviation (0.8 ≈ �
 mean offset of each half of a Gaussian cut through its centre). The variance comes from
 per-cluster sums of squares that the clients report with their update, so no data point
 ever leaves a device. Works in any dimension (the authors' box re-draw only suits 1-D).
-
-Initialization (``init``):
-
-- ``auto``/``local-summaries`` (default): each node runs a small local k-means and sends
-  its local centers with their counts (clusters with fewer than ``init-min-count`` points
-  are suppressed, so no single point leaves a device); with ``init-coarse`` (default) it
-  also sends, in the same round trip, a coarse summary with ceil(sqrt(k)) local centers
-  (a device that holds few clusters splits each of them k ways in the fine summary, which
-  misleads k-means on the summaries; the coarse one keeps them whole). The server runs
-  ``init-server-starts`` weighted k-means++ + Lloyd solutions on each summary, keeps the
-  ``init-candidates`` of lowest cost on that summary, scores all kept candidates on every
-  node's data in ONE federated round, and keeps the best: the federated analogue of
-  scikit-learn's ``n_init``. Robust on non-IID data.
-- ``random-box``: data-free; candidates uniform in the federated bounding box (from the
-  min/max summary), scored the same way.
-- ``server-kmeans++``: k-means++ candidates on server-side data (run-config
-  ``server-data``, a .npy file on the server), scored the same way.
-- ``kfed``: the k-FED centers (one extra round: local k'-means on every device and the
-  server's farthest-point merge, ``server_app/kfed.py``).
 """
-
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from logging import INFO
 from typing import Any
 
@@ -50,47 +29,29 @@ from flwr.common.logger import log
 
 from fedcluster.bounds import moments_violation, voronoi_violation
 from fedcluster.common import bounding_box, center_shift
-from fedcluster.data import load_points
 from fedcluster.fedkmeans import (
+    CenterSet,
     ServerState,
-    box_candidates,
+    Undo,
     coarse_summary_k,
     implied_means,
-    k_range_candidates,
-    k_range_report,
     orphaned_clusters,
     reassign_starved,
     keep_sets,
     reseed_allowed,
     server_update,
-    set_count,
-    start_sets,
-    summary_candidates,
-    summary_seeds,
     train_cost_mismatch,
 )
 from fedcluster.config import k_range
 from fedcluster.robust import aggregate_centers
-from fedcluster.lloyd import kmeans_plus_plus
 
 from .base import FederatedStrategy, FederationError, Reply, sum_arrays, sum_metric
-
-
-K_RANGE_MAX_BYTES = 64 * 10**6  # the k-range scoring message to every device
+from .fedkmeans_start import COARSE_STREAM, FedKMeansStart, summary_points
 
 
 FULL_BATCH = {"local-epochs": 1, "batch-size": 0, "client-lr": 1.0}  # a train reply = Lloyd statistics
-COARSE_STREAM = 7  # random stream of the coarse summaries (init-coarse), apart from the server's generator
 
-
-def summary_points(replies: list[Reply], dimension: int) -> tuple[np.ndarray, np.ndarray]:
-    """The devices' local summaries stacked: (summary centers, their counts)."""
-    if not replies:
-        return np.zeros((0, dimension)), np.zeros(0)
-    return np.concatenate([r.arrays["centers"] for r in replies]), np.concatenate([r.arrays["counts"] for r in replies])
-
-
-class FedKMeans(FederatedStrategy):
+class FedKMeans(FedKMeansStart, FederatedStrategy):
     """Federated mini-batch k-means (Triebe et al. 2019).
 
     Run-config parameters: ``k``, ``num-rounds`` (T), ``fraction`` (C), ``local-epochs``
@@ -190,110 +151,6 @@ class FedKMeans(FederatedStrategy):
         if best is None or points > best[3] or (points == best[3] and cost <= best[0] * (1 + 1e-12)):
             measured = center_set.centers if centers is None else centers
             self.best_seen = (cost, round_number, center_set.index, points, measured.copy())
-
-    def choose_k(self, bounds: tuple[int, int], total: int, low: np.ndarray, high: np.ndarray,
-                 local: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
-        """``k-range``: local summaries once, every k's candidates built here, all scored in
-        ONE federated round; the elbow and the Calinski–Harabasz choice (no training)."""
-        first, last = bounds
-        if last > total:
-            raise FederationError(f"k-range {first}:{last} asks for more clusters than the {total} points held")
-        ks = list(range(first, last + 1))
-        m = self.config["init-candidates"]
-        size = (len(ks) * m + 1) * last * self.dimension * 8
-        if size > K_RANGE_MAX_BYTES:
-            raise FederationError(
-                f"k-range {first}:{last} with init-candidates={m} in d={self.dimension} would send "
-                f"{size / 1e6:.0f} MB to every device (limit {K_RANGE_MAX_BYTES / 1e6:.0f} MB): narrow the range "
-                f"or lower init-candidates"
-            )
-        points, weights = local
-        if points.shape[0] < last:
-            self.warn(f"only {points.shape[0]} summary centers for k up to {last}: the larger k use random-box candidates")
-        candidates = k_range_candidates(points, weights, ks, m, low, high, self.rng)
-        self.begin_round(1)
-        costs, _ = self.score_candidates(candidates, phase="k-range-scoring")
-        report = k_range_report(ks, m, costs, total)
-        self.end_round(candidates=int(candidates.shape[0]))
-        chosen = report["calinski_harabasz_k"]
-        index = ks.index(chosen)
-        log(INFO, "[fedcluster] k-range %d:%d: elbow at k=%d, Calinski-Harabasz picks k=%d (cost/pt %.6g)",
-            first, last, report["elbow_k"], chosen, report["cost"][index])
-        for k, cost, ch in zip(ks, report["cost"], report["calinski_harabasz"]):
-            log(INFO, "[fedcluster]   k=%-4d cost/pt %-12.6g CH %.6g", k, cost, ch)
-        return {
-            "centers": candidates[report["best_candidate"][index]][:chosen],
-            "k_range": report,
-            "final": {"cost": report["cost"][index], "total_cost": report["cost"][index] * total, "num_points": total, "k": chosen},
-        }
-
-    # -------------------------------------------------------------- initialization
-    def initialize(
-        self,
-        k: int,
-        low: np.ndarray,
-        high: np.ndarray,
-        local: tuple[np.ndarray, np.ndarray] | None = None,
-        coarse: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> tuple[list[np.ndarray], dict[str, Any]]:
-        """Candidate center sets by ``init``, scored on every node in one round; the
-        ``n-init`` starts of the sets trained side by side (:func:`start_sets`).
-        ``local``: the devices' summaries (points, weights), for the summary starts;
-        ``coarse``: their summaries at ceil(sqrt(k)) local clusters (``init-coarse``)."""
-        cfg = self.config
-        method = cfg["init"]
-        m = cfg["init-candidates"]
-        sets = set_count(cfg["n-init"], k, self.dimension)
-        seeds = np.zeros((0, k, self.dimension))
-        if method in ("auto", "local-summaries"):
-            points, weights = local  # collected with the data summary (run)
-            if points.shape[0] < k:
-                log(INFO, "[fedcluster] only %d summary centers for k=%d: random-box candidates", points.shape[0], k)
-            starts = cfg["init-server-starts"]
-            candidates = summary_candidates(points, weights, k, m, low, high, self.rng, starts)
-            if coarse is not None and coarse[0].shape[0] >= k:
-                # Devices that hold few clusters split each of them k ways in the fine summary;
-                # the coarse one keeps them whole. Both kinds compete in the same scoring round.
-                # Their own random stream: the fine candidates and everything after them
-                # draw exactly what they would without init-coarse.
-                stream = np.random.default_rng([cfg["seed"], COARSE_STREAM])
-                candidates = np.concatenate([candidates, summary_candidates(*coarse, k, m, low, high, stream, starts)])
-            # Unrefined draws for the other sets: their own stream as well.
-            seeds = summary_seeds(points, weights, k, sets - 1, low, high,
-                                  np.random.default_rng([cfg["seed"], SEED_STREAM]))
-        elif method == "kfed":
-            # k-FED as initializer: one extra round that often saves many.
-            from .kfed import collect_device_centers, merge_device_centers
-
-            _, device_centers, device_counts = collect_device_centers(self, phase="init-kfed")
-            candidates = merge_device_centers(self, device_centers, device_counts, k)[0][None]
-        elif method == "random-box":
-            candidates = box_candidates(k, m, low, high, self.rng)
-        else:  # server-kmeans++ (the config guarantees server-data is set)
-            server_points = load_points(cfg["server-data"])
-            if server_points.shape[1] != self.dimension:
-                raise FederationError(
-                    f"server-data {cfg['server-data']} has dimension {server_points.shape[1]}, "
-                    f"the federation's is {self.dimension}"
-                )
-            candidates = np.stack([kmeans_plus_plus(server_points, k, self.rng) for _ in range(m)])
-        refined = candidates.shape[0]
-        candidates = np.concatenate([candidates, seeds])
-        costs, _ = self.score_candidates(candidates, phase="init-scoring")
-        chosen = start_sets(costs, sets, range(refined, candidates.shape[0]))
-        log(INFO, "[fedcluster] init %s: %d candidates scored, best cost %.6g; %d center set(s) start",
-            method, candidates.shape[0], costs[chosen[0]], len(chosen))
-        record = {"method": method, "candidates": refined, "candidate_costs": costs[:refined].tolist(),
-                  "best": chosen[0], "sets": len(chosen), "start_costs": costs[chosen].tolist(),
-                  "seeds": int(seeds.shape[0])}
-        return [candidates[i].copy() for i in chosen], record
-
-    def local_summary_request(self, k: int, phase: str = "init-local-summaries", stream: int | bool = True) -> dict[str, Any]:
-        """The ``local_summary`` query; with a ``stream`` number its device seeds come from
-        that random stream instead of the server's generator (:meth:`node_seeds`)."""
-        return dict(task="local_summary", config={"k": k, "min-count": self.config["init-min-count"]}, seeded=stream,
-                    phase=phase)
-
     # -------------------------------------------------------------- training
     def train(self, starts: list[np.ndarray] | np.ndarray, rounds: int) -> "CenterSet":
         """``rounds`` FedKMeans rounds of every center set in ``starts`` side by side (one
@@ -440,83 +297,11 @@ class FedKMeans(FederatedStrategy):
             center_set.undo = Undo(before, report["cost"] if report["exact"] else float("inf"), moved, dict(center_set.latest))
         center_set.step(new, counts, moved, orphans, center_shift(new, old))
 
-
 def one_set(reply: Reply, position: int) -> Reply:
     """One center set's part of a training reply (the arrays of set ``position``; the cost as (1,))."""
     arrays = {name: (value[position:position + 1] if name == "cost" else value[position]) for name, value in reply.arrays.items()}
     return Reply(reply.node_id, arrays, reply.metrics)
 
-
 # Returned centers cheaper than the last: a warning when the last cost this much more (below,
 # a log line; the cheaper centers are returned either way).
 LAST_WORSE_WARNING = 0.01
-SEED_STREAM = 11  # random stream of the unrefined start draws (n-init), apart from the server's generator
-
-
-@dataclass
-class Undo:
-    """A re-seed waiting for the next round's measurement: the centers without it, the
-    cost they were measured at before it, the clusters moved, the statistics memory."""
-
-    centers: np.ndarray
-    cost_before: float
-    clusters: list[int]
-    latest: dict[int, Reply]
-
-
-@dataclass
-class CenterSet:
-    """One of the center sets trained side by side (``n-init``), with the server state the
-    paper's update carries (momentum, starved rounds), the latest statistics of every node
-    (``server-memory``) and what the round records."""
-
-    index: int
-    centers: np.ndarray
-    state: ServerState
-    latest: dict[int, Reply] = field(default_factory=dict)
-    protected: np.ndarray | None = None  # clusters whose re-seed was undone: not re-seeded again
-    undo: Undo | None = None
-    incoming: list[Reply] = field(default_factory=list)
-    shift: float = 0.0
-    moved: list[int] = field(default_factory=list)
-    orphans: list[int] = field(default_factory=list)
-    empty: int = 0
-    undone: list[int] = field(default_factory=list)
-    undo_cost_before: float = 0.0
-    cost: float = 0.0  # its latest measured cost per point (of the centers it received)
-
-    def __post_init__(self) -> None:
-        if self.protected is None:
-            self.protected = np.zeros(self.centers.shape[0], dtype=bool)
-
-    def remember(self, replies: list[Reply]) -> None:
-        self.latest.update({r.node_id: r for r in replies})
-
-    def forget(self, nodes: set[int]) -> None:
-        for node in nodes:
-            self.latest.pop(node, None)
-
-    def step(self, new: np.ndarray, counts: np.ndarray, moved: list[int], orphans: list[int], shift: float) -> None:
-        self.centers, self.moved, self.orphans, self.shift = new, moved, orphans, shift
-        self.empty, self.undone = int((counts <= 0).sum()), []
-
-    def revert(self, cost: float) -> None:
-        """Undo the previous round's re-seed: back to the centers without it, its clusters
-        never re-seeded again (unless empty), the statistics memory as it was."""
-        undo = self.undo
-        self.shift = center_shift(undo.centers, self.centers)
-        self.centers, self.latest = undo.centers, undo.latest
-        self.protected[undo.clusters] = True
-        self.state.starved_rounds[undo.clusters] = 0
-        self.state.velocity[:] = 0.0
-        self.undone, self.moved, self.orphans, self.undo_cost_before, self.undo = undo.clusters, [], [], undo.cost_before, None
-
-    @property
-    def stalled(self) -> bool:
-        """Did not move, nothing pending: its cost can no longer change."""
-        return self.shift == 0.0 and not self.moved and self.undo is None and not self.state.starved_rounds.any()
-
-    def record(self, report: dict[str, Any]) -> dict[str, Any]:
-        return {"set": self.index, "sampled_cost_of_received": report["sampled_cost"], "center_shift": self.shift,
-                "empty_clusters": self.empty, "reassigned": self.moved, "orphaned": self.orphans,
-                **({"reseed_undone": self.undone} if self.undone else {})}
