@@ -80,7 +80,7 @@ def median_round(result: dict) -> float:
 
 
 def main() -> None:
-    from fedcluster.local_cluster import LocalCluster
+    from fedcluster.tools.local_cluster import LocalCluster
 
     print_header(f"Deployment seconds per round: FedKMeans, {NODES} SuperNodes (TLS + auth, loopback), "
                  f"{POINTS} x {DIM} points each, k = {K}")

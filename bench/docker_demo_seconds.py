@@ -61,7 +61,7 @@ def bring_up(compose: list[str], tmp: Path, tls: bool) -> dict:
     env = {**os.environ, "FEDCLUSTER_DATA": str(tmp / "data"), "FEDCLUSTER_OUT": str(out)}
     files = ["-f", str(ROOT / "docker-compose.yml")]
     if tls:
-        from fedcluster.certs import make_certs
+        from fedcluster.tools.certs import make_certs
 
         env["FEDCLUSTER_CERTS"] = str(make_certs(tmp / "certs", hosts=("superlink",), supernodes=3, force=True).out)
         files += ["-f", str(ROOT / "docker-compose.tls.yml")]

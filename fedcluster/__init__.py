@@ -4,9 +4,10 @@ Flower Grid or Message, and never imports flwr.
 ``protocol`` (every task a server can ask of a device), ``config`` (every run-config key),
 ``lloyd`` (the one k-means kernel), ``linalg`` (shared dense linear algebra), one module per
 algorithm holding its device kernels and its server-side math (``fedkmeans``, ``kfed``,
-``feddp_kmeans``, ``fedspectral``), ``privacy`` (on dp_accounting), data and metrics.
+``feddp_kmeans``, ``fedspectral``), ``privacy`` (on dp_accounting), data and metrics; the
+command-line tools apart in ``tools``.
 Device code needs only NumPy; server code may import SciPy and scikit-learn inside the
-functions that use them. The README's "Layout" section is the map.
+functions that use them. The "Layout" section of docs/reference.md is the map.
 """
 
 __version__ = "0.1.0"

@@ -10,14 +10,11 @@ docs/ALGORITHMS.md section 1, which this strategy follows line by line:
 
 A cluster no sampled client saw keeps its center (and its momentum is reset).
 
-Reassignment (ρ, R): a cluster whose round count stays below ρ × (the round's total
-count) for R consecutive rounds is re-seeded by SPLITTING the currently largest cluster
-along its direction of largest spread: the two centers move to ``c ± 0.8·σ·e`` where e is
-the coordinate axis of largest variance and σ its standard deviation (0.8 ≈ √(2/π), the
-mean offset of each half of a Gaussian cut through its centre). The variance comes from
-per-cluster sums of squares that the clients report with their update, so no data point
-ever leaves a device. Works in any dimension (the authors' box re-draw only suits 1-D).
+Reassignment (ρ, R): a cluster starved for R rounds is re-seeded by splitting the largest
+one along its direction of largest spread (:func:`fedcluster.fedkmeans.reassign_starved`);
+the start (``init``, ``n-init``, ``k-range``): :mod:`server_app.fedkmeans_start`.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,17 +27,8 @@ from flwr.common.logger import log
 from fedcluster.bounds import moments_violation, voronoi_violation
 from fedcluster.common import bounding_box, center_shift
 from fedcluster.fedkmeans import (
-    CenterSet,
-    ServerState,
-    Undo,
-    coarse_summary_k,
-    implied_means,
-    orphaned_clusters,
-    reassign_starved,
-    keep_sets,
-    reseed_allowed,
-    server_update,
-    train_cost_mismatch,
+    CenterSet, ServerState, Undo, coarse_summary_k, implied_means, orphaned_clusters,
+    reassign_starved, keep_sets, reseed_allowed, server_update, train_cost_mismatch,
 )
 from fedcluster.config import k_range
 from fedcluster.robust import aggregate_centers
@@ -50,6 +38,7 @@ from .fedkmeans_start import COARSE_STREAM, FedKMeansStart, summary_points
 
 
 FULL_BATCH = {"local-epochs": 1, "batch-size": 0, "client-lr": 1.0}  # a train reply = Lloyd statistics
+
 
 class FedKMeans(FedKMeansStart, FederatedStrategy):
     """Federated mini-batch k-means (Triebe et al. 2019).

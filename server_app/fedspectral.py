@@ -3,19 +3,17 @@
 Federated Learning" (2023); specification: docs/ALGORITHMS.md section 5.
 
 A global graph on ``num-nodes`` nodes has its edges spread over J clients (each edge
-possibly on several); a client holds only its own edge list. Every phase needs a reply
-from EVERY client: each holds edges nobody else may hold, and dropping one would silently
-change the graph (the run fails with the client's reason instead). The result folder gets
-``labels.npy``, ``embedding.npy`` (n x k, before row normalization) and, for FedSpectral,
-``client_labels.npy`` (J x n); with ``reference`` true and ``dataset="edge-dir"`` readable
-by the server, ``central_reference`` in ``result.json`` compares with the central spectral
-clustering of the union graph (reporting only).
+possibly on several); a client holds only its own edge list, and every phase asks every
+client still in the run (:class:`server_app.graph_strategy.GraphStrategy`). The result
+folder gets ``labels.npy``, ``embedding.npy`` (n x k, before row normalization) and, for
+FedSpectral, ``client_labels.npy`` (J x n); with ``reference`` true and
+``dataset="edge-dir"`` readable by the server, ``central_reference`` in ``result.json``
+compares with the central spectral clustering of the union graph (reporting only).
 """
 
 from __future__ import annotations
 
 from logging import INFO, WARNING
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,85 +26,14 @@ from fedcluster.fedspectral import (
     coassociation_spectral,
     embedding_labels,
     initial_block,
-    label_problem,
     local_cluster_counts,
     nodes_held,
     paper_aggregate,
-    product_violation,
     subspace_distance,
 )
-from fedcluster.spectral_reference import compare_with_central
 
-from .base import FederatedStrategy, FederationError, Reply, sum_arrays
-
-
-# --------------------------------------------------------------------------------------------
-# Shared helpers of both strategies
-# --------------------------------------------------------------------------------------------
-
-
-def _label_check(num_nodes: int):
-    return lambda reply: label_problem(reply.arrays["labels"], num_nodes)
-
-
-def _by_node(replies: list[Reply]) -> list[Reply]:
-    """Replies in node order: sums are then reproducible to the last bit."""
-    return sorted(replies, key=lambda reply: reply.node_id)
-
-
-def product_check(X: np.ndarray, weight: float, first: bool):
-    """The bounds a ``power_step`` reply to the block ``X`` obeys (fedcluster.fedspectral.
-    product_violation), as a reply check; a reply past them is dropped and its client
-    taken out of the run."""
-    def check(reply: Reply) -> str | None:
-        return product_violation(reply.arrays["Q"], X, weight, reply.num_examples, first)
-
-    return check
-
-
-class _GraphStrategy(FederatedStrategy):
-    """What FedSpectral and FedSpectral+ share: the graph size, all-clients phases, the
-    result arrays and the optional central reference."""
-
-    def graph_setup(self) -> tuple[int, int, list[int]]:
-        n = self.config["num-nodes"]
-        k = self.config["k"]
-        if n < 1:
-            raise FederationError(f"{self.name} needs run-config num-nodes (the global number of graph nodes)")
-        if not 1 <= k <= n:
-            raise FederationError(f"k={k} must be between 1 and num-nodes={n}")
-        nodes = list(self.active_nodes)
-        if not nodes:
-            raise FederationError("no client connected")
-        return n, k, nodes
-
-    def all_clients(self, task: str, nodes: list[int], **kwargs: Any) -> list[Reply]:
-        """Broadcast to every client still in the run (each holds its own edges). A client
-        whose reply fails is taken out of the run, so every later product is over the same
-        clients' edges; the run goes on while ``min-reply-fraction`` of them answer, as a
-        point run does."""
-        asked = [node for node in nodes if node not in self.excluded]
-        replies = _by_node(self.broadcast(task, asked, **kwargs))
-        answered = {reply.node_id for reply in replies}
-        reasons = {failure["node"]: failure["reason"] for failure in self.phases[-1]["failures"]} if self.phases else {}
-        for node in asked:
-            if node not in answered:
-                self.exclude(node, f"{reasons.get(node, 'no valid reply')} (a graph run goes on without its edges)")
-        return replies
-
-    def reference(self, embedding: np.ndarray, labels: np.ndarray, num_clients: int) -> dict[str, Any] | None:
-        """Agreement with the central spectral clustering of the union of the client files,
-        when this server can read them (simulation on one machine). Reporting only."""
-        cfg = self.config
-        if not cfg["reference"] or cfg["dataset"] != "edge-dir" or not cfg["data-dir"]:
-            return None
-        try:
-            return compare_with_central(
-                Path(cfg["data-dir"]), num_clients, cfg["num-nodes"], cfg["k"], cfg["seed"], embedding, labels
-            )
-        except Exception as exc:  # a report, never a reason to lose a run
-            log(WARNING, "[fedcluster] no central spectral reference: %s: %s", type(exc).__name__, exc)
-            return None
+from .base import sum_arrays
+from .graph_strategy import GraphStrategy, label_check, product_check
 
 
 # --------------------------------------------------------------------------------------------
@@ -114,7 +41,7 @@ class _GraphStrategy(FederatedStrategy):
 # --------------------------------------------------------------------------------------------
 
 
-class FedSpectral(_GraphStrategy):
+class FedSpectral(GraphStrategy):
     """FedSpectral, the paper's baseline, one round: every client clusters its local graph
     (``local_spectral_labels``; -1 for nodes it does not hold) and sends the labels; the
     server clusters their co-association similarity spectrally
@@ -138,7 +65,7 @@ class FedSpectral(_GraphStrategy):
             config={"num-nodes": n, "k": k},
             per_node=lambda node: (None, {"seed": seeds[node]}),
             sizes={"n": n},
-            check=_label_check(n),
+            check=label_check(n),
             phase="local-spectral-labels",
         )
         label_lists = [r.arrays["labels"].astype(np.int64) for r in replies]
@@ -167,7 +94,7 @@ class FedSpectral(_GraphStrategy):
 # --------------------------------------------------------------------------------------------
 
 
-class FedSpectralPlus(_GraphStrategy):
+class FedSpectralPlus(GraphStrategy):
     """FedSpectral+: federated power/subspace iteration for the global spectral embedding.
 
     ``mode="paper"``: the server sends a random orthonormal ``Q`` (n x k); every client

@@ -29,7 +29,7 @@ pytestmark = [
 ]
 pytest.importorskip("cryptography")
 
-from fedcluster.local_cluster import LocalCluster  # noqa: E402
+from fedcluster.tools.local_cluster import LocalCluster  # noqa: E402
 
 MEANS = np.array([[0, 0, 0, 0], [12, 0, 0, 0], [0, 12, 0, 0], [0, 0, 12, 0]], dtype=float)
 NODES = 3
@@ -91,7 +91,7 @@ def processes_of(workdir: Path) -> list[int]:
 
 
 def test_an_unregistered_supernode_is_refused(cluster, tmp_path):
-    from fedcluster.certs import make_certs
+    from fedcluster.tools.certs import make_certs
 
     stranger = make_certs(tmp_path / "stranger", supernodes=1).supernode_keys[0]  # never registered
     before = cluster.flwr("supernode", "list", "local", "--format", "json")
@@ -234,7 +234,7 @@ def test_local_cluster_command_stops_everything_on_ctrl_c(tmp_path):
     workdir = tmp_path / "lc"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(
-        [sys.executable, "-m", "fedcluster.local_cluster", "--demo-nodes", "2", "--workdir", str(workdir),
+        [sys.executable, "-m", "fedcluster.tools.local_cluster", "--demo-nodes", "2", "--workdir", str(workdir),
          "--run-config", "k=4 num-rounds=50 tol=0.0 reference=false"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
     )

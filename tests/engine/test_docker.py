@@ -166,7 +166,7 @@ class Cluster:
         self.env = {**os.environ, "FEDCLUSTER_DATA": str(self.data), "FEDCLUSTER_OUT": str(self.out), "FEDCLUSTER_IMAGE": IMAGE}
         self.files = ["-f", str(COMPOSE_FILE)]
         if tls:
-            from fedcluster.certs import make_certs
+            from fedcluster.tools.certs import make_certs
 
             certs = make_certs(tmp_path / "certs", hosts=("superlink",), supernodes=len(SUPERNODES))
             self.env["FEDCLUSTER_CERTS"] = str(certs.out)

@@ -30,7 +30,7 @@ from fedcluster.fedspectral import (
     subspace_distance,
 )
 from fedcluster.graph import canonical_edges, load_edge_list, split_edges, write_client_edge_files
-from fedcluster.graph_cli import main as split_main
+from fedcluster.tools.graph_cli import main as split_main
 from fedcluster.linalg import orthonormalize
 from fedcluster.spectral_reference import central_eigenpairs, normalized_adjacency
 from server_app.base import FederationError
@@ -443,7 +443,7 @@ def test_split_graph_script_is_declared():
     import tomllib
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["fedcluster-split-graph"] == "fedcluster.graph_cli:main"
+    assert scripts["fedcluster-split-graph"] == "fedcluster.tools.graph_cli:main"
 
 
 # --------------------------------------------------------------------------------------------

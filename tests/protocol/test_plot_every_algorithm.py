@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from fedcluster.plot import plot_run  # noqa: E402
+from fedcluster.tools.plot import plot_run  # noqa: E402
 from inprocess import run  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from fedcluster.assign import main
+from fedcluster.tools.assign import main
 
 
 def run_folder(tmp_path, centers):

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 from cryptography.hazmat.primitives.serialization import load_pem_private_key, load_ssh_private_key, load_ssh_public_key  # noqa: E402
 from cryptography.x509.oid import ExtendedKeyUsageOID  # noqa: E402
 
-from fedcluster.certs import main, make_certs  # noqa: E402
+from fedcluster.tools.certs import main, make_certs  # noqa: E402
 
 
 def test_superlink_certificate_is_signed_by_the_ca_with_every_host_as_san(tmp_path):

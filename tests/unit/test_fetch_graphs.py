@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import graphs_dir
-from fedcluster import fetch_graphs
-from fedcluster.fetch_graphs import GRAPHS, Graph, main
+from fedcluster.tools import fetch_graphs
+from fedcluster.tools.fetch_graphs import GRAPHS, Graph, main
 
 
 def gz(path: Path, data: bytes) -> None:

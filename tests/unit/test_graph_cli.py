@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from fedcluster import graph_cli
+from fedcluster.tools import graph_cli
 
 
 def _split(tmp_path, capsys, clients=3):

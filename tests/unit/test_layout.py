@@ -24,7 +24,13 @@ STRATEGY_NUMPY = {
 
 
 def test_every_fedcluster_module_imports_with_flwr_unimportable():
-    modules = sorted(f"fedcluster.{m.name}" for m in pkgutil.walk_packages(fedcluster.__path__) if not m.name.startswith("_"))
+    # every module of every subpackage too (fedcluster.tools.*, fedcluster.privacy.*): the
+    # prefix lets walk_packages import a subpackage to look inside it
+    modules = sorted(
+        m.name for m in pkgutil.walk_packages(fedcluster.__path__, prefix="fedcluster.")
+        if not m.name.rsplit(".", 1)[-1].startswith("_")
+    )
+    assert "fedcluster.tools.plot" in modules, "walk_packages no longer sees inside subpackages"
     script = textwrap.dedent(
         f"""
         import importlib, sys
@@ -57,10 +63,16 @@ def test_strategies_do_no_numpy_math_beyond_summing_replies():
 
 def test_each_strategy_has_its_fedcluster_module_of_the_same_name():
     # the ServerApp, the algorithm table and the base strategy with its bookkeeping modules
-    # and the parts of a strategy in a file of their own (fedkmeans_start: FedKMeans' start)
+    # and the parts of strategies in files of their own (FedKMeans' start, FedDP's privacy
+    # bookkeeping, what both graph strategies share)
     not_strategies = {"__init__", "app", "algorithms", "base", "transport", "membership", "results", "messages",
-                      "fedkmeans_start"}
+                      "fedkmeans_start", "feddp_kmeans_privacy", "graph_strategy"}
     strategies = {p.stem for p in (ROOT / "server_app").glob("*.py")} - not_strategies
     library = {p.stem for p in (ROOT / "fedcluster").glob("*.py")}
     assert strategies, "no strategy found"
     assert strategies <= library, f"strategy files without a fedcluster module of the same name: {strategies - library}"
+
+
+def test_no_server_file_is_longer_than_a_reader_takes_in_at_once():
+    long = {p.name: n for p in sorted((ROOT / "server_app").glob("*.py")) if (n := len(p.read_text().splitlines())) > 300}
+    assert not long, f"server_app files over 300 lines (split a job into a module of its own): {long}"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedcluster import local_cluster
-from fedcluster.local_cluster import demo_data, main
+from fedcluster.tools import local_cluster
+from fedcluster.tools.local_cluster import demo_data, main
 
 
 def test_no_data_is_named(tmp_path, capsys):

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from fedcluster.plot import main, plot_run  # noqa: E402
+from fedcluster.tools.plot import main, plot_run  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

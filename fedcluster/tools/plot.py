@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from .data import DataError, load_points
-from .lloyd import nearest
+from ..data import DataError, load_points
+from ..lloyd import nearest
 
 INSTALL_HINT = "matplotlib is not installed: pip install 'fedcluster[plot]' (or pip install matplotlib)"
 

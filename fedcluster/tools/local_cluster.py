@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .certs import make_certs
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]  # the Flower app (pyproject.toml): fedcluster/tools/ is two levels down
 CONNECTION = "local"
 FLOWER_ENV = {
     "FLWR_TELEMETRY_ENABLED": "0",

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import labels_path
-from .data import LARGEST_VALUE, DataError, load_points
-from .lloyd import nearest
-from .scaling import Scaling
+from ..common import labels_path
+from ..data import LARGEST_VALUE, DataError, load_points
+from ..lloyd import nearest
+from ..scaling import Scaling
 
 
 def run_centers(run_dir: str | Path) -> np.ndarray:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import DataError, load_points
-from .scaling import Scaling
-from .kfed import auto_local_means, induced_labels, kfed_assign_new_device, local_kprime_means
+from ..data import DataError, load_points
+from ..scaling import Scaling
+from ..kfed import auto_local_means, induced_labels, kfed_assign_new_device, local_kprime_means
 
 
 def _run_algorithm(result_dir: Path) -> str:

@@ -25,7 +25,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .graph import GraphError, canonical_edges, infer_num_nodes, load_edge_list, overlap_to_clients, split_edges, write_client_edge_files
+from ..graph import GraphError, canonical_edges, infer_num_nodes, load_edge_list, overlap_to_clients, split_edges, write_client_edge_files
 
 
 # flower-superlink (flwr 1.41) serves the Fleet API (SuperNodes), the Control API (flwr run /

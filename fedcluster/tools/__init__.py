@@ -1,0 +1,26 @@
+"""fedcluster.tools: the command-line tools, apart from the library they drive.
+
+Each module has a ``main(argv)`` behind a console script of ``pyproject.toml``
+``[project.scripts]``, and runs as ``python -m fedcluster.tools.<module>`` too:
+
+==================  ============================  =================================================
+module              console script                what it does
+==================  ============================  =================================================
+``assign``          ``fedcluster-assign``         label a device's own points with a finished
+                                                  run's centers, on the device
+``newdevice``       ``fedcluster-kfed-assign``    label a device that did not take part in a k-FED
+                                                  run by k-FED's induced rule (new devices)
+``plot``            ``fedcluster-plot``           PNG pictures of a finished run from its
+                                                  ``result.json`` (needs the ``plot`` extra)
+``graph_cli``       ``fedcluster-split-graph``    split an edge list over clients, one file per
+                                                  client, and print the run config to use
+``fetch_graphs``    ``fedcluster-fetch-graphs``   download the SNAP graphs and check their SHA-256
+``certs``           ``fedcluster-make-certs``     make the CA, TLS certificate and SuperNode keys
+                                                  a secure deployment needs
+``local_cluster``   ``fedcluster-local-cluster``  a real, secure Flower deployment on this machine
+                                                  (SuperLink, SuperNodes, one run), then stop it
+==================  ============================  =================================================
+
+Like the rest of fedcluster, no tool imports flwr (``local_cluster`` starts Flower's
+executables as processes); the algorithms never import a tool.
+"""

@@ -1,0 +1,122 @@
+"""FedDP-KMeans' privacy bookkeeping: the plan (the noise of every step), what a device
+clips to, the noise and the ledger, the per-level checks of every reply, what result.json
+reports and what it does not cover. A mixin of :class:`server_app.feddp_kmeans.FedDPKMeans`
+(state: ``level``, ``bounds``, ``plan``, ``mechanisms``, ``ledger``, ``clip_norm``)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from fedcluster import feddp_kmeans
+from fedcluster.config import feddp_step_names, number_list
+
+from .base import FederationError, Reply
+
+_NUMBER = re.compile(r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
+
+
+class FedDPPrivacy:
+    """Plan, noise, ledger and reply checks of a private run."""
+
+    def privacy_plan(self) -> dict[str, Any]:
+        """The noise of every step (fedcluster.feddp_kmeans.privacy_plan); the run config
+        has already checked how budget-split, lloyd-fraction and step-epsilons combine."""
+        cfg = self.config
+        shares = number_list(cfg["budget-split"], "budget-split") if cfg["budget-split"] else feddp_kmeans.RULE_OF_THUMB[self.level]
+        weights = feddp_kmeans.step_weights(self.init_method, self.lloyd_rounds, list(shares), cfg["lloyd-fraction"])
+        q = cfg["client-sampling-rate"]
+        sampling = q if self.level == "client" and q < 1 else None
+        specs = feddp_kmeans.step_specs(weights, self.bounds, self.lloyd_rounds, sampling)
+        step_epsilons = None
+        if specs and cfg["step-epsilons"]:
+            step_epsilons = list(number_list(cfg["step-epsilons"], "step-epsilons"))
+            assert [s.name for s in specs] == list(feddp_step_names(cfg)), "config and plan disagree on the steps"
+        try:
+            plan, self.budget_mode = feddp_kmeans.privacy_plan(specs, cfg["epsilon"], cfg["delta"], step_epsilons)
+        except feddp_kmeans.BudgetExceeded as exc:
+            raise FederationError(str(exc)) from None
+        return plan
+
+    def client_config(self, gaussian: str | None = None, laplace: str | None = None) -> dict[str, Any]:
+        """What a device needs to clip: Δ for its points (data-point level), or the bounds
+        of the statistics it sends (client level: ``clip`` L2, ``clip-l1`` L1)."""
+        if self.level == "data-point":
+            return {"level": "data-point", "clip-norm": self.clip_norm, "max-points": self.config["max-device-points"]}
+        config: dict[str, Any] = {"level": "client"}
+        if gaussian is not None:
+            config["clip"] = self.bounds[gaussian]
+        if laplace is not None:
+            config["clip-l1"] = self.bounds[laplace]
+        return config
+
+    def noisy(self, name: str, value: np.ndarray) -> np.ndarray:
+        """``value`` + the noise of step ``name`` (its own mechanism and stream)."""
+        return self.mechanisms[name].add(value)
+
+    def record(self, name: str, compositions: int = 1) -> None:
+        step = self.plan[name]
+        self.ledger.record(
+            name, self.mechanisms[name], compositions=compositions, sampling_rate=step.sampling_rate,
+            delta=self.config["delta"] if step.mechanism != "laplace" else None,
+        )
+
+    def public_reason(self, reason: str) -> str:
+        """Failure and exclusion reasons reach result.json without their numbers: a
+        device's exact point count, a row index or a statistic's norm would be data the
+        privacy guarantee does not cover (the server's log keeps them)."""
+        return _NUMBER.sub("#", reason)
+
+    def not_covered(self) -> dict[str, str]:
+        """Every part of result.json computed from device data WITHOUT noise, with why."""
+        listed = {"reference": "the pooled central k-means (simulation only: the server reads every client's data)"}
+        if self.config["evaluate-cost"]:
+            listed["final"] = "the exact federated cost and point count of the final centers (evaluate-cost=true; set false in deployment)"
+        if self.config["margin"] < 1:
+            listed["init.kept_by_margin"] = "the exact number of points step 3's margin filter kept (margin < 1)"
+        return listed
+
+    def privacy_report(self) -> dict[str, Any]:
+        delta = self.config["delta"]
+        report = self.ledger.to_dict(delta)
+        report.update({
+            "target_epsilon": self.config["epsilon"] if not self.config["step-epsilons"] else None,
+            "budget_mode": self.budget_mode,
+            "epsilon_shares": {name: step.epsilon_share for name, step in self.plan.items()},
+            "clip_norm": self.clip_norm,
+            "server_typical_norm": self.typical_norm,
+            "bounds": {name: self.bounds[name] for name in self.plan},
+            "step1_normalized": self.normalize_outer,
+            "client_sampling_rate": self.config["client-sampling-rate"] if self.level == "client" else 1.0,
+            "init": self.init_method,
+            "lloyd_rounds": self.lloyd_rounds,
+            "not_covered": self.not_covered(),
+        })
+        return report
+
+    # ------------------------------------------------------------------ reply checks
+    def usable(self, reply: Reply) -> int:
+        """Points the reply's statistics may stand for: its declared n, capped by
+        ``max-device-points`` at data-point level."""
+        return feddp_kmeans.usable_points(reply.num_examples, self.level, self.config["max-device-points"])
+
+    def check_outer(self, reply: Reply) -> str | None:
+        return feddp_kmeans.outer_violation(reply.arrays["outer"], self.dimension, self.usable(reply), self.level,
+                                   self.clip_norm, self.bounds["step1"])
+
+    def check_histogram(self, reply: Reply) -> str | None:
+        return feddp_kmeans.histogram_violation(reply.arrays["histogram"], self.usable(reply), self.level, self.bounds["step2"])
+
+    def check_sums(self, reply: Reply) -> str | None:
+        return feddp_kmeans.sums_counts_violation(reply.arrays["sums"], reply.arrays["counts"], self.usable(reply),
+                                         self.clip_norm, exact_total=False)
+
+    def check_means(self, reply: Reply) -> str | None:
+        return feddp_kmeans.means_violation(reply.arrays["means"], reply.arrays["nonempty"], self.bounds["step3_gaussian"],
+                                   self.bounds["step3_laplace"])
+
+    def check_lloyd(self, reply: Reply) -> str | None:
+        return feddp_kmeans.lloyd_violation(reply.arrays["sums"], reply.arrays["counts"], self.usable(reply), self.level,
+                                   self.clip_norm, self.bounds["lloyd_gaussian"], self.bounds["lloyd_laplace"])
