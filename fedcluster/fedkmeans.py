@@ -382,6 +382,30 @@ def start_sets(costs: np.ndarray, sets: int, seeds: Sequence[int] = ()) -> list[
     return chosen
 
 
+def cheapest_estimates(pool: list[tuple], entry: tuple, size: int) -> list[tuple]:
+    """The ``size`` entries ``(estimated cost, round, set, centers)`` of lowest estimated
+    cost among ``pool`` and ``entry`` (ties: the earlier kept). Under partial participation a
+    round's estimate is the cost per point of the centers on the sampled devices only; the
+    pool's centers are scored on every device once, at the end."""
+    return sorted(pool + [entry], key=lambda e: e[0])[:size]
+
+
+def last_versus_best(last_cost: float, last_round: int, last_set: int, cost: float, best_round: int, best_set: int,
+                     several_sets: bool, warn_above: float) -> tuple[dict[str, Any] | None, str, bool]:
+    """When the centers returned (the cheapest measured) are not the last ones: the
+    ``last`` and ``best_seen`` records of result.json, the sentence that says so, and
+    whether the last cost so much more (``warn_above``, relative) that it is a warning."""
+    if best_round == last_round and best_set == last_set:
+        return None, "", False
+    extras = {"last": {"cost": last_cost, "round": last_round, "set": last_set},
+              "best_seen": {"round": best_round, "cost": cost, "set": best_set, "returned": "centers.npy"}}
+    text = (f"the last centers (round {last_round}) cost {last_cost:.6g} per point, "
+            f"{100 * (last_cost / cost - 1):.2f} % more than those of round {best_round}"
+            f"{f' (set {best_set})' if several_sets else ''}: centers.npy holds the cheaper ones, "
+            "last_centers.npy the last")
+    return extras, text, last_cost > (1 + warn_above) * cost
+
+
 def keep_sets(costs: Sequence[float], stalled: Sequence[bool], finished: bool) -> list[int]:
     """The center sets that train on (indices into ``costs``, in order): ``costs`` are
     this round's measured costs of the sets (from the same devices), ``stalled[i]``: set i

@@ -27,27 +27,25 @@ from flwr.common.logger import log
 from fedcluster.bounds import moments_violation, voronoi_violation
 from fedcluster.common import bounding_box, center_shift
 from fedcluster.fedkmeans import (
-    CenterSet, ServerState, Undo, coarse_summary_k, implied_means, orphaned_clusters,
+    CenterSet, ServerState, Undo, cheapest_estimates, coarse_summary_k, last_versus_best, implied_means, orphaned_clusters,
     reassign_starved, keep_sets, reseed_allowed, server_update, train_cost_mismatch,
 )
 from fedcluster.config import k_range
 from fedcluster.robust import aggregate_centers
 
 from .base import FederatedStrategy, FederationError, Reply, sum_arrays, sum_metric
+from .messages import one_set
 from .fedkmeans_start import COARSE_STREAM, FedKMeansStart, summary_points
 
 
 FULL_BATCH = {"local-epochs": 1, "batch-size": 0, "client-lr": 1.0}  # a train reply = Lloyd statistics
+ESTIMATED_POOL = 4  # partial participation: the centers with the cheapest sampled estimates, scored at the end
+LAST_WORSE_WARNING = 0.01  # the last centers cost this much more than those returned: a warning, else a log line
 
 
 class FedKMeans(FedKMeansStart, FederatedStrategy):
-    """Federated mini-batch k-means (Triebe et al. 2019).
-
-    Run-config parameters: ``k``, ``num-rounds`` (T), ``fraction`` (C), ``local-epochs``
-    (E), ``batch-size`` (B, 0 = full batch), ``client-lr`` (β), ``server-lr`` (α),
-    ``momentum`` (μ), ``reassign-threshold`` (ρ), ``reassign-patience`` (R), ``init``,
-    ``init-candidates``, ``init-server-starts``, ``init-min-count``, ``eval-every``, ``tol``.
-    """
+    """Federated mini-batch k-means (Triebe et al. 2019); its run-config keys: the
+    ``fedkmeans`` section of docs/reference.md (T, C, E, B, β, α, μ, ρ, R of the paper)."""
 
     name = "fedkmeans"
 
@@ -74,7 +72,7 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
             raise FederationError(f"k={k} is larger than the {total} points held by the federation")
         starts, init_record = self.initialize(k, low, high, local, coarse)
         last = self.train(starts, self.config["num-rounds"])
-        total_cost, num_points = self.evaluate(last.centers, phase="final-evaluation")
+        total_cost, num_points = self.final_evaluation(last)
         if self.rounds and self.rounds[-1].get("cost") is None:
             self.rounds[-1]["cost"] = total_cost / num_points
         final_round = self.rounds[-1]["round"] if self.rounds else 0
@@ -88,20 +86,34 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
             "final": {"cost": cost, "total_cost": cost * points, "num_points": points, "round": best_round,
                       "set": best_set},
         }
-        if best_round != final_round or best_set != last.index:
-            # The centers returned are the cheapest measured, not the last: say so, keep the last.
+        extras, text, loud = last_versus_best(total_cost / num_points, final_round, last.index, cost, best_round,
+                                              best_set, len(self.starts) > 1, LAST_WORSE_WARNING)
+        if extras:  # the centers returned are the cheapest measured, not the last: say so, keep the last
             outcome["arrays"]["last_centers"] = last.centers
-            outcome["last"] = {"cost": total_cost / num_points, "round": final_round, "set": last.index}
-            outcome["best_seen"] = {"round": best_round, "cost": cost, "set": best_set, "returned": "centers.npy"}
-            text = (f"the last centers (round {final_round}) cost {total_cost / num_points:.6g} per point, "
-                    f"{100 * (total_cost / num_points / cost - 1):.2f} % more than those of round {best_round}"
-                    f"{f' (set {best_set})' if len(self.starts) > 1 else ''}: centers.npy holds the cheaper ones, "
-                    "last_centers.npy the last")
-            if total_cost / num_points > (1 + LAST_WORSE_WARNING) * cost:
-                self.warn(text)  # a difference a user should read about (a re-seed, a sample's drift)
-            else:
-                log(INFO, "[fedcluster] %s", text)
+            outcome.update(extras)
+            self.warn(text) if loud else log(INFO, "[fedcluster] %s", text)
         return outcome
+
+    def final_evaluation(self, last: "CenterSet") -> tuple[float, int]:
+        """The last centers' cost on every active node (``lloyd_stats``) and, in the same
+        round trip, under partial participation, every node's cost of the centers that the
+        sampled devices' replies estimated cheapest (:attr:`estimated`): an exact measurement
+        of each, which may make it the best (:meth:`consider_best`)."""
+        k = last.centers.shape[0]
+        requests = [dict(task="lloyd_stats", nodes=self.active_nodes, arrays={"centers": last.centers},
+                         sizes={"k": k}, phase="final-evaluation")]
+        pool = [entry for entry in self.estimated if entry[3] is not None]
+        if pool:
+            candidates = np.stack([entry[3] for entry in pool])
+            requests.append(dict(task="score_candidates", nodes=self.active_nodes, arrays={"candidates": candidates},
+                                 sizes={"m": len(pool), "k": k}, phase="final-candidates"))
+        got = self.broadcast_together(*requests)
+        total_cost, num_points = float(sum_arrays(got[0], "cost")[0]), int(sum_arrays(got[0], "counts").sum())
+        if pool and int(sum_metric(got[1])) == num_points:  # over the same points: comparable
+            costs = sum_arrays(got[1], "costs")
+            for (_, round_number, index, centers), cost in zip(pool, costs):
+                self.consider_best(float(cost) / num_points, round_number, self.sets[index], num_points, centers)
+        return total_cost, num_points
 
     def cost_check(self, incoming: np.ndarray):
         """Full batch, one local epoch: a training reply's cost of every set must be the
@@ -151,6 +163,8 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
             starts = [starts]
         self.starts = [np.array(c, dtype=np.float64) for c in starts]
         live = [CenterSet(i, c.copy(), ServerState.start(c)) for i, c in enumerate(self.starts)]
+        self.sets = {c.index: c for c in live}
+        self.estimated = []  # (estimated cost per point, round, set, centers): the cheapest few, partial participation
         everyone = cfg["fraction"] >= 1.0
         self.best_seen = None  # (cost, round, set, points, centers)
         deadline = max(1, math.ceil(rounds / 2))
@@ -190,10 +204,11 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
 
     def exchange(self, live: list["CenterSet"], nodes: list[int], t: int) -> tuple[dict[int, tuple], bool]:
         """Round ``t``'s one round trip: every live set's ``fedkmeans_train`` to the sampled
-        ``nodes``; under partial participation the others score the sets (a measuring round)
-        or, in round 1 with ``server-memory``, send the statistics of the starts; newcomers
-        their data summary. Returns per set ``(training replies, measured costs)`` (the
-        measured costs: (unsampled nodes' total cost, their points)) and whether this round
+        ``nodes``; in round 1 with ``server-memory`` the others send the statistics of the
+        starts (so the first updates do not pull every center towards the few nodes drawn
+        first), in an ``eval-every`` round they score the sets; newcomers send their data
+        summary (and may be sampled from the next round on). Returns per set ``(training
+        replies, (unsampled nodes' total cost, their points))`` and whether this round
         measured every node."""
         cfg = self.config
         everyone = cfg["fraction"] >= 1.0
@@ -207,19 +222,11 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
                      seeded=True, sizes={"m": len(live), "k": stacked.shape[1]}, phase="train",
                      check=self.cost_check(stacked))
         requests: dict[str, dict[str, Any]] = {"train": train}
-        # server-memory starts from every node: in round 1 the nodes not sampled send the
-        # full-batch statistics of the starting centers in the same round trip, so the
-        # first updates do not pull every center towards the few nodes drawn first.
         if cfg["server-memory"] and not everyone and t == 1 and unsampled:
             requests["seed"] = dict(train, nodes=unsampled, config=FULL_BATCH, phase="memory", min_replies=0)
-        # Under partial participation the centers of round t-1 are measured in round t's
-        # round trip: the sampled nodes' training replies carry their cost, the others score
-        # every set in the same push (no extra broadcast; results unchanged).
         if measuring and unsampled:
             requests["measure"] = dict(task="score_candidates", nodes=unsampled, arrays={"candidates": stacked},
                                        sizes={"m": len(live), "k": stacked.shape[1]}, phase="evaluation")
-        # SuperNodes that connected since the start are asked for their data summary in
-        # the same round trip and may be sampled from the next round on.
         joining = self.newcomers()
         if joining:
             requests["join"] = self.join_request(joining)
@@ -232,7 +239,7 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
             center_set.remember([one_set(r, position) for r in got.get("seed", [])])
             costs = (sum(float(r.arrays["costs"][position]) for r in measure), sum(r.num_examples for r in measure))
             out[center_set.index] = ([one_set(r, position) for r in got["train"]], costs)
-        return out, everyone or measuring
+        return out, everyone or measuring or not unsampled
 
     def measure(self, center_set: "CenterSet", replies: list[Reply], measured: tuple[float, int],
                 measuring: bool, t: int) -> dict[str, Any]:
@@ -250,6 +257,9 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
         center_set.cost = report["cost"]
         if exact:
             self.consider_best(report["cost"], t - 1, center_set, points)
+        elif sampled_points > 0 and self.config["fraction"] < 1.0:
+            self.estimated = cheapest_estimates(self.estimated, (report["sampled_cost"], t - 1, center_set.index,
+                                                                 center_set.centers.copy()), ESTIMATED_POOL)
         return report
 
     def update(self, center_set: "CenterSet", report: dict[str, Any], left: set[int], t: int, rounds: int) -> None:
@@ -285,12 +295,3 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
         if moved:
             center_set.undo = Undo(before, report["cost"] if report["exact"] else float("inf"), moved, dict(center_set.latest))
         center_set.step(new, counts, moved, orphans, center_shift(new, old))
-
-def one_set(reply: Reply, position: int) -> Reply:
-    """One center set's part of a training reply (the arrays of set ``position``; the cost as (1,))."""
-    arrays = {name: (value[position:position + 1] if name == "cost" else value[position]) for name, value in reply.arrays.items()}
-    return Reply(reply.node_id, arrays, reply.metrics)
-
-# Returned centers cheaper than the last: a warning when the last cost this much more (below,
-# a log line; the cheaper centers are returned either way).
-LAST_WORSE_WARNING = 0.01

@@ -123,3 +123,10 @@ def sum_arrays(replies: list[Reply], key: str) -> np.ndarray:
 
 def sum_metric(replies: list[Reply], key: str = protocol.NUM_EXAMPLES) -> float:
     return float(sum(float(reply.metrics[key]) for reply in replies))
+
+
+def one_set(reply: Reply, position: int) -> Reply:
+    """One center set's part of a reply for several sets side by side (the arrays of set
+    ``position``; a per-set ``cost`` as shape (1,))."""
+    arrays = {name: (value[position:position + 1] if name == "cost" else value[position]) for name, value in reply.arrays.items()}
+    return Reply(reply.node_id, arrays, reply.metrics)

@@ -293,7 +293,7 @@ def test_server_memory_is_lloyd_over_every_nodes_latest_statistics(tmp_path):
     centers too."""
     rng = np.random.default_rng(3)
     parts = [rng.normal(size=(25 + 3 * i, 2)) + (i % 4) * 5 for i in range(10)]
-    strategy, sent = sampled_training(parts, tmp_path, fraction=0.3, **{"reassign-patience": 1000})
+    strategy, sent = sampled_training(parts, tmp_path, fraction=0.3, **{"reassign-patience": 1000, "eval-every": 1})
     C = np.array([[0.0, 0.0], [5.0, 5.0], [10.0, 10.0], [15.0, 15.0], [30.0, 0.0]])
     rounds = 6
     out = strategy.train(C, rounds).centers
@@ -387,9 +387,10 @@ def test_partial_participation_defaults_converge_where_previous_defaults_drift(t
         result = run({"k": k, "num-rounds": 30, "fraction": 0.3, "dataset": "npy-dir", "data-dir": str(directory),
                       "output-dir": str(out), "reference": False, **extra}, num_nodes=len(parts))
         ratios[name] = result["final"]["cost"] / best
-        # the centers returned are the cheapest every node measured (round costs and the final evaluation)
+        # the centers returned are the cheapest every node measured (round costs, the final
+        # evaluation, and the start, which round 1 measured on its sample only, scored at the end)
         measured = [r["cost"] for r in result["rounds"]] + [result.get("last", result["final"])["cost"]]
-        assert result["final"]["cost"] == pytest.approx(min(measured))
+        assert result["final"]["cost"] <= min(measured) * (1 + 1e-12)
         d2 = ((X[:, None, :] - np.load(out / "centers.npy")[None]) ** 2).sum(-1).min(1)
         assert d2.mean() == pytest.approx(result["final"]["cost"], rel=1e-9)
     assert ratios["defaults"] <= 1.02, ratios
@@ -432,11 +433,15 @@ def test_k_range_larger_than_the_data_is_refused(tmp_path):
 
 
 def test_partial_participation_measures_every_round_without_extra_round_trips(tmp_path):
-    config = {"k": 5, "num-rounds": 8, "fraction": 0.3, "reference": False, "partition": "components", "classes-per-client": 2}
+    # (one center set and no re-seed: which sets train on and whether a re-seed of a non-empty
+    # cluster may happen depend on what a round measured)
+    config = {"k": 5, "num-rounds": 8, "fraction": 0.3, "reference": False, "partition": "components", "classes-per-client": 2,
+              "reassign-patience": 1000, "n-init": 1}
     measured = run({**config, "output-dir": str(tmp_path / "m")}, num_nodes=12)
     silent = run({**config, "output-dir": str(tmp_path / "s"), "eval-every": 0}, num_nodes=12)
     # evaluation never changes the training
-    np.testing.assert_array_equal(np.load(tmp_path / "m" / "centers.npy"), np.load(tmp_path / "s" / "centers.npy"))
+    trajectory = lambda result: [(r["center_shift"], r["sampled_cost_of_received"]) for r in result["rounds"]]
+    assert trajectory(measured) == trajectory(silent)
     # 2 start-up round trips (data and local summaries together; candidate scoring), one per
     # round, one final evaluation: the same with and without the per-round measurement
     assert measured["communication"]["round_trips"] == silent["communication"]["round_trips"] == 2 + 8 + 1
@@ -644,3 +649,28 @@ def test_a_device_whose_statistics_contradict_its_declared_moments_cannot_move_t
     true = {name: kmeans_cost(X, np.load(tmp_path / name / "centers.npy")) for name in ("honest", "hostile")}
     assert true["hostile"] <= 1.01 * true["honest"], true
     assert honest["phases"] and not [f for p in honest["phases"] for f in p["failures"]]
+
+
+def test_without_measuring_rounds_a_round_contacts_only_its_sampled_nodes(tmp_path):
+    """eval-every = 0 (the deployment preset): after round 1 (whose unsampled nodes seed the
+    memory) every training round goes to the sampled nodes only; the centers the sampled
+    replies estimated cheapest are scored by every node with the final evaluation, in the
+    same round trip, and the cheapest of those and the last are returned, exactly measured."""
+    rng = np.random.default_rng(4)
+    means = rng.normal(scale=6.0, size=(6, 3))
+    parts = [np.concatenate([means[(i + j) % 6] + rng.normal(size=(30, 3)) for j in range(2)]) for i in range(12)]
+    directory = write_npy_dir(tmp_path / "data", parts)
+    result = run({"k": 6, "num-rounds": 10, "fraction": 0.25, "eval-every": 0, "dataset": "npy-dir",
+                  "data-dir": str(directory), "reference": False, "output-dir": str(tmp_path / "out")}, num_nodes=12)
+    trains = [p for p in result["phases"] if p["phase"] == "train"]
+    assert len(trains) == 10 and all(p["sent"] == 3 for p in trains)  # 25 % of 12, nobody else
+    assert [p["sent"] for p in result["phases"] if p["phase"] == "memory"] == [9]
+    last_trip = [p for p in result["phases"] if p["phase"] in ("final-evaluation", "final-candidates")]
+    assert [p["sent"] for p in last_trip] == [12, 12] and len({p["round_trip"] for p in last_trip}) == 1
+    X = np.concatenate(parts)
+    cost = lambda centers: ((X[:, None, :] - centers[None]) ** 2).sum(-1).min(1).mean()
+    returned = np.load(tmp_path / "out" / "centers.npy")
+    assert cost(returned) == pytest.approx(result["final"]["cost"], rel=1e-9)
+    if "last" in result:  # a cheaper candidate than the last centers was returned
+        assert cost(np.load(tmp_path / "out" / "last_centers.npy")) == pytest.approx(result["last"]["cost"], rel=1e-9)
+        assert result["final"]["cost"] < result["last"]["cost"]
