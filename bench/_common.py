@@ -1,4 +1,5 @@
-"""Shared helpers of the benchmark scripts: machine info, quiet in-process runs, tables.
+"""Shared helpers of the benchmark scripts: the two flags every script takes (``--quick``,
+``--out DIR``) and the page ``--out`` writes, machine info, quiet in-process runs, tables.
 
 Not a library module: the scripts in ``bench/`` import it after putting the repository
 root on ``sys.path``, so they run from a checkout without installing anything extra.
@@ -6,6 +7,8 @@ root on ``sys.path``, so they run from a checkout without installing anything ex
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import logging
 import math
 import os
@@ -16,11 +19,85 @@ import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+# --------------------------------------------------------------------------- --quick, --out
+def add_bench_flags(parser: argparse.ArgumentParser, *, quick: str, out: str | None = None) -> argparse.ArgumentParser:
+    """Add the two flags every benchmark script takes and return ``parser``.
+
+    ``--quick`` (``args.quick``): the fast smoke version; ``quick`` is its help, what the
+    smaller run does. ``--out DIR`` (``args.out``: a ``Path``, or None without the flag):
+    also write the printed page to ``DIR/<script>.md`` through :func:`page_output`;
+    ``out`` replaces the help where the script writes more files into DIR.
+    """
+    parser.add_argument("--quick", action="store_true", help=f"fast smoke version: {quick}")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help=out or "also write what is printed (header and tables) to DIR/<script name>.md")
+    return parser
+
+
+class _Tee:
+    """``sys.stdout`` that also writes into ``file``, flushed at every write, from the
+    process that made it only: a forked worker inherits it, and its prints go to the
+    terminal as before but never into the file."""
+
+    def __init__(self, stream: Any, file: Any) -> None:
+        self._stream, self._file, self._pid = stream, file, os.getpid()
+
+    def _mine(self) -> bool:
+        return os.getpid() == self._pid and not self._file.closed
+
+    def write(self, text: str) -> int:
+        if self._mine():
+            self._file.write(text)
+            self._file.flush()
+        return self._stream.write(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self._mine():
+            self._file.flush()
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # encoding, isatty, fileno, ... of the real stream
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def page_output(out: str | Path | None, script: str | Path) -> Iterator[Path | None]:
+    """Everything printed to ``sys.stdout`` inside the block still goes there and is copied
+    into ``out/<script's stem>.md`` (``out`` is created; pass ``__file__`` as ``script``).
+    The file is written as the text comes and closed on the way out, also when the block
+    raises (then a last line says why the run stopped). Output of worker processes (forked
+    or started anew) and of subprocesses is not copied. Without ``out`` it does nothing
+    and yields None; with it, the page's path.
+    """
+    if not out:
+        yield None
+        return
+    path = Path(out) / f"{Path(script).stem}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    previous = sys.stdout
+    with open(path, "w", encoding="utf-8") as file:
+        sys.stdout = _Tee(previous, file)
+        try:
+            yield path
+        except BaseException as exc:
+            if not (isinstance(exc, SystemExit) and exc.code in (0, None)):
+                file.write(f"\n(the run stopped early: {type(exc).__name__}: {exc})\n")
+            raise
+        finally:
+            sys.stdout = previous
+            previous.flush()
+    print(f"page: {path}", file=sys.stderr)
 
 
 def cpu_model() -> str:

@@ -10,18 +10,24 @@ over the phase's occurrences. Sizes are the serialized arrays of each message (`
 bytes, ``server_app.messages.payload_bytes``); config values, Flower's message metadata and
 gRPC/TLS framing come on top (not counted here).
 
+``--quick`` runs the same rows with 3 rounds where a row sets its rounds (FedKMeans,
+FedSpectral+) and 1 Lloyd round for FedDP-KMeans: the bytes per phase occurrence stay the
+same, the ``times`` column and the whole-run totals shrink with the rounds.
+
 Usage::
 
     python bench/bytes_per_phase.py
+    python bench/bytes_per_phase.py --quick --out DIR   # also writes DIR/bytes_per_phase.md
 """
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from _common import markdown_table, print_header, run_inprocess
+from _common import add_bench_flags, markdown_table, page_output, print_header, run_inprocess
 from round_trips import graph_dir
 
 POINTS = {"num-points": 10_000, "dim": 32, "k": 16}
@@ -38,12 +44,34 @@ def kib(value: float) -> str:
     return f"{value / 1024:.1f}"
 
 
+def quick_config(name: str, config: dict) -> tuple[str, dict]:
+    """--quick: 3 rounds where the row sets its rounds, 1 Lloyd round for FedDP-KMeans."""
+    config = dict(config)
+    if "num-rounds" in config:
+        name = name.replace(f"{config['num-rounds']} rounds", "3 rounds")
+        config["num-rounds"] = 3
+    if "lloyd-rounds" in config:
+        config["lloyd-rounds"] = 1
+    return name, config
+
+
 def main() -> None:
-    print_header("Bytes per device per phase (in-process, run-config defaults)")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_bench_flags(parser, quick="3 rounds for FedKMeans and FedSpectral+, 1 Lloyd round for FedDP-KMeans")
+    args = parser.parse_args()
+    with page_output(args.out, __file__):
+        table(args.quick)
+
+
+def table(quick: bool) -> None:
+    print_header("Bytes per device per phase (in-process, run-config defaults"
+                 + (", --quick: fewer rounds" if quick else "") + ")")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         edges = graph_dir(Path(tmp) / "graph")
         for name, (config, nodes) in ROWS.items():
+            if quick:
+                name, config = quick_config(name, config)
             config = dict(config, reference=False)
             if config["algorithm"].startswith("fedspectral"):
                 config.update({"dataset": "edge-dir", "data-dir": str(edges), "num-nodes": 60})

@@ -12,6 +12,7 @@ Usage::
 
     python bench/choose_k.py                 # 5 seeds
     python bench/choose_k.py --seeds 2 --figures docs/figures/choose-k
+    python bench/choose_k.py --quick         # 1 seed; mixture k = 4 and digits (--out DIR: also DIR/choose_k.md)
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import default_jobs, markdown_table, parallel_map, print_header, run_inprocess, svg_line_chart
+from _common import (add_bench_flags, default_jobs, markdown_table, page_output, parallel_map, print_header, run_inprocess,
+                     svg_line_chart)
 
 DATASETS = {
     "mixture, true k = 4 (d = 5)": ({"dataset": "gaussian-mixture", "components": 4, "dim": 5, "num-points": 3000}, 4),
@@ -29,6 +31,7 @@ DATASETS = {
     "mixture, true k = 12 (d = 10)": ({"dataset": "gaussian-mixture", "components": 12, "dim": 10, "num-points": 6000}, 12),
     "digits (10 classes, d = 64)": ({"dataset": "digits", "partition": "components", "classes-per-client": 2}, 10),
 }
+QUICK = ("mixture, true k = 4 (d = 5)", "digits (10 classes, d = 64)")  # --quick: one generated, one real
 K_MAX = 16
 
 
@@ -73,41 +76,44 @@ def one(job):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--seeds", type=int, default=None, help="number of seeds (default 5, quick 1)")
     parser.add_argument("--jobs", type=int, default=default_jobs())
     parser.add_argument("--figures", type=Path, default=None, help="write cost and CH per k (SVG) into this folder")
+    add_bench_flags(parser, quick="1 seed; the true-k-4 mixture and digits only")
     args = parser.parse_args()
-    seeds = list(range(args.seeds))
-    print_header(f"Choosing k: federated k-range 2:{K_MAX} vs central k-means (20 clients)")
-    jobs = [(name, seed) for name in DATASETS for seed in seeds]
-    results = dict(zip(jobs, parallel_map(one, jobs, args.jobs)))
-    rows = []
-    for name, (_, truth) in DATASETS.items():
-        runs = [results[(name, s)] for s in seeds]
+    seeds = list(range(args.seeds or (1 if args.quick else 5)))
+    datasets = {name: DATASETS[name] for name in (QUICK if args.quick else DATASETS)}
+    with page_output(args.out, __file__):
+        print_header(f"Choosing k: federated k-range 2:{K_MAX} vs central k-means (20 clients)")
+        jobs = [(name, seed) for name in datasets for seed in seeds]
+        results = dict(zip(jobs, parallel_map(one, jobs, args.jobs)))
+        rows = []
+        for name, (_, truth) in datasets.items():
+            runs = [results[(name, s)] for s in seeds]
 
-        def picks(key):
-            return ", ".join(str(r[key]) for r in runs)
+            def picks(key):
+                return ", ".join(str(r[key]) for r in runs)
 
-        ratio_at_truth = [r["ratio"][truth - 2] for r in runs]
-        rows.append([name, truth, picks("fed_ch"), picks("central_ch"), picks("fed_elbow"), picks("central_elbow"),
-                     f"{np.median(ratio_at_truth):.4f} (max {np.max(ratio_at_truth):.4f})", runs[0]["phases"]])
-    print(markdown_table(["data", "true k", "CH: federated", "CH: central", "elbow: federated", "elbow: central",
-                          "federated / central cost at true k", "phases"], rows))
-    print(f"\nOne entry per seed ({len(seeds)} seeds). Federated cost = the best server-built candidate, "
-          "scored in one round, no training rounds.")
-    if args.figures:
-        for name, (_, truth) in DATASETS.items():
-            r = results[(name, seeds[0])]
-            ks = list(range(2, K_MAX + 1))
-            slug = name.split(" (")[0].replace(", ", "-").replace(" = ", "").replace(" ", "-")
-            svg_line_chart(args.figures / f"cost-{slug}.svg", f"{name}: cost per point by k (seed 0)", "k",
-                           "cost per point", {"federated": (ks, r["fed_cost"], None),
-                                              "central": (ks, r["central_cost"], None)})
-            top = max(max(r["fed_ch_curve"]), max(r["central_ch_curve"]))
-            svg_line_chart(args.figures / f"ch-{slug}.svg", f"{name}: Calinski-Harabasz / its maximum (seed 0)", "k",
-                           "CH (scaled)", {"federated": (ks, [v / top for v in r["fed_ch_curve"]], None),
-                                           "central": (ks, [v / top for v in r["central_ch_curve"]], None)})
-        print(f"figures: {args.figures}/cost-*.svg, ch-*.svg")
+            ratio_at_truth = [r["ratio"][truth - 2] for r in runs]
+            rows.append([name, truth, picks("fed_ch"), picks("central_ch"), picks("fed_elbow"), picks("central_elbow"),
+                         f"{np.median(ratio_at_truth):.4f} (max {np.max(ratio_at_truth):.4f})", runs[0]["phases"]])
+        print(markdown_table(["data", "true k", "CH: federated", "CH: central", "elbow: federated", "elbow: central",
+                              "federated / central cost at true k", "phases"], rows))
+        print(f"\nOne entry per seed ({len(seeds)} seeds). Federated cost = the best server-built candidate, "
+              "scored in one round, no training rounds.")
+        if args.figures:
+            for name, (_, truth) in datasets.items():
+                r = results[(name, seeds[0])]
+                ks = list(range(2, K_MAX + 1))
+                slug = name.split(" (")[0].replace(", ", "-").replace(" = ", "").replace(" ", "-")
+                svg_line_chart(args.figures / f"cost-{slug}.svg", f"{name}: cost per point by k (seed 0)", "k",
+                               "cost per point", {"federated": (ks, r["fed_cost"], None),
+                                                  "central": (ks, r["central_cost"], None)})
+                top = max(max(r["fed_ch_curve"]), max(r["central_ch_curve"]))
+                svg_line_chart(args.figures / f"ch-{slug}.svg", f"{name}: Calinski-Harabasz / its maximum (seed 0)", "k",
+                               "CH (scaled)", {"federated": (ks, [v / top for v in r["fed_ch_curve"]], None),
+                                               "central": (ks, [v / top for v in r["central_ch_curve"]], None)})
+            print(f"figures: {args.figures}/cost-*.svg, ch-*.svg")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ on the same agents' files, and evaluates the final centers on the distinct point
 Usage::
 
     python bench/da_ufl_repro.py               # 10 seeds, SNR 5..30 dB
-    python bench/da_ufl_repro.py --quick       # 3 seeds, 3 SNRs
+    python bench/da_ufl_repro.py --quick       # 3 seeds, 3 SNRs (Part 2: 2 SNRs)
+    python bench/da_ufl_repro.py --quick --out DIR   # also writes DIR/da_ufl_repro.md
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import markdown_table, mean_std, print_header, quiet_flower, run_inprocess, svg_line_chart
+from _common import (add_bench_flags, markdown_table, mean_std, page_output, print_header, quiet_flower, run_inprocess,
+                     svg_line_chart)
 
 from fedcluster import da_ufl
 from fedcluster.config import DEFAULTS
@@ -141,56 +143,57 @@ def system(snr, seed):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
+    add_bench_flags(parser, quick="3 seeds, SNR 10/20/30 dB (Part 2: 10/20 dB)")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--figures", type=Path, default=Path("bench/results/da-ufl"),
                         help="folder for objective-vs-snr.svg and outer-iterations.svg")
     args = parser.parse_args()
     seeds = range(3 if args.quick else args.seeds)
     snrs = (10.0, 20.0, 30.0) if args.quick else (5.0, 10.0, 15.0, 20.0, 25.0, 30.0)
-    print_header("DA-UFL reproduction (Servetnyk et al. 2020, Sec. IV)")
-    quiet_flower()
-    methods = ("UFLBin", "UFLSOM", "UFLUni", "central k-means")
-    rows, conv = [], []
-    curves = {m: {"ratio": [], "outer": []} for m in methods}
-    for snr in snrs:
-        results = [one(snr, s) for s in seeds]
-        data = results[0][1]
-        seen = np.mean([r[1]["seen"] for r in results])
-        copies = np.mean([r[1]["copies"] for r in results])
-        for m in methods:
-            values = [r[0][m] for r in results]
-            rows.append([f"{snr:g}", m, mean_std([v["cost"] for v in values]), mean_std([v["ratio"] for v in values]),
-                         mean_std([v["vi"] for v in values]), mean_std([v["rand"] for v in values]),
-                         mean_std([v["ari"] for v in values]), mean_std([v["outer"] for v in values], 1)])
-            for key in ("ratio", "outer"):
-                column = [v[key] for v in values]
-                curves[m][key].append((np.mean(column), np.std(column, ddof=1) if len(column) > 1 else 0.0))
-        conv.append([f"{snr:g}", f"{seen:.0f}", f"{copies:.2f}"])
-        del data
-    print(f"\n### Part 1: Fig. 5 / Fig. 4 ({len(seeds)} seeds, mean ± std; same init for all methods)\n")
-    print(markdown_table(["SNR dB", "method", "cost / point", "cost / central", "VI", "Rand", "ARI", "outer iterations"], rows))
-    print("\nData: distinct points seen by some agent (of 800) and copies per seen point:\n")
-    print(markdown_table(["SNR dB", "seen", "copies / point"], conv))
-    for key, name, label in (("ratio", "objective-vs-snr.svg", "cost / central k-means"),
-                             ("outer", "outer-iterations.svg", "outer iterations to converge")):
-        svg_line_chart(
-            args.figures / name,
-            f"DA-UFL, paper Sec. IV: {label}",
-            "SNR (dB)", f"{label} (mean ± std, {len(seeds)} seeds)",
-            {m: (list(snrs), [c[0] for c in curves[m][key]], [c[1] for c in curves[m][key]]) for m in methods},
-        )
-    print(f"\nfigures: {args.figures / 'objective-vs-snr.svg'}, {args.figures / 'outer-iterations.svg'}")
-    rows = []
-    for snr in ((10.0, 20.0) if args.quick else (10.0, 20.0, 30.0)):
-        results = [system(snr, s) for s in seeds]
-        for name in results[0]:
-            values = [r[name] for r in results]
-            rows.append([f"{snr:g}", name, mean_std([v["ratio"] for v in values]), mean_std([v["ari"] for v in values]),
-                         mean_std([v["rounds"] for v in values], 1), f"{np.mean([v['bytes'] for v in values]) / 1000:.0f}"])
-    print(f"\n### Part 2: the system, run-config defaults ({len(seeds)} seeds): DA-UFL vs FedKMeans on the same agents\n")
-    print("cost / central = cost per distinct point over scikit-learn KMeans (n_init = 10) on the distinct points.\n")
-    print(markdown_table(["SNR dB", "run", "cost / central", "ARI", "rounds", "kB sent"], rows))
+    with page_output(args.out, __file__):
+        print_header("DA-UFL reproduction (Servetnyk et al. 2020, Sec. IV)")
+        quiet_flower()
+        methods = ("UFLBin", "UFLSOM", "UFLUni", "central k-means")
+        rows, conv = [], []
+        curves = {m: {"ratio": [], "outer": []} for m in methods}
+        for snr in snrs:
+            results = [one(snr, s) for s in seeds]
+            data = results[0][1]
+            seen = np.mean([r[1]["seen"] for r in results])
+            copies = np.mean([r[1]["copies"] for r in results])
+            for m in methods:
+                values = [r[0][m] for r in results]
+                rows.append([f"{snr:g}", m, mean_std([v["cost"] for v in values]), mean_std([v["ratio"] for v in values]),
+                             mean_std([v["vi"] for v in values]), mean_std([v["rand"] for v in values]),
+                             mean_std([v["ari"] for v in values]), mean_std([v["outer"] for v in values], 1)])
+                for key in ("ratio", "outer"):
+                    column = [v[key] for v in values]
+                    curves[m][key].append((np.mean(column), np.std(column, ddof=1) if len(column) > 1 else 0.0))
+            conv.append([f"{snr:g}", f"{seen:.0f}", f"{copies:.2f}"])
+            del data
+        print(f"\n### Part 1: Fig. 5 / Fig. 4 ({len(seeds)} seeds, mean ± std; same init for all methods)\n")
+        print(markdown_table(["SNR dB", "method", "cost / point", "cost / central", "VI", "Rand", "ARI", "outer iterations"], rows))
+        print("\nData: distinct points seen by some agent (of 800) and copies per seen point:\n")
+        print(markdown_table(["SNR dB", "seen", "copies / point"], conv))
+        for key, name, label in (("ratio", "objective-vs-snr.svg", "cost / central k-means"),
+                                 ("outer", "outer-iterations.svg", "outer iterations to converge")):
+            svg_line_chart(
+                args.figures / name,
+                f"DA-UFL, paper Sec. IV: {label}",
+                "SNR (dB)", f"{label} (mean ± std, {len(seeds)} seeds)",
+                {m: (list(snrs), [c[0] for c in curves[m][key]], [c[1] for c in curves[m][key]]) for m in methods},
+            )
+        print(f"\nfigures: {args.figures / 'objective-vs-snr.svg'}, {args.figures / 'outer-iterations.svg'}")
+        rows = []
+        for snr in ((10.0, 20.0) if args.quick else (10.0, 20.0, 30.0)):
+            results = [system(snr, s) for s in seeds]
+            for name in results[0]:
+                values = [r[name] for r in results]
+                rows.append([f"{snr:g}", name, mean_std([v["ratio"] for v in values]), mean_std([v["ari"] for v in values]),
+                             mean_std([v["rounds"] for v in values], 1), f"{np.mean([v['bytes'] for v in values]) / 1000:.0f}"])
+        print(f"\n### Part 2: the system, run-config defaults ({len(seeds)} seeds): DA-UFL vs FedKMeans on the same agents\n")
+        print("cost / central = cost per distinct point over scikit-learn KMeans (n_init = 10) on the distinct points.\n")
+        print(markdown_table(["SNR dB", "run", "cost / central", "ARI", "rounds", "kB sent"], rows))
 
 
 if __name__ == "__main__":

@@ -16,13 +16,17 @@ a SuperLink with TLS and SuperNode authentication and 3 SuperNodes, each reading
 - **Flower transport and polling**: the rest (SuperLink ↔ SuperNode ↔ ClientApp process,
   the ServerApp's pull loop and the SuperNodes' polling intervals).
 
+``--quick``: 5 000 points per SuperNode and 3 rounds (the median over rounds 2..3).
+
 Usage::
 
     python bench/deployment_seconds.py
+    python bench/deployment_seconds.py --quick --out DIR   # also writes DIR/deployment_seconds.md
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import subprocess
@@ -33,21 +37,22 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import ROOT, markdown_table, print_header, run_inprocess
+from _common import ROOT, add_bench_flags, markdown_table, page_output, print_header, run_inprocess
 
 NODES, POINTS, DIM, K, ROUNDS = 3, 20_000, 32, 16, 6
+QUICK_POINTS, QUICK_ROUNDS = 5_000, 3
 CONFIG = {"k": K, "num-rounds": ROUNDS, "eval-every": 0, "reference": False, "tol": 0.0}
 
 
-def device_files(folder: Path) -> list[Path]:
+def device_files(folder: Path, points: int = POINTS) -> list[Path]:
     rng = np.random.default_rng(0)
     means = rng.normal(0, 6, size=(K, DIM))
     folder.mkdir(parents=True, exist_ok=True)
     files = []
     for i in range(NODES):
-        labels = rng.integers(K, size=POINTS)
+        labels = rng.integers(K, size=points)
         files.append(folder / f"device_{i + 1}.npy")
-        np.save(files[-1], means[labels] + rng.normal(size=(POINTS, DIM)))
+        np.save(files[-1], means[labels] + rng.normal(size=(points, DIM)))
     return files
 
 
@@ -80,13 +85,22 @@ def median_round(result: dict) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_bench_flags(parser, quick=f"{QUICK_POINTS} points per SuperNode, {QUICK_ROUNDS} rounds")
+    args = parser.parse_args()
+    with page_output(args.out, __file__):
+        measure(*((QUICK_POINTS, QUICK_ROUNDS) if args.quick else (POINTS, ROUNDS)))
+
+
+def measure(points: int, rounds: int) -> None:
     from fedcluster.tools.local_cluster import LocalCluster
 
     print_header(f"Deployment seconds per round: FedKMeans, {NODES} SuperNodes (TLS + auth, loopback), "
-                 f"{POINTS} x {DIM} points each, k = {K}")
+                 f"{points} x {DIM} points each, k = {K}, {rounds} rounds")
     with tempfile.TemporaryDirectory(prefix="fedcluster-deploy-") as tmp:
-        files = device_files(Path(tmp) / "data")
-        inprocess = run_inprocess({**CONFIG, "dataset": "npy-dir", "data-dir": str(Path(tmp) / "data")}, NODES)
+        files = device_files(Path(tmp) / "data", points)
+        inprocess = run_inprocess({**CONFIG, "num-rounds": rounds, "dataset": "npy-dir",
+                                   "data-dir": str(Path(tmp) / "data")}, NODES)
         centers = np.asarray(inprocess["centers"])
         kernels = [kernel_seconds(f, centers) for f in files]
         start = clientapp_start_seconds(files[0])
@@ -94,7 +108,7 @@ def main() -> None:
         out = Path(tmp) / "out"
         with LocalCluster(Path(tmp) / "cluster", files, echo=lambda *_: None) as cluster:
             cluster.start()
-            run_id = cluster.submit(ROOT, f"k={K} num-rounds={ROUNDS} eval-every=0 reference=false tol=0.0 "
+            run_id = cluster.submit(ROOT, f"k={K} num-rounds={rounds} eval-every=0 reference=false tol=0.0 "
                                           f"min-nodes={NODES} output-dir='{out}'")
             status = cluster.wait(run_id, 900)
             if status != "finished:completed":
@@ -104,7 +118,7 @@ def main() -> None:
     device = max(kernels)
     rest = per_round - device - start - server
     rows = [
-        ["deployment, seconds per round (median, rounds 2..6)", f"{per_round:.2f}", "100 %"],
+        [f"deployment, seconds per round (median, rounds 2..{rounds})", f"{per_round:.2f}", "100 %"],
         ["device kernel (fedkmeans_train, largest device)", f"{device:.3f}", f"{100 * device / per_round:.1f} %"],
         ["ClientApp start (fresh process: import + load data)", f"{start:.2f}", f"{100 * start / per_round:.1f} %"],
         ["server work (ServerApp, per round)", f"{server:.3f}", f"{100 * server / per_round:.1f} %"],

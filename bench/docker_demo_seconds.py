@@ -15,6 +15,7 @@ Needs a Docker engine, Compose and the images (``bash docker/build.sh``).
 Usage::
 
     python bench/docker_demo_seconds.py [--repeats 2]   # --quick: one run of each
+    python bench/docker_demo_seconds.py --quick --out DIR   # also writes DIR/docker_demo_seconds.md
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import ROOT, markdown_table, print_header, run_inprocess
+from _common import ROOT, add_bench_flags, markdown_table, page_output, print_header, run_inprocess
 
 JOB_CONFIG = {"k": 4, "num-rounds": 10, "tol": 1e-4, "reference": False}  # the compose file's job
 
@@ -87,34 +88,35 @@ def bring_up(compose: list[str], tmp: Path, tls: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="one run of each variant")
+    add_bench_flags(parser, quick="one run of each variant (--repeats 1)")
     args = parser.parse_args()
     if args.quick:
         args.repeats = 1
     compose = compose_command()
-    print_header("Docker demo cluster: docker compose up -> finished job (3 SuperNodes, 1250 points, FedKMeans k = 4)")
-    with tempfile.TemporaryDirectory(prefix="fedcluster-docker-bench-") as directory:
-        tmp = Path(directory)
-        make_demo_data(tmp / "data")
-        flat = tmp / "flat"
-        flat.mkdir()
-        for i in (1, 2, 3):
-            np.save(flat / f"node-{i}.npy", np.load(tmp / "data" / f"node-{i}" / "client.npy"))
-        started = time.perf_counter()
-        inprocess = run_inprocess({**JOB_CONFIG, "dataset": "npy-dir", "data-dir": str(flat)}, 3)
-        baseline = time.perf_counter() - started
-        rows = []
-        for variant in ("plain", "tls"):
-            runs = [bring_up(compose, tmp, tls=variant == "tls") for _ in range(args.repeats)]
-            median = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-            rows.append([
-                variant, f"{median['up']:.1f}", f"{median['finished']:.1f}", f"{median['run']:.0f}", f"{median['rounds']:.0f}",
-                f"{median['per_round']:.2f}", f"{median['finished'] / baseline:.0f}×", f"{median['cost']:.4f}",
-            ])
-    print(markdown_table(["cluster", "up (s)", "up → finished (s)", "Flower run (s)", "rounds", "s / round",
-                          "finished / in-process", "cost / point"], rows))
-    print(f"\nbaseline, the same job in-process (inprocess.run): {baseline:.2f} s, {len(inprocess['rounds'])} rounds, "
-          f"cost {inprocess['final']['cost']:.4f}; medians of {args.repeats} runs per row")
+    with page_output(args.out, __file__):
+        print_header("Docker demo cluster: docker compose up -> finished job (3 SuperNodes, 1250 points, FedKMeans k = 4)")
+        with tempfile.TemporaryDirectory(prefix="fedcluster-docker-bench-") as directory:
+            tmp = Path(directory)
+            make_demo_data(tmp / "data")
+            flat = tmp / "flat"
+            flat.mkdir()
+            for i in (1, 2, 3):
+                np.save(flat / f"node-{i}.npy", np.load(tmp / "data" / f"node-{i}" / "client.npy"))
+            started = time.perf_counter()
+            inprocess = run_inprocess({**JOB_CONFIG, "dataset": "npy-dir", "data-dir": str(flat)}, 3)
+            baseline = time.perf_counter() - started
+            rows = []
+            for variant in ("plain", "tls"):
+                runs = [bring_up(compose, tmp, tls=variant == "tls") for _ in range(args.repeats)]
+                median = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+                rows.append([
+                    variant, f"{median['up']:.1f}", f"{median['finished']:.1f}", f"{median['run']:.0f}", f"{median['rounds']:.0f}",
+                    f"{median['per_round']:.2f}", f"{median['finished'] / baseline:.0f}×", f"{median['cost']:.4f}",
+                ])
+        print(markdown_table(["cluster", "up (s)", "up → finished (s)", "Flower run (s)", "rounds", "s / round",
+                              "finished / in-process", "cost / point"], rows))
+        print(f"\nbaseline, the same job in-process (inprocess.run): {baseline:.2f} s, {len(inprocess['rounds'])} rounds, "
+              f"cost {inprocess['final']['cost']:.4f}; medians of {args.repeats} runs per row")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ Usage::
 
     python bench/dp_calibration.py            # 36 rows, ≈ 8 min on 2 busy cores (the baseline)
     python bench/dp_calibration.py --quick    # 4 rows (client, q 0.01/0.1, ε 1/4, 2 rounds)
+    python bench/dp_calibration.py --quick --out DIR   # also writes DIR/dp_calibration.md
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import argparse
 import os
 import time
 
-from _common import markdown_table, print_header
+from _common import add_bench_flags, markdown_table, page_output, print_header
 
 from fedcluster import feddp_kmeans
 from fedcluster.privacy import PrivacyLedger, calibration
@@ -66,49 +67,50 @@ def reported(result: calibration.Calibration) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="client level, q 0.01/0.1, ε 1/4, 2 Lloyd rounds")
+    add_bench_flags(parser, quick="client level, q 0.01/0.1, ε 1/4, 2 Lloyd rounds")
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs of ours (default 3)")
     parser.add_argument("--no-baseline", action="store_true", help="time ours only")
     args = parser.parse_args()
 
-    print_header("FedDP-KMeans DP calibration with Poisson client sampling (seconds per calibration)")
-    levels = ("client",) if args.quick else tuple(feddp_kmeans.RULE_OF_THUMB)
-    rates = (0.01, 0.1) if args.quick else (0.01, 0.1, 0.5)
-    epsilons = (1.0, 4.0) if args.quick else (1.0, 4.0, 16.0)
-    rounds = (2,) if args.quick else (2, 10)
-    rows, ours_total, base_total, ratios = [], 0.0, 0.0, []
-    for level in levels:
-        for q in rates:
-            for lloyd_rounds in rounds:
-                specs = specs_for(level, q, lloyd_rounds)
-                for epsilon in epsilons:
-                    seconds, result = timed(specs, epsilon, True, args.repeat)
-                    ours_total += seconds
-                    row = [level, q, lloyd_rounds, f"{epsilon:g}", f"{seconds:.2f}"]
-                    if args.no_baseline:
-                        row += ["", ""]
-                    else:
-                        base_seconds, base = timed(specs, epsilon, False, 1)
-                        base_total += base_seconds
-                        ratios.append(base_seconds / seconds)
-                        row += [f"{base_seconds:.2f}", f"{base_seconds / seconds:.1f}x"]
-                    in_band = epsilon * (1 - 1e-3) <= result.total_epsilon <= epsilon
-                    row += [f"{result.total_epsilon:.5f}" + ("" if in_band else " (out of band!)")]
-                    row += ["" if args.no_baseline else f"{base.total_epsilon:.5f}"]
-                    row += ["" if args.quick else f"{reported(result):.5f}"]
-                    rows.append(row)
-                    print(" | ".join(str(c) for c in row), flush=True)
-    print()
-    print(markdown_table(
-        ["level", "q", "Lloyd rounds", "ε", "ours s", "baseline s", "baseline / ours",
-         f"ε ours (grid {SEARCH_DISCRETIZATION:g})", f"ε baseline (grid {SEARCH_DISCRETIZATION:g})", "ε ours (ledger, 1e-4)"],
-        rows,
-    ))
-    print(f"\nours: {ours_total:.1f} s in total, max {max(float(r[4]) for r in rows):.2f} s per calibration")
-    if ratios:
-        print(f"baseline: {base_total:.1f} s in total; speed-up median {sorted(ratios)[len(ratios) // 2]:.1f}x, "
-              f"min {min(ratios):.1f}x")
-    print(f"load avg at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    with page_output(args.out, __file__):
+        print_header("FedDP-KMeans DP calibration with Poisson client sampling (seconds per calibration)")
+        levels = ("client",) if args.quick else tuple(feddp_kmeans.RULE_OF_THUMB)
+        rates = (0.01, 0.1) if args.quick else (0.01, 0.1, 0.5)
+        epsilons = (1.0, 4.0) if args.quick else (1.0, 4.0, 16.0)
+        rounds = (2,) if args.quick else (2, 10)
+        rows, ours_total, base_total, ratios = [], 0.0, 0.0, []
+        for level in levels:
+            for q in rates:
+                for lloyd_rounds in rounds:
+                    specs = specs_for(level, q, lloyd_rounds)
+                    for epsilon in epsilons:
+                        seconds, result = timed(specs, epsilon, True, args.repeat)
+                        ours_total += seconds
+                        row = [level, q, lloyd_rounds, f"{epsilon:g}", f"{seconds:.2f}"]
+                        if args.no_baseline:
+                            row += ["", ""]
+                        else:
+                            base_seconds, base = timed(specs, epsilon, False, 1)
+                            base_total += base_seconds
+                            ratios.append(base_seconds / seconds)
+                            row += [f"{base_seconds:.2f}", f"{base_seconds / seconds:.1f}x"]
+                        in_band = epsilon * (1 - 1e-3) <= result.total_epsilon <= epsilon
+                        row += [f"{result.total_epsilon:.5f}" + ("" if in_band else " (out of band!)")]
+                        row += ["" if args.no_baseline else f"{base.total_epsilon:.5f}"]
+                        row += ["" if args.quick else f"{reported(result):.5f}"]
+                        rows.append(row)
+                        print(" | ".join(str(c) for c in row), flush=True)
+        print()
+        print(markdown_table(
+            ["level", "q", "Lloyd rounds", "ε", "ours s", "baseline s", "baseline / ours",
+             f"ε ours (grid {SEARCH_DISCRETIZATION:g})", f"ε baseline (grid {SEARCH_DISCRETIZATION:g})", "ε ours (ledger, 1e-4)"],
+            rows,
+        ))
+        print(f"\nours: {ours_total:.1f} s in total, max {max(float(r[4]) for r in rows):.2f} s per calibration")
+        if ratios:
+            print(f"baseline: {base_total:.1f} s in total; speed-up median {sorted(ratios)[len(ratios) // 2]:.1f}x, "
+                  f"min {min(ratios):.1f}x")
+        print(f"load avg at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -14,9 +14,15 @@ the k-means cost / n of the final centers on the pooled client data and the tota
 run's ledger reports (PLD, δ = 1e-6); k-FED (when ``algorithm = "kfed"`` is available) and
 the pooled optimum (scikit-learn KMeans, k-means++, n_init = 10) are the non-private rows.
 
-Outputs (``--out``, default ``bench/results/feddp-pareto/<settings>``): ``runs.csv`` (every run),
-``pareto.md`` (tables), ``pareto-<setting>.svg`` (cost / n against total ε, Pareto front
-per method, hand-written SVG: matplotlib is not a dependency).
+Outputs (``--out``, default ``bench/results/feddp-pareto/<settings>``, with ``--quick``
+``.../quick-<settings>``): ``runs.csv`` (every run), ``pareto.md`` (tables),
+``pareto-<setting>.svg`` (cost / n against total ε, Pareto front per method, hand-written
+SVG: matplotlib is not a dependency) and ``feddp_pareto.md`` (the whole printed page,
+header included).
+
+``--quick``: 1 seed, every third ε of each setting's grid (data-point: 0.05, 0.3, 2),
+Lloyd rounds 0 and 1, no ablations (for the default data-point setting: 18 federations and
+the pooled optimum); with ``--timing``, the two data-point cases with 1 seed.
 
 ``--timing`` instead runs the headline configurations as separate processes (whole
 process: interpreter start, imports, data generation, the federation, result writing) and
@@ -27,6 +33,7 @@ Usage::
     python bench/feddp_pareto.py                       # data-point sweep + ablations
     python bench/feddp_pareto.py --settings client-2000 --seeds 1
     python bench/feddp_pareto.py --timing
+    python bench/feddp_pareto.py --quick --out DIR      # DIR/feddp_pareto.md beside the tables
 """
 
 from __future__ import annotations
@@ -49,7 +56,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import ROOT, default_jobs, markdown_table, parallel_map, print_header, run_inprocess  # noqa: E402
+from _common import (ROOT, add_bench_flags, default_jobs, markdown_table, page_output, parallel_map,  # noqa: E402
+                     print_header, run_inprocess)
 
 DELTA = 1e-6
 METHODS = ("feddp", "server-kmeans++", "server-lloyds", "sphere-packing")
@@ -396,6 +404,8 @@ def timing(args) -> str:
         ("client-2000", 2000, {"epsilon": args.client_epsilon, "lloyd-rounds": 0}),
         ("client-5000", 5000, {"epsilon": args.client_epsilon, "lloyd-rounds": 0}),
     ]
+    if args.quick:
+        cases = [case for case in cases if case[0] == "data-point"]
     rows, optima = [], {}
     for setting, nodes, extra in cases:
         seeds = args.timing_seeds if setting != "client-5000" else args.timing_seeds[:1]
@@ -430,23 +440,38 @@ def timing(args) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--settings", nargs="+", default=["data-point"], choices=list(SETTINGS))
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--rounds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per point (default 3, quick 1)")
+    parser.add_argument("--rounds", type=int, nargs="+", default=None, help="Lloyd rounds (default 0 1 2, quick 0 1)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--epsilons", type=float, nargs="+", default=None, help="override the setting's ε grid")
+    parser.add_argument("--epsilons", type=float, nargs="+", default=None,
+                        help="override the setting's ε grid (quick: every third ε of it)")
     parser.add_argument("--client-sampling-rate", type=float, default=1.0)
     parser.add_argument("--no-ablations", action="store_true")
     parser.add_argument("--ablations-only", action="store_true", help="skip the sweep (and the init-only rows)")
     parser.add_argument("--jobs", type=int, default=default_jobs())
-    parser.add_argument("--out", default="", help="default: bench/results/feddp-pareto/<settings> (timing: .../timing)")
     parser.add_argument("--timing", action="store_true", help="whole-process timings of the headline configurations")
     parser.add_argument("--timing-seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--client-epsilon", type=float, default=8.0)
     parser.add_argument("--replot", action="store_true", help="rebuild the tables and SVGs from --out's CSVs")
+    add_bench_flags(parser, quick="1 seed, every third ε of the grid, Lloyd rounds 0 and 1, no ablations "
+                                  "(--timing: the data-point cases, 1 seed)",
+                    out="folder of runs.csv, optima.csv, pareto.md, the SVGs and feddp_pareto.md (the printed page); "
+                        "default: bench/results/feddp-pareto/<settings> (--timing: .../timing; --quick: quick-...)")
     args = parser.parse_args()
-    print_header("FedDP-KMeans reproduction (Scott et al. 2025)")
-    out = Path(args.out or ROOT / "bench" / "results" / "feddp-pareto" / ("timing" if args.timing else "+".join(args.settings)))
+    args.seeds = args.seeds or (1 if args.quick else 3)
+    args.rounds = args.rounds or ([0, 1] if args.quick else [0, 1, 2])
+    if args.quick:
+        args.no_ablations = True
+        args.timing_seeds = args.timing_seeds[:1]
+    name = ("quick-" if args.quick else "") + ("timing" if args.timing else "+".join(args.settings))
+    out = Path(args.out or ROOT / "bench" / "results" / "feddp-pareto" / name)
     out.mkdir(parents=True, exist_ok=True)
+    with page_output(out, __file__):
+        print_header("FedDP-KMeans reproduction (Scott et al. 2025)")
+        reproduce(args, out)
+
+
+def reproduce(args: argparse.Namespace, out: Path) -> None:
     if args.timing:
         text = timing(args)
         print(text)
@@ -467,7 +492,7 @@ def main() -> None:
             for rounds in args.rounds:
                 if method != "feddp" and rounds == 0:
                     continue  # no private step: ε = 0, reported as the init-only row below
-                for eps in args.epsilons or spec["epsilons"]:
+                for eps in args.epsilons or (spec["epsilons"][::3] if args.quick else spec["epsilons"]):
                     for seed in seeds:
                         work.append((setting, method, eps, rounds, seed, extra, "sweep"))
     if "data-point" in args.settings and not args.no_ablations:

@@ -27,6 +27,7 @@ Usage::
     python bench/fedkmeans_noniid.py --tuned    # plus a tuned row
     python bench/fedkmeans_noniid.py --random-init  # plus data-free init
     python bench/fedkmeans_noniid.py --quick    # 2 seeds, fewer points
+    python bench/fedkmeans_noniid.py --quick --out DIR   # also writes DIR/fedkmeans_noniid.md
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import default_jobs, markdown_table, parallel_map, print_header, run_inprocess  # noqa: E402
+from _common import add_bench_flags, default_jobs, markdown_table, page_output, parallel_map, print_header, run_inprocess  # noqa: E402
 
 TARGET = 1.02
 
@@ -93,7 +94,7 @@ def job(args: tuple) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="2 seeds, 3000 Gaussian points")
+    add_bench_flags(parser, quick="2 seeds, 3000 Gaussian points")
     parser.add_argument("--seeds", type=int, default=None, help="number of seeds (default 5, quick 2)")
     parser.add_argument("--tuned", action="store_true", help=f"also one tuned row per scenario: {TUNED}")
     parser.add_argument("--random-init", action="store_true", help=f"also a row with the data-free init: {RANDOM_INIT}")
@@ -103,52 +104,53 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         SCENARIOS["gmm d=10 k=8 Dir(0.3)"][1]["num-points"] = 3000
 
-    print_header("FedKMeans on non-IID data vs the pooled central optimum")
-    for name, (clients, overrides) in SCENARIOS.items():
-        print(f"- {name}: {clients} clients, {overrides}")
-    print(f"\nseeds {seeds[0]}..{seeds[-1]}, target median ratio <= {TARGET}, {args.jobs} worker process(es)\n", flush=True)
+    with page_output(args.out, __file__):
+        print_header("FedKMeans on non-IID data vs the pooled central optimum")
+        for name, (clients, overrides) in SCENARIOS.items():
+            print(f"- {name}: {clients} clients, {overrides}")
+        print(f"\nseeds {seeds[0]}..{seeds[-1]}, target median ratio <= {TARGET}, {args.jobs} worker process(es)\n", flush=True)
 
-    settings = [("defaults", {})] + ([(f"tuned {TUNED}", TUNED)] if args.tuned else [])
-    settings += [(f"{RANDOM_INIT}", RANDOM_INIT)] if args.random_init else []
-    started = time.perf_counter()
-    work = [(scenario, seed, extra) for scenario in SCENARIOS for _, extra in settings for seed in seeds]
-    results = parallel_map(job, work, args.jobs)
-    rows = []
-    position = 0
-    for scenario in SCENARIOS:
-        for label, _ in settings:
-            runs = results[position : position + len(seeds)]
-            position += len(seeds)
-            ratios = [r["ratio"] for r in runs]
-            median = statistics.median(ratios)
-            firsts = [r["first"] for r in runs]
-            reached = [f for f in firsts if f is not None]
-            if len(reached) > len(runs) / 2:
-                first = statistics.median_low([f if f is not None else 10**9 for f in firsts])
-                first_text = "init" if first == 0 else str(first)
-            else:
-                first_text = "never (median)"
-            rows.append([
-                scenario,
-                label,
-                f"{median:.4f}",
-                f"{max(ratios):.4f}",
-                f"{statistics.median(r['init_ratio'] for r in runs):.4f}",
-                f"{sum(r <= TARGET for r in ratios)}/{len(ratios)}",
-                "yes" if median <= TARGET else f"NO (+{(median - TARGET) * 100:.1f} pts)",
-                first_text,
-                statistics.median(r["rounds"] for r in runs),
-                f"{statistics.median(r['seconds'] for r in runs):.1f}",
-            ])
-    print(markdown_table(
-        ["scenario", "setting", "median ratio", "max ratio", "initial centers' ratio (median)", f"seeds ≤ {TARGET}", "target met",
-         f"first round ≤ {TARGET} (median)", "rounds run", "s / run"],
-        rows,
-    ))
-    print("\nratio = federated cost per point / pooled scikit-learn KMeans(n_init=10) cost per point, "
-          f"on the pooled points; {len(seeds)} seeds.")
-    print(f"total wall time {time.perf_counter() - started:.0f} s")
-    return 0
+        settings = [("defaults", {})] + ([(f"tuned {TUNED}", TUNED)] if args.tuned else [])
+        settings += [(f"{RANDOM_INIT}", RANDOM_INIT)] if args.random_init else []
+        started = time.perf_counter()
+        work = [(scenario, seed, extra) for scenario in SCENARIOS for _, extra in settings for seed in seeds]
+        results = parallel_map(job, work, args.jobs)
+        rows = []
+        position = 0
+        for scenario in SCENARIOS:
+            for label, _ in settings:
+                runs = results[position : position + len(seeds)]
+                position += len(seeds)
+                ratios = [r["ratio"] for r in runs]
+                median = statistics.median(ratios)
+                firsts = [r["first"] for r in runs]
+                reached = [f for f in firsts if f is not None]
+                if len(reached) > len(runs) / 2:
+                    first = statistics.median_low([f if f is not None else 10**9 for f in firsts])
+                    first_text = "init" if first == 0 else str(first)
+                else:
+                    first_text = "never (median)"
+                rows.append([
+                    scenario,
+                    label,
+                    f"{median:.4f}",
+                    f"{max(ratios):.4f}",
+                    f"{statistics.median(r['init_ratio'] for r in runs):.4f}",
+                    f"{sum(r <= TARGET for r in ratios)}/{len(ratios)}",
+                    "yes" if median <= TARGET else f"NO (+{(median - TARGET) * 100:.1f} pts)",
+                    first_text,
+                    statistics.median(r["rounds"] for r in runs),
+                    f"{statistics.median(r['seconds'] for r in runs):.1f}",
+                ])
+        print(markdown_table(
+            ["scenario", "setting", "median ratio", "max ratio", "initial centers' ratio (median)", f"seeds ≤ {TARGET}", "target met",
+             f"first round ≤ {TARGET} (median)", "rounds run", "s / run"],
+            rows,
+        ))
+        print("\nratio = federated cost per point / pooled scikit-learn KMeans(n_init=10) cost per point, "
+              f"on the pooled points; {len(seeds)} seeds.")
+        print(f"total wall time {time.perf_counter() - started:.0f} s")
+        return 0
 
 
 if __name__ == "__main__":

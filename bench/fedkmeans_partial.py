@@ -27,6 +27,7 @@ Usage::
 
     python bench/fedkmeans_partial.py            # 10 seeds, the whole grid
     python bench/fedkmeans_partial.py --quick    # 3 seeds, the pathological 2-component rows
+    python bench/fedkmeans_partial.py --quick --out DIR   # also writes DIR/fedkmeans_partial.md
     python bench/fedkmeans_partial.py --figures docs/figures/fedkmeans-partial
     python bench/fedkmeans_partial.py --diagnose # other starts / no reassignment, 1-2 components
 """
@@ -39,7 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import default_jobs, svg_line_chart, markdown_table, parallel_map, print_header, quiet_flower
+from _common import (add_bench_flags, default_jobs, markdown_table, page_output, parallel_map, print_header, quiet_flower,
+                     svg_line_chart)
 
 from fedcluster.data import partition_components, partition_dirichlet, partition_iid
 from fedcluster.lloyd import kmeans_cost
@@ -117,7 +119,7 @@ def one(job):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
+    add_bench_flags(parser, quick="3 seeds, the 2-component split, fraction 0.3 and 1, full batch")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--jobs", type=int, default=default_jobs())
     parser.add_argument("--batch", choices=("full", "mini", "both"), default="both",
@@ -134,39 +136,40 @@ def main() -> None:
     partitions = ("2 components",) if args.quick else ("1 component", "2 components") if args.diagnose else PARTITIONS
     fractions = (0.3, 1.0) if args.quick or args.diagnose else (0.1, 0.3, 0.5, 1.0)
     batches = {"full": (False,), "mini": (True,), "both": (False, True)}["full" if args.quick else args.batch]
-    print_header("FedKMeans under partial participation (50 clients, d = 30, k = 20, 60 rounds)")
-    pairs = [(p, seed) for p in partitions for seed in seeds]
-    references = dict(zip(pairs, parallel_map(reference_of, pairs, args.jobs)))
-    jobs = [(p, f, b, s, seed) for p in partitions for f in fractions for b in batches for s in SETTINGS for seed in seeds]
-    results = dict(zip(jobs, parallel_map(one, [job + (references[job[0], job[4]],) for job in jobs], args.jobs)))
-    rows = []
-    for p in partitions:
-        for f in fractions:
-            for b in batches:
-                for s in SETTINGS:
-                    ratios = [results[(p, f, b, s, seed)][0] for seed in seeds]
-                    above = [results[(p, f, b, s, seed)][1] for seed in seeds]
-                    rows.append([p, f"{f:g}", "B=32 E=2" if b else "full", s, f"{np.median(ratios):.4f}",
-                                 f"{np.max(ratios):.4f}", f"{np.max(above):.4f}"])
-    print(markdown_table(["data", "fraction", "batch", "setting", "cost / best central (median)", "worst",
-                          "final / best seen (worst)"], rows))
-    print(f"\n{len(seeds)} seeds; best central = min(KMeans n_init=10, KMeans from the true means).")
-    if args.figures:
-        args.figures.mkdir(parents=True, exist_ok=True)
+    with page_output(args.out, __file__):
+        print_header("FedKMeans under partial participation (50 clients, d = 30, k = 20, 60 rounds)")
+        pairs = [(p, seed) for p in partitions for seed in seeds]
+        references = dict(zip(pairs, parallel_map(reference_of, pairs, args.jobs)))
+        jobs = [(p, f, b, s, seed) for p in partitions for f in fractions for b in batches for s in SETTINGS for seed in seeds]
+        results = dict(zip(jobs, parallel_map(one, [job + (references[job[0], job[4]],) for job in jobs], args.jobs)))
+        rows = []
         for p in partitions:
-            if (p, 0.3, False, "defaults", seeds[0]) not in results or p not in ("2 components", "Dirichlet(0.1)"):
-                continue
-            series = {}
-            for s in SETTINGS:
-                raw = [results[(p, 0.3, False, s, seed)][2] for seed in seeds]
-                longest = max(map(len, raw))  # a run stopped by tol keeps its last cost
-                curves = np.array([c + c[-1:] * (longest - len(c)) for c in raw], dtype=float)
-                rounds = np.arange(1, curves.shape[1] + 1)
-                series[s] = (rounds.tolist(), np.median(curves, axis=0).tolist(), None)
-            name = f"cost-per-round-{p.replace(' ', '-').replace('(', '').replace(')', '').lower()}.svg"
-            svg_line_chart(args.figures / name, f"FedKMeans, {p}, fraction 0.3, full batch ({len(seeds)} seeds, median)",
-                           "round", "cost / best central", series)
-            print(f"figure: {args.figures / name}")
+            for f in fractions:
+                for b in batches:
+                    for s in SETTINGS:
+                        ratios = [results[(p, f, b, s, seed)][0] for seed in seeds]
+                        above = [results[(p, f, b, s, seed)][1] for seed in seeds]
+                        rows.append([p, f"{f:g}", "B=32 E=2" if b else "full", s, f"{np.median(ratios):.4f}",
+                                     f"{np.max(ratios):.4f}", f"{np.max(above):.4f}"])
+        print(markdown_table(["data", "fraction", "batch", "setting", "cost / best central (median)", "worst",
+                              "final / best seen (worst)"], rows))
+        print(f"\n{len(seeds)} seeds; best central = min(KMeans n_init=10, KMeans from the true means).")
+        if args.figures:
+            args.figures.mkdir(parents=True, exist_ok=True)
+            for p in partitions:
+                if (p, 0.3, False, "defaults", seeds[0]) not in results or p not in ("2 components", "Dirichlet(0.1)"):
+                    continue
+                series = {}
+                for s in SETTINGS:
+                    raw = [results[(p, 0.3, False, s, seed)][2] for seed in seeds]
+                    longest = max(map(len, raw))  # a run stopped by tol keeps its last cost
+                    curves = np.array([c + c[-1:] * (longest - len(c)) for c in raw], dtype=float)
+                    rounds = np.arange(1, curves.shape[1] + 1)
+                    series[s] = (rounds.tolist(), np.median(curves, axis=0).tolist(), None)
+                name = f"cost-per-round-{p.replace(' ', '-').replace('(', '').replace(')', '').lower()}.svg"
+                svg_line_chart(args.figures / name, f"FedKMeans, {p}, fraction 0.3, full batch ({len(seeds)} seeds, median)",
+                               "round", "cost / best central", series)
+                print(f"figure: {args.figures / name}")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ Usage::
 
     python bench/fedkmeans_triebe.py            # 10 seeds, T = 200
     python bench/fedkmeans_triebe.py --quick    # 3 seeds, T = 50
+    python bench/fedkmeans_triebe.py --quick --out DIR   # also writes DIR/fedkmeans_triebe.md
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import default_jobs, markdown_table, mean_std, parallel_map, print_header, run_inprocess  # noqa: E402
+from _common import (add_bench_flags, default_jobs, markdown_table, mean_std, page_output, parallel_map,  # noqa: E402
+                     print_header, run_inprocess)
 
 NUM_CLIENTS = 50
 K = 5
@@ -100,7 +102,7 @@ def federated_job(args: tuple) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="3 seeds, 50 rounds")
+    add_bench_flags(parser, quick="3 seeds, 50 rounds")
     parser.add_argument("--seeds", type=int, default=None, help="number of seeds (default 10, quick 3)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds T (default 200, quick 50)")
     parser.add_argument("--jobs", type=int, default=default_jobs(), help="worker processes (default: usable CPUs)")
@@ -108,31 +110,32 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(args.seeds or (3 if args.quick else 10)))
     rounds = args.rounds or (50 if args.quick else 200)
 
-    print_header("FedKMeans on Triebe's 1-D toy setup vs central k-means")
-    print(f"{NUM_CLIENTS} clients x 10 points, 1-D, means 1..5, scale 0.2, k={K}, T={rounds}, "
-          f"seeds {seeds[0]}..{seeds[-1]}, {args.jobs} worker process(es)\n", flush=True)
+    with page_output(args.out, __file__):
+        print_header("FedKMeans on Triebe's 1-D toy setup vs central k-means")
+        print(f"{NUM_CLIENTS} clients x 10 points, 1-D, means 1..5, scale 0.2, k={K}, T={rounds}, "
+              f"seeds {seeds[0]}..{seeds[-1]}, {args.jobs} worker process(es)\n", flush=True)
 
-    started = time.perf_counter()
-    rows = []
-    jobs = [(seed, n_init) for n_init in (10, 1) for seed in seeds]
-    central = parallel_map(central_job, jobs, args.jobs)
-    for index, n_init in enumerate((10, 1)):
-        runs = central[index * len(seeds) : (index + 1) * len(seeds)]
-        rows.append(summarize(f"central k-means (scikit-learn, n_init={n_init})", runs))
-    fed_jobs = [(name, seed, rounds) for name in SETTINGS for seed in seeds]
-    federated = parallel_map(federated_job, fed_jobs, args.jobs)
-    for index, name in enumerate(SETTINGS):
-        runs = federated[index * len(seeds) : (index + 1) * len(seeds)]
-        rows.append(summarize(f"FedKMeans {name}", runs))
+        started = time.perf_counter()
+        rows = []
+        jobs = [(seed, n_init) for n_init in (10, 1) for seed in seeds]
+        central = parallel_map(central_job, jobs, args.jobs)
+        for index, n_init in enumerate((10, 1)):
+            runs = central[index * len(seeds) : (index + 1) * len(seeds)]
+            rows.append(summarize(f"central k-means (scikit-learn, n_init={n_init})", runs))
+        fed_jobs = [(name, seed, rounds) for name in SETTINGS for seed in seeds]
+        federated = parallel_map(federated_job, fed_jobs, args.jobs)
+        for index, name in enumerate(SETTINGS):
+            runs = federated[index * len(seeds) : (index + 1) * len(seeds)]
+            rows.append(summarize(f"FedKMeans {name}", runs))
 
-    print(markdown_table(
-        ["method", "intra-cluster distance", "Davies–Bouldin", "cost / point", "clusters used (min)", "reassigned / run", "s / run"],
-        rows,
-    ))
-    print(f"\nintra-cluster distance and Davies–Bouldin: mean ± std over {len(seeds)} seeds, lower is better. "
-          "Paper's claim: FedKMeans matches or beats central k-means with suitable hyperparameters.")
-    print(f"total wall time {time.perf_counter() - started:.0f} s")
-    return 0
+        print(markdown_table(
+            ["method", "intra-cluster distance", "Davies–Bouldin", "cost / point", "clusters used (min)", "reassigned / run", "s / run"],
+            rows,
+        ))
+        print(f"\nintra-cluster distance and Davies–Bouldin: mean ± std over {len(seeds)} seeds, lower is better. "
+              "Paper's claim: FedKMeans matches or beats central k-means with suitable hyperparameters.")
+        print(f"total wall time {time.perf_counter() - started:.0f} s")
+        return 0
 
 
 def summarize(name: str, runs: list[dict]) -> list:

@@ -25,6 +25,8 @@ Usage::
     python bench/fedspectral_repro.py --sweeps    # + the paper's sweeps (Figs. 1-3)
     python bench/fedspectral_repro.py --flwr      # + per-round time in a real flwr run
     python bench/fedspectral_repro.py --privacy   # + can a server rebuild a client's edges?
+    python bench/fedspectral_repro.py --quick     # email-Eu-core only, 1 seed (sweeps: 1 seed per cell)
+    python bench/fedspectral_repro.py --quick --out DIR   # also writes DIR/fedspectral_repro.md
 
 Graphs: ``--graphs DIR`` or ``$FEDCLUSTER_GRAPHS`` or ``./graphs`` (``fedcluster-fetch-graphs --out graphs``) or ``../shared/data/graphs``.
 """
@@ -54,7 +56,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import markdown_table, print_header, run_inprocess  # noqa: E402
+from bench._common import add_bench_flags, markdown_table, page_output, print_header, run_inprocess, svg_line_chart  # noqa: E402
 from fedcluster.graph import canonical_edges, load_edge_list, load_node_labels, split_edges, write_client_edge_files  # noqa: E402
 from fedcluster.metrics import adjusted_rand, nmi, rand_index  # noqa: E402
 from fedcluster.fedspectral import ExactEigensolver, embedding_labels, row_normalize, subspace_distance  # noqa: E402
@@ -384,8 +386,6 @@ def rounds_to_target(graph: Graph, figures: Path | None = None) -> None:
          "Rand % / ARI at 1e-3", "sine after 60 rounds"], rows))
     print()
     if figures:
-        from _common import svg_line_chart
-
         series = {label: (list(range(1, min(len(sines), 80) + 1)), [math.log10(max(v, 1e-16)) for v in sines[:80]], None)
                   for label, sines in curves.items()}
         path = figures / f"sine-per-round-{graph.name}.svg"
@@ -607,8 +607,8 @@ def departments_table(email: Graph, raw: dict[str, Any], seeds: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graphs", type=Path, default=default_graph_dir())
-    parser.add_argument("--seeds", type=int, default=5, help="seeds per federated row (default 5)")
-    parser.add_argument("--sweep-seeds", type=int, default=2, help="seeds per sweep cell (default 2)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per federated row (default 5, quick 1)")
+    parser.add_argument("--sweep-seeds", type=int, default=None, help="seeds per sweep cell (default 2, quick 1)")
     parser.add_argument("--only", choices=sorted(GRAPHS), default=None, help="one graph only")
     parser.add_argument("--sweeps", action="store_true", help="also run the paper's sweeps (Figs. 1-3)")
     parser.add_argument("--no-main", action="store_true", help="skip the main table (e.g. with --sweeps)")
@@ -616,33 +616,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--privacy", action="store_true", help="also try to rebuild a client's edges from its replies (ego-Facebook)")
     parser.add_argument("--convergence-only", action="store_true", help="only the rounds-to-target tables (plain vs Krylov)")
     parser.add_argument("--figures", type=Path, default=None, help="write sine-per-round SVGs (plain vs Krylov) here")
+    add_bench_flags(parser, quick="email-Eu-core only (unless --only), 1 seed per row and per sweep cell")
     args = parser.parse_args(argv)
+    args.seeds = args.seeds or (1 if args.quick else 5)
+    args.sweep_seeds = args.sweep_seeds or (1 if args.quick else 2)
+    if args.quick and not args.only:
+        args.only = "email-Eu-core"
     if not (args.graphs / "email-Eu-core.txt").is_file():
         print(f"SNAP graphs not found in {args.graphs} (use --graphs or $FEDCLUSTER_GRAPHS)", file=sys.stderr)
         return 2
-    print_header("FedSpectral / FedSpectral+ reproduction")
-    workdir = Path(tempfile.mkdtemp(prefix="fedspectral-splits-"))
-    try:
-        names = [args.only] if args.only else list(GRAPHS)
-        graphs = {name: load_graph(name, args.graphs, workdir) for name in names}
-        if args.convergence_only:
-            for graph in graphs.values():
-                rounds_to_target(graph, args.figures)
-        elif not args.no_main:
-            raws = {}
-            for name, graph in graphs.items():
-                raws[name] = main_table(graph, args.seeds)
-                rounds_to_target(graph, args.figures)
-            if "email-Eu-core" in graphs:
-                departments_table(graphs["email-Eu-core"], raws["email-Eu-core"], args.seeds)
-            if "ego-Facebook" in graphs:
-                performance(graphs["ego-Facebook"], args.flwr)
-        if args.privacy and "ego-Facebook" in graphs:
-            privacy(graphs["ego-Facebook"])
-        if args.sweeps:
-            sweeps(graphs, args.sweep_seeds)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    with page_output(args.out, __file__):
+        print_header("FedSpectral / FedSpectral+ reproduction")
+        workdir = Path(tempfile.mkdtemp(prefix="fedspectral-splits-"))
+        try:
+            names = [args.only] if args.only else list(GRAPHS)
+            graphs = {name: load_graph(name, args.graphs, workdir) for name in names}
+            if args.convergence_only:
+                for graph in graphs.values():
+                    rounds_to_target(graph, args.figures)
+            elif not args.no_main:
+                raws = {}
+                for name, graph in graphs.items():
+                    raws[name] = main_table(graph, args.seeds)
+                    rounds_to_target(graph, args.figures)
+                if "email-Eu-core" in graphs:
+                    departments_table(graphs["email-Eu-core"], raws["email-Eu-core"], args.seeds)
+                if "ego-Facebook" in graphs:
+                    performance(graphs["ego-Facebook"], args.flwr)
+            if args.privacy and "ego-Facebook" in graphs:
+                privacy(graphs["ego-Facebook"])
+            if args.sweeps:
+                sweeps(graphs, args.sweep_seeds)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

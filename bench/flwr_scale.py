@@ -27,6 +27,7 @@ Usage::
     python bench/flwr_scale.py                       # 1000 SuperNodes (~5 min)
     python bench/flwr_scale.py --supernodes 1000 5000
     python bench/flwr_scale.py --quick               # 100 SuperNodes, 3 rounds
+    python bench/flwr_scale.py --quick --out DIR     # also writes DIR/flwr_scale.md
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import ROOT, SimulationSuperLink, markdown_table, print_header  # noqa: E402
+from _common import ROOT, SimulationSuperLink, add_bench_flags, markdown_table, page_output, print_header  # noqa: E402
 
 TARGET = 1.15
 NPY_HEADER = 128  # bytes of an .npy header (format 1.0, padded to 64; small shapes)
@@ -148,47 +149,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--supernodes", type=int, nargs="+", default=[1000])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--points-per-client", type=int, default=100)
-    parser.add_argument("--quick", action="store_true", help="100 SuperNodes, 3 rounds")
+    add_bench_flags(parser, quick="100 SuperNodes, 3 rounds")
     parser.add_argument("--keep-flwr-home", action="store_true", help="keep the SuperLink's FLWR_HOME (its log)")
     args = parser.parse_args(argv)
     if args.quick:
         args.supernodes, args.rounds = [100], 3
-    print_header("`flwr run` simulation: seconds per broadcast, fedcluster FedKMeans vs a minimal echo app")
-    rows, ok = [], True
-    for supernodes in args.supernodes:
-        measured = measure(args.keep_flwr_home, supernodes, args.points_per_client, args.rounds)
-        if measured is None:
-            ok = False
-            rows.append([supernodes, "failed", "–", "–", "–", "–", "–"])
-            continue
-        ours = statistics.median(measured["ours"])
-        echoes = [statistics.median(seconds) for seconds in measured["echo"]]
-        echo = statistics.mean(echoes)
-        ratio = ours / echo
-        ok = ok and ratio <= TARGET
-        print(f"  ours s/round {', '.join(f'{s:.2f}' for s in measured['ours'])}; "
-              f"echo s/broadcast before {', '.join(f'{s:.2f}' for s in measured['echo'][0])} "
-              f"(warm-up {measured['warm-up'][0]:.2f} left out), "
-              f"after {', '.join(f'{s:.2f}' for s in measured['echo'][1])} (warm-up {measured['warm-up'][1]:.2f}); "
-              f"start-up round trips {', '.join(f'{s:.2f}' for s in measured['startup'])} s; "
-              f"flwr run wall {measured['ours_wall']:.0f} s (ServerApp {measured['ours_server_wall']:.0f} s), "
-              f"echo {' / '.join(f'{w:.0f}' for w in measured['echo_wall'])} s", flush=True)
-        rows.append([
-            supernodes, f"{measured['down']} / {measured['up']}", f"{ours:.2f}",
-            f"{echoes[0]:.2f} / {echoes[1]:.2f}",
-            f"{ratio:.2f}" + ("" if ratio <= TARGET else " (above 1.15)"),
-            " + ".join(f"{s:.1f}" for s in measured["startup"]),
-            f"{measured['ours_wall']:.0f} / {' / '.join(f'{w:.0f}' for w in measured['echo_wall'])}",
-        ])
-    print()
-    print(markdown_table(
-        ["SuperNodes", "bytes per device down / up", "ours s / round (median)",
-         "echo s / broadcast (median), before / after ours", "ours / mean echo", "ours start-up round trips s",
-         "`flwr run` wall s: ours / echo before / after"],
-        rows,
-    ))
-    print(f"\ntarget: ours / echo <= {TARGET}")
-    return 0 if ok else 1
+    with page_output(args.out, __file__):
+        print_header("`flwr run` simulation: seconds per broadcast, fedcluster FedKMeans vs a minimal echo app")
+        rows, ok = [], True
+        for supernodes in args.supernodes:
+            measured = measure(args.keep_flwr_home, supernodes, args.points_per_client, args.rounds)
+            if measured is None:
+                ok = False
+                rows.append([supernodes, "failed", "–", "–", "–", "–", "–"])
+                continue
+            ours = statistics.median(measured["ours"])
+            echoes = [statistics.median(seconds) for seconds in measured["echo"]]
+            echo = statistics.mean(echoes)
+            ratio = ours / echo
+            ok = ok and ratio <= TARGET
+            print(f"  ours s/round {', '.join(f'{s:.2f}' for s in measured['ours'])}; "
+                  f"echo s/broadcast before {', '.join(f'{s:.2f}' for s in measured['echo'][0])} "
+                  f"(warm-up {measured['warm-up'][0]:.2f} left out), "
+                  f"after {', '.join(f'{s:.2f}' for s in measured['echo'][1])} (warm-up {measured['warm-up'][1]:.2f}); "
+                  f"start-up round trips {', '.join(f'{s:.2f}' for s in measured['startup'])} s; "
+                  f"flwr run wall {measured['ours_wall']:.0f} s (ServerApp {measured['ours_server_wall']:.0f} s), "
+                  f"echo {' / '.join(f'{w:.0f}' for w in measured['echo_wall'])} s", flush=True)
+            rows.append([
+                supernodes, f"{measured['down']} / {measured['up']}", f"{ours:.2f}",
+                f"{echoes[0]:.2f} / {echoes[1]:.2f}",
+                f"{ratio:.2f}" + ("" if ratio <= TARGET else " (above 1.15)"),
+                " + ".join(f"{s:.1f}" for s in measured["startup"]),
+                f"{measured['ours_wall']:.0f} / {' / '.join(f'{w:.0f}' for w in measured['echo_wall'])}",
+            ])
+        print()
+        print(markdown_table(
+            ["SuperNodes", "bytes per device down / up", "ours s / round (median)",
+             "echo s / broadcast (median), before / after ours", "ours / mean echo", "ours start-up round trips s",
+             "`flwr run` wall s: ours / echo before / after"],
+            rows,
+        ))
+        print(f"\ntarget: ours / echo <= {TARGET}")
+        return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ the figures quoted in the issue (an older run of their code, NOT of this run) an
 Usage::
 
     OPENBLAS_NUM_THREADS=1 python bench/kfed_system.py            # 10 seeds
-    OPENBLAS_NUM_THREADS=1 python bench/kfed_system.py --quick    # 3 seeds
+    OPENBLAS_NUM_THREADS=1 python bench/kfed_system.py --quick    # 3 seeds, the sweep at (100, 16) only
+    python bench/kfed_system.py --quick --out DIR   # also writes DIR/kfed_system.md
     git clone https://github.com/metastableB/kfed /tmp/kfed-authors
     python bench/kfed_system.py --sections table,restarts --authors /tmp/kfed-authors
 """
@@ -58,7 +59,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import markdown_table, print_header, quiet_flower  # noqa: E402
+from _common import add_bench_flags, markdown_table, page_output, print_header, quiet_flower  # noqa: E402
 
 import numpy as np  # noqa: E402
 from scipy.optimize import linear_sum_assignment  # noqa: E402
@@ -414,7 +415,7 @@ SECTIONS = {"table": section_table, "restarts": section_restarts, "rows": sectio
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--quick", action="store_true", help="3 seeds, smaller sweep")
+    add_bench_flags(parser, quick="3 seeds, the separation sweep at (100, 16) only")
     parser.add_argument("--points", type=int, default=500, help="points per component")
     parser.add_argument("--m0", type=int, default=5)
     parser.add_argument("--sections", default=",".join(SECTIONS))
@@ -429,9 +430,10 @@ def main() -> None:
     import logging
 
     logging.getLogger("flwr").setLevel(logging.WARNING)
-    print_header("k-FED through the system (in-process runner)")
-    for name in args.sections.split(","):
-        SECTIONS[name.strip()](args)
+    with page_output(args.out, __file__):
+        print_header("k-FED through the system (in-process runner)")
+        for name in args.sections.split(","):
+            SECTIONS[name.strip()](args)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ Usage::
     python bench/kfed_table.py --variant paper # paper-faithful k-FED
     python bench/kfed_table.py --variant all   # every variant
     python bench/kfed_table.py --figures docs/figures/kfed   # accuracy vs separation, beside the authors
+    python bench/kfed_table.py --quick         # 3 seeds, (d, k) = (100, 16) only, every separation
+    python bench/kfed_table.py --quick --out DIR   # also writes DIR/kfed_table.md
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ from scipy.optimize import linear_sum_assignment  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from fedcluster.kfed import induced_labels, kfed_merge, local_kprime_means  # noqa: E402
+
+from _common import add_bench_flags, markdown_table, page_output, print_header, svg_line_chart  # noqa: E402
 
 # Authors' numbers quoted in the brief: (d, k) -> {sep: mean accuracy}, perfect seeds at
 # sep 100, seconds per run.
@@ -140,26 +144,34 @@ def run_once(d, k, sep, seed, points, m0, variant):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", default="ours", choices=[*VARIANTS, "all"])
-    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per cell (default 10, quick 3)")
     parser.add_argument("--points", type=int, default=500, help="points per component")
     parser.add_argument("--m0", type=int, default=5)
     parser.add_argument("--seps", default="100,10,5,4")
-    parser.add_argument("--configs", default="100x16,300x64")
+    parser.add_argument("--configs", default=None, help="(d)x(k), comma-separated (default 100x16,300x64, quick 100x16)")
     parser.add_argument("--figures", default="", help="write accuracy-vs-separation SVGs (ours beside the authors') here")
+    add_bench_flags(parser, quick="3 seeds, (d, k) = (100, 16) only, every separation")
     args = parser.parse_args()
+    args.seeds = args.seeds or (3 if args.quick else 10)
+    args.configs = args.configs or ("100x16" if args.quick else "100x16,300x64")
+    with page_output(args.out, __file__):
+        print_header("k-FED on the paper's Gaussian-mixture setup (Table 1 / Fig. 1 analogue), no Flower")
+        table(args)
+
+
+def table(args) -> None:
     curves = {}
     seps = [float(s) for s in args.seps.split(",")]
     configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
     variants = list(VARIANTS) if args.variant == "all" else [args.variant]
 
     for variant in variants:
-        print(f"\n== variant {variant}: device n_init, seeding, server n_init, "
-              f"to_convergence, weighting = {VARIANTS[variant]}")
+        print(f"## variant {variant}: device n_init, seeding, server n_init, "
+              f"to_convergence, weighting = {VARIANTS[variant]}\n")
         for d, k in configs:
             ref, ref_perfect, ref_time = AUTHORS.get((d, k), ({}, None, None))
-            print(f"(d={d}, k={k}, m0={args.m0}, {args.points} pts/component, {args.seeds} seeds)")
-            print(f"  {'sep':>5} {'accuracy':>9} {'perfect':>8} {'local acc':>9} "
-                  f"{'Bayes':>9} {'s/run':>7} {'cpu s':>7} | {'authors':>8}")
+            print(f"(d={d}, k={k}, m0={args.m0}, {args.points} pts/component, {args.seeds} seeds)\n", flush=True)
+            rows = []
             for sep in seps:
                 accs, locs, bayes, times, cpus = [], [], [], [], []
                 for seed in range(args.seeds):
@@ -172,15 +184,14 @@ def main() -> None:
                 ref_str = f"{ref_acc:.4f}" if ref_acc is not None else "-"
                 if ref_acc is not None and int(sep) == 100:
                     ref_str += f" ({ref_perfect}/10)"
-                print(f"  {sep:>5g} {np.mean(accs):>9.5f} {perfect:>5}/{args.seeds:<2} "
-                      f"{np.mean(locs):>9.5f} {np.mean(bayes):>9.5f} {np.mean(times):>7.3f} "
-                      f"{np.mean(cpus):>7.3f} | {ref_str}"
-                      + (f", {ref_time} s/run" if sep == seps[0] and ref_time else ""),
-                      flush=True)
+                rows.append([f"{sep:g}", f"{np.mean(accs):.5f}", f"{perfect}/{args.seeds}", f"{np.mean(locs):.5f}",
+                             f"{np.mean(bayes):.5f}", f"{np.mean(times):.3f}", f"{np.mean(cpus):.3f}",
+                             ref_str + (f", {ref_time} s/run" if sep == seps[0] and ref_time else "")])
+                print(f"  {variant} (d={d}, k={k}) sep {sep:g} done", file=sys.stderr, flush=True)
+            print(markdown_table(["sep", "accuracy", "perfect", "local acc", "Bayes", "s/run", "cpu s", "authors"], rows) + "\n",
+                  flush=True)
     if args.figures:
         from pathlib import Path
-
-        from _common import svg_line_chart
 
         for (variant, d, k), points in curves.items():
             ref = AUTHORS.get((d, k), ({},))[0]

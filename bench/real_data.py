@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from _common import ROOT, default_jobs, machine_info, markdown_table, parallel_map, quiet_flower
+from _common import ROOT, add_bench_flags, default_jobs, machine_info, markdown_table, parallel_map, quiet_flower
 
 BATTERIES = ("fcps", "graves", "other", "sipu", "uci", "wut")
 SPLITS = ("iid", "dirichlet", "pathological")
@@ -442,9 +442,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="an extra row: FederatedKMeans keyword arguments as JSON, e.g. "
                         "'da-ufl-8=" + '{"algorithm": "da-ufl", "run_config": {"som-grid": 8}}' + "' (repeatable)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per case (default 3, quick 1)")
-    parser.add_argument("--quick", action="store_true", help=f"{', '.join(QUICK)}, 1 seed")
     parser.add_argument("--jobs", type=int, default=default_jobs())
-    parser.add_argument("--out", type=Path, help="folder to write real-data.md, real-data.json.gz and real-data.svg into")
+    add_bench_flags(parser, quick=f"{', '.join(QUICK)}, 1 seed",
+                    out="folder to write real-data.md, real-data.json.gz and real-data.svg into (see --name)")
     parser.add_argument("--name", default="real-data", help="file name of the page, data and figure in --out (default real-data)")
     parser.add_argument("--compare", type=Path, help="an earlier real-data.json(.gz): per-case changes")
     parser.add_argument("--from-json", type=Path, help="re-render a saved run instead of running")

@@ -51,6 +51,7 @@ Usage::
 
     python bench/robust_aggregation.py            # 10 seeds
     python bench/robust_aggregation.py --quick    # 3 seeds
+    python bench/robust_aggregation.py --quick --out DIR   # also writes DIR/robust_aggregation.md
     python bench/robust_aggregation.py --algorithms da-ufl
     python bench/robust_aggregation.py --algorithms kfed
     python bench/robust_aggregation.py --algorithms feddp-kmeans
@@ -64,7 +65,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import markdown_table, print_header, quiet_flower
+from _common import add_bench_flags, markdown_table, page_output, print_header, quiet_flower
 
 from fedcluster.data import gaussian_mixture, partition_dirichlet, partition_iid
 from fedcluster.lloyd import kmeans_cost
@@ -248,26 +249,27 @@ def one(algorithm: str, partition: str, seed: int, method: str, attack: str) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
+    add_bench_flags(parser, quick="3 seeds")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--algorithms", default="fedkmeans,da-ufl,kfed,feddp-kmeans", help="comma-separated: fedkmeans, da-ufl, kfed, feddp-kmeans")
     args = parser.parse_args()
     seeds = range(3 if args.quick else args.seeds)
-    quiet_flower()
-    for algorithm in args.algorithms.split(","):
-        print_header(f"{algorithm}: robust aggregation, 10 devices, 1 hostile")
-        rows = []
-        for partition in ("IID", "Dirichlet(0.5)"):
-            for attack in ATTACKS[algorithm]:
-                for method in METHODS[algorithm]:
-                    runs = [one(algorithm, partition, s, method, attack) for s in seeds]
-                    ratios = [r["ratio"] for r in runs]
-                    reported = [r["reported"] for r in runs]
-                    rows.append([partition, attack, method, f"{np.median(ratios):.4f}", f"{np.max(ratios):.4f}",
-                                 f"{np.median(reported):.4f}", f"{np.mean([r['dropped'] for r in runs]):.1f}"])
-        print(markdown_table(["data", "hostile device", "aggregation" if algorithm in ("fedkmeans", "da-ufl") else "options", "true cost / central (median)",
-                              "worst", "reported / true cost (median)", "replies dropped / run"], rows))
-        print(f"\n{len(seeds)} seeds; true cost = k-means cost of the final centers on all 2000 points.\n")
+    with page_output(args.out, __file__):
+        quiet_flower()
+        for algorithm in args.algorithms.split(","):
+            print_header(f"{algorithm}: robust aggregation, 10 devices, 1 hostile")
+            rows = []
+            for partition in ("IID", "Dirichlet(0.5)"):
+                for attack in ATTACKS[algorithm]:
+                    for method in METHODS[algorithm]:
+                        runs = [one(algorithm, partition, s, method, attack) for s in seeds]
+                        ratios = [r["ratio"] for r in runs]
+                        reported = [r["reported"] for r in runs]
+                        rows.append([partition, attack, method, f"{np.median(ratios):.4f}", f"{np.max(ratios):.4f}",
+                                     f"{np.median(reported):.4f}", f"{np.mean([r['dropped'] for r in runs]):.1f}"])
+            print(markdown_table(["data", "hostile device", "aggregation" if algorithm in ("fedkmeans", "da-ufl") else "options", "true cost / central (median)",
+                                  "worst", "reported / true cost (median)", "replies dropped / run"], rows))
+            print(f"\n{len(seeds)} seeds; true cost = k-means cost of the final centers on all 2000 points.\n")
 
 
 if __name__ == "__main__":

@@ -8,19 +8,25 @@ SuperLink/SuperNode exchange (~6 s measured on this machine), so this is the lat
 budget of a run. Rows with a measurement option switched off (one by one, or all by
 ``preset = "deployment"``) show what it costs.
 
+``--quick`` runs the same rows with 3 rounds instead of 10 where a row sets its rounds
+(FedKMeans, FedSpectral+): the counts before, per and after the rounds stay the same,
+the totals shrink with the rounds.
+
 Usage::
 
     python bench/round_trips.py
+    python bench/round_trips.py --quick --out DIR   # also writes DIR/round_trips.md
 """
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from _common import markdown_table, print_header, run_inprocess
+from _common import add_bench_flags, markdown_table, page_output, print_header, run_inprocess
 
 ROWS = {
     "fedkmeans (fraction 1)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10},
@@ -63,12 +69,24 @@ def split(phases: list[dict]) -> tuple[int, float, int, int]:
 
 
 def main() -> None:
-    print_header("Round trips per run, by algorithm (in-process, run-config defaults)")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_bench_flags(parser, quick="3 rounds instead of 10 for FedKMeans and FedSpectral+")
+    args = parser.parse_args()
+    with page_output(args.out, __file__):
+        table(args.quick)
+
+
+def table(quick: bool) -> None:
+    print_header("Round trips per run, by algorithm (in-process, run-config defaults"
+                 + (", --quick: 3 rounds" if quick else "") + ")")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         edges = graph_dir(Path(tmp) / "graph")
         for name, config in ROWS.items():
             config = dict(config, reference=False)
+            if quick and "num-rounds" in config:
+                name = name.replace(f"{config['num-rounds']} rounds", "3 rounds")
+                config["num-rounds"] = 3
             nodes = 20
             if config["algorithm"].startswith("fedspectral"):
                 config.update({"dataset": "edge-dir", "data-dir": str(edges), "num-nodes": 60})

@@ -13,7 +13,9 @@ for the full graph and for one client's share (5 clients, every edge on 2 of the
 prints the ratios (NumPy time / scipy time; lower is better, 1 = as fast as scipy).
 Timings are the minimum over many repetitions (robust to other load on the machine).
 
-Run: ``python bench/spectral_kernel.py [--graphs DIR] [--block 10] [--repeats 200]``.
+Run: ``python bench/spectral_kernel.py [--graphs DIR] [--block 10] [--repeats 200]``;
+``--quick``: best of 20 instead of 200 (the same two rows); ``--out DIR`` also writes the
+page to ``DIR/spectral_kernel.md``.
 The graph directory defaults to ``$FEDCLUSTER_GRAPHS`` or ``./graphs`` (``fedcluster-fetch-graphs --out graphs``) or ``../shared/data/graphs`` next to
 the project.
 """
@@ -30,6 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._common import add_bench_flags, markdown_table, page_output, print_header  # noqa: E402
 from fedcluster.fedspectral import local_degrees, power_step  # noqa: E402
 from fedcluster.graph import AdjacencyOperator, canonical_edges, load_edge_list, split_edges  # noqa: E402
 from fedcluster.registry import DeviceData  # noqa: E402
@@ -84,30 +87,34 @@ def bench(edges: np.ndarray, n: int, block: int, repeats: int, label: str, degre
     t_ours = best_time(lambda: operator.matmat(X), repeats)
     t_scipy_n = best_time(lambda: N @ X, repeats)
     t_task = best_time(lambda: power_step(device, arrays, config), repeats)
-    print(
-        f"{label:<28} m={graph.shape[0]:>6}  A@X: numpy {t_ours*1e3:7.3f} ms  scipy {t_scipy*1e3:7.3f} ms"
-        f"  ratio {t_ours/t_scipy:5.2f} | power_step {t_task*1e3:7.3f} ms  scipy N@Q {t_scipy_n*1e3:7.3f} ms"
-        f"  ratio {t_task/t_scipy_n:5.2f}"
-    )
-    return {"product_ratio": t_ours / t_scipy, "task_ratio": t_task / t_scipy_n}
+    row = [label, graph.shape[0], f"{t_ours * 1e3:.3f}", f"{t_scipy * 1e3:.3f}", f"{t_ours / t_scipy:.2f}",
+           f"{t_task * 1e3:.3f}", f"{t_scipy_n * 1e3:.3f}", f"{t_task / t_scipy_n:.2f}"]
+    return {"product_ratio": t_ours / t_scipy, "task_ratio": t_task / t_scipy_n, "row": row}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graphs", type=Path, default=default_graph_dir())
     parser.add_argument("--block", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=None, help="best of this many timings (default 200, quick 20)")
+    add_bench_flags(parser, quick="best of 20 timings instead of 200, the same two rows")
     args = parser.parse_args()
+    repeats = args.repeats or (20 if args.quick else 200)
     path = args.graphs / "facebook_combined.txt"
     if not path.is_file():
         sys.exit(f"ego-Facebook not found at {path} (set --graphs or FEDCLUSTER_GRAPHS)")
-    n = 4039
-    edges = load_edge_list(path, num_nodes=n)
-    print(f"ego-Facebook: n={n}, block={args.block}, best of {args.repeats} runs")
-    bench(edges, n, args.block, args.repeats, "full graph (one device)")
-    parts = split_edges(edges, 5, 2, np.random.default_rng(0))
-    global_degrees = np.bincount(canonical_edges(edges).ravel(), minlength=n).astype(np.float64)
-    bench(parts[0], n, args.block, args.repeats, "client 0 of 5 (r=2)", degrees=global_degrees, weight=0.5)
+    with page_output(args.out, __file__):
+        print_header("FedSpectral+ device power step (NumPy) against scipy.sparse")
+        n = 4039
+        edges = load_edge_list(path, num_nodes=n)
+        print(f"ego-Facebook: n={n}, block={args.block}, best of {repeats} runs; ratio = NumPy time / scipy time "
+              "(lower is better, 1 = as fast as scipy)\n")
+        rows = [bench(edges, n, args.block, repeats, "full graph (one device)")["row"]]
+        parts = split_edges(edges, 5, 2, np.random.default_rng(0))
+        global_degrees = np.bincount(canonical_edges(edges).ravel(), minlength=n).astype(np.float64)
+        rows.append(bench(parts[0], n, args.block, repeats, "client 0 of 5 (r=2)", degrees=global_degrees, weight=0.5)["row"])
+        print(markdown_table(["edges", "m", "A@X numpy ms", "A@X scipy ms", "ratio", "power_step ms", "scipy N@Q ms",
+                              "ratio"], rows))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ Usage::
     python bench/speed.py            # (a) and (b)
     python bench/speed.py --flwr     # plus (c)
     python bench/speed.py --quick    # n = 50 000, 10 and 100 clients
+    python bench/speed.py --quick --out DIR   # also writes DIR/speed.md
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import ROOT, SimulationSuperLink, markdown_table, print_header, run_inprocess  # noqa: E402
+from _common import (ROOT, SimulationSuperLink, add_bench_flags, markdown_table, page_output, print_header,  # noqa: E402
+                     run_inprocess)
 
 import numpy as np  # noqa: E402
 
@@ -259,7 +261,7 @@ def flwr_section(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="n=50 000 for (a), 10 and 100 clients for (b)")
+    add_bench_flags(parser, quick="n=50 000 for (a), 10 and 100 clients for (b)")
     parser.add_argument("--flwr", action="store_true", help="also time `flwr run` simulation at 10 and 100 supernodes")
     parser.add_argument("--repeats", type=int, default=15, help="best of this many timings in (a)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per run in (b) and (c)")
@@ -270,16 +272,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-flwr-home", action="store_true", help="keep the temporary FLWR_HOME (SuperLink log) of (c)")
     args = parser.parse_args(argv)
 
-    print_header("Speed")
-    if not args.skip_kernel:
-        kernel_section(50_000 if args.quick else 200_000, 32, 16, args.repeats)
-    if args.kernel_only:
+    with page_output(args.out, __file__):
+        print_header("Speed")
+        if not args.skip_kernel:
+            kernel_section(50_000 if args.quick else 200_000, 32, 16, args.repeats)
+        if args.kernel_only:
+            return 0
+        client_counts = args.clients or ([10, 100] if args.quick else [10, 100, 1000])
+        inprocess = inprocess_section(client_counts, args.points_per_client, args.rounds)
+        if args.flwr:
+            flwr_section([c for c in client_counts if c <= 100], args.points_per_client, args.rounds, inprocess, args.keep_flwr_home)
         return 0
-    client_counts = args.clients or ([10, 100] if args.quick else [10, 100, 1000])
-    inprocess = inprocess_section(client_counts, args.points_per_client, args.rounds)
-    if args.flwr:
-        flwr_section([c for c in client_counts if c <= 100], args.points_per_client, args.rounds, inprocess, args.keep_flwr_home)
-    return 0
 
 
 if __name__ == "__main__":
