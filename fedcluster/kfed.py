@@ -225,22 +225,27 @@ def _nonempty(centers: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.n
     return centers[keep], counts[keep].astype(np.int64), remap[labels]
 
 
-def ward_costs(centers: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Ward's agglomeration of weighted centers: ``merge[j - 1]`` is the k-means cost
-    added when the ``j + 1`` groups left are merged into ``j`` (the cheapest pair each time,
-    ``n_a n_b / (n_a + n_b) · ||μ_a − μ_b||²``), for j = c−1 .. 1; (c − 1,) costs."""
+def ward_agglomeration(
+    centers: np.ndarray, counts: np.ndarray, groups: int = 1
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Ward's agglomeration of weighted centers, the cheapest pair merged each time (the
+    k-means cost it adds: ``n_a n_b / (n_a + n_b) · ||μ_a − μ_b||²``). Returns ``merge``
+    ((c − 1,) costs: ``merge[j - 1]`` is the cost added when the ``j + 1`` groups left are
+    merged into ``j``) and the means of the ``groups`` groups left on the way (None when
+    ``groups`` is not between 1 and c)."""
     C = np.asarray(centers, dtype=np.float64).copy()
     N = np.asarray(counts, dtype=np.float64).copy()
     c = C.shape[0]
     merge = np.zeros(max(c - 1, 0))
+    alive = np.ones(c, dtype=bool)
+    left = C.copy() if groups == c else None
     if c < 2:
-        return merge
+        return merge, left
     cost = N[:, None] * N[None] / (N[:, None] + N[None]) * squared_distances(C, C)
     np.fill_diagonal(cost, np.inf)
-    alive = np.ones(c, dtype=bool)
-    for groups in range(c - 1, 0, -1):
+    for remaining in range(c - 1, 0, -1):
         a, b = divmod(int(np.argmin(cost)), c)
-        merge[groups - 1] = cost[a, b]
+        merge[remaining - 1] = cost[a, b]
         C[a] = (N[a] * C[a] + N[b] * C[b]) / (N[a] + N[b])
         N[a] += N[b]
         alive[b] = False
@@ -249,7 +254,14 @@ def ward_costs(centers: np.ndarray, counts: np.ndarray) -> np.ndarray:
         row[~alive] = np.inf
         row[a] = np.inf
         cost[a, :] = cost[:, a] = row
-    return merge
+        if remaining == groups:
+            left = C[alive].copy()
+    return merge, left
+
+
+def ward_costs(centers: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The merge costs of :func:`ward_agglomeration`."""
+    return ward_agglomeration(centers, counts)[0]
 
 
 def separated_clusters(merge: np.ndarray, jump: float = SEPARATION_JUMP) -> int | None:
@@ -278,24 +290,9 @@ def auto_local_means(
     groups = separated_clusters(ward_costs(centers, counts)) if centers.shape[0] > 2 else None
     if groups is None:
         return centers, counts, labels
-    merged = _ward_groups(centers, counts, groups)
+    merged = ward_agglomeration(centers, counts, groups)[1]
     centers, labels, _ = lloyd_until_stable(A, merged, max_iter)
     return _nonempty(centers, labels)
-
-
-def _ward_groups(centers: np.ndarray, counts: np.ndarray, groups: int) -> np.ndarray:
-    """The means of the ``groups`` groups Ward's agglomeration leaves (:func:`ward_costs`)."""
-    C = [row.copy() for row in np.asarray(centers, dtype=np.float64)]
-    N = list(np.asarray(counts, dtype=np.float64))
-    while len(C) > groups:
-        stacked, weights = np.stack(C), np.array(N)
-        cost = weights[:, None] * weights[None] / (weights[:, None] + weights[None]) * squared_distances(stacked, stacked)
-        np.fill_diagonal(cost, np.inf)
-        a, b = divmod(int(np.argmin(cost)), len(C))
-        C[a] = (N[a] * C[a] + N[b] * C[b]) / (N[a] + N[b])
-        N[a] += N[b]
-        del C[b], N[b]
-    return np.stack(C)
 
 
 def _top_right_singular_vectors(A: np.ndarray, r: int) -> np.ndarray:

@@ -561,3 +561,29 @@ def test_min_devices_one_is_the_plain_merge_and_too_few_supported_centers_is_an_
         kfed_merge(centers, counts, 3, np.random.default_rng(3), min_devices=10)
     with pytest.raises(ValueError, match="min_devices"):
         kfed_merge(centers, counts, 3, np.random.default_rng(3), min_devices=0)
+
+
+def test_ward_agglomeration_by_its_invariants_and_a_naive_merge():
+    """The merge costs add up to the scatter of the weighted centers about their mean, and
+    the groups left at every level are those a naive agglomeration (the cheapest pair
+    merged, the whole cost table recomputed each time) leaves, as a set."""
+    from fedcluster.kfed import ward_agglomeration
+
+    rng = np.random.default_rng(8)
+    for _ in range(50):
+        c, d = int(rng.integers(2, 12)), int(rng.integers(1, 4))
+        C, N = rng.normal(size=(c, d)) * 5, rng.integers(1, 30, size=c).astype(float)
+        merge, _ = ward_agglomeration(C, N)
+        mean = (N[:, None] * C).sum(0) / N.sum()
+        assert merge.sum() == pytest.approx(float((N * ((C - mean) ** 2).sum(1)).sum()), rel=1e-9)
+        groups, weights = [row for row in C], list(N)
+        while len(groups) > 1:
+            g = len(groups)
+            pairs = [(weights[i] * weights[j] / (weights[i] + weights[j]) * ((groups[i] - groups[j]) ** 2).sum(), i, j)
+                     for i in range(g) for j in range(i + 1, g)]
+            _, i, j = min(pairs)
+            groups[i] = (weights[i] * groups[i] + weights[j] * groups[j]) / (weights[i] + weights[j])
+            weights[i] += weights[j]
+            del groups[j], weights[j]
+            left = ward_agglomeration(C, N, len(groups))[1]
+            np.testing.assert_allclose(np.array(sorted(map(tuple, left))), np.array(sorted(map(tuple, groups))), atol=1e-9)
