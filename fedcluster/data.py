@@ -236,8 +236,35 @@ def list_client_files(data_dir: str | os.PathLike, pattern: str = "*.npy") -> li
         raise DataError(f"data directory {directory} is not a directory")
     files = [path for path in directory.glob(pattern) if path.is_file()]
     if not files:
-        raise DataError(f"data directory {directory} has no file matching {pattern!r}")
+        raise DataError(f"data directory {directory} has no file matching {pattern!r}{_folder_hint(directory, pattern)}")
     return sorted(files, key=lambda path: (_natural_key(path), str(path)))
+
+
+# The dataset that reads a folder of client files, by the pattern that lists them.
+_FOLDER_DATASET = {"*.npy": "npy-dir", "*.txt": "edge-dir"}
+
+
+def _folder_hint(directory: Path, pattern: str) -> str:
+    """Why a folder of client files matched nothing: what it holds instead, and what to do."""
+    held: dict[str, list[Path]] = {}
+    for path in sorted(directory.iterdir(), key=lambda path: (_natural_key(path), str(path))):
+        if path.is_file():
+            held.setdefault(path.suffix.lower() or "(no suffix)", []).append(path)
+    hint = " (it holds " + (", ".join(f"{len(files)} {suffix}" for suffix, files in sorted(held.items())) or "no") + " files)"
+    dataset = _FOLDER_DATASET.get(pattern)
+    if dataset is None:
+        return hint
+    hint += f": dataset='{dataset}' reads one {pattern} file per client and nothing else"
+    csv = held.get(".csv", [])
+    if dataset == "npy-dir" and csv:
+        shown = " ".join(f"--data-path {path}" for path in csv[:2]) + (" ..." if len(csv) > 2 else "")
+        hint += (
+            f". A .csv file is read as one node's own data-path instead: fedcluster-run {shown} "
+            f"(one node per file; in a deployment --node-config 'data-path=\"{csv[0]}\"'); "
+            f"or convert each for npy-dir: from fedcluster.data import load_points; "
+            f"numpy.save(\"{csv[0].stem}.npy\", load_points(\"{csv[0].name}\"))"
+        )
+    return hint
 
 
 def client_file(data_dir: str | os.PathLike, pattern: str, partition_id: int) -> Path:

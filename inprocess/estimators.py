@@ -10,6 +10,10 @@ Parameter names follow scikit-learn where a counterpart exists (``n_clusters``,
 ``run_config`` under its run-config name (docs/reference.md, "Run-config keys"). A key given both ways
 is refused, as is a scikit-learn parameter the chosen algorithm has no use for.
 
+Quiet by default: the run's INFO lines (one per round, the summary) are shown only with
+``verbose=True``; its warnings always are (and the run's own are raised as
+:class:`FederatedRunWarning`).
+
 Labels: a client's points take their nearest final center, computed from the client's own
 array in this process (on a real device that is ``fedcluster.lloyd.nearest`` on its data;
 nothing about the points leaves it).
@@ -17,10 +21,12 @@ nothing about the points leaves it).
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
@@ -37,6 +43,20 @@ _TOL = {"fedkmeans": "tol", "da-ufl": None, "kfed": None, "feddp-kmeans": None}
 
 class FederatedRunWarning(UserWarning):
     """A run's own numbers say something the user should read (result.json ``warnings``)."""
+
+
+@contextmanager
+def _run_log(verbose: Any) -> Iterator[None]:
+    """Flower's logger (the run's log lines) shows INFO only when ``verbose``; warnings and
+    errors always. The logger's own level is restored afterwards."""
+    logger = logging.getLogger("flwr")
+    level = logger.level
+    if not verbose:
+        logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _seed(random_state: Any) -> int:
@@ -116,7 +136,8 @@ class _InProcess(ClusterMixin, BaseEstimator):
             output = Path(self.output_dir) if self.output_dir else Path(tmp) / "result"
             config.update({"dataset": dataset, "data-dir": str(folder), "output-dir": str(output)})
             config.setdefault("reference", False)
-            result = run(config, num_nodes=len(writers), labels=labels)
+            with _run_log(self.verbose):
+                result = run(config, num_nodes=len(writers), labels=labels)
             arrays = {name: np.load(Path(result["output_dir"]) / f"{name}.npy") for name in load}
         self.result_ = {key: value for key, value in result.items() if key != "labels"}
         for text in result.get("warnings", []):  # what the run's own numbers said, where a notebook shows it
@@ -186,8 +207,9 @@ class FederatedKMeans(_Federated):
     ``max_iter``: FedKMeans rounds (``num-rounds``) or DA-UFL outer iterations; ``tol``:
     FedKMeans' stopping shift; ``fraction``: FedKMeans' share of clients per round;
     ``n_init``: FedKMeans' center sets trained side by side (``n-init``). None keeps the
-    run-config default. Fitted: ``cluster_centers_`` (FedKMeans: the cheapest centers its
-    rounds measured on every client, not necessarily the last), ``labels_`` (a list, one
+    run-config default. ``verbose``: show the run's INFO log lines (default: warnings only).
+    Fitted: ``cluster_centers_`` (FedKMeans: the cheapest centers its rounds measured on
+    every client, not necessarily the last), ``labels_`` (a list, one
     array per client), ``inertia_`` (k-means cost over all clients), ``n_iter_`` (rounds
     recorded), ``history_`` (per-round records), ``scaling_`` (with run-config
     ``standardize``: the federated mean and scale; None otherwise), ``result_`` (the whole
@@ -207,6 +229,7 @@ class FederatedKMeans(_Federated):
         n_init: int | None = None,
         run_config: dict[str, Any] | None = None,
         output_dir: str | None = None,
+        verbose: bool = False,
     ) -> None:
         self.n_clusters = n_clusters
         self.algorithm = algorithm
@@ -217,6 +240,7 @@ class FederatedKMeans(_Federated):
         self.n_init = n_init
         self.run_config = run_config
         self.output_dir = output_dir
+        self.verbose = verbose
 
     def _config(self) -> dict[str, Any]:
         if self.algorithm not in _MAX_ITER or self.algorithm == "feddp-kmeans":
@@ -243,9 +267,9 @@ class DPFederatedKMeans(_Federated):
     server-side data given to ``fit(clients, server_data=points)``.
 
     ``privacy_level``: ``"data-point"`` or ``"client"``; ``epsilon``, ``delta``: the total
-    budget; ``max_iter``: FedDP-Lloyd rounds. Fitted as FederatedKMeans, plus ``privacy_``
-    (the budget ledger of ``result.json``). ``inertia_`` is the exact cost, a report
-    outside the DP guarantee (``evaluate-cost``).
+    budget; ``max_iter``: FedDP-Lloyd rounds; ``verbose`` as FederatedKMeans. Fitted as
+    FederatedKMeans, plus ``privacy_`` (the budget ledger of ``result.json``). ``inertia_`` is
+    the exact cost, a report outside the DP guarantee (``evaluate-cost``).
     """
 
     def __init__(
@@ -259,6 +283,7 @@ class DPFederatedKMeans(_Federated):
         max_iter: int | None = None,
         run_config: dict[str, Any] | None = None,
         output_dir: str | None = None,
+        verbose: bool = False,
     ) -> None:
         self.n_clusters = n_clusters
         self.epsilon = epsilon
@@ -268,6 +293,7 @@ class DPFederatedKMeans(_Federated):
         self.max_iter = max_iter
         self.run_config = run_config
         self.output_dir = output_dir
+        self.verbose = verbose
 
     def _config(self) -> dict[str, Any]:
         own: dict[str, Any] = {
@@ -295,8 +321,9 @@ class FederatedSpectralClustering(_InProcess):
 
     ``fit(clients)``: one integer edge array (m_i × 2, node ids 0 .. n_nodes − 1) per client.
     ``n_nodes``: the global number of graph nodes (None = largest id + 1). ``max_iter``:
-    FedSpectral+ communication rounds (``num-rounds``). Fitted: ``labels_`` (one cluster per
-    GRAPH node), ``embedding_`` (n_nodes × k), ``n_iter_``, ``history_``, ``result_``.
+    FedSpectral+ communication rounds (``num-rounds``); ``verbose`` as FederatedKMeans.
+    Fitted: ``labels_`` (one cluster per GRAPH node), ``embedding_`` (n_nodes × k),
+    ``n_iter_``, ``history_``, ``result_``.
     """
 
     def __init__(
@@ -309,6 +336,7 @@ class FederatedSpectralClustering(_InProcess):
         max_iter: int | None = None,
         run_config: dict[str, Any] | None = None,
         output_dir: str | None = None,
+        verbose: bool = False,
     ) -> None:
         self.n_clusters = n_clusters
         self.algorithm = algorithm
@@ -317,6 +345,7 @@ class FederatedSpectralClustering(_InProcess):
         self.max_iter = max_iter
         self.run_config = run_config
         self.output_dir = output_dir
+        self.verbose = verbose
 
     def fit(self, clients: Sequence[Any], y: Any = None) -> "FederatedSpectralClustering":
         if self.algorithm not in ("fedspectral", "fedspectral-plus"):

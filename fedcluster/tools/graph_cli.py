@@ -9,12 +9,14 @@ of ``--clients 5`` is ``r = 2``; or give ``--copies r`` directly) and writes
 * a deployment: one SuperNode per file with ``--node-config 'data-path="OUT/client_000.txt"'``
   (pointed at the SuperLink's HTTP port, 8000 by default).
 
-It prints the run config to use (``num-nodes``, ``edge-copies``) and both commands.
+It prints the run config to use (``num-nodes``, ``edge-copies``, and ``k`` when ``--k`` gives
+the number of clusters; without it the commands say ``k=K``: the edge list does not say how
+many clusters you want) and both commands.
 
 Example::
 
     fedcluster-fetch-graphs --out graphs   # once: the SNAP graphs, checksums verified
-    fedcluster-split-graph graphs/email-Eu-core.txt --clients 5 --overlap 0.4 --out /tmp/email5
+    fedcluster-split-graph graphs/email-Eu-core.txt --clients 5 --overlap 0.4 --k 10 --out /tmp/email5
     flwr run . --run-config "algorithm='fedspectral-plus' k=10 num-nodes=1005 edge-copies=2 \\
         dataset='edge-dir' data-dir='/tmp/email5'" --federation-config "num-supernodes=5"
 """
@@ -28,7 +30,7 @@ from pathlib import Path
 from ..graph import GraphError, canonical_edges, infer_num_nodes, load_edge_list, overlap_to_clients, split_edges, write_client_edge_files
 
 
-# flower-superlink (flwr 1.41) serves the Fleet API (SuperNodes), the Control API (flwr run /
+# flower-superlink (flwr 1.41, 1.42) serves the Fleet API (SuperNodes), the Control API (flwr run /
 # ls / log) and the Runtime API (SuperExecs) on ONE HTTP port, 8000 unless --port says
 # otherwise; the old gRPC ports 9091-9093 are gone. A SuperNode's own Runtime API (ClientAppIo)
 # listens on 9094 by default, so SuperNodes sharing a host need one --port each.
@@ -59,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="global number of nodes (default: largest id + 1); ids must be below it",
     )
     parser.add_argument("--force", action="store_true", help="overwrite existing client_*.txt files in --out")
+    parser.add_argument(
+        "--k", type=int, default=None,
+        help="number of clusters for the printed run commands (default: they say k=K, for you to choose)",
+    )
     return parser
 
 
@@ -75,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
             copies = overlap_to_clients(0.4 if args.overlap is None else args.overlap, args.clients)
         raw = load_edge_list(args.input, args.num_nodes or None)
         num_nodes = args.num_nodes or infer_num_nodes(raw)
+        if args.k is not None and not 1 <= args.k <= num_nodes:
+            raise ValueError(f"--k must be between 1 and the graph's {num_nodes} nodes, got {args.k}")
         edges = canonical_edges(raw)
         out = Path(args.out).expanduser().resolve()
         existing = sorted(out.glob("client_*.txt")) if out.is_dir() else []
@@ -96,9 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"every edge on {copies} of {args.clients} clients (seed {args.seed}); wrote {len(paths)} files to {out}:")
     for path, part, nodes in zip(paths, parts, degrees):
         print(f"  {path.name}: {part.shape[0]} edges, {nodes} nodes with an edge")
+    k = "K" if args.k is None else str(args.k)
     config = f"num-nodes={num_nodes} edge-copies={copies}"
     print("\nsimulation:")
-    print(f"  flwr run . --run-config \"algorithm='fedspectral-plus' k=10 {config} dataset='edge-dir' "
+    print(f"  flwr run . --run-config \"algorithm='fedspectral-plus' k={k} {config} dataset='edge-dir' "
           f"data-dir='{out}'\" --federation-config \"num-supernodes={args.clients}\"")
     print(f"deployment (one SuperNode per file; SERVER:{SUPERLINK_PORT} is the SuperLink's one HTTP port, "
           "serving the Fleet, Control and Runtime APIs: flower-superlink --port):")
@@ -106,9 +115,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  flower-supernode --superlink SERVER:{SUPERLINK_PORT} --root-certificates ca.crt "
               f"--auth-supernode-private-key supernode-{index + 1}.key --port {SUPERNODE_PORT + index} "
               f"--node-config 'data-path=\"{path}\"'")
-    print(f"  flwr run . my-superlink --run-config \"algorithm='fedspectral-plus' k=10 {config} min-nodes={args.clients}\"")
+    print(f"  flwr run . my-superlink --run-config \"algorithm='fedspectral-plus' k={k} {config} min-nodes={args.clients}\"")
     print("  (certificates and keys: fedcluster-make-certs; one machine, all of it: fedcluster-local-cluster; "
           "each SuperNode on one host needs its own --port)")
+    if args.k is None:
+        print(f"\nK: the number of clusters, 1 to {num_nodes}; the edge list does not say it: choose it "
+              "(--k K fills it in; with --force to redo this split)")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 
@@ -57,6 +58,50 @@ def test_clone_and_set_params_follow_scikit_learn():
     copy.set_params(n_clusters=5, algorithm="fedkmeans")
     assert (copy.n_clusters, copy.algorithm, model.n_clusters) == (5, "fedkmeans", 4)
     assert set(fedcluster.DPFederatedKMeans().get_params()) >= {"n_clusters", "epsilon", "delta", "privacy_level"}
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+@pytest.mark.parametrize("make", [
+    lambda verbose: fedcluster.FederatedKMeans(3, random_state=0, max_iter=3, verbose=verbose).fit(clients_of()),
+    lambda verbose: fedcluster.FederatedSpectralClustering(2, verbose=verbose).fit([np.array([[0, 1], [1, 2]])]),
+])
+def test_estimators_are_quiet_unless_verbose(make):
+    """A notebook fit shows no INFO lines (per round, the summary, the temporary folder)
+    unless verbose=True; Flower's logger is left as it was."""
+    logger, handler = logging.getLogger("flwr"), _Records()
+    level = logger.level
+    logger.addHandler(handler)
+    try:
+        make(False)
+        assert [r.getMessage() for r in handler.records if r.levelno < logging.WARNING] == []
+        assert logger.level == level
+        make(True)
+        info = [r.getMessage() for r in handler.records if r.levelno == logging.INFO]
+        assert any("finished in" in text for text in info), info
+    finally:
+        logger.removeHandler(handler)
+    assert logger.level == level
+
+
+def test_a_quiet_estimator_still_shows_the_runs_warnings():
+    logger, handler = logging.getLogger("flwr"), _Records()
+    logger.addHandler(handler)
+    try:
+        clients = clients_of()
+        fedcluster.DPFederatedKMeans(3, max_iter=0, run_config={"init": "server-kmeans++"}).fit(
+            clients, server_data=np.concatenate(clients)[::5])
+    finally:
+        logger.removeHandler(handler)
+    assert any(r.levelno == logging.WARNING and "never uses client data" in r.getMessage() for r in handler.records)
+    assert all(r.levelno >= logging.WARNING for r in handler.records)
 
 
 def test_dp_estimator_reports_its_privacy_budget():
@@ -160,6 +205,20 @@ def test_the_estimators_page_runs_as_written():
     assert scope["model"].cluster_centers_.shape == (3, 2)
     assert scope["dp"].privacy_["epsilon"] <= 2.0 + 1e-9
     assert len(scope["graph"].labels_) == 5
+
+
+def test_the_da_ufl_page_runs_as_written():
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "da-ufl.md").read_text()
+    code = re.search(r"```python\n(.*?)```", page, re.S).group(1)
+    scope = {}
+    exec(compile(code, "docs/guide/da-ufl.md", "exec"), scope)
+    model = scope["model"]
+    assert model.result_["algorithm"] == "da-ufl" and model.result_["da_ufl"]["weighting"] == "som"
+    distances = np.linalg.norm(model.cluster_centers_[:, None] - np.array([[0, 0], [5, 0], [0, 5]])[None], axis=2)
+    assert sorted(distances.argmin(0)) == [0, 1, 2] and distances.min(0).max() < 0.5  # one center per true mean
 
 
 def test_the_readme_notebook_example_runs_as_written():

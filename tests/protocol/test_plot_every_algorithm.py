@@ -1,6 +1,10 @@
-"""fedcluster-plot on the real result.json of every algorithm (in-process runs)."""
+"""fedcluster-plot on the real result.json of every algorithm (in-process runs); the arrays
+each run wrote are the ones docs/reference.md's outputs table names."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +15,8 @@ from fedcluster.tools.plot import plot_run  # noqa: E402
 from inprocess import run  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
+DOCUMENTED = set(re.findall(r"^\| `(\w+\.npy)` \|", REFERENCE.read_text().split("\n## Outputs\n", 1)[1].split("\n## ", 1)[0], re.M))
 
 
 def graph(tmp_path):
@@ -39,7 +45,8 @@ def test_plot_writes_the_pictures_of_every_algorithm(config, nodes, expected, tm
     if config["algorithm"].startswith("fedspectral"):
         config = {**config, **graph(tmp_path)}
     out = tmp_path / "run"
-    run({**config, "reference": False, "output-dir": str(out)}, num_nodes=nodes)
+    result = run({**config, "reference": False, "output-dir": str(out)}, num_nodes=nodes)
+    assert result["files"] and set(result["files"]) <= DOCUMENTED, (result["files"], sorted(DOCUMENTED))
     report = plot_run(out, out=tmp_path / "pics")
     written = {p.rsplit("/", 1)[1] for p in report["written"]}
     assert expected <= written, (written, report["skipped"])

@@ -167,6 +167,30 @@ def test_list_client_files_without_match(tmp_path):
         data.list_client_files(tmp_path, "*.npy")
 
 
+def test_a_folder_of_csv_files_is_refused_with_what_to_do_instead(tmp_path):
+    """npy-dir reads .npy only; the message says what the folder holds and how a CSV is
+    used (a node's own data-path), with the folder's own file names."""
+    for name in ("c0.csv", "c1.csv"):
+        (tmp_path / name).write_text("1,2\n3,4\n")
+    with pytest.raises(DataError) as refused:
+        data.client_file(tmp_path, "*.npy", 0)
+    message = str(refused.value)
+    assert "holds 2 .csv files" in message and "dataset='npy-dir' reads one *.npy file per client" in message
+    assert f"--data-path {tmp_path / 'c0.csv'} --data-path {tmp_path / 'c1.csv'}" in message
+    assert "data-path=" in message and 'numpy.save("c0.npy"' in message
+    assert "--data-path" not in str(pytest.raises(DataError, data.list_client_files, tmp_path, "*.txt").value)
+
+
+def test_a_folder_of_csv_files_is_refused_before_any_device_with_the_hint(tmp_path):
+    from inprocess import run
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "a.csv").write_text("1,2\n3,4\n")
+    with pytest.raises(DataError, match=r"npy-dir.*--data-path .*a\.csv"):
+        run({"dataset": "npy-dir", "data-dir": str(folder), "k": 1, "output-dir": str(tmp_path / "out")}, 1)
+
+
 def test_client_file_picks_by_partition_id_and_reports_range(tmp_path):
     for index in range(3):
         np.save(tmp_path / f"part{index}.npy", np.full((1, 1), index))

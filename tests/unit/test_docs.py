@@ -100,3 +100,67 @@ def test_every_relative_link_in_the_docs_resolves():
 
 def test_the_readme_stays_a_front_page():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+
+
+def supernode_commands(text: str) -> list[list[str]]:
+    """Every ``flower-supernode`` command in the code blocks of ``text``, as its arguments
+    (continuation lines joined, comments and leading ``VAR=value`` assignments dropped)."""
+    import shlex
+
+    commands = []
+    for language, block in re.findall(r"^```(\w*)\n(.*?)^```", text, flags=re.S | re.M):
+        if language not in ("", "bash", "sh", "console"):
+            continue
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True) if "flower-supernode" in line else []
+            if "flower-supernode" in words:
+                commands.append(words[words.index("flower-supernode") + 1:])
+    return commands
+
+
+def test_every_supernode_command_in_the_docs_parses_and_has_its_own_port():
+    """A second SuperNode on a host needs its own --port (Flower's Runtime API, 9094 by
+    default): every flower-supernode command the docs show gives one, no two in a page the
+    same, and (when this Flower's parser can be reached) Flower accepts its options."""
+    try:
+        from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode as flower_parser
+    except ImportError:  # a Flower without that (private) parser: the port checks still run
+        flower_parser = None
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    found = 0
+    for page in pages:
+        commands = supernode_commands(page.read_text())
+        ports = []
+        for args in commands:
+            found += 1
+            assert "--port" in args, f"{page.relative_to(ROOT)}: flower-supernode {' '.join(args)} has no --port"
+            ports.append(args[args.index("--port") + 1])
+            if flower_parser is not None:
+                flower_parser().parse_args(args)  # SystemExit on an option Flower does not know
+        assert len(set(ports)) == len(ports), f"{page.relative_to(ROOT)}: SuperNodes share a --port: {ports}"
+    assert found, "no flower-supernode command found in the docs: is the pattern still right?"
+    assert supernode_commands("```bash\nX=1 flower-supernode --superlink s:8000 \\\n    --port 9095  # one\n```") == [
+        ["--superlink", "s:8000", "--port", "9095"]]
+
+
+def test_the_guides_commands_write_where_git_does_not_look():
+    """Following a guide in a clone leaves `git status` clean: every folder or file its
+    commands write (output-dir, --out, --figures, np.save) is absolute (outside the clone)
+    or one git ignores (runs/, outputs/, graphs/)."""
+    import subprocess
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs" / "guide").glob("*.md"))]
+    written = []
+    for page in pages:
+        for language, block in re.findall(r"^```(\w*)\n(.*?)^```", page.read_text(), flags=re.S | re.M):
+            if language in ("", "bash", "sh"):
+                written += [(page, path) for path in re.findall(
+                    r"""(?:output-dir=|--out |--figures |np\.save\()['"]?([^'"\s,)]+)""", block)]
+    assert len(written) >= 8, written  # the pattern still finds the guides' outputs
+    inside = [(page, path) for page, path in written if not path.startswith(("/", "~"))]
+    if subprocess.run(["git", "rev-parse"], cwd=ROOT, capture_output=True).returncode != 0:
+        return  # not a git checkout: nothing to leave untracked
+    for page, path in inside:
+        ignored = any(subprocess.run(["git", "check-ignore", "-q", candidate], cwd=ROOT).returncode == 0
+                      for candidate in (path, f"{path.rstrip('/')}/x"))
+        assert ignored, f"{page.relative_to(ROOT)}: a command writes {path}, which git does not ignore"

@@ -44,3 +44,19 @@ def test_deployment_hint_gives_each_supernode_its_own_port_and_file(tmp_path, ca
     assert len({re.search(r"--port (\d+)", line).group(1) for line in lines}) == 3
     assert len({re.search(r"client_\d+\.txt", line).group(0) for line in lines}) == 3
     assert all("--insecure" not in line and "--root-certificates" in line for line in lines)
+
+
+def test_k_in_the_printed_commands_comes_from_k_or_is_left_to_choose(tmp_path, capsys):
+    """No k is made up: without --k the commands say k=K and the output says K must be
+    chosen; with --k they carry it; a k beyond the graph's nodes is refused."""
+    out = _split(tmp_path, capsys)
+    commands = [line for line in out.splitlines() if "flwr run" in line]
+    assert len(commands) == 2 and all(" k=K " in line for line in commands), out
+    assert "K: the number of clusters, 1 to 7" in out and "--k K" in out
+    edges = tmp_path / "edges.txt"
+    assert graph_cli.main([str(edges), "--clients", "2", "--k", "3", "--out", str(tmp_path / "k3")]) == 0
+    commands = [line for line in capsys.readouterr().out.splitlines() if "flwr run" in line]
+    assert len(commands) == 2 and all(" k=3 " in line for line in commands)
+    assert graph_cli.main([str(edges), "--clients", "2", "--k", "8", "--out", str(tmp_path / "k8")]) == 1
+    assert "--k must be between 1 and the graph's 7 nodes, got 8" in capsys.readouterr().err
+    assert not (tmp_path / "k8").exists()
