@@ -77,6 +77,7 @@ def handle(message: Message, context: Context) -> Message:
     where = ""
     try:
         data = load_data(context)
+        data.extra["node-id"] = int(context.node_id)  # seeds a device without a partition-id
         where = f" on {data.describe()}"
         content = message.content
         if task == protocol.BUNDLE:

@@ -21,6 +21,13 @@ per device, ``q`` bins) must match
 the bound value; an unbound symbol (``c``, a count the device chooses) must agree between
 the arrays of one reply. ``*`` is any size.
 
+Seeds and order: a request's ``seed`` (and ``previous-seed``) is the same for every node
+of a phase; each device mixes it with its own identity (:func:`device_seed`: its
+``partition-id`` where its node config has one, else its Flower node id), so a device's
+random choices follow from the run seed and its partition on every engine. Every reply
+also carries the metric ``partition`` (the ``partition-id``, or -1): the server orders
+nodes by it for sampling and sums, since Flower's node ids are random per run.
+
 Standardized runs (run-config ``standardize``): every request on point data also carries the
 arrays ``scale-shift`` and ``scale-factor`` (d,), and the device runs the task on
 ``(x − shift) / factor`` of its points (:mod:`fedcluster.scaling`); replies are in those units.
@@ -53,6 +60,25 @@ BUNDLE = "bundle"  # the task name of a bundle message and its config record (mo
 ERROR = "error"
 NUM_EXAMPLES = "num-examples"
 DIM = "dim"
+PARTITION = "partition"  # every reply: the node's partition-id, or -1 (module docstring)
+SEEDS = ("seed", "previous-seed")  # request config mixed with the device's identity
+
+
+def device_seed(seed: int, identity: int) -> int:
+    """A device's own seed: the phase's ``seed`` mixed with its identity (partition or
+    node id; both non-negative)."""
+    return int(np.random.default_rng([int(seed), int(identity)]).integers(2**31))
+
+
+def partition_of(metrics: Mapping[str, Any]) -> int | None:
+    """The ``partition`` a reply states, when it is a whole number in [0, 2**53); else None
+    (a node that states none, or nonsense, is ordered by its node id)."""
+    value = metrics.get(PARTITION)
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return None
+    if not np.isfinite(value) or value < 0 or value >= 2**53 or value != int(value):
+        return None
+    return int(value)
 
 REQUIRED = object()  # a Param without a default
 

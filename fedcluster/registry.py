@@ -40,6 +40,22 @@ class DeviceData:
             raise ValueError(f"this task needs an edge list, but the device holds {self.describe()}")
         return self.edges
 
+    @property
+    def identity(self) -> int:
+        """What this device's random choices are seeded from besides the run seed: its
+        ``partition-id`` where its node config has one, else its node id (the ClientApp
+        sets ``extra["node-id"]``), else 0."""
+        partition = self.partition
+        return partition if partition is not None else int(self.extra.get("node-id", 0))
+
+    @property
+    def partition(self) -> int | None:
+        """The ``partition-id`` of the node config, when it is a whole number >= 0."""
+        value = (self.extra.get("node-config") or {}).get("partition-id")
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            return None
+        return int(value)
+
     def describe(self) -> str:
         if self.points is not None:
             return f"{self.points.shape[0]} points of dimension {self.points.shape[1]} ({self.source})"
@@ -76,6 +92,10 @@ def device_task(name: str) -> Callable[[TaskFunction], TaskFunction]:
     return decorator
 
 
+def _whole(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0
+
+
 def run_task(name: str, data: DeviceData, arrays: Mapping[str, Any], config: Mapping[str, Any]) -> TaskResult:
     """Parse the request through the protocol, run the kernel, check its own reply.
 
@@ -87,7 +107,10 @@ def run_task(name: str, data: DeviceData, arrays: Mapping[str, Any], config: Map
     from .scaling import scaled
 
     data, arrays = scaled(data, arrays)  # a standardized run's requests say how (fedcluster.scaling)
+    config = {key: protocol.device_seed(value, data.identity) if key in protocol.SEEDS and _whole(value) else value
+              for key, value in config.items()}
     out_arrays, metrics = KERNELS[name](data, arrays, config)
+    metrics = {**metrics, protocol.PARTITION: data.partition if data.partition is not None else -1}
     out_arrays = {key: np.asarray(value) for key, value in out_arrays.items()}
     reason = protocol.check_arrays(spec.reply, out_arrays, {}, spec.parse_config(config))
     if reason:  # a kernel that breaks the protocol is a bug on this device, not the server's problem

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
@@ -44,6 +44,8 @@ class InProcessGrid(Grid):
     run_id : the run id.
     reply_hook : optional ``hook(node_id, message, reply) -> reply | None`` to tamper
         with replies in tests (return None: the node never answers).
+    node_ids : the nodes' ids, in ``node_configs`` order (default 1000, 1001, ...); Flower's
+        are random per run, and a run's result must not depend on them.
     """
 
     SERVER_NODE_ID = 1
@@ -56,9 +58,13 @@ class InProcessGrid(Grid):
         *,
         run_id: int = 1,
         reply_hook: ReplyHook | None = None,
+        node_ids: Sequence[int] | None = None,
     ) -> None:
         from flwr.supercore.run import Run
 
+        if node_ids is not None and (len(node_ids) != len(node_configs) or len(set(node_ids)) != len(node_ids)):
+            raise ValueError(f"node_ids must be {len(node_configs)} distinct ids, one per node config")
+        self._given_ids = list(node_ids or [])
         self._client_app = client_app
         self._run = Run.create_empty(run_id)
         self._reply_hook = reply_hook
@@ -73,9 +79,11 @@ class InProcessGrid(Grid):
         self._timeout = float(run_config.get("round-timeout", float("inf")))
 
     def add_node(self, node_config: dict[str, Any]) -> int:
-        """Connect one more node (ids 1000, 1001, ... in order), as a SuperNode that
-        joins the federation, possibly while a run is under way. Returns its id."""
-        node_id = 1000 + len(self._contexts)
+        """Connect one more node (ids 1000, 1001, ... in order, or the next of ``node_ids``),
+        as a SuperNode that joins the federation, possibly while a run is under way.
+        Returns its id."""
+        count = len(self._contexts)
+        node_id = int(self._given_ids[count]) if count < len(self._given_ids) else 1000 + count
         self._contexts[node_id] = Context(
             run_id=self._run_id,
             node_id=node_id,

@@ -23,6 +23,7 @@ def run(
     node_configs: list[dict[str, Any]] | None = None,
     reply_hook: ReplyHook | None = None,
     labels: bool = False,
+    node_ids: list[int] | None = None,
 ) -> dict[str, Any]:
     """Run the configured algorithm over ``num_nodes`` in-process nodes; return result.json.
 
@@ -30,7 +31,8 @@ def run(
     (``partition-id``/``num-partitions``), e.g. with ``data-path`` per node. ``labels``:
     also return ``result["labels"]``, one array per node of its points' nearest final
     centers, computed here from each node's own data as its device would (never part of
-    ``result.json``).
+    ``result.json``). ``node_ids``: the nodes' ids (default 1000, 1001, ...; Flower's are
+    random per run, and the result does not depend on them).
     """
     from client_app.app import app as client_app
     from server_app.algorithms import validated_config
@@ -42,7 +44,7 @@ def run(
         node_configs = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
     run_id = next(_RUN_IDS)
     set_task_identity(run_id=run_id, node_id=InProcessGrid.SERVER_NODE_ID)
-    grid = InProcessGrid(client_app, config, node_configs, run_id=run_id, reply_hook=reply_hook)
+    grid = InProcessGrid(client_app, config, node_configs, run_id=run_id, reply_hook=reply_hook, node_ids=node_ids)
     result = run_algorithm(grid, config)
     if labels:
         result["labels"] = node_labels(result, node_configs)

@@ -60,7 +60,9 @@ class FederatedStrategy(Membership, Transport, Results):
         self.exclusions: list[dict[str, Any]] = []  # who left, why, in which phase and round
         self.joined: list[dict[str, Any]] = []  # nodes admitted after the start (admit_newcomers)
         self._missed: dict[int, int] = {}  # consecutive phases without any reply, per node
+        self._order_stale = False  # a partition noted since nodes were last put in order
         self.declared: dict[int, bounds.Declared] = {}  # what each node's first reply fixed
+        self.partitions: dict[int, int | None] = {}  # what each node's first reply stated (membership.order_key)
         self._phase: str | None = None
         self.round_trips = 0  # push-and-pull exchanges with the nodes (one per broadcast_together)
         self.dimension: int | None = None

@@ -279,7 +279,7 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
         center_set.forget(left)
         # server-memory: every node's latest statistics, the unsampled ones as they last
         # reported (incremental Lloyd); with every node sampled, exactly this round's.
-        pool = [center_set.latest[n] for n in sorted(center_set.latest)] if cfg["server-memory"] else replies
+        pool = [center_set.latest[n] for n in sorted(center_set.latest, key=self.order_key)] if cfg["server-memory"] else replies
         counts, weighted = aggregate_centers(np.stack([r.arrays["centers"] for r in pool]),
                                              np.stack([r.arrays["counts"] for r in pool]),
                                              cfg["aggregation"], cfg["trim-fraction"])

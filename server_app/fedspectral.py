@@ -47,8 +47,8 @@ class FedSpectral(GraphStrategy):
     server clusters their co-association similarity spectrally
     (:func:`fedcluster.fedspectral.coassociation_spectral`).
 
-    Run-config parameters: ``num-nodes``, ``k``, ``seed`` (client j uses ``seed + j`` for its
-    local k-means), ``coassociation``.
+    Run-config parameters: ``num-nodes``, ``k``, ``seed`` (each client mixes it with its
+    partition for its local k-means: fedcluster.protocol.device_seed), ``coassociation``.
     """
 
     name = "fedspectral"
@@ -57,13 +57,11 @@ class FedSpectral(GraphStrategy):
         cfg = self.config
         n, k, nodes = self.graph_setup()
         seed = cfg["seed"]
-        seeds = {node: seed + index for index, node in enumerate(nodes)}
         self.begin_round(1)
         replies = self.all_clients(
             "local_spectral_labels",
             nodes,
-            config={"num-nodes": n, "k": k},
-            per_node=lambda node: (None, {"seed": seeds[node]}),
+            config={"num-nodes": n, "k": k, "seed": seed},
             sizes={"n": n},
             check=label_check(n),
             phase="local-spectral-labels",

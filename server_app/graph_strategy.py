@@ -24,11 +24,6 @@ def label_check(num_nodes: int):
     return lambda reply: label_problem(reply.arrays["labels"], num_nodes)
 
 
-def by_node(replies: list[Reply]) -> list[Reply]:
-    """Replies in node order: sums are then reproducible to the last bit."""
-    return sorted(replies, key=lambda reply: reply.node_id)
-
-
 def product_check(X: np.ndarray, weight: float, first: bool):
     """The bounds a ``power_step`` reply to the block ``X`` obeys (fedcluster.fedspectral.
     product_violation), as a reply check; a reply past them is dropped and its client
@@ -61,7 +56,7 @@ class GraphStrategy(FederatedStrategy):
         clients' edges; the run goes on while ``min-reply-fraction`` of them answer, as a
         point run does."""
         asked = [node for node in nodes if node not in self.excluded]
-        replies = by_node(self.broadcast(task, asked, **kwargs))
+        replies = self.broadcast(task, asked, **kwargs)  # in node order: sums reproducible to the last bit
         answered = {reply.node_id for reply in replies}
         reasons = {failure["node"]: failure["reason"] for failure in self.phases[-1]["failures"]} if self.phases else {}
         for node in asked:

@@ -76,7 +76,27 @@ class Membership:
 
     @property
     def active_nodes(self) -> list[int]:
+        """The nodes in the run, in :meth:`order_key` order."""
         return [node for node in self.nodes if node not in self.excluded]
+
+    def order_key(self, node: int) -> tuple[int, int, int]:
+        """Nodes are ordered by the partition their first reply stated, then by node id
+        (nodes that stated none come last): Flower's node ids are random per run, partitions
+        are the same on every engine, so sampling and sums follow the run seed alone."""
+        partition = self.partitions.get(node)
+        return (0, partition, node) if partition is not None else (1, 0, node)
+
+    def note_partition(self, node: int, metrics: Any) -> None:
+        """Record the partition of a node's first reply (a later reply cannot change it);
+        :meth:`reorder_nodes` puts ``nodes`` in order once a phase's replies are in."""
+        if node not in self.partitions:
+            self.partitions[node] = protocol.partition_of(metrics)
+            self._order_stale = True
+
+    def reorder_nodes(self) -> None:
+        if self._order_stale:
+            self.nodes = sorted(self.nodes, key=self.order_key)
+            self._order_stale = False
 
     def exclude(self, node_id: int, reason: str) -> None:
         """Take a node out of the run for good: it is not sent to again, and the result
@@ -126,7 +146,7 @@ class Membership:
             self.joined.append({"node": reply.node_id, "round": round_number, "points": int(reply.num_examples)})
             log(INFO, "[fedcluster] node %s joined the run (round %s, %d points)", reply.node_id, round_number,
                 reply.num_examples)
-        self.nodes = sorted(self.nodes + admitted)
+        self.nodes = sorted(self.nodes + admitted, key=self.order_key)
         return admitted
 
     def _track_presence(self, nodes: list[int], failures: list[dict[str, Any]]) -> None:
@@ -156,8 +176,11 @@ class Membership:
         return [active[i] for i in sorted(picked)]
 
     def node_seeds(self, nodes: Iterable[int], stream: int | None = None) -> dict[int, int]:
-        """One seed per node from the server's generator (drawn in node order); with
-        ``stream``, from (run seed, stream, node) instead, leaving the generator untouched."""
+        """The seed of a phase, the same for each node (every device mixes it with its own
+        partition: fedcluster.protocol.device_seed), from the server's generator; with
+        ``stream``, from (run seed, stream) instead, leaving the generator untouched."""
         if stream is not None:
-            return {node: int(np.random.default_rng([self.config["seed"], stream, node]).integers(2**31)) for node in nodes}
-        return {node: int(self.rng.integers(2**31)) for node in nodes}
+            seed = int(np.random.default_rng([self.config["seed"], stream]).integers(2**31))
+        else:
+            seed = int(self.rng.integers(2**31))
+        return {node: seed for node in nodes}

@@ -201,14 +201,15 @@ class Transport:
         self, replies: list[Reply], answered: set[str], node_of: dict[str, int], failures: list[dict[str, Any]]
     ) -> list[Reply]:
         """A message with no reply is a timeout. Replies arrive in whatever order the
-        transport delivers them; they are returned in node order so that the same seed
-        gives the same result."""
+        transport delivers them; they are returned in node order (``order_key``: by
+        partition) so that the same seed gives the same result on every engine."""
         for key, node in node_of.items():
             if key not in answered:
                 failures.append(
                     {"node": node, "kind": "timeout", "reason": f"no reply within round-timeout={self.config['round-timeout']} s"}
                 )
-        replies.sort(key=lambda reply: reply.node_id)
+        self.reorder_nodes()
+        replies.sort(key=lambda reply: self.order_key(reply.node_id))
         failures.sort(key=lambda failure: str(failure["node"]))
         return replies
 
@@ -269,6 +270,7 @@ class Transport:
         metrics = reply.metrics or {}
         if protocol.DIM in metrics and self.dimension is not None and metrics[protocol.DIM] != self.dimension:
             return f"the node's data has dimension {metrics[protocol.DIM]}, the federation's is {self.dimension}", None
+        self.note_partition(node, metrics)
         reason = spec.task.check_reply(arrays, metrics, spec.sizes, spec.config) or bounds.box_violation(spec.task, arrays)
         if reason:
             if "d" in spec.sizes and spec.sizes["d"] is not None and "shape" in reason:
