@@ -183,13 +183,14 @@ class LocalCluster:
             raise ClusterError(f"flwr supernode register {public} failed (rc {done.returncode}): {(done.stdout + done.stderr)[-2000:]}")
 
     def start_supernode(self, index: int, key: Path | None = None) -> subprocess.Popen:
-        """Start SuperNode ``index`` (0-based) on its own data file and its own --port."""
+        """Start SuperNode ``index`` (0-based) on its own data file and its own --port; its
+        ``partition-id`` is ``index``, so a run repeats with its seed (docs/DESIGN.md)."""
         key = key or self.certs.supernode_keys[index]
         data = self.data_files[index]
         return self._start(f"supernode-{index + 1}", [
             tool("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}",
             "--root-certificates", str(self.certs.ca_cert), "--auth-supernode-private-key", str(key),
-            "--port", str(free_port()), "--node-config", f'data-path="{data}"',
+            "--port", str(free_port()), "--node-config", f'data-path="{data}" partition-id={index}',
         ], cwd=self.workdir)
 
     def start(self) -> None:

@@ -123,6 +123,14 @@ def test_tls_and_auth_deployment_runs_fedkmeans_to_the_central_cost(cluster):
     assert result["final"]["cost"] <= 1.02 * lloyd_reference(X, 4)
     # Dependencies are installed ahead of time: nothing was `uv sync`ed at run time.
     assert not list(cluster.home.rglob("runtime-envs")), sorted(cluster.home.rglob("*"))[:20]
+    # Its SuperNodes have partition-ids (LocalCluster): the in-process runner over the same
+    # files repeats the run (docs/DESIGN.md, one seed, one result).
+    from inprocess import run
+
+    again = cluster.workdir / "out-fedkmeans-inprocess"
+    run({"k": 4, "num-rounds": 2, "eval-every": 0, "reference": False, "output-dir": str(again)},
+        node_configs=[{"data-path": str(path), "partition-id": i} for i, path in enumerate(cluster.data_files)])
+    np.testing.assert_allclose(np.load(out / "centers.npy"), np.load(again / "centers.npy"), rtol=0, atol=1e-9)
 
 
 def test_kfed_through_the_deployment(cluster):
