@@ -16,8 +16,8 @@ The hostile device (node 1000) lies as far as the declared-size bounds let it
   sum of squares included: in every training reply it puts ALL its real points in the
   cluster of the received center farthest from their mean (true statistics of a false
   partition; the cost of the received centers under that partition);
-- ``cell edge``: the strongest false partition of its real points that every check lets
-  through: for the cluster and the number q where it pulls hardest (q × the shift of the
+- ``cell edge``: the strongest false partition of its real points that every per-reply
+  check lets through (its partitions may still contradict each other): for the cluster and the number q where it pulls hardest (q × the shift of the
   mean), its q points farthest towards the box corner away from that cluster's center go
   to that cluster, as long as their mean stays in the center's Voronoi cell (every other
   point to its nearest center);

@@ -546,3 +546,94 @@ class CenterSet:
         return {"set": self.index, "sampled_cost_of_received": report["sampled_cost"], "center_shift": self.shift,
                 "empty_clusters": self.empty, "reassigned": self.moved, "orphaned": self.orphans,
                 **({"reseed_undone": self.undone} if self.undone else {})}
+
+
+def partition_of_reply(incoming: np.ndarray, centers: np.ndarray, counts: np.ndarray, sumsq: np.ndarray,
+                       learning_rate: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The partition of its points a full-batch training reply states, as ``(n, sums,
+    squares)`` of its non-empty clusters (counts, per-cluster sums, per-cluster Σ‖x‖²)."""
+    seen = counts > 0
+    n = counts[seen]
+    return n, n[:, None] * implied_means(incoming[seen], centers[seen], learning_rate), sumsq[seen].sum(axis=1)
+
+
+def partition_bound(partition: tuple[np.ndarray, np.ndarray, np.ndarray], centers: np.ndarray) -> tuple[float, float]:
+    """What a partition of a device's points says about the cost of ``centers`` on them:
+    every part sent whole to its cheapest center costs ``Σ_p min_i (Q_p − 2 c_i·S_p +
+    n_p ‖c_i‖²)``, which nearest-center labels can only undercut. Returns that bound and
+    the scale of its terms (for a rounding tolerance)."""
+    n, sums, squares = partition
+    if n.size == 0:
+        return 0.0, 0.0
+    norms = np.einsum("ij,ij->i", centers, centers)
+    costs = squares[:, None] - 2.0 * sums @ centers.T + n[:, None] * norms[None, :]
+    cheapest = costs.argmin(axis=1)
+    return float(costs.min(axis=1).sum()), float(squares.sum() + (n * norms[cheapest]).sum())
+
+
+def partition_violation(cost: float, centers: np.ndarray, partition: tuple[np.ndarray, np.ndarray, np.ndarray],
+                        relative: float = 1e-8) -> str | None:
+    """Why a device's ``cost`` of ``centers`` (nearest-center labels of its points) cannot be
+    right, given another partition of the same points it stated (in another round or for
+    another center set): that partition, each part sent whole to its cheapest center,
+    costs less (:func:`partition_bound`). None when it is consistent, up to rounding.
+    Honest replies always are: nearest-center labels cost least for any fixed data."""
+    bound, scale = partition_bound(partition, centers)
+    if cost > bound + relative * (scale + abs(cost)):
+        return (f"cost {cost:.10g} of the received centers exceeds {bound:.10g}, what another partition of its "
+                f"points it stated costs with them: its statistics do not come from one fixed set of points")
+    return None
+
+
+Stated = tuple[float, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]  # (cost, centers, partition)
+
+
+def partitions_violation(stated: list[Stated], earlier: Sequence[Stated] = (), whole: Stated | None = None,
+                         relative: float = 1e-8) -> str | None:
+    """Why the center sets of one training reply (``stated``: each set's cost of its
+    received centers and the partition it states), the node's earlier accepted replies
+    (``earlier``) and its declared moments (``whole``: all its points as one part, cost 0)
+    cannot all come from one fixed set of points: some cost exceeds what another of these
+    partitions costs with the same centers (:func:`partition_bound`, every pair at once;
+    the rounding slack as in :func:`partition_violation`, or looser). None when they can."""
+    every = [s for s in stated + list(earlier) + ([whole] if whole is not None else []) if s[2][0].size]
+    if len(every) < 2:
+        return None
+    columns = np.cumsum([0] + [len(centers) for _, centers, _ in every[:-1]])
+    rows = np.cumsum([0] + [part[0].size for _, _, part in every[:-1]])
+    centers = np.concatenate([c for _, c, _ in every])
+    n, sums, squares = (np.concatenate([part[f] for _, _, part in every]) for f in range(3))
+    norms = np.einsum("ij,ij->i", centers, centers)
+    part_costs = squares[:, None] - 2.0 * sums @ centers.T + n[:, None] * norms[None, :]  # every part, every center
+    # bounds[j, i]: partition j, each part whole to its cheapest center of set i
+    bounds = np.add.reduceat(np.minimum.reduceat(part_costs, columns, axis=1), rows, axis=0)
+    costs = np.array([cost for cost, _, _ in every])
+    slack = relative * (np.add.reduceat(squares, rows)[:, None] + np.add.reduceat(n, rows)[:, None]
+                        * np.maximum.reduceat(norms, columns)[None, :] + np.abs(costs)[None, :])
+    new = np.array([any(e is s for s in stated) for e in every])
+    bad = (costs[None, :] > bounds + slack) & ~np.eye(len(every), dtype=bool) & (new[:, None] | new[None, :])
+    if bad.any():
+        j, i = (int(x) for x in np.argwhere(bad)[0])
+        name = lambda k: f"set {stated.index(every[k])}" if new[k] else (  # noqa: E731
+            "its declared moments" if every[k] is whole else "an earlier reply")
+        return (f"{name(i)} against {name(j)}: cost {costs[i]:.10g} of the received centers exceeds {bounds[j, i]:.10g}, "
+                f"what another partition of its points it stated costs with them: its statistics do not come from one "
+                f"fixed set of points")
+    return None
+
+
+def whole_partition(declared: Any) -> Stated | None:
+    """A device's declared moments (a :class:`fedcluster.bounds.Declared`) as a stated
+    partition: all its points in one part (its cost, 0, is never checked); None without."""
+    if declared is None or declared.moment_sum is None:
+        return None
+    part = (np.array([declared.points]), declared.moment_sum[None, :], np.array([declared.moment_sumsq.sum()]))
+    return 0.0, np.zeros((1, declared.moment_sum.size)), part
+
+
+def stated_in_reply(incoming: np.ndarray, arrays: Mapping[str, np.ndarray], learning_rate: float) -> list[Stated]:
+    """Each center set of a full-batch training reply: its cost of the centers it received,
+    those centers and the partition it states (:func:`partition_of_reply`)."""
+    return [(float(arrays["cost"][s]), incoming[s],
+             partition_of_reply(incoming[s], arrays["centers"][s], arrays["counts"][s], arrays["sumsq"][s], learning_rate))
+            for s in range(incoming.shape[0])]

@@ -28,13 +28,13 @@ from fedcluster.bounds import moments_violation, voronoi_violation
 from fedcluster.common import bounding_box, center_shift
 from fedcluster.fedkmeans import (
     CenterSet, ServerState, Undo, cheapest_estimates, coarse_summary_k, last_versus_best, implied_means, orphaned_clusters,
-    reassign_starved, keep_sets, reseed_allowed, server_update, train_cost_mismatch,
-)
+    partitions_violation, reassign_starved, keep_sets, reseed_allowed, server_update, stated_in_reply, train_cost_mismatch,
+    whole_partition)
 from fedcluster.config import k_range
 from fedcluster.robust import aggregate_centers
 
 from .base import FederatedStrategy, FederationError, Reply, sum_arrays, sum_metric
-from .messages import one_set
+from .messages import Inconsistent, one_set
 from .fedkmeans_start import COARSE_STREAM, FedKMeansStart, summary_points
 
 
@@ -116,16 +116,14 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
         return total_cost, num_points
 
     def cost_check(self, incoming: np.ndarray):
-        """Full batch, one local epoch: a training reply's cost of every set must be the
-        one its other arrays imply (:func:`fedcluster.fedkmeans.train_cost_mismatch`), each
-        cluster's mean must lie in its center's Voronoi cell (``voronoi_violation``), and its
-        clusters' sums and sums of squares add up to the moments its data summary
-        declared (:func:`fedcluster.bounds.moments_violation`); else no check.
-        ``incoming``: the (m, k, d) centers sent."""
-        cfg = self.config
-        if cfg["batch-size"] != 0 or cfg["local-epochs"] != 1:
+        """Full batch, one local epoch (else no check; ``incoming``: the (m, k, d) centers
+        sent): a training reply's costs are the ones its other arrays imply
+        (``train_cost_mismatch``), each cluster's mean lies in its center's Voronoi cell, its
+        sums add up to its declared moments, and all its partitions, with its last reply's,
+        could come from one fixed set of points (``partitions_violation``)."""
+        if self.config["batch-size"] != 0 or self.config["local-epochs"] != 1:
             return None
-        beta = cfg["client-lr"]
+        beta = self.config["client-lr"]
 
         def check(reply: Reply) -> str | None:
             a = reply.arrays
@@ -138,7 +136,11 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
                     reason = moments_violation(a["counts"][s][:, None] * means, a["sumsq"][s], declared)
                 if reason:
                     return f"set {s}: {reason}" if incoming.shape[0] > 1 else reason
-            return None
+            stated = stated_in_reply(incoming, a, beta)
+            earlier = self.stated_partitions.get(reply.node_id, [])  # its last accepted reply's (more caught no more)
+            reason = partitions_violation(stated, earlier, whole_partition(declared))
+            self.stated_partitions[reply.node_id] = earlier if reason else stated[:1]
+            return Inconsistent(reason) if reason else None  # a proven liar leaves the run
 
         return check
 
@@ -159,14 +161,13 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
         and after half of the rounds only the cheapest trains on. Returns the last set
         standing; ``self.best_seen`` holds the cheapest centers measured on every node."""
         cfg = self.config
-        if isinstance(starts, np.ndarray) and starts.ndim == 2:
-            starts = [starts]
+        starts = [starts] if isinstance(starts, np.ndarray) and starts.ndim == 2 else starts
         self.starts = [np.array(c, dtype=np.float64) for c in starts]
         live = [CenterSet(i, c.copy(), ServerState.start(c)) for i, c in enumerate(self.starts)]
         self.sets = {c.index: c for c in live}
         self.estimated = []  # (estimated cost per point, round, set, centers): the cheapest few, partial participation
-        everyone = cfg["fraction"] >= 1.0
-        self.best_seen = None  # (cost, round, set, points, centers)
+        everyone, self.best_seen = cfg["fraction"] >= 1.0, None  # best: (cost, round, set, points, centers)
+        self.stated_partitions: dict[int, list] = {}  # per node: [(cost, centers, partition)] of its last reply
         deadline = max(1, math.ceil(rounds / 2))
         for t in range(1, rounds + 1):
             self.begin_round(t)
@@ -230,12 +231,14 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
         joining = self.newcomers()
         if joining:
             requests["join"] = self.join_request(joining)
+        first = len(self.phases)
         got = dict(zip(requests, self.broadcast_together(*requests.values())))
         if joining:
             self.admit_newcomers(got["join"])
-        measure = got.get("measure", [])
-        out = {}
+        measure, out = got.get("measure", []), {}
+        dropped = {f["node"] for f in self.phases[first]["failures"] if f["kind"] == "invalid"}  # its old statistics too
         for position, center_set in enumerate(live):
+            center_set.forget(dropped)
             center_set.remember([one_set(r, position) for r in got.get("seed", [])])
             costs = (sum(float(r.arrays["costs"][position]) for r in measure), sum(r.num_examples for r in measure))
             out[center_set.index] = ([one_set(r, position) for r in got["train"]], costs)

@@ -19,6 +19,12 @@ class FederationError(RuntimeError):
     """The federation cannot go on: too few nodes or too few valid replies."""
 
 
+class Inconsistent(str):
+    """A reply check's reason that proves the device lied (its replies contradict each
+    other: no honest device can send them). The reply is dropped with kind
+    ``inconsistent`` and the device leaves the run."""
+
+
 @dataclass
 class Reply:
     """A validated reply of one node."""

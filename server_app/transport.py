@@ -17,7 +17,7 @@ from flwr.common.logger import log
 from fedcluster import bounds, protocol
 from fedcluster.wire import array_numpy
 
-from .messages import FederationError, Incoming, Reply, ReplySpec, bundle_message, incoming, part_key, payload_bytes, to_array_record
+from .messages import FederationError, Incoming, Inconsistent, Reply, ReplySpec, bundle_message, incoming, part_key, payload_bytes, to_array_record
 
 # Pause between two pulls of a broadcast's pending replies: Flower's own pause (the
 # in-memory grid's `pull_interval`) when the last pull brought nothing; a shorter one while
@@ -193,7 +193,7 @@ class Transport:
         except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
             reason, valid = f"unreadable reply: {type(exc).__name__}: {exc}", None
         if reason:
-            failures.append({"node": node, "kind": "invalid", "reason": reason})
+            failures.append({"node": node, "kind": "inconsistent" if isinstance(reason, Inconsistent) else "invalid", "reason": reason})
             return None, reply.up
         return valid, reply.up
 
@@ -217,7 +217,7 @@ class Transport:
         for failure in failures:
             log(WARNING, "[fedcluster] %s: dropped node %s: %s", phase, failure["node"], failure["reason"])
             failure["reason"] = self.public_reason(failure["reason"])
-            if self.exclude_invalid and failure["kind"] == "invalid":
+            if (self.exclude_invalid and failure["kind"] == "invalid") or failure["kind"] == "inconsistent":
                 self.exclude(failure["node"], f"its {phase} reply was invalid: {failure['reason']}")
         if not nodes:
             log(WARNING, "[fedcluster] %s: no node to ask; phase skipped", phase)

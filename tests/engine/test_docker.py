@@ -83,7 +83,8 @@ def test_compose_file_gives_each_supernode_its_own_file_and_a_valid_job():
     for name in SUPERNODES:
         node, superexec = services[name], services[f"superexec-clientapp-{name[-1]}"]
         command = node["command"]
-        assert command[command.index("--node-config") + 1] == 'data-path="/data/client.npy"'
+        # its own file, and a partition-id of its own: a run repeats with its seed (docs/DESIGN.md)
+        assert command[command.index("--node-config") + 1] == f'data-path="/data/client.npy" partition-id={int(name[-1]) - 1}'
         assert command[command.index("--superlink") + 1] == "superlink:8000"
         assert "process" == command[command.index("--isolation") + 1]
         runtime = f"{name}:{command[command.index('--port') + 1]}"

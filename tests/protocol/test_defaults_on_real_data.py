@@ -172,8 +172,10 @@ def edge_labels(points, centers):
 
 
 def test_a_last_round_that_made_things_worse_is_warned_about_and_not_returned(tmp_path):
-    """Node 1000 forges its last training reply: a false partition of its real points that
-    every check lets through (:func:`edge_labels`): the last centers cost more than
+    """Node 1000 forges its last training reply: a false partition of its real points
+    (:func:`edge_labels`), with two local epochs, where no check binds a training reply to
+    one fixed set of points (with one, ``partitions_violation`` drops it: tests/protocol/
+    test_fedkmeans.py): the last centers cost more than
     1 % above round T-1's. The cheaper centers are returned, the last kept beside them, and
     the run warns; a difference below 1 % is only logged."""
     from flwr.app import Array
@@ -203,7 +205,7 @@ def test_a_last_round_that_made_things_worse_is_warned_about_and_not_returned(tm
 
     directory = write_npy_dir(tmp_path / "data", parts)
     config = {"k": 4, "dataset": "npy-dir", "data-dir": str(directory), "output-dir": str(tmp_path / "out"),
-              "reference": False, "n-init": 1, "num-rounds": rounds}
+              "reference": False, "n-init": 1, "num-rounds": rounds, "local-epochs": 2}
     result = run(config, num_nodes=len(parts), reply_hook=forge)
     assert result["last"]["cost"] > 1.01 * result["final"]["cost"]
     assert any("last_centers.npy the last" in text for text in result["warnings"]), result["warnings"]

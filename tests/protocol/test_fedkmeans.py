@@ -674,3 +674,55 @@ def test_without_measuring_rounds_a_round_contacts_only_its_sampled_nodes(tmp_pa
     if "last" in result:  # a cheaper candidate than the last centers was returned
         assert cost(np.load(tmp_path / "out" / "last_centers.npy")) == pytest.approx(result["last"]["cost"], rel=1e-9)
         assert result["final"]["cost"] < result["last"]["cost"]
+
+
+def test_statistics_that_no_fixed_set_of_points_gives_are_dropped(tmp_path):
+    """Device 1002 states a new false partition of its real points in every training reply:
+    its sums match its declared moments and every mean stays in its center's cell, but each
+    round it claims a tenth of its points for a different cluster. No one fixed set
+    of points has both partitions' costs (``partitions_violation``): the reply that
+    contradicts an earlier one is dropped, the device leaves the run with what the server
+    kept of it, and the run stays with the honest ones."""
+    def flip(node, message, reply):
+        if node != 1002 or message.metadata.message_type != "train.fedkmeans_train" or reply.has_error():
+            return reply
+        record = reply.content.array_records["arrays"]
+        sent = message.content.array_records["arrays"]["centers"].numpy()
+        own = device_points[0]
+        centers, counts = record["centers"].numpy().copy(), record["counts"].numpy().copy()
+        sumsq, cost = np.zeros_like(centers), np.zeros(sent.shape[0])
+        claimed = int(message.metadata.group_id) % sent.shape[1]  # a different cluster every round
+        for s in range(sent.shape[0]):
+            nearest = ((own[:, None] - sent[s][None]) ** 2).sum(-1).argmin(1)
+            others = np.flatnonzero(nearest != claimed)
+            others = others[np.argsort(((own[others] - sent[s][claimed]) ** 2).sum(1))]
+            for q in range(len(own) // 10, 0, -1):  # the most others nearest the claimed center that its cell allows
+                labels = nearest.copy()
+                labels[others[:q]] = claimed
+                mean = own[labels == claimed].mean(0)
+                if ((sent[s] - mean) ** 2).sum(1).argmin() == claimed:
+                    break
+            else:
+                return reply
+            counts[s], centers[s], sumsq[s] = 0, sent[s], 0
+            for j in np.unique(labels):
+                mine = own[labels == j]
+                counts[s, j], centers[s, j], sumsq[s, j] = len(mine), mine.mean(0), (mine ** 2).sum(0)
+            cost[s] = float(((own - sent[s][labels]) ** 2).sum())
+        record["centers"], record["counts"], record["sumsq"], record["cost"] = (
+            Array(centers), Array(counts), Array(sumsq), Array(cost))
+        return reply
+
+    device_points = []
+    config = {"k": 4, "num-rounds": 6, "reference": False, "n-init": 1, "output-dir": str(tmp_path / "a")}
+    from fedcluster.datasets import generated_partition
+    from fedcluster.config import with_defaults
+
+    device_points.append(generated_partition(with_defaults(dict(config)), 2, 5)[0])
+    result = run(config, num_nodes=5, reply_hook=flip)
+    failures = [f for p in result["phases"] if p["phase"] == "train" for f in p["failures"]]
+    (failure,) = failures  # the first contradiction: a proven liar, never asked again
+    assert failure["kind"] == "inconsistent" and "one fixed set of points" in failure["reason"], failure
+    assert str(result["nodes"]["exclusions"][0]["node"]) == "1002"
+    honest = run({**config, "output-dir": str(tmp_path / "b")}, num_nodes=5)
+    assert result["final"]["cost"] <= 1.01 * honest["final"]["cost"]

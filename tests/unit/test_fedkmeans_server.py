@@ -203,3 +203,61 @@ def test_server_starts_at_most_the_candidates_is_the_plain_draw():
     plain = summary_candidates(points, weights, 6, 5, low, high, np.random.default_rng(3))
     for starts in (0, 1, 5):
         np.testing.assert_array_equal(summary_candidates(points, weights, 6, 5, low, high, np.random.default_rng(3), starts=starts), plain)
+
+
+def _stated(X, labels, k):
+    """(n, sums, squares) of the non-empty parts of a labelling: a partition as a reply states it."""
+    parts = [X[labels == j] for j in range(k) if np.any(labels == j)]
+    return (np.array([len(p) for p in parts], dtype=float), np.array([p.sum(0) for p in parts]),
+            np.array([(p ** 2).sum() for p in parts]))
+
+
+def _nearest(X, C):
+    d2 = ((X[:, None] - C[None]) ** 2).sum(-1)
+    return d2.argmin(1), float(d2.min(1).sum())
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_an_honest_devices_partitions_never_contradict_each_other(seed):
+    from fedcluster.fedkmeans import partition_violation
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(int(rng.integers(5, 200)), 3)) * rng.uniform(0.1, 100) + rng.uniform(-1e3, 1e3)
+    k = int(rng.integers(1, 8))
+    sets = [X[rng.choice(len(X), size=k)] + rng.normal(size=(k, 3)) for _ in range(4)]
+    stated = [(*_nearest(X, C), C) for C in sets]
+    for labels, cost, C in stated:
+        for other_labels, _, _ in stated:
+            assert partition_violation(cost, C, _stated(X, other_labels, k)) is None
+
+
+def test_a_cost_from_a_false_partition_contradicts_the_honest_one():
+    from fedcluster.fedkmeans import partition_bound, partition_violation
+
+    rng = np.random.default_rng(3)
+    X, C = rng.normal(size=(300, 2)), np.array([[-1.0, 0.0], [1.0, 0.0]])
+    labels, cost = _nearest(X, C)
+    # By hand: each part sent whole to its own center costs the honest cost exactly.
+    assert partition_bound(_stated(X, labels, 2), C)[0] == pytest.approx(cost, rel=1e-12)
+    moved = labels.copy()
+    moved[np.argsort(X[:, 0])[-10:]] = 0  # the ten points farthest right claimed by the left center
+    false_cost = float(((X - C[moved]) ** 2).sum())
+    reason = partition_violation(false_cost, C, _stated(X, labels, 2))
+    assert reason is not None and "one fixed set of points" in reason
+
+
+def test_declared_moments_bound_a_first_reply_and_name_what_it_contradicts():
+    from fedcluster.bounds import Declared
+    from fedcluster.fedkmeans import partitions_violation, whole_partition
+
+    rng = np.random.default_rng(5)
+    X, C = rng.normal(size=(100, 2)) + 3.0, np.array([[3.0, 3.0], [30.0, 30.0]])
+    declared = Declared(100.0, moment_sum=X.sum(0), moment_sumsq=(X ** 2).sum(0))
+    labels, cost = _nearest(X, C)
+    honest = [(cost, C, _stated(X, labels, 2))]
+    assert partitions_violation(honest, [], whole_partition(declared)) is None
+    all_at_the_far_center = float(((X - C[1]) ** 2).sum())  # more than all points at the near one
+    lie = [(all_at_the_far_center, C, _stated(X, np.ones(100, dtype=int), 2))]
+    reason = partitions_violation(lie, [], whole_partition(declared))
+    assert reason.startswith("set 0 against its declared moments"), reason
+    assert whole_partition(Declared(100.0)) is None  # no moments declared: no bound from them
