@@ -614,7 +614,7 @@ def partitions_violation(stated: list[Stated], earlier: Sequence[Stated] = (), w
     bad = (costs[None, :] > bounds + slack) & ~np.eye(len(every), dtype=bool) & (new[:, None] | new[None, :])
     if bad.any():
         j, i = (int(x) for x in np.argwhere(bad)[0])
-        name = lambda k: f"set {stated.index(every[k])}" if new[k] else (  # noqa: E731
+        name = lambda k: f"set {next(t for t, s in enumerate(stated) if s is every[k])}" if new[k] else (  # noqa: E731
             "its declared moments" if every[k] is whole else "an earlier reply")
         return (f"{name(i)} against {name(j)}: cost {costs[i]:.10g} of the received centers exceeds {bounds[j, i]:.10g}, "
                 f"what another partition of its points it stated costs with them: its statistics do not come from one "

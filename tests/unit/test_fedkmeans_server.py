@@ -261,3 +261,17 @@ def test_declared_moments_bound_a_first_reply_and_name_what_it_contradicts():
     reason = partitions_violation(lie, [], whole_partition(declared))
     assert reason.startswith("set 0 against its declared moments"), reason
     assert whole_partition(Declared(100.0)) is None  # no moments declared: no bound from them
+
+
+def test_a_contradiction_between_two_sets_of_equal_cost_is_named():
+    from fedcluster.fedkmeans import partitions_violation
+
+    rng = np.random.default_rng(8)
+    X, C = rng.normal(size=(60, 2)), np.array([[-1.0, 0.0], [1.0, 0.0]])
+    labels, cost = _nearest(X, C)
+    honest = (cost, C, _stated(X, labels, 2))
+    false_cost = float(((X - C[1 - labels]) ** 2).sum())  # every point at its farther center
+    lie = (false_cost, C.copy(), _stated(X, 1 - labels, 2))
+    twin = (false_cost, C.copy(), _stated(X, 1 - labels, 2))  # same cost: names must not compare arrays
+    reason = partitions_violation([twin, lie, honest], [])
+    assert reason is not None and reason.startswith("set 1 against set 0"), reason  # the twin: same data, another claim
