@@ -60,6 +60,29 @@ def lloyd_step(X, C):
     return out
 
 
+def state_partition(record, sent, own, labels_of) -> bool:
+    """Make the ``fedkmeans_train`` reply ``record`` (full batch, client-lr 1) state, for each
+    center set s of ``sent``, the partition ``labels_of(s)`` of the points ``own``: the true
+    statistics of a (possibly false) partition and its cost for the received centers. When
+    ``labels_of`` gives None for a set, the record is left as it was and False returned."""
+    from flwr.app import Array
+
+    labelling = [labels_of(s) for s in range(sent.shape[0])]
+    if any(labels is None for labels in labelling):
+        return False
+    centers, counts = record["centers"].numpy().copy(), record["counts"].numpy().copy()
+    sumsq, cost = np.zeros_like(centers), np.zeros(sent.shape[0])
+    for s, labels in enumerate(labelling):
+        counts[s], centers[s], sumsq[s] = 0, sent[s], 0
+        for j in np.unique(labels):
+            mine = own[labels == j]
+            counts[s, j], centers[s, j], sumsq[s, j] = len(mine), mine.mean(0), (mine ** 2).sum(0)
+        cost[s] = float(((own - sent[s][labels]) ** 2).sum())
+    record["centers"], record["counts"], record["sumsq"], record["cost"] = (
+        Array(centers), Array(counts), Array(sumsq), Array(cost))
+    return True
+
+
 def write_npy_dir(directory: Path, arrays: list[np.ndarray]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for i, array in enumerate(arrays):

@@ -12,7 +12,7 @@ import pytest
 from sklearn.cluster import KMeans
 
 import fedcluster
-from conftest import write_npy_dir
+from conftest import state_partition, write_npy_dir
 from inprocess import run
 
 
@@ -178,7 +178,6 @@ def test_a_last_round_that_made_things_worse_is_warned_about_and_not_returned(tm
     test_fedkmeans.py): the last centers cost more than
     1 % above round T-1's. The cheaper centers are returned, the last kept beside them, and
     the run warns; a difference below 1 % is only logged."""
-    from flwr.app import Array
 
     parts, X = with_a_tiny_cluster(3)
     rounds = 5
@@ -187,20 +186,8 @@ def test_a_last_round_that_made_things_worse_is_warned_about_and_not_returned(tm
         if node != 1000 or reply.has_error() or message.metadata.message_type != "train.fedkmeans_train" \
                 or message.metadata.group_id != str(rounds):
             return reply
-        record = reply.content.array_records["arrays"]
         sent = message.content.array_records["arrays"]["centers"].numpy()
-        centers, counts = record["centers"].numpy().copy(), record["counts"].numpy().copy()
-        own = parts[0]
-        sumsq, cost = np.zeros_like(centers), np.zeros(sent.shape[0])
-        for s in range(sent.shape[0]):
-            labels = edge_labels(own, sent[s])
-            counts[s], centers[s], sumsq[s] = 0, sent[s], 0
-            for j in np.unique(labels):
-                mine = own[labels == j]
-                counts[s, j], centers[s, j], sumsq[s, j] = len(mine), mine.mean(0), (mine**2).sum(0)
-            cost[s] = float(((own - sent[s][labels]) ** 2).sum())
-        record["centers"], record["counts"], record["sumsq"], record["cost"] = (
-            Array(centers), Array(counts), Array(sumsq), Array(cost))
+        state_partition(reply.content.array_records["arrays"], sent, parts[0], lambda s: edge_labels(parts[0], sent[s]))
         return reply
 
     directory = write_npy_dir(tmp_path / "data", parts)

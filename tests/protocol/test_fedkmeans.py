@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
-from conftest import lloyd_step, write_npy_dir
+from conftest import lloyd_step, state_partition, write_npy_dir
 from fedcluster.config import with_defaults
 from fedcluster.fedkmeans import client_kmeans
 from fedcluster.lloyd import lloyd_statistics
@@ -686,31 +686,22 @@ def test_statistics_that_no_fixed_set_of_points_gives_are_dropped(tmp_path):
     def flip(node, message, reply):
         if node != 1002 or message.metadata.message_type != "train.fedkmeans_train" or reply.has_error():
             return reply
-        record = reply.content.array_records["arrays"]
         sent = message.content.array_records["arrays"]["centers"].numpy()
         own = device_points[0]
-        centers, counts = record["centers"].numpy().copy(), record["counts"].numpy().copy()
-        sumsq, cost = np.zeros_like(centers), np.zeros(sent.shape[0])
         claimed = int(message.metadata.group_id) % sent.shape[1]  # a different cluster every round
-        for s in range(sent.shape[0]):
+
+        def labels_of(s):
             nearest = ((own[:, None] - sent[s][None]) ** 2).sum(-1).argmin(1)
             others = np.flatnonzero(nearest != claimed)
             others = others[np.argsort(((own[others] - sent[s][claimed]) ** 2).sum(1))]
             for q in range(len(own) // 10, 0, -1):  # the most others nearest the claimed center that its cell allows
                 labels = nearest.copy()
                 labels[others[:q]] = claimed
-                mean = own[labels == claimed].mean(0)
-                if ((sent[s] - mean) ** 2).sum(1).argmin() == claimed:
-                    break
-            else:
-                return reply
-            counts[s], centers[s], sumsq[s] = 0, sent[s], 0
-            for j in np.unique(labels):
-                mine = own[labels == j]
-                counts[s, j], centers[s, j], sumsq[s, j] = len(mine), mine.mean(0), (mine ** 2).sum(0)
-            cost[s] = float(((own - sent[s][labels]) ** 2).sum())
-        record["centers"], record["counts"], record["sumsq"], record["cost"] = (
-            Array(centers), Array(counts), Array(sumsq), Array(cost))
+                if ((sent[s] - own[labels == claimed].mean(0)) ** 2).sum(1).argmin() == claimed:
+                    return labels
+            return None
+
+        state_partition(reply.content.array_records["arrays"], sent, own, labels_of)
         return reply
 
     device_points = []
