@@ -37,7 +37,8 @@ The hostile device (node 1000) lies as far as the declared-size bounds let it
   it claims 1000 × its points in every reply with every statistic scaled to match, and in
   the Lloyd rounds puts all of them at Δ times the unit vector towards its box's corner
   farthest from the data's mean (inside the clipping ball). ``max-device-points`` off vs
-  2 × the median device.
+  2 × the median device; and the same at ``epsilon = 1``, where the cap's price shows: it
+  doubles every sensitivity, so the noise.
 
 Data: a Gaussian mixture (d = 5, k = 5, 2000 points, separation 8 σ) split IID or by
 Dirichlet(0.5) labels over 10 devices; FedKMeans run-config defaults otherwise
@@ -80,7 +81,12 @@ METHODS = {
         "capped-count": {"kfed-weighting": "capped-count", "k-prime": 5},
         "capped-count, min-devices 2": {"kfed-weighting": "capped-count", "kfed-min-devices": 2, "k-prime": 5},
     },
-    "feddp-kmeans": {"no cap": {"max-device-points": 0}, "max-device-points 2x median": {"max-device-points": "2x"}},
+    "feddp-kmeans": {
+        "no cap": {"max-device-points": 0},
+        "max-device-points 2x median": {"max-device-points": "2x"},
+        "no cap, ε = 1": {"max-device-points": 0, "epsilon": 1.0},
+        "max-device-points 2x median, ε = 1": {"max-device-points": "2x", "epsilon": 1.0},
+    },
 }
 FEDDP = {"epsilon": float("inf"), "lloyd-rounds": 2}
 ATTACKS = {
@@ -237,7 +243,7 @@ def one(algorithm: str, partition: str, seed: int, method: str, attack: str) -> 
         if algorithm == "feddp-kmeans":
             server = gaussian_mixture(200, 5, 5, seed, separation=8.0)[0]  # same means (same seed), other points
             np.save(Path(tmp) / "server.npy", server)
-            config.update(FEDDP, **{"server-data": str(Path(tmp) / "server.npy")})
+            config.update({**FEDDP, **METHODS[algorithm][method], "server-data": str(Path(tmp) / "server.npy"), "noise-seed": seed})
             if config["max-device-points"] == "2x":
                 config["max-device-points"] = int(2 * np.median([len(index) for index in parts]))
         result = run(config, num_nodes=10, reply_hook=attack_hook(attack, box, X.mean(0), hostile_points))

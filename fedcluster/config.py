@@ -189,7 +189,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("lloyd-fraction", 0.25, "share of ε for FedDP-Lloyds", low=0, high=1, high_open=True),
         Key("clip-norm", 0.0, "Δ, point norm bound (0 = the server data's radius)", low=0),
         Key("max-device-points", 0, "data-point level: points one device may contribute (0 = no cap); a device "
-            "with more uses a fixed random subset, a reply declaring more is dropped", low=0, high=10**9),
+            "with more uses the same subset of them in every step, a reply declaring more is dropped; a cap doubles the noise "
+            "(neighbours then differ by a swapped point)", low=0, high=10**9),
         Key("client-max-points", 50, "m, points per client assumed by derived client-level bounds", low=1, high=10**9),
         Key("clip-outer", 0.0, "client level: bound of XᵀX (0 = each client's XᵀX scaled to Frobenius norm 1)", low=0),
         Key("clip-histogram", 0.0, "client level: bound of the histogram (0 = derived)", low=0),

@@ -53,9 +53,9 @@ def private_points(data: DeviceData, config: dict[str, Any]) -> np.ndarray:
     level (computed once per Δ and cached on the device), the raw points at client level.
 
     At data-point level with ``max-points`` = m > 0, a device holding more than m points
-    uses the same m of them in every step: a subset drawn uniformly with a fixed seed (it
-    depends on n and m only, never on the points' values, so each point's contribution is
-    still at most Δ and the accounting is unchanged)."""
+    uses the same m of them in every step: :func:`capped_rows`, a rule under which adding
+    or removing one point changes the subset by at most one point (the sensitivities are
+    then those of replacing a point, ``clipping_bounds(capped=True)``)."""
     X = np.asarray(data.require_points(), dtype=np.float64)
     if X.shape[0] == 0:
         raise ValueError(f"the device holds no points ({data.source})")
@@ -67,7 +67,7 @@ def private_points(data: DeviceData, config: dict[str, Any]) -> np.ndarray:
     cached = data.extra.get(key)
     if cached is None:
         if 0 < cap < X.shape[0]:
-            X = X[np.sort(capped_subset(X.shape[0], cap))]
+            X = X[capped_rows(X, cap)]
         cached = clip_rows_l2(X, delta)
         data.extra[key] = cached
     return cached
@@ -86,10 +86,36 @@ def usable_points(num_examples: int, level: str, cap: int) -> int:
     return min(int(num_examples), int(cap)) if level == DATA_POINT and cap > 0 else int(num_examples)
 
 
-def capped_subset(n: int, cap: int) -> np.ndarray:
-    """Indices of the ``cap`` of ``n`` points a capped device uses: uniform, with a seed
-    fixed by (n, cap), so every step of a run (and every run) uses the same subset."""
-    return np.random.default_rng([n, cap]).choice(n, size=cap, replace=False)
+_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+
+
+def point_priority(X: np.ndarray) -> np.ndarray:
+    """A pseudo-random 64-bit priority of every row, a function of the row's values alone
+    (splitmix64 over the bits of its coordinates): equal rows get equal priorities."""
+    bits = np.ascontiguousarray(X, dtype=np.float64).view(np.uint64)
+    priority = np.full(bits.shape[0], _MIX[0])
+    for column in bits.T:
+        z = priority ^ column
+        z = (z ^ (z >> np.uint64(30))) * _MIX[1]
+        z = (z ^ (z >> np.uint64(27))) * _MIX[2]
+        priority = (z ^ (z >> np.uint64(31))) + _MIX[0]
+    return priority
+
+
+def capped_rows(X: np.ndarray, cap: int) -> np.ndarray:
+    """Indices (ascending) of the ``cap`` rows of X that rank first by (priority, values):
+    a total order on point values, so the subset depends on the device's points as a
+    multiset and adding one point either leaves it alone or swaps one point in for one out.
+    A subset drawn from a seed of (n, cap) would change wholesale when n changes by one."""
+    if X.shape[0] <= cap:
+        return np.arange(X.shape[0])
+    priority = point_priority(X)
+    last = np.partition(priority, cap - 1)[cap - 1]
+    first, tied = np.flatnonzero(priority < last), np.flatnonzero(priority == last)
+    if tied.size > cap - first.size:  # equal priorities: equal rows, or (rarely) a collision broken by the values
+        bits = np.ascontiguousarray(X[tied], dtype=np.float64).view(np.uint64)
+        tied = tied[np.lexsort(bits.T[::-1])][: cap - first.size]
+    return np.sort(np.concatenate([first, tied]))
 
 
 def _projection(arrays: dict[str, np.ndarray], d: int) -> np.ndarray:
@@ -287,12 +313,15 @@ SPHERE_SEARCH_STEPS = 40
 
 def clipping_bounds(
     level: str, clip_norm: float, k: int, client_max_points: float = 0.0, chosen: Mapping[str, float] | None = None,
-    typical_norm: float | None = None,
+    typical_norm: float | None = None, capped: bool = False,
 ) -> dict[str, float]:
     """Sensitivity of every step, i.e. the clipping bound the device enforces.
 
-    Data-point level (Δ = ``clip_norm``): step 1 Δ² (Frobenius norm of xxᵀ), step 2 1,
-    step 3 and Lloyd sums Δ, counts 1. Client level: ``chosen[step]`` when > 0, else for
+    Data-point level (Δ = ``clip_norm``; neighbours add or remove one point): step 1 Δ²
+    (Frobenius norm of xxᵀ), step 2 1, step 3 and Lloyd sums Δ, counts 1. With a cap on the
+    points a device uses (``capped``), adding a point to a device at the cap swaps one
+    point y of its subset for x: step 1 √2·Δ² (‖xxᵀ − yyᵀ‖_F² = ‖x‖⁴ + ‖y‖⁴ − 2(x·y)²),
+    step 2 2, sums 2Δ (‖x − y‖ in one cluster), counts 2 (one leaves a cluster, one joins). Client level: ``chosen[step]`` when > 0, else for
     step 1 ``NORMALIZED_OUTER`` (each device scales its XᵀX to that Frobenius norm: step 1
     releases only eigenvectors, see ``normalized_outer``), for the step-3 means √k·ρ with
     ρ = min(Δ, ``typical_norm``) -- the Frobenius norm of k per-cluster means, each of
@@ -302,6 +331,11 @@ def clipping_bounds(
     norm ≤ Δ: m, k, m·Δ, m.
     """
     delta = float(clip_norm)
+    if level == DATA_POINT and capped:
+        return {
+            "step1": math.sqrt(2) * delta**2, "step2": 2.0, "step3_gaussian": 2 * delta, "step3_laplace": 2.0,
+            "lloyd_gaussian": 2 * delta, "lloyd_laplace": 2.0,
+        }
     if level == DATA_POINT:
         return {
             "step1": delta**2, "step2": 1.0, "step3_gaussian": delta, "step3_laplace": 1.0,

@@ -75,7 +75,7 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         chosen = {step: cfg[key] for step, key in feddp_kmeans.CLIENT_BOUND_KEYS.items()}
         self.typical_norm = feddp_kmeans.server_typical_norm(server)
         self.bounds = feddp_kmeans.clipping_bounds(self.level, self.clip_norm, k, cfg["client-max-points"], chosen,
-                                                   self.typical_norm)
+                                                   self.typical_norm, capped=cfg["max-device-points"] > 0)
         self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg["clip-outer"])
         self.plan = self.privacy_plan()
         seed = cfg["noise-seed"]

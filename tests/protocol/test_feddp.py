@@ -9,6 +9,7 @@ the strategy's use of them is."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 import re
 import subprocess
 import sys
@@ -689,6 +690,8 @@ def test_max_device_points_bounds_a_device_that_claims_many_points(tmp_path):
                                     "output-dir": str(tmp_path / name)})
         result = run(config, num_nodes=NODES, reply_hook=hook if attack else None)
         clip_norm[:] = [result["privacy"]["clip_norm"]]
+        # a cap swaps points between neighbours: the accounting uses twice the sensitivity
+        assert result["privacy"]["bounds"]["lloyd_gaussian"] == pytest.approx((2 if cap else 1) * clip_norm[0])
         X = pooled_points(result["config"], NODES)[0]
         C = np.load(tmp_path / name / "centers.npy")
         dropped = {p["phase"]: [f["node"] for f in p["failures"]] for p in result["phases"]}
@@ -720,16 +723,56 @@ def test_max_device_points_bounds_a_device_that_claims_many_points(tmp_path):
     assert final_points[0] == final_points[1] * (NODES - 1) // NODES  # the other nodes' points only
 
 
-def test_a_capped_device_uses_the_same_random_subset_in_every_step():
+def test_a_capped_device_uses_the_same_subset_in_every_step():
     X = np.arange(40.0).reshape(20, 2)
     data = DeviceData(points=X, source="test")
     config = {"level": "data-point", "clip-norm": 1e6, "max-points": 5}
     first = feddp_kmeans.private_points(data, config)
     assert first.shape == (5, 2)
-    assert np.array_equal(first, feddp_kmeans.private_points(DeviceData(points=X, source="again"), config))
+    assert np.array_equal(first, feddp_kmeans.private_points(DeviceData(points=X[::-1].copy(), source="again"), config)[::-1])
     rows = {tuple(row) for row in X}
     assert all(tuple(row) in rows for row in first) and len({tuple(r) for r in first}) == 5
     assert feddp_kmeans.private_points(data, {**config, "max-points": 50}).shape == (20, 2)  # fewer than the cap: all
+
+
+def _subset(X, cap):
+    return sorted(map(tuple, X[feddp_kmeans.capped_rows(X, cap)]))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_adding_one_point_changes_a_capped_subset_by_at_most_one_swap(seed):
+    """The data-point accounting with a cap assumes neighbours' subsets differ by replacing
+    one point (clipping_bounds(capped=True)); a subset drawn from a seed of (n, cap) would
+    change almost wholly when n grows by one."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(60, 3))
+    X = np.vstack([X, X[:10]])  # duplicate points too
+    for cap in (1, 7, 30, 69, 70):
+        before = _subset(X, cap)
+        for _ in range(20):
+            x = rng.normal(size=(1, 3)) if rng.random() < 0.7 else X[[rng.integers(len(X))]]
+            grown = np.vstack([X, x])[rng.permutation(len(X) + 1)]
+            after = _subset(grown, cap)
+            assert len(after) == min(cap, len(X) + 1)
+            removed = Counter(before) - Counter(after)
+            added = Counter(after) - Counter(before)
+            assert sum(removed.values()) <= 1 and sum(added.values()) <= 1, (cap, removed, added)
+            assert set(added) <= {tuple(x[0])}
+
+
+def test_a_cap_doubles_the_data_point_sensitivities():
+    plain = feddp_kmeans.clipping_bounds("data-point", 3.0, k=4)
+    capped = feddp_kmeans.clipping_bounds("data-point", 3.0, k=4, capped=True)
+    assert capped == {"step1": pytest.approx(math.sqrt(2) * 9.0), "step2": 2.0, "step3_gaussian": 6.0,
+                      "step3_laplace": 2.0, "lloyd_gaussian": 6.0, "lloyd_laplace": 2.0}
+    # the worst swap reaches each bound: x, y of norm Δ (opposite in one cluster; orthogonal for xxᵀ)
+    x, y = np.array([3.0, 0.0]), np.array([0.0, 3.0])
+    assert np.linalg.norm(np.outer(x, x) - np.outer(y, y)) == pytest.approx(capped["step1"])
+    assert np.linalg.norm(x - (-x)) == pytest.approx(capped["lloyd_gaussian"])
+    assert feddp_kmeans.clipping_bounds("client", 3.0, k=4, client_max_points=5, capped=True) == \
+        feddp_kmeans.clipping_bounds("client", 3.0, k=4, client_max_points=5)
+
+
     assert feddp_kmeans.usable_points(300, "data-point", 600) == 300
     assert feddp_kmeans.usable_points(300000, "data-point", 600) == 600
     assert feddp_kmeans.usable_points(300000, "data-point", 0) == 300000
