@@ -5,7 +5,8 @@ directly; :func:`run` wires a whole federation in one process. It lives outside
 ``server_app`` and ``client_app`` because it is the one place that imports both.
 """
 
+from .availability import Availability
 from .grid import InProcessGrid
 from .run import run
 
-__all__ = ["InProcessGrid", "run"]
+__all__ = ["Availability", "InProcessGrid", "run"]

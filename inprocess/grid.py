@@ -12,6 +12,8 @@ from flwr.serverapp import Grid
 
 from fedcluster import protocol
 
+from .availability import Availability
+
 # Flower's error codes (flwr.common.constant.ErrorCode).
 CLIENT_APP_RAISED_EXCEPTION = 2
 NODE_UNAVAILABLE = 5
@@ -46,6 +48,9 @@ class InProcessGrid(Grid):
         with replies in tests (return None: the node never answers).
     node_ids : the nodes' ids, in ``node_configs`` order (default 1000, 1001, ...); Flower's
         are random per run, and a run's result must not depend on them.
+    availability : optional :class:`inprocess.availability.Availability`: which nodes are
+        connected in each round trip (``push_messages`` call). A node that is not is left
+        out of ``get_node_ids()`` and a message to it comes back NODE_UNAVAILABLE.
     """
 
     SERVER_NODE_ID = 1
@@ -59,6 +64,7 @@ class InProcessGrid(Grid):
         run_id: int = 1,
         reply_hook: ReplyHook | None = None,
         node_ids: Sequence[int] | None = None,
+        availability: Availability | None = None,
     ) -> None:
         from flwr.supercore.run import Run
 
@@ -68,6 +74,8 @@ class InProcessGrid(Grid):
         self._client_app = client_app
         self._run = Run.create_empty(run_id)
         self._reply_hook = reply_hook
+        self._availability = availability
+        self.round_trips = 0  # push_messages calls so far: the round trip the next push is
         self._replies: dict[str, Message] = {}
         self._contexts: dict[int, Context] = {}
         self._run_id, self._run_config = run_id, dict(run_config)
@@ -112,15 +120,19 @@ class InProcessGrid(Grid):
         return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:
-        return list(self._contexts)
+        return [node for node in self._contexts if self._online(node)]
+
+    def _online(self, node: int) -> bool:
+        return self._availability is None or self._availability.online(node, self.round_trips)
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         ids = []
+        trip, self.round_trips = self.round_trips, self.round_trips + 1
         for message in messages:
             message_id = uuid.uuid4().hex
             message.metadata.__dict__["_message_id"] = message_id
             ids.append(message_id)
-            reply = self._deliver(message)
+            reply = self._deliver(message, trip)
             if reply is not None:
                 reply.metadata.__dict__["_message_id"] = uuid.uuid4().hex
                 self._replies[message_id] = reply
@@ -133,10 +145,10 @@ class InProcessGrid(Grid):
         return list(self.pull_messages(self.push_messages(messages)))
 
     # ---------------------------------------------------------------- delivery
-    def _deliver(self, message: Message) -> Message | None:
+    def _deliver(self, message: Message, trip: int) -> Message | None:
         node = message.metadata.dst_node_id
         context = self._contexts.get(node)
-        if context is None:
+        if context is None or (self._availability is not None and not self._availability.online(node, trip)):
             return Message(Error(code=NODE_UNAVAILABLE, reason=f"node {node} is not connected"), reply_to=message)
         started = time.perf_counter()
         bundle = self._reply_hook is not None and message.metadata.message_type == f"query.{protocol.BUNDLE}"

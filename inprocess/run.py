@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .availability import Availability
 from .grid import InProcessGrid, ReplyHook, set_task_identity
 
 _RUN_IDS = itertools.count(int(time.time() * 1000) % 10**9)
@@ -24,6 +25,7 @@ def run(
     reply_hook: ReplyHook | None = None,
     labels: bool = False,
     node_ids: list[int] | None = None,
+    availability: Availability | None = None,
 ) -> dict[str, Any]:
     """Run the configured algorithm over ``num_nodes`` in-process nodes; return result.json.
 
@@ -32,19 +34,23 @@ def run(
     also return ``result["labels"]``, one array per node of its points' nearest final
     centers, computed here from each node's own data as its device would (never part of
     ``result.json``). ``node_ids``: the nodes' ids (default 1000, 1001, ...; Flower's are
-    random per run, and the result does not depend on them).
+    random per run, and the result does not depend on them). ``availability``: which nodes
+    are connected in each round trip (:class:`inprocess.availability.Availability`: offline
+    at random, leaving for good, joining late); by default every node, always.
     """
     from client_app.app import app as client_app
     from server_app.algorithms import validated_config
     from server_app.app import run_algorithm
 
     config = validated_config(run_config or {})
-    config["min-nodes"] = config["min-nodes"] or (len(node_configs) if node_configs else num_nodes)
     if node_configs is None:
         node_configs = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
     run_id = next(_RUN_IDS)
     set_task_identity(run_id=run_id, node_id=InProcessGrid.SERVER_NODE_ID)
-    grid = InProcessGrid(client_app, config, node_configs, run_id=run_id, reply_hook=reply_hook, node_ids=node_ids)
+    grid = InProcessGrid(client_app, config, node_configs, run_id=run_id, reply_hook=reply_hook, node_ids=node_ids,
+                         availability=availability)
+    # the server starts with the nodes connected at the start; the others join when they come
+    config["min-nodes"] = config["min-nodes"] or len(list(grid.get_node_ids()))
     result = run_algorithm(grid, config)
     if labels:
         result["labels"] = node_labels(result, node_configs)

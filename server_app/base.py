@@ -50,6 +50,10 @@ class FederatedStrategy(Membership, Transport, Results):
     # a device that broke its clipping or its cap is not asked for anything else, its
     # evaluation included). Off elsewhere: an invalid reply costs only its phase.
     exclude_invalid = False
+    # A node that is not connected now (missing from the grid's get_node_ids(): a phone
+    # asleep) is not sent to and not held against: it may come back. Off for graphs, whose
+    # every client's edges are needed: there a missing client fails the phase, as before.
+    skips_away = True
 
     def __init__(self, grid: Grid, config: dict[str, Any]) -> None:
         self.grid = grid

@@ -207,7 +207,8 @@ class DAUFL(FederatedStrategy):
         answered = {r.node_id for r in replies}
         for node in nodes:
             if node not in answered:
-                self.exclude(node, "its bin counts are missing")
+                self.exclude(node, "its bin counts are missing (no valid reply, or away when they were collected): "
+                                   "the weights of every step need them")
         return np.stack([r.arrays["counts"] for r in replies]), [r.node_id for r in replies]
 
     # -------------------------------------------------------------- outer and inner loops

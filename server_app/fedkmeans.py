@@ -27,23 +27,23 @@ from flwr.common.logger import log
 from fedcluster.bounds import moments_violation, voronoi_violation
 from fedcluster.common import bounding_box, center_shift
 from fedcluster.fedkmeans import (
-    CenterSet, ServerState, Undo, cheapest_estimates, coarse_summary_k, last_versus_best, implied_means, orphaned_clusters,
+    CenterSet, ServerState, Undo, coarse_summary_k, last_versus_best, implied_means, orphaned_clusters,
     partitions_violation, reassign_starved, keep_sets, reseed_allowed, server_update, stated_in_reply, train_cost_mismatch,
     whole_partition)
 from fedcluster.config import k_range
 from fedcluster.robust import aggregate_centers
 
-from .base import FederatedStrategy, FederationError, Reply, sum_arrays, sum_metric
+from .base import FederatedStrategy, FederationError, Reply, sum_arrays
 from .messages import Inconsistent, one_set
+from .fedkmeans_measure import FedKMeansMeasure
 from .fedkmeans_start import COARSE_STREAM, FedKMeansStart, summary_points
 
 
 FULL_BATCH = {"local-epochs": 1, "batch-size": 0, "client-lr": 1.0}  # a train reply = Lloyd statistics
-ESTIMATED_POOL = 4  # partial participation: the centers with the cheapest sampled estimates, scored at the end
 LAST_WORSE_WARNING = 0.01  # the last centers cost this much more than those returned: a warning, else a log line
 
 
-class FedKMeans(FedKMeansStart, FederatedStrategy):
+class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
     """Federated mini-batch k-means (Triebe et al. 2019); its run-config keys: the
     ``fedkmeans`` section of docs/reference.md (T, C, E, B, β, α, μ, ρ, R of the paper)."""
 
@@ -94,27 +94,6 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
             self.warn(text) if loud else log(INFO, "[fedcluster] %s", text)
         return outcome
 
-    def final_evaluation(self, last: "CenterSet") -> tuple[float, int]:
-        """The last centers' cost on every active node (``lloyd_stats``) and, in the same
-        round trip, under partial participation, every node's cost of the centers that the
-        sampled devices' replies estimated cheapest (:attr:`estimated`): an exact measurement
-        of each, which may make it the best (:meth:`consider_best`)."""
-        k = last.centers.shape[0]
-        requests = [dict(task="lloyd_stats", nodes=self.active_nodes, arrays={"centers": last.centers},
-                         sizes={"k": k}, phase="final-evaluation")]
-        pool = [entry for entry in self.estimated if entry[3] is not None]
-        if pool:
-            candidates = np.stack([entry[3] for entry in pool])
-            requests.append(dict(task="score_candidates", nodes=self.active_nodes, arrays={"candidates": candidates},
-                                 sizes={"m": len(pool), "k": k}, phase="final-candidates"))
-        got = self.broadcast_together(*requests)
-        total_cost, num_points = float(sum_arrays(got[0], "cost")[0]), int(sum_arrays(got[0], "counts").sum())
-        if pool and int(sum_metric(got[1])) == num_points:  # over the same points: comparable
-            costs = sum_arrays(got[1], "costs")
-            for (_, round_number, index, centers), cost in zip(pool, costs):
-                self.consider_best(float(cost) / num_points, round_number, self.sets[index], num_points, centers)
-        return total_cost, num_points
-
     def cost_check(self, incoming: np.ndarray):
         """Full batch, one local epoch (else no check; ``incoming``: the (m, k, d) centers
         sent): a training reply's costs are the ones its other arrays imply
@@ -144,16 +123,6 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
 
         return check
 
-    def consider_best(self, cost: float, round_number: int, center_set: "CenterSet", points: int,
-                      centers: np.ndarray | None = None) -> None:
-        """Keep the lowest cost per point with its round, set and centers, among
-        measurements over as many points as the best one: a round where a node's reply was
-        lost covers fewer points and is not comparable (it could look cheaper than it is).
-        ``centers``: the centers measured (default: the set's current ones)."""
-        best = self.best_seen  # a tie goes to the later measurement: the last centers, unless others are cheaper
-        if best is None or points > best[3] or (points == best[3] and cost <= best[0] * (1 + 1e-12)):
-            measured = center_set.centers if centers is None else centers
-            self.best_seen = (cost, round_number, center_set.index, points, measured.copy())
     # -------------------------------------------------------------- training
     def train(self, starts: list[np.ndarray] | np.ndarray, rounds: int) -> "CenterSet":
         """``rounds`` FedKMeans rounds of every center set in ``starts`` side by side (one
@@ -243,27 +212,6 @@ class FedKMeans(FedKMeansStart, FederatedStrategy):
             costs = (sum(float(r.arrays["costs"][position]) for r in measure), sum(r.num_examples for r in measure))
             out[center_set.index] = ([one_set(r, position) for r in got["train"]], costs)
         return out, everyone or measuring or not unsampled
-
-    def measure(self, center_set: "CenterSet", replies: list[Reply], measured: tuple[float, int],
-                measuring: bool, t: int) -> dict[str, Any]:
-        """What round ``t`` measured of the centers ``center_set`` received (Γ_{t−1}): their
-        cost per point over the nodes that reported it and whether that was every active
-        node (``exact``: then it may become the best centers measured, and it decides
-        whether a re-seed of the previous round stays)."""
-        sampled_cost = float(sum(float(r.arrays["cost"][0]) for r in replies))
-        sampled_points = int(sum_metric(replies))
-        cost, points = sampled_cost + measured[0], sampled_points + measured[1]
-        active = sum(self.declared[n].points for n in self.active_nodes if n in self.declared)
-        exact = measuring and points > 0 and points >= active
-        report = {"cost": cost / max(points, 1), "points": points, "exact": exact,
-                  "sampled_cost": sampled_cost / max(sampled_points, 1)}
-        center_set.cost = report["cost"]
-        if exact:
-            self.consider_best(report["cost"], t - 1, center_set, points)
-        elif sampled_points > 0 and self.config["fraction"] < 1.0:
-            self.estimated = cheapest_estimates(self.estimated, (report["sampled_cost"], t - 1, center_set.index,
-                                                                 center_set.centers.copy()), ESTIMATED_POOL)
-        return report
 
     def update(self, center_set: "CenterSet", report: dict[str, Any], left: set[int], t: int, rounds: int) -> None:
         """The paper's server step for one set (docs/ALGORITHMS.md §1) from its latest

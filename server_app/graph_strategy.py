@@ -38,6 +38,8 @@ class GraphStrategy(FederatedStrategy):
     """What FedSpectral and FedSpectral+ share: the graph size, all-clients phases, the
     result arrays and the optional central reference."""
 
+    skips_away = False  # every client's edges are needed: a missing client fails the phase
+
     def graph_setup(self) -> tuple[int, int, list[int]]:
         n = self.config["num-nodes"]
         k = self.config["k"]

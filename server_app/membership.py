@@ -166,9 +166,45 @@ class Membership:
             else:
                 self._missed[node] = 0
 
+    def present(self, nodes: list[int]) -> set[int]:
+        """Those of ``nodes`` connected now (all of them where the strategy does not skip
+        nodes that are away: ``skips_away``)."""
+        if not self.skips_away or not nodes:
+            return set(nodes)
+        connected = {int(node) for node in self.grid.get_node_ids()}
+        return {node for node in nodes if node in connected}
+
+    def leave_out_away(self, requests: tuple[dict[str, Any], ...]) -> tuple[list[dict[str, Any]], list[list[int]]]:
+        """The broadcast requests with their nodes that are away left out, and those nodes."""
+        requests = [{**request, "nodes": list(request["nodes"])} for request in requests]
+        present = self.present(sorted({node for request in requests for node in request["nodes"]}))
+        away = [[node for node in request["nodes"] if node not in present] for request in requests]
+        return [{**r, "nodes": [n for n in r["nodes"] if n in present]} for r in requests], away
+
+    def _record_away(self, away: list[int]) -> None:
+        """The nodes a phase left out because they were not connected: counted in the
+        phase (``away``), never a failure; and the phase's round trip (phases sent together
+        share one)."""
+        self.phases[-1]["round_trip"] = self.round_trips
+        self.phases[-1]["away"] = len(away)
+        if away:
+            log(INFO, "[fedcluster] %s: %d node(s) away (not connected) were not asked", self.phases[-1]["phase"], len(away))
+        self._note_round_away(len(away))
+
+    def _note_round_away(self, count: int) -> None:
+        """A round's ``away``: the most nodes of the run missing from one of its phases or
+        from its sampling."""
+        if self._current_round is not None:
+            self._current_round["away"] = max(self._current_round.get("away", 0), count)
+
     def sample(self, fraction: float) -> list[int]:
-        """``max(floor(fraction * M), 1)`` active nodes, uniformly without replacement."""
-        active = self.active_nodes
+        """``max(floor(fraction * M), 1)`` of the M active nodes connected now, uniformly
+        without replacement (Flower's fraction of the available nodes)."""
+        present = self.present(self.active_nodes)
+        active = [node for node in self.active_nodes if node in present]
+        self._note_round_away(len(self.active_nodes) - len(active))
+        if not active:
+            return []
         m = max(int(math.floor(fraction * len(active))), 1)
         if m >= len(active):
             return list(active)

@@ -32,6 +32,7 @@ class Results:
             "round": number,
             "sent": 0,
             "replies": 0,
+            "away": 0,
             "failures": [],
             "bytes_down": 0,
             "bytes_up": 0,

@@ -67,6 +67,7 @@ class Transport:
         checked and recorded as its own phase; returns each one's valid replies."""
         started = time.perf_counter()
         self.round_trips += 1
+        requests, away = self.leave_out_away(requests)
         prepared = [self._prepare(**request) for request in requests]
         deadline = time.monotonic() + self.config["round-timeout"]  # from sending, not from the first pull
         sent, pushed = self._push_together(prepared)
@@ -98,7 +99,7 @@ class Transport:
             self._phase = p["phase"]
             replies = self._finish_replies(checked[index], answered[index], node_of, failures)
             self._record_phase(p["phase"], p["spec"], p["nodes"], replies, failures, p["down"], up[index], time.perf_counter() - started)
-            self.phases[-1]["round_trip"] = self.round_trips  # phases sent together share one
+            self._record_away(away[index])
             self._track_presence(p["nodes"], failures)
             required = self.required_replies(len(p["nodes"])) if p["min_replies"] is None else p["min_replies"]
             if len(replies) < required:

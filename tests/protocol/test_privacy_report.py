@@ -16,7 +16,7 @@ ALLOWED = [
     r"config\..*",                                          # the run config
     r"communication\.bytes_(up|down)", r"wall_time_s",        # sizes of fixed-shape arrays, time
     r"communication\.round_trips",                           # protocol steps
-    r"(phases|rounds)\[\]\.(sent|replies|round|round_trip|seconds|bytes_up|bytes_down)",  # participation, time
+    r"(phases|rounds)\[\]\.(sent|away|replies|round|round_trip|seconds|bytes_up|bytes_down)",  # participation, time
     r"nodes\.(connected|active)",
     r"rounds\[\]\.(noisy_counts\[\]|center_shift|kept_centers)",  # computed from noisy aggregates
     r"init\.(components|server_points|server_points_kept|noisy_counts\[\])",  # server data, noisy

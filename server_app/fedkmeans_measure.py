@@ -1,0 +1,79 @@
+"""What FedKMeans measures of its centers and which it returns: every round's cost of the
+centers the devices received (exact when it covers every active device), the pool of the
+cheapest estimates under partial participation, the final evaluation, and the best
+centers measured. A mixin of :class:`server_app.fedkmeans.FedKMeans`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fedcluster.fedkmeans import cheapest_estimates
+
+from .base import Reply, sum_arrays, sum_metric
+
+ESTIMATED_POOL = 4  # partial participation: the centers with the cheapest sampled estimates, scored at the end
+
+
+class FedKMeansMeasure:
+    """Measurements and the best centers (state: ``estimated``, ``best_seen``, ``sets``)."""
+
+    def measure(self, center_set: "CenterSet", replies: list[Reply], measured: tuple[float, int],
+                measuring: bool, t: int) -> dict[str, Any]:
+        """What round ``t`` measured of the centers ``center_set`` received (Γ_{t−1}): their
+        cost per point over the nodes that reported it and whether that was every active
+        node (``exact``: then it may become the best centers measured, and it decides
+        whether a re-seed of the previous round stays)."""
+        sampled_cost = float(sum(float(r.arrays["cost"][0]) for r in replies))
+        sampled_points = int(sum_metric(replies))
+        cost, points = sampled_cost + measured[0], sampled_points + measured[1]
+        active = sum(self.declared[n].points for n in self.active_nodes if n in self.declared)
+        exact = measuring and points > 0 and points >= active
+        report = {"cost": cost / max(points, 1), "points": points, "exact": exact,
+                  "sampled_cost": sampled_cost / max(sampled_points, 1)}
+        center_set.cost = report["cost"]
+        if exact:
+            self.consider_best(report["cost"], t - 1, center_set, points)
+        elif sampled_points > 0 and self.config["fraction"] < 1.0:
+            self.estimated = cheapest_estimates(self.estimated, (report["sampled_cost"], t - 1, center_set.index,
+                                                                 center_set.centers.copy()), ESTIMATED_POOL)
+        return report
+
+    def final_evaluation(self, last: "CenterSet") -> tuple[float, int]:
+        """The last centers' cost on every active node (``lloyd_stats``) and, in the same
+        round trip, under partial participation, every node's cost of the centers that the
+        sampled devices' replies estimated cheapest (:attr:`estimated`): an exact measurement
+        of each, which may make it the best (:meth:`consider_best`). With nodes away, the
+        best centers measured so far cover points the final evaluation cannot: they are
+        scored again beside the last ones, on the same points."""
+        k = last.centers.shape[0]
+        requests = [dict(task="lloyd_stats", nodes=self.active_nodes, arrays={"centers": last.centers},
+                         sizes={"k": k}, phase="final-evaluation")]
+        pool = [entry for entry in self.estimated if entry[3] is not None]
+        rescore = self.best_seen is not None and len(self.present(self.active_nodes)) < len(self.active_nodes)
+        if rescore:
+            pool.append(self.best_seen[:3] + (self.best_seen[4],))
+        if pool:
+            candidates = np.stack([entry[3] for entry in pool])
+            requests.append(dict(task="score_candidates", nodes=self.active_nodes, arrays={"candidates": candidates},
+                                 sizes={"m": len(pool), "k": k}, phase="final-candidates"))
+        got = self.broadcast_together(*requests)
+        total_cost, num_points = float(sum_arrays(got[0], "cost")[0]), int(sum_arrays(got[0], "counts").sum())
+        if pool and int(sum_metric(got[1])) == num_points:  # over the same points: comparable
+            self.best_seen = None if rescore else self.best_seen  # measured again below, on these points
+            costs = sum_arrays(got[1], "costs")
+            for (_, round_number, index, centers), cost in zip(pool, costs):
+                self.consider_best(float(cost) / num_points, round_number, self.sets[index], num_points, centers)
+        return total_cost, num_points
+
+    def consider_best(self, cost: float, round_number: int, center_set: "CenterSet", points: int,
+                      centers: np.ndarray | None = None) -> None:
+        """Keep the lowest cost per point with its round, set and centers, among
+        measurements over as many points as the best one: a round where a node's reply was
+        lost covers fewer points and is not comparable (it could look cheaper than it is).
+        ``centers``: the centers measured (default: the set's current ones)."""
+        best = self.best_seen  # a tie goes to the later measurement: the last centers, unless others are cheaper
+        if best is None or points > best[3] or (points == best[3] and cost <= best[0] * (1 + 1e-12)):
+            measured = center_set.centers if centers is None else centers
+            self.best_seen = (cost, round_number, center_set.index, points, measured.copy())
