@@ -30,8 +30,8 @@ from _common import add_bench_flags, markdown_table, page_output, print_header, 
 
 ROWS = {
     "fedkmeans (fraction 1)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10},
-    "fedkmeans (fraction 0.3, eval-every 1: default)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10, "fraction": 0.3},
-    "fedkmeans (fraction 0.3, eval-every 0)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10, "fraction": 0.3, "eval-every": 0},
+    "fedkmeans (fraction 0.3, eval-every 0: default)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10, "fraction": 0.3},
+    "fedkmeans (fraction 0.3, eval-every 1)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10, "fraction": 0.3, "eval-every": 1},
     "fedkmeans (fraction 0.3, preset deployment)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10, "fraction": 0.3, "preset": "deployment"},
     "fedkmeans k-range 2:8": {"algorithm": "fedkmeans", "k-range": "2:8"},
     "kfed (kfed-evaluate: default)": {"algorithm": "kfed", "k": 4},

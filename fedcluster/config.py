@@ -153,9 +153,10 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("init-min-count", 2, "smallest local cluster a device may summarize", low=1, high=10**9),
         Key("init-coarse", True, "devices also summarize at ceil(sqrt(k)) local clusters; init-candidates more "
             "candidates are drawn on that coarse summary and scored in the same round"),
-        Key("eval-every", 1, "partial participation: the unsampled devices also score the centers every this many "
-            "rounds (0 = never: a round contacts only its sampled devices, and the centers the sampled replies "
-            "estimated cheapest are scored by every device once, with the final evaluation)", low=0, high=MANY),
+        Key("eval-every", 0, "partial participation: the unsampled devices also score the centers every this many "
+            "rounds (0 = never: a round contacts only its sampled devices, the center sets are ranked by the bound "
+            "the server's memory gives, and the centers of lowest bound are scored by every device once, with the "
+            "final evaluation)", low=0, high=MANY),
         Key("tol", 0.0, "stop when the centers move at most this much (0 = run num-rounds)", low=0),
         Key("server-memory", True, "aggregate every node's latest statistics (unsampled ones as last reported; every node sends its statistics of the start in round 1); false: this round's replies only (the paper)"),
         Key("aggregation", "mean", "combining the devices' centers (FedKMeans) or agents' implied means (DA-UFL): "

@@ -488,6 +488,7 @@ class Undo:
     cost_before: float
     clusters: list[int]
     latest: dict[int, Any]
+    parts: dict[int, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -500,6 +501,7 @@ class CenterSet:
     centers: np.ndarray
     state: ServerState
     latest: dict[int, Any] = field(default_factory=dict)
+    parts: dict[int, Any] = field(default_factory=dict)  # the partition each latest full-batch reply states
     protected: np.ndarray | None = None  # clusters whose re-seed was undone: not re-seeded again
     undo: Undo | None = None
     incoming: list[Any] = field(default_factory=list)
@@ -515,12 +517,30 @@ class CenterSet:
         if self.protected is None:
             self.protected = np.zeros(self.centers.shape[0], dtype=bool)
 
-    def remember(self, replies: list[Any]) -> None:
-        self.latest.update({r.node_id: r for r in replies})
+    def remember(self, replies: list[Any], incoming: np.ndarray | None = None, learning_rate: float = 1.0) -> None:
+        """Keep each node's latest statistics and, for a full-batch reply to ``incoming``
+        (one local epoch), the partition of its points it states."""
+        for r in replies:
+            self.latest[r.node_id] = r
+            if incoming is None:
+                self.parts.pop(r.node_id, None)
+            else:
+                self.parts[r.node_id] = partition_of_reply(incoming, r.arrays["centers"], r.arrays["counts"],
+                                                           r.arrays["sumsq"], learning_rate)
 
     def forget(self, nodes: set[int]) -> None:
         for node in nodes:
             self.latest.pop(node, None)
+            self.parts.pop(node, None)
+
+    def memory_bound(self) -> float | None:
+        """An upper bound of this set's cost per point on every node in memory, with no
+        message: each node's latest stated partition, every part sent whole to its cheapest
+        current center (:func:`partition_bound`). None unless every node in memory stated one."""
+        if not self.latest or self.parts.keys() != self.latest.keys():
+            return None
+        points = sum(float(part[0].sum()) for part in self.parts.values())
+        return sum(partition_bound(part, self.centers)[0] for part in self.parts.values()) / max(points, 1.0)
 
     def step(self, new: np.ndarray, counts: np.ndarray, moved: list[int], orphans: list[int], shift: float) -> None:
         self.centers, self.moved, self.orphans, self.shift = new, moved, orphans, shift
@@ -531,7 +551,7 @@ class CenterSet:
         never re-seeded again (unless empty), the statistics memory as it was."""
         undo = self.undo
         self.shift = center_shift(undo.centers, self.centers)
-        self.centers, self.latest = undo.centers, undo.latest
+        self.centers, self.latest, self.parts = undo.centers, undo.latest, undo.parts
         self.protected[undo.clusters] = True
         self.state.starved_rounds[undo.clusters] = 0
         self.state.velocity[:] = 0.0

@@ -46,9 +46,10 @@ def print_summary(result: dict[str, Any]) -> None:
     final = result.get("final", {})
     lines = [f"[fedcluster] {result['algorithm']} finished in {result['wall_time_s']:.1f} s"]
     nodes = result["nodes"]
-    left = len(nodes["excluded"])
-    covers = f"  covers                   : {nodes['active']} of {nodes['connected']} nodes"
+    left, away = len(nodes["excluded"]), len(nodes.get("away_at_end", []))
+    covers = f"  covers                   : {nodes['active'] - away} of {nodes['connected']} nodes"
     covers += f" ({left} left the run: see nodes.exclusions)" if left else ""
+    covers += f" ({away} away at the end: see nodes.away_at_end)" if away else ""
     if final.get("num_points") is not None:
         covers += f", {final['num_points']} points"
     lines.append(covers)

@@ -137,6 +137,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         self.estimated = []  # (estimated cost per point, round, set, centers): the cheapest few, partial participation
         everyone, self.best_seen = cfg["fraction"] >= 1.0, None  # best: (cost, round, set, points, centers)
         self.stated_partitions: dict[int, list] = {}  # per node: [(cost, centers, partition)] of its last reply
+        self.memory_bounds = cfg["server-memory"] and cfg["batch-size"] == 0 and cfg["local-epochs"] == 1
         deadline = max(1, math.ceil(rounds / 2))
         for t in range(1, rounds + 1):
             self.begin_round(t)
@@ -152,6 +153,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
                 reports.append(self.measure(center_set, center_set.incoming, measured, measured_round, t))
             for center_set, report in zip(live, reports):
                 self.update(center_set, report, left, t, rounds)
+            self.bound_unmeasured(live, reports, t)
             finished = t >= deadline or t == rounds
             # Only a full-batch round over every node fixes a set for good (a partial one
             # leaves other nodes' statistics to come): only then does a stalled set stop.
@@ -208,7 +210,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         dropped = {f["node"] for f in self.phases[first]["failures"] if f["kind"] == "invalid"}  # its old statistics too
         for position, center_set in enumerate(live):
             center_set.forget(dropped)
-            center_set.remember([one_set(r, position) for r in got.get("seed", [])])
+            center_set.remember([one_set(r, position) for r in got.get("seed", [])], center_set.centers)  # FULL_BATCH
             costs = (sum(float(r.arrays["costs"][position]) for r in measure), sum(r.num_examples for r in measure))
             out[center_set.index] = ([one_set(r, position) for r in got["train"]], costs)
         return out, everyone or measuring or not unsampled
@@ -225,7 +227,8 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
                 "undone", t, center_set.undone, center_set.index, report["cost"], center_set.undo_cost_before)
             return
         center_set.undo = None
-        center_set.remember(replies)
+        full = cfg["batch-size"] == 0 and cfg["local-epochs"] == 1  # a reply then states a partition
+        center_set.remember(replies, center_set.centers if full else None, cfg["client-lr"])
         orphans = orphaned_clusters({n: r.arrays["counts"] for n, r in center_set.latest.items()}, left)
         center_set.forget(left)
         # server-memory: every node's latest statistics, the unsampled ones as they last
@@ -244,5 +247,6 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         moved = reassign_starved(new, counts, sum_arrays(pool, "sumsq"), target, center_set.state,
                                  cfg["reassign-threshold"], cfg["reassign-patience"], orphans, allowed)
         if moved:
-            center_set.undo = Undo(before, report["cost"] if report["exact"] else float("inf"), moved, dict(center_set.latest))
+            center_set.undo = Undo(before, report["cost"] if report["exact"] else float("inf"), moved, dict(center_set.latest),
+                                   dict(center_set.parts))
         center_set.step(new, counts, moved, orphans, center_shift(new, old))

@@ -35,10 +35,25 @@ class FedKMeansMeasure:
         center_set.cost = report["cost"]
         if exact:
             self.consider_best(report["cost"], t - 1, center_set, points)
-        elif sampled_points > 0 and self.config["fraction"] < 1.0:
+        elif sampled_points > 0 and self.config["fraction"] < 1.0 and not self.memory_bounds:
             self.estimated = cheapest_estimates(self.estimated, (report["sampled_cost"], t - 1, center_set.index,
                                                                  center_set.centers.copy()), ESTIMATED_POOL)
         return report
+
+    def bound_unmeasured(self, live: list, reports: list[dict[str, Any]], t: int) -> None:
+        """A round that measured only a sample ranks its sets by what the server knows of
+        every node without asking: the memory bound of each set's new centers
+        (:meth:`fedcluster.fedkmeans.CenterSet.memory_bound`, an upper bound of their cost
+        on every node in memory). It replaces the sampled estimate in ``reports`` and enters
+        the pool the final evaluation scores."""
+        if not self.memory_bounds:
+            return
+        for center_set, report in zip(live, reports):
+            bound = None if report["exact"] else center_set.memory_bound()
+            if bound is not None:
+                report["cost"] = center_set.cost = bound
+                entry = (bound, t, center_set.index, center_set.centers.copy())
+                self.estimated = cheapest_estimates(self.estimated, entry, ESTIMATED_POOL)
 
     def final_evaluation(self, last: "CenterSet") -> tuple[float, int]:
         """The last centers' cost on every active node (``lloyd_stats``) and, in the same

@@ -179,6 +179,7 @@ class Membership:
         requests = [{**request, "nodes": list(request["nodes"])} for request in requests]
         present = self.present(sorted({node for request in requests for node in request["nodes"]}))
         away = [[node for node in request["nodes"] if node not in present] for request in requests]
+        self.away_now = sorted({node for nodes in away for node in nodes})
         return [{**r, "nodes": [n for n in r["nodes"] if n in present]} for r in requests], away
 
     def _record_away(self, away: list[int]) -> None:

@@ -111,6 +111,7 @@ class Results:
                 "excluded": {str(k): v for k, v in self.excluded.items()},
                 "exclusions": self.exclusions,
                 "joined": self.joined,
+                "away_at_end": self.away_now,
             },
             "rounds": self.rounds,
             "phases": self.phases,

@@ -73,7 +73,7 @@ def test_fedkmeans_asks_only_connected_devices_and_loses_nobody(tmp_path):
     model = Availability(offline=0.3, seed=7)
     result, seen = watched_run({**config, "output-dir": str(tmp_path / "away")}, model)
     assert failures(result) == [] and result["nodes"]["excluded"] == {}
-    assert sum(p["away"] for p in result["phases"]) > 10
+    assert sum(p["away"] for p in result["phases"]) > 0
     train = [p for p in result["phases"] if p["phase"] == "train"]
     assert len(train) == 8
     first = [node for node in range(1000, 1000 + NODES) if model.online(node, 0)]  # the run starts with them
@@ -100,6 +100,7 @@ def test_a_device_that_leaves_for_good_is_not_asked_again(tmp_path):
     later = [r for r in result["rounds"] if r["round"] > 2]
     assert len(later) == 4 and all(r["away"] == 1 and r["sent"] == 9 for r in later)
     assert [p["away"] for p in result["phases"] if p["phase"] == "final-evaluation"] == [1]
+    assert result["nodes"]["away_at_end"] == [1003] and result["nodes"]["active"] == NODES
     assert result["final"]["num_points"] == 9 * 50  # the final evaluation covers who is there
 
 

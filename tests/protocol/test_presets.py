@@ -14,9 +14,20 @@ from test_feddp import NODES, small
 BASE = {"dataset": "gaussian-mixture", "num-points": 400, "dim": 3, "k": 3, "num-rounds": 3, "reference": False}
 CASES = {
     # algorithm run -> the phases the preset removes, round trips saved
-    "fedkmeans, fraction 0.5": ({**BASE, "fraction": 0.5, "n-init": 1}, {"evaluation"}, 0),  # it travels with training
     "kfed": ({**BASE, "algorithm": "kfed"}, {"evaluation"}, 1),
 }
+
+
+def test_fedkmeans_defaults_already_leave_unsampled_devices_alone(tmp_path):
+    """FedKMeans' per-round measurement under partial participation is off by default
+    (eval-every = 0): the deployment preset runs the same phases to the same centers."""
+    config = {**BASE, "fraction": 0.5, "n-init": 1}
+    plain = run({**config, "output-dir": str(tmp_path / "plain")}, num_nodes=8)
+    deployed = run({**config, "preset": "deployment", "output-dir": str(tmp_path / "deployed")}, num_nodes=8)
+    assert "evaluation" not in phases(plain) and phases(plain) == phases(deployed)
+    np.testing.assert_array_equal(np.load(tmp_path / "plain" / "centers.npy"), np.load(tmp_path / "deployed" / "centers.npy"))
+    measured = run({**config, "eval-every": 1, "output-dir": str(tmp_path / "measured")}, num_nodes=8)
+    assert "evaluation" in phases(measured)
 
 
 def phases(result):
@@ -32,20 +43,16 @@ def test_deployment_preset_drops_the_measurement_phases_and_keeps_the_centers(tm
     assert not removed & phases(deployed)
     assert deployed["communication"]["bytes_up"] < plain["communication"]["bytes_up"]
     assert deployed["communication"]["round_trips"] == plain["communication"]["round_trips"] - saved
-    if "kfed" in plain:
-        # the same merge: without the evaluation round its cheapest candidate on the device
-        # centers is the result; with it the devices' own points chose, never a costlier one
-        from fedcluster.datasets import pooled_points
-        from fedcluster.lloyd import kmeans_cost
+    # the same merge: without the evaluation round its cheapest candidate on the device
+    # centers is the result; with it the devices' own points chose, never a costlier one
+    from fedcluster.datasets import pooled_points
+    from fedcluster.lloyd import kmeans_cost
 
-        X, _ = pooled_points(plain["config"], 8)
-        chosen, own = (kmeans_cost(X, np.load(tmp_path / name / "centers.npy")) for name in ("plain", "deployed"))
-        assert chosen == pytest.approx(plain["final"]["total_cost"]) and chosen <= own
-        np.testing.assert_array_equal(np.load(tmp_path / "plain" / "device_centers.npy"),
-                                      np.load(tmp_path / "deployed" / "device_centers.npy"))
-    else:  # the same training: the measured run may return cheaper centers seen earlier, never others
-        last = tmp_path / "plain" / ("last_centers.npy" if "last" in plain else "centers.npy")
-        np.testing.assert_array_equal(np.load(last), np.load(tmp_path / "deployed" / "centers.npy"))
+    X, _ = pooled_points(plain["config"], 8)
+    chosen, own = (kmeans_cost(X, np.load(tmp_path / name / "centers.npy")) for name in ("plain", "deployed"))
+    assert chosen == pytest.approx(plain["final"]["total_cost"]) and chosen <= own
+    np.testing.assert_array_equal(np.load(tmp_path / "plain" / "device_centers.npy"),
+                                  np.load(tmp_path / "deployed" / "device_centers.npy"))
 
 
 def test_deployment_preset_drops_feddp_exact_cost_report(tmp_path):

@@ -275,3 +275,52 @@ def test_a_contradiction_between_two_sets_of_equal_cost_is_named():
     twin = (false_cost, C.copy(), _stated(X, 1 - labels, 2))  # same cost: names must not compare arrays
     reason = partitions_violation([twin, lie, honest], [])
     assert reason is not None and reason.startswith("set 1 against set 0"), reason  # the twin: same data, another claim
+
+
+class _Reply:
+    def __init__(self, node_id, arrays):
+        self.node_id, self.arrays = node_id, arrays
+
+
+def _train_reply(node, X, sent, lr=1.0):
+    """A full-batch training reply of a device holding X: counts, centers moved by lr towards
+    the cluster means, per-cluster sums of squares."""
+    labels, _ = _nearest(X, sent)
+    k, d = sent.shape
+    counts, centers, sumsq = np.zeros(k), sent.copy(), np.zeros((k, d))
+    for j in range(k):
+        part = X[labels == j]
+        if len(part):
+            counts[j], sumsq[j] = len(part), (part ** 2).sum(0)
+            centers[j] = sent[j] + lr * (part.mean(0) - sent[j])
+    return _Reply(node, {"counts": counts, "centers": centers, "sumsq": sumsq})
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_memory_bound_is_an_upper_bound_of_the_cost_on_every_device_and_exact_at_a_fixed_point(seed):
+    """What the server knows without asking: the latest partition each device stated, every
+    part sent whole to its cheapest current center, over all devices."""
+    from fedcluster.fedkmeans import CenterSet, ServerState
+
+    rng = np.random.default_rng(seed)
+    devices = [rng.normal(size=(int(rng.integers(5, 60)), 2)) + rng.uniform(-5, 5, size=2) for _ in range(6)]
+    sent = rng.normal(size=(3, 2)) * 3
+    lr = float(rng.choice([1.0, 0.5]))
+    center_set = CenterSet(0, sent.copy(), ServerState.start(sent))
+    # devices report at different rounds: each against the centers the server had then
+    for i, X in enumerate(devices):
+        center_set.remember([_train_reply(i, X, center_set.centers, lr)], center_set.centers, lr)
+        center_set.centers = center_set.centers + rng.normal(scale=0.3, size=sent.shape)
+    pooled = np.vstack(devices)
+    true = _nearest(pooled, center_set.centers)[1] / len(pooled)
+    bound = center_set.memory_bound()
+    assert bound >= true * (1 - 1e-12) and bound < 10 * true
+    # at a fixed point (every device stated the nearest partition of the current centers) it is exact
+    for i, X in enumerate(devices):
+        center_set.remember([_train_reply(i, X, center_set.centers, 1.0)], center_set.centers, 1.0)
+    assert center_set.memory_bound() == pytest.approx(_nearest(pooled, center_set.centers)[1] / len(pooled), rel=1e-9)
+    # a node whose latest reply stated no partition (mini-batch): no bound; forgetting it restores one
+    center_set.remember([_train_reply(9, devices[0], center_set.centers)])
+    assert center_set.memory_bound() is None
+    center_set.forget({9})
+    assert center_set.memory_bound() is not None
