@@ -234,6 +234,9 @@ def test_local_cluster_command_stops_everything_on_ctrl_c(tmp_path):
         [sys.executable, "-m", "fedcluster.tools.local_cluster", "--demo-nodes", "2", "--workdir", str(workdir),
          "--run-config", "k=4 num-rounds=50 tol=0.0 reference=false"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
+        # as from a terminal: a shell's background job (CI started with `&`) would pass
+        # SIGINT on ignored, and Python then installs no Ctrl-C handler
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 120
