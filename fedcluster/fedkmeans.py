@@ -539,8 +539,8 @@ class CenterSet:
         current center (:func:`partition_bound`). None unless every node in memory stated one."""
         if not self.latest or self.parts.keys() != self.latest.keys():
             return None
-        points = sum(float(part[0].sum()) for part in self.parts.values())
-        return sum(partition_bound(part, self.centers)[0] for part in self.parts.values()) / max(points, 1.0)
+        every = tuple(np.concatenate([part[i] for part in self.parts.values()]) for i in range(3))  # one product
+        return partition_bound(every, self.centers)[0] / max(float(every[0].sum()), 1.0)
 
     def step(self, new: np.ndarray, counts: np.ndarray, moved: list[int], orphans: list[int], shift: float) -> None:
         self.centers, self.moved, self.orphans, self.shift = new, moved, orphans, shift
