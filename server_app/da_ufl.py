@@ -231,11 +231,11 @@ class DAUFL(FederatedStrategy):
         def bin_weight_of(node: int) -> np.ndarray:
             return uniform if weights is None else weights[row[node]]
 
-        previous, previous_seeds = None, {}
+        previous, previous_seed = None, 0
         t1 = 0
         for t1 in range(1, cfg["outer-iterations"] + 1):
             self.begin_round(t1)
-            seeds = self.node_seeds(agents)  # ξ of this outer iteration, one stream per agent
+            seed = self.phase_seed()  # ξ of this outer iteration (each agent mixes in its partition)
             anchor, z = centers, np.zeros_like(centers)
             changed, move, t2 = None, None, 0
             for t2 in range(1, cfg["inner-iterations"] + 1):
@@ -245,12 +245,9 @@ class DAUFL(FederatedStrategy):
                     [node for node in agents if node not in self.excluded],
                     arrays={"centers": centers, "anchor": anchor, **({"previous": previous} if first else {}),
                             **(bin_arrays if step_binning != "uniform" else {})},
-                    config={"binning": step_binning, "bins": cfg["bins"], "outer": t1, "xi-max": cfg["xi-max"],
-                            **({"previous-outer": t1 - 1} if first else {})},
-                    per_node=lambda node: (
-                        {"weights": bin_weight_of(node)},
-                        {"seed": seeds[node], **({"previous-seed": previous_seeds[node]} if first else {})},
-                    ),
+                    config={"binning": step_binning, "bins": cfg["bins"], "outer": t1, "xi-max": cfg["xi-max"], "seed": seed,
+                            **({"previous-outer": t1 - 1, "previous-seed": previous_seed} if first else {})},
+                    per_node=lambda node: ({"weights": bin_weight_of(node)}, None),
                     sizes={"k": k},
                     check=self.moments_check(centers, anchor, uniform[0], 1.0 + cfg["xi-max"] / t1)
                     if step_binning == "uniform" else None,
@@ -267,5 +264,5 @@ class DAUFL(FederatedStrategy):
             log(INFO, "[fedcluster] da-ufl outer %d: %d inner steps, labels changed %s, last move %.3g", t1, t2, changed, move)
             if changed == 0:
                 break
-            previous, previous_seeds = anchor, seeds
+            previous, previous_seed = anchor, seed
         return centers, t1

@@ -157,6 +157,6 @@ class FedKMeansStart:
 
     def local_summary_request(self, k: int, phase: str = "init-local-summaries", stream: int | bool = True) -> dict[str, Any]:
         """The ``local_summary`` query; with a ``stream`` number its device seeds come from
-        that random stream instead of the server's generator (:meth:`node_seeds`)."""
+        that random stream instead of the server's generator (:meth:`phase_seed`)."""
         return dict(task="local_summary", config={"k": k, "min-count": self.config["init-min-count"]}, seeded=stream,
                     phase=phase)

@@ -7,7 +7,7 @@ import math
 import time
 from logging import INFO, WARNING
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 from flwr.common.logger import log
@@ -212,12 +212,10 @@ class Membership:
         picked = self.rng.choice(len(active), size=m, replace=False)
         return [active[i] for i in sorted(picked)]
 
-    def node_seeds(self, nodes: Iterable[int], stream: int | None = None) -> dict[int, int]:
-        """The seed of a phase, the same for each node (every device mixes it with its own
+    def phase_seed(self, stream: int | None = None) -> int:
+        """The seed of a phase, the same for every node (each device mixes it with its own
         partition: fedcluster.protocol.device_seed), from the server's generator; with
         ``stream``, from (run seed, stream) instead, leaving the generator untouched."""
         if stream is not None:
-            seed = int(np.random.default_rng([self.config["seed"], stream]).integers(2**31))
-        else:
-            seed = int(self.rng.integers(2**31))
-        return {node: seed for node in nodes}
+            return int(np.random.default_rng([self.config["seed"], stream]).integers(2**31))
+        return int(self.rng.integers(2**31))

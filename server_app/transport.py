@@ -49,7 +49,7 @@ class Transport:
         in node order.
 
         ``arrays``/``config`` go to every node; ``seeded`` adds each node's own ``seed`` (an
-        int: the random stream of :meth:`node_seeds` it comes from);
+        int: the random stream of :meth:`phase_seed` it comes from);
         ``per_node(node_id)`` may return extra ``(arrays, config)`` for one node. Replies
         are checked against the task's declared reply with its shape symbols bound to
         ``sizes`` (``d`` defaults to the federation's dimension) and then ``check``.
@@ -122,14 +122,11 @@ class Transport:
         if self.scaling is not None and task != "data_summary":
             arrays = {**(arrays or {}), **self.scaling.arrays()}  # the device standardizes its points (fedcluster.scaling)
         reply_spec = ReplySpec(spec, {"d": self.dimension, **(sizes or {})}, dict(config or {}), check, dict(arrays or {}))
-        seeded, stream = seeded is not False, (None if isinstance(seeded, bool) else seeded)
-        seeds = self.node_seeds(nodes, stream) if seeded else {}
+        if seeded is not False:
+            config = {**(config or {}), "seed": self.phase_seed(None if isinstance(seeded, bool) else seeded)}
 
         def node_content(node: int) -> tuple[dict | None, dict | None]:
-            extra_arrays, extra_config = (None, None) if per_node is None else per_node(node)
-            if seeded:
-                extra_config = {**(extra_config or {}), "seed": seeds[node]}
-            return extra_arrays, extra_config
+            return (None, None) if per_node is None else per_node(node)
 
         messages, down = self._messages(spec, nodes, arrays, config, node_content, phase)
         return {"spec": spec, "nodes": nodes, "phase": phase, "reply_spec": reply_spec, "messages": messages,
