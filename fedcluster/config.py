@@ -58,6 +58,8 @@ class Key:
     def coerce(self, value: Any) -> Any:
         """``value`` as this key's type, or ConfigError naming the key."""
         kind = self.kind
+        if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+            value = value.item()  # a NumPy scalar (np.float64(1e-5), np.int64(3), np.True_) as the number it holds
         if kind is bool:
             if not isinstance(value, bool):
                 raise ConfigError(f"run-config {self.name!r} must be true or false, got {value!r}")
@@ -189,6 +191,8 @@ SECTIONS: dict[str, tuple[Key, ...]] = {
         Key("lloyd-rounds", 0, "T, FedDP-Lloyds rounds", low=0, high=MANY),
         Key("lloyd-fraction", 0.25, "share of ε for FedDP-Lloyds", low=0, high=1, high_open=True),
         Key("clip-norm", 0.0, "Δ, point norm bound (0 = the server data's radius)", low=0),
+        Key("dimension", 0, "the data's dimension, public and agreed in advance (0 = the server data's); without "
+            "server data the run starts from init='sphere-packing' in the ball of radius clip-norm", low=0, high=10**6),
         Key("max-device-points", 0, "data-point level: points one device may contribute (0 = no cap); a device "
             "with more uses the same subset of them in every step, a reply declaring more is dropped; a cap doubles the noise "
             "(neighbours then differ by a swapped point)", low=0, high=10**9),
@@ -336,6 +340,9 @@ def _feddp_rules(c: dict[str, Any]) -> None:
     if c["algorithm"] != "feddp-kmeans":
         return
     steps = feddp_step_names(c)
+    if c["init"] == "sphere-packing" and c["lloyd-rounds"] == 0:
+        raise ConfigError("init='sphere-packing' with lloyd-rounds = 0 returns centers that never saw the devices' "
+                          "data: set lloyd-rounds >= 1")
     if "step3_gaussian" in steps and c["lloyd-rounds"] > 0 and c["lloyd-fraction"] <= 0:
         raise ConfigError("lloyd-rounds > 0 needs lloyd-fraction > 0 (the Lloyd rounds' share of epsilon)")
     if c["step-epsilons"]:

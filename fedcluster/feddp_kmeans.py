@@ -423,6 +423,36 @@ def server_typical_norm(points: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.einsum("ij,ij->i", points, points))))
 
 
+def start_method(init: str, has_server_data: bool) -> str:
+    """The start a run makes: ``init``, where ``auto`` is FedDP-Init with server data and
+    SpherePacking (which needs only the dimension and a radius) without."""
+    if init != "auto":
+        return init
+    return "feddp" if has_server_data else "sphere-packing"
+
+
+def public_dimension(server: np.ndarray | None, dimension: int, clip_norm: float, init: str,
+                     lloyd_rounds: int) -> tuple[int, str | None]:
+    """The data's dimension, which every party may know (the server data's, or ``dimension``
+    agreed in advance), and what stops the run when it cannot start: without server data
+    only SpherePacking in the ball of radius ``clip_norm`` can, followed by Lloyd rounds."""
+    if server is not None:
+        d = int(server.shape[1])
+        if dimension and dimension != d:
+            return d, f"run-config dimension={dimension} but the server data has dimension {d}"
+        return d, None
+    missing = [text for text, bad in (
+        ("init='sphere-packing' or 'auto' (the other starts run on the server data)", init != "sphere-packing"),
+        ("dimension (the data's, agreed in advance)", dimension <= 0),
+        ("clip-norm (Δ: every point is clipped to it, and the start is drawn within it)", clip_norm <= 0),
+        ("lloyd-rounds >= 1 (else the centers never see the devices' data)", lloyd_rounds < 1),
+    ) if bad]
+    if missing:
+        return int(dimension), ("feddp-kmeans without server-side data (run-config server-data, or dataset="
+                                "'feddp-mixture', which generates it) needs " + "; ".join(missing))
+    return int(dimension), None
+
+
 def data_radius(points: np.ndarray) -> float:
     """The largest point norm: the default Δ (clip-norm) and the sphere-packing cube."""
     return float(np.max(np.linalg.norm(points, axis=1)))

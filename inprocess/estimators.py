@@ -264,7 +264,8 @@ class FederatedKMeans(_Federated):
 
 class DPFederatedKMeans(_Federated):
     """FedDP-KMeans (Scott et al.): differentially private federated k-means, started from
-    server-side data given to ``fit(clients, server_data=points)``.
+    server-side data given to ``fit(clients, server_data=points)``, or without server data
+    from SpherePacking (``run_config={"clip-norm": Δ}``, ``max_iter`` >= 1).
 
     ``privacy_level``: ``"data-point"`` or ``"client"``; ``epsilon``, ``delta``: the total
     budget; ``max_iter``: FedDP-Lloyd rounds; ``verbose`` as FederatedKMeans. Fitted as
@@ -306,9 +307,14 @@ class DPFederatedKMeans(_Federated):
         }
         if self.max_iter is not None:
             own["lloyd-rounds"] = self.max_iter
+        if getattr(self, "_dimension", None) and "dimension" not in (self.run_config or {}):
+            own["dimension"] = self._dimension  # without server data: the clients' (public: their arrays' width)
         return _merged(self.run_config, own)
 
     def fit(self, clients: Sequence[Any], y: Any = None, server_data: Any = None) -> "DPFederatedKMeans":
+        """Without ``server_data`` the run starts from SpherePacking in the ball of radius
+        ``clip-norm`` (give it in ``run_config``) and needs ``max_iter`` >= 1 Lloyd rounds."""
+        self._dimension = None if server_data is not None else _client_arrays(clients)[0].shape[1]
         super().fit(clients, y, server_data=server_data)
         self.privacy_ = self.result_.get("privacy")
         return self

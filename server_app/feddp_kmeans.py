@@ -57,23 +57,26 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         cfg = self.config
         k = cfg["k"]
         self.level = cfg["privacy-level"]
-        self.init_method = "feddp" if cfg["init"] == "auto" else cfg["init"]  # the config checked the name
         self.lloyd_rounds = cfg["lloyd-rounds"]
-        # The dimension is public and comes from the server data; no phase 0 is needed
-        # (and no client summary such as a bounding box ever reaches the server).
+        # The dimension is public (the server data's, or agreed in advance: ``dimension``); no
+        # phase 0 is needed, and no client summary such as a bounding box reaches the server.
         server = self.server_points()
-        self.dimension = server.shape[1]
+        self.init_method = feddp_kmeans.start_method(cfg["init"], server is not None)
+        self.dimension, problem = feddp_kmeans.public_dimension(server, cfg["dimension"], cfg["clip-norm"],
+                                                                self.init_method, self.lloyd_rounds)
+        if problem:
+            raise FederationError(problem)
         problem = feddp_kmeans.outer_dimension_problem(self.dimension) if self.init_method == "feddp" else None
         if problem:
             raise FederationError(f"{problem}; reduce the dimension first (e.g. a projection agreed in advance) or "
                                   "start from init='sphere-packing' or 'server-kmeans++', which need no second moment")
-        if k > server.shape[0] and self.init_method != "sphere-packing":
+        if server is not None and k > server.shape[0] and self.init_method != "sphere-packing":
             raise FederationError(f"k={k} is larger than the {server.shape[0]} server points")
         self.clip_norm = cfg["clip-norm"] or feddp_kmeans.data_radius(server)
         if not self.clip_norm > 0:
             raise FederationError("clip-norm is 0 and the server data has radius 0: set clip-norm")
         chosen = {step: cfg[key] for step, key in feddp_kmeans.CLIENT_BOUND_KEYS.items()}
-        self.typical_norm = feddp_kmeans.server_typical_norm(server)
+        self.typical_norm = feddp_kmeans.server_typical_norm(server) if server is not None else None
         self.bounds = feddp_kmeans.clipping_bounds(self.level, self.clip_norm, k, cfg["client-max-points"], chosen,
                                                    self.typical_norm, capped=cfg["max-device-points"] > 0)
         self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg["clip-outer"])
@@ -116,16 +119,13 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         return outcome
 
     # ------------------------------------------------------------------ set-up
-    def server_points(self) -> np.ndarray:
+    def server_points(self) -> np.ndarray | None:
         """The server's own data Q (n_s x d): ``server-data`` (.npy) or the dataset's
-        generator. It never leaves the server (clients only ever get QV)."""
+        generator; None without. It never leaves the server (clients only ever get QV)."""
         path = self.config["server-data"]
         points = load_points(path) if path else generated_server_points(self.config)
         if points is None:
-            raise FederationError(
-                "feddp-kmeans needs server-side data: run-config server-data (an absolute path to "
-                "a .npy on the server) or dataset='feddp-mixture' (which generates it)"
-            )
+            return None
         points = np.asarray(points, dtype=np.float64)
         if points.ndim != 2 or points.shape[0] == 0:
             raise FederationError(f"server data must be a non-empty (n, d) array, got shape {points.shape}")
@@ -221,7 +221,9 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         if method == "server-lloyds":
             centers, cost = kmeans(server, k, self.rng, n_init=self.config["server-n-init"])
             return centers, {"method": method, "server_cost": cost / server.shape[0]}
-        radius = feddp_kmeans.data_radius(server)
+        # the server data's radius, or without server data the clipping radius: every point
+        # a device uses lies within Δ of the origin (data-point level clips it there)
+        radius = feddp_kmeans.data_radius(server) if server is not None else self.clip_norm
         centers, a = feddp_kmeans.sphere_packing(k, self.dimension, radius, self.rng)
         return centers, {"method": method, "cube_half_width": radius, "radius_a": a}
 

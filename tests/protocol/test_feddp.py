@@ -777,3 +777,54 @@ def test_a_cap_doubles_the_data_point_sensitivities():
     assert feddp_kmeans.usable_points(300000, "data-point", 600) == 600
     assert feddp_kmeans.usable_points(300000, "data-point", 0) == 300000
     assert feddp_kmeans.usable_points(300000, "client", 600) == 300000
+
+
+# ------------------------------------------------------------------ without server-side data
+def _separated_clients(seed=0):
+    rng = np.random.default_rng(seed)
+    means = np.array([[-3.0, 0.0], [3.0, 0.0], [0.0, 3.0]])
+    X = np.vstack([m + 0.3 * rng.normal(size=(200, 2)) for m in means])
+    return [X[i::4] for i in range(4)], X
+
+
+def test_without_server_data_the_run_starts_from_sphere_packing_in_the_clipping_ball():
+    """The dimension (the clients' arrays' width, public) and Δ = clip-norm are all that
+    SpherePacking needs: no server data. Without noise the Lloyd rounds then find the
+    clusters; at ε = 1 the ledger stays within the budget."""
+    from sklearn.cluster import KMeans
+
+    import fedcluster
+
+    clients, X = _separated_clients()
+    central = KMeans(3, n_init=10, random_state=0).fit(X).inertia_
+    exact = fedcluster.DPFederatedKMeans(3, epsilon=math.inf, max_iter=8, random_state=0,
+                                         run_config={"clip-norm": 4.0, "noise-seed": 1}).fit(clients)
+    assert exact.result_["init"]["method"] == "sphere-packing" and exact.result_["config"]["dimension"] == 2
+    cost = ((X[:, None] - exact.cluster_centers_[None]) ** 2).sum(-1).min(1).sum()
+    assert cost <= 1.01 * central, (cost, central)
+    private = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=3, random_state=0,
+                                           run_config={"clip-norm": 4.0, "noise-seed": 1}).fit(clients)
+    assert private.privacy_["epsilon"] <= 1.0 and np.isfinite(private.cluster_centers_).all()
+
+
+@pytest.mark.parametrize("config, named", [
+    ({"lloyd-rounds": 2}, "clip-norm"),
+    ({"clip-norm": 4.0}, "lloyd-rounds >= 1"),
+    ({"clip-norm": 4.0, "lloyd-rounds": 2, "init": "server-lloyds"}, "init='sphere-packing'"),
+])
+def test_without_server_data_a_run_that_cannot_start_names_what_is_missing(tmp_path, config, named):
+    from server_app.base import FederationError
+
+    clients, _ = _separated_clients()
+    directory = tmp_path / "clients"
+    directory.mkdir()
+    for i, points in enumerate(clients):
+        np.save(directory / f"c{i}.npy", points)
+    with pytest.raises(FederationError, match=re.escape(named)):
+        run({"algorithm": "feddp-kmeans", "k": 3, "dataset": "npy-dir", "data-dir": str(directory), "dimension": 2,
+             "output-dir": str(tmp_path / "o"), **config}, num_nodes=4)
+
+
+def test_sphere_packing_without_lloyd_rounds_is_refused_before_the_run():
+    with pytest.raises(ConfigError, match="never saw the devices' data"):
+        with_defaults({"algorithm": "feddp-kmeans", "init": "sphere-packing"})

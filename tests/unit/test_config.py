@@ -97,6 +97,19 @@ def test_values_arrive_typed():
     assert type(config["k"]) is int and type(config["epsilon"]) is float and type(config["num-rounds"]) is int
 
 
+def test_numpy_scalars_are_taken_as_the_numbers_they_hold():
+    import numpy as np
+
+    config = with_defaults({"algorithm": "feddp-kmeans", "delta": np.float64(1e-5), "k": np.int64(3),
+                            "evaluate-cost": np.False_, "epsilon": np.float32(2.0)})
+    assert (config["delta"], config["k"], config["evaluate-cost"], config["epsilon"]) == (1e-5, 3, False, 2.0)
+    assert type(config["delta"]) is float and type(config["k"]) is int and type(config["evaluate-cost"]) is bool
+    with pytest.raises(ConfigError, match="'k' must be of type int"):
+        with_defaults({"k": np.array([3])})  # an array is not a number
+    with pytest.raises(ConfigError, match="k must be"):
+        with_defaults({"k": np.int64(0)})
+
+
 def test_algorithm_without_a_strategy_is_refused_before_any_node_is_waited_for(monkeypatch):
     from server_app import algorithms
     from server_app.app import run_algorithm
