@@ -577,6 +577,14 @@ def partition_of_reply(incoming: np.ndarray, centers: np.ndarray, counts: np.nda
     return n, n[:, None] * implied_means(incoming[seen], centers[seen], learning_rate), sumsq[seen].sum(axis=1)
 
 
+def part_costs(partition: tuple[np.ndarray, np.ndarray, np.ndarray], centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every part of ``partition`` (n, sums, squares) sent whole to every center:
+    ``Q_p − 2 c_i·S_p + n_p ‖c_i‖²`` (parts x centers), and the centers' squared norms."""
+    n, sums, squares = partition
+    norms = np.einsum("ij,ij->i", centers, centers)
+    return squares[:, None] - 2.0 * sums @ centers.T + n[:, None] * norms[None, :], norms
+
+
 def partition_bound(partition: tuple[np.ndarray, np.ndarray, np.ndarray], centers: np.ndarray) -> tuple[float, float]:
     """What a partition of a device's points says about the cost of ``centers`` on them:
     every part sent whole to its cheapest center costs ``Σ_p min_i (Q_p − 2 c_i·S_p +
@@ -585,8 +593,7 @@ def partition_bound(partition: tuple[np.ndarray, np.ndarray, np.ndarray], center
     n, sums, squares = partition
     if n.size == 0:
         return 0.0, 0.0
-    norms = np.einsum("ij,ij->i", centers, centers)
-    costs = squares[:, None] - 2.0 * sums @ centers.T + n[:, None] * norms[None, :]
+    costs, norms = part_costs(partition, centers)
     cheapest = costs.argmin(axis=1)
     return float(costs.min(axis=1).sum()), float(squares.sum() + (n * norms[cheapest]).sum())
 
@@ -623,10 +630,9 @@ def partitions_violation(stated: list[Stated], earlier: Sequence[Stated] = (), w
     rows = np.cumsum([0] + [part[0].size for _, _, part in every[:-1]])
     centers = np.concatenate([c for _, c, _ in every])
     n, sums, squares = (np.concatenate([part[f] for _, _, part in every]) for f in range(3))
-    norms = np.einsum("ij,ij->i", centers, centers)
-    part_costs = squares[:, None] - 2.0 * sums @ centers.T + n[:, None] * norms[None, :]  # every part, every center
+    costs_of_parts, norms = part_costs((n, sums, squares), centers)  # every part, every center
     # bounds[j, i]: partition j, each part whole to its cheapest center of set i
-    bounds = np.add.reduceat(np.minimum.reduceat(part_costs, columns, axis=1), rows, axis=0)
+    bounds = np.add.reduceat(np.minimum.reduceat(costs_of_parts, columns, axis=1), rows, axis=0)
     costs = np.array([cost for cost, _, _ in every])
     slack = relative * (np.add.reduceat(squares, rows)[:, None] + np.add.reduceat(n, rows)[:, None]
                         * np.maximum.reduceat(norms, columns)[None, :] + np.abs(costs)[None, :])

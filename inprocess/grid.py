@@ -120,10 +120,10 @@ class InProcessGrid(Grid):
         return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:
-        return [node for node in self._contexts if self._online(node)]
+        return [node for node in self._contexts if self._online(node, self.round_trips)]
 
-    def _online(self, node: int) -> bool:
-        return self._availability is None or self._availability.online(node, self.round_trips)
+    def _online(self, node: int, trip: int) -> bool:
+        return self._availability is None or self._availability.online(node, trip)
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         ids = []
@@ -148,7 +148,7 @@ class InProcessGrid(Grid):
     def _deliver(self, message: Message, trip: int) -> Message | None:
         node = message.metadata.dst_node_id
         context = self._contexts.get(node)
-        if context is None or (self._availability is not None and not self._availability.online(node, trip)):
+        if context is None or not self._online(node, trip):
             return Message(Error(code=NODE_UNAVAILABLE, reason=f"node {node} is not connected"), reply_to=message)
         started = time.perf_counter()
         bundle = self._reply_hook is not None and message.metadata.message_type == f"query.{protocol.BUNDLE}"

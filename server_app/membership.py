@@ -184,9 +184,7 @@ class Membership:
 
     def _record_away(self, away: list[int]) -> None:
         """The nodes a phase left out because they were not connected: counted in the
-        phase (``away``), never a failure; and the phase's round trip (phases sent together
-        share one)."""
-        self.phases[-1]["round_trip"] = self.round_trips
+        phase (``away``), never a failure."""
         self.phases[-1]["away"] = len(away)
         if away:
             log(INFO, "[fedcluster] %s: %d node(s) away (not connected) were not asked", self.phases[-1]["phase"], len(away))

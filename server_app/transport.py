@@ -125,10 +125,7 @@ class Transport:
         if seeded is not False:
             config = {**(config or {}), "seed": self.phase_seed(None if isinstance(seeded, bool) else seeded)}
 
-        def node_content(node: int) -> tuple[dict | None, dict | None]:
-            return (None, None) if per_node is None else per_node(node)
-
-        messages, down = self._messages(spec, nodes, arrays, config, node_content, phase)
+        messages, down = self._messages(spec, nodes, arrays, config, per_node or (lambda node: (None, None)), phase)
         return {"spec": spec, "nodes": nodes, "phase": phase, "reply_spec": reply_spec, "messages": messages,
                 "down": down, "min_replies": min_replies}
 
@@ -227,6 +224,7 @@ class Transport:
                 "task": spec.message_type,
                 "round": self._current_round["round"] if self._current_round else None,
                 "sent": len(nodes),
+                "round_trip": self.round_trips,  # phases sent together share one
                 "replies": len(replies),
                 "failures": failures,
                 "bytes_down": down,

@@ -35,7 +35,7 @@ from fedcluster.privacy import (
     laplace_scale_for,
 )
 from fedcluster.registry import DeviceData
-from conftest import lloyd_step
+from conftest import lloyd_step, write_npy_dir
 from inprocess import run
 from fedcluster.feddp_kmeans import sphere_packing, top_eigenvectors
 
@@ -815,11 +815,7 @@ def test_without_server_data_the_run_starts_from_sphere_packing_in_the_clipping_
 def test_without_server_data_a_run_that_cannot_start_names_what_is_missing(tmp_path, config, named):
     from server_app.base import FederationError
 
-    clients, _ = _separated_clients()
-    directory = tmp_path / "clients"
-    directory.mkdir()
-    for i, points in enumerate(clients):
-        np.save(directory / f"c{i}.npy", points)
+    directory = write_npy_dir(tmp_path / "clients", _separated_clients()[0])
     with pytest.raises(FederationError, match=re.escape(named)):
         run({"algorithm": "feddp-kmeans", "k": 3, "dataset": "npy-dir", "data-dir": str(directory), "dimension": 2,
              "output-dir": str(tmp_path / "o"), **config}, num_nodes=4)
