@@ -49,7 +49,7 @@ def one(job):
     from sklearn.metrics import calinski_harabasz_score
 
     from fedcluster.config import with_defaults
-    from fedcluster.datasets import pooled_points
+    from fedcluster.node_data import pooled_points
 
     overrides, _ = DATASETS[name]
     config = {**overrides, "seed": seed, "k-range": f"2:{K_MAX}", "reference": False}

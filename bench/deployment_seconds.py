@@ -57,7 +57,7 @@ def device_files(folder: Path, points: int = POINTS) -> list[Path]:
 
 
 def kernel_seconds(path: Path, centers: np.ndarray) -> float:
-    from fedcluster.datasets import device_data
+    from fedcluster.node_data import device_data
     from fedcluster.device import run_task
 
     data = device_data({"dataset": "npy-dir"}, {"data-path": str(path)})

@@ -2,7 +2,7 @@
 
 Every measurement is a fresh Python process that imports the ClientApp (``client_app.app``,
 hence flwr), loads the device's ``.npy`` through the same path a SuperNode uses
-(``data-path``), runs ONE task through ``fedcluster.registry.run_task`` (the protocol
+(``data-path``), runs ONE task through ``fedcluster.device.run_task`` (the protocol
 parse and reply check included) and reports its peak resident set size (``VmHWM`` of
 ``/proc/self/status``: Linux starts a child's ``ru_maxrss`` at its parent's peak, kept
 across fork and exec; ``ru_maxrss`` only where there is no ``/proc``).
@@ -62,8 +62,8 @@ import numpy as np
 sys.path.insert(0, {root!r})
 import client_app.app  # the ClientApp module, as flwr-clientapp loads it (imports flwr)
 from fedcluster.config import with_defaults
-from fedcluster.datasets import device_data
-from fedcluster.registry import run_task
+from fedcluster.node_data import device_data
+from fedcluster.device import run_task
 request = json.loads(sys.argv[1])
 data = device_data(with_defaults({{}}), {{"data-path": sys.argv[2]}})
 started = time.perf_counter()

@@ -153,7 +153,7 @@ def optimum(item: tuple) -> dict:
     setting, seed, *rest = item
     with_kfed = rest[0] if rest else True
     from fedcluster.config import with_defaults
-    from fedcluster.datasets import pooled_points
+    from fedcluster.node_data import pooled_points
     from fedcluster.metrics import central_kmeans
 
     spec = SETTINGS[setting]
@@ -271,7 +271,7 @@ def server_data_bounds(setting: str, seed: int) -> dict:
     (m/√k) r when its points spread over the k clusters. Step 1 keeps its default (each
     client's XᵀX scaled to norm 1)."""
     from fedcluster.config import with_defaults
-    from fedcluster.datasets import generated_server_points
+    from fedcluster.node_data import generated_server_points
 
     server = generated_server_points(with_defaults(config_for(setting, "feddp", 1.0, 0, seed)))
     r = math.sqrt(float((server**2).sum(axis=1).mean()))

@@ -6,7 +6,7 @@ the paper: mean Euclidean intra-cluster distance and Davies–Bouldin index (bot
 better), mean ± std over 10 seeds. Seed s generates the data (``dataset="triebe"``,
 ``seed=s``) and drives the server (sampling, initialization) and the central reference.
 
-Federated labels: the pooled points (``fedcluster.datasets.pooled_points``, used here for
+Federated labels: the pooled points (``fedcluster.node_data.pooled_points``, used here for
 EVALUATION only) assigned to the final federated centers (the run's ``centers.npy``). Central:
 scikit-learn ``KMeans`` on the pooled points (``fedcluster.metrics.central_kmeans``).
 
@@ -69,7 +69,7 @@ def evaluate_labels(X, labels) -> dict:
 def central_job(args: tuple) -> dict:
     seed, n_init = args
     from fedcluster.config import with_defaults
-    from fedcluster.datasets import pooled_points
+    from fedcluster.node_data import pooled_points
     from fedcluster.lloyd import assign
     from fedcluster.metrics import central_kmeans
 
@@ -83,7 +83,7 @@ def central_job(args: tuple) -> dict:
 def federated_job(args: tuple) -> dict:
     name, seed, rounds = args
     from fedcluster.config import with_defaults
-    from fedcluster.datasets import pooled_points
+    from fedcluster.node_data import pooled_points
     from fedcluster.lloyd import assign
 
     config = {"dataset": "triebe", "k": K, "seed": seed, "num-rounds": rounds, "reference": False}

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import add_bench_flags, markdown_table, page_output, print_header  # noqa: E402
 from fedcluster.fedspectral import local_degrees, power_step  # noqa: E402
 from fedcluster.graph import AdjacencyOperator, canonical_edges, load_edge_list, split_edges  # noqa: E402
-from fedcluster.registry import DeviceData  # noqa: E402
+from fedcluster.device import DeviceData  # noqa: E402
 
 
 def default_graph_dir() -> Path:

@@ -18,7 +18,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, 
 from flwr.clientapp import ClientApp
 
 from fedcluster import protocol
-from fedcluster.datasets import device_data
+from fedcluster.node_data import device_data
 from fedcluster.device import DeviceData, run_task
 from fedcluster.wire import array_fields, array_numpy
 

@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from .common import matching_dimension
+from .point_tasks import matching_dimension
 from .lloyd import kmeans_plus_plus, label_sums, lloyd, nearest, squared_distances
-from .registry import DeviceData, device_task
+from .device import DeviceData, device_task
 from .robust import aggregate_centers
 
 # ------------------------------------------------------------------------------- SOM

@@ -22,9 +22,9 @@ import numpy as np
 from . import privacy
 from .linalg import top_eigenpairs
 from .lloyd import LloydStatistics, assign, label_sums, rows_per_chunk, squared_distances
-from .common import matching_dimension
+from .point_tasks import matching_dimension
 from .privacy.clipping import CLIENT, DATA_POINT, clip_l1, clip_l2, clip_rows_l2, scale_l2
-from .registry import DeviceData, device_task
+from .device import DeviceData, device_task
 
 # ==================================================================== device kernels
 # Tasks (message types ``query.<task>``; the protocol table is fedcluster/protocol.py):

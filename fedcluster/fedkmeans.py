@@ -24,9 +24,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .common import center_shift, matching_dimension
+from .point_tasks import center_shift, matching_dimension
 from .lloyd import assign, kmeans, kmeans_cost, kmeans_plus_plus, lloyd, lloyd_statistics, rows_per_chunk, squared_distances
-from .registry import DeviceData, device_task
+from .device import DeviceData, device_task
 
 # Reassignment moves the two halves of a split cluster to c ± SPLIT_OFFSET·σ·e: 0.8 ≈
 # √(2/π), the mean offset of each half of a Gaussian cut through its centre.

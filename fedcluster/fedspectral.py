@@ -20,7 +20,7 @@ import numpy as np
 from .graph import AdjacencyOperator, local_graph
 from .linalg import orthonormalize, rayleigh_ritz
 from .lloyd import assign, kmeans
-from .registry import DeviceData, device_task
+from .device import DeviceData, device_task
 
 __all__ = [
     # device
@@ -499,7 +499,7 @@ def local_cluster_counts(label_lists: Sequence[np.ndarray]) -> list[int]:
 
 def initial_block(n: int, block: int, seed: int) -> np.ndarray:
     """The random orthonormal start ``orthonormalize(default_rng(seed).standard_normal((n, block)))``
-    of paper mode (and of :func:`fedcluster.spectral_reference.central_subspace_iteration`)."""
+    of paper mode (and of :func:`fedcluster.central.central_subspace_iteration`)."""
     if not 1 <= block <= n:
         raise ValueError(f"block must be between 1 and n={n}, got {block}")
     return orthonormalize(np.random.default_rng(seed).standard_normal((n, block)))

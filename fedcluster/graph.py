@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedcluster.registry import DeviceData
+from fedcluster.device import DeviceData
 
 __all__ = [
     "GraphError",

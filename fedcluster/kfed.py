@@ -42,7 +42,7 @@ from .lloyd import (
     nearest,
     squared_distances,
 )
-from .registry import DeviceData, device_task
+from .device import DeviceData, device_task
 
 __all__ = [
     "local_kprime_means",

@@ -3,7 +3,7 @@
 A phase of an algorithm is one broadcast of a :class:`Task`: the server sends each node a
 Flower Message of type ``<kind>.<name>`` with the records ``arrays`` (the request's
 arrays) and ``config`` (its scalar parameters); the device runs the kernel registered for
-``name`` (:mod:`fedcluster.registry`) and replies with the records ``arrays`` and
+``name`` (:mod:`fedcluster.device`) and replies with the records ``arrays`` and
 ``metrics`` (at least ``num-examples``). This module is the whole protocol:
 
 - the device parses every request through :meth:`Task.parse_request` (arrays as float64

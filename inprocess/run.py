@@ -61,7 +61,7 @@ def node_labels(result: dict[str, Any], node_configs: list[dict[str, Any]]) -> l
     """Every node's nearest-center labels of its own points (center-based runs)."""
     import numpy as np
 
-    from fedcluster.datasets import device_data
+    from fedcluster.node_data import device_data
     from fedcluster.lloyd import nearest
     from fedcluster.scaling import Scaling
 

@@ -11,7 +11,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from .algorithms import strategy_for, validated_config
-from fedcluster.reference import central_reference
+from fedcluster.central import central_reference
 
 app = ServerApp()
 

@@ -27,7 +27,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from fedcluster import bounds, protocol
-from fedcluster.common import majority_value
+from fedcluster.point_tasks import majority_value
 from fedcluster.scaling import Scaling
 
 from .membership import Membership

@@ -26,7 +26,7 @@ import numpy as np
 from flwr.common.logger import log
 
 from fedcluster.bounds import declared_scatter, moments_violation, voronoi_violation
-from fedcluster.common import bounding_box
+from fedcluster.point_tasks import bounding_box
 from fedcluster.da_ufl import (
     implied_statistics,
     TooManyBins,

@@ -27,9 +27,9 @@ import numpy as np
 from flwr.common.logger import log
 
 from fedcluster import feddp_kmeans
-from fedcluster.common import center_shift
+from fedcluster.point_tasks import center_shift
 from fedcluster.data import load_points
-from fedcluster.datasets import generated_server_points
+from fedcluster.node_data import generated_server_points
 from fedcluster.lloyd import kmeans, kmeans_plus_plus
 from fedcluster.privacy import PrivacyLedger, independent_generators
 

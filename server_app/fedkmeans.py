@@ -25,7 +25,7 @@ import numpy as np
 from flwr.common.logger import log
 
 from fedcluster.bounds import moments_violation, voronoi_violation
-from fedcluster.common import bounding_box, center_shift
+from fedcluster.point_tasks import bounding_box, center_shift
 from fedcluster.fedkmeans import (
     CenterSet, ServerState, Undo, coarse_summary_k, last_versus_best, implied_means, orphaned_clusters,
     partitions_violation, reassign_starved, keep_sets, reseed_allowed, server_update, stated_in_reply, train_cost_mismatch,

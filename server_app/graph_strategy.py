@@ -13,7 +13,7 @@ import numpy as np
 from flwr.common.logger import log
 
 from fedcluster.fedspectral import label_problem, product_violation
-from fedcluster.spectral_reference import compare_with_central
+from fedcluster.central import compare_with_central
 
 from .base import FederatedStrategy, FederationError, Reply
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common import labels_path
+from ..point_tasks import labels_path
 from ..data import LARGEST_VALUE, DataError, load_points
 from ..lloyd import nearest
 from ..scaling import Scaling

@@ -24,7 +24,7 @@ import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 from fedcluster import feddp_kmeans
 from fedcluster.config import ConfigError, parse_run_config, with_defaults
-from fedcluster.datasets import generated_server_points, pooled_points
+from fedcluster.node_data import generated_server_points, pooled_points
 from fedcluster.lloyd import LloydStatistics
 from fedcluster.privacy import (
     SymmetricGaussianMechanism,
@@ -34,7 +34,7 @@ from fedcluster.privacy import (
     independent_generators,
     laplace_scale_for,
 )
-from fedcluster.registry import DeviceData
+from fedcluster.device import DeviceData
 from conftest import lloyd_step, write_npy_dir
 from inprocess import run
 from fedcluster.feddp_kmeans import sphere_packing, top_eigenvectors
@@ -178,10 +178,10 @@ def test_feddp_kernels_need_only_numpy(tmp_path):
         sys.path.insert(0, {str(ROOT)!r})
         import numpy as np
         from fedcluster import protocol
-        from fedcluster.device import KERNELS, DeviceData
+        from fedcluster.device import DeviceData, kernels
         def call(task, arrays, cfg):  # only the config keys the protocol declares for the task
             declared = {{p.name for p in protocol.task(task).config}}
-            return KERNELS[task](data, arrays, {{k: v for k, v in cfg.items() if k in declared}})
+            return kernels()[task](data, arrays, {{k: v for k, v in cfg.items() if k in declared}})
         X = np.random.default_rng(0).normal(size=(40, 4))
         data = DeviceData(points=X)
         V = np.eye(4)[:, :2]

@@ -63,7 +63,7 @@ def test_one_round_equals_one_lloyd_step(seed, tmp_path):
         {"seed": seed, "num-rounds": 1, "k": 4, "dim": 3, "num-points": 600, "output-dir": str(tmp_path), "reference": False},
         num_nodes=6,
     )
-    from fedcluster.datasets import pooled_points
+    from fedcluster.node_data import pooled_points
 
     X, _ = pooled_points(result["config"], 6)
     init = np.load(tmp_path / "init_centers.npy")
@@ -706,7 +706,7 @@ def test_statistics_that_no_fixed_set_of_points_gives_are_dropped(tmp_path):
 
     device_points = []
     config = {"k": 4, "num-rounds": 6, "reference": False, "n-init": 1, "output-dir": str(tmp_path / "a")}
-    from fedcluster.datasets import generated_partition
+    from fedcluster.node_data import generated_partition
     from fedcluster.config import with_defaults
 
     device_points.append(generated_partition(with_defaults(dict(config)), 2, 5)[0])

@@ -32,7 +32,7 @@ from fedcluster.fedspectral import (
 from fedcluster.graph import canonical_edges, load_edge_list, split_edges, write_client_edge_files
 from fedcluster.tools.graph_cli import main as split_main
 from fedcluster.linalg import orthonormalize
-from fedcluster.spectral_reference import central_eigenpairs, normalized_adjacency
+from fedcluster.central import central_eigenpairs, normalized_adjacency
 from server_app.base import FederationError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -398,7 +398,7 @@ def test_algorithm_and_benchmarks_import_without_flwr_or_the_server():
         sys.modules["flwr"] = None
         sys.modules["server_app"] = None
         sys.path.insert(0, {str(ROOT)!r})
-        import fedcluster.fedspectral, fedcluster.spectral_reference, fedcluster.graph
+        import fedcluster.fedspectral, fedcluster.central, fedcluster.graph
         import bench.fedspectral_repro, bench.spectral_kernel
         print("OK")
         """

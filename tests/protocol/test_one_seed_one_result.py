@@ -10,7 +10,7 @@ import pytest
 
 from conftest import write_npy_dir
 from fedcluster import protocol
-from fedcluster.registry import DeviceData
+from fedcluster.device import DeviceData
 from inprocess import run
 
 POINT_RUNS = {

@@ -45,7 +45,7 @@ def test_deployment_preset_drops_the_measurement_phases_and_keeps_the_centers(tm
     assert deployed["communication"]["round_trips"] == plain["communication"]["round_trips"] - saved
     # the same merge: without the evaluation round its cheapest candidate on the device
     # centers is the result; with it the devices' own points chose, never a costlier one
-    from fedcluster.datasets import pooled_points
+    from fedcluster.node_data import pooled_points
     from fedcluster.lloyd import kmeans_cost
 
     X, _ = pooled_points(plain["config"], 8)

@@ -17,7 +17,7 @@ from fedcluster.kfed import (
     kfed_merge,
     local_kprime_means,
 )
-from fedcluster.registry import KERNELS, DeviceData
+from fedcluster.device import DeviceData, kernels
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -270,7 +270,7 @@ def test_low_separation_core_set_collapse_is_avoided():
 def test_device_task_registered():
     rng = np.random.default_rng(0)
     A = np.vstack([rng.normal(size=(20, 4)), rng.normal(size=(20, 4)) + 50])
-    arrays, metrics = KERNELS["kfed_local"](DeviceData(points=A), {}, {"k-prime": 2, "seed": 3})
+    arrays, metrics = kernels()["kfed_local"](DeviceData(points=A), {}, {"k-prime": 2, "seed": 3})
     assert set(arrays) == {"centers", "counts", "cost"}
     assert arrays["centers"].shape == (2, 4)
     np.testing.assert_array_equal(np.sort(arrays["counts"]), [20, 20])
@@ -278,9 +278,9 @@ def test_device_task_registered():
     assert arrays["cost"][0] == pytest.approx(sum(((g - g.mean(0)) ** 2).sum() for g in groups))
     assert metrics == {"num-examples": 40}
     # deterministic given the seed
-    again, _ = KERNELS["kfed_local"](DeviceData(points=A), {}, {"k-prime": 2, "seed": 3})
+    again, _ = kernels()["kfed_local"](DeviceData(points=A), {}, {"k-prime": 2, "seed": 3})
     np.testing.assert_array_equal(again["centers"], arrays["centers"])
-    paper, _ = KERNELS["kfed_local"](
+    paper, _ = kernels()["kfed_local"](
         DeviceData(points=A), {}, {"k-prime": 2, "seed": 3, "n-init": 1, "seeding": "core"}
     )
     np.testing.assert_allclose(np.sort(paper["centers"], axis=0), np.sort(arrays["centers"], axis=0))
@@ -288,11 +288,11 @@ def test_device_task_registered():
 
 def test_device_task_errors():
     with pytest.raises(ValueError, match="k-prime"):
-        KERNELS["kfed_local"](DeviceData(points=np.ones((3, 2))), {}, {"seed": 0})
+        kernels()["kfed_local"](DeviceData(points=np.ones((3, 2))), {}, {"seed": 0})
     with pytest.raises(ValueError, match="point data"):
-        KERNELS["kfed_local"](DeviceData(edges=np.zeros((2, 2), int)), {}, {"k-prime": 2})
+        kernels()["kfed_local"](DeviceData(edges=np.zeros((2, 2), int)), {}, {"k-prime": 2})
     with pytest.raises(ValueError, match="seeding"):
-        KERNELS["kfed_local"](DeviceData(points=np.ones((3, 2))), {}, {"k-prime": 2, "seeding": "x"})
+        kernels()["kfed_local"](DeviceData(points=np.ones((3, 2))), {}, {"k-prime": 2, "seeding": "x"})
 
 
 def test_kfed_module_is_numpy_only():

@@ -1,5 +1,5 @@
 """Unit tests of the spectral math: fedcluster.fedspectral's server helpers (principal
-angles, aggregation, co-association), the central references (fedcluster.spectral_reference),
+angles, aggregation, co-association), the central references (fedcluster.central),
 the FedSpectral+ "exact" protocol driven through the device kernels against central subspace
 iteration (the oracle), and the FedSpectral co-association server."""
 
@@ -29,8 +29,8 @@ from fedcluster.fedspectral import (
 )
 from fedcluster.graph import canonical_edges, load_edge_list, split_edges
 from fedcluster.linalg import orthonormalize, rayleigh_ritz
-from fedcluster.registry import DeviceData
-from fedcluster.spectral_reference import (
+from fedcluster.device import DeviceData
+from fedcluster.central import (
     central_eigenpairs,
     central_spectral,
     central_subspace_iteration,

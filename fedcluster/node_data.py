@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from . import data
-from .registry import DeviceData
+from .device import DeviceData
 
 
 def device_data(run_config: dict[str, Any], node_config: dict[str, Any]) -> DeviceData:

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from .lloyd import lloyd_statistics, nearest
-from .registry import DeviceData, device_task
+from .device import DeviceData, device_task
 
 
 def matching_dimension(points: np.ndarray, array: np.ndarray, name: str = "centers") -> np.ndarray:
