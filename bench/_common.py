@@ -301,114 +301,42 @@ def svg_line_chart(
 
 # --------------------------------------------------------------------------- flwr run
 class SimulationSuperLink:
-    """A ``flower-superlink --insecure --simulation`` of our own for ``flwr run``.
-
-    Private FLWR_HOME (with a connection named ``bench`` in its config.toml), free loopback
-    ports for the Fleet/ServerAppIo and Control APIs, its log in ``home/superlink.log``;
-    stopped by process group on exit, and its home removed unless ``keep`` or a run failed
-    (``self.failed``). Never touches the shared local SuperLink of ``flwr run .``.
+    """A ``flower-superlink --insecure --simulation`` of our own for ``flwr run``
+    (:class:`fedcluster.tools.flower.FlowerProcesses`, the project's one launcher of Flower
+    processes): a temporary folder with a private FLWR_HOME (connection ``bench``) and the
+    logs, free loopback ports; stopped by process group on exit, and the folder removed
+    unless ``keep`` or a run failed (``self.failed``). Never touches the shared local
+    SuperLink of ``flwr run .``.
     """
 
     def __init__(self, keep: bool = False) -> None:
-        import socket
+        from fedcluster.tools.flower import FlowerProcesses
 
         self.keep = keep
         self.failed = False
-        self.home = Path(tempfile.mkdtemp(prefix="fedcluster-bench-flwr-home-"))
-        self.bin = Path(sys.executable).parent
-        self.env = dict(os.environ)
-        self.env.update({
-            "FLWR_HOME": str(self.home),
-            "FLWR_TELEMETRY_ENABLED": "0",
-            "FLWR_DISABLE_UPDATE_CHECK": "1",
-            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-            "PATH": f"{self.bin}{os.pathsep}{self.env.get('PATH', '')}",
-        })
-
-        def free_port() -> int:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind(("127.0.0.1", 0))
-                return sock.getsockname()[1]
-
-        self.port, self.control_port = free_port(), free_port()
-        self.log_file = self.home / "superlink.log"
-        self.process = None
+        self.processes = FlowerProcesses(Path(tempfile.mkdtemp(prefix="fedcluster-bench-flwr-")), connection="bench")
+        self.home = self.processes.home
+        self.log_file = self.processes.logs / "superlink.log"
+        self.command: list[str] = []
 
     def __enter__(self) -> "SimulationSuperLink":
-        import subprocess
-
-        # Flower writes its default config.toml on first use; add our own connection to it.
-        subprocess.run([str(self.bin / "flwr"), "config", "list"], env=self.env, capture_output=True, timeout=60)
-        config_file = self.home / "config.toml"
-        text = config_file.read_text() if config_file.exists() else '[superlink]\ndefault = "bench"\n'
-        text += f'\n[superlink.bench]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n'
-        config_file.write_text(text)
-        self.command = [
-            str(self.bin / "flower-superlink"), "--insecure", "--simulation",
-            "--host", "127.0.0.1", "--port", str(self.port),
-            # The gRPC Control API would otherwise bind 0.0.0.0:9093 and clash with any other
-            # SuperLink on this machine; the flag is deprecated but still honoured in 1.41.
-            "--control-api-address", f"127.0.0.1:{self.control_port}",
-            "--disable-runtime-dependency-installation",
-            "--database", str(self.home / "state.db"),
-        ]
-        with open(self.log_file, "w") as log:
-            self.process = subprocess.Popen(
-                self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        self._wait_healthy(60.0)
+        self.processes.start_superlink(simulation=True)
+        self.command = list(self.processes.processes["superlink"].args)
         return self
-
-    def _wait_healthy(self, timeout: float) -> None:
-        import time
-        import urllib.request
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"flower-superlink exited with code {self.process.returncode}; log: {self.log_file}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"flower-superlink did not become healthy on port {self.port} within {timeout} s")
 
     def run(self, app_dir: Path, run_config: dict[str, Any], supernodes: int, timeout: float = 3600):
         """``flwr run APP bench --stream`` with ``num-supernodes`` simulated nodes; returns
         (CompletedProcess, wall seconds of the command). The caller checks the run's own
         output: ``flwr run --stream`` exits 0 even when the run failed."""
-        import json
-        import subprocess
-        import time
+        from fedcluster.tools.flower import run_config_text
 
-        text = " ".join(
-            f"{key}={json.dumps(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value}"
-            for key, value in run_config.items()
-        )
-        command = [
-            str(self.bin / "flwr"), "run", str(app_dir), "bench", "--stream",
-            "--run-config", text, "--federation-config", f"num-supernodes={supernodes}",
-        ]
-        started = time.perf_counter()
-        completed = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=timeout)
-        return completed, time.perf_counter() - started
+        return self.processes.run_streamed(app_dir, run_config_text(run_config), f"num-supernodes={supernodes}", timeout)
 
     def __exit__(self, *exc_info) -> None:
         import shutil
-        import signal
-        import subprocess
 
-        if self.process is not None:
-            os.killpg(self.process.pid, signal.SIGTERM)  # the SuperLink and the SuperExec it started
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        self.processes.stop()
         if self.keep or self.failed or exc_info[0] is not None:
-            print(f"kept FLWR_HOME {self.home} (SuperLink log: {self.log_file})")
+            print(f"kept {self.processes.workdir} (FLWR_HOME, SuperLink log: {self.log_file})")
         else:
-            shutil.rmtree(self.home, ignore_errors=True)
+            shutil.rmtree(self.processes.workdir, ignore_errors=True)

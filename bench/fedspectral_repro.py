@@ -428,22 +428,18 @@ def performance(graph: Graph, use_flwr: bool) -> None:
 
 def flwr_run(config: dict[str, Any]) -> dict[str, Any]:
     """The same run config through a real ``flwr run`` simulation (own SuperLink)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from flower_processes import Flower
+    from fedcluster.tools.flower import FlowerProcesses, run_config_text
 
     root = Path(__file__).resolve().parents[1]
     work = Path(tempfile.mkdtemp(prefix="fedspectral-flwr-"))
-    flower = Flower(work)
     try:
-        flower.start_superlink(simulation=True)
-        text = " ".join(f"{key}={json.dumps(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value}"
-                        for key, value in {**config, "node-settle-s": 1.0}.items())
-        run_id = flower.submit(root, text, f"num-supernodes={CLIENTS}")
-        entry = flower.wait_for_run(run_id, timeout=900)
-        if entry.get("status") != "finished:completed":
-            raise RuntimeError(f"flwr run failed: {entry}\n{flower.logs()}")
+        with FlowerProcesses(work, connection="bench") as flower:
+            flower.start_superlink(simulation=True)
+            run_id = flower.submit(root, run_config_text({**config, "node-settle-s": 1.0}), f"num-supernodes={CLIENTS}")
+            status = flower.wait(run_id, timeout=900)
+            if status != "finished:completed":
+                raise RuntimeError(f"flwr run ended {status}:\n{flower.run_log(run_id)[-3000:]}\n{flower.all_logs()}")
     finally:
-        flower.stop()
         shutil.rmtree(work, ignore_errors=True)
     return json.loads((Path(config["output-dir"]) / "result.json").read_text())
 

@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-for _path in (ROOT, ROOT / "tests", ROOT / "tests" / "engine"):  # the project, conftest, flower_processes
+for _path in (ROOT, ROOT / "tests"):  # the project, conftest
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 

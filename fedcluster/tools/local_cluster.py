@@ -26,45 +26,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
 from .certs import make_certs
+from .flower import FlowerError, FlowerProcesses
 
 PROJECT = Path(__file__).resolve().parents[2]  # the Flower app (pyproject.toml): fedcluster/tools/ is two levels down
 CONNECTION = "local"
-FLOWER_ENV = {
-    "FLWR_TELEMETRY_ENABLED": "0",
-    "FLWR_DISABLE_UPDATE_CHECK": "1",
-    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-}
-
-
-class ClusterError(RuntimeError):
-    """The cluster could not be started or the run did not complete (the message says why)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def tool(name: str) -> str:
-    beside = Path(sys.executable).parent / name
-    if beside.exists():
-        return str(beside)
-    found = shutil.which(name)
-    if not found:
-        raise ClusterError(f"'{name}' not found beside {sys.executable} or on PATH: install flwr (pip install -e .)")
-    return found
+ClusterError = FlowerError  # the cluster could not be started or the run did not complete
 
 
 def demo_data(directory: Path, nodes: int, seed: int = 0) -> list[Path]:
@@ -83,96 +56,19 @@ def demo_data(directory: Path, nodes: int, seed: int = 0) -> list[Path]:
     return paths
 
 
-class LocalCluster:
-    """A SuperLink + SuperNodes with TLS and SuperNode authentication on loopback.
-
-    Use as a context manager: every process started is stopped on exit."""
+class LocalCluster(FlowerProcesses):
+    """A SuperLink + one SuperNode per data file, with TLS and SuperNode authentication, on
+    loopback. Use as a context manager: every process started is stopped on exit."""
 
     def __init__(self, workdir: Path, data_files: list[Path], echo=print) -> None:
-        self.workdir = Path(workdir).resolve()
+        super().__init__(workdir, CONNECTION, echo)
         self.data_files = [Path(p).resolve() for p in data_files]
-        self.echo = echo
-        self.logs = self.workdir / "logs"
-        self.home = self.workdir / "flwr-home"
         self.certs = None
-        self.port = 0
-        self.processes: dict[str, subprocess.Popen] = {}
-        self._log_files = []
-        self.env = {**os.environ, **FLOWER_ENV, "FLWR_HOME": str(self.home)}
-        self.env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{self.env.get('PATH', '')}"
-
-    # ---------------------------------------------------------------- processes
-    def _start(self, name: str, args: list[str], cwd: Path) -> subprocess.Popen:
-        """Start a process under ``name`` (``name-2``, ``name-3``, … when taken: a second
-        process must never hide the first from :meth:`stop`)."""
-        base, number = name, 2
-        while name in self.processes:
-            name, number = f"{base}-{number}", number + 1
-        log = open(self.logs / f"{name}.log", "w")
-        self._log_files.append(log)
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=self.env, cwd=cwd, start_new_session=True)
-        self.processes[name] = process
-        return process
-
-    def stop_process(self, name: str, sig: int = signal.SIGTERM) -> None:
-        """Stop one process this cluster started, with its process group (its ClientApps)."""
-        process = self.processes[name]
-        if process.poll() is None:
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                pass
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-
-    def stop(self) -> None:
-        for name in reversed(list(self.processes)):
-            try:
-                self.stop_process(name)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
-        for log in self._log_files:
-            log.close()
-        self._log_files.clear()
-
-    def __enter__(self) -> "LocalCluster":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def tail(self, name: str, chars: int = 3000) -> str:
-        path = self.logs / f"{name}.log"
-        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
-
-    # ---------------------------------------------------------------- steps
-    def flwr(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([tool("flwr"), *args], capture_output=True, text=True, env=self.env,
-                              timeout=timeout, cwd=self.workdir, stdin=subprocess.DEVNULL)
 
     def start_superlink(self, extra_hosts: tuple[str, ...] = ()) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.logs.mkdir(exist_ok=True)
-        self.home.mkdir(exist_ok=True)
         self.certs = make_certs(self.workdir / "certs", ("127.0.0.1", "localhost", *extra_hosts), len(self.data_files), force=True)
-        self.port = free_port()
-        superlink_dir = self.workdir / "superlink"
-        superlink_dir.mkdir(exist_ok=True)
-        self._start("superlink", [
-            tool("flower-superlink"), "--host", "127.0.0.1", "--port", str(self.port),
-            "--ssl-ca-certfile", str(self.certs.ca_cert), "--ssl-certfile", str(self.certs.superlink_cert),
-            "--ssl-keyfile", str(self.certs.superlink_key), "--enable-supernode-auth",
-            "--disable-runtime-dependency-installation", "--database", str(self.workdir / "state.db"),
-        ], cwd=superlink_dir)
-        self._wait_for_port(self.port, "superlink")
-        (self.home / "config.toml").write_text(
-            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-            f'address = "127.0.0.1:{self.port}"\nroot-certificates = "{self.certs.ca_cert}"\n'
-        )
+        super().start_superlink(certs=self.certs, supernode_auth=True)
         self.echo(f"SuperLink on https://127.0.0.1:{self.port} (TLS, SuperNode authentication on); logs in {self.logs}")
 
     def register(self, index: int) -> None:
@@ -183,15 +79,10 @@ class LocalCluster:
             raise ClusterError(f"flwr supernode register {public} failed (rc {done.returncode}): {(done.stdout + done.stderr)[-2000:]}")
 
     def start_supernode(self, index: int, key: Path | None = None) -> subprocess.Popen:
-        """Start SuperNode ``index`` (0-based) on its own data file and its own --port; its
-        ``partition-id`` is ``index``, so a run repeats with its seed (docs/DESIGN.md)."""
-        key = key or self.certs.supernode_keys[index]
-        data = self.data_files[index]
-        return self._start(f"supernode-{index + 1}", [
-            tool("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}",
-            "--root-certificates", str(self.certs.ca_cert), "--auth-supernode-private-key", str(key),
-            "--port", str(free_port()), "--node-config", f'data-path="{data}" partition-id={index}',
-        ], cwd=self.workdir)
+        """Start SuperNode ``index`` (0-based) on its own data file; its ``partition-id`` is
+        ``index``, so a run repeats with its seed (docs/DESIGN.md)."""
+        return super().start_supernode(f"supernode-{index + 1}", f'data-path="{self.data_files[index]}" partition-id={index}',
+                                       certs=self.certs, key=key or self.certs.supernode_keys[index])
 
     def start(self) -> None:
         self.start_superlink()
@@ -199,56 +90,6 @@ class LocalCluster:
             self.register(index)
             self.start_supernode(index)
         self.echo(f"{len(self.data_files)} SuperNode(s) registered and started, one data file each")
-
-    def submit(self, app: Path, run_config: str) -> str:
-        done = self.flwr("run", str(app), CONNECTION, "--run-config", run_config, "--format", "json", timeout=300)
-        text = done.stdout
-        try:
-            payload = json.loads(text[text.index("{"):])
-        except ValueError:
-            payload = {}
-        if done.returncode != 0 or not payload.get("success"):
-            raise ClusterError(f"flwr run failed (rc {done.returncode}): {(done.stdout + done.stderr)[-3000:]}")
-        return str(payload["run-id"])
-
-    def status(self, run_id: str) -> str:
-        done = self.flwr("ls", CONNECTION, "--format", "json", timeout=60)
-        if done.returncode != 0 or "{" not in done.stdout:
-            return ""
-        runs = json.loads(done.stdout[done.stdout.index("{"):]).get("runs", [])
-        entry = next((r for r in runs if str(r.get("run-id")) == run_id), {})
-        return str(entry.get("status", ""))
-
-    def wait(self, run_id: str, timeout: float, poll: float = 2.0) -> str:
-        """Poll ``flwr ls`` until the run finishes; its final status (``finished:...``)."""
-        deadline = time.monotonic() + timeout
-        last = ""
-        while time.monotonic() < deadline:
-            status = self.status(run_id)
-            if status and status != last:
-                self.echo(f"run {run_id}: {status}")
-                last = status
-            if status.startswith("finished"):
-                return status
-            if self.processes["superlink"].poll() is not None:
-                raise ClusterError(f"the SuperLink exited (rc {self.processes['superlink'].returncode}):\n{self.tail('superlink')}")
-            time.sleep(poll)
-        raise ClusterError(f"run {run_id} did not finish within {timeout:.0f} s (last status {last or 'unknown'}); see {self.logs}")
-
-    def run_log(self, run_id: str) -> str:
-        done = self.flwr("log", run_id, CONNECTION, "--show", timeout=60)
-        return done.stdout + done.stderr
-
-    def _wait_for_port(self, port: int, name: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.processes[name].poll() is not None:
-                raise ClusterError(f"{name} exited at start (rc {self.processes[name].returncode}):\n{self.tail(name)}")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    return
-            time.sleep(0.2)
-        raise ClusterError(f"{name}: nothing listens on 127.0.0.1:{port} after {timeout} s:\n{self.tail(name)}")
 
 
 def find_app(app: str | None) -> Path:

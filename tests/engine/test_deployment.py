@@ -19,14 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flower_processes import flower_available
+from fedcluster.tools.flower import flower_installed
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.engine,
     pytest.mark.slow,  # real processes; every message is a fresh ClientApp process (~6 s a round trip)
-    pytest.mark.skipif(not flower_available(), reason="flwr / flower-superlink / flower-supernode not installed"),
+    pytest.mark.skipif(not flower_installed(), reason="flwr / flower-superlink / flower-supernode not installed"),
 ]
 pytest.importorskip("cryptography")
 

@@ -9,19 +9,19 @@ import numpy as np
 import pytest
 
 from conftest import write_npy_dir
-from flower_processes import Flower, flower_available
+from fedcluster.tools.flower import FlowerProcesses, flower_installed, run_config_text
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.engine,
-    pytest.mark.skipif(not flower_available(), reason="flwr / flower-superlink / flower-supernode not installed"),
+    pytest.mark.skipif(not flower_installed(), reason="flwr / flower-superlink / flower-supernode not installed"),
 ]
 
 
 @pytest.fixture
 def flower(tmp_path):
-    handle = Flower(tmp_path)
+    handle = FlowerProcesses(tmp_path / "flower", connection="test")
     yield handle
     handle.stop()
 
@@ -32,19 +32,11 @@ def lloyd_reference(X, k):
     return KMeans(k, n_init=10, random_state=0).fit(X).inertia_ / X.shape[0]
 
 
-def toml(config: dict) -> str:
-    """A run config as `flwr run` takes it."""
-    def value(v):
-        return ("true" if v else "false") if isinstance(v, bool) else (f"'{v}'" if isinstance(v, str) else repr(v))
-
-    return " ".join(f"{key}={value(v)}" for key, v in config.items())
-
-
 def flwr_run(flower, config: dict, num_nodes: int, out: Path) -> dict:
     """One `flwr run` simulation of ``config`` into ``out``; its result.json."""
-    run_id = flower.submit(ROOT, toml({**config, "output-dir": str(out), "node-settle-s": 1.0}), f"num-supernodes={num_nodes}")
-    entry = flower.wait_for_run(run_id, timeout=240)
-    assert entry["status"] == "finished:completed", (entry, flower.run_log(run_id))
+    run_id = flower.submit(ROOT, run_config_text({**config, "output-dir": str(out), "node-settle-s": 1.0}), f"num-supernodes={num_nodes}")
+    status = flower.wait(run_id, timeout=240)
+    assert status == "finished:completed", (status, flower.run_log(run_id))
     return json.loads((out / "result.json").read_text())
 
 
@@ -87,8 +79,8 @@ def test_flwr_run_reports_a_failed_run(flower, tmp_path):
     run_id = flower.submit(
         ROOT, f"k=2 dataset='npy-dir' data-dir='{tmp_path / 'missing'}' output-dir='{tmp_path / 'o'}' node-settle-s=1.0", "num-supernodes=2"
     )
-    entry = flower.wait_for_run(run_id, timeout=240)
-    assert entry["status"] == "finished:failed", entry
+    status = flower.wait(run_id, timeout=240)
+    assert status == "finished:failed", (status, flower.run_log(run_id))
 
 
 @pytest.mark.slow  # 20-55 s: Ray start-up or real SuperNode processes

@@ -76,3 +76,19 @@ def test_each_strategy_has_its_fedcluster_module_of_the_same_name():
 def test_no_server_file_is_longer_than_a_reader_takes_in_at_once():
     long = {p.name: n for p in sorted((ROOT / "server_app").glob("*.py")) if (n := len(p.read_text().splitlines())) > 300}
     assert not long, f"server_app files over 300 lines (split a job into a module of its own): {long}"
+
+
+def test_one_launcher_starts_flower_processes():
+    # SuperLinks and SuperNodes are started by fedcluster/tools/flower.py only (the local
+    # cluster, the engine tests and the benchmarks use it). Not scanned: the unit tests (they
+    # name the commands in what they check) and the Docker test (compose starts those)
+    launcher = ROOT / "fedcluster" / "tools" / "flower.py"
+    files = [p for folder in ("fedcluster", "server_app", "client_app", "inprocess", "tests/engine", "bench")
+             for p in (ROOT / folder).rglob("*.py") if p.name != "test_docker.py"]
+    assert launcher in files
+    others = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in ("flower-superlink", "flower-supernode") and path != launcher:
+                others.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not others, "Flower processes started outside fedcluster/tools/flower.py: " + ", ".join(others)
