@@ -15,78 +15,37 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from . import checks
+from .checks import Interval, StrOptions
 from .privacy.clipping import DATA_POINT, LEVELS
+
 
 class ConfigError(ValueError):
     """A run-config value is unknown, of the wrong type, out of range, or inconsistent with
     another key. The message names the key."""
 
 
-INF = float("inf")
-
-
 @dataclass(frozen=True)
 class Key:
     """One run-config key: its default (whose type is the key's type), what it means, and
-    its constraints: ``low``/``high`` (``*_open``: strict), ``choices`` for strings,
-    ``allow_inf`` for a float that may be ``inf``."""
+    what values it allows (:class:`fedcluster.checks.Interval` / ``StrOptions``; ``None``:
+    any value of the type)."""
 
     name: str
     default: Any
     doc: str
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    choices: tuple[str, ...] = ()
-    allow_inf: bool = False
+    allowed: Interval | StrOptions | None = None
 
     @property
     def kind(self) -> type:
         return type(self.default)
 
-    def range_text(self) -> str:
-        if self.low is not None and self.high is not None:
-            return (
-                f"in {'(' if self.low_open else '['}{_num(self.low)}, {_num(self.high)}"
-                f"{')' if self.high_open else ']'}"
-            )
-        if self.low is not None:
-            return f"{'>' if self.low_open else '>='} {_num(self.low)}"
-        return f"{'<' if self.high_open else '<='} {_num(self.high)}"
-
     def coerce(self, value: Any) -> Any:
         """``value`` as this key's type, or ConfigError naming the key."""
-        kind = self.kind
-        if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
-            value = value.item()  # a NumPy scalar (np.float64(1e-5), np.int64(3), np.True_) as the number it holds
-        if kind is bool:
-            if not isinstance(value, bool):
-                raise ConfigError(f"run-config {self.name!r} must be true or false, got {value!r}")
-            return value
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if kind is int and isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if type(value) is not kind:
-            raise ConfigError(f"run-config {self.name!r} must be of type {kind.__name__}, got {value!r}")
-        return value
+        return checks.typed(f"run-config {self.name}", value, self.kind, self.allowed, ConfigError)
 
     def check(self, value: Any) -> None:
-        if self.choices and value not in self.choices:
-            raise ConfigError(f"run-config {self.name} must be one of {', '.join(self.choices)}; got {value!r}")
-        if self.kind not in (int, float):
-            return
-        if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and not self.allow_inf)):
-            raise ConfigError(f"run-config {self.name} must be a finite number, got {value}")
-        low_bad = self.low is not None and (value <= self.low if self.low_open else value < self.low)
-        high_bad = self.high is not None and (value >= self.high if self.high_open else value > self.high)
-        if low_bad or high_bad:
-            raise ConfigError(f"run-config {self.name} must be {self.range_text()}, got {value}  ({self.doc})")
-
-
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:g}"
+        checks.within(f"run-config {self.name}", value, self.allowed, ConfigError, f"  ({self.doc})")
 
 
 MANY = 1_000_000  # upper bound of counts that have no natural one (rounds, restarts, ...)
@@ -111,142 +70,142 @@ PRESET_NAMES = tuple(PRESETS)
 
 SECTIONS: dict[str, tuple[Key, ...]] = {
     "common": (
-        Key("algorithm", "fedkmeans", "which algorithm runs", choices=ALGORITHMS),
-        Key("k", 5, "number of clusters", low=1, high=MANY),
-        Key("num-rounds", 20, "training rounds", low=0, high=MANY),
-        Key("seed", 0, "seed of the server's random choices and of generated data", low=0, high=SEED_MAX),
+        Key("algorithm", "fedkmeans", "which algorithm runs", allowed=StrOptions(ALGORITHMS)),
+        Key("k", 5, "number of clusters", allowed=Interval(int, 1, MANY)),
+        Key("num-rounds", 20, "training rounds", allowed=Interval(int, 0, MANY)),
+        Key("seed", 0, "seed of the server's random choices and of generated data", allowed=Interval(int, 0, SEED_MAX)),
         Key("preset", "none", "deployment: the measurement phases that are not part of the algorithm are off "
-            "(eval-every = 0, kfed-evaluate = false, evaluate-cost = false)", choices=PRESET_NAMES),
+            "(eval-every = 0, kfed-evaluate = false, evaluate-cost = false)", allowed=StrOptions(PRESET_NAMES)),
     ),
     "data": (
-        Key("dataset", "gaussian-mixture", "where the devices' data come from", choices=DATASETS),
+        Key("dataset", "gaussian-mixture", "where the devices' data come from", allowed=StrOptions(DATASETS)),
         Key("data-dir", "", "folder of per-device files (npy-dir, edge-dir)"),
-        Key("num-points", 3000, "generated points in total", low=1, high=10**9),
-        Key("dim", 4, "generated dimension", low=1, high=MANY),
-        Key("components", 0, "generated mixture components (0 = k)", low=0, high=MANY),
-        Key("separation", 8.0, "distance scale between generated means", low=0),
-        Key("partition", "dirichlet", "how generated points are split over devices", choices=PARTITIONS),
-        Key("dirichlet-alpha", 0.3, "Dirichlet concentration (small = skewed)", low=0, low_open=True),
-        Key("classes-per-client", 2, "components per device (partition=components)", low=1, high=MANY),
+        Key("num-points", 3000, "generated points in total", allowed=Interval(int, 1, 10**9)),
+        Key("dim", 4, "generated dimension", allowed=Interval(int, 1, MANY)),
+        Key("components", 0, "generated mixture components (0 = k)", allowed=Interval(int, 0, MANY)),
+        Key("separation", 8.0, "distance scale between generated means", allowed=Interval(float, 0)),
+        Key("partition", "dirichlet", "how generated points are split over devices", allowed=StrOptions(PARTITIONS)),
+        Key("dirichlet-alpha", 0.3, "Dirichlet concentration (small = skewed)", allowed=Interval(float, 0, closed="right")),
+        Key("classes-per-client", 2, "components per device (partition=components)", allowed=Interval(int, 1, MANY)),
         Key("server-data", "", "a .npy of server-side points (FedDP-KMeans, init=server-kmeans++)"),
         Key("standardize", False, "every feature to mean 0 and variance 1 first (scikit-learn's StandardScaler, "
             "federated: one round of per-device sums), centers written in the original units (FedKMeans, k-FED, DA-UFL)"),
-        Key("snr-db", 30.0, "da-ufl-paper: every agent's SNR in dB (observation probability 1 − exp(−0.025·SNR/d))", low=-50, high=100),
-        Key("class-std", 1.0, "da-ufl-paper: standard deviation of every class per coordinate", low=0, high=1000, low_open=True),
+        Key("snr-db", 30.0, "da-ufl-paper: every agent's SNR in dB (observation probability 1 − exp(−0.025·SNR/d))", allowed=Interval(float, -50, 100)),
+        Key("class-std", 1.0, "da-ufl-paper: standard deviation of every class per coordinate", allowed=Interval(float, 0, 1000, closed="right")),
     ),
     # docs/ALGORITHMS.md section 1; `init` is shared by every center-based algorithm.
     "fedkmeans": (
-        Key("fraction", 1.0, "C, fraction of nodes sampled per round", low=0, high=1, low_open=True),
-        Key("local-epochs", 1, "E, local epochs", low=1, high=MANY),
-        Key("batch-size", 0, "B, local mini-batch size (0 = full batch)", low=0, high=10**9),
-        Key("client-lr", 1.0, "β, client learning rate", low=0, high=1, low_open=True),
-        Key("server-lr", 1.0, "α, server learning rate", low=0, high=2, low_open=True),
-        Key("momentum", 0.0, "μ, server momentum", low=0, high=1, high_open=True),
-        Key("reassign-threshold", 0.01, "ρ, a cluster below this share of the largest cluster's count is starved", low=0, high=1),
-        Key("reassign-patience", 20, "R, starved rounds before a cluster is re-seeded", low=1, high=MANY),
-        Key("init", "auto", "initialization method", choices=tuple(dict.fromkeys(FEDKMEANS_INITS + FEDDP_INITS))),
+        Key("fraction", 1.0, "C, fraction of nodes sampled per round", allowed=Interval(float, 0, 1, closed="right")),
+        Key("local-epochs", 1, "E, local epochs", allowed=Interval(int, 1, MANY)),
+        Key("batch-size", 0, "B, local mini-batch size (0 = full batch)", allowed=Interval(int, 0, 10**9)),
+        Key("client-lr", 1.0, "β, client learning rate", allowed=Interval(float, 0, 1, closed="right")),
+        Key("server-lr", 1.0, "α, server learning rate", allowed=Interval(float, 0, 2, closed="right")),
+        Key("momentum", 0.0, "μ, server momentum", allowed=Interval(float, 0, 1, closed="left")),
+        Key("reassign-threshold", 0.01, "ρ, a cluster below this share of the largest cluster's count is starved", allowed=Interval(float, 0, 1)),
+        Key("reassign-patience", 20, "R, starved rounds before a cluster is re-seeded", allowed=Interval(int, 1, MANY)),
+        Key("init", "auto", "initialization method", allowed=StrOptions(tuple(dict.fromkeys(FEDKMEANS_INITS + FEDDP_INITS)))),
         Key("n-init", 0, "center sets trained side by side in the same round trips (scikit-learn's n_init, "
             "federated): the cheapest scored start and n-init − 1 unrefined k-means++ draws on the devices' summaries; "
             "a set that can no longer win stops, after half of the rounds only the cheapest trains on. 0: 16 sets while "
-            "k·d ≤ 4096, fewer for larger centers (at most 65536 floats of centers per message)", low=0, high=64),
-        Key("init-candidates", 10, "candidate center sets scored in one federated round (FedKMeans; DA-UFL: at most this many distinct optima of init-restarts)", low=1, high=10_000),
+            "k·d ≤ 4096, fewer for larger centers (at most 65536 floats of centers per message)", allowed=Interval(int, 0, 64)),
+        Key("init-candidates", 10, "candidate center sets scored in one federated round (FedKMeans; DA-UFL: at most this many distinct optima of init-restarts)", allowed=Interval(int, 1, 10_000)),
         Key("init-server-starts", 100, "k-means++ + Lloyd starts the server runs on each device summary; the "
-            "init-candidates of lowest cost on the summary are scored on the devices (server time only)", low=1, high=100_000),
-        Key("init-min-count", 2, "smallest local cluster a device may summarize", low=1, high=10**9),
+            "init-candidates of lowest cost on the summary are scored on the devices (server time only)", allowed=Interval(int, 1, 100_000)),
+        Key("init-min-count", 2, "smallest local cluster a device may summarize", allowed=Interval(int, 1, 10**9)),
         Key("init-coarse", True, "devices also summarize at ceil(sqrt(k)) local clusters; init-candidates more "
             "candidates are drawn on that coarse summary and scored in the same round"),
         Key("eval-every", 0, "partial participation: the unsampled devices also score the centers every this many "
             "rounds (0 = never: a round contacts only its sampled devices, the center sets are ranked by the bound "
             "the server's memory gives, and the centers of lowest bound are scored by every device once, with the "
-            "final evaluation)", low=0, high=MANY),
-        Key("tol", 0.0, "stop when the centers move at most this much (0 = run num-rounds)", low=0),
+            "final evaluation)", allowed=Interval(int, 0, MANY)),
+        Key("tol", 0.0, "stop when the centers move at most this much (0 = run num-rounds)", allowed=Interval(float, 0)),
         Key("server-memory", True, "aggregate every node's latest statistics (unsampled ones as last reported; every node sends its statistics of the start in round 1); false: this round's replies only (the paper)"),
         Key("aggregation", "mean", "combining the devices' centers (FedKMeans) or agents' implied means (DA-UFL): "
-            "mean (the papers), trimmed-mean, median", choices=AGGREGATIONS),
-        Key("trim-fraction", 0.1, "trimmed-mean: share of a cluster's devices dropped at each end", low=0, high=0.5),
+            "mean (the papers), trimmed-mean, median", allowed=StrOptions(AGGREGATIONS)),
+        Key("trim-fraction", 0.1, "trimmed-mean: share of a cluster's devices dropped at each end", allowed=Interval(float, 0, 0.5)),
         Key("k-range", "", "choose k: 'a:b' scores every k in a..b in one federated round and reports the elbow "
             "and the Calinski-Harabasz choice instead of training (k is then unused)"),
     ),
     # docs/ALGORITHMS.md section 4
     "kfed": (
         Key("k-prime", 0, "local clusters per device; 0: each device chooses from its own data, up to k (fewer only "
-            "when its clusters are separated beyond doubt); the paper's rule is ceil(sqrt(k))", low=0, high=MANY),
+            "when its clusters are separated beyond doubt); the paper's rule is ceil(sqrt(k))", allowed=Interval(int, 0, MANY)),
         Key("kfed-weighting", "count", "weighting of device centers in the merge; capped-count: no device weighs "
-            "more than the median device (robust to inflated counts)", choices=KFED_WEIGHTINGS),
+            "more than the median device (robust to inflated counts)", allowed=StrOptions(KFED_WEIGHTINGS)),
         Key("kfed-min-devices", 1, "a global cluster must gather centers of at least this many devices, else its "
             "centers are left out of the merge (1 = the paper; 2: one device cannot claim a cluster of its own)",
-            low=1, high=MANY),
+            allowed=Interval(int, 1, MANY)),
         Key("kfed-to-convergence", True, "server Lloyd to convergence (false = one round, the paper)"),
-        Key("kfed-server-starts", 100, "merge starts scored on the server; they stop once ten further starts reproduced the best grouping (1 = the paper)", low=1, high=10_000),
-        Key("kfed-device-restarts", 10, "local k'-means restarts on each device (1 = the paper)", low=1, high=10_000),
+        Key("kfed-server-starts", 100, "merge starts scored on the server; they stop once ten further starts reproduced the best grouping (1 = the paper)", allowed=Interval(int, 1, 10_000)),
+        Key("kfed-device-restarts", 10, "local k'-means restarts on each device (1 = the paper)", allowed=Interval(int, 1, 10_000)),
         Key("kfed-evaluate", True, "one extra round measuring the federated cost of the result"),
     ),
     # docs/ALGORITHMS.md section 3
     "feddp-kmeans": (
-        Key("privacy-level", DATA_POINT, "unit of privacy", choices=LEVELS),
-        Key("epsilon", 1.0, "target total ε (inf = no noise)", low=0, low_open=True, allow_inf=True),
-        Key("delta", 1e-6, "δ", low=0, high=1, low_open=True, high_open=True),
+        Key("privacy-level", DATA_POINT, "unit of privacy", allowed=StrOptions(LEVELS)),
+        Key("epsilon", 1.0, "target total ε (inf = no noise)", allowed=Interval(float, 0, closed="right", allow_inf=True)),
+        Key("delta", 1e-6, "δ", allowed=Interval(float, 0, 1, closed="neither")),
         Key("step-epsilons", "", "per-step ε 'e1,e2,...' instead of a target total; their PLD total must not exceed epsilon"),
         Key("budget-split", "", "relative ε shares 'w1,w2,w3g,w3l' (default: the paper's rule of thumb)"),
-        Key("lloyd-rounds", 0, "T, FedDP-Lloyds rounds", low=0, high=MANY),
-        Key("lloyd-fraction", 0.25, "share of ε for FedDP-Lloyds", low=0, high=1, high_open=True),
-        Key("clip-norm", 0.0, "Δ, point norm bound (0 = the server data's radius)", low=0),
+        Key("lloyd-rounds", 0, "T, FedDP-Lloyds rounds", allowed=Interval(int, 0, MANY)),
+        Key("lloyd-fraction", 0.25, "share of ε for FedDP-Lloyds", allowed=Interval(float, 0, 1, closed="left")),
+        Key("clip-norm", 0.0, "Δ, point norm bound (0 = the server data's radius)", allowed=Interval(float, 0)),
         Key("dimension", 0, "the data's dimension, public and agreed in advance (0 = the server data's); without "
-            "server data the run starts from init='sphere-packing' in the ball of radius clip-norm", low=0, high=10**6),
+            "server data the run starts from init='sphere-packing' in the ball of radius clip-norm", allowed=Interval(int, 0, 10**6)),
         Key("max-device-points", 0, "data-point level: points one device may contribute (0 = no cap); a device "
             "with more uses the same subset of them in every step, a reply declaring more is dropped; a cap doubles the noise "
-            "(neighbours then differ by a swapped point)", low=0, high=10**9),
-        Key("client-max-points", 50, "m, points per client assumed by derived client-level bounds", low=1, high=10**9),
-        Key("clip-outer", 0.0, "client level: bound of XᵀX (0 = each client's XᵀX scaled to Frobenius norm 1)", low=0),
-        Key("clip-histogram", 0.0, "client level: bound of the histogram (0 = derived)", low=0),
-        Key("clip-means", 0.0, "client level: bound of the step-3 means (0 = √k times the server data's root-mean-square norm, at most √k·Δ)", low=0),
-        Key("clip-nonempty", 0.0, "client level: bound of the non-empty vector (0 = derived)", low=0),
-        Key("clip-sums", 0.0, "client level: bound of the Lloyd sums (0 = derived)", low=0),
-        Key("clip-counts", 0.0, "client level: bound of the Lloyd counts (0 = derived)", low=0),
-        Key("client-sampling-rate", 1.0, "q, Poisson sampling of clients per step", low=0, high=1, low_open=True),
-        Key("margin", 1.0, "step-3 margin filter (1 = off)", low=0, low_open=True),
-        Key("min-server-weight", 5.0, "server points lighter than this are dropped in step 2", low=0),
-        Key("server-n-init", 10, "k-means restarts on the server's weighted points", low=1, high=10_000),
-        Key("noise-seed", -1, "seed of the noise (-1 = OS entropy)", low=-1, high=SEED_MAX),
+            "(neighbours then differ by a swapped point)", allowed=Interval(int, 0, 10**9)),
+        Key("client-max-points", 50, "m, points per client assumed by derived client-level bounds", allowed=Interval(int, 1, 10**9)),
+        Key("clip-outer", 0.0, "client level: bound of XᵀX (0 = each client's XᵀX scaled to Frobenius norm 1)", allowed=Interval(float, 0)),
+        Key("clip-histogram", 0.0, "client level: bound of the histogram (0 = derived)", allowed=Interval(float, 0)),
+        Key("clip-means", 0.0, "client level: bound of the step-3 means (0 = √k times the server data's root-mean-square norm, at most √k·Δ)", allowed=Interval(float, 0)),
+        Key("clip-nonempty", 0.0, "client level: bound of the non-empty vector (0 = derived)", allowed=Interval(float, 0)),
+        Key("clip-sums", 0.0, "client level: bound of the Lloyd sums (0 = derived)", allowed=Interval(float, 0)),
+        Key("clip-counts", 0.0, "client level: bound of the Lloyd counts (0 = derived)", allowed=Interval(float, 0)),
+        Key("client-sampling-rate", 1.0, "q, Poisson sampling of clients per step", allowed=Interval(float, 0, 1, closed="right")),
+        Key("margin", 1.0, "step-3 margin filter (1 = off)", allowed=Interval(float, 0, closed="right")),
+        Key("min-server-weight", 5.0, "server points lighter than this are dropped in step 2", allowed=Interval(float, 0)),
+        Key("server-n-init", 10, "k-means restarts on the server's weighted points", allowed=Interval(int, 1, 10_000)),
+        Key("noise-seed", -1, "seed of the noise (-1 = OS entropy)", allowed=Interval(int, -1, SEED_MAX)),
         Key("evaluate-cost", True, "report the exact (non-private) federated cost of the result"),
     ),
     # docs/ALGORITHMS.md section 5
     "fedspectral": (
-        Key("num-nodes", 0, "global number of graph nodes (ids 0 .. n-1)", low=0, high=10**9),
-        Key("mode", "exact", "FedSpectral+: exact (summed global products) or paper", choices=("exact", "paper")),
-        Key("iters", 1, "paper mode: local power steps per round", low=1, high=MANY),
-        Key("oversample", -1, "exact mode: extra block columns (-1 = max(k, 10))", low=-1, high=MANY),
-        Key("acceleration", "krylov", "exact mode: block Krylov + Rayleigh-Ritz, or none", choices=("krylov", "none")),
-        Key("max-basis", 0, "krylov: columns kept before a thick restart (0 = auto)", low=0, high=MANY),
-        Key("residual-tol", 0.0, "exact mode: stop when every top-k Ritz residual is at most this (0 = never)", low=0),
-        Key("edge-copies", 1, "r, clients holding every edge", low=1, high=MANY),
-        Key("coassociation", "both-present", "FedSpectral co-association rule", choices=("both-present", "all-clients")),
+        Key("num-nodes", 0, "global number of graph nodes (ids 0 .. n-1)", allowed=Interval(int, 0, 10**9)),
+        Key("mode", "exact", "FedSpectral+: exact (summed global products) or paper", allowed=StrOptions(("exact", "paper"))),
+        Key("iters", 1, "paper mode: local power steps per round", allowed=Interval(int, 1, MANY)),
+        Key("oversample", -1, "exact mode: extra block columns (-1 = max(k, 10))", allowed=Interval(int, -1, MANY)),
+        Key("acceleration", "krylov", "exact mode: block Krylov + Rayleigh-Ritz, or none", allowed=StrOptions(("krylov", "none"))),
+        Key("max-basis", 0, "krylov: columns kept before a thick restart (0 = auto)", allowed=Interval(int, 0, MANY)),
+        Key("residual-tol", 0.0, "exact mode: stop when every top-k Ritz residual is at most this (0 = never)", allowed=Interval(float, 0)),
+        Key("edge-copies", 1, "r, clients holding every edge", allowed=Interval(int, 1, MANY)),
+        Key("coassociation", "both-present", "FedSpectral co-association rule", allowed=StrOptions(("both-present", "all-clients"))),
     ),
     # docs/ALGORITHMS.md §2
     "da-ufl": (
         Key("weighting", "uniform", "UFLUni (w_j = 1/J; the SOM codebooks still start the centers), UFLSOM (SOM-codebook "
             "bins) or UFLBin (grid bins): the bin weights count an observation several agents share once, and re-weight "
-            "real points when agents hold different ones (docs: DA-UFL)", choices=("uniform", "som", "bin")),
-        Key("xi-max", 0.05, "ξ_max, label perturbation ξ ~ U(0, ξ_max) per point and cluster (0 = off)", low=0, high=10),
-        Key("eta", 1.0, "η of the dual-averaging step (1 = one inner step is a weighted Lloyd step)", low=0, high=1, low_open=True),
-        Key("eps-glo", 1e-6, "ε_glo: inner loop stops when no center moves more than this × the bounding-box diagonal", low=0, high=1),
-        Key("bins", 10, "UFLBin: grid cells per dimension (b^d cells)", low=1, high=10_000),
-        Key("max-bins", 100_000, "UFLBin: refuse a grid of more cells than this (b^d grows with d)", low=1, high=10**8),
+            "real points when agents hold different ones (docs: DA-UFL)", allowed=StrOptions(("uniform", "som", "bin"))),
+        Key("xi-max", 0.05, "ξ_max, label perturbation ξ ~ U(0, ξ_max) per point and cluster (0 = off)", allowed=Interval(float, 0, 10)),
+        Key("eta", 1.0, "η of the dual-averaging step (1 = one inner step is a weighted Lloyd step)", allowed=Interval(float, 0, 1, closed="right")),
+        Key("eps-glo", 1e-6, "ε_glo: inner loop stops when no center moves more than this × the bounding-box diagonal", allowed=Interval(float, 0, 1)),
+        Key("bins", 10, "UFLBin: grid cells per dimension (b^d cells)", allowed=Interval(int, 1, 10_000)),
+        Key("max-bins", 100_000, "UFLBin: refuse a grid of more cells than this (b^d grows with d)", allowed=Interval(int, 1, 10**8)),
         Key("som-grid", 0, "UFLSOM: SOM of som-grid × som-grid units per device (0: about 4k units, at least 4 × 4; "
-            "a device with fewer points uses fewer units)", low=0, high=100),
-        Key("som-epochs", 30, "UFLSOM: batch SOM passes over each device's points", low=1, high=10_000),
-        Key("init-restarts", 50, "k-means++ starts on the bin representatives, each refined by weighted Lloyd there (server only); 0 = the paper's single draw", low=0, high=10_000),
-        Key("outer-iterations", 100, "t1 limit: outer (labelling) iterations", low=1, high=MANY),
-        Key("inner-iterations", 50, "t2 limit: dual-averaging steps per outer iteration", low=1, high=MANY),
+            "a device with fewer points uses fewer units)", allowed=Interval(int, 0, 100)),
+        Key("som-epochs", 30, "UFLSOM: batch SOM passes over each device's points", allowed=Interval(int, 1, 10_000)),
+        Key("init-restarts", 50, "k-means++ starts on the bin representatives, each refined by weighted Lloyd there (server only); 0 = the paper's single draw", allowed=Interval(int, 0, 10_000)),
+        Key("outer-iterations", 100, "t1 limit: outer (labelling) iterations", allowed=Interval(int, 1, MANY)),
+        Key("inner-iterations", 50, "t2 limit: dual-averaging steps per outer iteration", allowed=Interval(int, 1, MANY)),
     ),
     "federation": (
-        Key("min-nodes", 0, "nodes to wait for (0 = until the count is stable)", low=0, high=10**9),
-        Key("node-wait-s", 120.0, "longest wait for nodes, seconds", low=0, high=10**7),
-        Key("node-settle-s", 3.0, "seconds the node count must be stable (min-nodes = 0)", low=0, high=10**5),
-        Key("round-timeout", 600.0, "longest wait for the replies of one phase, seconds", low=0, high=10**7, low_open=True),
-        Key("min-replies", 1, "fewest valid replies a phase needs", low=1, high=10**9),
-        Key("min-reply-fraction", 0.5, "fewest valid replies a phase needs, as a share of those sent", low=0, high=1),
-        Key("max-missed-phases", 3, "a node that sent no reply in this many consecutive phases leaves the run", low=1, high=10**6),
+        Key("min-nodes", 0, "nodes to wait for (0 = until the count is stable)", allowed=Interval(int, 0, 10**9)),
+        Key("node-wait-s", 120.0, "longest wait for nodes, seconds", allowed=Interval(float, 0, 10**7)),
+        Key("node-settle-s", 3.0, "seconds the node count must be stable (min-nodes = 0)", allowed=Interval(float, 0, 10**5)),
+        Key("round-timeout", 600.0, "longest wait for the replies of one phase, seconds", allowed=Interval(float, 0, 10**7, closed="right")),
+        Key("min-replies", 1, "fewest valid replies a phase needs", allowed=Interval(int, 1, 10**9)),
+        Key("min-reply-fraction", 0.5, "fewest valid replies a phase needs, as a share of those sent", allowed=Interval(float, 0, 1)),
+        Key("max-missed-phases", 3, "a node that sent no reply in this many consecutive phases leaves the run", allowed=Interval(int, 1, 10**6)),
         Key("output-dir", "", "results folder (default outputs/<time>-<algorithm>)"),
         Key("overwrite", False, "replace a result already in output-dir (default: write to a fresh run-N sub-folder)"),
         Key("reference", True, "also compute the pooled central k-means reference (generated data)"),
@@ -467,10 +426,10 @@ def markdown_table() -> str:
     for section, keys in SECTIONS.items():
         lines.append(f"| **{section}** | | | |")
         for key in keys:
-            if key.choices:
-                allowed = " / ".join(key.choices)
-            elif key.low is not None or key.high is not None:
-                allowed = key.range_text()
+            if isinstance(key.allowed, StrOptions):
+                allowed = " / ".join(key.allowed.options)
+            elif key.allowed is not None:
+                allowed = str(key.allowed)
             else:
                 allowed = key.kind.__name__
             default = str(key.default).lower() if isinstance(key.default, bool) else repr(key.default) if isinstance(key.default, str) else key.default

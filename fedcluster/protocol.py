@@ -50,6 +50,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from . import checks
+from .checks import Interval, StrOptions
 from .privacy.clipping import DATA_POINT, LEVELS
 
 # Record names and the metric every reply carries.
@@ -80,6 +82,7 @@ def partition_of(metrics: Mapping[str, Any]) -> int | None:
         return None
     return int(value)
 
+
 REQUIRED = object()  # a Param without a default
 
 
@@ -88,17 +91,14 @@ class Param:
     """A scalar in a request's ``config`` record.
 
     ``kind`` is ``int``, ``float``, ``str`` or ``bool``; ``default`` is ``REQUIRED`` or a
-    value (``None``: may be absent, the kernel decides); ``low``/``high`` bound numbers
-    (``low_open``: strictly greater); ``choices`` lists the allowed strings.
+    value (``None``: may be absent, the kernel decides); ``allowed`` what values it allows
+    (:class:`fedcluster.checks.Interval` / ``StrOptions``, as a run-config key declares them).
     """
 
     name: str
     kind: type
     default: Any = REQUIRED
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    choices: tuple[str, ...] = ()
+    allowed: Interval | StrOptions | None = None
     doc: str = ""
 
     def parse(self, config: Mapping[str, Any]) -> Any:
@@ -106,37 +106,12 @@ class Param:
             if self.default is REQUIRED:
                 raise ValueError(f"the request has no config {self.name!r} ({self.doc})")
             return self.default
-        value = config[self.name]
-        if self.kind is bool:
-            if not isinstance(value, (bool, np.bool_)):
-                raise ValueError(f"config {self.name!r} must be true or false, got {value!r}")
-            return bool(value)
-        if self.kind is str:
-            if not isinstance(value, str):
-                raise ValueError(f"config {self.name!r} must be a string, got {value!r}")
-            if self.choices and value not in self.choices:
-                raise ValueError(f"config {self.name!r} must be one of {', '.join(self.choices)}, got {value!r}")
-            return value
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise ValueError(f"config {self.name!r} must be a number, got {value!r}")
-        if not np.isfinite(value):
-            raise ValueError(f"config {self.name!r} must be finite, got {value!r}")
-        if self.kind is int:
-            if float(value) != int(value):
-                raise ValueError(f"config {self.name!r} must be an integer, got {value!r}")
-            value = int(value)
-        else:
-            value = float(value)
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            raise ValueError(f"config {self.name!r} must be {'>' if self.low_open else '>='} {self.low}, got {value}")
-        if self.high is not None and value > self.high:
-            raise ValueError(f"config {self.name!r} must be <= {self.high}, got {value}")
-        return value
+        return checks.check(f"config {self.name!r}", config[self.name], self.kind, self.allowed)
 
     def describe(self) -> str:
         text = f"`{self.name}` {self.kind.__name__}"
-        if self.choices:
-            text += " " + "/".join(self.choices)
+        if isinstance(self.allowed, StrOptions):
+            text += " " + "/".join(self.allowed.options)
         if self.default is REQUIRED:
             text += " (required)"
         elif self.default is not None:
@@ -296,14 +271,14 @@ _LOCAL_CENTERS = (
     ArrayField("counts", ("c",), "points in each", nonnegative=True, role="count"),
 )
 _SEED = Param("seed", int, 0, doc="the node's own seed for its random choices")
-_LEVEL = Param("level", str, DATA_POINT, choices=LEVELS, doc="privacy level")
-_CLIP_NORM = Param("clip-norm", float, None, low=0, low_open=True, doc="data-point level: clip every point to this norm")
-_CLIP = Param("clip", float, None, low=0, low_open=True, doc="client level: L2 bound of the Gaussian-noised statistic")
+_LEVEL = Param("level", str, DATA_POINT, allowed=StrOptions(LEVELS), doc="privacy level")
+_CLIP_NORM = Param("clip-norm", float, None, allowed=Interval(float, 0, closed="right"), doc="data-point level: clip every point to this norm")
+_CLIP = Param("clip", float, None, allowed=Interval(float, 0, closed="right"), doc="client level: L2 bound of the Gaussian-noised statistic")
 _NORMALIZE = Param("normalize", bool, False, doc="client level: scale the statistic to L2 norm exactly `clip` (a zero one stays zero) instead of clipping it")
-_MAX_POINTS = Param("max-points", int, 0, low=0, doc="data-point level: use at most this many points (the same subset in every step, by a per-point rule; 0 = all)")
-_CLIP_L1 = Param("clip-l1", float, None, low=0, low_open=True, doc="client level: L1 bound of the Laplace-noised statistic")
-_BINNING = Param("binning", str, "codebook", choices=("grid", "codebook"), doc="grid cells or nearest codebook vector")
-_NUM_NODES = Param("num-nodes", int, low=1, doc="global number of graph nodes")
+_MAX_POINTS = Param("max-points", int, 0, allowed=Interval(int, 0), doc="data-point level: use at most this many points (the same subset in every step, by a per-point rule; 0 = all)")
+_CLIP_L1 = Param("clip-l1", float, None, allowed=Interval(float, 0, closed="right"), doc="client level: L1 bound of the Laplace-noised statistic")
+_BINNING = Param("binning", str, "codebook", allowed=StrOptions(("grid", "codebook")), doc="grid cells or nearest codebook vector")
+_NUM_NODES = Param("num-nodes", int, allowed=Interval(int, 1), doc="global number of graph nodes")
 
 TASKS: dict[str, Task] = {
     task.name: task
@@ -344,9 +319,9 @@ TASKS: dict[str, Task] = {
         Task(
             "local_summary", "query", "a local k-means (centers, counts); clusters under min-count points suppressed",
             config=(
-                Param("k", int, low=1, doc="local clusters"),
-                Param("min-count", int, 2, low=1, doc="smallest cluster that may leave the device"),
-                Param("n-init", int, 1, low=1, doc="local k-means restarts"),
+                Param("k", int, allowed=Interval(int, 1), doc="local clusters"),
+                Param("min-count", int, 2, allowed=Interval(int, 1), doc="smallest cluster that may leave the device"),
+                Param("n-init", int, 1, allowed=Interval(int, 1), doc="local k-means restarts"),
                 _SEED,
             ),
             reply=_LOCAL_CENTERS,
@@ -358,9 +333,9 @@ TASKS: dict[str, Task] = {
             "ClientKMeans from each of the m sets of global centers trained side by side (n-init); the cost of each set received",
             request=(ArrayField("centers", ("m", "k", "d"), "the global centers of every set"),),
             config=(
-                Param("local-epochs", int, 1, low=1, doc="E"),
-                Param("batch-size", int, 0, low=0, doc="B (0: full batch)"),
-                Param("client-lr", float, 1.0, low=0, low_open=True, high=1, doc="β"),
+                Param("local-epochs", int, 1, allowed=Interval(int, 1), doc="E"),
+                Param("batch-size", int, 0, allowed=Interval(int, 0), doc="B (0: full batch)"),
+                Param("client-lr", float, 1.0, allowed=Interval(float, 0, 1, closed="right"), doc="β"),
                 _SEED,
             ),
             reply=(
@@ -375,11 +350,11 @@ TASKS: dict[str, Task] = {
         Task(
             "kfed_local", "query", "k-FED step 1: the device's local k'-means (Awasthi-Sheffet)",
             config=(
-                Param("k-prime", int, low=0, doc="local clusters k' (0: the device chooses, up to k; a node's own --node-config k-prime wins)"),
-                Param("k", int, 1, low=1, doc="global clusters: the most local clusters a device chooses (k-prime = 0)"),
-                Param("n-init", int, 10, low=1, doc="device restarts (1: the paper)"),
-                Param("max-iter", int, 100, low=1, doc="Lloyd steps"),
-                Param("seeding", str, "best", choices=("best", "core", "voronoi"), doc="start of the Lloyd steps"),
+                Param("k-prime", int, allowed=Interval(int, 0), doc="local clusters k' (0: the device chooses, up to k; a node's own --node-config k-prime wins)"),
+                Param("k", int, 1, allowed=Interval(int, 1), doc="global clusters: the most local clusters a device chooses (k-prime = 0)"),
+                Param("n-init", int, 10, allowed=Interval(int, 1), doc="device restarts (1: the paper)"),
+                Param("max-iter", int, 100, allowed=Interval(int, 1), doc="Lloyd steps"),
+                Param("seeding", str, "best", allowed=StrOptions(("best", "core", "voronoi")), doc="start of the Lloyd steps"),
                 _SEED,
             ),
             reply=_LOCAL_CENTERS + (ArrayField("cost", (1,), "the local k'-means cost (its points to their local centers)", nonnegative=True),),
@@ -404,7 +379,7 @@ TASKS: dict[str, Task] = {
         Task(
             "feddp_projected_stats", "query", "FedDP-Init step 3: statistics of the projected assignment",
             request=(ArrayField("projection", ("d", "r")), ArrayField("centers", ("k", "r"))),
-            config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP, _CLIP_L1, Param("margin", float, 1.0, low=0, low_open=True, doc="margin filter (1: off)")),
+            config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP, _CLIP_L1, Param("margin", float, 1.0, allowed=Interval(float, 0, closed="right"), doc="margin filter (1: off)")),
             reply=(
                 ArrayField("sums", ("k", "d"), when=("level", "data-point")),
                 ArrayField("counts", ("k",), nonnegative=True, when=("level", "data-point"), role="count"),
@@ -427,9 +402,9 @@ TASKS: dict[str, Task] = {
             request=(ArrayField("Q", ("n", "b")), ArrayField("degrees", ("n",), nonnegative=True, optional=True)),
             config=(
                 _NUM_NODES,
-                Param("iters", int, 1, low=1, doc="local power steps (paper mode)"),
-                Param("normalization", str, "local", choices=("local", "global"), doc="local: paper; global: exact"),
-                Param("edge-weight", float, 1.0, low=0, low_open=True, doc="1/r for edges held by r clients"),
+                Param("iters", int, 1, allowed=Interval(int, 1), doc="local power steps (paper mode)"),
+                Param("normalization", str, "local", allowed=StrOptions(("local", "global")), doc="local: paper; global: exact"),
+                Param("edge-weight", float, 1.0, allowed=Interval(float, 0, closed="right"), doc="1/r for edges held by r clients"),
             ),
             reply=(ArrayField("Q", ("n", "b")),),
             used_by=("fedspectral-plus",),
@@ -438,10 +413,10 @@ TASKS: dict[str, Task] = {
             "local_spectral_labels", "query", "FedSpectral: spectral clustering of the local graph",
             config=(
                 _NUM_NODES,
-                Param("k", int, low=1, doc="clusters"),
-                Param("block", int, 0, low=0, doc="block columns (0: auto)"),
-                Param("max-iters", int, 1000, low=1, doc="subspace iterations"),
-                Param("tol", float, 1e-6, low=0, doc="Ritz residual to stop at"),
+                Param("k", int, allowed=Interval(int, 1), doc="clusters"),
+                Param("block", int, 0, allowed=Interval(int, 0), doc="block columns (0: auto)"),
+                Param("max-iters", int, 1000, allowed=Interval(int, 1), doc="subspace iterations"),
+                Param("tol", float, 1e-6, allowed=Interval(float, 0), doc="Ritz residual to stop at"),
                 _SEED,
             ),
             reply=(ArrayField("labels", ("n",), integer=True),),
@@ -451,8 +426,8 @@ TASKS: dict[str, Task] = {
         Task(
             "som_codebook", "query", "DA-UFL phase 1 (UFLSOM): a Kohonen SOM codebook of the device's points",
             config=(
-                Param("grid", int, 4, low=1, high=100, doc="grid × grid units at most (a device with fewer points uses fewer)"),
-                Param("epochs", int, 30, low=1, high=10_000, doc="batch SOM passes over the points"),
+                Param("grid", int, 4, allowed=Interval(int, 1, 100), doc="grid × grid units at most (a device with fewer points uses fewer)"),
+                Param("epochs", int, 30, allowed=Interval(int, 1, 10_000), doc="batch SOM passes over the points"),
                 _SEED,
             ),
             reply=(ArrayField("codebook", ("u", "d"), "the SOM units (u ≤ grid², a square)"),),
@@ -467,7 +442,7 @@ TASKS: dict[str, Task] = {
             ),
             config=(
                 _BINNING,
-                Param("bins", int, 10, low=1, doc="grid cells per dimension"),
+                Param("bins", int, 10, allowed=Interval(int, 1), doc="grid cells per dimension"),
             ),
             reply=(ArrayField("counts", ("q",), nonnegative=True, integer=True, role="count"),),
             counts="at-most",
@@ -485,11 +460,11 @@ TASKS: dict[str, Task] = {
                 ArrayField("previous", ("k", "d"), "the previous iteration's anchor (count changed labels)", optional=True),
             ),
             config=(
-                Param("binning", str, "codebook", choices=("grid", "codebook", "uniform"), doc="what a bin is"),
-                Param("bins", int, 10, low=1, doc="grid cells per dimension"),
-                Param("outer", int, low=1, doc="t1, the outer iteration"),
-                Param("xi-max", float, 0.0, low=0, doc="ξ_max of the perturbation"),
-                Param("previous-outer", int, 1, low=1, doc="t1 of the previous iteration"),
+                Param("binning", str, "codebook", allowed=StrOptions(("grid", "codebook", "uniform")), doc="what a bin is"),
+                Param("bins", int, 10, allowed=Interval(int, 1), doc="grid cells per dimension"),
+                Param("outer", int, allowed=Interval(int, 1), doc="t1, the outer iteration"),
+                Param("xi-max", float, 0.0, allowed=Interval(float, 0), doc="ξ_max of the perturbation"),
+                Param("previous-outer", int, 1, allowed=Interval(int, 1), doc="t1 of the previous iteration"),
                 Param("previous-seed", int, 0, doc="seed of the previous iteration's ξ"),
                 _SEED,
             ),

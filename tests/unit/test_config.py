@@ -19,7 +19,7 @@ def test_unknown_key_is_rejected_with_a_hint():
 
 
 def test_wrong_type_and_range_are_named():
-    with pytest.raises(ConfigError, match="'k' must be of type int"):
+    with pytest.raises(ConfigError, match="run-config k must be an integer"):
         with_defaults({"k": "five"})
     with pytest.raises(ConfigError, match="fraction must be in"):
         with_defaults({"fraction": 0.0})
@@ -71,11 +71,13 @@ def test_every_out_of_range_value_is_refused_with_its_key_named(key, value):
 
 
 def test_every_numeric_key_has_a_range():
+    from fedcluster.checks import Interval
     from fedcluster.config import KEYS
 
     for key in KEYS.values():
         if key.kind in (int, float):
-            assert key.low is not None and (key.high is not None or key.kind is float), key.name
+            assert isinstance(key.allowed, Interval) and key.allowed.kind is key.kind, key.name
+            assert key.allowed.low is not None and (key.allowed.high is not None or key.kind is float), key.name
 
 
 def test_cross_key_rules_are_checked_before_the_run():
@@ -104,7 +106,7 @@ def test_numpy_scalars_are_taken_as_the_numbers_they_hold():
                             "evaluate-cost": np.False_, "epsilon": np.float32(2.0)})
     assert (config["delta"], config["k"], config["evaluate-cost"], config["epsilon"]) == (1e-5, 3, False, 2.0)
     assert type(config["delta"]) is float and type(config["k"]) is int and type(config["evaluate-cost"]) is bool
-    with pytest.raises(ConfigError, match="'k' must be of type int"):
+    with pytest.raises(ConfigError, match="run-config k must be an integer"):
         with_defaults({"k": np.array([3])})  # an array is not a number
     with pytest.raises(ConfigError, match="k must be"):
         with_defaults({"k": np.int64(0)})
