@@ -47,9 +47,13 @@ __all__ = [
 # ---------------------------------------------------------------------------------------
 
 
-def _check_points(X: np.ndarray, name: str = "X") -> np.ndarray:
-    """Return ``X`` as a float64 (n, d) array with n >= 1, or raise ``ValueError``."""
-    X = np.asarray(X, dtype=np.float64)
+def check_points(X: np.ndarray, name: str = "X") -> np.ndarray:
+    """Return ``X`` as a finite float64 (n, d) array with n >= 1, or raise ``ValueError``
+    naming ``name``."""
+    try:
+        X = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} is not numeric: {exc}") from None
     if X.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array (n points x d dimensions), got shape {X.shape}")
     if X.shape[0] == 0:
@@ -83,7 +87,7 @@ def _check_labellings(
 
 
 def _check_points_and_labels(X: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    X = _check_points(X)
+    X = check_points(X)
     labels = _check_labels(labels, "labels")
     if labels.shape[0] != X.shape[0]:
         raise ValueError(
@@ -373,8 +377,8 @@ def cost_per_point(X: np.ndarray, centers: np.ndarray) -> float:
     -------
     float
     """
-    X = _check_points(X)
-    centers = _check_points(centers, "centers")
+    X = check_points(X)
+    centers = check_points(centers, "centers")
     if centers.shape[1] != X.shape[1]:
         raise ValueError(
             f"dimension mismatch: X has {X.shape[1]} columns but centers have {centers.shape[1]}"
@@ -493,7 +497,7 @@ def central_kmeans(X: np.ndarray, k: int, seed: int, n_init: int = 10) -> tuple[
     """
     from sklearn.cluster import KMeans
 
-    X = _check_points(X)
+    X = check_points(X)
     if not 1 <= k <= X.shape[0]:
         raise ValueError(f"k must be between 1 and the number of points {X.shape[0]}, got {k}")
     if n_init < 1:

@@ -34,6 +34,7 @@ from sklearn.utils import check_random_state
 
 from fedcluster.config import SEED_MAX
 from fedcluster.lloyd import kmeans_cost, nearest
+from fedcluster.metrics import check_points
 from fedcluster.scaling import Scaling
 
 # scikit-learn name -> run-config key, per algorithm (None: the algorithm has no such knob)
@@ -76,16 +77,7 @@ def _client_arrays(clients: Sequence[Any]) -> list[np.ndarray]:
         raise ValueError("clients is empty: give one array per client")
     arrays = []
     for i, points in enumerate(clients):
-        try:
-            array = np.asarray(points, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"clients[{i}] is not numeric: {exc}") from None
-        if array.ndim != 2:
-            raise ValueError(f"clients[{i}] has shape {array.shape}: expected (points, features)")
-        if array.shape[0] == 0:
-            raise ValueError(f"clients[{i}] holds no points")
-        if not np.all(np.isfinite(array)):
-            raise ValueError(f"clients[{i}] holds NaN or inf")
+        array = check_points(points, f"clients[{i}]")
         if array.shape[1] != (arrays[0].shape[1] if arrays else array.shape[1]):
             raise ValueError(f"clients[{i}] has {array.shape[1]} features, clients[0] has {arrays[0].shape[1]}")
         arrays.append(array)
