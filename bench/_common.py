@@ -131,9 +131,25 @@ def machine_info() -> str:
         f"nproc   : {usable} usable of {os.cpu_count()}" + (f"  ({threads})" if threads else ""),
         f"load avg: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1/5/15 min, at start; other work on the machine skews timings)",
         f"versions: {', '.join(versions)}",
-        f"command : {shlex.join([sys.executable, *sys.argv])}",
+        f"command : python {shlex.join(sys.argv)}",
+        f"code    : {code_version()}",
     ]
     return "\n".join(lines)
+
+
+def code_version() -> str:
+    """The commit of the code that runs (and whether it has uncommitted changes)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                               text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no git)"
+    if head.returncode != 0:
+        return "unknown (not a git checkout)"
+    return head.stdout.strip() + (" with uncommitted changes" if dirty.stdout.strip() else "")
 
 
 def print_header(title: str) -> None:

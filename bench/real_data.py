@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from _common import ROOT, add_bench_flags, default_jobs, machine_info, markdown_table, parallel_map, quiet_flower
+from _common import add_bench_flags, default_jobs, machine_info, markdown_table, parallel_map, quiet_flower
 
 BATTERIES = ("fcps", "graves", "other", "sipu", "uci", "wut")
 SPLITS = ("iid", "dirichlet", "pathological")
@@ -394,20 +394,6 @@ def report(records: list[dict[str, Any]], header: str, splits: list[str], old: l
     return "\n".join(parts)
 
 
-def code_version() -> str:
-    """The commit of the code that ran (and whether it had uncommitted changes)."""
-    import subprocess
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                               text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return f"{commit}{' with uncommitted changes' if dirty else ''} ({ROOT})"
-
-
 def public(header: str) -> str:
     """A run's header without this machine's paths (the battery is DIR, python is python)."""
     import re
@@ -476,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         if not names:
             parser.error(f"no dataset with labels found under {args.battery}")
         seeds = args.seeds or (1 if args.quick else 3)
-        header = machine_info() + f"\ncode    : {code_version()}"
+        header = machine_info()
         print(header, flush=True)
         print(f"{len(names)} datasets: {', '.join(names)}", flush=True)
         jobs = jobs_of(args.battery.resolve(), names, chosen, splits, seeds)
