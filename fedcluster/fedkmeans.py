@@ -598,20 +598,6 @@ def partition_bound(partition: tuple[np.ndarray, np.ndarray, np.ndarray], center
     return float(costs.min(axis=1).sum()), float(squares.sum() + (n * norms[cheapest]).sum())
 
 
-def partition_violation(cost: float, centers: np.ndarray, partition: tuple[np.ndarray, np.ndarray, np.ndarray],
-                        relative: float = 1e-8) -> str | None:
-    """Why a device's ``cost`` of ``centers`` (nearest-center labels of its points) cannot be
-    right, given another partition of the same points it stated (in another round or for
-    another center set): that partition, each part sent whole to its cheapest center,
-    costs less (:func:`partition_bound`). None when it is consistent, up to rounding.
-    Honest replies always are: nearest-center labels cost least for any fixed data."""
-    bound, scale = partition_bound(partition, centers)
-    if cost > bound + relative * (scale + abs(cost)):
-        return (f"cost {cost:.10g} of the received centers exceeds {bound:.10g}, what another partition of its "
-                f"points it stated costs with them: its statistics do not come from one fixed set of points")
-    return None
-
-
 Stated = tuple[float, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]  # (cost, centers, partition)
 
 
@@ -622,7 +608,8 @@ def partitions_violation(stated: list[Stated], earlier: Sequence[Stated] = (), w
     (``earlier``) and its declared moments (``whole``: all its points as one part, cost 0)
     cannot all come from one fixed set of points: some cost exceeds what another of these
     partitions costs with the same centers (:func:`partition_bound`, every pair at once;
-    the rounding slack as in :func:`partition_violation`, or looser). None when they can."""
+    up to a rounding slack relative to the terms' scale). None when they can. Honest replies
+    never fail it: nearest-center labels cost least for any fixed data."""
     every = [s for s in stated + list(earlier) + ([whole] if whole is not None else []) if s[2][0].size]
     if len(every) < 2:
         return None

@@ -64,6 +64,7 @@ class FederatedStrategy(Membership, Transport, Results):
         self.exclusions: list[dict[str, Any]] = []  # who left, why, in which phase and round
         self.joined: list[dict[str, Any]] = []  # nodes admitted after the start (admit_newcomers)
         self.away_now: list[int] = []  # nodes of the run not connected in the latest round trip
+        self._connected_at: tuple[int, set[int]] | None = None  # (round trips so far, nodes connected then)
         self._missed: dict[int, int] = {}  # consecutive phases without any reply, per node
         self._order_stale = False  # a partition noted since nodes were last put in order
         self.declared: dict[int, bounds.Declared] = {}  # what each node's first reply fixed

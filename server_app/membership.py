@@ -121,7 +121,7 @@ class Membership:
         """Nodes connected now that are neither in the run nor excluded from it: SuperNodes
         that joined after the start."""
         known = set(self.nodes) | set(self.excluded)
-        return sorted(int(i) for i in self.grid.get_node_ids() if int(i) not in known)
+        return sorted(self.connected() - known)
 
     @staticmethod
     def join_request(nodes: list[int]) -> dict[str, Any]:
@@ -171,8 +171,15 @@ class Membership:
         nodes that are away: ``skips_away``)."""
         if not self.skips_away or not nodes:
             return set(nodes)
-        connected = {int(node) for node in self.grid.get_node_ids()}
+        connected = self.connected()
         return {node for node in nodes if node in connected}
+
+    def connected(self) -> set[int]:
+        """The nodes the grid lists as connected, asked once per round trip (in a deployment
+        each question is a call to the SuperLink): newcomers, sampling and sending share it."""
+        if self._connected_at is None or self._connected_at[0] != self.round_trips:
+            self._connected_at = (self.round_trips, {int(node) for node in self.grid.get_node_ids()})
+        return self._connected_at[1]
 
     def leave_out_away(self, requests: tuple[dict[str, Any], ...]) -> tuple[list[dict[str, Any]], list[list[int]]]:
         """The broadcast requests with their nodes that are away left out, and those nodes."""

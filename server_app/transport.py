@@ -66,8 +66,8 @@ class Transport:
         in several) in ONE round trip: all messages are pushed, then pulled together. Each is
         checked and recorded as its own phase; returns each one's valid replies."""
         started = time.perf_counter()
+        requests, away = self.leave_out_away(requests)  # who is connected: asked once for sampling and sending
         self.round_trips += 1
-        requests, away = self.leave_out_away(requests)
         prepared = [self._prepare(**request) for request in requests]
         deadline = time.monotonic() + self.config["round-timeout"]  # from sending, not from the first pull
         sent, pushed = self._push_together(prepared)

@@ -146,3 +146,18 @@ def test_a_graph_run_asks_a_client_away_and_takes_it_out_saying_so(tmp_path):
     assert list(result["nodes"]["excluded"]) == ["1002"] and "NODE_UNAVAILABLE" in result["nodes"]["excluded"]["1002"]
     assert [f["kind"] for f in failures(result)] == ["unavailable"]
     assert all(p["away"] == 0 for p in result["phases"])
+
+
+def test_the_grid_is_asked_who_is_connected_once_per_round_trip(tmp_path, monkeypatch):
+    # in a deployment every get_node_ids() is an RPC to the SuperLink: sampling a round and
+    # sending to the sampled nodes share one answer
+    from inprocess.grid import InProcessGrid
+
+    calls = []
+    original = InProcessGrid.get_node_ids
+    monkeypatch.setattr(InProcessGrid, "get_node_ids", lambda self: calls.append(1) or original(self))
+    data_dir, _ = blobs(tmp_path)
+    result = run({"k": 4, "num-rounds": 6, "fraction": 0.5, "dataset": "npy-dir", "data-dir": str(data_dir),
+                  "output-dir": str(tmp_path / "out")}, num_nodes=NODES)
+    trips = result["communication"]["round_trips"]
+    assert trips >= 6 and len(calls) <= trips + 3, (len(calls), trips)  # + the start's node discovery
