@@ -152,11 +152,26 @@ def code_version() -> str:
     return head.stdout.strip() + (" with uncommitted changes" if dirty.stdout.strip() else "")
 
 
-def print_header(title: str) -> None:
+def print_header(title: str, doc: str | None = None) -> None:
+    """The page's title, what the script measures (``doc``: its docstring, up to its
+    ``Usage::``), and the machine, command and commit of this run."""
     print(f"# {title}\n")
+    if doc:
+        print(f"Written by `bench/{Path(sys.argv[0]).name}`.\n")
+        print(doc.split("Usage::")[0].strip() + "\n")
     print("```")
     print(machine_info())
     print("```\n", flush=True)
+
+
+def figure_path(out: str | Path | None, default: Path, script: str | Path, name: str) -> tuple[Path, str]:
+    """Where a page's figure goes and how the page links it: beside the page
+    (``out/<script>-<name>``, linked by its file name) when the run writes a page, else
+    ``default/name``."""
+    if out:
+        path = Path(out) / f"{Path(script).stem}-{name}"
+        return path, path.name
+    return default / name, str(default / name)
 
 
 def quiet_flower() -> None:

@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import (add_bench_flags, markdown_table, mean_std, page_output, print_header, quiet_flower, run_inprocess,
-                     svg_line_chart)
+from _common import (add_bench_flags, figure_path, markdown_table, mean_std, page_output, print_header, quiet_flower,
+                     run_inprocess, svg_line_chart)
 
 from fedcluster import da_ufl
 from fedcluster.config import DEFAULTS
@@ -146,12 +146,12 @@ def main() -> None:
     add_bench_flags(parser, quick="3 seeds, SNR 10/20/30 dB (Part 2: 10/20 dB)")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--figures", type=Path, default=Path("bench/results/da-ufl"),
-                        help="folder for objective-vs-snr.svg and outer-iterations.svg")
+                        help="folder for objective-vs-snr.svg and outer-iterations.svg without --out (with it: beside the page)")
     args = parser.parse_args()
     seeds = range(3 if args.quick else args.seeds)
     snrs = (10.0, 20.0, 30.0) if args.quick else (5.0, 10.0, 15.0, 20.0, 25.0, 30.0)
     with page_output(args.out, __file__):
-        print_header("DA-UFL reproduction (Servetnyk et al. 2020, Sec. IV)")
+        print_header("DA-UFL reproduction (Servetnyk et al. 2020, Sec. IV)", __doc__)
         quiet_flower()
         methods = ("UFLBin", "UFLSOM", "UFLUni", "central k-means")
         rows, conv = [], []
@@ -177,23 +177,47 @@ def main() -> None:
         print(markdown_table(["SNR dB", "seen", "copies / point"], conv))
         for key, name, label in (("ratio", "objective-vs-snr.svg", "cost / central k-means"),
                                  ("outer", "outer-iterations.svg", "outer iterations to converge")):
+            path, link = figure_path(args.out, args.figures, __file__, name)
+            print(f"\n![DA-UFL: {label} against SNR]({link})")
             svg_line_chart(
-                args.figures / name,
+                path,
                 f"DA-UFL, paper Sec. IV: {label}",
                 "SNR (dB)", f"{label} (mean ± std, {len(seeds)} seeds)",
                 {m: (list(snrs), [c[0] for c in curves[m][key]], [c[1] for c in curves[m][key]]) for m in methods},
             )
-        print(f"\nfigures: {args.figures / 'objective-vs-snr.svg'}, {args.figures / 'outer-iterations.svg'}")
-        rows = []
+        rows, system_ratio = [], {}
         for snr in ((10.0, 20.0) if args.quick else (10.0, 20.0, 30.0)):
             results = [system(snr, s) for s in seeds]
             for name in results[0]:
                 values = [r[name] for r in results]
+                system_ratio[snr, name] = float(np.mean([v["ratio"] for v in values]))
                 rows.append([f"{snr:g}", name, mean_std([v["ratio"] for v in values]), mean_std([v["ari"] for v in values]),
                              mean_std([v["rounds"] for v in values], 1), f"{np.mean([v['bytes'] for v in values]) / 1000:.0f}"])
         print(f"\n### Part 2: the system, run-config defaults ({len(seeds)} seeds): DA-UFL vs FedKMeans on the same agents\n")
         print("cost / central = cost per distinct point over scikit-learn KMeans (n_init = 10) on the distinct points.\n")
         print(markdown_table(["SNR dB", "run", "cost / central", "ARI", "rounds", "kB sent"], rows))
+        print(claims(list(snrs), curves, system_ratio))
+
+
+def claims(snrs: list[float], curves: dict, system_ratio: dict) -> str:
+    """The paper's claims, judged on this run's means (Part 1 unless said)."""
+    ratio = {m: [c[0] for c in curves[m]["ratio"]] for m in curves}
+    outer = {m: [c[0] for c in curves[m]["outer"]] for m in curves}
+    at = lambda flags: ", ".join(f"{s:g}" for s, f in zip(snrs, flags) if f) or "none"  # noqa: E731
+    beat = [min(b, o) < u for b, o, u in zip(ratio["UFLBin"], ratio["UFLSOM"], ratio["UFLUni"])]
+    lines = ["\n### The paper's claims, judged by this run (means over the seeds)\n",
+             f"- Bin or SOM weights beat uniform weights (lower cost / central): at {sum(beat)} of {len(snrs)} SNRs "
+             f"(dB: {at(beat)}).",
+             *[f"- {m} within 2 % of central k-means: at {sum(r <= 1.02 for r in ratio[m])} of {len(snrs)} SNRs "
+               f"(worst {max(ratio[m]):.4f})." for m in ("UFLBin", "UFLSOM", "UFLUni")]]
+    gaps = [abs(o - c) / c for m in ("UFLBin", "UFLSOM", "UFLUni") for o, c in zip(outer[m], outer["central k-means"])]
+    lines.append(f"- As many outer iterations as central k-means: the largest gap is {max(gaps):.0%} of central's "
+                 f"(outer iterations {min(min(v) for v in outer.values()):.1f}–{max(max(v) for v in outer.values()):.1f}).")
+    for snr in sorted({s for s, _ in system_ratio}):
+        best = min((v, n) for (s, n), v in system_ratio.items() if s == snr and n != "fedkmeans")
+        lines.append(f"- Part 2 at {snr:g} dB: best DA-UFL weighting {best[1]} {best[0]:.4f} against FedKMeans "
+                     f"{system_ratio[snr, 'fedkmeans']:.4f} (cost / central).")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
