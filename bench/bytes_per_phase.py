@@ -65,7 +65,7 @@ def main() -> None:
 
 def table(quick: bool) -> None:
     print_header("Bytes per device per phase (in-process, run-config defaults"
-                 + (", --quick: fewer rounds" if quick else "") + ")")
+                 + (", --quick: fewer rounds" if quick else "") + ")", __doc__)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         edges = graph_dir(Path(tmp) / "graph")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import (add_bench_flags, default_jobs, markdown_table, page_output, parallel_map, print_header, run_inprocess,
+from _common import (add_bench_flags, default_jobs, figure_path, markdown_table, page_output, parallel_map, print_header, run_inprocess,
                      svg_line_chart)
 
 DATASETS = {
@@ -84,7 +84,7 @@ def main() -> None:
     seeds = list(range(args.seeds or (1 if args.quick else 5)))
     datasets = {name: DATASETS[name] for name in (QUICK if args.quick else DATASETS)}
     with page_output(args.out, __file__):
-        print_header(f"Choosing k: federated k-range 2:{K_MAX} vs central k-means (20 clients)")
+        print_header(f"Choosing k: federated k-range 2:{K_MAX} vs central k-means (20 clients)", __doc__)
         jobs = [(name, seed) for name in datasets for seed in seeds]
         results = dict(zip(jobs, parallel_map(one, jobs, args.jobs)))
         rows = []
@@ -101,19 +101,21 @@ def main() -> None:
                               "federated / central cost at true k", "phases"], rows))
         print(f"\nOne entry per seed ({len(seeds)} seeds). Federated cost = the best server-built candidate, "
               "scored in one round, no training rounds.")
-        if args.figures:
+        if args.figures or args.out:
             for name, (_, truth) in datasets.items():
                 r = results[(name, seeds[0])]
                 ks = list(range(2, K_MAX + 1))
                 slug = name.split(" (")[0].replace(", ", "-").replace(" = ", "").replace(" ", "-")
-                svg_line_chart(args.figures / f"cost-{slug}.svg", f"{name}: cost per point by k (seed 0)", "k",
+                cost_path, cost_link = figure_path(args.out, args.figures, __file__, f"cost-{slug}.svg")
+                ch_path, ch_link = figure_path(args.out, args.figures, __file__, f"ch-{slug}.svg")
+                print(f"\n![{name}: cost per point by k]({cost_link}) ![{name}: Calinski-Harabasz by k]({ch_link})")
+                svg_line_chart(cost_path, f"{name}: cost per point by k (seed 0)", "k",
                                "cost per point", {"federated": (ks, r["fed_cost"], None),
                                                   "central": (ks, r["central_cost"], None)})
                 top = max(max(r["fed_ch_curve"]), max(r["central_ch_curve"]))
-                svg_line_chart(args.figures / f"ch-{slug}.svg", f"{name}: Calinski-Harabasz / its maximum (seed 0)", "k",
+                svg_line_chart(ch_path, f"{name}: Calinski-Harabasz / its maximum (seed 0)", "k",
                                "CH (scaled)", {"federated": (ks, [v / top for v in r["fed_ch_curve"]], None),
                                                "central": (ks, [v / top for v in r["central_ch_curve"]], None)})
-            print(f"figures: {args.figures}/cost-*.svg, ch-*.svg")
 
 
 if __name__ == "__main__":

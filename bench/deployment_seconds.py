@@ -96,7 +96,7 @@ def measure(points: int, rounds: int) -> None:
     from fedcluster.tools.local_cluster import LocalCluster
 
     print_header(f"Deployment seconds per round: FedKMeans, {NODES} SuperNodes (TLS + auth, loopback), "
-                 f"{points} x {DIM} points each, k = {K}, {rounds} rounds")
+                 f"{points} x {DIM} points each, k = {K}, {rounds} rounds", __doc__)
     with tempfile.TemporaryDirectory(prefix="fedcluster-deploy-") as tmp:
         files = device_files(Path(tmp) / "data", points)
         inprocess = run_inprocess({**CONFIG, "num-rounds": rounds, "dataset": "npy-dir",

@@ -97,7 +97,7 @@ def main() -> None:
     args = parser.parse_args()
     args.n = args.n or (5_000 if args.quick else 100_000)
     with page_output(args.out, __file__):
-        print_header(f"Device peak memory: one task on {args.n} x {args.d} points (fresh process each)")
+        print_header(f"Device peak memory: one task on {args.n} x {args.d} points (fresh process each)", __doc__)
         rng = np.random.default_rng(0)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "device.npy"

@@ -94,7 +94,7 @@ def main() -> None:
         args.repeats = 1
     compose = compose_command()
     with page_output(args.out, __file__):
-        print_header("Docker demo cluster: docker compose up -> finished job (3 SuperNodes, 1250 points, FedKMeans k = 4)")
+        print_header("Docker demo cluster: docker compose up -> finished job (3 SuperNodes, 1250 points, FedKMeans k = 4)", __doc__)
         with tempfile.TemporaryDirectory(prefix="fedcluster-docker-bench-") as directory:
             tmp = Path(directory)
             make_demo_data(tmp / "data")

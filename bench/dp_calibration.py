@@ -73,7 +73,7 @@ def main() -> None:
     args = parser.parse_args()
 
     with page_output(args.out, __file__):
-        print_header("FedDP-KMeans DP calibration with Poisson client sampling (seconds per calibration)")
+        print_header("FedDP-KMeans DP calibration with Poisson client sampling (seconds per calibration)", __doc__)
         levels = ("client",) if args.quick else tuple(feddp_kmeans.RULE_OF_THUMB)
         rates = (0.01, 0.1) if args.quick else (0.01, 0.1, 0.5)
         epsilons = (1.0, 4.0) if args.quick else (1.0, 4.0, 16.0)

@@ -467,7 +467,7 @@ def main() -> None:
     out = Path(args.out or ROOT / "bench" / "results" / "feddp-pareto" / name)
     out.mkdir(parents=True, exist_ok=True)
     with page_output(out, __file__):
-        print_header("FedDP-KMeans reproduction (Scott et al. 2025)")
+        print_header("FedDP-KMeans reproduction (Scott et al. 2025)", __doc__)
         reproduce(args, out)
 
 

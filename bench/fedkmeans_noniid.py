@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         SCENARIOS["gmm d=10 k=8 Dir(0.3)"][1]["num-points"] = 3000
 
     with page_output(args.out, __file__):
-        print_header("FedKMeans on non-IID data vs the pooled central optimum")
+        print_header("FedKMeans on non-IID data vs the pooled central optimum", __doc__)
         for name, (clients, overrides) in SCENARIOS.items():
             print(f"- {name}: {clients} clients, {overrides}")
         print(f"\nseeds {seeds[0]}..{seeds[-1]}, target median ratio <= {TARGET}, {args.jobs} worker process(es)\n", flush=True)

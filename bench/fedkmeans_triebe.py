@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (50 if args.quick else 200)
 
     with page_output(args.out, __file__):
-        print_header("FedKMeans on Triebe's 1-D toy setup vs central k-means")
+        print_header("FedKMeans on Triebe's 1-D toy setup vs central k-means", __doc__)
         print(f"{NUM_CLIENTS} clients x 10 points, 1-D, means 1..5, scale 0.2, k={K}, T={rounds}, "
               f"seeds {seeds[0]}..{seeds[-1]}, {args.jobs} worker process(es)\n", flush=True)
 

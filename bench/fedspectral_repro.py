@@ -56,7 +56,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import add_bench_flags, markdown_table, page_output, print_header, run_inprocess, svg_line_chart  # noqa: E402
+from bench._common import add_bench_flags, figure_path, markdown_table, page_output, print_header, run_inprocess, svg_line_chart  # noqa: E402
 from fedcluster.graph import canonical_edges, load_edge_list, load_node_labels, split_edges, write_client_edge_files  # noqa: E402
 from fedcluster.metrics import adjusted_rand, nmi, rand_index  # noqa: E402
 from fedcluster.fedspectral import ExactEigensolver, embedding_labels, row_normalize, subspace_distance  # noqa: E402
@@ -359,7 +359,7 @@ def main_table(graph: Graph, seeds: int) -> dict[str, Any]:
     return raw
 
 
-def rounds_to_target(graph: Graph, figures: Path | None = None) -> None:
+def rounds_to_target(graph: Graph, figures: Path | None = None, out: Path | None = None) -> None:
     print(f"### {graph.name}: communication rounds to reach a sine to the central top-{K} eigenspace "
           "(exact mode; round 1 = degrees + first product)\n")
     rows = []
@@ -385,13 +385,13 @@ def rounds_to_target(graph: Graph, figures: Path | None = None) -> None:
         ["method", "block", *(f"sine ≤ {t:g}" for t in TARGETS), "MB/client to 1e-3", "residual at 1e-3",
          "Rand % / ARI at 1e-3", "sine after 60 rounds"], rows))
     print()
-    if figures:
+    if figures or out:
         series = {label: (list(range(1, min(len(sines), 80) + 1)), [math.log10(max(v, 1e-16)) for v in sines[:80]], None)
                   for label, sines in curves.items()}
-        path = figures / f"sine-per-round-{graph.name}.svg"
+        path, link = figure_path(out, figures, __file__, f"sine-per-round-{graph.name}.svg")
         svg_line_chart(path, f"FedSpectral+ on {graph.name}: sine to the central top-{K} space", "communication round",
                        "log10 sine", series)
-        print(f"figure: {path}\n")
+        print(f"![FedSpectral+ on {graph.name}: sine to the central space per round]({link})\n")
 
 
 def performance(graph: Graph, use_flwr: bool) -> None:
@@ -622,19 +622,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"SNAP graphs not found in {args.graphs} (use --graphs or $FEDCLUSTER_GRAPHS)", file=sys.stderr)
         return 2
     with page_output(args.out, __file__):
-        print_header("FedSpectral / FedSpectral+ reproduction")
+        print_header("FedSpectral / FedSpectral+ reproduction", __doc__)
         workdir = Path(tempfile.mkdtemp(prefix="fedspectral-splits-"))
         try:
             names = [args.only] if args.only else list(GRAPHS)
             graphs = {name: load_graph(name, args.graphs, workdir) for name in names}
             if args.convergence_only:
                 for graph in graphs.values():
-                    rounds_to_target(graph, args.figures)
+                    rounds_to_target(graph, args.figures, args.out)
             elif not args.no_main:
                 raws = {}
                 for name, graph in graphs.items():
                     raws[name] = main_table(graph, args.seeds)
-                    rounds_to_target(graph, args.figures)
+                    rounds_to_target(graph, args.figures, args.out)
                 if "email-Eu-core" in graphs:
                     departments_table(graphs["email-Eu-core"], raws["email-Eu-core"], args.seeds)
                 if "ego-Facebook" in graphs:

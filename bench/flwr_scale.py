@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.supernodes, args.rounds = [100], 3
     with page_output(args.out, __file__):
-        print_header("`flwr run` simulation: seconds per broadcast, fedcluster FedKMeans vs a minimal echo app")
+        print_header("`flwr run` simulation: seconds per broadcast, fedcluster FedKMeans vs a minimal echo app", __doc__)
         rows, ok = [], True
         for supernodes in args.supernodes:
             measured = measure(args.keep_flwr_home, supernodes, args.points_per_client, args.rounds)

@@ -155,7 +155,7 @@ def main() -> None:
     args.seeds = args.seeds or (3 if args.quick else 10)
     args.configs = args.configs or ("100x16" if args.quick else "100x16,300x64")
     with page_output(args.out, __file__):
-        print_header("k-FED on the paper's Gaussian-mixture setup (Table 1 / Fig. 1 analogue), no Flower")
+        print_header("k-FED on the paper's Gaussian-mixture setup (Table 1 / Fig. 1 analogue), no Flower", __doc__)
         table(args)
 
 

@@ -78,7 +78,7 @@ def main() -> None:
 
 def table(quick: bool) -> None:
     print_header("Round trips per run, by algorithm (in-process, run-config defaults"
-                 + (", --quick: 3 rounds" if quick else "") + ")")
+                 + (", --quick: 3 rounds" if quick else "") + ")", __doc__)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         edges = graph_dir(Path(tmp) / "graph")

@@ -104,7 +104,7 @@ def main() -> None:
     if not path.is_file():
         sys.exit(f"ego-Facebook not found at {path} (set --graphs or FEDCLUSTER_GRAPHS)")
     with page_output(args.out, __file__):
-        print_header("FedSpectral+ device power step (NumPy) against scipy.sparse")
+        print_header("FedSpectral+ device power step (NumPy) against scipy.sparse", __doc__)
         n = 4039
         edges = load_edge_list(path, num_nodes=n)
         print(f"ego-Facebook: n={n}, block={args.block}, best of {repeats} runs; ratio = NumPy time / scipy time "

@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     with page_output(args.out, __file__):
-        print_header("Speed")
+        print_header("Speed", __doc__)
         if not args.skip_kernel:
             kernel_section(50_000 if args.quick else 200_000, 32, 16, args.repeats)
         if args.kernel_only:
