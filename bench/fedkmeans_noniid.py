@@ -19,7 +19,8 @@ scenario (see TUNED), ``--random-init`` one with the data-free ``random-box`` in
 Columns: median and max of the ratio over the seeds, the median ratio of the initial centers
 (best initialization candidate, before any FedKMeans round), how many seeds met the target, the
 median first round whose global cost already met the target (from the per-round cost in
-result.json; "init" = the initial centers already did), rounds run, seconds per run.
+result.json, recorded only with ``eval-every`` >= 1; "init" = the initial centers already
+did), rounds run, seconds per run.
 
 Usage::
 
@@ -76,6 +77,8 @@ def job(args: tuple) -> dict:
     init_ratio = min(init_costs) / reference["num_points"] / central if init_costs else float("nan")
     if init_costs and min(init_costs) / reference["num_points"] <= TARGET * central:
         first = 0
+    elif not any(record.get("cost") is not None for record in result["rounds"]):
+        first = "unmeasured"  # eval-every = 0 (the default): the rounds record no cost
     else:
         for record in result["rounds"]:
             cost = record.get("cost")
@@ -124,10 +127,12 @@ def main(argv: list[str] | None = None) -> int:
                 ratios = [r["ratio"] for r in runs]
                 median = statistics.median(ratios)
                 firsts = [r["first"] for r in runs]
-                reached = [f for f in firsts if f is not None]
+                reached = [f for f in firsts if isinstance(f, int)]
                 if len(reached) > len(runs) / 2:
-                    first = statistics.median_low([f if f is not None else 10**9 for f in firsts])
+                    first = statistics.median_low([f if isinstance(f, int) else 10**9 for f in firsts])
                     first_text = "init" if first == 0 else str(first)
+                elif "unmeasured" in firsts:
+                    first_text = "not measured (eval-every = 0)"
                 else:
                     first_text = "never (median)"
                 rows.append([
