@@ -351,7 +351,12 @@ class SimulationSuperLink:
         self.command: list[str] = []
 
     def __enter__(self) -> "SimulationSuperLink":
-        self.processes.start_superlink(simulation=True)
+        try:
+            self.processes.start_superlink(simulation=True)
+        except BaseException:
+            self.failed = True
+            self.__exit__(None, None, None)
+            raise
         self.command = list(self.processes.processes["superlink"].args)
         return self
 

@@ -37,8 +37,8 @@ class Interval:
             raise ValueError(f"bad Interval declaration: {self!r}")
 
     def __contains__(self, value: Any) -> bool:
-        if math.isinf(value) and self.allow_inf and value > 0:
-            return True
+        if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+            return self.allow_inf and value == math.inf
         low_open, high_open = self.closed in ("right", "neither"), self.closed in ("left", "neither")
         low_bad = self.low is not None and (value <= self.low if low_open else value < self.low)
         high_bad = self.high is not None and (value >= self.high if high_open else value > self.high)
@@ -76,13 +76,16 @@ def typed(label: str, value: Any, kind: type, allowed: Interval | StrOptions | N
     unless ``allowed`` allows ``inf``."""
     if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
         value = value.item()  # np.float64(1e-5), np.int64(3), np.True_
+        if type(value).__module__ == "numpy":  # np.longdouble has no Python counterpart
+            value = float(value)
     if kind in (bool, str):
         if not isinstance(value, kind):
             raise error(f"{label} must be {KIND_TEXT[kind]}, got {value!r}")
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise error(f"{label} must be {KIND_TEXT[kind]}, got {value!r}")
-    if math.isnan(value) or (math.isinf(value) and not (isinstance(allowed, Interval) and allowed.allow_inf)):
+    if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and not (isinstance(allowed, Interval)
+                                                                                    and allowed.allow_inf))):
         raise error(f"{label} must be a finite number, got {value!r}")
     if kind is float:
         return float(value)

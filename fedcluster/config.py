@@ -13,7 +13,7 @@ import difflib
 import math
 import tomllib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from . import checks
 from .checks import Interval, StrOptions
@@ -218,7 +218,46 @@ KEYS: dict[str, Key] = {key.name: key for section in SECTIONS.values() for key i
 DEFAULTS: dict[str, Any] = {name: key.default for name, key in KEYS.items()}
 
 
-def with_defaults(run_config: dict[str, Any] | None, algorithms: Sequence[str] | None = None) -> dict[str, Any]:
+class RunConfig(Mapping[str, Any]):
+    """The full, validated run config, frozen (:func:`with_defaults` makes it): read a key as
+    ``config["num-rounds"]`` or, typed by its declaration, ``config.num_rounds`` (a key's
+    hyphens are underscores); :meth:`replace` gives a new one, checked again."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name.replace("_", "-")]
+        except KeyError:
+            raise AttributeError(f"the run config has no key {name.replace('_', '-')!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("the run config is frozen: make a changed one with replace(...)")
+
+    def __reduce__(self):
+        return RunConfig, (self._values,)
+
+    def __repr__(self) -> str:
+        return f"RunConfig({self._values!r})"
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        """A copy with ``changes`` (``min_nodes=3`` for ``min-nodes``), validated again."""
+        return with_defaults({**self._values, **{name.replace("_", "-"): value for name, value in changes.items()}})
+
+
+def with_defaults(run_config: Mapping[str, Any] | None, algorithms: Sequence[str] | None = None) -> RunConfig:
     """The full, validated run config: DEFAULTS overridden by ``run_config``.
 
     Every value has its key's type (ints are ints, floats floats), lies in its range, and
@@ -249,7 +288,7 @@ def with_defaults(run_config: dict[str, Any] | None, algorithms: Sequence[str] |
         )
     for rule in RULES:
         rule(merged)
-    return merged
+    return RunConfig(merged)
 
 
 def validate(config: dict[str, Any]) -> None:

@@ -50,7 +50,7 @@ def run(
     grid = InProcessGrid(client_app, config, node_configs, run_id=run_id, reply_hook=reply_hook, node_ids=node_ids,
                          availability=availability)
     # the server starts with the nodes connected at the start; the others join when they come
-    config["min-nodes"] = config["min-nodes"] or len(list(grid.get_node_ids()))
+    config = config.replace(min_nodes=config.min_nodes or len(list(grid.get_node_ids())))
     result = run_algorithm(grid, config)
     if labels:
         result["labels"] = node_labels(result, node_configs)

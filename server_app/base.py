@@ -27,6 +27,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from fedcluster import bounds, protocol
+from fedcluster.config import RunConfig
 from fedcluster.point_tasks import majority_value
 from fedcluster.scaling import Scaling
 
@@ -42,7 +43,8 @@ class FederatedStrategy(Membership, Transport, Results):
     Parameters
     ----------
     grid : the Flower ``Grid`` (deployment, simulation or the in-process runner).
-    config : the full, validated, typed run config (``fedcluster.config.with_defaults``).
+    config : the full, validated run config (``fedcluster.config.with_defaults``), frozen,
+        its keys read typed as attributes (``config.num_rounds``).
     """
 
     name = "base"
@@ -55,10 +57,10 @@ class FederatedStrategy(Membership, Transport, Results):
     # every client's edges are needed: there a missing client fails the phase, as before.
     skips_away = True
 
-    def __init__(self, grid: Grid, config: dict[str, Any]) -> None:
+    def __init__(self, grid: Grid, config: RunConfig) -> None:
         self.grid = grid
         self.config = config
-        self.rng = np.random.default_rng(config["seed"])
+        self.rng = np.random.default_rng(config.seed)
         self.nodes: list[int] = []
         self.excluded: dict[int, str] = {}
         self.exclusions: list[dict[str, Any]] = []  # who left, why, in which phase and round
@@ -120,7 +122,7 @@ class FederatedStrategy(Membership, Transport, Results):
         :meth:`broadcast` arguments without ``nodes``) in the same round trip. Their
         replies are kept only from nodes that stay in the run and, where the protocol table
         gives a reply array the dimension ``d``, only when it is the federation's."""
-        standardize = self.config.get("standardize", False)
+        standardize = self.config.standardize
         requests = [dict(task="data_summary", nodes=self.active_nodes, phase="data-summary", config={"moments": True})]
         if not standardize:  # the other queries travel with the data summary (with standardize they need its scaling)
             requests += [{"nodes": self.active_nodes, **request} for request in together]

@@ -61,8 +61,8 @@ class DAUFL(FederatedStrategy):
 
     def run(self) -> dict[str, Any]:
         cfg = self.config
-        k = cfg["k"]
-        if cfg["weighting"] == "bin":
+        k = cfg.k
+        if cfg.weighting == "bin":
             summaries, soms = self.discover_dimension(), None
         else:  # the SOM codebooks need nothing from the server: they travel with the data summary
             summaries, (soms,) = self.survey(self.som_request())
@@ -71,23 +71,23 @@ class DAUFL(FederatedStrategy):
         # Phases 1 and 2 (Algorithm 1, steps 1-3): bins and the agents' weights.
         binning, bin_arrays, representatives = self.make_bins(low, high, soms)
         counts, agents = self.count_bins(nodes, binning, bin_arrays, representatives.shape[0])
-        weights = bin_weights(counts) if cfg["weighting"] != "uniform" else None
+        weights = bin_weights(counts) if cfg.weighting != "uniform" else None
         # Step 4: k-means++ on the bin representatives weighted by total counts; the
         # agents' own points choose among the distinct optima found there (one round).
         try:
-            candidates = init_candidates(representatives, counts, k, self.rng, cfg["init-restarts"], cfg["init-candidates"])
+            candidates = init_candidates(representatives, counts, k, self.rng, cfg.init_restarts, cfg.init_candidates)
         except ValueError as exc:
             raise FederationError(f"initialization: {exc}") from None
         initial, init_record = self.choose_start(candidates)
         centers, outer_done = self.train(agents, initial, binning, bin_arrays, weights, (low, high))
         total_cost, num_points = self.evaluate(centers, phase="final-evaluation")
-        log(INFO, "[fedcluster] da-ufl (%s) converged in %d outer iterations; cost/pt %.6g", cfg["weighting"], outer_done, total_cost / num_points)
+        log(INFO, "[fedcluster] da-ufl (%s) converged in %d outer iterations; cost/pt %.6g", cfg.weighting, outer_done, total_cost / num_points)
         return {
             "centers": centers,
             "arrays": {"init_centers": initial, "bin_counts": counts, "bin_representatives": representatives},
             "init": init_record,
             "da_ufl": {
-                "weighting": cfg["weighting"],
+                "weighting": cfg.weighting,
                 "bins": int(representatives.shape[0]),
                 "agents": len(nodes),
                 "outer_iterations": outer_done,
@@ -114,8 +114,8 @@ class DAUFL(FederatedStrategy):
             return z, centers
         gradient, weight = combine_gradients(centers, np.stack([r.arrays["gradient"] for r in replies]),
                                              np.stack([r.arrays["weight"] for r in replies]),
-                                             self.config["aggregation"], self.config["trim-fraction"])
-        return z + gradient, dual_averaging_update(anchor, z + gradient, weight, self.config["eta"])
+                                             self.config.aggregation, self.config.trim_fraction)
+        return z + gradient, dual_averaging_update(anchor, z + gradient, weight, self.config.eta)
 
     def checked_step(self, replies: list, centers: np.ndarray, anchor: np.ndarray, z: np.ndarray,
                      box: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -169,25 +169,25 @@ class DAUFL(FederatedStrategy):
 
     def som_request(self) -> dict[str, Any]:
         cfg = self.config
-        grid = cfg["som-grid"] or som_grid(cfg["k"])
+        grid = cfg.som_grid or som_grid(cfg.k)
 
         def square(reply) -> str | None:  # a device with fewer points than grid² trains a smaller square grid
             units = reply.arrays["codebook"].shape[0]
             return None if is_grid(units, grid) else f"its codebook has {units} units, not a square grid of at most {grid} × {grid}"
 
-        return dict(task="som_codebook", config={"grid": grid, "epochs": cfg["som-epochs"]},
+        return dict(task="som_codebook", config={"grid": grid, "epochs": cfg.som_epochs},
                     seeded=True, check=square, phase="som-codebooks")
 
     def make_bins(self, low: np.ndarray, high: np.ndarray, soms: list | None) -> tuple[str, dict, np.ndarray]:
         """The bins: a grid over the bounding box (bin) or the concatenated SOM codebooks
         ``soms`` (som, uniform). Returns (binning, arrays that define it, bin representatives)."""
         cfg = self.config
-        if cfg["weighting"] == "bin":
+        if cfg.weighting == "bin":
             try:
-                grid_cells(cfg["bins"], self.dimension, cfg["max-bins"])
+                grid_cells(cfg.bins, self.dimension, cfg.max_bins)
             except TooManyBins as exc:
                 raise FederationError(f"run-config bins={cfg['bins']} with d={self.dimension}: {exc}") from None
-            return "grid", {"low": low, "high": high}, grid_centers(low, high, cfg["bins"])
+            return "grid", {"low": low, "high": high}, grid_centers(low, high, cfg.bins)
         if not soms:
             raise FederationError("no device returned a SOM codebook")
         codebook = np.concatenate([r.arrays["codebook"] for r in soms])
@@ -200,7 +200,7 @@ class DAUFL(FederatedStrategy):
             "bin_counts",
             nodes,
             arrays=bin_arrays,
-            config={"binning": binning, "bins": self.config["bins"]},
+            config={"binning": binning, "bins": self.config.bins},
             sizes={"q": cells},
             phase="bin-counts",
         )
@@ -224,7 +224,7 @@ class DAUFL(FederatedStrategy):
         cfg = self.config
         row = {node: i for i, node in enumerate(agents)}  # the rows of ``weights``
         k = centers.shape[0]
-        eps = cfg["eps-glo"] * diagonal(*box)
+        eps = cfg.eps_glo * diagonal(*box)
         step_binning = "uniform" if weights is None else binning
         uniform = np.full(1, 1.0 / len(agents))
 
@@ -233,23 +233,23 @@ class DAUFL(FederatedStrategy):
 
         previous, previous_seed = None, 0
         t1 = 0
-        for t1 in range(1, cfg["outer-iterations"] + 1):
+        for t1 in range(1, cfg.outer_iterations + 1):
             self.begin_round(t1)
             seed = self.phase_seed()  # ξ of this outer iteration (each agent mixes in its partition)
             anchor, z = centers, np.zeros_like(centers)
             changed, move, t2 = None, None, 0
-            for t2 in range(1, cfg["inner-iterations"] + 1):
+            for t2 in range(1, cfg.inner_iterations + 1):
                 first = t2 == 1 and previous is not None
                 replies = self.broadcast(
                     "daufl_step",
                     [node for node in agents if node not in self.excluded],
                     arrays={"centers": centers, "anchor": anchor, **({"previous": previous} if first else {}),
                             **(bin_arrays if step_binning != "uniform" else {})},
-                    config={"binning": step_binning, "bins": cfg["bins"], "outer": t1, "xi-max": cfg["xi-max"], "seed": seed,
+                    config={"binning": step_binning, "bins": cfg.bins, "outer": t1, "xi-max": cfg.xi_max, "seed": seed,
                             **({"previous-outer": t1 - 1, "previous-seed": previous_seed} if first else {})},
                     per_node=lambda node: ({"weights": bin_weight_of(node)}, None),
                     sizes={"k": k},
-                    check=self.moments_check(centers, anchor, uniform[0], 1.0 + cfg["xi-max"] / t1)
+                    check=self.moments_check(centers, anchor, uniform[0], 1.0 + cfg.xi_max / t1)
                     if step_binning == "uniform" else None,
                     phase="daufl-step",
                 )

@@ -55,14 +55,14 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
 
     def run(self) -> dict[str, Any]:
         cfg = self.config
-        k = cfg["k"]
-        self.level = cfg["privacy-level"]
-        self.lloyd_rounds = cfg["lloyd-rounds"]
+        k = cfg.k
+        self.level = cfg.privacy_level
+        self.lloyd_rounds = cfg.lloyd_rounds
         # The dimension is public (the server data's, or agreed in advance: ``dimension``); no
         # phase 0 is needed, and no client summary such as a bounding box reaches the server.
         server = self.server_points()
-        self.init_method = feddp_kmeans.start_method(cfg["init"], server is not None)
-        self.dimension, problem = feddp_kmeans.public_dimension(server, cfg["dimension"], cfg["clip-norm"],
+        self.init_method = feddp_kmeans.start_method(cfg.init, server is not None)
+        self.dimension, problem = feddp_kmeans.public_dimension(server, cfg.dimension, cfg.clip_norm,
                                                                 self.init_method, self.lloyd_rounds)
         if problem:
             raise FederationError(problem)
@@ -72,16 +72,16 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
                                   "start from init='sphere-packing' or 'server-kmeans++', which need no second moment")
         if server is not None and k > server.shape[0] and self.init_method != "sphere-packing":
             raise FederationError(f"k={k} is larger than the {server.shape[0]} server points")
-        self.clip_norm = cfg["clip-norm"] or feddp_kmeans.data_radius(server)
+        self.clip_norm = cfg.clip_norm or feddp_kmeans.data_radius(server)
         if not self.clip_norm > 0:
             raise FederationError("clip-norm is 0 and the server data has radius 0: set clip-norm")
         chosen = {step: cfg[key] for step, key in feddp_kmeans.CLIENT_BOUND_KEYS.items()}
         self.typical_norm = feddp_kmeans.server_typical_norm(server) if server is not None else None
-        self.bounds = feddp_kmeans.clipping_bounds(self.level, self.clip_norm, k, cfg["client-max-points"], chosen,
-                                                   self.typical_norm, capped=cfg["max-device-points"] > 0)
-        self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg["clip-outer"])
+        self.bounds = feddp_kmeans.clipping_bounds(self.level, self.clip_norm, k, cfg.client_max_points, chosen,
+                                                   self.typical_norm, capped=cfg.max_device_points > 0)
+        self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg.clip_outer)
         self.plan = self.privacy_plan()
-        seed = cfg["noise-seed"]
+        seed = cfg.noise_seed
         streams = independent_generators(seed if seed >= 0 else None, len(feddp_kmeans.STEPS) + 1)
         self.mechanisms = {name: step.mechanism_instance(streams[feddp_kmeans.STEPS[name][1]]) for name, step in self.plan.items()}
         self.sampling_rng = streams[feddp_kmeans.SAMPLING_STREAM]
@@ -103,7 +103,7 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
             "init": init_record,
             "privacy": privacy,
         }
-        if cfg["evaluate-cost"]:
+        if cfg.evaluate_cost:
             total_cost, num_points = self.evaluate(centers, phase="final-evaluation")
             outcome["final"] = {
                 "cost": total_cost / num_points,
@@ -115,14 +115,14 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
             log(INFO, "[fedcluster] feddp-kmeans final cost per point %.6g on %d points", total_cost / num_points, num_points)
         eps = privacy["epsilon"]
         log(INFO, "[fedcluster] feddp-kmeans total epsilon %s at delta %g (%s level)",
-            "inf" if eps is None or not math.isfinite(eps) else f"{eps:.4g}", cfg["delta"], self.level)
+            "inf" if eps is None or not math.isfinite(eps) else f"{eps:.4g}", cfg.delta, self.level)
         return outcome
 
     # ------------------------------------------------------------------ set-up
     def server_points(self) -> np.ndarray | None:
         """The server's own data Q (n_s x d): ``server-data`` (.npy) or the dataset's
         generator; None without. It never leaves the server (clients only ever get QV)."""
-        path = self.config["server-data"]
+        path = self.config.server_data
         points = load_points(path) if path else generated_server_points(self.config)
         if points is None:
             return None
@@ -134,7 +134,7 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
     # ------------------------------------------------------------------ messaging helpers
     def participants(self) -> list[int]:
         """Everyone, or a Poisson sample (each node with probability q) at client level."""
-        q = self.config["client-sampling-rate"]
+        q = self.config.client_sampling_rate
         nodes = self.active_nodes
         if self.level != "client" or q >= 1:
             return nodes
@@ -176,20 +176,20 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         histogram = np.zeros(server.shape[0])
         for reply in replies:
             histogram += reply.arrays["histogram"]
-        min_weight = self.config["min-server-weight"]
+        min_weight = self.config.min_server_weight
         weights, kept, kept_weights, fallback = feddp_kmeans.server_weights(self.noisy("step2", histogram), min_weight, k)
         self.record("step2")
         if fallback:
             log(WARNING, "[fedcluster] only %d server points have weight >= %g: keeping the %d heaviest",
                 int((weights >= min_weight).sum()), min_weight, k)
         projected_centers, _ = kmeans(
-            server_projected[kept], k, self.rng, kept_weights, n_init=self.config["server-n-init"]
+            server_projected[kept], k, self.rng, kept_weights, n_init=self.config.server_n_init
         )
 
         # Step 3: centers in the original space from projected assignments.
         check = self.check_sums if self.level == "data-point" else self.check_means
         replies = self.gather("feddp_projected_stats", {"projection": projection, "centers": projected_centers},
-                              {**self.client_config("step3_gaussian", "step3_laplace"), "margin": self.config["margin"]},
+                              {**self.client_config("step3_gaussian", "step3_laplace"), "margin": self.config.margin},
                               {"k": k}, check, "init-step3-centers")
         sums_key, counts_key = ("sums", "counts") if self.level == "data-point" else ("means", "nonempty")
         sums, counts = np.zeros((k, d)), np.zeros(k)
@@ -208,7 +208,7 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
             "server_points_kept": int(kept.sum()),
             "noisy_counts": noisy_counts,
         }
-        if self.config["margin"] < 1:  # an exact count: released only with the filter on, and listed
+        if self.config.margin < 1:  # an exact count: released only with the filter on, and listed
             record["kept_by_margin"] = int(sum(int(r.metrics.get("kept", 0)) for r in replies))
         arrays = {"projection": projection, "server_weights": weights, "projected_centers": projected_centers}
         return centers, record, arrays
@@ -219,7 +219,7 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         if method == "server-kmeans++":
             return kmeans_plus_plus(server, k, self.rng), {"method": method}
         if method == "server-lloyds":
-            centers, cost = kmeans(server, k, self.rng, n_init=self.config["server-n-init"])
+            centers, cost = kmeans(server, k, self.rng, n_init=self.config.server_n_init)
             return centers, {"method": method, "server_cost": cost / server.shape[0]}
         # the server data's radius, or without server data the clipping radius: every point
         # a device uses lies within Δ of the origin (data-point level clips it there)

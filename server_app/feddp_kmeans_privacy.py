@@ -25,17 +25,17 @@ class FedDPPrivacy:
         """The noise of every step (fedcluster.feddp_kmeans.privacy_plan); the run config
         has already checked how budget-split, lloyd-fraction and step-epsilons combine."""
         cfg = self.config
-        shares = number_list(cfg["budget-split"], "budget-split") if cfg["budget-split"] else feddp_kmeans.RULE_OF_THUMB[self.level]
-        weights = feddp_kmeans.step_weights(self.init_method, self.lloyd_rounds, list(shares), cfg["lloyd-fraction"])
-        q = cfg["client-sampling-rate"]
+        shares = number_list(cfg.budget_split, "budget-split") if cfg.budget_split else feddp_kmeans.RULE_OF_THUMB[self.level]
+        weights = feddp_kmeans.step_weights(self.init_method, self.lloyd_rounds, list(shares), cfg.lloyd_fraction)
+        q = cfg.client_sampling_rate
         sampling = q if self.level == "client" and q < 1 else None
         specs = feddp_kmeans.step_specs(weights, self.bounds, self.lloyd_rounds, sampling)
         step_epsilons = None
-        if specs and cfg["step-epsilons"]:
-            step_epsilons = list(number_list(cfg["step-epsilons"], "step-epsilons"))
+        if specs and cfg.step_epsilons:
+            step_epsilons = list(number_list(cfg.step_epsilons, "step-epsilons"))
             assert [s.name for s in specs] == list(feddp_step_names(cfg)), "config and plan disagree on the steps"
         try:
-            plan, self.budget_mode = feddp_kmeans.privacy_plan(specs, cfg["epsilon"], cfg["delta"], step_epsilons)
+            plan, self.budget_mode = feddp_kmeans.privacy_plan(specs, cfg.epsilon, cfg.delta, step_epsilons)
         except feddp_kmeans.BudgetExceeded as exc:
             raise FederationError(str(exc)) from None
         return plan
@@ -44,7 +44,7 @@ class FedDPPrivacy:
         """What a device needs to clip: Δ for its points (data-point level), or the bounds
         of the statistics it sends (client level: ``clip`` L2, ``clip-l1`` L1)."""
         if self.level == "data-point":
-            return {"level": "data-point", "clip-norm": self.clip_norm, "max-points": self.config["max-device-points"]}
+            return {"level": "data-point", "clip-norm": self.clip_norm, "max-points": self.config.max_device_points}
         config: dict[str, Any] = {"level": "client"}
         if gaussian is not None:
             config["clip"] = self.bounds[gaussian]
@@ -60,7 +60,7 @@ class FedDPPrivacy:
         step = self.plan[name]
         self.ledger.record(
             name, self.mechanisms[name], compositions=compositions, sampling_rate=step.sampling_rate,
-            delta=self.config["delta"] if step.mechanism != "laplace" else None,
+            delta=self.config.delta if step.mechanism != "laplace" else None,
         )
 
     def public_reason(self, reason: str) -> str:
@@ -72,24 +72,24 @@ class FedDPPrivacy:
     def not_covered(self) -> dict[str, str]:
         """Every part of result.json computed from device data WITHOUT noise, with why."""
         listed = {"reference": "the pooled central k-means (simulation only: the server reads every client's data)"}
-        if self.config["evaluate-cost"]:
+        if self.config.evaluate_cost:
             listed["final"] = "the exact federated cost and point count of the final centers (evaluate-cost=true; set false in deployment)"
-        if self.config["margin"] < 1:
+        if self.config.margin < 1:
             listed["init.kept_by_margin"] = "the exact number of points step 3's margin filter kept (margin < 1)"
         return listed
 
     def privacy_report(self) -> dict[str, Any]:
-        delta = self.config["delta"]
+        delta = self.config.delta
         report = self.ledger.to_dict(delta)
         report.update({
-            "target_epsilon": self.config["epsilon"] if not self.config["step-epsilons"] else None,
+            "target_epsilon": self.config.epsilon if not self.config.step_epsilons else None,
             "budget_mode": self.budget_mode,
             "epsilon_shares": {name: step.epsilon_share for name, step in self.plan.items()},
             "clip_norm": self.clip_norm,
             "server_typical_norm": self.typical_norm,
             "bounds": {name: self.bounds[name] for name in self.plan},
             "step1_normalized": self.normalize_outer,
-            "client_sampling_rate": self.config["client-sampling-rate"] if self.level == "client" else 1.0,
+            "client_sampling_rate": self.config.client_sampling_rate if self.level == "client" else 1.0,
             "init": self.init_method,
             "lloyd_rounds": self.lloyd_rounds,
             "not_covered": self.not_covered(),
@@ -100,7 +100,7 @@ class FedDPPrivacy:
     def usable(self, reply: Reply) -> int:
         """Points the reply's statistics may stand for: its declared n, capped by
         ``max-device-points`` at data-point level."""
-        return feddp_kmeans.usable_points(reply.num_examples, self.level, self.config["max-device-points"])
+        return feddp_kmeans.usable_points(reply.num_examples, self.level, self.config.max_device_points)
 
     def check_outer(self, reply: Reply) -> str | None:
         return feddp_kmeans.outer_violation(reply.arrays["outer"], self.dimension, self.usable(reply), self.level,

@@ -50,14 +50,14 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
     name = "fedkmeans"
 
     def run(self) -> dict[str, Any]:
-        k = self.config["k"]
-        bounds = k_range(self.config["k-range"]) if self.config["k-range"] else None
+        k = self.config.k
+        bounds = k_range(self.config.k_range) if self.config.k_range else None
         local = coarse = None
-        if bounds or self.config["init"] in ("auto", "local-summaries"):
+        if bounds or self.config.init in ("auto", "local-summaries"):
             # The local summaries the start needs travel with the data summary: one round trip.
             requests = [self.local_summary_request(bounds[1] if bounds else k)]
             coarse_k = coarse_summary_k(k)
-            if not bounds and self.config["init-coarse"] and coarse_k < k:
+            if not bounds and self.config.init_coarse and coarse_k < k:
                 requests.append(self.local_summary_request(coarse_k, phase="init-coarse-summaries", stream=COARSE_STREAM))
             summaries, groups = self.survey(*requests)
             local = summary_points(groups[0], self.dimension)
@@ -71,7 +71,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         if k > total:
             raise FederationError(f"k={k} is larger than the {total} points held by the federation")
         starts, init_record = self.initialize(k, low, high, local, coarse)
-        last = self.train(starts, self.config["num-rounds"])
+        last = self.train(starts, self.config.num_rounds)
         total_cost, num_points = self.final_evaluation(last)
         if self.rounds and self.rounds[-1].get("cost") is None:
             self.rounds[-1]["cost"] = total_cost / num_points
@@ -100,9 +100,9 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         (``train_cost_mismatch``), each cluster's mean lies in its center's Voronoi cell, its
         sums add up to its declared moments, and all its partitions, with its last reply's,
         could come from one fixed set of points (``partitions_violation``)."""
-        if self.config["batch-size"] != 0 or self.config["local-epochs"] != 1:
+        if self.config.batch_size != 0 or self.config.local_epochs != 1:
             return None
-        beta = self.config["client-lr"]
+        beta = self.config.client_lr
 
         def check(reply: Reply) -> str | None:
             a = reply.arrays
@@ -135,13 +135,13 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         live = [CenterSet(i, c.copy(), ServerState.start(c)) for i, c in enumerate(self.starts)]
         self.sets = {c.index: c for c in live}
         self.estimated = []  # (estimated cost per point, round, set, centers): the cheapest few, partial participation
-        everyone, self.best_seen = cfg["fraction"] >= 1.0, None  # best: (cost, round, set, points, centers)
+        everyone, self.best_seen = cfg.fraction >= 1.0, None  # best: (cost, round, set, points, centers)
         self.stated_partitions: dict[int, list] = {}  # per node: [(cost, centers, partition)] of its last reply
-        self.memory_bounds = cfg["server-memory"] and cfg["batch-size"] == 0 and cfg["local-epochs"] == 1
+        self.memory_bounds = cfg.server_memory and cfg.batch_size == 0 and cfg.local_epochs == 1
         deadline = max(1, math.ceil(rounds / 2))
         for t in range(1, rounds + 1):
             self.begin_round(t)
-            nodes = self.sample(cfg["fraction"])
+            nodes = self.sample(cfg.fraction)
             present = set(self.active_nodes)
             got, measured_round = self.exchange(live, nodes, t)
             left = present - set(self.active_nodes)  # NODE_UNAVAILABLE or silent too long
@@ -157,7 +157,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             finished = t >= deadline or t == rounds
             # Only a full-batch round over every node fixes a set for good (a partial one
             # leaves other nodes' statistics to come): only then does a stalled set stop.
-            final = everyone and cfg["batch-size"] == 0 and all(r["exact"] for r in reports)
+            final = everyone and cfg.batch_size == 0 and all(r["exact"] for r in reports)
             keep = keep_sets([r["cost"] for r in reports], [final and c.stalled for c in live], finished)
             leader = min(keep, key=lambda i: reports[i]["cost"])
             if t > 1 and self.rounds[-1].get("cost") is None and reports[leader]["exact"]:
@@ -169,8 +169,8 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
                 t, rounds, record["replies"], record["sent"], record["sampled_cost_of_received"], record["center_shift"],
                 f", reassigned {record['reassigned']}" if record["reassigned"] else "",
                 f", {len(live)} of {len(reports)} sets train on" if len(reports) > 1 else "")
-            if cfg["tol"] > 0 and all(c.shift <= cfg["tol"] and not c.moved for c in live):
-                log(INFO, "[fedcluster] centers moved at most tol=%g: stopping after round %d", cfg["tol"], t)
+            if cfg.tol > 0 and all(c.shift <= cfg.tol and not c.moved for c in live):
+                log(INFO, "[fedcluster] centers moved at most tol=%g: stopping after round %d", cfg.tol, t)
                 break
         return min(live, key=lambda c: c.cost)
 
@@ -183,9 +183,9 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         replies, (unsampled nodes' total cost, their points))`` and whether this round
         measured every node."""
         cfg = self.config
-        everyone = cfg["fraction"] >= 1.0
-        client_config = {"local-epochs": cfg["local-epochs"], "batch-size": cfg["batch-size"], "client-lr": cfg["client-lr"]}
-        every = cfg["eval-every"]
+        everyone = cfg.fraction >= 1.0
+        client_config = {"local-epochs": cfg.local_epochs, "batch-size": cfg.batch_size, "client-lr": cfg.client_lr}
+        every = cfg.eval_every
         measuring = not everyone and every > 0 and t > 1 and (t - 1) % every == 0
         sampled = set(nodes)
         unsampled = [n for n in self.active_nodes if n not in sampled]
@@ -194,7 +194,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
                      seeded=True, sizes={"m": len(live), "k": stacked.shape[1]}, phase="train",
                      check=self.cost_check(stacked))
         requests: dict[str, dict[str, Any]] = {"train": train}
-        if cfg["server-memory"] and not everyone and t == 1 and unsampled:
+        if cfg.server_memory and not everyone and t == 1 and unsampled:
             requests["seed"] = dict(train, nodes=unsampled, config=FULL_BATCH, phase="memory", min_replies=0)
         if measuring and unsampled:
             requests["measure"] = dict(task="score_candidates", nodes=unsampled, arrays={"candidates": stacked},
@@ -227,25 +227,25 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
                 "undone", t, center_set.undone, center_set.index, report["cost"], center_set.undo_cost_before)
             return
         center_set.undo = None
-        full = cfg["batch-size"] == 0 and cfg["local-epochs"] == 1  # a reply then states a partition
-        center_set.remember(replies, center_set.centers if full else None, cfg["client-lr"])
+        full = cfg.batch_size == 0 and cfg.local_epochs == 1  # a reply then states a partition
+        center_set.remember(replies, center_set.centers if full else None, cfg.client_lr)
         orphans = orphaned_clusters({n: r.arrays["counts"] for n, r in center_set.latest.items()}, left)
         center_set.forget(left)
         # server-memory: every node's latest statistics, the unsampled ones as they last
         # reported (incremental Lloyd); with every node sampled, exactly this round's.
-        pool = [center_set.latest[n] for n in sorted(center_set.latest, key=self.order_key)] if cfg["server-memory"] else replies
+        pool = [center_set.latest[n] for n in sorted(center_set.latest, key=self.order_key)] if cfg.server_memory else replies
         counts, weighted = aggregate_centers(np.stack([r.arrays["centers"] for r in pool]),
                                              np.stack([r.arrays["counts"] for r in pool]),
-                                             cfg["aggregation"], cfg["trim-fraction"])
+                                             cfg.aggregation, cfg.trim_fraction)
         old = center_set.centers
-        new, target = server_update(old, counts, weighted, center_set.state, cfg["server-lr"], cfg["momentum"])
+        new, target = server_update(old, counts, weighted, center_set.state, cfg.server_lr, cfg.momentum)
         # A re-seed needs a later round to measure it: never in the last round, and a
         # non-empty cluster only when the next round measures every node.
-        measurable = t < rounds and (cfg["fraction"] >= 1.0 or (cfg["eval-every"] > 0 and t % cfg["eval-every"] == 0))
+        measurable = t < rounds and (cfg.fraction >= 1.0 or (cfg.eval_every > 0 and t % cfg.eval_every == 0))
         allowed = reseed_allowed(counts, center_set.protected, t < rounds, measurable)
         before = new.copy()
         moved = reassign_starved(new, counts, sum_arrays(pool, "sumsq"), target, center_set.state,
-                                 cfg["reassign-threshold"], cfg["reassign-patience"], orphans, allowed)
+                                 cfg.reassign_threshold, cfg.reassign_patience, orphans, allowed)
         if moved:
             center_set.undo = Undo(before, report["cost"] if report["exact"] else float("inf"), moved, dict(center_set.latest),
                                    dict(center_set.parts))

@@ -35,7 +35,7 @@ class FedKMeansMeasure:
         center_set.cost = report["cost"]
         if exact:
             self.consider_best(report["cost"], t - 1, center_set, points)
-        elif sampled_points > 0 and self.config["fraction"] < 1.0 and not self.memory_bounds:
+        elif sampled_points > 0 and self.config.fraction < 1.0 and not self.memory_bounds:
             self.estimated = cheapest_estimates(self.estimated, (report["sampled_cost"], t - 1, center_set.index,
                                                                  center_set.centers.copy()), ESTIMATED_POOL)
         return report

@@ -66,7 +66,7 @@ class FedKMeansStart:
         if last > total:
             raise FederationError(f"k-range {first}:{last} asks for more clusters than the {total} points held")
         ks = list(range(first, last + 1))
-        m = self.config["init-candidates"]
+        m = self.config.init_candidates
         size = (len(ks) * m + 1) * last * self.dimension * 8
         if size > K_RANGE_MAX_BYTES:
             raise FederationError(
@@ -108,26 +108,26 @@ class FedKMeansStart:
         ``local``: the devices' summaries (points, weights), for the summary starts;
         ``coarse``: their summaries at ceil(sqrt(k)) local clusters (``init-coarse``)."""
         cfg = self.config
-        method = cfg["init"]
-        m = cfg["init-candidates"]
-        sets = set_count(cfg["n-init"], k, self.dimension)
+        method = cfg.init
+        m = cfg.init_candidates
+        sets = set_count(cfg.n_init, k, self.dimension)
         seeds = np.zeros((0, k, self.dimension))
         if method in ("auto", "local-summaries"):
             points, weights = local  # collected with the data summary (run)
             if points.shape[0] < k:
                 log(INFO, "[fedcluster] only %d summary centers for k=%d: random-box candidates", points.shape[0], k)
-            starts = cfg["init-server-starts"]
+            starts = cfg.init_server_starts
             candidates = summary_candidates(points, weights, k, m, low, high, self.rng, starts)
             if coarse is not None and coarse[0].shape[0] >= k:
                 # Devices that hold few clusters split each of them k ways in the fine summary;
                 # the coarse one keeps them whole. Both kinds compete in the same scoring round.
                 # Their own random stream: the fine candidates and everything after them
                 # draw exactly what they would without init-coarse.
-                stream = np.random.default_rng([cfg["seed"], COARSE_STREAM])
+                stream = np.random.default_rng([cfg.seed, COARSE_STREAM])
                 candidates = np.concatenate([candidates, summary_candidates(*coarse, k, m, low, high, stream, starts)])
             # Unrefined draws for the other sets: their own stream as well.
             seeds = summary_seeds(points, weights, k, sets - 1, low, high,
-                                  np.random.default_rng([cfg["seed"], SEED_STREAM]))
+                                  np.random.default_rng([cfg.seed, SEED_STREAM]))
         elif method == "kfed":
             # k-FED as initializer: one extra round that often saves many.
             from .kfed import collect_device_centers, merge_device_centers
@@ -137,7 +137,7 @@ class FedKMeansStart:
         elif method == "random-box":
             candidates = box_candidates(k, m, low, high, self.rng)
         else:  # server-kmeans++ (the config guarantees server-data is set)
-            server_points = load_points(cfg["server-data"])
+            server_points = load_points(cfg.server_data)
             if server_points.shape[1] != self.dimension:
                 raise FederationError(
                     f"server-data {cfg['server-data']} has dimension {server_points.shape[1]}, "
@@ -158,5 +158,5 @@ class FedKMeansStart:
     def local_summary_request(self, k: int, phase: str = "init-local-summaries", stream: int | bool = True) -> dict[str, Any]:
         """The ``local_summary`` query; with a ``stream`` number its device seeds come from
         that random stream instead of the server's generator (:meth:`phase_seed`)."""
-        return dict(task="local_summary", config={"k": k, "min-count": self.config["init-min-count"]}, seeded=stream,
+        return dict(task="local_summary", config={"k": k, "min-count": self.config.init_min_count}, seeded=stream,
                     phase=phase)

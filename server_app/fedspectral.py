@@ -56,7 +56,7 @@ class FedSpectral(GraphStrategy):
     def run(self) -> dict[str, Any]:
         cfg = self.config
         n, k, nodes = self.graph_setup()
-        seed = cfg["seed"]
+        seed = cfg.seed
         self.begin_round(1)
         replies = self.all_clients(
             "local_spectral_labels",
@@ -67,7 +67,7 @@ class FedSpectral(GraphStrategy):
             phase="local-spectral-labels",
         )
         label_lists = [r.arrays["labels"].astype(np.int64) for r in replies]
-        embedding, labels = coassociation_spectral(label_lists, n, k, seed, denominator=cfg["coassociation"])
+        embedding, labels = coassociation_spectral(label_lists, n, k, seed, denominator=cfg.coassociation)
         held = nodes_held(label_lists)
         self.end_round(local_clusters=local_cluster_counts(label_lists))
         log(INFO, "[fedcluster] fedspectral: %d clients, %d of %d nodes held by some client", len(replies), held, n)
@@ -123,16 +123,16 @@ class FedSpectralPlus(GraphStrategy):
     def run(self) -> dict[str, Any]:
         cfg = self.config
         n, k, nodes = self.graph_setup()
-        if cfg["mode"] == "paper":
+        if cfg.mode == "paper":
             embedding, final = self.paper_mode(n, k, nodes)
         else:
             embedding, final = self.exact_mode(n, k, nodes)
-        labels = embedding_labels(embedding, k, cfg["seed"])
+        labels = embedding_labels(embedding, k, cfg.seed)
         final.update({"num_nodes": n, "k": k, "cluster_sizes": cluster_sizes(labels, k)})
         log(
             INFO,
             "[fedcluster] fedspectral-plus (%s): %d communication rounds, last subspace change %.3g",
-            cfg["mode"],
+            cfg.mode,
             final["communication_rounds"],
             self.rounds[-1].get("subspace_change") or 0.0,
         )
@@ -154,10 +154,10 @@ class FedSpectralPlus(GraphStrategy):
     def paper_mode(self, n: int, k: int, nodes: list[int]) -> tuple[np.ndarray, dict[str, Any]]:
         """Local power steps on the clients, average of the iterates, QR (the paper)."""
         cfg = self.config
-        iters = cfg["iters"]
-        Q = initial_block(n, k, cfg["seed"])
+        iters = cfg.iters
+        Q = initial_block(n, k, cfg.seed)
         config = {"num-nodes": n, "iters": iters, "normalization": "local"}
-        for t in range(1, cfg["num-rounds"] + 1):
+        for t in range(1, cfg.num_rounds + 1):
             self.begin_round(t)
             replies = self.all_clients(
                 "power_step", nodes, arrays={"Q": Q}, config=config, sizes={"n": n, "b": k}, phase="local-power-steps",
@@ -173,24 +173,24 @@ class FedSpectralPlus(GraphStrategy):
     def block_size(self, n: int, k: int) -> int:
         """``k + oversample`` columns, ``oversample = -1``: ``max(k, 10)`` (a block of only 2k
         converges very slowly for small k; README, FedSpectral), at most n."""
-        p = self.config["oversample"]
+        p = self.config.oversample
         return min(n, k + (max(k, 10) if p < 0 else p))
 
     def exact_mode(self, n: int, k: int, nodes: list[int]) -> tuple[np.ndarray, dict[str, Any]]:
         """Exact block subspace iteration (``acceleration="none"``) or block Krylov on the
         global ``M = (I + N)/2``; one summed product per round (class docstring)."""
         cfg = self.config
-        rounds = cfg["num-rounds"]
-        tol = cfg["residual-tol"]
+        rounds = cfg.num_rounds
+        tol = cfg.residual_tol
         notes = []
-        if cfg["iters"] != 1:
+        if cfg.iters != 1:
             notes.append(f"iters={cfg['iters']} ignored: exact mode multiplies once per round")
             log(WARNING, "[fedcluster] %s", notes[-1])
         solver = ExactEigensolver(
-            n, k, self.block_size(n, k), cfg["seed"], cfg["acceleration"], cfg["max-basis"]
+            n, k, self.block_size(n, k), cfg.seed, cfg.acceleration, cfg.max_basis
         )
         product_config = {
-            "num-nodes": n, "iters": 1, "normalization": "global", "edge-weight": 1.0 / cfg["edge-copies"],
+            "num-nodes": n, "iters": 1, "normalization": "global", "edge-weight": 1.0 / cfg.edge_copies,
         }
 
         def summed_products(X: np.ndarray, degrees: np.ndarray, phase: str, first: bool = False) -> np.ndarray:

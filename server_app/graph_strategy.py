@@ -41,8 +41,8 @@ class GraphStrategy(FederatedStrategy):
     skips_away = False  # every client's edges are needed: a missing client fails the phase
 
     def graph_setup(self) -> tuple[int, int, list[int]]:
-        n = self.config["num-nodes"]
-        k = self.config["k"]
+        n = self.config.num_nodes
+        k = self.config.k
         if n < 1:
             raise FederationError(f"{self.name} needs run-config num-nodes (the global number of graph nodes)")
         if not 1 <= k <= n:
@@ -70,11 +70,11 @@ class GraphStrategy(FederatedStrategy):
         """Agreement with the central spectral clustering of the union of the client files,
         when this server can read them (simulation on one machine). Reporting only."""
         cfg = self.config
-        if not cfg["reference"] or cfg["dataset"] != "edge-dir" or not cfg["data-dir"]:
+        if not cfg.reference or cfg.dataset != "edge-dir" or not cfg.data_dir:
             return None
         try:
             return compare_with_central(
-                Path(cfg["data-dir"]), num_clients, cfg["num-nodes"], cfg["k"], cfg["seed"], embedding, labels
+                Path(cfg.data_dir), num_clients, cfg.num_nodes, cfg.k, cfg.seed, embedding, labels
             )
         except Exception as exc:  # a report, never a reason to lose a run
             log(WARNING, "[fedcluster] no central spectral reference: %s: %s", type(exc).__name__, exc)

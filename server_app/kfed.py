@@ -56,7 +56,7 @@ def collect_device_centers(strategy: FederatedStrategy, phase: str = "kfed-local
     replies = strategy.broadcast(
         "kfed_local",
         strategy.active_nodes,
-        config={"k-prime": config["k-prime"], "k": config["k"], "n-init": config["kfed-device-restarts"]},
+        config={"k-prime": config.k_prime, "k": config.k, "n-init": config.kfed_device_restarts},
         seeded=True,
         phase=phase,
     )
@@ -86,10 +86,10 @@ def merge_device_centers(strategy: FederatedStrategy, centers: list, counts: lis
             counts,
             k,
             strategy.rng,
-            weighting=config["kfed-weighting"],
-            to_convergence=config["kfed-to-convergence"],
-            n_init=config["kfed-server-starts"],
-            min_devices=config["kfed-min-devices"],
+            weighting=config.kfed_weighting,
+            to_convergence=config.kfed_to_convergence,
+            n_init=config.kfed_server_starts,
+            min_devices=config.kfed_min_devices,
             return_kept=True,
             candidates=candidates,
         )
@@ -120,13 +120,13 @@ class KFed(FederatedStrategy):
     name = "kfed"
 
     def run(self) -> dict[str, Any]:
-        k = self.config["k"]
-        if self.config["standardize"]:  # the per-feature moments first: one more round trip
+        k = self.config.k
+        if self.config.standardize:  # the per-feature moments first: one more round trip
             self.discover_dimension()
         self.begin_round(1)
         costs: list[float] = []
         nodes, centers, counts = collect_device_centers(self, costs=costs)
-        scored = self.config["kfed-evaluate"]
+        scored = self.config.kfed_evaluate
         if scored:  # the merge's cheapest distinct groupings: the devices choose among them (below)
             merged, kept = merge_device_centers(self, centers, counts, k, candidates=MERGE_CANDIDATES)
             guarded = self.guarded_groupings(centers, counts, k)
@@ -139,7 +139,7 @@ class KFed(FederatedStrategy):
         left_out = left_out_by_node(node_of_row, kept)
         if left_out:
             log(INFO, "[fedcluster] k-FED left out %d device centers of %d devices: their global clusters gathered "
-                "fewer than kfed-min-devices=%d devices", int((~kept).sum()), len(left_out), self.config["kfed-min-devices"])
+                "fewer than kfed-min-devices=%d devices", int((~kept).sum()), len(left_out), self.config.kfed_min_devices)
         k_primes = [int(c.shape[0]) for c in centers]
         self.end_round(devices=len(nodes), device_centers=sent)
         log(INFO, "[fedcluster] k-FED merged %d device centers from %d devices into k=%d (k' per device %d..%d)",
@@ -159,7 +159,7 @@ class KFed(FederatedStrategy):
                 "device_nodes": node_of_row,
                 "device_assignment": np.concatenate([np.asarray(a, dtype=np.int64) for a in assignment]),
             },
-            "kfed": {"k_prime": self.config["k-prime"] or "chosen by each device, up to k",
+            "kfed": {"k_prime": self.config.k_prime or "chosen by each device, up to k",
                      "device_k_prime": {"min": min(k_primes), "median": statistics.median(k_primes), "max": max(k_primes)},
                      "devices": len(nodes), "left_out": left_out},
         }
@@ -173,7 +173,7 @@ class KFed(FederatedStrategy):
             outcome["kfed"]["induced_over_nearest"] = ratio
             log(INFO, "[fedcluster] k-FED cost per point %.6g on %d points (induced clustering %.4g× that)",
                 total / points, points, ratio)
-            given = self.config["k-prime"]
+            given = self.config.k_prime
             if given and given < k and ratio > INDUCED_WARNING:
                 self.warn(f"k-prime={given} looks too small for how these devices' data are clustered: k-FED's induced "
                           f"clustering (each point takes its local center's cluster) costs {ratio:.2f}× what the same "
@@ -189,15 +189,15 @@ class KFed(FederatedStrategy):
         guarded grouping cheaper. An honest run loses nothing: the devices keep the cheapest
         candidate, and these are only more of them. (Turned on as defaults these options
         cost honest runs on real data: docs/results/real-data-robust-options.md.)"""
-        chosen = (self.config["kfed-weighting"], self.config["kfed-min-devices"])
+        chosen = (self.config.kfed_weighting, self.config.kfed_min_devices)
         out = []
         for min_devices in (1, 2):
             if chosen == ("capped-count", min_devices):
                 continue  # the run's own merge is this one
             try:
                 found, assignment, _ = kfed_merge(
-                    centers, counts, k, self.rng, weighting="capped-count", to_convergence=self.config["kfed-to-convergence"],
-                    n_init=max(1, self.config["kfed-server-starts"] // GUARDED_SHARE), min_devices=min_devices,
+                    centers, counts, k, self.rng, weighting="capped-count", to_convergence=self.config.kfed_to_convergence,
+                    n_init=max(1, self.config.kfed_server_starts // GUARDED_SHARE), min_devices=min_devices,
                     return_kept=True,
                 )
             except TooFewCenters:

@@ -24,9 +24,9 @@ class Membership:
     def wait_for_nodes(self) -> list[int]:
         """Wait until ``min-nodes`` nodes are connected (or, when 0, until the count has
         been stable for ``node-settle-s`` seconds), at most ``node-wait-s`` seconds."""
-        expected = self.config["min-nodes"]
-        deadline = time.monotonic() + self.config["node-wait-s"]
-        settle = self.config["node-settle-s"]
+        expected = self.config.min_nodes
+        deadline = time.monotonic() + self.config.node_wait_s
+        settle = self.config.node_settle_s
         last_count, stable_since = -1, time.monotonic()
         while True:
             ids = sorted(int(i) for i in self.grid.get_node_ids())
@@ -59,7 +59,7 @@ class Membership:
         """With one data file per client (``npy-dir``, ``edge-dir``) and fewer nodes than
         files, say which files are left out; for a graph, where every client's edges are
         needed, refuse. (Only when the server can see ``data-dir``: a simulation.)"""
-        dataset, directory = self.config.get("dataset"), self.config.get("data-dir")
+        dataset, directory = self.config.dataset, self.config.data_dir
         if dataset not in ("npy-dir", "edge-dir") or not directory or not Path(directory).is_dir():
             return
         files = list_client_files(directory, "*.npy" if dataset == "npy-dir" else "*.txt")
@@ -154,7 +154,7 @@ class Membership:
         ``max-missed-phases`` consecutive phases leaves then. Any reply (even an invalid
         one) shows the node is there."""
         kinds = {failure["node"]: failure.get("kind") for failure in failures}
-        limit = self.config["max-missed-phases"]
+        limit = self.config.max_missed_phases
         for node in nodes:
             kind = kinds.get(node)
             if kind == "unavailable":
@@ -222,5 +222,5 @@ class Membership:
         partition: fedcluster.protocol.device_seed), from the server's generator; with
         ``stream``, from (run seed, stream) instead, leaving the generator untouched."""
         if stream is not None:
-            return int(np.random.default_rng([self.config["seed"], stream]).integers(2**31))
+            return int(np.random.default_rng([self.config.seed, stream]).integers(2**31))
         return int(self.rng.integers(2**31))

@@ -53,7 +53,7 @@ class Results:
         """Choose and check the results folder before any node is waited for: a file, a
         folder inside the data folder, or an unwritable one stops the run here; a folder
         that already holds a result gets a fresh ``run-N`` sub-folder unless ``overwrite``."""
-        configured = self.config["output-dir"]
+        configured = self.config.output_dir
         if configured:
             path = Path(configured).expanduser().resolve()
         else:
@@ -62,7 +62,7 @@ class Results:
             path = (root / f"{stamp}-{self.config['algorithm']}").resolve()
         if path.exists() and not path.is_dir():
             raise FederationError(f"output-dir {path} is a file, not a folder: choose another output-dir")
-        data_dir = self.config.get("data-dir")
+        data_dir = self.config.data_dir
         if data_dir:
             data = Path(data_dir).expanduser().resolve()
             if path == data or data in path.parents:
@@ -70,7 +70,7 @@ class Results:
                     f"output-dir {path} lies inside the data folder {data}: results there could be "
                     f"read as client data next time; choose another output-dir"
                 )
-        if (path / "result.json").exists() and not self.config["overwrite"]:
+        if (path / "result.json").exists() and not self.config.overwrite:
             number = 2
             while (path / f"run-{number}").exists():
                 number += 1
@@ -103,7 +103,7 @@ class Results:
         for name, value in arrays.items():
             np.save(out / f"{name}.npy", np.asarray(value))
         result = {
-            "algorithm": self.config["algorithm"],
+            "algorithm": self.config.algorithm,
             "config": dict(self.config),
             "nodes": {
                 "connected": len(self.nodes),

@@ -69,7 +69,7 @@ class Transport:
         requests, away = self.leave_out_away(requests)  # who is connected: asked once for sampling and sending
         self.round_trips += 1
         prepared = [self._prepare(**request) for request in requests]
-        deadline = time.monotonic() + self.config["round-timeout"]  # from sending, not from the first pull
+        deadline = time.monotonic() + self.config.round_timeout  # from sending, not from the first pull
         sent, pushed = self._push_together(prepared)
         phase_of = {key: index for index, (node_of, _) in enumerate(sent) for key in node_of}
         checked: list[list[Reply]] = [[] for _ in prepared]
@@ -241,8 +241,8 @@ class Transport:
             record["bytes_up"] += up
 
     def required_replies(self, sent: int) -> int:
-        fraction = self.config["min-reply-fraction"]
-        return min(sent, max(self.config["min-replies"], int(math.ceil(fraction * sent))))
+        fraction = self.config.min_reply_fraction
+        return min(sent, max(self.config.min_replies, int(math.ceil(fraction * sent))))
 
     def _pull(self, pending: set[str], deadline: float, on_batch: Callable[[list[Message]], None] | None = None) -> list[Message]:
         """Pull the replies to ``pending`` message ids until all came or ``deadline``;

@@ -72,6 +72,7 @@ class FlowerProcesses:
 
     def __init__(self, workdir: Path, connection: str = "local", echo=None) -> None:
         self.workdir = Path(workdir).resolve()
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self.connection = connection
         self.echo = echo or (lambda text: None)
         self.logs = self.workdir / "logs"

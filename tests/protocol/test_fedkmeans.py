@@ -25,8 +25,7 @@ def strategy_over(parts, tmp_path, reply_hook=None, **overrides):
 
     directory = write_npy_dir(tmp_path / "data", parts)
     files = sorted(directory.glob("*.npy"))
-    config = with_defaults({"output-dir": str(tmp_path / "out"), "reference": False, **overrides})
-    config["min-nodes"] = len(files)
+    config = with_defaults({"output-dir": str(tmp_path / "out"), "reference": False, "min-nodes": len(files), **overrides})
     set_task_identity(1, InProcessGrid.SERVER_NODE_ID)
     grid = InProcessGrid(app, config, [{"data-path": str(f)} for f in files], reply_hook=reply_hook)
     strategy = FedKMeans(grid, config)

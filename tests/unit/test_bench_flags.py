@@ -149,3 +149,15 @@ def test_page_output_leaves_forked_workers_out(common, tmp_path):
         print("parent after")
     assert (tmp_path / "worker-printed").exists()
     assert (tmp_path / "my_bench.md").read_text() == "parent before\nparent after\n"
+
+
+def test_a_page_says_what_ran_and_links_its_figures_beside_it(common, tmp_path, capsys, monkeypatch):
+    script = "/somewhere/bench/" + "my_bench.py"  # not a path of this repository
+    monkeypatch.setattr(sys, "argv", [script, "--out", "DIR"])
+    common.print_header("My bench", "What it measures.\n\nUsage::\n\n    python it\n")
+    text = capsys.readouterr().out
+    assert text.startswith("# My bench\n\nWritten by `bench/" + "my_bench.py`.\n\nWhat it measures.\n")
+    assert "Usage" not in text and f"command : python {script} --out DIR" in text
+    assert "code    : " in text and "unknown" not in text  # this checkout is a git checkout
+    assert common.figure_path(tmp_path, Path("elsewhere"), script, "a.svg") == (tmp_path / "my_bench-a.svg", "my_bench-a.svg")
+    assert common.figure_path(None, Path("elsewhere"), script, "a.svg") == (Path("elsewhere") / "a.svg", "elsewhere/a.svg")

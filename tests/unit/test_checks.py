@@ -22,6 +22,12 @@ def test_interval_bounds_follow_closed(closed, inside, outside):
     assert all(v in allowed for v in inside) and not any(v in allowed for v in outside)
 
 
+def test_an_interval_never_holds_nan_and_holds_inf_only_where_declared():
+    assert math.nan not in Interval(float, 0) and math.inf not in Interval(float, 0)
+    assert math.inf in Interval(float, 0, allow_inf=True) and -math.inf not in Interval(float, None, 0, allow_inf=True)
+    assert 10**400 in Interval(int, 1) and 10**400 not in Interval(int, 1, 10)
+
+
 def test_interval_text_says_the_bounds():
     assert str(Interval(int, 1, 10)) == "in [1, 10]"
     assert str(Interval(float, 0, 1, closed="neither")) == "in (0, 1)"
@@ -40,6 +46,7 @@ def test_typed_takes_numpy_scalars_and_whole_floats_and_nothing_else():
     assert typed("x", np.float64(0.5), float) == 0.5 and type(typed("x", np.float64(0.5), float)) is float
     assert typed("x", np.int64(3), int) == 3 and type(typed("x", 3.0, int)) is int
     assert typed("x", np.True_, bool) is True and typed("x", 2, float) == 2.0
+    assert typed("x", 10**400, int) == 10**400 and typed("x", np.longdouble(0.25), float) == 0.25
     for value, kind, message in [(True, int, "x must be an integer"), (3.5, int, "x must be an integer"),
                                  ("3", float, "x must be a number"), (1, bool, "x must be true or false"),
                                  (3, str, "x must be a string"), (np.array([3]), int, "x must be an integer"),

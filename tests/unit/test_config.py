@@ -149,3 +149,21 @@ def test_bad_k_range_is_refused(overrides, message):
 
     with pytest.raises(ConfigError, match=message):
         with_defaults(overrides)
+
+
+def test_the_run_config_is_frozen_and_read_typed_by_attribute():
+    import pickle
+
+    config = with_defaults({"k": 7, "num-rounds": 3})
+    assert config.k == 7 and config.num_rounds == 3 == config["num-rounds"] and isinstance(config.fraction, float)
+    with pytest.raises(TypeError):
+        config["k"] = 8
+    with pytest.raises(AttributeError, match="frozen"):
+        config.k = 8
+    with pytest.raises(AttributeError, match="no key 'no-such-key'"):
+        config.no_such_key
+    changed = config.replace(num_rounds=5)
+    assert changed.num_rounds == 5 and config.num_rounds == 3
+    with pytest.raises(ConfigError, match="run-config k must be in"):
+        config.replace(k=0)
+    assert pickle.loads(pickle.dumps(config)) == config and dict(config)["k"] == 7

@@ -263,7 +263,7 @@ def test_low_separation_core_set_collapse_is_avoided():
 
 
 # --------------------------------------------------------------------------------------
-# Device task through the registry
+# Device task through kernels()
 # --------------------------------------------------------------------------------------
 
 
