@@ -25,7 +25,7 @@ Usage::
     python bench/kfed_table.py                 # our defaults
     python bench/kfed_table.py --variant paper # paper-faithful k-FED
     python bench/kfed_table.py --variant all   # every variant
-    python bench/kfed_table.py --figures docs/figures/kfed   # accuracy vs separation, beside the authors
+    python bench/kfed_table.py --figures DIR   # accuracy vs separation, beside the authors
     python bench/kfed_table.py --quick         # 3 seeds, (d, k) = (100, 16) only, every separation
     python bench/kfed_table.py --quick --out DIR   # also writes DIR/kfed_table.md
 """

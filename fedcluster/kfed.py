@@ -20,7 +20,7 @@ the cost in the ORIGINAL space, Lloyd seeded from Voronoi-cell means as well as 
 (core sets shrink to a few noisy points below the theory's separation), restarts that stop
 once the best was reproduced, and several server starts scored by the count-weighted cost
 on the device centers (the part of the global cost the merge controls). Why, and what each
-one buys: docs/results/kfed.md (``bench/kfed_table.py``).
+one buys: docs/results/kfed_system.md (``bench/kfed_system.py``).
 
 NumPy only (with :mod:`fedcluster.lloyd` and :mod:`fedcluster.linalg`): it runs on a device.
 """
