@@ -16,7 +16,7 @@ the pooled optimum (scikit-learn KMeans, k-means++, n_init = 10) are the non-pri
 
 Outputs (``--out``, default ``bench/results/feddp-pareto/<settings>``, with ``--quick``
 ``.../quick-<settings>``): ``runs.csv`` (every run), ``pareto.md`` (tables),
-``pareto-<setting>.svg`` (cost / n against total ε, Pareto front per method, hand-written
+``feddp_pareto-<setting>.svg`` (cost / n against total ε, Pareto front per method, hand-written
 SVG: matplotlib is not a dependency) and ``feddp_pareto.md`` (the whole printed page,
 header included).
 
@@ -568,8 +568,9 @@ def report(rows: list[dict], optima: list[dict], settings: list[str], out: Path)
     print(text)
     (out / "pareto.md").write_text(text + "\n")
     for setting in settings:
-        svg(setting, rows, optima, out / f"pareto-{setting}.svg")
-    print(f"\nwritten: {out}/runs.csv, optima.csv, pareto.md, pareto-*.svg")
+        svg(setting, rows, optima, out / f"feddp_pareto-{setting}.svg")
+        print(f"\n![FedDP-KMeans, {setting}: cost / n against total ε beside the baselines](feddp_pareto-{setting}.svg)")
+    print(f"\nwritten: {out}/runs.csv, optima.csv, pareto.md, feddp_pareto-*.svg")
 
 
 if __name__ == "__main__":
