@@ -307,10 +307,14 @@ def number_list(text: str, name: str) -> tuple[float, ...]:
     return values
 
 
-def feddp_step_names(config: dict[str, Any]) -> tuple[str, ...]:
-    """The private steps a FedDP-KMeans run uses, in the order ``step-epsilons`` lists them."""
-    init = "feddp" if config["init"] == "auto" else config["init"]
-    steps = ("step1", "step2", "step3_gaussian", "step3_laplace") if init == "feddp" else ()
+def feddp_step_names(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The private steps a FedDP-KMeans run uses, in the order ``step-epsilons`` lists them
+    (``init = auto`` starts from FedDP-Init with server data, from SpherePacking without:
+    :func:`fedcluster.feddp_kmeans.start_method`)."""
+    from .feddp_kmeans import start_method
+
+    has_server_data = bool(config["server-data"]) or config["dataset"] == "feddp-mixture"  # as the strategy finds it
+    steps = ("step1", "step2", "step3_gaussian", "step3_laplace") if start_method(config["init"], has_server_data) == "feddp" else ()
     if config["lloyd-rounds"] > 0:
         steps += ("lloyd_gaussian", "lloyd_laplace")
     return steps

@@ -807,6 +807,21 @@ def test_without_server_data_the_run_starts_from_sphere_packing_in_the_clipping_
     assert private.privacy_["epsilon"] <= 1.0 and np.isfinite(private.cluster_centers_).all()
 
 
+def test_without_server_data_step_epsilons_name_only_the_lloyd_steps():
+    # init = auto starts from SpherePacking there: only the Lloyd rounds spend ε, and the
+    # config checks step-epsilons against the steps the run really has
+    import fedcluster
+    from fedcluster.config import ConfigError, with_defaults
+
+    clients, _ = _separated_clients()
+    model = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=2, random_state=0,
+                                         run_config={"clip-norm": 4.0, "noise-seed": 1, "step-epsilons": "0.5,0.4"}).fit(clients)
+    assert model.result_["init"]["method"] == "sphere-packing" and model.privacy_["epsilon"] <= 1.0
+    with pytest.raises(ConfigError, match="step-epsilons must give 2 positive values"):
+        with_defaults({"algorithm": "feddp-kmeans", "dataset": "npy-dir", "data-dir": "x", "lloyd-rounds": 2,
+                       "step-epsilons": "0.1,0.1,0.1,0.1,0.3,0.3"})
+
+
 @pytest.mark.parametrize("config, named", [
     ({"lloyd-rounds": 2}, "clip-norm"),
     ({"clip-norm": 4.0}, "lloyd-rounds >= 1"),

@@ -81,11 +81,12 @@ def test_every_numeric_key_has_a_range():
 
 
 def test_cross_key_rules_are_checked_before_the_run():
+    feddp = {"algorithm": "feddp-kmeans", "dataset": "feddp-mixture"}  # with server data: FedDP-Init's four steps
     with pytest.raises(ConfigError, match="step-epsilons must give 4 positive values"):
-        with_defaults({"algorithm": "feddp-kmeans", "step-epsilons": "0.1,0.2"})
+        with_defaults({**feddp, "step-epsilons": "0.1,0.2"})
     with pytest.raises(ConfigError, match="step-epsilons must give 6"):
-        with_defaults({"algorithm": "feddp-kmeans", "lloyd-rounds": 2, "step-epsilons": "1,1,1,1"})
-    with_defaults({"algorithm": "feddp-kmeans", "lloyd-rounds": 2, "step-epsilons": "1,1,1,1,1,1"})
+        with_defaults({**feddp, "lloyd-rounds": 2, "step-epsilons": "1,1,1,1"})
+    with_defaults({**feddp, "lloyd-rounds": 2, "step-epsilons": "1,1,1,1,1,1"})
     with pytest.raises(ConfigError, match="budget-split must be four"):
         with_defaults({"algorithm": "feddp-kmeans", "budget-split": "1,2"})
     with pytest.raises(ConfigError, match="init for fedkmeans must be one of"):
