@@ -25,6 +25,9 @@ from .lloyd import LloydStatistics, assign, label_sums, rows_per_chunk, squared_
 from .point_tasks import matching_dimension
 from .privacy.clipping import CLIENT, DATA_POINT, clip_l1, clip_l2, clip_rows_l2, scale_l2
 from .device import DeviceData, device_task
+from .checks import Interval, StrOptions
+from .config import MANY, SEED_MAX, WRITE_LABELS, ConfigError, Key, Section, number_list
+from .privacy.clipping import LEVELS
 
 # ==================================================================== device kernels
 # Tasks (message types ``query.<task>``; the protocol table is fedcluster/protocol.py):
@@ -280,6 +283,66 @@ STEPS = {
 SAMPLING_STREAM = 6
 INIT_STEPS = ("step1", "step2", "step3_gaussian", "step3_laplace")
 LLOYD_STEPS = ("lloyd_gaussian", "lloyd_laplace")
+
+# ==================================================================== run config
+def step_names(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The private steps a run uses, in the order ``step-epsilons`` lists them (``init =
+    auto`` starts from FedDP-Init with server data, from SpherePacking without:
+    :func:`start_method`)."""
+    has_server_data = bool(config["server-data"]) or config["dataset"] == "feddp-mixture"  # as the strategy finds it
+    steps = INIT_STEPS if start_method(config["init"], has_server_data) == "feddp" else ()
+    return steps + (LLOYD_STEPS if config["lloyd-rounds"] > 0 else ())
+
+
+def _rules(c: Mapping[str, Any]) -> None:
+    if c["client-sampling-rate"] < 1 and c["privacy-level"] != CLIENT:
+        raise ConfigError("client-sampling-rate < 1 is only accounted at privacy-level = 'client'")
+    if c["budget-split"] and len(number_list(c["budget-split"], "budget-split")) != 4:
+        raise ConfigError(f"run-config budget-split must be four positive numbers 'w1,w2,w3g,w3l', got {c['budget-split']!r}")
+    steps = step_names(c)
+    if c["init"] == "sphere-packing" and c["lloyd-rounds"] == 0:
+        raise ConfigError("init='sphere-packing' with lloyd-rounds = 0 returns centers that never saw the devices' "
+                          "data: set lloyd-rounds >= 1")
+    if "step3_gaussian" in steps and c["lloyd-rounds"] > 0 and c["lloyd-fraction"] <= 0:
+        raise ConfigError("lloyd-rounds > 0 needs lloyd-fraction > 0 (the Lloyd rounds' share of epsilon)")
+    if c["step-epsilons"] and len(number_list(c["step-epsilons"], "step-epsilons")) != len(steps):
+        raise ConfigError(
+            f"run-config step-epsilons must give {len(steps)} positive values, one per step of this run "
+            f"in the order {', '.join(steps) or '(none: this run has no private step)'}; got {c['step-epsilons']!r}"
+        )
+
+
+RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
+    Key("privacy-level", DATA_POINT, "unit of privacy", allowed=StrOptions(LEVELS)),
+    Key("epsilon", 1.0, "target total ε (inf = no noise)", allowed=Interval(float, 0, closed="right", allow_inf=True)),
+    Key("delta", 1e-6, "δ", allowed=Interval(float, 0, 1, closed="neither")),
+    Key("step-epsilons", "", "per-step ε 'e1,e2,...' instead of a target total; their PLD total must not exceed epsilon"),
+    Key("budget-split", "", "relative ε shares 'w1,w2,w3g,w3l' (default: the paper's rule of thumb)"),
+    Key("init", "auto", "initialization method", allowed=StrOptions(("auto",) + INIT_METHODS)),
+    Key("lloyd-rounds", 0, "T, FedDP-Lloyds rounds", allowed=Interval(int, 0, MANY)),
+    Key("lloyd-fraction", 0.25, "share of ε for FedDP-Lloyds", allowed=Interval(float, 0, 1, closed="left")),
+    Key("clip-norm", 0.0, "Δ, point norm bound (0 = the server data's radius)", allowed=Interval(float, 0)),
+    Key("dimension", 0, "the data's dimension, public and agreed in advance (0 = the server data's); without "
+        "server data the run starts from init='sphere-packing' in the ball of radius clip-norm", allowed=Interval(int, 0, 10**6)),
+    Key("max-device-points", 0, "data-point level: points one device may contribute (0 = no cap); a device "
+        "with more uses the same subset of them in every step, a reply declaring more is dropped; a cap doubles the noise "
+        "(neighbours then differ by a swapped point)", allowed=Interval(int, 0, 10**9)),
+    Key("client-max-points", 50, "m, points per client assumed by derived client-level bounds", allowed=Interval(int, 1, 10**9)),
+    Key("clip-outer", 0.0, "client level: bound of XᵀX (0 = each client's XᵀX scaled to Frobenius norm 1)", allowed=Interval(float, 0)),
+    Key("clip-histogram", 0.0, "client level: bound of the histogram (0 = derived)", allowed=Interval(float, 0)),
+    Key("clip-means", 0.0, "client level: bound of the step-3 means (0 = √k times the server data's root-mean-square norm, at most √k·Δ)", allowed=Interval(float, 0)),
+    Key("clip-nonempty", 0.0, "client level: bound of the non-empty vector (0 = derived)", allowed=Interval(float, 0)),
+    Key("clip-sums", 0.0, "client level: bound of the Lloyd sums (0 = derived)", allowed=Interval(float, 0)),
+    Key("clip-counts", 0.0, "client level: bound of the Lloyd counts (0 = derived)", allowed=Interval(float, 0)),
+    Key("client-sampling-rate", 1.0, "q, Poisson sampling of clients per step", allowed=Interval(float, 0, 1, closed="right")),
+    Key("margin", 1.0, "step-3 margin filter (1 = off)", allowed=Interval(float, 0, closed="right")),
+    Key("min-server-weight", 5.0, "server points lighter than this are dropped in step 2", allowed=Interval(float, 0)),
+    Key("server-n-init", 10, "k-means restarts on the server's weighted points", allowed=Interval(int, 1, 10_000)),
+    Key("noise-seed", -1, "seed of the noise (-1 = OS entropy)", allowed=Interval(int, -1, SEED_MAX)),
+    Key("evaluate-cost", True, "report the exact (non-private) federated cost of the result"),
+    WRITE_LABELS,
+), rules=(_rules,), algorithms=("feddp-kmeans",))
+
 
 # App. H.1 rule of thumb, fractions of ε_init = ε1 + ε2 + ε3G + ε3L.
 RULE_OF_THUMB = {DATA_POINT: (0.20, 0.20, 0.45, 0.15), CLIENT: (0.35, 0.10, 0.45, 0.10)}

@@ -32,17 +32,35 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .config import KFED_WEIGHTINGS
+from .checks import Interval, StrOptions
+from .config import MANY, STANDARDIZE, WRITE_LABELS, Key, Section
 from .linalg import orthonormalize, top_eigenpairs
 from .lloyd import (
     kmeans_plus_plus,
-    kmeans_plus_plus_indices,
     label_means,
     lloyd_until_stable,
     nearest,
     squared_distances,
 )
 from .device import DeviceData, device_task
+
+WEIGHTINGS = ("count", "uniform", "capped-count")
+
+RUN_CONFIG = Section("kfed", (  # docs/ALGORITHMS.md section 4
+    Key("k-prime", 0, "local clusters per device; 0: each device chooses from its own data, up to k (fewer only "
+        "when its clusters are separated beyond doubt); the paper's rule is ceil(sqrt(k))", allowed=Interval(int, 0, MANY)),
+    Key("kfed-weighting", "count", "weighting of device centers in the merge; capped-count: no device weighs "
+        "more than the median device (robust to inflated counts)", allowed=StrOptions(WEIGHTINGS)),
+    Key("kfed-min-devices", 1, "a global cluster must gather centers of at least this many devices, else its "
+        "centers are left out of the merge (1 = the paper; 2: one device cannot claim a cluster of its own)",
+        allowed=Interval(int, 1, MANY)),
+    Key("kfed-to-convergence", True, "server Lloyd to convergence (false = one round, the paper)"),
+    Key("kfed-server-starts", 100, "merge starts scored on the server; they stop once ten further starts reproduced the best grouping (1 = the paper)", allowed=Interval(int, 1, 10_000)),
+    Key("kfed-device-restarts", 10, "local k'-means restarts on each device (1 = the paper)", allowed=Interval(int, 1, 10_000)),
+    Key("kfed-evaluate", True, "one extra round measuring the federated cost of the result"),
+    STANDARDIZE,
+    WRITE_LABELS,
+), algorithms=("kfed",))
 
 __all__ = [
     "local_kprime_means",
@@ -596,8 +614,8 @@ def kfed_merge(
         device center (the groups τ_1..τ_k). With one Lloyd round these are the groups
         around M, and ``global_centers`` are their means, exactly as in the paper.
     """
-    if weighting not in KFED_WEIGHTINGS:
-        raise ValueError(f"weighting must be one of {', '.join(KFED_WEIGHTINGS)}, got {weighting!r}")
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
     if len(device_counts) != len(device_centers):
         raise ValueError(
             f"{len(device_centers)} center arrays but {len(device_counts)} count arrays"
@@ -694,7 +712,7 @@ def _groupings(
             rows = _farthest_point_indices(points, owner, k, int(other_devices[fp_used]))
             fp_used += 1
         else:
-            rows = kmeans_plus_plus_indices(points, k, rng, weights)
+            rows = kmeans_plus_plus(points, k, rng, weights, indices=True)
         # Step 7: Lloyd on the device centers from the start (one round: the groups around
         # M and their means, as in the paper; else until the grouping is stable).
         centers, labels, cost = lloyd_until_stable(points, points[rows], lloyd_rounds - 1, weights)

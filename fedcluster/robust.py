@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .config import AGGREGATIONS
+from .config import AGGREGATION
+
+AGGREGATIONS = AGGREGATION.allowed.options
 
 
 def aggregate_centers(

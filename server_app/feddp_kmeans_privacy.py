@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from fedcluster import feddp_kmeans
-from fedcluster.config import feddp_step_names, number_list
+from fedcluster.config import number_list
 
 from .base import FederationError, Reply
 
@@ -33,7 +33,7 @@ class FedDPPrivacy:
         step_epsilons = None
         if specs and cfg.step_epsilons:
             step_epsilons = list(number_list(cfg.step_epsilons, "step-epsilons"))
-            assert [s.name for s in specs] == list(feddp_step_names(cfg)), "config and plan disagree on the steps"
+            assert [s.name for s in specs] == list(feddp_kmeans.step_names(cfg)), "config and plan disagree on the steps"
         try:
             plan, self.budget_mode = feddp_kmeans.privacy_plan(specs, cfg.epsilon, cfg.delta, step_epsilons)
         except feddp_kmeans.BudgetExceeded as exc:

@@ -147,7 +147,7 @@ def test_standardize_is_the_standard_scaler_kmeans_pipeline_federated(algorithm)
 
 
 def test_standardize_is_refused_where_it_does_not_apply():
-    with pytest.raises(ValueError, match="standardize is not available with feddp-kmeans"):
+    with pytest.raises(ValueError, match="standardize = True is not read by algorithm 'feddp-kmeans'.*privacy guarantee"):
         fedcluster.DPFederatedKMeans(3, epsilon=1.0, run_config={"standardize": True}).fit(
             [np.random.default_rng(0).normal(size=(50, 2))] * 3, server_data=np.zeros((10, 2)))
 

@@ -206,7 +206,7 @@ def test_config_keys_and_epsilon_inf():
     with pytest.raises(ConfigError, match="privacy-level"):
         with_defaults({"privacy-level": "galaxy"})
     with pytest.raises(ConfigError, match="only accounted at privacy-level = 'client'"):
-        with_defaults({"client-sampling-rate": 0.5})
+        with_defaults({"algorithm": "feddp-kmeans", "client-sampling-rate": 0.5})
     with pytest.raises(ConfigError, match="epsilon must be > 0"):
         with_defaults({"epsilon": 0.0})
 

@@ -89,14 +89,46 @@ def test_cross_key_rules_are_checked_before_the_run():
     with_defaults({**feddp, "lloyd-rounds": 2, "step-epsilons": "1,1,1,1,1,1"})
     with pytest.raises(ConfigError, match="budget-split must be four"):
         with_defaults({"algorithm": "feddp-kmeans", "budget-split": "1,2"})
-    with pytest.raises(ConfigError, match="init for fedkmeans must be one of"):
-        with_defaults({"algorithm": "fedkmeans", "init": "sphere-packing"})
+    with pytest.raises(ConfigError, match="run-config init must be one of auto, local-summaries"):
+        with_defaults({"algorithm": "fedkmeans", "init": "sphere-packing"})  # FedDP-KMeans' start, not FedKMeans'
+    assert with_defaults({"algorithm": "feddp-kmeans", "init": "sphere-packing", "lloyd-rounds": 1}).init == "sphere-packing"
     with pytest.raises(ConfigError, match="needs run-config server-data"):
         with_defaults({"algorithm": "fedkmeans", "init": "server-kmeans++"})
 
 
+def test_a_key_the_algorithm_does_not_read_is_refused_unless_at_its_default():
+    with pytest.raises(ConfigError, match=r"run-config fraction = 0.5 is not read by algorithm 'kfed' \(a key of fedkmeans"):
+        with_defaults({"algorithm": "kfed", "fraction": 0.5})
+    with pytest.raises(ConfigError, match="standardize = True is not read by algorithm 'feddp-kmeans'.*privacy guarantee"):
+        with_defaults({"algorithm": "feddp-kmeans", "standardize": True})
+    with pytest.raises(ConfigError, match="kfed-min-devices = 2 is not read by algorithm 'da-ufl'"):
+        with_defaults({"algorithm": "da-ufl", "kfed-min-devices": 2})
+    assert with_defaults({"algorithm": "kfed", "fraction": 1.0, "epsilon": 1}).kfed_weighting == "count"  # defaults pass
+    with pytest.raises(ConfigError, match="run-config epsilon must be"):  # a value out of range is named as such first
+        with_defaults({"algorithm": "kfed", "epsilon": -1.0})
+    # A key several algorithms read is declared in each of their sections, with one default.
+    from fedcluster import config
+
+    readers = {s.name for s in config.sections() if any(key.name == "aggregation" for key in s.keys)}
+    assert readers == {"fedkmeans", "da-ufl"}
+    assert with_defaults({"algorithm": "da-ufl", "aggregation": "median"}).aggregation == "median"
+
+
+def test_one_key_declared_with_two_defaults_is_a_declaration_error(monkeypatch):
+    from fedcluster import config
+
+    twice = config.Section("twice", (config.Key("k", 6, "another default"),))
+    monkeypatch.setattr(config, "sections", lambda: (config.COMMON, twice))
+    config.keys.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="run-config key 'k' is declared with two defaults: 5 and 6"):
+            config.keys()
+    finally:
+        config.keys.cache_clear()
+
+
 def test_values_arrive_typed():
-    config = with_defaults({"k": 7.0, "epsilon": 2, "num-rounds": 3})
+    config = with_defaults({"algorithm": "feddp-kmeans", "k": 7.0, "epsilon": 2, "num-rounds": 3})
     assert type(config["k"]) is int and type(config["epsilon"]) is float and type(config["num-rounds"]) is int
 
 
@@ -142,7 +174,7 @@ def test_readme_config_table_is_generated_from_the_declarations():
         ({"k-range": "2-10"}, "two integers"),
         ({"k-range": "5:3"}, "2 <= a < b"),
         ({"k-range": "1:4"}, "2 <= a < b"),
-        ({"k-range": "2:8", "algorithm": "kfed"}, "FedKMeans study"),
+        ({"k-range": "2:8", "algorithm": "kfed"}, "is not read by algorithm .kfed. \\(a key of fedkmeans"),
     ],
 )
 def test_bad_k_range_is_refused(overrides, message):
