@@ -293,15 +293,8 @@ def client_file(data_dir: str | os.PathLike, pattern: str, partition_id: int) ->
 DAUFL_GRID = (-7.5, -2.5, 2.5, 7.5)
 
 
-def daufl_paper(
-    num_agents: int,
-    points_per_class: int,
-    snr_db: float,
-    seed: int | np.random.Generator,
-    std: float = 1.0,
-    alpha: float = 0.025,
-    area: float = 10.0,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def daufl_paper(num_agents: int, points_per_class: int, snr_db: float, seed: int | np.random.Generator, *,
+                std: float = 1.0, alpha: float = 0.025, area: float = 10.0) -> tuple[np.ndarray, ...]:
     """The DA-UFL setup (Servetnyk et al. 2020, Sec. IV): overlapping, unbalanced agents.
 
     16 spherical Gaussian classes (``std`` per coordinate; the paper does not give it)

@@ -7,7 +7,7 @@
 * Lloyd: :func:`lloyd_until_stable` (until the assignment is stable, weighted or not;
   k-FED's device and server steps), :func:`lloyd` (until the centers stop moving) and
   :func:`kmeans` (restarts);
-* seeding and cost: :func:`kmeans_plus_plus` / :func:`kmeans_plus_plus_indices`,
+* seeding and cost: :func:`kmeans_plus_plus` (points or their row indices),
   :func:`kmeans_cost`.
 
 Everything here is NumPy only, so it runs on a phone-class device as well as on the
@@ -391,15 +391,17 @@ def kmeans_cost(X: np.ndarray, centers: np.ndarray, weights: np.ndarray | None =
     return float(assign(X, centers)[1] @ np.asarray(weights, dtype=np.float64))
 
 
-def kmeans_plus_plus_indices(
+def kmeans_plus_plus(
     X: np.ndarray,
     k: int,
     rng: np.random.Generator,
     weights: np.ndarray | None = None,
     n_local_trials: int | None = None,
+    *,
+    indices: bool = False,
 ) -> np.ndarray:
     """Greedy k-means++ seeding (Arthur & Vassilvitskii 2007, greedy variant as in sklearn):
-    the row indices of the ``k`` chosen points, all different.
+    the ``k`` chosen points (a copy), or with ``indices=True`` their row indices, all different.
 
     Each new center is the best of ``2 + log(k)`` candidates drawn with probability
     proportional to weight x squared distance to the current centers (a chosen row is
@@ -434,19 +436,8 @@ def kmeans_plus_plus_indices(
         best = int(np.argmin(w @ d_cand))
         chosen.append(int(cand[best]))
         closest = d_cand[:, best]
-    return np.asarray(chosen, dtype=np.int64)
-
-
-def kmeans_plus_plus(
-    X: np.ndarray,
-    k: int,
-    rng: np.random.Generator,
-    weights: np.ndarray | None = None,
-    n_local_trials: int | None = None,
-) -> np.ndarray:
-    """Greedy k-means++ seeding: the k x d chosen points (:func:`kmeans_plus_plus_indices`)."""
-    X = np.asarray(X, dtype=np.float64)
-    return X[kmeans_plus_plus_indices(X, k, rng, weights, n_local_trials)].copy()
+    rows = np.asarray(chosen, dtype=np.int64)
+    return rows if indices else X[rows].copy()
 
 
 def lloyd(

@@ -4,8 +4,9 @@ Two families:
 
 * **Internal metrics** judge centers or a labelling against the data alone:
   :func:`cost_per_point`, :func:`intra_cluster_distance`, :func:`davies_bouldin`.
-* **External metrics** compare two labellings of the same points (typically the true
-  mixture components against the clusters found): :func:`rand_index`,
+* **External metrics** compare two labellings ``labels_a, labels_b`` (array-like of shape
+  ``(n,)``) of the same points (typically the true mixture components against the clusters
+  found): :func:`rand_index`,
   :func:`adjusted_rand`, :func:`nmi`, :func:`variation_of_information`,
   :func:`hungarian_accuracy`. All of them are computed from the contingency table of the
   two labellings, never from the ``n^2`` pairs of points: encoding the labels costs
@@ -222,16 +223,7 @@ def rand_index(labels_a: np.ndarray, labels_b: np.ndarray) -> float:
 
     A pair agrees when both labellings put its two points in the same cluster, or both
     put them in different clusters. Computed from the contingency table (no pair loop).
-    With a single point there are no pairs and the index is 1.
-
-    Parameters
-    ----------
-    labels_a, labels_b : array-like of shape (n,)
-        Two labellings of the same points.
-
-    Returns
-    -------
-    float in [0, 1]
+    With a single point there are no pairs and the index is 1. Returns a float in [0, 1].
     """
     labels_a, labels_b = _check_labellings(labels_a, labels_b)
     _, only_a, only_b, total = _pair_counts(_contingency(labels_a, labels_b))
@@ -247,16 +239,7 @@ def adjusted_rand(labels_a: np.ndarray, labels_b: np.ndarray) -> float:
     the pair counts: ``2 (tp tn - fn fp) / ((tp + fn)(fn + tn) + (tp + fp)(fp + tn))``.
     It is 1 for identical partitions (up to renaming), about 0 for independent ones, and
     can be negative. When neither labelling puts any two points in different clusters
-    from the other (``fp = fn = 0``) it is 1.
-
-    Parameters
-    ----------
-    labels_a, labels_b : array-like of shape (n,)
-        Two labellings of the same points.
-
-    Returns
-    -------
-    float in [-1, 1]
+    from the other (``fp = fn = 0``) it is 1. Returns a float in [-1, 1].
     """
     labels_a, labels_b = _check_labellings(labels_a, labels_b)
     both, only_a, only_b, total = _pair_counts(_contingency(labels_a, labels_b))
@@ -309,15 +292,6 @@ def variation_of_information(labels_a: np.ndarray, labels_b: np.ndarray) -> floa
 
     Equivalently ``H(a | b) + H(b | a)``. A metric on partitions: 0 for identical
     partitions (up to renaming), at most ``log(n)``.
-
-    Parameters
-    ----------
-    labels_a, labels_b : array-like of shape (n,)
-        Two labellings of the same points.
-
-    Returns
-    -------
-    float >= 0
     """
     labels_a, labels_b = _check_labellings(labels_a, labels_b)
     table = _contingency(labels_a, labels_b)

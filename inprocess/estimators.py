@@ -107,6 +107,14 @@ def _merged(run_config: dict[str, Any] | None, own: dict[str, Any]) -> dict[str,
     return {**extra, **own}
 
 
+def _keep(estimator: Any, arguments: dict[str, Any]) -> None:
+    """scikit-learn's rule for ``__init__``: every argument stored as given, under its own
+    name, nothing checked (``fit`` checks)."""
+    for name, value in arguments.items():
+        if name not in ("self", "__class__"):
+            setattr(estimator, name, value)
+
+
 class _InProcess(ClusterMixin, BaseEstimator):
     """The run every estimator makes: the clients' files in a temporary folder, the
     federation in-process, the run's records kept on the estimator."""
@@ -209,30 +217,11 @@ class FederatedKMeans(_Federated):
     :class:`FederatedRunWarning` (and kept in ``result_["warnings"]``).
     """
 
-    def __init__(
-        self,
-        n_clusters: int = 8,
-        *,
-        algorithm: str = "fedkmeans",
-        random_state: Any = None,
-        max_iter: int | None = None,
-        tol: float | None = None,
-        fraction: float | None = None,
-        n_init: int | None = None,
-        run_config: dict[str, Any] | None = None,
-        output_dir: str | None = None,
-        verbose: bool = False,
-    ) -> None:
-        self.n_clusters = n_clusters
-        self.algorithm = algorithm
-        self.random_state = random_state
-        self.max_iter = max_iter
-        self.tol = tol
-        self.fraction = fraction
-        self.n_init = n_init
-        self.run_config = run_config
-        self.output_dir = output_dir
-        self.verbose = verbose
+    def __init__(self, n_clusters: int = 8, *, algorithm: str = "fedkmeans", random_state: Any = None,
+                 max_iter: int | None = None, tol: float | None = None, fraction: float | None = None,
+                 n_init: int | None = None, run_config: dict[str, Any] | None = None, output_dir: str | None = None,
+                 verbose: bool = False) -> None:
+        _keep(self, locals())
 
     def _config(self) -> dict[str, Any]:
         if self.algorithm not in _MAX_ITER or self.algorithm == "feddp-kmeans":
@@ -265,28 +254,10 @@ class DPFederatedKMeans(_Federated):
     the exact cost, a report outside the DP guarantee (``evaluate-cost``).
     """
 
-    def __init__(
-        self,
-        n_clusters: int = 8,
-        *,
-        epsilon: float = 1.0,
-        delta: float = 1e-6,
-        privacy_level: str = "data-point",
-        random_state: Any = None,
-        max_iter: int | None = None,
-        run_config: dict[str, Any] | None = None,
-        output_dir: str | None = None,
-        verbose: bool = False,
-    ) -> None:
-        self.n_clusters = n_clusters
-        self.epsilon = epsilon
-        self.delta = delta
-        self.privacy_level = privacy_level
-        self.random_state = random_state
-        self.max_iter = max_iter
-        self.run_config = run_config
-        self.output_dir = output_dir
-        self.verbose = verbose
+    def __init__(self, n_clusters: int = 8, *, epsilon: float = 1.0, delta: float = 1e-6,
+                 privacy_level: str = "data-point", random_state: Any = None, max_iter: int | None = None,
+                 run_config: dict[str, Any] | None = None, output_dir: str | None = None, verbose: bool = False) -> None:
+        _keep(self, locals())
 
     def _config(self) -> dict[str, Any]:
         own: dict[str, Any] = {
@@ -324,26 +295,10 @@ class FederatedSpectralClustering(_InProcess):
     ``n_iter_``, ``history_``, ``result_``.
     """
 
-    def __init__(
-        self,
-        n_clusters: int = 8,
-        *,
-        algorithm: str = "fedspectral-plus",
-        n_nodes: int | None = None,
-        random_state: Any = None,
-        max_iter: int | None = None,
-        run_config: dict[str, Any] | None = None,
-        output_dir: str | None = None,
-        verbose: bool = False,
-    ) -> None:
-        self.n_clusters = n_clusters
-        self.algorithm = algorithm
-        self.n_nodes = n_nodes
-        self.random_state = random_state
-        self.max_iter = max_iter
-        self.run_config = run_config
-        self.output_dir = output_dir
-        self.verbose = verbose
+    def __init__(self, n_clusters: int = 8, *, algorithm: str = "fedspectral-plus", n_nodes: int | None = None,
+                 random_state: Any = None, max_iter: int | None = None, run_config: dict[str, Any] | None = None,
+                 output_dir: str | None = None, verbose: bool = False) -> None:
+        _keep(self, locals())
 
     def fit(self, clients: Sequence[Any], y: Any = None) -> "FederatedSpectralClustering":
         if self.algorithm not in ("fedspectral", "fedspectral-plus"):

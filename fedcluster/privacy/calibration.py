@@ -95,6 +95,12 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     return hi * sensitivity
 
 
+def _use(epsilon: float, sensitivity: float, compositions: int, sampling_rate: float | None) -> tuple:
+    """A mechanism's repeated use, checked: (ε, sensitivity, compositions, sampling rate)."""
+    return (check_epsilon(epsilon), check_sensitivity(sensitivity), check_compositions(compositions),
+            check_sampling_rate(sampling_rate))
+
+
 def gaussian_sigma_for(
     epsilon: float,
     delta: float,
@@ -116,11 +122,8 @@ def gaussian_sigma_for(
 
     ``epsilon = inf`` returns 0 (no noise).
     """
-    sensitivity = check_sensitivity(sensitivity)
     delta = check_delta(delta)
-    epsilon = check_epsilon(epsilon)
-    compositions = check_compositions(compositions)
-    sampling_rate = check_sampling_rate(sampling_rate)
+    epsilon, sensitivity, compositions, sampling_rate = _use(epsilon, sensitivity, compositions, sampling_rate)
     if math.isinf(epsilon):
         return 0.0
     unsampled = math.sqrt(compositions) * analytic_gaussian_sigma(epsilon, delta)
@@ -368,10 +371,7 @@ def laplace_scale_for(
 
     ``epsilon = inf`` returns 0 (no noise).
     """
-    sensitivity = check_sensitivity(sensitivity)
-    epsilon = check_epsilon(epsilon)
-    compositions = check_compositions(compositions)
-    sampling_rate = check_sampling_rate(sampling_rate)
+    epsilon, sensitivity, compositions, sampling_rate = _use(epsilon, sensitivity, compositions, sampling_rate)
     if math.isinf(epsilon):
         return 0.0
     per_round = epsilon / compositions

@@ -118,11 +118,8 @@ def fetch(graph: Graph, out: Path, base_url: str = DEFAULT_BASE_URL, timeout: fl
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="fedcluster-fetch-graphs",
-        description="Download the SNAP graphs (email-Eu-core with its department labels, ego-Facebook) "
-        "and verify each against its SHA-256.",
-    )
+    what = "Download the SNAP graphs (email-Eu-core with its department labels, ego-Facebook) and verify each against its SHA-256."
+    parser = argparse.ArgumentParser(prog="fedcluster-fetch-graphs", description=what)
     parser.add_argument("--out", default="graphs", help="folder to write NAME.txt into (default: ./graphs)")
     parser.add_argument(
         "--base-url", default=DEFAULT_BASE_URL,

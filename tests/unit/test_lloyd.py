@@ -7,7 +7,6 @@ from fedcluster.lloyd import (
     kmeans,
     kmeans_cost,
     kmeans_plus_plus,
-    kmeans_plus_plus_indices,
     label_means,
     label_sums,
     lloyd_statistics,
@@ -191,9 +190,9 @@ def test_lloyd_until_stable_cost_over_many_row_pieces(weighted):
 def test_kmeans_plus_plus_indices_are_distinct_even_with_duplicates():
     X = np.repeat(np.array([[0.0, 0.0], [1.0, 1.0]]), 5, axis=0)
     for seed in range(10):
-        rows = kmeans_plus_plus_indices(X, 6, np.random.default_rng(seed))
+        rows = kmeans_plus_plus(X, 6, np.random.default_rng(seed), indices=True)
         assert len(set(rows.tolist())) == 6
         assert {tuple(X[r]) for r in rows} == {(0.0, 0.0), (1.0, 1.0)}
     np.testing.assert_array_equal(
-        kmeans_plus_plus(X, 2, np.random.default_rng(3)), X[kmeans_plus_plus_indices(X, 2, np.random.default_rng(3))]
+        kmeans_plus_plus(X, 2, np.random.default_rng(3)), X[kmeans_plus_plus(X, 2, np.random.default_rng(3), indices=True)]
     )
