@@ -110,11 +110,14 @@ def _tier(item) -> str | None:
     return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         tier = _tier(item)
         if tier:
             item.add_marker(getattr(pytest.mark, tier))
+        if tier == "engine":  # with -n 2 --dist loadgroup: one worker runs them, in order, beside the others
+            item.add_marker(pytest.mark.xdist_group("engine"))
     items.sort(key=lambda item: TIERS.index(_tier(item)) if _tier(item) else len(TIERS))
 
 
@@ -127,7 +130,7 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_runtest_setup(item):
-    if _UNIT_FAILURES and _tier(item) in ("protocol", "engine"):
+    if _UNIT_FAILURES and _tier(item) in ("protocol", "engine") and "PYTEST_XDIST_WORKER" not in os.environ:
         pytest.exit(
             f"{len(_UNIT_FAILURES)} unit test(s) failed (first: {_UNIT_FAILURES[0]}); the protocol and engine tiers were not run",
             returncode=1,
