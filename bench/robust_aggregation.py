@@ -262,8 +262,9 @@ def main() -> None:
     seeds = range(3 if args.quick else args.seeds)
     with page_output(args.out, __file__):
         quiet_flower()
+        print_header("Robust aggregation: 10 devices, one hostile", __doc__)
         for algorithm in args.algorithms.split(","):
-            print_header(f"{algorithm}: robust aggregation, 10 devices, 1 hostile")
+            print(f"## {algorithm}\n")
             rows = []
             for partition in ("IID", "Dirichlet(0.5)"):
                 for attack in ATTACKS[algorithm]:
