@@ -177,6 +177,11 @@ def noise_floor(graph: Graph, k: int, seeds: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
+def edge_copies(config: dict, copies: int) -> dict:
+    """FedSpectral+ weighs every edge by 1 / edge-copies; FedSpectral does not read the key."""
+    return {"edge-copies": copies} if config["algorithm"] == "fedspectral-plus" else {}
+
+
 def federated(graph: Graph, config: dict[str, Any], seeds: int, clients: int = CLIENTS, copies: int = COPIES,
               k: int = K, twin_check: tuple | None = None) -> dict[str, Any]:
     """Run ``config`` for seeds 0..seeds-1; metrics against the global clustering."""
@@ -185,7 +190,7 @@ def federated(graph: Graph, config: dict[str, Any], seeds: int, clients: int = C
     for seed in range(seeds):
         out = Path(tempfile.mkdtemp(prefix="fedspectral-bench-"))
         full = {
-            "k": k, "num-nodes": graph.n, "dataset": "edge-dir", "data-dir": str(data_dir), "edge-copies": copies,
+            "k": k, "num-nodes": graph.n, "dataset": "edge-dir", "data-dir": str(data_dir), **edge_copies(config, copies),
             "seed": seed, "reference": False, "node-settle-s": 0.2, "output-dir": str(out), **config,
         }
         started = time.perf_counter()
@@ -404,7 +409,7 @@ def performance(graph: Graph, use_flwr: bool) -> None:
     ]
     rows = []
     for label, config in setups:
-        full = {"k": K, "num-nodes": graph.n, "dataset": "edge-dir", "data-dir": str(data_dir), "edge-copies": COPIES,
+        full = {"k": K, "num-nodes": graph.n, "dataset": "edge-dir", "data-dir": str(data_dir), **edge_copies(config, COPIES),
                 "reference": False, "node-settle-s": 0.2, **config}
         runners = [("in-process", lambda c: run_inprocess(c, CLIENTS))]
         if use_flwr:

@@ -94,6 +94,7 @@ WRITE_LABELS = Key("write-labels", False, "after the run every device saves its 
 AGGREGATION = Key("aggregation", "mean", "combining the devices' centers (FedKMeans) or agents' implied means (DA-UFL): "
                   "mean (the papers), trimmed-mean, median", allowed=StrOptions(("mean", "trimmed-mean", "median")))
 TRIM_FRACTION = Key("trim-fraction", 0.1, "trimmed-mean: share of a cluster's devices dropped at each end", allowed=Interval(float, 0, 0.5))
+SERVER_DATA = Key("server-data", "", "a .npy of server-side points (FedDP-KMeans; FedKMeans with init='server-kmeans++')")
 INIT_CANDIDATES = Key("init-candidates", 10, "candidate center sets scored in one federated round (FedKMeans; DA-UFL: at "
                       "most this many distinct optima of init-restarts)", allowed=Interval(int, 1, 10_000))
 
@@ -121,7 +122,6 @@ DATA = Section("data", (
     Key("partition", "dirichlet", "how generated points are split over devices", allowed=StrOptions(PARTITIONS)),
     Key("dirichlet-alpha", 0.3, "Dirichlet concentration (small = skewed)", allowed=Interval(float, 0, closed="right")),
     Key("classes-per-client", 2, "components per device (partition=components)", allowed=Interval(int, 1, MANY)),
-    Key("server-data", "", "a .npy of server-side points (FedDP-KMeans, init=server-kmeans++)"),
     Key("snr-db", 30.0, "da-ufl-paper: every agent's SNR in dB (observation probability 1 − exp(−0.025·SNR/d))", allowed=Interval(float, -50, 100)),
     Key("class-std", 1.0, "da-ufl-paper: standard deviation of every class per coordinate", allowed=Interval(float, 0, 1000, closed="right")),
 ), rules=(_data_rules,))
@@ -145,7 +145,7 @@ def sections() -> tuple[Section, ...]:
     from . import da_ufl, feddp_kmeans, fedkmeans, fedspectral, kfed
 
     return (COMMON, DATA, fedkmeans.RUN_CONFIG, kfed.RUN_CONFIG, feddp_kmeans.RUN_CONFIG, fedspectral.RUN_CONFIG,
-            da_ufl.RUN_CONFIG, FEDERATION)
+            fedspectral.PLUS_RUN_CONFIG, da_ufl.RUN_CONFIG, FEDERATION)
 
 
 @lru_cache(maxsize=None)
@@ -241,7 +241,7 @@ def with_defaults(run_config: Mapping[str, Any] | None, algorithms: Sequence[str
     read = [section for section in sections() if section.read_by(algorithm)]
     reads = {key.name: key for section in read for key in section.keys}
     for name, value in given.items():
-        reads.get(name, declared[name]).check(value)
+        _check_some_declaration(name, value, reads)
         if name not in reads and value not in (declared[name].default, preset.get(name, declared[name].default)):
             readers = [s.name for s in sections() if any(key.name == name for key in s.keys)]
             raise ConfigError(
@@ -261,6 +261,20 @@ def with_defaults(run_config: Mapping[str, Any] | None, algorithms: Sequence[str
         for rule in section.rules:
             rule(merged)
     return RunConfig(merged)
+
+
+def _check_some_declaration(name: str, value: Any, reads: Mapping[str, Key]) -> None:
+    """``value`` within the range of the chosen algorithm's declaration of ``name``, or, for a
+    key it does not read, of some algorithm's (else the first declaration's error)."""
+    if name in reads:
+        return reads[name].check(value)
+    declarations = [key for section in sections() for key in section.keys if key.name == name]
+    for key in declarations:
+        try:
+            return key.check(value)
+        except ConfigError:
+            pass
+    declarations[0].check(value)
 
 
 def validate(config: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ from .point_tasks import matching_dimension
 from .privacy.clipping import CLIENT, DATA_POINT, clip_l1, clip_l2, clip_rows_l2, scale_l2
 from .device import DeviceData, device_task
 from .checks import Interval, StrOptions
-from .config import MANY, SEED_MAX, WRITE_LABELS, ConfigError, Key, Section, number_list
+from .config import MANY, SEED_MAX, SERVER_DATA, WRITE_LABELS, ConfigError, Key, Section, number_list
 from .privacy.clipping import LEVELS
 
 # ==================================================================== device kernels
@@ -319,6 +319,7 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("step-epsilons", "", "per-step ε 'e1,e2,...' instead of a target total; their PLD total must not exceed epsilon"),
     Key("budget-split", "", "relative ε shares 'w1,w2,w3g,w3l' (default: the paper's rule of thumb)"),
     Key("init", "auto", "initialization method", allowed=StrOptions(("auto",) + INIT_METHODS)),
+    SERVER_DATA,
     Key("lloyd-rounds", 0, "T, FedDP-Lloyds rounds", allowed=Interval(int, 0, MANY)),
     Key("lloyd-fraction", 0.25, "share of ε for FedDP-Lloyds", allowed=Interval(float, 0, 1, closed="left")),
     Key("clip-norm", 0.0, "Δ, point norm bound (0 = the server data's radius)", allowed=Interval(float, 0)),

@@ -27,15 +27,27 @@ import numpy as np
 from .point_tasks import center_shift, matching_dimension
 from .lloyd import assign, kmeans, kmeans_cost, kmeans_plus_plus, lloyd, lloyd_statistics, rows_per_chunk, squared_distances
 from .device import DeviceData, device_task
-from .config import AGGREGATION, INIT_CANDIDATES, MANY, STANDARDIZE, TRIM_FRACTION, WRITE_LABELS, ConfigError, Key, Section, k_range
+from .config import (AGGREGATION, INIT_CANDIDATES, MANY, SERVER_DATA, STANDARDIZE, TRIM_FRACTION, WRITE_LABELS, ConfigError,
+                     Key, Section, k_range)
 from .checks import Interval, StrOptions
+from . import kfed
 
 INITS = ("auto", "local-summaries", "kfed", "random-box", "server-kmeans++")
+
+
+# init = 'kfed' starts from k-FED's one-shot merge, which reads k-FED's own keys.
+KFED_START_KEYS = tuple(key for key in kfed.RUN_CONFIG.keys if key.name in (
+    "k-prime", "kfed-weighting", "kfed-min-devices", "kfed-to-convergence", "kfed-server-starts", "kfed-device-restarts"))
 
 
 def _rules(c: Mapping[str, Any]) -> None:
     if c["init"] == "server-kmeans++" and not c["server-data"]:
         raise ConfigError("init='server-kmeans++' needs run-config server-data (a .npy path)")
+    if c["server-data"] and c["init"] != "server-kmeans++":
+        raise ConfigError(f"run-config server-data is read by FedKMeans only with init='server-kmeans++', not init={c['init']!r}")
+    for key in KFED_START_KEYS:
+        if c["init"] != "kfed" and c[key.name] != key.default:
+            raise ConfigError(f"run-config {key.name} is read by FedKMeans only with init='kfed', not init={c['init']!r}")
     if c["k-range"]:
         k_range(c["k-range"])
 
@@ -68,6 +80,8 @@ RUN_CONFIG = Section("fedkmeans", (  # docs/ALGORITHMS.md section 1
     Key("server-memory", True, "aggregate every node's latest statistics (unsampled ones as last reported; every node sends its statistics of the start in round 1); false: this round's replies only (the paper)"),
     AGGREGATION,
     TRIM_FRACTION,
+    SERVER_DATA,
+    *KFED_START_KEYS,
     Key("k-range", "", "choose k: 'a:b' scores every k in a..b in one federated round and reports the elbow "
         "and the Calinski-Harabasz choice instead of training (k is then unused)"),
     STANDARDIZE,

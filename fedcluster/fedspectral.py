@@ -33,21 +33,28 @@ def _rules(c: Mapping[str, Any]) -> None:
         )
     if c["k"] > c["num-nodes"]:
         raise ConfigError(f"k={c['k']} is larger than num-nodes={c['num-nodes']}")
+
+
+def _plus_rules(c: Mapping[str, Any]) -> None:
     if c["num-rounds"] < 1:
         raise ConfigError(f"{c['algorithm']} needs num-rounds >= 1, got {c['num-rounds']}")
 
 
-RUN_CONFIG = Section("fedspectral", (  # docs/ALGORITHMS.md section 5
-    Key("num-nodes", 0, "global number of graph nodes (ids 0 .. n-1)", allowed=Interval(int, 0, 10**9)),
-    Key("mode", "exact", "FedSpectral+: exact (summed global products) or paper", allowed=StrOptions(("exact", "paper"))),
+NUM_NODES = Key("num-nodes", 0, "global number of graph nodes (ids 0 .. n-1)", allowed=Interval(int, 0, 10**9))
+RUN_CONFIG = Section("fedspectral", (  # docs/ALGORITHMS.md section 5: the one-shot co-association baseline
+    NUM_NODES,
+    Key("coassociation", "both-present", "FedSpectral co-association rule", allowed=StrOptions(("both-present", "all-clients"))),
+), rules=(_rules,), algorithms=("fedspectral",))
+PLUS_RUN_CONFIG = Section("fedspectral-plus", (  # docs/ALGORITHMS.md section 5: federated power iteration
+    NUM_NODES,
+    Key("mode", "exact", "exact (summed global products) or paper", allowed=StrOptions(("exact", "paper"))),
     Key("iters", 1, "paper mode: local power steps per round", allowed=Interval(int, 1, MANY)),
     Key("oversample", -1, "exact mode: extra block columns (-1 = max(k, 10))", allowed=Interval(int, -1, MANY)),
     Key("acceleration", "krylov", "exact mode: block Krylov + Rayleigh-Ritz, or none", allowed=StrOptions(("krylov", "none"))),
     Key("max-basis", 0, "krylov: columns kept before a thick restart (0 = auto)", allowed=Interval(int, 0, MANY)),
     Key("residual-tol", 0.0, "exact mode: stop when every top-k Ritz residual is at most this (0 = never)", allowed=Interval(float, 0)),
     Key("edge-copies", 1, "r, clients holding every edge", allowed=Interval(int, 1, MANY)),
-    Key("coassociation", "both-present", "FedSpectral co-association rule", allowed=StrOptions(("both-present", "all-clients"))),
-), rules=(_rules,), algorithms=("fedspectral", "fedspectral-plus"))
+), rules=(_rules, _plus_rules), algorithms=("fedspectral-plus",))
 
 __all__ = [
     # device

@@ -114,6 +114,25 @@ def test_a_key_the_algorithm_does_not_read_is_refused_unless_at_its_default():
     assert with_defaults({"algorithm": "da-ufl", "aggregation": "median"}).aggregation == "median"
 
 
+def test_a_key_read_only_under_another_key_is_refused_without_it():
+    # FedKMeans' k-FED start reads k-FED's keys; its server-kmeans++ start reads server-data.
+    assert with_defaults({"algorithm": "fedkmeans", "init": "kfed", "k-prime": 3, "kfed-weighting": "capped-count"}).k_prime == 3
+    with pytest.raises(ConfigError, match="k-prime is read by FedKMeans only with init='kfed', not init='auto'"):
+        with_defaults({"algorithm": "fedkmeans", "k-prime": 3})
+    with pytest.raises(ConfigError, match=r"server-data is read by FedKMeans only with init='server-kmeans\+\+'"):
+        with_defaults({"algorithm": "fedkmeans", "server-data": "server.npy"})
+    with pytest.raises(ConfigError, match="server-data = 'server.npy' is not read by algorithm 'kfed'"):
+        with_defaults({"algorithm": "kfed", "server-data": "server.npy"})
+    # The two graph algorithms read different keys.
+    with pytest.raises(ConfigError, match="coassociation = 'all-clients' is not read by algorithm 'fedspectral-plus'"):
+        with_defaults({"algorithm": "fedspectral-plus", "num-nodes": 10, "coassociation": "all-clients"})
+    with pytest.raises(ConfigError, match="mode = 'paper' is not read by algorithm 'fedspectral'"):
+        with_defaults({"algorithm": "fedspectral", "num-nodes": 10, "mode": "paper"})
+    # A value another algorithm allows is refused as not read, not as out of range.
+    with pytest.raises(ConfigError, match="init = 'feddp' is not read by algorithm 'kfed'"):
+        with_defaults({"algorithm": "kfed", "init": "feddp"})
+
+
 def test_one_key_declared_with_two_defaults_is_a_declaration_error(monkeypatch):
     from fedcluster import config
 
