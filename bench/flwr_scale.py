@@ -55,6 +55,7 @@ def fedkmeans_config(supernodes: int, points_per_client: int, rounds: int, outpu
     return {
         "algorithm": "fedkmeans", "dataset": "gaussian-mixture", "partition": "iid",
         "num-points": supernodes * points_per_client, "dim": 8, "k": 8, "num-rounds": rounds,
+        "n-init": 1,  # one center set per round: the echo's payload (the default trains up to 16 side by side)
         "reference": False, "min-nodes": supernodes, "output-dir": output_dir,
     }
 

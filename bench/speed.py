@@ -162,6 +162,7 @@ def inprocess_config(clients: int, points_per_client: int, rounds: int) -> dict:
     return {
         "algorithm": "fedkmeans", "dataset": "gaussian-mixture", "partition": "iid",
         "num-points": clients * points_per_client, "dim": 8, "k": 8, "num-rounds": rounds,
+        "n-init": 1,  # one center set per round: the echo floor's payload (the default trains up to 16 side by side)
         "reference": False,
     }
 
