@@ -30,7 +30,7 @@ Usage::
     python bench/fedkmeans_partial.py            # 10 seeds, the whole grid
     python bench/fedkmeans_partial.py --quick    # 3 seeds, the pathological 2-component rows
     python bench/fedkmeans_partial.py --quick --out DIR   # also writes DIR/fedkmeans_partial.md
-    python bench/fedkmeans_partial.py --figures docs/figures/fedkmeans-partial
+    python bench/fedkmeans_partial.py --out docs/results
     python bench/fedkmeans_partial.py --diagnose # other starts / no reassignment, 1-2 components
 """
 
