@@ -31,6 +31,7 @@ from .config import (AGGREGATION, INIT_CANDIDATES, MANY, SERVER_DATA, STANDARDIZ
                      Key, Section, k_range)
 from .checks import Interval, StrOptions
 from . import kfed
+from .robust import aggregate_centers
 
 INITS = ("auto", "local-summaries", "kfed", "random-box", "server-kmeans++")
 
@@ -662,14 +663,15 @@ Stated = tuple[float, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]  # 
 
 
 def partitions_violation(stated: list[Stated], earlier: Sequence[Stated] = (), whole: Stated | None = None,
-                         relative: float = 1e-8) -> str | None:
+                         relative: float = 1e-8, names: Sequence[str] = ()) -> str | None:
     """Why the center sets of one training reply (``stated``: each set's cost of its
-    received centers and the partition it states), the node's earlier accepted replies
-    (``earlier``) and its declared moments (``whole``: all its points as one part, cost 0)
-    cannot all come from one fixed set of points: some cost exceeds what another of these
-    partitions costs with the same centers (:func:`partition_bound`, every pair at once;
-    up to a rounding slack relative to the terms' scale). None when they can. Honest replies
-    never fail it: nearest-center labels cost least for any fixed data."""
+    received centers and the partition it states; ``names``: what to call them, default
+    "set s"), the node's earlier accepted replies (``earlier``) and its declared moments
+    (``whole``: all its points as one part, cost 0) cannot all come from one fixed set of
+    points: some cost exceeds what another of these partitions costs with the same centers
+    (:func:`partition_bound`, every pair at once; up to a rounding slack relative to the
+    terms' scale). None when they can. Honest replies never fail it: nearest-center labels
+    cost least for any fixed data."""
     every = [s for s in stated + list(earlier) + ([whole] if whole is not None else []) if s[2][0].size]
     if len(every) < 2:
         return None
@@ -687,7 +689,8 @@ def partitions_violation(stated: list[Stated], earlier: Sequence[Stated] = (), w
     bad = (costs[None, :] > bounds + slack) & ~np.eye(len(every), dtype=bool) & (new[:, None] | new[None, :])
     if bad.any():
         j, i = (int(x) for x in np.argwhere(bad)[0])
-        name = lambda k: f"set {next(t for t, s in enumerate(stated) if s is every[k])}" if new[k] else (  # noqa: E731
+        labels = list(names) or [f"set {t}" for t in range(len(stated))]
+        name = lambda k: labels[next(t for t, s in enumerate(stated) if s is every[k])] if new[k] else (  # noqa: E731
             "its declared moments" if every[k] is whole else "an earlier reply")
         return (f"{name(i)} against {name(j)}: cost {costs[i]:.10g} of the received centers exceeds {bounds[j, i]:.10g}, "
                 f"what another partition of its points it stated costs with them: its statistics do not come from one "
@@ -702,6 +705,54 @@ def whole_partition(declared: Any) -> Stated | None:
         return None
     part = (np.array([declared.points]), declared.moment_sum[None, :], np.array([declared.moment_sumsq.sum()]))
     return 0.0, np.zeros((1, declared.moment_sum.size)), part
+
+
+def evaluation_statement(arrays: Mapping[str, np.ndarray], centers: np.ndarray, declared: Any) -> Stated | None:
+    """An evaluation reply (``lloyd_stats``: the counts, sums and cost of its points'
+    nearest-center partition for ``centers``) as a stated partition, so that
+    :func:`partitions_violation` holds it against the device's training replies. Its parts'
+    sums of squares are not sent, but a partition bound needs only their total, the declared
+    one (each part's term is constant across centers): it sits on the first part. None
+    without declared moments."""
+    if declared is None or declared.moment_sumsq is None:
+        return None
+    counts = np.asarray(arrays["counts"], dtype=np.float64)
+    seen = counts > 0
+    squares = np.zeros(int(seen.sum()))
+    if squares.size:
+        squares[0] = float(np.sum(declared.moment_sumsq))
+    return float(arrays["cost"][0]), centers, (counts[seen], np.asarray(arrays["sums"], dtype=np.float64)[seen], squares)
+
+
+def scores_violation(costs: np.ndarray, candidates: np.ndarray, earlier: Sequence[Stated], whole: Stated | None,
+                     relative: float = 1e-8) -> str | None:
+    """Why a device's costs of candidate center sets (``score_candidates``) cannot come from
+    the points its stated partitions (``earlier``, ``whole``) describe: a cost above what
+    one of those partitions costs with the same centers (:func:`partition_bound`), which
+    nearest-center labels can only undercut. None when every cost fits."""
+    statements = [s for s in list(earlier) + ([whole] if whole is not None else []) if s[2][0].size]
+    for m, (cost, centers) in enumerate(zip(np.asarray(costs, dtype=np.float64), candidates)):
+        for statement in statements:
+            bound, scale = partition_bound(statement[2], centers)
+            if cost > bound + relative * (scale + abs(cost)):
+                source = "its declared moments" if statement is whole else "an earlier reply"
+                return (f"candidate {m}: cost {cost:.10g} exceeds {bound:.10g}, what {source} costs with these centers: "
+                        f"its statistics do not come from one fixed set of points")
+    return None
+
+
+def lloyd_step(replies_counts: np.ndarray, replies_sums: np.ndarray, centers: np.ndarray, method: str = "mean",
+               trim: float = 0.1) -> np.ndarray:
+    """One Lloyd step from evaluation replies (per device: counts (m, k), sums (m, k, d)
+    of ``centers``), combined like training replies (:func:`fedcluster.robust.aggregate_centers`);
+    a cluster no device saw keeps its center."""
+    counts = np.asarray(replies_counts, dtype=np.float64)
+    means = np.divide(replies_sums, np.maximum(counts, 1.0)[:, :, None])
+    totals, weighted = aggregate_centers(means, counts, method, trim)
+    seen = totals > 0
+    new = np.array(centers, dtype=np.float64, copy=True)
+    new[seen] = weighted[seen] / totals[seen, None]
+    return new
 
 
 def stated_in_reply(incoming: np.ndarray, arrays: Mapping[str, np.ndarray], learning_rate: float) -> list[Stated]:

@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from fedcluster.fedkmeans import cheapest_estimates
+from fedcluster.fedkmeans import cheapest_estimates, evaluation_statement, partitions_violation, scores_violation, whole_partition
 
 from .base import Reply, sum_arrays, sum_metric
+from .messages import Inconsistent
 
 ESTIMATED_POOL = 4  # partial participation: the centers with the cheapest sampled estimates, scored at the end
 
@@ -55,16 +56,18 @@ class FedKMeansMeasure:
                 entry = (bound, t, center_set.index, center_set.centers.copy())
                 self.estimated = cheapest_estimates(self.estimated, entry, ESTIMATED_POOL)
 
-    def final_evaluation(self, last: "CenterSet") -> tuple[float, int]:
+    def final_evaluation(self, last: "CenterSet", phase: str = "final-evaluation") -> tuple[float, int, list[Reply]]:
         """The last centers' cost on every active node (``lloyd_stats``) and, in the same
         round trip, under partial participation, every node's cost of the centers that the
         sampled devices' replies estimated cheapest (:attr:`estimated`): an exact measurement
         of each, which may make it the best (:meth:`consider_best`). With nodes away, the
         best centers measured so far cover points the final evaluation cannot: they are
-        scored again beside the last ones, on the same points."""
+        scored again beside the last ones, on the same points. Every reply is held against
+        the partitions its device stated in training (:meth:`statement_check`). Returns the
+        total cost, the points and the ``lloyd_stats`` replies."""
         k = last.centers.shape[0]
         requests = [dict(task="lloyd_stats", nodes=self.active_nodes, arrays={"centers": last.centers},
-                         sizes={"k": k}, phase="final-evaluation")]
+                         sizes={"k": k}, phase=phase, check=self.statement_check(last.centers))]
         pool = [entry for entry in self.estimated if entry[3] is not None]
         rescore = self.best_seen is not None and len(self.present(self.active_nodes)) < len(self.active_nodes)
         if rescore:
@@ -72,7 +75,8 @@ class FedKMeansMeasure:
         if pool:
             candidates = np.stack([entry[3] for entry in pool])
             requests.append(dict(task="score_candidates", nodes=self.active_nodes, arrays={"candidates": candidates},
-                                 sizes={"m": len(pool), "k": k}, phase="final-candidates"))
+                                 sizes={"m": len(pool), "k": k}, phase="final-candidates",
+                                 check=self.statement_check(candidates, scores=True)))
         got = self.broadcast_together(*requests)
         total_cost, num_points = float(sum_arrays(got[0], "cost")[0]), int(sum_arrays(got[0], "counts").sum())
         if pool and int(sum_metric(got[1])) == num_points:  # over the same points: comparable
@@ -80,7 +84,27 @@ class FedKMeansMeasure:
             costs = sum_arrays(got[1], "costs")
             for (_, round_number, index, centers), cost in zip(pool, costs):
                 self.consider_best(float(cost) / num_points, round_number, self.sets[index], num_points, centers)
-        return total_cost, num_points
+        return total_cost, num_points, got[0]
+
+    def statement_check(self, centers: np.ndarray, scores: bool = False):
+        """An evaluation reply (``lloyd_stats`` of ``centers``, or ``score_candidates`` of the
+        (m, k, d) ``centers`` with ``scores``) must fit the partition of its points the
+        device's last accepted training reply stated and its declared moments
+        (:func:`fedcluster.fedkmeans.partitions_violation`, :func:`scores_violation`): an
+        honest device's nearest-center cost of fixed points never exceeds what any other
+        partition of them costs. A contradiction proves a liar, which leaves the run."""
+        def check(reply: Reply) -> str | None:
+            declared = self.declared.get(reply.node_id)
+            earlier = getattr(self, "stated_partitions", {}).get(reply.node_id, [])
+            whole = whole_partition(declared)
+            if scores:
+                reason = scores_violation(reply.arrays["costs"], centers, earlier, whole)
+            else:
+                stated = evaluation_statement(reply.arrays, centers, declared)
+                reason = stated and partitions_violation([stated], earlier, whole, names=["its evaluation"])
+            return Inconsistent(reason) if reason else None
+
+        return check
 
     def consider_best(self, cost: float, round_number: int, center_set: "CenterSet", points: int,
                       centers: np.ndarray | None = None) -> None:

@@ -716,3 +716,43 @@ def test_statistics_that_no_fixed_set_of_points_gives_are_dropped(tmp_path):
     assert str(result["nodes"]["exclusions"][0]["node"]) == "1002"
     honest = run({**config, "output-dir": str(tmp_path / "b")}, num_nodes=5)
     assert result["final"]["cost"] <= 1.01 * honest["final"]["cost"]
+
+
+@pytest.mark.parametrize("split, seed", [("iid", 9), ("dirichlet", 1)])
+def test_a_liar_its_own_final_evaluation_contradicts_is_caught_and_its_pull_undone(split, seed, tmp_path):
+    """Device 1000 claims in every training reply ALL its real points for the cluster whose
+    center is nearest their mean: true statistics of a false partition, whose mean sits in
+    that center's cell and whose cost equals what its declared moments allow, so no
+    training check can object (the robust bench's ``cell edge`` in its two surviving runs).
+    In the final evaluation it answers honestly: that reply's partition undercuts its
+    training claims, so the server excludes it there and takes Lloyd steps from the
+    others' evaluation replies, which bring the centers back to the honest run's cost."""
+    from fedcluster.data import gaussian_mixture, partition_dirichlet, partition_iid
+    from fedcluster.lloyd import kmeans_cost
+
+    X, labels = gaussian_mixture(2000, 5, 5, seed, separation=8.0)
+    parts = partition_iid(len(X), 10, seed) if split == "iid" else partition_dirichlet(labels, 10, 0.5, seed)
+    own = X[parts[0]]
+    folder = write_npy_dir(tmp_path / "data", [X[p] for p in parts])
+
+    def all_in_one(node, message, reply):
+        if node != 1000 or message.metadata.message_type != "train.fedkmeans_train" or reply.has_error():
+            return reply
+        sent = message.content.array_records["arrays"]["centers"].numpy()
+        nearest_to_mean = lambda s: int(((sent[s] - own.mean(0)) ** 2).sum(1).argmin())  # noqa: E731
+        state_partition(reply.content.array_records["arrays"], sent, own,
+                        lambda s: np.full(len(own), nearest_to_mean(s)))
+        return reply
+
+    config = {"k": 5, "dataset": "npy-dir", "data-dir": str(folder), "seed": seed, "reference": False}
+    attacked = run({**config, "output-dir": str(tmp_path / "a")}, num_nodes=10, reply_hook=all_in_one)
+    honest = run({**config, "output-dir": str(tmp_path / "b")}, num_nodes=10)
+    failures = {p["phase"]: p["failures"] for p in attacked["phases"] if p["failures"]}
+    assert list(failures) == ["final-evaluation"], failures  # every training reply passed its checks
+    (failure,) = failures["final-evaluation"]
+    assert str(failure["node"]) == "1000" and failure["kind"] == "inconsistent", failure
+    assert failure["reason"].startswith("an earlier reply against its evaluation"), failure
+    assert attacked["recovery"]["caught"] == [1000] and attacked["recovery"]["steps"] >= 1
+    true_cost = [kmeans_cost(X, np.load(tmp_path / out / "centers.npy")) for out in ("a", "b")]
+    assert true_cost[0] <= 1.002 * true_cost[1], true_cost
+    assert not any(p["phase"] == "recovery-evaluation" for p in honest["phases"])  # an honest run never pays for it

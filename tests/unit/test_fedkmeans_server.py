@@ -353,3 +353,101 @@ def test_the_vectorized_check_finds_exactly_the_pairs_the_one_pair_oracle_finds(
     pairs = [(i, j) for i in range(len(stated)) for j in range(len(stated)) if i != j and (i < 2 or j < 2)]
     expected = any(_violates(stated[i][0], stated[i][1], stated[j][2]) for i, j in pairs)
     assert (partitions_violation(new, earlier) is not None) == expected
+
+
+def _declared(X):
+    from fedcluster.bounds import Declared
+
+    return Declared(float(len(X)), X.min(0), X.max(0), moment_sum=X.sum(0), moment_sumsq=(X ** 2).sum(0))
+
+
+def _evaluation(X, C):
+    """An honest ``lloyd_stats`` reply of a device holding X for centers C."""
+    labels, cost = _nearest(X, C)
+    k, d = C.shape
+    sums = np.zeros((k, d))
+    np.add.at(sums, labels, X)
+    return {"counts": np.bincount(labels, minlength=k).astype(float), "sums": sums, "cost": np.array([cost])}
+
+
+def test_a_training_claim_that_its_own_evaluation_undercuts_is_a_contradiction():
+    """Four corner clusters and one in the middle; the device claims all 100 of its points
+    for the middle center. Every check of the training reply alone holds (its cost is the
+    one its statistics imply, its mean lies in the middle cell, and sending all points to
+    one center is exactly what its declared moments allow), but its honest evaluation's
+    partition of the same points for the same centers costs less than the claim."""
+    from fedcluster.bounds import voronoi_violation
+    from fedcluster.fedkmeans import evaluation_statement, partitions_violation, whole_partition
+
+    rng = np.random.default_rng(0)
+    C = np.array([[0, 0], [10, 0], [0, 10], [10, 10], [5, 5]], dtype=float)
+    X = np.concatenate([c + rng.normal(size=(20, 2)) for c in C])
+    declared = _declared(X)
+    middle = np.full(len(X), 4)
+    lie = (float(((X - C[4]) ** 2).sum()), C, _stated(X, middle, 5))
+    means, counts = C.copy(), np.array([0.0, 0.0, 0.0, 0.0, 100.0])
+    means[4] = X.mean(0)
+    assert voronoi_violation(means, counts, C) is None  # its mean lies in the middle cell
+    assert partitions_violation([lie], [], whole_partition(declared)) is None  # training alone: no objection
+    honest = evaluation_statement(_evaluation(X, C), C, declared)
+    reason = partitions_violation([honest], [lie], whole_partition(declared), names=["its evaluation"])
+    assert reason is not None and reason.startswith("an earlier reply against its evaluation"), reason
+    honest_training = (_nearest(X, C)[1], C, _stated(X, _nearest(X, C)[0], 5))
+    assert partitions_violation([honest], [honest_training], whole_partition(declared), names=["its evaluation"]) is None
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_an_honest_devices_evaluation_never_contradicts_its_training(seed):
+    """Random data (offsets, integer grids with ties on the bisectors, constant features),
+    training centers and evaluation centers near or far from them: an honest evaluation
+    and scores never contradict an honest training reply or the declared moments."""
+    from fedcluster.fedkmeans import evaluation_statement, partitions_violation, scores_violation, whole_partition
+
+    rng = np.random.default_rng(seed)
+    for _ in range(30):
+        n, d, k = int(rng.integers(2, 200)), int(rng.integers(1, 6)), int(rng.integers(1, 8))
+        X = rng.normal(size=(n, d)) * rng.choice([0.01, 1.0, 100.0]) + rng.choice([0.0, 1e4])
+        if rng.random() < 0.3:
+            X = np.round(X)
+        if rng.random() < 0.2:
+            X[:, 0] = 3.0
+        trained = X[rng.choice(n, size=k)] + rng.normal(size=(k, d)) * 0.1
+        evaluated = trained + rng.normal(size=(k, d)) * rng.choice([0.0, 0.01, 1.0])
+        declared = _declared(X)
+        training = (_nearest(X, trained)[1], trained, _stated(X, _nearest(X, trained)[0], k))
+        stated = evaluation_statement(_evaluation(X, evaluated), evaluated, declared)
+        assert partitions_violation([stated], [training], whole_partition(declared)) is None
+        candidates = np.stack([evaluated, trained])
+        scores = np.array([_nearest(X, c)[1] for c in candidates])
+        assert scores_violation(scores, candidates, [training], whole_partition(declared)) is None
+
+
+def test_a_score_above_what_a_stated_partition_costs_is_named():
+    from fedcluster.fedkmeans import scores_violation, whole_partition
+
+    rng = np.random.default_rng(2)
+    X, C = rng.normal(size=(80, 2)), np.array([[-1.0, 0.0], [1.0, 0.0]])
+    training = (_nearest(X, C)[1], C, _stated(X, _nearest(X, C)[0], 2))
+    honest = _nearest(X, C)[1]
+    assert scores_violation(np.array([honest]), C[None], [training], None) is None
+    reason = scores_violation(np.array([honest, 1.5 * honest]), np.stack([C, C]), [training], None)
+    assert reason is not None and reason.startswith("candidate 1: cost"), reason
+    far = C + 50.0
+    inflated = 1.01 * float(((X - far[0]) ** 2).sum())  # more than all points at one center: against the moments
+    reason = scores_violation(np.array([inflated]), far[None], [], whole_partition(_declared(X)))
+    assert reason is not None and "its declared moments" in reason, reason
+
+
+def test_a_lloyd_step_from_evaluation_replies_is_the_pooled_mean_and_keeps_unseen_centers():
+    from fedcluster.fedkmeans import lloyd_step
+
+    rng = np.random.default_rng(4)
+    C = np.array([[0.0, 0.0], [5.0, 5.0], [100.0, 100.0]])
+    devices = [rng.normal(size=(30, 2)) + rng.choice([0.0, 5.0]) for _ in range(4)]
+    replies = [_evaluation(X, C) for X in devices]
+    stepped = lloyd_step(np.stack([r["counts"] for r in replies]), np.stack([r["sums"] for r in replies]), C)
+    pooled = np.concatenate(devices)
+    labels, _ = _nearest(pooled, C)
+    for j in (0, 1):
+        np.testing.assert_allclose(stepped[j], pooled[labels == j].mean(0), rtol=1e-12)
+    np.testing.assert_array_equal(stepped[2], C[2])  # no device saw it
