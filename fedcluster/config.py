@@ -15,6 +15,7 @@ import math
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
 from . import checks
@@ -149,8 +150,9 @@ def sections() -> tuple[Section, ...]:
 
 
 @lru_cache(maxsize=None)
-def keys() -> dict[str, Key]:
-    """Every key by name (its first declaration: the type and default every section shares)."""
+def keys() -> Mapping[str, Key]:
+    """Every key by name (its first declaration: the type and default every section shares),
+    read-only: the declarations are changed where they are written, not by a caller."""
     found: dict[str, Key] = {}
     for section in sections():
         for key in section.keys:
@@ -158,7 +160,7 @@ def keys() -> dict[str, Key]:
             if (first.default, first.kind) != (key.default, key.kind):
                 raise RuntimeError(f"run-config key {key.name!r} is declared with two defaults: "
                                    f"{first.default!r} and {key.default!r} (section {section.name})")
-    return found
+    return MappingProxyType(found)
 
 
 def defaults() -> dict[str, Any]:
@@ -241,8 +243,10 @@ def with_defaults(run_config: Mapping[str, Any] | None, algorithms: Sequence[str
     read = [section for section in sections() if section.read_by(algorithm)]
     reads = {key.name: key for section in read for key in section.keys}
     for name, value in given.items():
-        _check_some_declaration(name, value, reads)
-        if name not in reads and value not in (declared[name].default, preset.get(name, declared[name].default)):
+        if name in reads:
+            continue  # checked with every key the algorithm reads, below
+        _check_some_declaration(name, value)
+        if value not in (declared[name].default, preset.get(name, declared[name].default)):
             readers = [s.name for s in sections() if any(key.name == name for key in s.keys)]
             raise ConfigError(
                 f"run-config {name} = {value!r} is not read by algorithm {algorithm!r} (a key of {', '.join(readers)}: "
@@ -263,11 +267,9 @@ def with_defaults(run_config: Mapping[str, Any] | None, algorithms: Sequence[str
     return RunConfig(merged)
 
 
-def _check_some_declaration(name: str, value: Any, reads: Mapping[str, Key]) -> None:
-    """``value`` within the range of the chosen algorithm's declaration of ``name``, or, for a
-    key it does not read, of some algorithm's (else the first declaration's error)."""
-    if name in reads:
-        return reads[name].check(value)
+def _check_some_declaration(name: str, value: Any) -> None:
+    """``value`` (of a key the chosen algorithm does not read) within the range of some
+    algorithm's declaration of ``name`` (else the first declaration's error)."""
     declarations = [key for section in sections() for key in section.keys if key.name == name]
     for key in declarations:
         try:
@@ -276,10 +278,6 @@ def _check_some_declaration(name: str, value: Any, reads: Mapping[str, Key]) -> 
             pass
     declarations[0].check(value)
 
-
-def validate(config: dict[str, Any]) -> None:
-    """Check a full config (as :func:`with_defaults` returns it) again."""
-    with_defaults(config)
 
 
 def number_list(text: str, name: str) -> tuple[float, ...]:
