@@ -21,6 +21,15 @@ The hostile device (node 1000) lies as far as the declared-size bounds let it
   mean), its q points farthest towards the box corner away from that cluster's center go
   to that cluster, as long as their mean stays in the center's Voronoi cell (every other
   point to its nearest center);
+- ``cell edge, same evaluation``: ``cell edge`` that also states its false partition in
+  the final evaluation (the counts, sums and cost of the cell-edge labels for the centers
+  evaluated), so its evaluation never contradicts its training;
+- ``other data`` (every algorithm): the device answers every message honestly, but for other
+  points than it holds: two point masses with its real count, per-feature sum and sum of
+  squares (μ ± s∘σ with count-balancing scales), the sign pattern s that a central k-means
+  of the other devices' points and these costs most on the real points. Its replies are
+  those of an honest device holding those points, so no check of replies can tell: this is
+  the ceiling of what the checks can promise (data poisoning);
 - DA-UFL, ``moved means``: in every inner step it sends, for every cluster, the gradient
   ``W_k (m_k − corner)`` with its honest weight W_k: it claims its points of every cluster
   sit at the corner of its box farthest from the center (a finite gradient with honest
@@ -90,11 +99,37 @@ METHODS = {
 }
 FEDDP = {"epsilon": float("inf"), "lloyd-rounds": 2}
 ATTACKS = {
-    "fedkmeans": ("honest", "moved center", "lying evaluation", "wrong cluster", "cell edge"),
-    "da-ufl": ("honest", "moved means", "wrong cluster"),
-    "kfed": ("honest", "far center", "inflated counts"),
-    "feddp-kmeans": ("honest", "claimed points"),
+    "fedkmeans": ("honest", "moved center", "lying evaluation", "wrong cluster", "cell edge", "cell edge, same evaluation",
+                  "other data"),
+    "da-ufl": ("honest", "moved means", "wrong cluster", "other data"),
+    "kfed": ("honest", "far center", "inflated counts", "other data"),
+    "feddp-kmeans": ("honest", "claimed points", "other data"),
 }
+
+
+def other_data(X: np.ndarray, parts: list[np.ndarray], k: int, seed: int) -> np.ndarray:
+    """The points ``other data`` answers for (see the docstring): n₁ = ⌊n/2⌋ at μ + s∘σ√(n₂/n₁)
+    and n₂ = n − n₁ at μ − s∘σ√(n₁/n₂), which have the device's count, sum and sum of squares
+    per feature; s the sign pattern (first sign +) of the costliest central result."""
+    import itertools
+
+    from sklearn.cluster import KMeans
+
+    own = X[parts[0]]
+    n, d = own.shape
+    if n < 2:
+        return own
+    n1, n2 = n // 2, n - n // 2
+    mu, sigma = own.mean(0), own.std(0)
+    rest = np.concatenate([X[p] for p in parts[1:]])
+    worst = (-1.0, own)
+    for signs in itertools.product((1.0, -1.0), repeat=d - 1):
+        s = np.array((1.0,) + signs)
+        fake = np.concatenate([np.repeat((mu + s * sigma * np.sqrt(n2 / n1))[None], n1, axis=0),
+                               np.repeat((mu - s * sigma * np.sqrt(n1 / n2))[None], n2, axis=0)])
+        centers = KMeans(k, n_init=3, random_state=seed).fit(np.concatenate([rest, fake])).cluster_centers_
+        worst = max(worst, (kmeans_cost(X, centers), fake), key=lambda w: w[0])
+    return worst[1]
 
 
 def cell_edge_partition(own: np.ndarray, sent: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
@@ -163,7 +198,7 @@ def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray], data_mean: np.n
                 cost[s] = float(((own - sent[j]) ** 2).sum())
             record["centers"], record["counts"], record["sumsq"], record["cost"] = (
                 Array(centers), Array(counts), Array(sumsq), Array(cost))
-        if attack == "cell edge" and kind == "train.fedkmeans_train":
+        if attack.startswith("cell edge") and kind == "train.fedkmeans_train":
             sent_sets = message.content.array_records["arrays"]["centers"].numpy()
             counts, centers = np.zeros(sent_sets.shape[:2]), sent_sets.copy()
             sumsq, cost = np.zeros_like(sent_sets), np.zeros(sent_sets.shape[0])
@@ -175,6 +210,14 @@ def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray], data_mean: np.n
                 cost[s] = float(((own - sent[labels]) ** 2).sum())
             record["centers"], record["counts"], record["sumsq"], record["cost"] = (
                 Array(centers), Array(counts), Array(sumsq), Array(cost))
+        if attack == "cell edge, same evaluation" and kind == "query.lloyd_stats":
+            sent = message.content.array_records["arrays"]["centers"].numpy()
+            labels = cell_edge_partition(own, sent, low, high)
+            counts = np.bincount(labels, minlength=len(sent)).astype(np.float64)
+            sums = np.zeros_like(sent)
+            np.add.at(sums, labels, own)
+            record["counts"], record["sums"] = Array(counts), Array(sums)
+            record["cost"] = Array(np.array([float(((own - sent[labels]) ** 2).sum())]))
         if attack == "wrong cluster" and kind == "train.daufl_step":
             sent = message.content.array_records["arrays"]["centers"].numpy()
             weight = record["weight"].numpy()
@@ -237,7 +280,7 @@ def one(algorithm: str, partition: str, seed: int, method: str, attack: str) -> 
         folder = Path(tmp) / "data"
         folder.mkdir()
         for i, index in enumerate(parts):
-            np.save(folder / f"client_{i:03d}.npy", X[index])
+            np.save(folder / f"client_{i:03d}.npy", other_data(X, parts, 5, seed) if attack == "other data" and i == 0 else X[index])
         config = {"algorithm": algorithm, "k": 5, "dataset": "npy-dir", "data-dir": str(folder), "seed": seed, "reference": False,
                   **METHODS[algorithm][method], "output-dir": str(Path(tmp) / "out")}
         if algorithm == "feddp-kmeans":
