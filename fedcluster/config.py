@@ -243,15 +243,14 @@ def with_defaults(run_config: Mapping[str, Any] | None, algorithms: Sequence[str
     read = [section for section in sections() if section.read_by(algorithm)]
     reads = {key.name: key for section in read for key in section.keys}
     for name, value in given.items():
-        if name in reads:
-            continue  # checked with every key the algorithm reads, below
+        if name in reads or value in (declared[name].default, preset.get(name, declared[name].default)):
+            continue  # read: checked with every key the algorithm reads, below; else at a value it would have
         _check_some_declaration(name, value)
-        if value not in (declared[name].default, preset.get(name, declared[name].default)):
-            readers = [s.name for s in sections() if any(key.name == name for key in s.keys)]
-            raise ConfigError(
-                f"run-config {name} = {value!r} is not read by algorithm {algorithm!r} (a key of {', '.join(readers)}: "
-                f"{declared[name].doc}); drop it"
-            )
+        readers = [s.name for s in sections() if any(key.name == name for key in s.keys)]
+        raise ConfigError(
+            f"run-config {name} = {value!r} is not read by algorithm {algorithm!r} (a key of {', '.join(readers)}: "
+            f"{declared[name].doc}); drop it"
+        )
     for name, value in preset.items():
         if merged[name] not in (declared[name].default, value):
             raise ConfigError(

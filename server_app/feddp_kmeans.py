@@ -31,7 +31,7 @@ from fedcluster.point_tasks import center_shift
 from fedcluster.data import load_points
 from fedcluster.node_data import generated_server_points
 from fedcluster.lloyd import kmeans, kmeans_plus_plus
-from fedcluster.privacy import PrivacyLedger, independent_generators
+import fedcluster.privacy  # its modules load on first use (the ledger brings dp_accounting, seconds)
 
 from .base import FederatedStrategy, FederationError, Reply
 from .feddp_kmeans_privacy import FedDPPrivacy
@@ -82,10 +82,10 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg.clip_outer)
         self.plan = self.privacy_plan()
         seed = cfg.noise_seed
-        streams = independent_generators(seed if seed >= 0 else None, len(feddp_kmeans.STEPS) + 1)
+        streams = fedcluster.privacy.independent_generators(seed if seed >= 0 else None, len(feddp_kmeans.STEPS) + 1)
         self.mechanisms = {name: step.mechanism_instance(streams[feddp_kmeans.STEPS[name][1]]) for name, step in self.plan.items()}
         self.sampling_rng = streams[feddp_kmeans.SAMPLING_STREAM]
-        self.ledger = PrivacyLedger(self.level)
+        self.ledger = fedcluster.privacy.PrivacyLedger(self.level)
 
         arrays: dict[str, np.ndarray] = {}
         if self.init_method == "feddp":

@@ -92,3 +92,19 @@ def test_one_launcher_starts_flower_processes():
             if isinstance(node, ast.Constant) and node.value in ("flower-superlink", "flower-supernode") and path != launcher:
                 others.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not others, "Flower processes started outside fedcluster/tools/flower.py: " + ", ".join(others)
+
+
+def test_the_server_and_the_device_start_without_the_privacy_accountant():
+    """dp_accounting (with scipy.signal) takes seconds to import: only a FedDP run loads it,
+    when its strategy is made, never the ServerApp or ClientApp of any other run."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import server_app.app, server_app.algorithms, client_app.app
+        print("loaded" if "dp_accounting" in sys.modules else "not loaded")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("not loaded"), done.stdout
