@@ -25,6 +25,7 @@ import numpy as np
 from flwr.common.logger import log
 
 from fedcluster.bounds import moments_violation, voronoi_violation
+from fedcluster.cell_moments import cell_moments_violation
 from fedcluster.point_tasks import bounding_box, center_shift
 from fedcluster.fedkmeans import (
     CenterSet, ServerState, Undo, coarse_summary_k, last_versus_best, implied_means, lloyd_step, orphaned_clusters,
@@ -151,6 +152,11 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
                     reason = moments_violation(a["counts"][s][:, None] * means, a["sumsq"][s], declared)
                 if reason:
                     return f"set {s}: {reason}" if incoming.shape[0] > 1 else reason
+            if declared is not None:  # every set at once: cheap certificates pass most clusters together
+                means = np.stack([implied_means(incoming[s], a["centers"][s], beta) for s in range(incoming.shape[0])])
+                found = cell_moments_violation(means, a["counts"], a["sumsq"], incoming, declared.low, declared.high)
+                if found:
+                    return f"set {found[0]}: {found[1]}" if incoming.shape[0] > 1 else found[1]
             stated = stated_in_reply(incoming, a, beta)
             earlier = self.stated_partitions.get(reply.node_id, [])  # its last accepted reply's (more caught no more)
             reason = partitions_violation(stated, earlier, whole_partition(declared))

@@ -718,19 +718,23 @@ def test_statistics_that_no_fixed_set_of_points_gives_are_dropped(tmp_path):
     assert result["final"]["cost"] <= 1.01 * honest["final"]["cost"]
 
 
+DIMENSION = 8  # above fedcluster.cell_moments.MAX_DIM: no training check can object to the lie below
+
+
 @pytest.mark.parametrize("split, seed", [("iid", 9), ("dirichlet", 1)])
 def test_a_liar_its_own_final_evaluation_contradicts_is_caught_and_its_pull_undone(split, seed, tmp_path):
     """Device 1000 claims in every training reply ALL its real points for the cluster whose
     center is nearest their mean: true statistics of a false partition, whose mean sits in
-    that center's cell and whose cost equals what its declared moments allow, so no
-    training check can object (the robust bench's ``cell edge`` in its two surviving runs).
+    that center's cell and whose cost equals what its declared moments allow, so in d = 8 no
+    training check can object (the robust bench's ``cell edge`` in its two surviving runs,
+    there in d = 5; here it moves the result 1.03x and 1.06x without this check).
     In the final evaluation it answers honestly: that reply's partition undercuts its
     training claims, so the server excludes it there and takes Lloyd steps from the
     others' evaluation replies, which bring the centers back to the honest run's cost."""
     from fedcluster.data import gaussian_mixture, partition_dirichlet, partition_iid
     from fedcluster.lloyd import kmeans_cost
 
-    X, labels = gaussian_mixture(2000, 5, 5, seed, separation=8.0)
+    X, labels = gaussian_mixture(2000, DIMENSION, 5, seed, separation=8.0)
     parts = partition_iid(len(X), 10, seed) if split == "iid" else partition_dirichlet(labels, 10, 0.5, seed)
     own = X[parts[0]]
     folder = write_npy_dir(tmp_path / "data", [X[p] for p in parts])
@@ -756,3 +760,46 @@ def test_a_liar_its_own_final_evaluation_contradicts_is_caught_and_its_pull_undo
     true_cost = [kmeans_cost(X, np.load(tmp_path / out / "centers.npy")) for out in ("a", "b")]
     assert true_cost[0] <= 1.002 * true_cost[1], true_cost
     assert not any(p["phase"] == "recovery-evaluation" for p in honest["phases"])  # an honest run never pays for it
+
+
+@pytest.mark.parametrize("split, seed", [("iid", 9), ("iid", 8)])
+def test_a_claim_more_scattered_than_its_cell_can_hold_is_dropped_in_training(split, seed, tmp_path):
+    """The same all-in-one liar in d = 5, which now also states its false partition in the
+    final evaluation (consistent everywhere, so the evaluation check cannot catch it). Its
+    claimed cluster is more scattered than any points inside that center's Voronoi cell and
+    its box can be (fedcluster.cell_moments): each such training reply is dropped, and the
+    result is the honest run's."""
+    from fedcluster.data import gaussian_mixture, partition_iid
+    from fedcluster.lloyd import kmeans_cost
+
+    X, _ = gaussian_mixture(2000, 5, 5, seed, separation=8.0)
+    parts = partition_iid(len(X), 10, seed)
+    own = X[parts[0]]
+    folder = write_npy_dir(tmp_path / "data", [X[p] for p in parts])
+
+    def all_in_one_everywhere(node, message, reply):
+        if node != 1000 or reply.has_error():
+            return reply
+        kind, record = message.metadata.message_type, reply.content.array_records["arrays"]
+        if kind not in ("train.fedkmeans_train", "query.lloyd_stats"):
+            return reply
+        sent = message.content.array_records["arrays"]["centers"].numpy()
+        if kind == "train.fedkmeans_train":
+            nearest_to_mean = lambda s: int(((sent[s] - own.mean(0)) ** 2).sum(1).argmin())  # noqa: E731
+            state_partition(record, sent, own, lambda s: np.full(len(own), nearest_to_mean(s)))
+        if kind == "query.lloyd_stats":
+            j = int(((sent - own.mean(0)) ** 2).sum(1).argmin())
+            counts, sums = np.zeros(len(sent)), np.zeros_like(sent)
+            counts[j], sums[j] = len(own), own.sum(0)
+            record["counts"], record["sums"] = Array(counts), Array(sums)
+            record["cost"] = Array(np.array([float(((own - sent[j]) ** 2).sum())]))
+        return reply
+
+    config = {"k": 5, "dataset": "npy-dir", "data-dir": str(folder), "seed": seed, "reference": False}
+    attacked = run({**config, "output-dir": str(tmp_path / "a")}, num_nodes=10, reply_hook=all_in_one_everywhere)
+    honest = run({**config, "output-dir": str(tmp_path / "b")}, num_nodes=10)
+    failures = [f for p in attacked["phases"] for f in p["failures"]]
+    assert failures and all(str(f["node"]) == "1000" for f in failures), failures
+    assert any("scatter more than any points inside" in f["reason"] for f in failures), failures
+    true_cost = [kmeans_cost(X, np.load(tmp_path / out / "centers.npy")) for out in ("a", "b")]
+    assert true_cost[0] <= 1.002 * true_cost[1], true_cost

@@ -1,0 +1,217 @@
+"""Could a cluster's count, mean and per-coordinate sums of squares come from points inside
+its center's Voronoi cell and the device's declared box? (server side, SciPy)
+
+A full-batch FedKMeans training reply states, for every cluster j of the centers it
+received, its count n, mean μ and per-coordinate sum of squares, hence per-coordinate
+variances v. Nearest-center points of cluster j lie in K_j = {x in [low, high] : x nearer
+c_j than every other center}, a polytope with vertex set V. Each point is a convex
+combination of vertices and (t − μ_d)² is convex in t, so some probability vector p on V has
+
+    Σ_v p_v v = μ    and    Σ_v p_v (v_d − μ_d)² ≥ v_d  for every coordinate d.
+
+:func:`cell_moments_violation` looks for such a p (a linear program over the vertices, after
+certificates that pass most parts without one). When none exists, no points inside the cell
+have these statistics: the reply is not a nearest-center assignment, whatever the device's
+data. It catches what the mean-in-the-cell test (:func:`fedcluster.bounds.voronoi_violation`)
+cannot: a device claiming points of other clusters for one cluster whose mean stays in its
+cell, more scattered than the cell can hold. Honest replies always pass (the argument
+above); rounding is absorbed by widening cell and box (``SLACK``) and by testing the
+smallest variances rounding could have produced.
+
+The vertices are enumerated (Qhull), which is cheap only in low dimension: above
+``MAX_DIM``, or when a solver cannot decide, the check says nothing (never a false
+rejection).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_DIM = 6  # vertex enumeration beyond this costs too much: no check (no rejection either)
+SLACK = 1e-7  # cells and box widened by this, relative: rounding, points on a bisector
+TOLERANCE = 1e-6  # a variance may exceed the largest achievable by this share of the box width²
+ROUNDING = 1e-9  # variances are tested lowered by this share of Σx²/n: sumsq/n − μ² cancels
+
+
+def cell_moments_violation(means: np.ndarray, counts: np.ndarray, sumsq: np.ndarray, centers: np.ndarray,
+                           low: np.ndarray | None, high: np.ndarray | None) -> tuple[int, str] | None:
+    """For center sets side by side (``centers`` (m, k, d); ``means``, ``sumsq`` (m, k, d) and
+    ``counts`` (m, k) of a reply to them): the first set with a cluster whose (count, mean,
+    per-coordinate sum of squares) cannot come from points inside its center's Voronoi cell
+    and the box ``[low, high]``, and why. None when every one can, and when the dimension is
+    above ``MAX_DIM``, no box was declared or a solver cannot tell."""
+    m, k, d = centers.shape
+    if low is None or high is None or d > MAX_DIM or k < 2:
+        return None
+    sets, parts = np.nonzero(counts > 1)
+    if parts.size == 0:
+        return None
+    mean, square = means[sets, parts], sumsq[sets, parts] / counts[sets, parts][:, None]
+    var = np.maximum(square - mean**2 - ROUNDING * (square + mean**2), 0.0)
+    undecided = np.flatnonzero(~_axis_certificate(mean, var, centers[sets], parts, low, high))
+    for p in undecided:
+        s, j = int(sets[p]), int(parts[p])
+        gap = _cached_gap(mean[p], var[p], centers[s], j, low, high)
+        if gap is not None and gap < -TOLERANCE:
+            return s, (f"the {counts[s, j]:g} points it assigned to center {j} scatter more than any points inside "
+                       f"that center's Voronoi cell and its declared box can: not a nearest-center assignment")
+    return None
+
+
+_GAPS: dict[bytes, float | None] = {}  # a set that stopped moving brings the same statistics every round
+
+
+def _cached_gap(mean, var, centers, j, low, high) -> float | None:
+    key = b"".join(np.ascontiguousarray(x, dtype=np.float64).tobytes() for x in (mean, var, centers, low, high)) + j.to_bytes(4, "little")
+    if key not in _GAPS:
+        if len(_GAPS) >= 10_000:
+            _GAPS.clear()
+        _GAPS[key] = largest_variance_gap(mean, var, centers, j, low, high)
+    return _GAPS[key]
+
+
+def _walls(centers: np.ndarray, j: int, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cell j's walls around ``mean``: ``a·(x − mean) <= b`` for each other center, widened."""
+    others = np.delete(centers, j, axis=0)
+    a = 2.0 * (others - centers[j])
+    b = ((others - mean) ** 2).sum(1) - ((centers[j] - mean) ** 2).sum()
+    size = max(float(((centers - mean) ** 2).sum(1).max()), 1e-300)
+    return a, b + SLACK * size
+
+
+def _axis_certificate(means: np.ndarray, var: np.ndarray, centers: np.ndarray, parts: np.ndarray,
+                      low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Which parts (``means``, ``var`` (P, d); each part's center set ``centers`` (P, k, d) and
+    its cluster ``parts``) pass without a solver, all at once: along each axis d the segment
+    from the mean to the cell's boundary, −s⁻_d .. +s⁺_d, lies in the cell; two points at its
+    ends weighted to keep the mean have variance s⁺_d s⁻_d, so mass v_d / (s⁺_d s⁻_d) on axis d
+    (the rest at the mean) meets every variance when Σ_d v_d / (s⁺_d s⁻_d) <= 1."""
+    rows = np.arange(parts.size)
+    own = centers[rows, parts]  # (P, d)
+    a = 2.0 * (centers - own[:, None, :])  # (P, k, d); the own center's row is 0
+    distance = ((centers - means[:, None, :]) ** 2).sum(2)  # (P, k)
+    b = distance - distance[rows, parts][:, None] + SLACK * np.maximum(distance.max(1), 1e-300)[:, None]
+    b[rows, parts] = np.inf
+    width = high - low
+    with np.errstate(divide="ignore", invalid="ignore"):
+        up = np.where(a > 0, b[:, :, None] / np.where(a > 0, a, 1.0), np.inf).min(1)
+        down = np.where(a < 0, b[:, :, None] / np.where(a < 0, -a, 1.0), np.inf).min(1)
+        up = np.minimum(up, high - means + SLACK * width)
+        down = np.minimum(down, means - low + SLACK * width)
+        need = np.where(var > 0, var / (up * down), 0.0).sum(1)
+    return np.all(b > 0, axis=1) & (up > 0).all(1) & (down > 0).all(1) & (need <= 1.0 - 1e-9)
+
+
+def largest_variance_gap(mean: np.ndarray, var: np.ndarray, centers: np.ndarray, j: int, low: np.ndarray,
+                         high: np.ndarray) -> float | None:
+    """Over the point distributions on cell j ∩ box with mean ``mean``, the largest of
+    min_d (variance_d − var_d) / width_d² (vertex mixtures: they dominate, by Jensen).
+    Negative: no points in the cell have these variances. None: no verdict. A value ≥ 0 from a
+    certificate is a pass, not the maximum."""
+    from scipy.optimize import linprog
+
+    width = high - low
+    free = width > 1e-12 * np.maximum(1.0, np.abs(high) + np.abs(low))
+    if not free.any():
+        return None
+    # y = (x − mean) / width on the free coordinates; a flat box side fixes its coordinate
+    w = np.where(free, width, 1.0)
+    a, b = _walls(centers, j, mean)
+    target = (var / w**2)[free]
+    lo, hi = ((low - mean) / w)[free], ((high - mean) / w)[free]
+    dim = int(free.sum())
+    A = np.vstack([(a * w)[:, free], np.eye(dim), -np.eye(dim)])
+    b = np.concatenate([b, hi + SLACK, -lo + SLACK])
+    norm = np.linalg.norm(A, axis=1)
+    flat = norm <= 1e-12 * max(norm.max(), 1e-300)  # a wall constant on the free coordinates
+    if np.any(b[flat] < 0):
+        return None
+    A, b = A[~flat] / norm[~flat, None], b[~flat] / norm[~flat]
+    walls = np.arange(len(A)) < len(A) - 2 * dim
+    reach = np.maximum(A * (lo - SLACK), A * (hi + SLACK)).sum(axis=1)
+    keep = ~walls | (reach > b)  # a Voronoi wall the whole box satisfies cuts nothing
+    A, b, walls = A[keep], b[keep], walls[keep]
+    if not walls.any():  # the cell is the box: two-point laws at its sides are the largest variances
+        return float(np.min(-(lo - SLACK) * (hi + SLACK) - target))
+    if _box_certificate(A, b, hi, target) or _spread_certificate(A, b, walls, target, dim):
+        return 0.0
+    vertices = _vertices(A, b, dim)
+    if vertices is None:
+        return None
+    m = len(vertices)
+    # maximize t: Σ p = 1, Σ p v = 0 (the mean), Σ p v_d² − t >= target_d
+    equal = np.vstack([np.r_[np.ones(m), 0.0][None], np.hstack([vertices.T, np.zeros((dim, 1))])])
+    rhs = np.zeros(dim + 1)
+    rhs[0] = 1.0
+    below = np.hstack([-(vertices**2).T, np.ones((dim, 1))])
+    found = linprog(np.r_[np.zeros(m), -1.0], A_ub=below, b_ub=-target, A_eq=equal, b_eq=rhs,
+                    bounds=[(0, None)] * m + [(None, 1.0)], method="highs")
+    return float(-found.fun) if found.status == 0 else None  # infeasible: the mean is outside (not this check's call)
+
+
+def _box_certificate(A: np.ndarray, b: np.ndarray, hi: np.ndarray, target: np.ndarray) -> bool:
+    """A pass without a solver: independent two-point laws, coordinate d at −l_d or +u_d with
+    l_d·u_d = target_d (mean 0, that variance; u_d no further than the box side hi_d), fit
+    when the whole box [−l, u] lies in the cell and the device's box (rows of ``A``): every
+    row's largest value on it, Σ_d max(a_d u_d, −a_d l_d), at most its bound."""
+    up = np.minimum(np.sqrt(target), np.maximum(hi, 0.0))
+    if np.any((up <= 0) & (target > 0)):
+        return False
+    down = np.divide(target, up, out=np.zeros_like(target), where=up > 0)
+    return bool(np.all(np.maximum(A * up, -A * down).sum(axis=1) <= b))
+
+
+def _spread_certificate(A: np.ndarray, b: np.ndarray, walls: np.ndarray, target: np.ndarray, dim: int) -> bool:
+    """A pass without vertices: two-point laws along the axes and along the axes projected
+    onto each wall (a part cut by a wall spreads along it), each direction v reaching ±t±
+    to the cell's boundary (variance t⁺t⁻ v_d² in coordinate d); weights p_v with Σ p_v <= 1
+    (the rest at the mean) that meet every variance, found greedily or by a small LP."""
+    from scipy.optimize import linprog
+
+    if np.any(b <= 0):
+        return False
+    directions = [np.eye(dim)]
+    for a in A[walls]:
+        projected = np.eye(dim) - np.outer(a, a)
+        length = np.linalg.norm(projected, axis=1)
+        directions.append(projected[length > 1e-9] / length[length > 1e-9, None])
+    D = np.vstack(directions)
+    along = D @ A.T
+    with np.errstate(divide="ignore"):
+        t_up = np.where(along > 1e-15, b[None] / np.where(along > 1e-15, along, 1.0), np.inf).min(axis=1)
+        t_down = np.where(along < -1e-15, b[None] / np.where(along < -1e-15, -along, 1.0), np.inf).min(axis=1)
+    spread = (t_up * t_down)[:, None] * D**2
+    spread = spread[np.all(np.isfinite(spread), axis=1)]
+    if not len(spread):
+        return False
+    left, mass = target.copy(), 0.0
+    for d in np.argsort(-target):  # greedy: each coordinate by the direction that spreads it most
+        if left[d] > 0:
+            v = int(np.argmax(spread[:, d]))
+            if spread[v, d] <= 0:
+                return False
+            p = left[d] / spread[v, d]
+            mass, left = mass + p, left - p * spread[v]
+    if mass <= 1 - 1e-9:
+        return True
+    found = linprog(np.ones(len(spread)), A_ub=-spread.T, b_ub=-target, bounds=[(0, None)] * len(spread), method="highs")
+    return found.status == 0 and found.fun <= 1 - 1e-9
+
+
+def _vertices(A: np.ndarray, b: np.ndarray, dim: int) -> np.ndarray | None:
+    """The vertices of {y : A y <= b} (Qhull, from its Chebyshev center), or None."""
+    from scipy.optimize import linprog
+    from scipy.spatial import HalfspaceIntersection
+
+    if dim == 1:
+        ends = [linprog([sign], A_ub=A, b_ub=b, bounds=[(None, None)], method="highs") for sign in (1.0, -1.0)]
+        return None if any(e.status != 0 for e in ends) else np.array([[ends[0].fun], [-ends[1].fun]])
+    norm = np.linalg.norm(A, axis=1)
+    inner = linprog(np.r_[np.zeros(dim), -1.0], A_ub=np.hstack([A, norm[:, None]]), b_ub=b,
+                    bounds=[(None, None)] * dim + [(0, None)], method="highs")
+    if inner.status != 0 or inner.x[-1] <= 0:
+        return None
+    try:
+        return HalfspaceIntersection(np.hstack([A, -b[:, None]]), inner.x[:dim]).intersections
+    except Exception:  # Qhull precision trouble: no verdict
+        return None

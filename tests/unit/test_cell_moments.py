@@ -1,0 +1,100 @@
+"""fedcluster.cell_moments: cluster statistics that no points inside the cluster's Voronoi
+cell and the device's box can have, against honest statistics that always pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedcluster.cell_moments import MAX_DIM, cell_moments_violation, largest_variance_gap
+
+
+def _statistics(X, labels, k):
+    """means, counts and per-coordinate sums of squares of a labelling (one center set)."""
+    d = X.shape[1]
+    counts, sums, sumsq = np.zeros(k), np.zeros((k, d)), np.zeros((k, d))
+    np.add.at(counts, labels, 1.0)
+    np.add.at(sums, labels, X)
+    np.add.at(sumsq, labels, X**2)
+    means = np.divide(sums, np.maximum(counts, 1.0)[:, None])
+    return means[None], counts[None], sumsq[None]
+
+
+def _nearest(X, C):
+    return ((X[:, None] - C[None]) ** 2).sum(-1).argmin(1)
+
+
+def test_all_points_claimed_for_the_middle_cell_scatter_more_than_it_holds():
+    """Four corner clusters and one in the middle, 20 points each, all 100 claimed for the
+    middle center. The claim passes every other check of a training reply (its mean lies in
+    the middle cell, its sums add up, and all points sent to one center is exactly what the
+    declared moments allow), but points inside the middle cell cannot spread as far as the
+    corner clusters do."""
+    from fedcluster.bounds import voronoi_violation
+    from fedcluster.fedkmeans import partitions_violation, whole_partition
+    from fedcluster.bounds import Declared
+
+    rng = np.random.default_rng(0)
+    C = np.array([[0, 0], [10, 0], [0, 10], [10, 10], [5, 5]], dtype=float)
+    X = np.concatenate([c + rng.normal(size=(20, 2)) for c in C])
+    low, high = X.min(0), X.max(0)
+    middle = np.full(len(X), 4)
+    means, counts, sumsq = _statistics(X, middle, 5)
+    assert voronoi_violation(means[0], counts[0], C) is None
+    declared = Declared(100.0, low, high, moment_sum=X.sum(0), moment_sumsq=(X**2).sum(0))
+    part = (np.array([100.0]), X.sum(0)[None], np.array([(X**2).sum()]))
+    assert partitions_violation([(float(((X - C[4]) ** 2).sum()), C, part)], [], whole_partition(declared)) is None
+    found = cell_moments_violation(means, counts, sumsq, C[None], low, high)
+    assert found is not None and found[0] == 0 and "center 4" in found[1], found
+    assert cell_moments_violation(*_statistics(X, _nearest(X, C), 5), C[None], low, high) is None
+
+
+def test_the_largest_variance_in_a_cut_box_by_hand():
+    """The box [−1, 1]² cut by the wall x <= 0.5 (centers (0, 0) and (1, 0)), mean at the
+    origin: along x the points reach −1 and 0.5, so the largest variance with that mean is
+    1 × 0.5 = 0.5 (two points at the ends); along y, 1. Below both it passes, above either it
+    fails, with the margin in units of the box width² (4)."""
+    centers = np.array([[0.0, 0.0], [1.0, 0.0]])
+    low, high = np.array([-1.0, -1.0]), np.array([1.0, 1.0])
+    mean = np.zeros(2)
+    assert largest_variance_gap(mean, np.array([0.45, 0.1]), centers, 0, low, high) >= 0
+    assert largest_variance_gap(mean, np.array([0.55, 0.0]), centers, 0, low, high) == pytest.approx((0.5 - 0.55) / 4, abs=1e-6)
+    assert largest_variance_gap(mean, np.array([0.0, 1.1]), centers, 0, low, high) == pytest.approx((1.0 - 1.1) / 4, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_nearest_center_statistics_always_pass(seed):
+    """Honest statistics, several center sets at once: Gaussian mixtures, integer grids with
+    centers on half-integers (points on the bisectors), constant features, duplicated rows,
+    1-D data, offsets of 1e6 and heavy tails."""
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        d, k, n = int(rng.integers(1, MAX_DIM + 1)), int(rng.integers(2, 9)), int(rng.integers(2, 300))
+        kind = rng.integers(5)
+        X = rng.normal(size=(n, d)) + (rng.normal(size=(k, d)) * 4)[rng.integers(k, size=n)]
+        if kind == 1:
+            X = np.round(X)
+        if kind == 2:
+            X = rng.standard_cauchy(size=(n, d)) + 1e6
+        if kind == 3:
+            X[:, 0] = 2.5
+            X = np.concatenate([X, X[: n // 3]])
+        low, high = X.min(0), X.max(0)
+        sets = np.stack([X[rng.choice(len(X), size=k)] + rng.normal(size=(k, d)) * rng.choice([0.0, 0.3]) for _ in range(3)])
+        if kind == 1:
+            sets = np.round(sets) + 0.5
+        stats = [_statistics(X, _nearest(X, C), k) for C in sets]
+        means, counts, sumsq = (np.concatenate([s[i] for s in stats]) for i in range(3))
+        assert cell_moments_violation(means, counts, sumsq, sets, low, high) is None
+
+
+def test_above_its_dimension_or_without_a_box_it_says_nothing():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(50, MAX_DIM + 1))
+    C = np.stack([X[:25].mean(0) + 50.0, X.mean(0)])
+    lie = _statistics(X, np.ones(50, dtype=int), 2)  # everything for center 1
+    assert cell_moments_violation(*lie, C[None], X.min(0), X.max(0)) is None
+    Y = X[:, :2]
+    C2 = np.stack([Y[:25].mean(0) + 0.5, Y.mean(0)])
+    lie2 = _statistics(Y, np.ones(50, dtype=int), 2)
+    assert cell_moments_violation(*lie2, C2[None], None, None) is None
