@@ -10,7 +10,8 @@ combination of vertices and (t − μ_d)² is convex in t, so some probability v
     Σ_v p_v v = μ    and    Σ_v p_v (v_d − μ_d)² ≥ v_d  for every coordinate d.
 
 :func:`cell_moments_violation` looks for such a p (a linear program over the vertices, after
-certificates that pass most parts without one). When none exists, no points inside the cell
+certificates that pass most parts without one; per reply at most ``SOLVED`` clusters, those
+farthest from passing, go to the solver). When none exists, no points inside the cell
 have these statistics: the reply is not a nearest-center assignment, whatever the device's
 data. It catches what the mean-in-the-cell test (:func:`fedcluster.bounds.voronoi_violation`)
 cannot: a device claiming points of other clusters for one cluster whose mean stays in its
@@ -31,6 +32,8 @@ MAX_DIM = 6  # vertex enumeration beyond this costs too much: no check (no rejec
 SLACK = 1e-7  # cells and box widened by this, relative: rounding, points on a bisector
 TOLERANCE = 1e-6  # a variance may exceed the largest achievable by this share of the box width²
 ROUNDING = 1e-9  # variances are tested lowered by this share of Σx²/n: sumsq/n − μ² cancels
+SOLVED = 2  # per reply, at most this many clusters the certificates cannot pass go to the solver
+BRUTE_FORCE = 4000  # vertices by solving every choice of d walls when there are at most this many
 
 
 def cell_moments_violation(means: np.ndarray, counts: np.ndarray, sumsq: np.ndarray, centers: np.ndarray,
@@ -48,8 +51,9 @@ def cell_moments_violation(means: np.ndarray, counts: np.ndarray, sumsq: np.ndar
         return None
     mean, square = means[sets, parts], sumsq[sets, parts] / counts[sets, parts][:, None]
     var = np.maximum(square - mean**2 - ROUNDING * (square + mean**2), 0.0)
-    undecided = np.flatnonzero(~_axis_certificate(mean, var, centers[sets], parts, low, high))
-    for p in undecided:
+    passed, need = _axis_certificate(mean, var, centers[sets], parts, low, high)
+    undecided = np.flatnonzero(~passed)
+    for p in undecided[np.argsort(-need[undecided], kind="stable")][:SOLVED]:  # the farthest from passing first
         s, j = int(sets[p]), int(parts[p])
         gap = _cached_gap(mean[p], var[p], centers[s], j, low, high)
         if gap is not None and gap < -TOLERANCE:
@@ -82,7 +86,8 @@ def _walls(centers: np.ndarray, j: int, mean: np.ndarray) -> tuple[np.ndarray, n
 def _axis_certificate(means: np.ndarray, var: np.ndarray, centers: np.ndarray, parts: np.ndarray,
                       low: np.ndarray, high: np.ndarray) -> np.ndarray:
     """Which parts (``means``, ``var`` (P, d); each part's center set ``centers`` (P, k, d) and
-    its cluster ``parts``) pass without a solver, all at once: along each axis d the segment
+    its cluster ``parts``) pass without a solver, all at once, and how far each is from it
+    (``need``, passing at most 1): along each axis d the segment
     from the mean to the cell's boundary, −s⁻_d .. +s⁺_d, lies in the cell; two points at its
     ends weighted to keep the mean have variance s⁺_d s⁻_d, so mass v_d / (s⁺_d s⁻_d) on axis d
     (the rest at the mean) meets every variance when Σ_d v_d / (s⁺_d s⁻_d) <= 1."""
@@ -99,7 +104,8 @@ def _axis_certificate(means: np.ndarray, var: np.ndarray, centers: np.ndarray, p
         up = np.minimum(up, high - means + SLACK * width)
         down = np.minimum(down, means - low + SLACK * width)
         need = np.where(var > 0, var / (up * down), 0.0).sum(1)
-    return np.all(b > 0, axis=1) & (up > 0).all(1) & (down > 0).all(1) & (need <= 1.0 - 1e-9)
+    passed = np.all(b > 0, axis=1) & (up > 0).all(1) & (down > 0).all(1) & (need <= 1.0 - 1e-9)
+    return passed, np.nan_to_num(need, nan=np.inf)
 
 
 def largest_variance_gap(mean: np.ndarray, var: np.ndarray, centers: np.ndarray, j: int, low: np.ndarray,
@@ -108,8 +114,6 @@ def largest_variance_gap(mean: np.ndarray, var: np.ndarray, centers: np.ndarray,
     min_d (variance_d − var_d) / width_d² (vertex mixtures: they dominate, by Jensen).
     Negative: no points in the cell have these variances. None: no verdict. A value ≥ 0 from a
     certificate is a pass, not the maximum."""
-    from scipy.optimize import linprog
-
     width = high - low
     free = width > 1e-12 * np.maximum(1.0, np.abs(high) + np.abs(low))
     if not free.any():
@@ -135,18 +139,27 @@ def largest_variance_gap(mean: np.ndarray, var: np.ndarray, centers: np.ndarray,
         return float(np.min(-(lo - SLACK) * (hi + SLACK) - target))
     if _box_certificate(A, b, hi, target) or _spread_certificate(A, b, walls, target, dim):
         return 0.0
-    vertices = _vertices(A, b, dim)
+    gap = _mixture_gap(_vertices(A, b, dim), target)
+    if gap is not None and gap < -TOLERANCE:  # a rejection stands only on Qhull's vertices too
+        gap = _mixture_gap(_vertices(A, b, dim, qhull=True), target)
+    return gap
+
+
+def _mixture_gap(vertices: np.ndarray | None, target: np.ndarray) -> float | None:
+    """max t over mixtures p of ``vertices``: Σ p = 1, Σ p v = 0 (the mean), Σ p v_d² − t >=
+    target_d; None without vertices or when infeasible (the mean outside: not this check's call)."""
+    from scipy.optimize import linprog
+
     if vertices is None:
         return None
-    m = len(vertices)
-    # maximize t: Σ p = 1, Σ p v = 0 (the mean), Σ p v_d² − t >= target_d
+    m, dim = vertices.shape
     equal = np.vstack([np.r_[np.ones(m), 0.0][None], np.hstack([vertices.T, np.zeros((dim, 1))])])
     rhs = np.zeros(dim + 1)
     rhs[0] = 1.0
     below = np.hstack([-(vertices**2).T, np.ones((dim, 1))])
     found = linprog(np.r_[np.zeros(m), -1.0], A_ub=below, b_ub=-target, A_eq=equal, b_eq=rhs,
                     bounds=[(0, None)] * m + [(None, 1.0)], method="highs")
-    return float(-found.fun) if found.status == 0 else None  # infeasible: the mean is outside (not this check's call)
+    return float(-found.fun) if found.status == 0 else None
 
 
 def _box_certificate(A: np.ndarray, b: np.ndarray, hi: np.ndarray, target: np.ndarray) -> bool:
@@ -165,9 +178,7 @@ def _spread_certificate(A: np.ndarray, b: np.ndarray, walls: np.ndarray, target:
     """A pass without vertices: two-point laws along the axes and along the axes projected
     onto each wall (a part cut by a wall spreads along it), each direction v reaching ±t±
     to the cell's boundary (variance t⁺t⁻ v_d² in coordinate d); weights p_v with Σ p_v <= 1
-    (the rest at the mean) that meet every variance, found greedily or by a small LP."""
-    from scipy.optimize import linprog
-
+    (the rest at the mean) that meet every variance, found greedily."""
     if np.any(b <= 0):
         return False
     directions = [np.eye(dim)]
@@ -192,26 +203,38 @@ def _spread_certificate(A: np.ndarray, b: np.ndarray, walls: np.ndarray, target:
                 return False
             p = left[d] / spread[v, d]
             mass, left = mass + p, left - p * spread[v]
-    if mass <= 1 - 1e-9:
-        return True
-    found = linprog(np.ones(len(spread)), A_ub=-spread.T, b_ub=-target, bounds=[(0, None)] * len(spread), method="highs")
-    return found.status == 0 and found.fun <= 1 - 1e-9
+    return mass <= 1 - 1e-9
 
 
-def _vertices(A: np.ndarray, b: np.ndarray, dim: int) -> np.ndarray | None:
-    """The vertices of {y : A y <= b} (Qhull, from its Chebyshev center), or None."""
+def _vertices(A: np.ndarray, b: np.ndarray, dim: int, qhull: bool = False) -> np.ndarray | None:
+    """The vertices of the bounded polytope {y : A y <= b}, or None: every ``dim`` rows solved
+    at once when they are few (unless ``qhull``), else Qhull (from an interior point)."""
+    from itertools import combinations
+    from math import comb
+
     from scipy.optimize import linprog
     from scipy.spatial import HalfspaceIntersection
 
+    if 1 < dim and not qhull and comb(len(A), dim) <= BRUTE_FORCE:
+        rows = np.array(list(combinations(range(len(A)), dim)))
+        systems = A[rows]
+        ok = np.abs(np.linalg.det(systems)) > 1e-12
+        points = np.linalg.solve(systems[ok], b[rows[ok]][..., None])[..., 0]
+        inside = np.all(points @ A.T <= b + 1e-9 * (1.0 + np.abs(b)), axis=1)
+        return points[inside] if inside.any() else None
     if dim == 1:
         ends = [linprog([sign], A_ub=A, b_ub=b, bounds=[(None, None)], method="highs") for sign in (1.0, -1.0)]
         return None if any(e.status != 0 for e in ends) else np.array([[ends[0].fun], [-ends[1].fun]])
-    norm = np.linalg.norm(A, axis=1)
-    inner = linprog(np.r_[np.zeros(dim), -1.0], A_ub=np.hstack([A, norm[:, None]]), b_ub=b,
-                    bounds=[(None, None)] * dim + [(0, None)], method="highs")
-    if inner.status != 0 or inner.x[-1] <= 0:
-        return None
+    if np.all(b > 1e-9):  # the mean (the origin) is strictly inside: Qhull's interior point
+        inside = np.zeros(dim)
+    else:  # else the Chebyshev center
+        norm = np.linalg.norm(A, axis=1)
+        inner = linprog(np.r_[np.zeros(dim), -1.0], A_ub=np.hstack([A, norm[:, None]]), b_ub=b,
+                        bounds=[(None, None)] * dim + [(0, None)], method="highs")
+        if inner.status != 0 or inner.x[-1] <= 0:
+            return None
+        inside = inner.x[:dim]
     try:
-        return HalfspaceIntersection(np.hstack([A, -b[:, None]]), inner.x[:dim]).intersections
+        return HalfspaceIntersection(np.hstack([A, -b[:, None]]), inside).intersections
     except Exception:  # Qhull precision trouble: no verdict
         return None

@@ -98,3 +98,21 @@ def test_above_its_dimension_or_without_a_box_it_says_nothing():
     C2 = np.stack([Y[:25].mean(0) + 0.5, Y.mean(0)])
     lie2 = _statistics(Y, np.ones(50, dtype=int), 2)
     assert cell_moments_violation(*lie2, C2[None], None, None) is None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_vertices_solved_at_once_are_qhulls(seed):
+    """The two ways to enumerate a cell's vertices agree (the fast one decides most checks;
+    a rejection is confirmed on Qhull's)."""
+    from fedcluster.cell_moments import _vertices
+
+    rng = np.random.default_rng(seed)
+    for _ in range(10):
+        dim = int(rng.integers(2, 5))
+        walls = rng.normal(size=(int(rng.integers(1, 5)), dim))
+        A = np.vstack([walls, np.eye(dim), -np.eye(dim)])
+        b = np.concatenate([rng.uniform(0.1, 1.0, size=len(walls)), np.ones(2 * dim)])
+        A, b = A / np.linalg.norm(A, axis=1)[:, None], b / np.linalg.norm(A, axis=1)
+        fast, slow = _vertices(A, b, dim), _vertices(A, b, dim, qhull=True)
+        as_set = lambda V: {tuple(np.round(v, 8)) for v in V}  # noqa: E731
+        assert as_set(fast) == as_set(slow)
