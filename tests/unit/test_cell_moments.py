@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedcluster.cell_moments import MAX_DIM, cell_moments_violation, largest_variance_gap
+from fedcluster.cell_moments import MAX_DIM, TOLERANCE, cell_moments_violation, largest_variance_gap
 
 
 def _statistics(X, labels, k):
@@ -86,6 +86,11 @@ def test_nearest_center_statistics_always_pass(seed):
         stats = [_statistics(X, _nearest(X, C), k) for C in sets]
         means, counts, sumsq = (np.concatenate([s[i] for s in stats]) for i in range(3))
         assert cell_moments_violation(means, counts, sumsq, sets, low, high) is None
+        for s, j in zip(*np.nonzero(counts > 1)):  # every cluster through the solver, not only the two it takes
+            var = sumsq[s, j] / counts[s, j] - means[s, j] ** 2
+            gap = largest_variance_gap(means[s, j], np.maximum(var - 1e-9 * sumsq[s, j] / counts[s, j], 0.0),
+                                       sets[s], int(j), low, high)
+            assert gap is None or gap >= -TOLERANCE, (s, j, gap)
 
 
 def test_above_its_dimension_or_without_a_box_it_says_nothing():
