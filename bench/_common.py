@@ -138,13 +138,14 @@ def machine_info() -> str:
 
 
 def code_version() -> str:
-    """The commit of the code that runs (and whether it has uncommitted changes)."""
+    """The commit of the code that runs (and whether it has uncommitted changes; the docs,
+    where pages and figures are being written, are output, not code)."""
     import subprocess
 
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                               text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return "unknown (no git)"
     if head.returncode != 0:

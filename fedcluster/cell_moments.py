@@ -10,18 +10,20 @@ combination of vertices and (t − μ_d)² is convex in t, so some probability v
     Σ_v p_v v = μ    and    Σ_v p_v (v_d − μ_d)² ≥ v_d  for every coordinate d.
 
 :func:`cell_moments_violation` looks for such a p (a linear program over the vertices, after
-certificates that pass most parts without one; per reply at most ``SOLVED`` clusters, those
-farthest from passing, go to the solver). When none exists, no points inside the cell
-have these statistics: the reply is not a nearest-center assignment, whatever the device's
-data. It catches what the mean-in-the-cell test (:func:`fedcluster.bounds.voronoi_violation`)
-cannot: a device claiming points of other clusters for one cluster whose mean stays in its
-cell, more scattered than the cell can hold. Honest replies always pass (the argument
-above); rounding is absorbed by widening cell and box (``SLACK``) and by testing the
-smallest variances rounding could have produced.
+certificates that pass most parts without one; per reply at most ``SOLVED`` clusters go to the
+solver, the farthest from passing and others drawn at random, so the check is partial).
+When none exists, no points inside the cell have these statistics: the reply is not a
+nearest-center assignment, whatever the device's data. It catches what the mean-in-the-cell
+test (:func:`fedcluster.bounds.voronoi_violation`) cannot: a device claiming points of other
+clusters for one cluster whose mean stays in its cell, more scattered than the cell can hold.
+Honest replies pass by the argument above, which holds in exact arithmetic; for rounding,
+the cell and box are widened (``SLACK``, relative to the distances; ``KERNEL`` × (‖x‖ + ‖c‖)²,
+because a device's nearest-center test errs in absolute terms), the variances tested are
+the smallest rounding could have produced (``ROUNDING``), and a mean that rounds outside the
+box gets no verdict.
 
-The vertices are enumerated (Qhull), which is cheap only in low dimension: above
-``MAX_DIM``, or when a solver cannot decide, the check says nothing (never a false
-rejection).
+The vertices are enumerated, which is cheap only in low dimension: above ``MAX_DIM``, or
+when a solver cannot decide, the check says nothing (never a rejection).
 """
 
 from __future__ import annotations
@@ -32,17 +34,22 @@ MAX_DIM = 6  # vertex enumeration beyond this costs too much: no check (no rejec
 SLACK = 1e-7  # cells and box widened by this, relative: rounding, points on a bisector
 TOLERANCE = 1e-6  # a variance may exceed the largest achievable by this share of the box width²
 ROUNDING = 1e-9  # variances are tested lowered by this share of Σx²/n: sumsq/n − μ² cancels
+KERNEL = 1e-12  # walls widened by this × (‖x‖ + ‖c‖)²: a device's distances round in absolute terms
 SOLVED = 2  # per reply, at most this many clusters the certificates cannot pass go to the solver
 BRUTE_FORCE = 4000  # vertices by solving every choice of d walls when there are at most this many
 
 
 def cell_moments_violation(means: np.ndarray, counts: np.ndarray, sumsq: np.ndarray, centers: np.ndarray,
-                           low: np.ndarray | None, high: np.ndarray | None) -> tuple[int, str] | None:
+                           low: np.ndarray | None, high: np.ndarray | None,
+                           rng: np.random.Generator | None = None) -> tuple[int, str] | None:
     """For center sets side by side (``centers`` (m, k, d); ``means``, ``sumsq`` (m, k, d) and
-    ``counts`` (m, k) of a reply to them): the first set with a cluster whose (count, mean,
+    ``counts`` (m, k) of a reply to them): a set with a cluster whose (count, mean,
     per-coordinate sum of squares) cannot come from points inside its center's Voronoi cell
-    and the box ``[low, high]``, and why. None when every one can, and when the dimension is
-    above ``MAX_DIM``, no box was declared or a solver cannot tell."""
+    and the box ``[low, high]``, and why. None when every one checked can, and when the
+    dimension is above ``MAX_DIM``, no box was declared or a solver cannot tell. Of the
+    clusters no certificate passes, the solver takes the farthest from passing and
+    ``SOLVED − 1`` drawn by ``rng`` (the server's own entropy by default: a device cannot
+    know which of its clusters are checked, so decoys do not shield a lie)."""
     m, k, d = centers.shape
     if low is None or high is None or d > MAX_DIM or k < 2:
         return None
@@ -53,7 +60,11 @@ def cell_moments_violation(means: np.ndarray, counts: np.ndarray, sumsq: np.ndar
     var = np.maximum(square - mean**2 - ROUNDING * (square + mean**2), 0.0)
     passed, need = _axis_certificate(mean, var, centers[sets], parts, low, high)
     undecided = np.flatnonzero(~passed)
-    for p in undecided[np.argsort(-need[undecided], kind="stable")][:SOLVED]:  # the farthest from passing first
+    ranked = undecided[np.argsort(-need[undecided], kind="stable")]
+    if ranked.size > SOLVED:
+        rng = rng if rng is not None else np.random.default_rng()
+        ranked = np.concatenate([ranked[:1], rng.choice(ranked[1:], size=SOLVED - 1, replace=False)])
+    for p in ranked:
         s, j = int(sets[p]), int(parts[p])
         gap = _cached_gap(mean[p], var[p], centers[s], j, low, high)
         if gap is not None and gap < -TOLERANCE:
@@ -74,13 +85,20 @@ def _cached_gap(mean, var, centers, j, low, high) -> float | None:
     return _GAPS[key]
 
 
-def _walls(centers: np.ndarray, j: int, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _rounding(centers: np.ndarray, low: np.ndarray, high: np.ndarray) -> float:
+    """How far a device's nearest-center test may err, in the walls' units: it rounds in
+    absolute terms, about (d + 2)·eps·(‖x‖ + ‖c‖)², whatever the distances between them."""
+    reach = float(np.sqrt((np.maximum(np.abs(low), np.abs(high)) ** 2).sum()))
+    return KERNEL * (reach + float(np.sqrt((centers**2).sum(-1).max()))) ** 2
+
+
+def _walls(centers: np.ndarray, j: int, mean: np.ndarray, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Cell j's walls around ``mean``: ``a·(x − mean) <= b`` for each other center, widened."""
     others = np.delete(centers, j, axis=0)
     a = 2.0 * (others - centers[j])
     b = ((others - mean) ** 2).sum(1) - ((centers[j] - mean) ** 2).sum()
     size = max(float(((centers - mean) ** 2).sum(1).max()), 1e-300)
-    return a, b + SLACK * size
+    return a, b + SLACK * size + _rounding(centers, low, high)
 
 
 def _axis_certificate(means: np.ndarray, var: np.ndarray, centers: np.ndarray, parts: np.ndarray,
@@ -95,7 +113,9 @@ def _axis_certificate(means: np.ndarray, var: np.ndarray, centers: np.ndarray, p
     own = centers[rows, parts]  # (P, d)
     a = 2.0 * (centers - own[:, None, :])  # (P, k, d); the own center's row is 0
     distance = ((centers - means[:, None, :]) ** 2).sum(2)  # (P, k)
-    b = distance - distance[rows, parts][:, None] + SLACK * np.maximum(distance.max(1), 1e-300)[:, None]
+    reach = np.sqrt((np.maximum(np.abs(low), np.abs(high)) ** 2).sum())
+    rounding = KERNEL * (reach + np.sqrt((centers**2).sum(-1).max(-1))) ** 2  # as _rounding, per part
+    b = distance - distance[rows, parts][:, None] + (SLACK * np.maximum(distance.max(1), 1e-300) + rounding)[:, None]
     b[rows, parts] = np.inf
     width = high - low
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -120,9 +140,12 @@ def largest_variance_gap(mean: np.ndarray, var: np.ndarray, centers: np.ndarray,
         return None
     # y = (x − mean) / width on the free coordinates; a flat box side fixes its coordinate
     w = np.where(free, width, 1.0)
-    a, b = _walls(centers, j, mean)
+    a, b = _walls(centers, j, mean, low, high)
+    b = b + (np.abs(a[:, ~free]) * np.maximum(np.abs(low - mean), np.abs(high - mean))[~free]).sum(1)  # flat sides
     target = (var / w**2)[free]
     lo, hi = ((low - mean) / w)[free], ((high - mean) / w)[free]
+    if np.any(lo > SLACK) or np.any(hi < -SLACK):
+        return None  # the mean (rounded) outside the box: not this check's call, as outside the cell
     dim = int(free.sum())
     A = np.vstack([(a * w)[:, free], np.eye(dim), -np.eye(dim)])
     b = np.concatenate([b, hi + SLACK, -lo + SLACK])

@@ -700,27 +700,46 @@ def partitions_violation(stated: list[Stated], earlier: Sequence[Stated] = (), w
 
 def whole_partition(declared: Any) -> Stated | None:
     """A device's declared moments (a :class:`fedcluster.bounds.Declared`) as a stated
-    partition: all its points in one part (its cost, 0, is never checked); None without."""
+    partition: all its points in one part (its cost, 0, is never checked); None without.
+    Its sum of squares carries the rounding :func:`fedcluster.bounds.moments_violation`
+    grants it (a standardized run's moments are differences of large numbers), which only
+    raises the bounds taken from it."""
     if declared is None or declared.moment_sum is None:
         return None
-    part = (np.array([declared.points]), declared.moment_sum[None, :], np.array([declared.moment_sumsq.sum()]))
+    part = (np.array([declared.points]), declared.moment_sum[None, :],
+            np.array([declared.moment_sumsq.sum() + declared_rounding(declared)]))
     return 0.0, np.zeros((1, declared.moment_sum.size)), part
 
 
-def evaluation_statement(arrays: Mapping[str, np.ndarray], centers: np.ndarray, declared: Any) -> Stated | None:
+def declared_rounding(declared: Any) -> float:
+    """How far a declared total sum of squares may be off by rounding (the margin of
+    :func:`fedcluster.bounds.moments_violation`)."""
+    from .bounds import MOMENT_SLACK
+
+    scale = declared.moment_scale if declared.moment_scale is not None else 0.0
+    return MOMENT_SLACK * max(float(declared.points), 1.0) * float(np.sum(np.square(scale)))
+
+
+def evaluation_statement(arrays: Mapping[str, np.ndarray], centers: np.ndarray, declared: Any,
+                         earlier: Sequence[Stated] = ()) -> Stated | None:
     """An evaluation reply (``lloyd_stats``: the counts, sums and cost of its points'
     nearest-center partition for ``centers``) as a stated partition, so that
     :func:`partitions_violation` holds it against the device's training replies. Its parts'
-    sums of squares are not sent, but a partition bound needs only their total, the declared
-    one (each part's term is constant across centers): it sits on the first part. None
-    without declared moments."""
-    if declared is None or declared.moment_sumsq is None:
+    sums of squares are not sent, but a partition bound needs only their total (each part's
+    term is constant across centers): the one its last training statement (``earlier``)
+    stated, computed by the device in the run's units, else the declared one with its
+    rounding margin. It sits on the first part. None without either."""
+    if earlier and earlier[0][2][2].size:
+        total = float(earlier[0][2][2].sum())
+    elif declared is not None and declared.moment_sumsq is not None:
+        total = float(np.sum(declared.moment_sumsq)) + declared_rounding(declared)
+    else:
         return None
     counts = np.asarray(arrays["counts"], dtype=np.float64)
     seen = counts > 0
     squares = np.zeros(int(seen.sum()))
     if squares.size:
-        squares[0] = float(np.sum(declared.moment_sumsq))
+        squares[0] = total
     return float(arrays["cost"][0]), centers, (counts[seen], np.asarray(arrays["sums"], dtype=np.float64)[seen], squares)
 
 

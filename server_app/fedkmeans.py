@@ -28,7 +28,7 @@ from fedcluster.bounds import moments_violation, voronoi_violation
 from fedcluster.cell_moments import cell_moments_violation
 from fedcluster.point_tasks import bounding_box, center_shift
 from fedcluster.fedkmeans import (
-    CenterSet, ServerState, Undo, coarse_summary_k, last_versus_best, implied_means, lloyd_step, orphaned_clusters,
+    CenterSet, ServerState, Undo, coarse_summary_k, last_versus_best, implied_means, orphaned_clusters,
     partitions_violation, reassign_starved, keep_sets, reseed_allowed, server_update, stated_in_reply, train_cost_mismatch,
     whole_partition)
 from fedcluster.config import k_range
@@ -41,7 +41,6 @@ from .fedkmeans_start import COARSE_STREAM, FedKMeansStart, summary_points
 
 
 FULL_BATCH = {"local-epochs": 1, "batch-size": 0, "client-lr": 1.0}  # a train reply = Lloyd statistics
-RECOVERY_STEPS, RECOVERY_GAIN = 5, 1e-6  # after a liar is caught at the end: Lloyd steps while they gain
 LAST_WORSE_WARNING = 0.01  # the last centers cost this much more than those returned: a warning, else a log line
 
 
@@ -81,7 +80,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         final_round = self.rounds[-1]["round"] if self.rounds else 0
         caught = sorted({f["node"] for p in self.phases[first:] for f in p["failures"] if f["kind"] == "inconsistent"})
         if caught:
-            total_cost, num_points = self.recover(last, replies, caught, total_cost, num_points)
+            total_cost, num_points = self.recover(last, replies, caught)
         self.consider_best(total_cost / num_points, final_round, last, num_points)
         cost, best_round, best_set, points, centers = self.best_seen
         log(INFO, "[fedcluster] fedkmeans final cost per point %.6g on %d points", cost, points)
@@ -102,44 +101,19 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             self.warn(text) if loud else log(INFO, "[fedcluster] %s", text)
         return outcome
 
-    def recover(self, last: "CenterSet", replies: list[Reply], caught: list[int], total_cost: float,
-                num_points: int) -> tuple[float, int]:
-        """The final evaluation proved ``caught`` lied in training (its evaluation contradicts
-        its training replies), so what its statistics did to the centers is undone by Lloyd
-        steps from the other nodes' evaluation replies (:func:`fedcluster.fedkmeans.lloyd_step`),
-        each measured in one more round trip, while it lowers the cost (at most
-        ``RECOVERY_STEPS``). Earlier measurements counted the liar's points: no longer
-        comparable. Returns the cost and points of the centers kept, which become ``last``'s."""
-        self.best_seen, self.estimated = None, []
-        log(INFO, "[fedcluster] the final evaluation caught node(s) %s lying in training: Lloyd steps without them",
-            ", ".join(map(str, caught)))
-        before = total_cost / num_points
-        for step in range(1, RECOVERY_STEPS + 1):
-            kept = last.centers
-            last.centers = lloyd_step(np.stack([r.arrays["counts"] for r in replies]),
-                                      np.stack([r.arrays["sums"] for r in replies]), kept, self.config.aggregation,
-                                      self.config.trim_fraction)
-            cost, points, stepped = self.final_evaluation(last, phase="recovery-evaluation")
-            if points != num_points or cost > total_cost:  # costlier, or not on the same points: keep the centers before
-                last.centers = kept
-                break
-            gain, total_cost, replies = total_cost - cost, cost, stepped
-            if gain <= RECOVERY_GAIN * cost:
-                break
-        self.recovered = {"caught": caught, "cost_before": before, "cost_after": total_cost / num_points, "steps": step}
-        log(INFO, "[fedcluster] recovery: cost per point %.6g -> %.6g in %d Lloyd step(s)", before,
-            total_cost / num_points, step)
-        return total_cost, num_points
-
-    def cost_check(self, incoming: np.ndarray):
+    def cost_check(self, incoming: np.ndarray, config: dict[str, Any] | None = None):
         """Full batch, one local epoch (else no check; ``incoming``: the (m, k, d) centers
-        sent): a training reply's costs are the ones its other arrays imply
-        (``train_cost_mismatch``), each cluster's mean lies in its center's Voronoi cell, its
-        sums add up to its declared moments, and all its partitions, with its last reply's,
-        could come from one fixed set of points (``partitions_violation``)."""
-        if self.config.batch_size != 0 or self.config.local_epochs != 1:
+        sent; ``config``: the client config sent, default the run's): a training reply's
+        costs are the ones its other arrays imply (``train_cost_mismatch``), each cluster's
+        mean lies in its center's Voronoi cell and its scatter within what the cell can hold
+        (``cell_moments_violation``), its sums add up to its declared moments, and all its
+        partitions, with its last reply's, could come from one fixed set of points
+        (``partitions_violation``)."""
+        sent = config or {"batch-size": self.config.batch_size, "local-epochs": self.config.local_epochs,
+                          "client-lr": self.config.client_lr}
+        if sent["batch-size"] != 0 or sent["local-epochs"] != 1:
             return None
-        beta = self.config.client_lr
+        beta = sent["client-lr"]
 
         def check(reply: Reply) -> str | None:
             a = reply.arrays
@@ -237,7 +211,8 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
                      check=self.cost_check(stacked))
         requests: dict[str, dict[str, Any]] = {"train": train}
         if cfg.server_memory and not everyone and t == 1 and unsampled:
-            requests["seed"] = dict(train, nodes=unsampled, config=FULL_BATCH, phase="memory", min_replies=0)
+            requests["seed"] = dict(train, nodes=unsampled, config=FULL_BATCH, phase="memory", min_replies=0,
+                                    check=self.cost_check(stacked, FULL_BATCH))
         if measuring and unsampled:
             requests["measure"] = dict(task="score_candidates", nodes=unsampled, arrays={"candidates": stacked},
                                        sizes={"m": len(live), "k": stacked.shape[1]}, phase="evaluation",

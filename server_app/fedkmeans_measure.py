@@ -1,19 +1,24 @@
 """What FedKMeans measures of its centers and which it returns: every round's cost of the
 centers the devices received (exact when it covers every active device), the pool of the
-cheapest estimates under partial participation, the final evaluation, and the best
+cheapest estimates under partial participation, the final evaluation (held against what
+each device stated in training, with the recovery from a liar it catches), and the best
 centers measured. A mixin of :class:`server_app.fedkmeans.FedKMeans`."""
 
 from __future__ import annotations
 
+from logging import INFO
 from typing import Any
 
 import numpy as np
+from flwr.common.logger import log
 
-from fedcluster.fedkmeans import cheapest_estimates, evaluation_statement, partitions_violation, scores_violation, whole_partition
+from fedcluster.fedkmeans import (cheapest_estimates, evaluation_statement, lloyd_step, partitions_violation, scores_violation,
+                                  whole_partition)
 
 from .base import Reply, sum_arrays, sum_metric
 from .messages import Inconsistent
 
+RECOVERY_STEPS, RECOVERY_GAIN = 5, 1e-6  # after a liar is caught at the end: Lloyd steps while they gain
 ESTIMATED_POOL = 4  # partial participation: the centers with the cheapest sampled estimates, scored at the end
 
 
@@ -86,6 +91,36 @@ class FedKMeansMeasure:
                 self.consider_best(float(cost) / num_points, round_number, self.sets[index], num_points, centers)
         return total_cost, num_points, got[0]
 
+    def recover(self, last: "CenterSet", replies: list[Reply], caught: list[int]) -> tuple[float, int]:
+        """The final evaluation proved ``caught`` lied in training (its evaluation contradicts
+        its training replies), so what its statistics did to the centers is undone by Lloyd
+        steps from the other nodes' evaluation replies (:func:`fedcluster.fedkmeans.lloyd_step`),
+        each measured in one more round trip, while it lowers the cost (at most
+        ``RECOVERY_STEPS``). Earlier measurements counted the liar's points: no longer
+        comparable. Returns the cost and points of the centers kept, which become ``last``'s."""
+        self.best_seen, self.estimated = None, []
+        log(INFO, "[fedcluster] the final evaluation caught node(s) %s lying in training: Lloyd steps without them",
+            ", ".join(map(str, caught)))
+        replies = [r for r in replies if r.node_id not in caught]  # caught by its scores, its lloyd_stats passed
+        total_cost, num_points = float(sum_arrays(replies, "cost")[0]), int(sum_arrays(replies, "counts").sum())
+        before, steps = total_cost / num_points, 0
+        while steps < RECOVERY_STEPS:
+            kept = last.centers
+            last.centers = lloyd_step(np.stack([r.arrays["counts"] for r in replies]),
+                                      np.stack([r.arrays["sums"] for r in replies]), kept, self.config.aggregation,
+                                      self.config.trim_fraction)
+            cost, points, stepped = self.final_evaluation(last, phase="recovery-evaluation")
+            if points != num_points or cost > total_cost:  # costlier, or not on the same points: keep the centers before
+                last.centers = kept
+                break
+            steps, gain, total_cost, replies = steps + 1, total_cost - cost, cost, stepped
+            if gain <= RECOVERY_GAIN * cost:
+                break
+        self.recovered = {"caught": caught, "cost_before": before, "cost_after": total_cost / num_points, "steps": steps}
+        log(INFO, "[fedcluster] recovery: cost per point %.6g -> %.6g in %d Lloyd step(s)", before,
+            total_cost / num_points, steps)
+        return total_cost, num_points
+
     def statement_check(self, centers: np.ndarray, scores: bool = False):
         """An evaluation reply (``lloyd_stats`` of ``centers``, or ``score_candidates`` of the
         (m, k, d) ``centers`` with ``scores``) must fit the partition of its points the
@@ -100,7 +135,7 @@ class FedKMeansMeasure:
             if scores:
                 reason = scores_violation(reply.arrays["costs"], centers, earlier, whole)
             else:
-                stated = evaluation_statement(reply.arrays, centers, declared)
+                stated = evaluation_statement(reply.arrays, centers, declared, earlier)
                 reason = stated and partitions_violation([stated], earlier, whole, names=["its evaluation"])
             return Inconsistent(reason) if reason else None
 

@@ -803,3 +803,56 @@ def test_a_claim_more_scattered_than_its_cell_can_hold_is_dropped_in_training(sp
     assert any("scatter more than any points inside" in f["reason"] for f in failures), failures
     true_cost = [kmeans_cost(X, np.load(tmp_path / out / "centers.npy")) for out in ("a", "b")]
     assert true_cost[0] <= 1.002 * true_cost[1], true_cost
+
+
+def test_honest_devices_are_never_taken_for_liars_with_a_timestamp_feature_standardized(tmp_path):
+    """A standardized run where one feature is epoch seconds over an hour: the declared
+    moments in the run's units are differences of numbers near 1e18, so any check built on
+    them must allow for their rounding (it once excluded half of these honest devices at the
+    final evaluation and ran the recovery on an honest run)."""
+    rng = np.random.default_rng(0)
+    parts = [np.column_stack([1.7e9 + 3600 * rng.uniform(size=n), rng.normal(size=n) + 6 * rng.integers(3, size=n)])
+             for n in rng.integers(80, 200, size=6)]
+    folder = write_npy_dir(tmp_path / "data", parts)
+    result = run({"k": 3, "dataset": "npy-dir", "data-dir": str(folder), "seed": 0, "reference": False, "num-rounds": 10,
+                  "standardize": True, "output-dir": str(tmp_path / "out")}, num_nodes=len(parts))
+    assert [f for p in result["phases"] for f in p["failures"]] == []
+    assert "recovery" not in result and result["final"]["num_points"] == sum(len(p) for p in parts)
+
+
+def test_a_device_caught_by_its_scores_alone_leaves_the_recovery_and_its_points_the_result(tmp_path):
+    """Partial participation: the final evaluation also scores the cheapest centers estimated
+    during the run (score_candidates). A device that inflates only those scores is caught by
+    them while its lloyd_stats reply of the same round trip passes: the recovery must leave
+    that reply out (its points too), and count only the Lloyd steps it keeps."""
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(size=(100, 2)) + 8 * rng.integers(3, size=(100, 1)) * np.array([1.0, 0.3]) for _ in range(8)]
+    folder = write_npy_dir(tmp_path / "data", parts)
+
+    def inflate_scores(node, message, reply):
+        if node == 1000 and message.metadata.message_type.endswith("score_candidates") and not reply.has_error():
+            record = reply.content.array_records["arrays"]
+            record["costs"] = Array(record["costs"].numpy() * 3.0)
+        return reply
+
+    result = run({"k": 3, "dataset": "npy-dir", "data-dir": str(folder), "seed": 0, "reference": False, "num-rounds": 6,
+                  "fraction": 0.5, "output-dir": str(tmp_path / "out")}, num_nodes=len(parts), reply_hook=inflate_scores)
+    assert [(p["phase"], str(f["node"]), f["kind"]) for p in result["phases"] for f in p["failures"]] == [
+        ("final-candidates", "1000", "inconsistent")]
+    assert result["recovery"]["caught"] == [1000]
+    assert result["final"]["num_points"] == 700  # the seven others' points
+    steps = sum(p["phase"] == "recovery-evaluation" for p in result["phases"])
+    assert result["recovery"]["steps"] in (steps, steps - 1)  # a last step that did not lower the cost is not kept
+
+
+def test_memory_replies_are_checked_with_the_client_config_they_were_asked_with(tmp_path):
+    """With server memory and fraction < 1, round 1 asks the unsampled devices for full-batch
+    statistics of the start (client-lr 1, whatever the run's): their replies are checked as
+    such, not with the run's client-lr (which dropped every honest one)."""
+    rng = np.random.default_rng(1)
+    parts = [rng.normal(size=(60, 2)) + 6 * rng.integers(3, size=(60, 1)) for _ in range(6)]
+    folder = write_npy_dir(tmp_path / "data", parts)
+    result = run({"k": 3, "dataset": "npy-dir", "data-dir": str(folder), "seed": 0, "reference": False, "num-rounds": 4,
+                  "fraction": 0.5, "client-lr": 0.5, "output-dir": str(tmp_path / "out")}, num_nodes=len(parts))
+    memory = [p for p in result["phases"] if p["phase"] == "memory"]
+    assert memory and memory[0]["replies"] == memory[0]["sent"] > 0 and not memory[0]["failures"]

@@ -121,3 +121,55 @@ def test_vertices_solved_at_once_are_qhulls(seed):
         fast, slow = _vertices(A, b, dim), _vertices(A, b, dim, qhull=True)
         as_set = lambda V: {tuple(np.round(v, 8)) for v in V}  # noqa: E731
         assert as_set(fast) == as_set(slow)
+
+
+@pytest.mark.parametrize("offset, beta", [(1e8, 1.0), (1.7e9, 1.0), (1.7e9, 0.5)])
+def test_replies_of_the_device_kernel_pass_at_large_offsets(offset, beta):
+    """A device's own kernel (client_kmeans) decides nearest centers with ‖c‖² − 2x·c, which
+    rounds in absolute terms: with a coordinate near 1e8–1e9 (epoch seconds) points near a
+    bisector land on either side. Such honest replies, checked as FedKMeans checks them
+    (means implied by the moved centers), still pass."""
+    from fedcluster.fedkmeans import client_kmeans, implied_means
+
+    rng = np.random.default_rng(1)
+    for _ in range(150):
+        d, k, n = int(rng.integers(2, 4)), int(rng.integers(2, 5)), int(rng.integers(2, 12))
+        pool = rng.normal(size=(200, d)) + (rng.normal(size=(k, d)) * 3)[rng.integers(k, size=200)]
+        pool[:, 0] += offset
+        X = pool[rng.choice(200, size=n, replace=False)]
+        C = pool[rng.choice(200, size=k, replace=False)] + rng.normal(size=(k, d)) * 0.3
+        counts, centers, sumsq = client_kmeans(X, C, learning_rate=beta)
+        means = implied_means(C, centers, beta)
+        assert cell_moments_violation(means[None], counts[None], sumsq[None], C[None], X.min(0), X.max(0)) is None
+
+
+def test_a_mean_rounded_outside_a_thin_box_gets_no_verdict():
+    """One coordinate near 1e6 spread over 3e-6 (a width of 3e-12 of its size): the mean a
+    device's statistics imply may round a few ulps outside the box; that is no proof of a
+    lie (the bounds checks hold the box)."""
+    low, high = np.array([1e6, 0.0]), np.array([1e6 + 3e-6, 1.0])
+    centers = np.array([[1e6, 0.5], [1e6 + 50.0, 0.5]])
+    mean = np.array([1e6 - 2e-7, 0.5])  # just below the box, as rounded
+    assert largest_variance_gap(mean, np.array([0.0, 0.2]), centers, 0, low, high) is None
+
+
+def test_decoys_do_not_shield_a_cluster_the_solver_rejects():
+    """A reply (found by a random search) with one false cluster the solver rejects alone,
+    ranked below others no certificate passes but the solver accepts: of the two solved per
+    reply, one is drawn at random by the server, so the false one is caught in some replies
+    (with a fixed ranking a device could hide it behind decoys for good)."""
+    from fedcluster import cell_moments
+
+    C = np.array([[5.7823471645833795, 0.5435513025992644], [3.3827675543327276, 6.515112480817679], [1.1005475194045322, 4.189591313359542], [8.25674592180239, 6.348336490322925], [6.5463586926091475, 5.015320189175555], [5.674000722759067, 0.4965075258279361]])
+    X = np.array([[3.5588414189508266, 3.416953657349835], [4.971217518645812, 6.957055433175363], [2.339962194257078, 8.548303732080004], [4.516507305428965, 6.28388180665981], [8.32943526909322, 1.0277250208250244], [7.939072615369124, 6.276389599558652], [3.036832547007232, 2.432262419987855], [7.865295782204682, 2.3839874292729855], [6.881566841389749, 6.560720332996585], [5.640424743251918, 0.5950197132502966], [4.734662278151726, 2.1942346238886454], [9.686310626102584, 1.1690409076515063], [8.975651480657822, 5.423074387238087], [7.700880027246164, 4.476083533628734], [6.236999099396617, 9.553659956591172], [0.46611570372969147, 9.45196015672112]])
+    labels = np.array([4, 1, 1, 1, 0, 3, 4, 0, 3, 5, 5, 0, 3, 4, 3, 1])
+    means, counts, sumsq = _statistics(X, labels, len(C))
+    low, high = X.min(0), X.max(0)
+    var = np.maximum(sumsq[0] / np.maximum(counts[0], 1)[:, None] - means[0] ** 2, 0.0)
+    false = [j for j in range(len(C)) if counts[0, j] > 1
+             and (largest_variance_gap(means[0, j], var[j] * (1 - 1e-6), C, j, low, high) or 0.0) < -cell_moments.TOLERANCE]
+    assert len(false) == 1
+    passed, need = cell_moments._axis_certificate(means[0], var, np.repeat(C[None], len(C), 0), np.arange(len(C)), low, high)
+    assert (need[~passed] > need[false[0]]).sum() >= 1  # not the one farthest from passing
+    caught = [cell_moments_violation(means, counts, sumsq, C[None], low, high, np.random.default_rng(seed)) for seed in range(40)]
+    assert any(found is not None and f"center {false[0]}" in found[1] for found in caught)
