@@ -15,7 +15,7 @@ from flwr.common.logger import log
 from fedcluster.fedkmeans import (cheapest_estimates, evaluation_statement, lloyd_step, partitions_violation, scores_violation,
                                   whole_partition)
 
-from .base import Reply, sum_arrays, sum_metric
+from .base import FederationError, Reply, sum_arrays, sum_metric
 from .messages import Inconsistent
 
 RECOVERY_STEPS, RECOVERY_GAIN = 5, 1e-6  # after a liar is caught at the end: Lloyd steps while they gain
@@ -102,6 +102,8 @@ class FedKMeansMeasure:
         log(INFO, "[fedcluster] the final evaluation caught node(s) %s lying in training: Lloyd steps without them",
             ", ".join(map(str, caught)))
         replies = [r for r in replies if r.node_id not in caught]  # caught by its scores, its lloyd_stats passed
+        if not replies:
+            raise FederationError(f"the final evaluation excluded node(s) {caught}: no other node's evaluation is left")
         total_cost, num_points = float(sum_arrays(replies, "cost")[0]), int(sum_arrays(replies, "counts").sum())
         before, steps = total_cost / num_points, 0
         while steps < RECOVERY_STEPS:
