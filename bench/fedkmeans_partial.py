@@ -21,8 +21,8 @@ Reported: the final cost over the best of scikit-learn KMeans(n_init = 10) and K
 started from the true means, median and worst over the seeds; and how far the final cost
 lies above the best cost seen in the run: every run here sets ``eval-every = 1`` (each round
 also scores the centers on every client; the run-config default, 0, contacts only the
-sampled ones and records no cost per round). ``--figures DIR`` draws the
-cost per round (median over the seeds, over the best central cost) of the three settings
+sampled ones and records no cost per round). ``--figures DIR`` (or ``--out``, beside the
+page) draws the cost per round (median over the seeds, over the best central cost) of the three settings
 at ``fraction = 0.3``, full batch, for the 2-component and the Dirichlet(0.1) splits.
 
 Usage::
@@ -129,7 +129,8 @@ def main() -> None:
                         help="full batch rows, mini-batch (B = 32, E = 2) rows, or both")
     parser.add_argument("--diagnose", action="store_true",
                         help="the 1- and 2-component rows at fraction 0.3 and 1 with other starts / no reassignment")
-    parser.add_argument("--figures", type=Path, default=None, help="write cost-per-round SVGs into this folder")
+    parser.add_argument("--figures", type=Path, default=None,
+                        help="write cost-per-round SVGs into this folder (with --out they go beside the page instead)")
     args = parser.parse_args()
     if args.diagnose:
         SETTINGS.clear()
