@@ -89,9 +89,17 @@ def moments_violation(
     gap = np.abs(np.sum(sums, axis=0) - declared.moment_sum)
     if np.any(gap > MOMENT_SLACK * n * scale + 1e-300):
         return f"{what} add up to another sum of its points than the one its data summary declared"
-    if sumsq is not None and np.any(np.abs(np.sum(sumsq, axis=0) - declared.moment_sumsq) > MOMENT_SLACK * n * scale**2 + 1e-300):
+    if sumsq is not None and np.any(np.abs(np.sum(sumsq, axis=0) - declared.moment_sumsq) > sumsq_rounding(declared) + 1e-300):
         return f"{what} add up to another sum of squares of its points than the one its data summary declared"
     return None
+
+
+def sumsq_rounding(declared: Declared) -> np.ndarray:
+    """Per feature, how far a sum of squares over all of a device's points may differ from
+    the declared one by rounding alone (the points added in another order; in a standardized
+    run the declared one is a difference of large numbers)."""
+    scale = declared.moment_scale if declared.moment_scale is not None else 0.0
+    return MOMENT_SLACK * max(float(declared.points), 1.0) * np.square(scale)
 
 
 def voronoi_violation(means: np.ndarray, counts: np.ndarray, centers: np.ndarray, ratio: float = 1.0,
@@ -132,7 +140,7 @@ def implied_cost_violation(cost: float, implied_minus_q: float, declared: Declar
     if declared.moment_sumsq is None:
         return None
     implied = float(np.sum(declared.moment_sumsq)) + implied_minus_q
-    if abs(cost - implied) > MOMENT_SLACK * max(declared.points, 1.0) * float(np.sum(declared.moment_scale**2)) + 1e-300:
+    if abs(cost - implied) > float(np.sum(sumsq_rounding(declared))) + 1e-300:
         return f"its cost {cost:.10g} is not the one its statistics and declared sum of squares imply ({implied:.10g})"
     return None
 

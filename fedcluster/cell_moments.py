@@ -85,11 +85,12 @@ def _cached_gap(mean, var, centers, j, low, high) -> float | None:
     return _GAPS[key]
 
 
-def _rounding(centers: np.ndarray, low: np.ndarray, high: np.ndarray) -> float:
-    """How far a device's nearest-center test may err, in the walls' units: it rounds in
-    absolute terms, about (d + 2)·eps·(‖x‖ + ‖c‖)², whatever the distances between them."""
-    reach = float(np.sqrt((np.maximum(np.abs(low), np.abs(high)) ** 2).sum()))
-    return KERNEL * (reach + float(np.sqrt((centers**2).sum(-1).max()))) ** 2
+def _rounding(centers: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """How far a device's nearest-center test may err, in the walls' units, for a center set
+    (k, d) or one per part (P, k, d): it rounds in absolute terms, about (d + 2)·eps·(‖x‖ + ‖c‖)²,
+    whatever the distances between them."""
+    reach = np.sqrt((np.maximum(np.abs(low), np.abs(high)) ** 2).sum())
+    return KERNEL * (reach + np.sqrt((centers**2).sum(-1).max(-1))) ** 2
 
 
 def _walls(centers: np.ndarray, j: int, mean: np.ndarray, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,7 +99,7 @@ def _walls(centers: np.ndarray, j: int, mean: np.ndarray, low: np.ndarray, high:
     a = 2.0 * (others - centers[j])
     b = ((others - mean) ** 2).sum(1) - ((centers[j] - mean) ** 2).sum()
     size = max(float(((centers - mean) ** 2).sum(1).max()), 1e-300)
-    return a, b + SLACK * size + _rounding(centers, low, high)
+    return a, b + SLACK * size + float(_rounding(centers, low, high))
 
 
 def _axis_certificate(means: np.ndarray, var: np.ndarray, centers: np.ndarray, parts: np.ndarray,
@@ -113,9 +114,8 @@ def _axis_certificate(means: np.ndarray, var: np.ndarray, centers: np.ndarray, p
     own = centers[rows, parts]  # (P, d)
     a = 2.0 * (centers - own[:, None, :])  # (P, k, d); the own center's row is 0
     distance = ((centers - means[:, None, :]) ** 2).sum(2)  # (P, k)
-    reach = np.sqrt((np.maximum(np.abs(low), np.abs(high)) ** 2).sum())
-    rounding = KERNEL * (reach + np.sqrt((centers**2).sum(-1).max(-1))) ** 2  # as _rounding, per part
-    b = distance - distance[rows, parts][:, None] + (SLACK * np.maximum(distance.max(1), 1e-300) + rounding)[:, None]
+    widen = SLACK * np.maximum(distance.max(1), 1e-300) + _rounding(centers, low, high)
+    b = distance - distance[rows, parts][:, None] + widen[:, None]
     b[rows, parts] = np.inf
     width = high - low
     with np.errstate(divide="ignore", invalid="ignore"):

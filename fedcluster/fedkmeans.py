@@ -31,6 +31,7 @@ from .config import (AGGREGATION, INIT_CANDIDATES, MANY, SERVER_DATA, STANDARDIZ
                      Key, Section, k_range)
 from .checks import Interval, StrOptions
 from . import kfed
+from .bounds import sumsq_rounding
 from .robust import aggregate_centers
 
 INITS = ("auto", "local-summaries", "kfed", "random-box", "server-kmeans++")
@@ -701,23 +702,14 @@ def partitions_violation(stated: list[Stated], earlier: Sequence[Stated] = (), w
 def whole_partition(declared: Any) -> Stated | None:
     """A device's declared moments (a :class:`fedcluster.bounds.Declared`) as a stated
     partition: all its points in one part (its cost, 0, is never checked); None without.
-    Its sum of squares carries the rounding :func:`fedcluster.bounds.moments_violation`
+    Its sum of squares carries the rounding :func:`fedcluster.bounds.sumsq_rounding`
     grants it (a standardized run's moments are differences of large numbers), which only
     raises the bounds taken from it."""
     if declared is None or declared.moment_sum is None:
         return None
     part = (np.array([declared.points]), declared.moment_sum[None, :],
-            np.array([declared.moment_sumsq.sum() + declared_rounding(declared)]))
+            np.array([declared.moment_sumsq.sum() + float(np.sum(sumsq_rounding(declared)))]))
     return 0.0, np.zeros((1, declared.moment_sum.size)), part
-
-
-def declared_rounding(declared: Any) -> float:
-    """How far a declared total sum of squares may be off by rounding (the margin of
-    :func:`fedcluster.bounds.moments_violation`)."""
-    from .bounds import MOMENT_SLACK
-
-    scale = declared.moment_scale if declared.moment_scale is not None else 0.0
-    return MOMENT_SLACK * max(float(declared.points), 1.0) * float(np.sum(np.square(scale)))
 
 
 def evaluation_statement(arrays: Mapping[str, np.ndarray], centers: np.ndarray, declared: Any,
@@ -732,7 +724,7 @@ def evaluation_statement(arrays: Mapping[str, np.ndarray], centers: np.ndarray, 
     if earlier and earlier[0][2][2].size:
         total = float(earlier[0][2][2].sum())
     elif declared is not None and declared.moment_sumsq is not None:
-        total = float(np.sum(declared.moment_sumsq)) + declared_rounding(declared)
+        total = float(np.sum(declared.moment_sumsq)) + float(np.sum(sumsq_rounding(declared)))
     else:
         return None
     counts = np.asarray(arrays["counts"], dtype=np.float64)

@@ -91,7 +91,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             "final": {"cost": cost, "total_cost": cost * points, "num_points": points, "round": best_round,
                       "set": best_set},
         }
-        if getattr(self, "recovered", None):
+        if self.recovered:
             outcome["recovery"] = self.recovered
         extras, text, loud = last_versus_best(total_cost / num_points, final_round, last.index, cost, best_round,
                                               best_set, len(self.starts) > 1, LAST_WORSE_WARNING)
@@ -101,16 +101,13 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             self.warn(text) if loud else log(INFO, "[fedcluster] %s", text)
         return outcome
 
-    def cost_check(self, incoming: np.ndarray, config: dict[str, Any] | None = None):
+    def cost_check(self, incoming: np.ndarray, sent: dict[str, Any]):
         """Full batch, one local epoch (else no check; ``incoming``: the (m, k, d) centers
-        sent; ``config``: the client config sent, default the run's): a training reply's
-        costs are the ones its other arrays imply (``train_cost_mismatch``), each cluster's
-        mean lies in its center's Voronoi cell and its scatter within what the cell can hold
+        sent with the client config ``sent``): a training reply's costs are the ones its
+        other arrays imply (``train_cost_mismatch``), each cluster's mean lies in its center's Voronoi cell and its scatter within what the cell can hold
         (``cell_moments_violation``), its sums add up to its declared moments, and all its
         partitions, with its last reply's, could come from one fixed set of points
         (``partitions_violation``)."""
-        sent = config or {"batch-size": self.config.batch_size, "local-epochs": self.config.local_epochs,
-                          "client-lr": self.config.client_lr}
         if sent["batch-size"] != 0 or sent["local-epochs"] != 1:
             return None
         beta = sent["client-lr"]
@@ -153,6 +150,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         self.estimated = []  # (estimated cost per point, round, set, centers): the cheapest few, partial participation
         everyone, self.best_seen = cfg.fraction >= 1.0, None  # best: (cost, round, set, points, centers)
         self.stated_partitions: dict[int, list] = {}  # per node: [(cost, centers, partition)] of its last reply
+        self.recovered: dict[str, Any] | None = None  # what the recovery from a liar caught at the end did
         self.memory_bounds = cfg.server_memory and cfg.batch_size == 0 and cfg.local_epochs == 1
         deadline = max(1, math.ceil(rounds / 2))
         for t in range(1, rounds + 1):
@@ -208,7 +206,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         stacked = np.stack([c.centers for c in live])
         train = dict(task="fedkmeans_train", nodes=nodes, arrays={"centers": stacked}, config=client_config,
                      seeded=True, sizes={"m": len(live), "k": stacked.shape[1]}, phase="train",
-                     check=self.cost_check(stacked))
+                     check=self.cost_check(stacked, client_config))
         requests: dict[str, dict[str, Any]] = {"train": train}
         if cfg.server_memory and not everyone and t == 1 and unsampled:
             requests["seed"] = dict(train, nodes=unsampled, config=FULL_BATCH, phase="memory", min_replies=0,

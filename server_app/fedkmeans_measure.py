@@ -132,7 +132,7 @@ class FedKMeansMeasure:
         partition of them costs. A contradiction proves a liar, which leaves the run."""
         def check(reply: Reply) -> str | None:
             declared = self.declared.get(reply.node_id)
-            earlier = getattr(self, "stated_partitions", {}).get(reply.node_id, [])
+            earlier = self.stated_partitions.get(reply.node_id, [])
             whole = whole_partition(declared)
             if scores:
                 reason = scores_violation(reply.arrays["costs"], centers, earlier, whole)
