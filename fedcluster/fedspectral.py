@@ -5,7 +5,8 @@ working specification docs/ALGORITHMS.md section 5). The phases are in ``server_
 Spectral clustering is Ng-Jordan-Weiss on ``M = (I + N)/2``, ``N = D^{-1/2} A D^{-1/2}``
 (a degree-0 node has ``D^{-1/2} = 0``): top-``k`` eigenvectors, rows normalized, k-means.
 
-Device (NumPy only; tasks ``power_step``, ``local_spectral_labels``) and
+Device (tasks ``power_step``, ``local_spectral_labels``; products through scipy.sparse where
+installed, NumPy otherwise: :class:`fedcluster.graph.AdjacencyOperator`) and
 server (pure functions, no flwr): the co-association of the baseline, the paper's average
 of client iterates, and the exact mode's eigensolver (:class:`ExactEigensolver`: block
 subspace iteration or block Krylov on summed client products).
@@ -13,7 +14,7 @@ subspace iteration or block Krylov on summed client products).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -104,7 +105,7 @@ DENSE_EIGEN_LIMIT = 2048
 
 
 # ============================================================================================
-# Device kernels (NumPy only)
+# Device kernels
 # ============================================================================================
 #
 # Every kernel works on the device's undirected simple graph G_j (``fedcluster.graph.local_graph``,
@@ -174,7 +175,23 @@ def power_step(data: DeviceData, arrays: dict, config: dict) -> tuple[dict, dict
         )
     if "degrees" not in arrays:
         raise ValueError("normalization 'global' needs the global degree vector in arrays['degrees']")
-    degrees = arrays["degrees"]  # (n,), finite, non-negative: checked by the protocol
+    product = _global_product(data, graph, arrays["degrees"], weight)
+    return {"Q": product(Q)}, metrics
+
+
+_PRODUCT_KEY = "fedcluster.fedspectral.global-product"
+
+
+def _global_product(data: DeviceData, graph: AdjacencyOperator, degrees: np.ndarray,
+                    weight: float) -> Callable[[np.ndarray], np.ndarray]:
+    """``Q -> w D^{-1/2} A_j D^{-1/2} Q`` for the global degrees ``degrees`` (``(n,)``,
+    finite, non-negative: checked by the protocol), kept on the device while the server
+    sends the same degrees and weight (every round of a run). Raises ``ValueError`` when a
+    node with local edges has global degree 0."""
+    kept = data.extra.get(_PRODUCT_KEY)
+    if (kept is not None and kept[0] == weight and kept[1] is graph
+            and kept[2].shape == degrees.shape and np.array_equal(kept[2], degrees)):
+        return kept[3]
     missing = (graph.degrees > 0) & (degrees <= 0)
     if np.any(missing):
         node = int(np.flatnonzero(missing)[0])
@@ -183,8 +200,9 @@ def power_step(data: DeviceData, arrays: dict, config: dict) -> tuple[dict, dict
             "the degree vector does not match the data"
         )
     scale = inverse_sqrt_degrees(degrees)
-    product = graph.matmat(Q, weight * scale, scale)
-    return {"Q": product}, metrics
+    product = graph.scaled(weight * scale, scale)
+    data.extra[_PRODUCT_KEY] = (weight, graph, np.array(degrees, dtype=np.float64), product)
+    return product
 
 
 def product_violation(product: np.ndarray, X: np.ndarray, weight: float, edges: float, first: bool) -> str | None:
@@ -225,7 +243,7 @@ def local_spectral_embedding(
     max_iters: int = 1000,
     tol: float = 1e-6,
 ) -> tuple[np.ndarray, np.ndarray, int, float]:
-    """Top-``k`` eigenpairs of ``(I + N)/2`` of ``graph`` by subspace iteration, NumPy only.
+    """Top-``k`` eigenpairs of ``(I + N)/2`` of ``graph`` by subspace iteration.
 
     Iterates a block of ``block`` columns (default ``2k``, at least ``k + 5``, at most n),
     orthonormalizing every step; every 5 steps a Rayleigh-Ritz check stops when the largest
@@ -260,7 +278,7 @@ def local_spectral_embedding(
 
 @device_task("local_spectral_labels")
 def local_spectral_labels(data: DeviceData, arrays: dict, config: dict) -> tuple[dict, dict]:
-    """FedSpectral client: spectral clustering of the local graph (NumPy only).
+    """FedSpectral client: spectral clustering of the local graph.
 
     Config ``{"num-nodes", "k", "seed"}`` (+ optional ``"block"``, ``"max-iters"``, ``"tol"``).
     Nodes with at least one local edge are relabelled ``0..n_j-1``; the top-``k``

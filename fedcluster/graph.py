@@ -1,4 +1,4 @@
-"""Graph data for FedSpectral / FedSpectral+ (NumPy only): the data layer, no algorithm.
+"""Graph data for FedSpectral / FedSpectral+: the data layer, no algorithm.
 
 A graph lives in a global node-id space ``0 .. n-1`` known to everybody; a device holds only
 its own edge list (``m x 2`` int64). :func:`load_edge_list` reads the SNAP ``u v`` text format,
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -224,12 +224,12 @@ def write_client_edge_files(parts: Sequence[np.ndarray], out_dir: str | os.PathL
 
 
 # --------------------------------------------------------------------------------------------
-# Sparse products over an edge list, and a device's graph (NumPy only)
+# Sparse products over an edge list (scipy.sparse where installed), and a device's graph
 # --------------------------------------------------------------------------------------------
 
 
 class AdjacencyOperator:
-    """Products ``A @ X`` with the 0/1 adjacency of an undirected simple graph, NumPy only.
+    """Products ``A @ X`` with the 0/1 adjacency of an undirected simple graph.
 
     Built once from any edge list, made canonical (kept as ``edges``): both directions of
     every edge are sorted by their row (CSR order), giving the neighbour list ``neighbors``
@@ -240,9 +240,15 @@ class AdjacencyOperator:
     which is what ``reduceat`` pays for), and the work is done in the transposed layout
     (one contiguous 1-D gather and reduction per column pair). Memory: ``O(m + n b)``;
     never ``n x n``.
+
+    Where SciPy is installed (a dependency of the package; ``sparse=None``, the default) the
+    products go through a ``scipy.sparse`` CSR matrix of the same graph instead, with the
+    last scaling ``diag(left) A diag(right)`` kept (a device multiplies by the same
+    normalization every round); ``sparse=False`` forces the NumPy path (a device without
+    SciPy), ``sparse=True`` requires SciPy. Both paths give the same products to rounding.
     """
 
-    def __init__(self, edges: np.ndarray, num_nodes: int):
+    def __init__(self, edges: np.ndarray, num_nodes: int, sparse: bool | None = None):
         edges = canonical_edges(edges)
         n = int(num_nodes)
         if edges.shape[0] and int(edges.max()) >= n:
@@ -262,6 +268,37 @@ class AdjacencyOperator:
         else:
             self.starts = np.zeros(0, dtype=np.intp)
             self.row_ids = np.zeros(0, dtype=np.intp)
+        self._csr = _csr_matrix(self.neighbors, self.degrees, n, sparse)
+        self._scaled: tuple[np.ndarray | None, np.ndarray | None, Any] | None = None
+
+    @property
+    def sparse(self) -> bool:
+        """Whether products go through ``scipy.sparse``."""
+        return self._csr is not None
+
+    def scaled(self, left: np.ndarray, right: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        """``X -> diag(left) A diag(right) X`` for ``X`` of shape ``(n, b)``, the scaling
+        applied once (for a caller that multiplies by the same matrix many times)."""
+        left, right = np.array(left, dtype=np.float64), np.array(right, dtype=np.float64)
+        if self._csr is None:
+            return lambda X: self.matmat(X, left, right)
+        matrix = self._scaled_csr(left, right)
+        return lambda X: np.asarray(matrix @ np.asarray(X, dtype=np.float64), dtype=np.float64)
+
+    def _scaled_csr(self, left: np.ndarray | None, right: np.ndarray | None) -> Any:
+        """``diag(left) A diag(right)`` as CSR, the last one kept."""
+        if self._scaled is not None:
+            kept_left, kept_right, matrix = self._scaled
+            if _same(kept_left, left) and _same(kept_right, right):
+                return matrix
+        matrix = self._csr.copy()
+        if left is not None:
+            matrix.data *= np.repeat(np.asarray(left, dtype=np.float64), np.diff(matrix.indptr))
+        if right is not None:
+            matrix.data *= np.asarray(right, dtype=np.float64)[matrix.indices]
+        self._scaled = (None if left is None else np.array(left, dtype=np.float64),
+                        None if right is None else np.array(right, dtype=np.float64), matrix)
+        return matrix
 
     def matmat(
         self,
@@ -278,6 +315,9 @@ class AdjacencyOperator:
         if X.ndim != 2 or X.shape[0] != self.num_nodes:
             raise ValueError(f"matrix of shape {X.shape} does not match a graph of {self.num_nodes} nodes")
         n, b = X.shape
+        if self._csr is not None:
+            out = np.asarray(self._scaled_csr(left, right) @ X, dtype=np.float64)
+            return out[:, 0] if vector else out
         pairs = (b + 1) // 2
         out = np.zeros((n, 2 * pairs))
         if self.num_edges and b:
@@ -299,6 +339,29 @@ class AdjacencyOperator:
         if b % 2:
             out = np.ascontiguousarray(out[:, :b])
         return out[:, 0] if vector else out
+
+
+def _csr_matrix(neighbors: np.ndarray, degrees: np.ndarray, n: int, sparse: bool | None) -> Any:
+    """The 0/1 adjacency as ``scipy.sparse.csr_matrix`` (rows sorted, as ``neighbors``), or
+    None for the NumPy path (``sparse=False``, or SciPy missing and ``sparse=None``)."""
+    if sparse is False:
+        return None
+    try:
+        import scipy.sparse
+    except ImportError:
+        if sparse:
+            raise
+        return None
+    indptr = np.zeros(n + 1, dtype=np.intp)
+    np.cumsum(degrees.astype(np.intp), out=indptr[1:])
+    # Each row's neighbours in the NumPy path's order: both paths add in the same order.
+    return scipy.sparse.csr_matrix((np.ones(neighbors.size), neighbors, indptr), shape=(n, n))
+
+
+def _same(kept: np.ndarray | None, given: np.ndarray | None) -> bool:
+    if kept is None or given is None:
+        return kept is None and given is None
+    return kept.shape == np.shape(given) and bool(np.array_equal(kept, given))
 
 
 @dataclass

@@ -69,7 +69,7 @@ def device_data(run_config: dict[str, Any], node_config: dict[str, Any]) -> Devi
 def load_path(path: str, run_config: dict[str, Any]) -> DeviceData:
     """A device's own file: ``.txt`` is an edge list, anything else points."""
     if path.endswith(".txt"):
-        from .graph import load_edge_list  # graph data layer (NumPy only)
+        from .graph import load_edge_list  # graph data layer
 
         num_nodes = int(run_config.get("num-nodes", 0) or 0) or None
         return DeviceData(edges=load_edge_list(path, num_nodes), source=path)

@@ -3,6 +3,8 @@ scikit-learn (a phone-class SuperNode)."""
 
 import subprocess
 import sys
+
+import numpy as np
 import textwrap
 from pathlib import Path
 
@@ -62,3 +64,67 @@ def test_client_app_runs_without_scipy_and_sklearn(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "OK" in done.stdout
+
+
+GRAPH_SCRIPT = textwrap.dedent(
+    """
+    import sys, json, importlib.abc
+
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name.split(".")[0] in ("scipy", "sklearn"):
+                raise ImportError(f"{name} is not installed on this device")
+            return None
+
+    if %(block)r:
+        sys.meta_path.insert(0, Block())
+    sys.path.insert(0, %(root)r)
+    import numpy as np
+    from fedcluster.device import DeviceData
+    from fedcluster.fedspectral import local_spectral_labels, power_step
+    from fedcluster.graph import AdjacencyOperator
+
+    rng = np.random.default_rng(0)
+    n = 60
+    edges = np.unique(np.sort(rng.integers(0, n, size=(300, 2)), axis=1), axis=0)
+    edges = edges[edges[:, 0] != edges[:, 1]]
+    data = DeviceData(edges=edges, source="t")
+    Q = rng.standard_normal((n, 5))
+    degrees = np.bincount(edges.ravel(), minlength=n).astype(float) * 2
+    out = {
+        "sparse": AdjacencyOperator(edges, n).sparse,
+        "global": power_step(data, {"Q": Q, "degrees": degrees},
+                             {"num-nodes": n, "iters": 1, "normalization": "global", "edge-weight": 0.5})[0]["Q"].tolist(),
+        "local": power_step(data, {"Q": Q}, {"num-nodes": n, "iters": 3, "normalization": "local",
+                                              "edge-weight": 1.0})[0]["Q"].tolist(),
+        "labels": local_spectral_labels(data, {}, {"num-nodes": n, "k": 3, "seed": 1, "block": 0,
+                                                    "max-iters": 500, "tol": 1e-8})[0]["labels"].tolist(),
+    }
+    try:
+        AdjacencyOperator(edges, n, sparse=True)
+        out["forced"] = "built"
+    except ImportError as error:
+        out["forced"] = str(error)
+    print(json.dumps(out))
+    """
+)
+
+
+def test_graph_kernels_without_scipy_give_the_scipy_path_products():
+    """FedSpectral's device products go through scipy.sparse where it is installed; a device
+    without SciPy takes the NumPy path and must send the same products (to rounding) and the
+    same local labels."""
+    import json
+
+    runs = {}
+    for block in (True, False):
+        script = GRAPH_SCRIPT % {"root": str(ROOT), "block": block}
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[block] = json.loads(done.stdout.strip().splitlines()[-1])
+    without, with_scipy = runs[True], runs[False]
+    assert without["sparse"] is False and with_scipy["sparse"] is True
+    assert "not installed" in without["forced"] and with_scipy["forced"] == "built"
+    for key in ("global", "local"):
+        np.testing.assert_allclose(np.array(without[key]), np.array(with_scipy[key]), rtol=0, atol=1e-12)
+    assert without["labels"] == with_scipy["labels"]

@@ -212,14 +212,16 @@ def test_client_files_round_trip(tmp_path):
 # ---------------------------------------------------------------------------- product kernel
 
 
+@pytest.mark.parametrize("sparse", [None, False])
 @pytest.mark.parametrize("b", [1, 2, 3, 10])
-def test_adjacency_operator_matches_dense(b):
+def test_adjacency_operator_matches_dense(b, sparse):
     n = 40
     edges = random_graph(n, 150, seed=4)
     A = dense_adjacency(edges, n)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, b))
-    op = AdjacencyOperator(edges, n)
+    op = AdjacencyOperator(edges, n, sparse=sparse)
+    assert op.sparse is (sparse is None)  # SciPy is installed here: the default uses it
     np.testing.assert_allclose(op.matmat(X), A @ X, rtol=0, atol=1e-12)
     left, right = rng.random(n), rng.random(n)
     np.testing.assert_allclose(op.matmat(X, left, right), left[:, None] * (A @ (right[:, None] * X)), atol=1e-12)
@@ -227,9 +229,30 @@ def test_adjacency_operator_matches_dense(b):
     np.testing.assert_array_equal(op.degrees, A.sum(axis=1))
 
 
-def test_adjacency_operator_empty_graph():
-    op = AdjacencyOperator(np.zeros((0, 2), dtype=np.int64), 5)
+@pytest.mark.parametrize("sparse", [None, False])
+def test_adjacency_operator_empty_graph(sparse):
+    op = AdjacencyOperator(np.zeros((0, 2), dtype=np.int64), 5, sparse=sparse)
     np.testing.assert_array_equal(op.matmat(np.ones((5, 3))), np.zeros((5, 3)))
+    np.testing.assert_array_equal(op.matmat(np.ones((5, 3)), np.ones(5), np.ones(5)), np.zeros((5, 3)))
+
+
+def test_adjacency_operator_scaling_kept_only_while_it_is_the_same():
+    """The sparse path keeps the last diag(left) A diag(right): a new scaling, or the same
+    array changed in place, must give the new product."""
+    n = 30
+    edges = random_graph(n, 100, seed=5)
+    A = dense_adjacency(edges, n)
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((n, 4))
+    op = AdjacencyOperator(edges, n)
+    left, right = rng.random(n), rng.random(n)
+    for _ in range(2):
+        np.testing.assert_allclose(op.matmat(X, left, right), left[:, None] * (A @ (right[:, None] * X)), atol=1e-12)
+        left[3] += 1.0  # in place: the kept scaling no longer applies
+        right = rng.random(n)
+    np.testing.assert_allclose(op.matmat(X, left), left[:, None] * (A @ X), atol=1e-12)
+    np.testing.assert_allclose(op.matmat(X, None, right), A @ (right[:, None] * X), atol=1e-12)
+    np.testing.assert_allclose(op.matmat(X), A @ X, atol=1e-12)
 
 
 def test_local_graph_is_cached_and_rebuilt_when_edges_change():
