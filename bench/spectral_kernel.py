@@ -124,7 +124,7 @@ def main() -> None:
     if not path.is_file():
         sys.exit(f"ego-Facebook not found at {path} (set --graphs or FEDCLUSTER_GRAPHS)")
     with page_output(args.out, __file__):
-        print_header("FedSpectral+ device power step (NumPy) against scipy.sparse", __doc__)
+        print_header("FedSpectral+ device power step against scipy.sparse", __doc__)
         n = 4039
         edges = load_edge_list(path, num_nodes=n)
         print(f"ego-Facebook: n={n}, block={args.block}, median of {repeats} runs, compared pairs taking turns; ratio = our time / "
