@@ -255,7 +255,7 @@ def reassign_starved(
     SPLITTING the currently largest cluster along its coordinate axis of largest variance
     e: the two centers move to ``c ± SPLIT_OFFSET·σ·e``. The variance comes from the
     reported per-cluster sums of squares ``sumsq`` and the cluster ``means``. An
-    ``orphaned`` cluster (:func:`orphaned_clusters`) below the threshold is re-seeded at
+    ``orphaned`` cluster (:meth:`Memory.orphaned`) below the threshold is re-seeded at
     once. ``allowed`` (k bools): the clusters that may be re-seeded now (the others keep
     counting their starved rounds). Works on ``centers`` and ``state.starved_rounds`` in
     place; returns the re-seeded clusters."""
@@ -338,23 +338,6 @@ def train_cost_mismatch(
         return (f"cost {cost:.10g} of the received centers does not match its counts, centers and sums of "
                 f"squares ({implied:.10g})")
     return None
-
-
-def orphaned_clusters(last_counts: Mapping[int, np.ndarray], left: Iterable[int]) -> list[int]:
-    """The clusters that, in the counts every node last reported, only nodes that have
-    now ``left`` the run fed: nobody will feed them again, so they are re-seeded at once
-    instead of after ``reassign-patience`` rounds."""
-    left = set(left)
-    if not left or not last_counts:
-        return []
-    k = len(next(iter(last_counts.values())))
-    staying, leaving = np.zeros(k), np.zeros(k)
-    for node, counts in last_counts.items():
-        if node in left:
-            leaving += counts
-        else:
-            staying += counts
-    return np.flatnonzero((leaving > 0) & (staying <= 0)).tolist()
 
 
 def coarse_summary_k(k: int) -> int:
@@ -541,6 +524,127 @@ def k_range_report(ks: Sequence[int], count: int, costs: np.ndarray, num_points:
 # ------------------------------------------------------------------------ server state
 # What the server keeps per center set between rounds; replies are the strategy's (any
 # object with ``node_id`` and ``arrays``).
+class Memory:
+    """Every node's latest statistics for one center set (``server-memory``): its centers,
+    counts and per-cluster sums of squares, and the partition of its points a full-batch
+    reply states, as rows of dense arrays, one row per node. A round's server step over
+    every node's memory is then a few array operations, not a loop over the nodes: its
+    cost follows the nodes sampled, not the population. Rows follow :meth:`reserve`'s
+    order (the strategy's node order), then the order nodes first report; a node not in
+    memory has zeros in its row, so the count-weighted sums are those over the nodes in
+    memory, in row order."""
+
+    def __init__(self, k: int, d: int) -> None:
+        self.k, self.d = k, d
+        self.rows: dict[int, int] = {}
+        self._grow(0)
+
+    def _grow(self, capacity: int) -> None:
+        k, d = self.k, self.d
+        old = {name: getattr(self, name) for name in self._ARRAYS} if hasattr(self, "present") else {}
+        self.present = np.zeros(capacity, dtype=bool)
+        self.stated = np.zeros(capacity, dtype=bool)  # its latest reply stated a partition
+        self.centers, self.counts, self.sumsq = np.zeros((capacity, k, d)), np.zeros((capacity, k)), np.zeros((capacity, k, d))
+        self.part_n, self.part_sums, self.part_squares = np.zeros((capacity, k)), np.zeros((capacity, k, d)), np.zeros((capacity, k))
+        for name, values in old.items():
+            getattr(self, name)[:len(values)] = values
+
+    _ARRAYS = ("present", "stated", "centers", "counts", "sumsq", "part_n", "part_sums", "part_squares")
+
+    def _row(self, node: int) -> int:
+        row = self.rows.get(node)
+        if row is None:
+            row = self.rows[node] = len(self.rows)
+            if row >= self.present.size:
+                self._grow(max(16, 2 * self.present.size))
+        return row
+
+    def reserve(self, nodes: Iterable[int]) -> None:
+        """Give ``nodes`` their rows in this order (before any of them reports)."""
+        for node in nodes:
+            self._row(node)
+
+    def __len__(self) -> int:
+        return int(self.present[:len(self.rows)].sum())
+
+    def __contains__(self, node: int) -> bool:
+        row = self.rows.get(node)
+        return row is not None and bool(self.present[row])
+
+    def remember(self, replies: list[Any], incoming: np.ndarray | None = None, learning_rate: float = 1.0) -> None:
+        """Keep each node's latest statistics and, for a full-batch reply to ``incoming``
+        (one local epoch), the partition of its points it states."""
+        for r in replies:
+            row = self._row(r.node_id)
+            counts = r.arrays["counts"]
+            self.present[row] = True
+            self.centers[row], self.counts[row], self.sumsq[row] = r.arrays["centers"], counts, r.arrays["sumsq"]
+            self.stated[row] = incoming is not None
+            if incoming is None:
+                self.part_n[row], self.part_sums[row], self.part_squares[row] = 0.0, 0.0, 0.0
+                continue
+            seen = counts > 0
+            self.part_n[row] = np.where(seen, counts, 0.0)
+            self.part_sums[row] = 0.0
+            self.part_sums[row][seen] = counts[seen][:, None] * implied_means(incoming[seen], r.arrays["centers"][seen], learning_rate)
+            self.part_squares[row] = np.where(seen, r.arrays["sumsq"].sum(axis=1), 0.0)
+
+    def forget(self, nodes: Iterable[int]) -> None:
+        for node in nodes:
+            row = self.rows.get(node)
+            if row is not None:
+                for name in self._ARRAYS:
+                    getattr(self, name)[row] = 0
+
+    def _used(self) -> slice:
+        return slice(0, len(self.rows))
+
+    def aggregate(self, method: str, trim: float) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`fedcluster.robust.aggregate_centers` over every node in memory."""
+        used = self._used()
+        if method == "mean":  # zero rows add nothing
+            return aggregate_centers(self.centers[used], self.counts[used], method, trim)
+        present = self.present[used]
+        return aggregate_centers(self.centers[used][present], self.counts[used][present], method, trim)
+
+    def total_sumsq(self) -> np.ndarray:
+        return np.sum(self.sumsq[self._used()], axis=0)
+
+    def orphaned(self, left: Iterable[int]) -> list[int]:
+        """The clusters that, in the counts every node last reported, only nodes that have
+        now ``left`` the run fed: nobody will feed them again, so they are re-seeded at once
+        instead of after ``reassign-patience`` rounds."""
+        rows = [self.rows[node] for node in left if node in self]
+        if not rows:
+            return []
+        used = self._used()
+        leaving = np.zeros(len(self.rows), dtype=bool)
+        leaving[rows] = True
+        counts = self.counts[used]
+        staying = counts[~leaving].sum(axis=0)
+        return np.flatnonzero((counts[leaving].sum(axis=0) > 0) & (staying <= 0)).tolist()
+
+    def bound(self, centers: np.ndarray) -> float | None:
+        """An upper bound of ``centers``' cost per point on every node in memory, with no
+        message: each node's latest stated partition, every part sent whole to its cheapest
+        center (:func:`partition_bound`). None unless every node in memory stated one."""
+        used = self._used()
+        present = self.present[used]
+        if not present.any() or not np.array_equal(self.stated[used], present):
+            return None
+        # A row not in memory, or a cluster a node did not see, is a part of zero points,
+        # sums and squares: it costs 0 at every center and adds nothing.
+        every = (self.part_n[used].reshape(-1), self.part_sums[used].reshape(-1, self.d), self.part_squares[used].reshape(-1))
+        return partition_bound(every, centers)[0] / max(float(every[0].sum()), 1.0)
+
+    def copy(self) -> "Memory":
+        other = Memory.__new__(Memory)
+        other.k, other.d, other.rows = self.k, self.d, dict(self.rows)
+        for name in self._ARRAYS:
+            setattr(other, name, getattr(self, name).copy())
+        return other
+
+
 @dataclass
 class Undo:
     """A re-seed waiting for the next round's measurement: the centers without it, the
@@ -549,8 +653,7 @@ class Undo:
     centers: np.ndarray
     cost_before: float
     clusters: list[int]
-    latest: dict[int, Any]
-    parts: dict[int, Any] = field(default_factory=dict)
+    memory: Memory
 
 
 @dataclass
@@ -562,8 +665,7 @@ class CenterSet:
     index: int
     centers: np.ndarray
     state: ServerState
-    latest: dict[int, Any] = field(default_factory=dict)
-    parts: dict[int, Any] = field(default_factory=dict)  # the partition each latest full-batch reply states
+    memory: Memory | None = None  # every node's latest statistics and stated partition
     protected: np.ndarray | None = None  # clusters whose re-seed was undone: not re-seeded again
     undo: Undo | None = None
     incoming: list[Any] = field(default_factory=list)
@@ -578,31 +680,18 @@ class CenterSet:
     def __post_init__(self) -> None:
         if self.protected is None:
             self.protected = np.zeros(self.centers.shape[0], dtype=bool)
+        if self.memory is None:
+            self.memory = Memory(*self.centers.shape)
 
     def remember(self, replies: list[Any], incoming: np.ndarray | None = None, learning_rate: float = 1.0) -> None:
-        """Keep each node's latest statistics and, for a full-batch reply to ``incoming``
-        (one local epoch), the partition of its points it states."""
-        for r in replies:
-            self.latest[r.node_id] = r
-            if incoming is None:
-                self.parts.pop(r.node_id, None)
-            else:
-                self.parts[r.node_id] = partition_of_reply(incoming, r.arrays["centers"], r.arrays["counts"],
-                                                           r.arrays["sumsq"], learning_rate)
+        self.memory.remember(replies, incoming, learning_rate)
 
-    def forget(self, nodes: set[int]) -> None:
-        for node in nodes:
-            self.latest.pop(node, None)
-            self.parts.pop(node, None)
+    def forget(self, nodes: Iterable[int]) -> None:
+        self.memory.forget(nodes)
 
     def memory_bound(self) -> float | None:
-        """An upper bound of this set's cost per point on every node in memory, with no
-        message: each node's latest stated partition, every part sent whole to its cheapest
-        current center (:func:`partition_bound`). None unless every node in memory stated one."""
-        if not self.latest or self.parts.keys() != self.latest.keys():
-            return None
-        every = tuple(np.concatenate([part[i] for part in self.parts.values()]) for i in range(3))  # one product
-        return partition_bound(every, self.centers)[0] / max(float(every[0].sum()), 1.0)
+        """:meth:`Memory.bound` of this set's current centers."""
+        return self.memory.bound(self.centers)
 
     def step(self, new: np.ndarray, counts: np.ndarray, moved: list[int], orphans: list[int], shift: float) -> None:
         self.centers, self.moved, self.orphans, self.shift = new, moved, orphans, shift
@@ -613,7 +702,7 @@ class CenterSet:
         never re-seeded again (unless empty), the statistics memory as it was."""
         undo = self.undo
         self.shift = center_shift(undo.centers, self.centers)
-        self.centers, self.latest, self.parts = undo.centers, undo.latest, undo.parts
+        self.centers, self.memory = undo.centers, undo.memory
         self.protected[undo.clusters] = True
         self.state.starved_rounds[undo.clusters] = 0
         self.state.velocity[:] = 0.0

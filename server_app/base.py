@@ -61,8 +61,8 @@ class FederatedStrategy(Membership, Transport, Results):
         self.grid = grid
         self.config = config
         self.rng = np.random.default_rng(config.seed)
-        self.nodes: list[int] = []
         self.excluded: dict[int, str] = {}
+        self.nodes: list[int] = []
         self.exclusions: list[dict[str, Any]] = []  # who left, why, in which phase and round
         self.joined: list[dict[str, Any]] = []  # nodes admitted after the start (admit_newcomers)
         self.away_now: list[int] = []  # nodes of the run not connected in the latest round trip

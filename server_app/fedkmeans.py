@@ -28,7 +28,7 @@ from fedcluster.bounds import moments_violation, voronoi_violation
 from fedcluster.cell_moments import cell_moments_violation
 from fedcluster.point_tasks import bounding_box, center_shift
 from fedcluster.fedkmeans import (
-    CenterSet, ServerState, Undo, coarse_summary_k, last_versus_best, implied_means, orphaned_clusters,
+    CenterSet, ServerState, Undo, coarse_summary_k, last_versus_best, implied_means,
     partitions_violation, reassign_starved, keep_sets, reseed_allowed, server_update, stated_in_reply, train_cost_mismatch,
     whole_partition)
 from fedcluster.config import k_range
@@ -146,6 +146,8 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         starts = [starts] if isinstance(starts, np.ndarray) and starts.ndim == 2 else starts
         self.starts = [np.array(c, dtype=np.float64) for c in starts]
         live = [CenterSet(i, c.copy(), ServerState.start(c)) for i, c in enumerate(self.starts)]
+        for center_set in live:
+            center_set.memory.reserve(self.active_nodes)  # sums over the memory in node order
         self.sets = {c.index: c for c in live}
         self.estimated = []  # (estimated cost per point, round, set, centers): the cheapest few, partial participation
         everyone, self.best_seen = cfg.fraction >= 1.0, None  # best: (cost, round, set, points, centers)
@@ -202,7 +204,8 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         every = cfg.eval_every
         measuring = not everyone and every > 0 and t > 1 and (t - 1) % every == 0
         sampled = set(nodes)
-        unsampled = [n for n in self.active_nodes if n not in sampled]
+        others = len(nodes) < len(self.active_nodes)  # the sample is drawn from the active nodes
+        unsampled = [n for n in self.active_nodes if n not in sampled] if others and (t == 1 or measuring) else []
         stacked = np.stack([c.centers for c in live])
         train = dict(task="fedkmeans_train", nodes=nodes, arrays={"centers": stacked}, config=client_config,
                      seeded=True, sizes={"m": len(live), "k": stacked.shape[1]}, phase="train",
@@ -229,7 +232,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             center_set.remember([one_set(r, position) for r in got.get("seed", [])], center_set.centers)  # FULL_BATCH
             costs = (sum(float(r.arrays["costs"][position]) for r in measure), sum(r.num_examples for r in measure))
             out[center_set.index] = ([one_set(r, position) for r in got["train"]], costs)
-        return out, everyone or measuring or not unsampled
+        return out, everyone or measuring or not others
 
     def update(self, center_set: "CenterSet", report: dict[str, Any], left: set[int], t: int, rounds: int) -> None:
         """The paper's server step for one set (docs/ALGORITHMS.md §1) from its latest
@@ -245,14 +248,18 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         center_set.undo = None
         full = cfg.batch_size == 0 and cfg.local_epochs == 1  # a reply then states a partition
         center_set.remember(replies, center_set.centers if full else None, cfg.client_lr)
-        orphans = orphaned_clusters({n: r.arrays["counts"] for n, r in center_set.latest.items()}, left)
+        orphans = center_set.memory.orphaned(left)
         center_set.forget(left)
         # server-memory: every node's latest statistics, the unsampled ones as they last
         # reported (incremental Lloyd); with every node sampled, exactly this round's.
-        pool = [center_set.latest[n] for n in sorted(center_set.latest, key=self.order_key)] if cfg.server_memory else replies
-        counts, weighted = aggregate_centers(np.stack([r.arrays["centers"] for r in pool]),
-                                             np.stack([r.arrays["counts"] for r in pool]),
-                                             cfg.aggregation, cfg.trim_fraction)
+        if cfg.server_memory:
+            counts, weighted = center_set.memory.aggregate(cfg.aggregation, cfg.trim_fraction)
+            sumsq = center_set.memory.total_sumsq()
+        else:
+            counts, weighted = aggregate_centers(np.stack([r.arrays["centers"] for r in replies]),
+                                                 np.stack([r.arrays["counts"] for r in replies]),
+                                                 cfg.aggregation, cfg.trim_fraction)
+            sumsq = sum_arrays(replies, "sumsq")
         old = center_set.centers
         new, target = server_update(old, counts, weighted, center_set.state, cfg.server_lr, cfg.momentum)
         # A re-seed needs a later round to measure it: never in the last round, and a
@@ -260,9 +267,9 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         measurable = t < rounds and (cfg.fraction >= 1.0 or (cfg.eval_every > 0 and t % cfg.eval_every == 0))
         allowed = reseed_allowed(counts, center_set.protected, t < rounds, measurable)
         before = new.copy()
-        moved = reassign_starved(new, counts, sum_arrays(pool, "sumsq"), target, center_set.state,
+        moved = reassign_starved(new, counts, sumsq, target, center_set.state,
                                  cfg.reassign_threshold, cfg.reassign_patience, orphans, allowed)
         if moved:
-            center_set.undo = Undo(before, report["cost"] if report["exact"] else float("inf"), moved, dict(center_set.latest),
-                                   dict(center_set.parts))
+            center_set.undo = Undo(before, report["cost"] if report["exact"] else float("inf"), moved,
+                                   center_set.memory.copy())
         center_set.step(new, counts, moved, orphans, center_shift(new, old))

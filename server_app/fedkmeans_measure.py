@@ -34,7 +34,7 @@ class FedKMeansMeasure:
         sampled_cost = float(sum(float(r.arrays["cost"][0]) for r in replies))
         sampled_points = int(sum_metric(replies))
         cost, points = sampled_cost + measured[0], sampled_points + measured[1]
-        active = sum(self.declared[n].points for n in self.active_nodes if n in self.declared)
+        active = self.active_points()
         exact = measuring and points > 0 and points >= active
         report = {"cost": cost / max(points, 1), "points": points, "exact": exact,
                   "sampled_cost": sampled_cost / max(sampled_points, 1)}

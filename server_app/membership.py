@@ -75,9 +75,36 @@ class Membership:
         self.warn(text)
 
     @property
+    def nodes(self) -> list[int]:
+        """Every node that took part, excluded ones included, in :meth:`order_key` order."""
+        return self._nodes
+
+    @nodes.setter
+    def nodes(self, nodes: list[int]) -> None:
+        self._nodes, self._active = list(nodes), None
+
+    def _active_state(self) -> dict[str, Any]:
+        """What is derived from ``nodes`` and ``excluded``, kept until either changes (it
+        is asked several times a round: a Python walk over 10⁵ nodes each time is what a
+        round would otherwise pay for the population instead of the sample)."""
+        if self._active is None or self._active["excluded"] != len(self.excluded):  # only exclude() adds
+            self._active = {"excluded": len(self.excluded),
+                            "nodes": [node for node in self._nodes if node not in self.excluded]}
+        return self._active
+
+    @property
     def active_nodes(self) -> list[int]:
         """The nodes in the run, in :meth:`order_key` order."""
-        return [node for node in self.nodes if node not in self.excluded]
+        return list(self._active_state()["nodes"])
+
+    def active_points(self) -> int:
+        """The points the active nodes declared (a node's declaration is fixed by its first
+        reply and never changes)."""
+        state = self._active_state()
+        if state.get("declared") != len(self.declared):
+            state["declared"] = len(self.declared)
+            state["points"] = sum(self.declared[n].points for n in state["nodes"] if n in self.declared)
+        return state["points"]
 
     def order_key(self, node: int) -> tuple[int, int, int]:
         """Nodes are ordered by the partition their first reply stated, then by node id
@@ -120,8 +147,10 @@ class Membership:
     def newcomers(self) -> list[int]:
         """Nodes connected now that are neither in the run nor excluded from it: SuperNodes
         that joined after the start."""
-        known = set(self.nodes) | set(self.excluded)
-        return sorted(self.connected() - known)
+        state = self._active_state()
+        if "known" not in state:
+            state["known"] = set(self._nodes) | set(self.excluded)
+        return sorted(self.connected() - state["known"])
 
     @staticmethod
     def join_request(nodes: list[int]) -> dict[str, Any]:
@@ -206,9 +235,10 @@ class Membership:
     def sample(self, fraction: float) -> list[int]:
         """``max(floor(fraction * M), 1)`` of the M active nodes connected now, uniformly
         without replacement (Flower's fraction of the available nodes)."""
-        present = self.present(self.active_nodes)
-        active = [node for node in self.active_nodes if node in present]
-        self._note_round_away(len(self.active_nodes) - len(active))
+        every = self._active_state()["nodes"]
+        present = self.present(every)
+        active = every if len(present) == len(every) else [node for node in every if node in present]
+        self._note_round_away(len(every) - len(active))
         if not active:
             return []
         m = max(int(math.floor(fraction * len(active))), 1)

@@ -451,3 +451,55 @@ def test_a_lloyd_step_from_evaluation_replies_is_the_pooled_mean_and_keeps_unsee
     for j in (0, 1):
         np.testing.assert_allclose(stepped[j], pooled[labels == j].mean(0), rtol=1e-12)
     np.testing.assert_array_equal(stepped[2], C[2])  # no device saw it
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_dense_memory_gives_what_every_nodes_latest_reply_gives(seed):
+    """The server's memory of every node's latest statistics is kept as dense rows (so a
+    round's step costs array operations over the population, no loop over it): its
+    aggregates, total sums of squares, orphaned clusters and bound must be those computed
+    from the latest replies themselves, in node order, through growth, overwrites and
+    forgetting."""
+    from fedcluster.fedkmeans import Memory, partition_bound, partition_of_reply
+
+    rng = np.random.default_rng(seed)
+    k, d = 3, 2
+    data = {node: rng.normal(size=(int(rng.integers(3, 30)), d)) + rng.uniform(-4, 4, size=d) for node in range(40)}
+    order = list(range(40))
+    memory, latest, parts = Memory(k, d), {}, {}
+    memory.reserve(order[:25])  # the rest take rows as they first report
+    for step in range(12):
+        sent = rng.normal(size=(k, d)) * 3
+        lr = float(rng.choice([1.0, 0.5]))
+        nodes = rng.choice(40, size=int(rng.integers(1, 15)), replace=False).tolist()
+        stated = bool(rng.random() < 0.8)
+        replies = [_train_reply(n, data[n], sent, lr) for n in nodes]
+        memory.remember(replies, sent if stated else None, lr)
+        for r in replies:
+            latest[r.node_id] = r
+            parts[r.node_id] = partition_of_reply(sent, r.arrays["centers"], r.arrays["counts"], r.arrays["sumsq"], lr) if stated else None
+        left = set(rng.choice(40, size=int(rng.integers(0, 4)), replace=False).tolist()) if step % 3 == 2 else set()
+        staying = sum((latest[n].arrays["counts"] for n in latest if n not in left), np.zeros(k))
+        leaving = sum((latest[n].arrays["counts"] for n in latest if n in left), np.zeros(k))
+        assert memory.orphaned(left) == np.flatnonzero((leaving > 0) & (staying <= 0)).tolist()
+        memory.forget(left)
+        for n in left:
+            latest.pop(n, None), parts.pop(n, None)
+        assert len(memory) == len(latest) and all(n in memory for n in latest) and not any(n in memory for n in left)
+        pool = [latest[n] for n in sorted(latest, key=lambda n: memory.rows[n])]
+        for method in ("mean", "trimmed-mean", "median"):
+            expected = aggregate_centers(np.stack([r.arrays["centers"] for r in pool]),
+                                         np.stack([r.arrays["counts"] for r in pool]), method, 0.2)
+            got = memory.aggregate(method, 0.2)
+            np.testing.assert_allclose(got[0], expected[0], rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(got[1], expected[1], rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(memory.total_sumsq(), np.sum([r.arrays["sumsq"] for r in pool], axis=0), rtol=1e-12)
+        centers = rng.normal(size=(k, d)) * 3
+        if any(parts[n] is None for n in latest):
+            assert memory.bound(centers) is None
+        else:
+            every = tuple(np.concatenate([parts[n][i] for n in latest]) for i in range(3))
+            assert memory.bound(centers) == pytest.approx(partition_bound(every, centers)[0] / every[0].sum(), rel=1e-12)
+    copy = memory.copy()
+    memory.forget(list(latest))
+    assert len(memory) == 0 and len(copy) == len(latest)
