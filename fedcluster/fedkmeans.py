@@ -530,13 +530,17 @@ class Memory:
     reply states, as rows of dense arrays, one row per node. A round's server step over
     every node's memory is then a few array operations, not a loop over the nodes: its
     cost follows the nodes sampled, not the population. Rows follow :meth:`reserve`'s
-    order (the strategy's node order), then the order nodes first report; a node not in
-    memory has zeros in its row, so the count-weighted sums are those over the nodes in
-    memory, in row order."""
+    order (the strategy's node order), then the order nodes first report (newcomers:
+    still the same order on every engine); a node not in memory has zeros in its row, so
+    the count-weighted sums are those over the nodes in memory, in row order. A
+    :meth:`checkpoint` records the rows that change from then on, so that
+    :meth:`rollback` (the undo of a re-seed) costs what changed, not a copy of it all."""
 
     def __init__(self, k: int, d: int) -> None:
         self.k, self.d = k, d
         self.rows: dict[int, int] = {}
+        self._journal: dict[int, tuple] | None = None  # row -> its arrays at the checkpoint
+        self._journal_rows, self._forgotten = 0, set()
         self._grow(0)
 
     def _grow(self, capacity: int) -> None:
@@ -571,11 +575,41 @@ class Memory:
         row = self.rows.get(node)
         return row is not None and bool(self.present[row])
 
+    def _save(self, row: int) -> None:
+        if self._journal is not None and row < self._journal_rows and row not in self._journal:
+            self._journal[row] = tuple(getattr(self, name)[row].copy() for name in self._ARRAYS)
+
+    def checkpoint(self) -> None:
+        """From now on, record what changes (see :meth:`rollback`)."""
+        self._journal, self._journal_rows, self._forgotten = {}, len(self.rows), set()
+
+    def commit(self) -> None:
+        """Keep what changed since the checkpoint; stop recording."""
+        self._journal = None
+
+    def rollback(self) -> None:
+        """Every node's statistics as at the :meth:`checkpoint`, except that a node
+        forgotten since (it left, or sent an invalid reply) stays forgotten."""
+        if self._journal is None:
+            raise RuntimeError("rollback without a checkpoint")
+        for row, saved in self._journal.items():
+            for name, value in zip(self._ARRAYS, saved):
+                getattr(self, name)[row] = value
+        for node in [node for node, row in self.rows.items() if row >= self._journal_rows]:
+            self.rows.pop(node)  # first reported since: the last rows, so the rows stay 0..len-1
+        for name in self._ARRAYS:
+            getattr(self, name)[self._journal_rows:] = 0
+        for row in self._forgotten:
+            for name in self._ARRAYS:
+                getattr(self, name)[row] = 0
+        self._journal = None
+
     def remember(self, replies: list[Any], incoming: np.ndarray | None = None, learning_rate: float = 1.0) -> None:
         """Keep each node's latest statistics and, for a full-batch reply to ``incoming``
         (one local epoch), the partition of its points it states."""
         for r in replies:
             row = self._row(r.node_id)
+            self._save(row)
             counts = r.arrays["counts"]
             self.present[row] = True
             self.centers[row], self.counts[row], self.sumsq[row] = r.arrays["centers"], counts, r.arrays["sumsq"]
@@ -593,6 +627,9 @@ class Memory:
         for node in nodes:
             row = self.rows.get(node)
             if row is not None:
+                self._save(row)
+                if self._journal is not None:
+                    self._forgotten.add(row)
                 for name in self._ARRAYS:
                     getattr(self, name)[row] = 0
 
@@ -632,28 +669,21 @@ class Memory:
         present = self.present[used]
         if not present.any() or not np.array_equal(self.stated[used], present):
             return None
-        # A row not in memory, or a cluster a node did not see, is a part of zero points,
-        # sums and squares: it costs 0 at every center and adds nothing.
-        every = (self.part_n[used].reshape(-1), self.part_sums[used].reshape(-1, self.d), self.part_squares[used].reshape(-1))
+        n = self.part_n[used].reshape(-1)
+        parts = n > 0  # the parts of the stated partitions (a cluster a node did not see has none)
+        every = (n[parts], self.part_sums[used].reshape(-1, self.d)[parts], self.part_squares[used].reshape(-1)[parts])
         return partition_bound(every, centers)[0] / max(float(every[0].sum()), 1.0)
-
-    def copy(self) -> "Memory":
-        other = Memory.__new__(Memory)
-        other.k, other.d, other.rows = self.k, self.d, dict(self.rows)
-        for name in self._ARRAYS:
-            setattr(other, name, getattr(self, name).copy())
-        return other
 
 
 @dataclass
 class Undo:
     """A re-seed waiting for the next round's measurement: the centers without it, the
-    cost they were measured at before it, the clusters moved, the statistics memory."""
+    cost they were measured at before it, the clusters moved (the statistics memory keeps
+    a checkpoint meanwhile: :meth:`Memory.checkpoint`)."""
 
     centers: np.ndarray
     cost_before: float
     clusters: list[int]
-    memory: Memory
 
 
 @dataclass
@@ -693,6 +723,17 @@ class CenterSet:
         """:meth:`Memory.bound` of this set's current centers."""
         return self.memory.bound(self.centers)
 
+    def hold(self, undo: Undo) -> None:
+        """A re-seed waits for the next round's measurement (:meth:`revert` or :meth:`settle`)."""
+        self.undo = undo
+        self.memory.checkpoint()
+
+    def settle(self) -> None:
+        """The pending re-seed, if any, stays."""
+        if self.undo is not None:
+            self.memory.commit()
+        self.undo = None
+
     def step(self, new: np.ndarray, counts: np.ndarray, moved: list[int], orphans: list[int], shift: float) -> None:
         self.centers, self.moved, self.orphans, self.shift = new, moved, orphans, shift
         self.empty, self.undone = int((counts <= 0).sum()), []
@@ -702,7 +743,8 @@ class CenterSet:
         never re-seeded again (unless empty), the statistics memory as it was."""
         undo = self.undo
         self.shift = center_shift(undo.centers, self.centers)
-        self.centers, self.memory = undo.centers, undo.memory
+        self.centers = undo.centers
+        self.memory.rollback()
         self.protected[undo.clusters] = True
         self.state.starved_rounds[undo.clusters] = 0
         self.state.velocity[:] = 0.0

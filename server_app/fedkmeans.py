@@ -28,7 +28,7 @@ from fedcluster.bounds import moments_violation, voronoi_violation
 from fedcluster.cell_moments import cell_moments_violation
 from fedcluster.point_tasks import bounding_box, center_shift
 from fedcluster.fedkmeans import (
-    CenterSet, ServerState, Undo, coarse_summary_k, last_versus_best, implied_means,
+    CenterSet, Memory, ServerState, Undo, coarse_summary_k, last_versus_best, implied_means,
     partitions_violation, reassign_starved, keep_sets, reseed_allowed, server_update, stated_in_reply, train_cost_mismatch,
     whole_partition)
 from fedcluster.config import k_range
@@ -147,7 +147,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         self.starts = [np.array(c, dtype=np.float64) for c in starts]
         live = [CenterSet(i, c.copy(), ServerState.start(c)) for i, c in enumerate(self.starts)]
         for center_set in live:
-            center_set.memory.reserve(self.active_nodes)  # sums over the memory in node order
+            center_set.memory.reserve(self.active_nodes)  # sums over the memory in node order (newcomers last)
         self.sets = {c.index: c for c in live}
         self.estimated = []  # (estimated cost per point, round, set, centers): the cheapest few, partial participation
         everyone, self.best_seen = cfg.fraction >= 1.0, None  # best: (cost, round, set, points, centers)
@@ -180,6 +180,8 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
                 self.rounds[-1]["cost"] = reports[leader]["cost"]
             record = self.end_round(cost=None, sampled_nodes=len(nodes), **live[leader].record(reports[leader]),
                                     **({"sets": [c.record(r) for c, r in zip(live, reports)]} if len(live) > 1 else {}))
+            for i in set(range(len(live))) - set(keep):  # a set that stops needs no memory of the devices
+                live[i].memory = Memory(*live[i].centers.shape)
             live = [live[i] for i in keep]
             log(INFO, "[fedcluster] round %d/%d: %d/%d replies, cost/pt of received centers %.6g, shift %.3g%s%s",
                 t, rounds, record["replies"], record["sent"], record["sampled_cost_of_received"], record["center_shift"],
@@ -242,10 +244,11 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         replies = center_set.incoming
         if center_set.undo is not None and report["exact"] and report["cost"] > center_set.undo.cost_before * (1 + 1e-9):
             center_set.revert(report["cost"])
+            center_set.forget(left)  # the memory as before the re-seed, without the nodes gone since
             log(INFO, "[fedcluster] round %d: the re-seed of cluster(s) %s in set %d raised the cost to %.6g (from %.6g): "
                 "undone", t, center_set.undone, center_set.index, report["cost"], center_set.undo_cost_before)
             return
-        center_set.undo = None
+        center_set.settle()
         full = cfg.batch_size == 0 and cfg.local_epochs == 1  # a reply then states a partition
         center_set.remember(replies, center_set.centers if full else None, cfg.client_lr)
         orphans = center_set.memory.orphaned(left)
@@ -270,6 +273,5 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         moved = reassign_starved(new, counts, sumsq, target, center_set.state,
                                  cfg.reassign_threshold, cfg.reassign_patience, orphans, allowed)
         if moved:
-            center_set.undo = Undo(before, report["cost"] if report["exact"] else float("inf"), moved,
-                                   center_set.memory.copy())
+            center_set.hold(Undo(before, report["cost"] if report["exact"] else float("inf"), moved))
         center_set.step(new, counts, moved, orphans, center_shift(new, old))

@@ -500,6 +500,83 @@ def test_the_dense_memory_gives_what_every_nodes_latest_reply_gives(seed):
         else:
             every = tuple(np.concatenate([parts[n][i] for n in latest]) for i in range(3))
             assert memory.bound(centers) == pytest.approx(partition_bound(every, centers)[0] / every[0].sum(), rel=1e-12)
-    copy = memory.copy()
-    memory.forget(list(latest))
-    assert len(memory) == 0 and len(copy) == len(latest)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_rollback_gives_the_memory_at_the_checkpoint_without_the_nodes_forgotten_since(seed):
+    """The undo of a re-seed: every node's statistics as at the checkpoint (overwritten rows
+    restored, nodes that first reported since gone), but a node forgotten since (it left or
+    sent an invalid reply) stays forgotten; a commit keeps everything."""
+    from fedcluster.fedkmeans import Memory
+
+    rng = np.random.default_rng(seed)
+    k, d = 3, 2
+    data = {node: rng.normal(size=(20, d)) + rng.uniform(-4, 4, size=d) for node in range(30)}
+
+    def state(memory):
+        used = len(memory.rows)
+        return {node: tuple(getattr(memory, name)[row].copy() for name in Memory._ARRAYS)
+                for node, row in memory.rows.items() if memory.present[row]} | {"rows": used}
+
+    memory = Memory(k, d)
+    memory.reserve(range(10))
+    sent = rng.normal(size=(k, d))
+    memory.remember([_train_reply(n, data[n], sent) for n in range(12)], sent, 1.0)
+    before = state(memory)
+    memory.checkpoint()
+    sent2 = rng.normal(size=(k, d))
+    memory.remember([_train_reply(n, data[n], sent2) for n in (0, 3, 11, 20, 25)], sent2, 1.0)  # 20, 25: new rows
+    memory.forget([5, 3])
+    memory.rollback()
+    after = state(memory)
+    expected = {node: value for node, value in before.items() if node not in (5, 3)}
+    assert after.keys() == expected.keys() and 20 not in memory and 25 not in memory and len(memory.rows) == 12
+    for node in expected:
+        if node != "rows":
+            for got, want in zip(after[node], expected[node]):
+                np.testing.assert_array_equal(got, want)
+    aggregate = memory.aggregate("mean", 0.1)
+    fresh = Memory(k, d)
+    fresh.reserve(range(10))
+    fresh.remember([_train_reply(n, data[n], sent) for n in range(12) if n not in (5, 3)], sent, 1.0)
+    np.testing.assert_array_equal(aggregate[0], fresh.aggregate("mean", 0.1)[0])
+    np.testing.assert_allclose(aggregate[1], fresh.aggregate("mean", 0.1)[1], rtol=1e-12)
+    # a commit keeps what changed
+    memory.checkpoint()
+    memory.remember([_train_reply(7, data[7], sent2)], sent2, 1.0)
+    memory.commit()
+    np.testing.assert_array_equal(memory.centers[memory.rows[7]], _train_reply(7, data[7], sent2).arrays["centers"])
+    with pytest.raises(RuntimeError):
+        memory.rollback()
+
+
+def test_a_node_that_leaves_in_the_round_that_undoes_a_re_seed_leaves_the_memory():
+    """The round's measurement undoes the previous re-seed (the memory goes back to its
+    checkpoint) in the same round a node leaves: the node must not come back with the
+    rollback and feed every later step (from a helper's review: it did, before and after
+    the dense memory)."""
+    from types import SimpleNamespace as NS
+
+    import server_app.fedkmeans as strategy
+    from fedcluster.fedkmeans import CenterSet, ServerState, Undo
+
+    k, d = 2, 2
+    cfg = NS(batch_size=0, local_epochs=1, client_lr=1.0, server_memory=True, aggregation="mean", trim_fraction=0.1,
+             server_lr=1.0, momentum=0.0, fraction=0.5, eval_every=1, reassign_threshold=0.01, reassign_patience=20)
+    server = NS(config=cfg, order_key=lambda n: (0, n, n))
+
+    def reply(node, centers, counts):
+        return _Reply(node, {"centers": np.asarray(centers, float), "counts": np.asarray(counts, float),
+                             "sumsq": np.ones((k, d))})
+
+    start = np.array([[0.0, 0.0], [10.0, 10.0]])
+    center_set = CenterSet(0, start.copy(), ServerState.start(start))
+    center_set.memory.reserve([1, 2])
+    center_set.remember([reply(1, [[0, 0], [10, 10]], [5, 5]), reply(2, [[1, 1], [11, 11]], [5, 5])], None)
+    center_set.hold(Undo(start.copy(), 1.0, [1]))  # the round re-seeded cluster 1
+    center_set.incoming = [reply(1, [[0, 0], [10, 10]], [5, 5])]
+    strategy.FedKMeans.update(server, center_set, {"cost": 2.0, "exact": True, "sampled_cost": 2.0}, {2}, 2, 10)
+    assert center_set.undone == [1] and 2 not in center_set.memory and 1 in center_set.memory
+    center_set.incoming = [reply(1, [[0, 0], [10, 10]], [5, 5])]
+    strategy.FedKMeans.update(server, center_set, {"cost": 1.0, "exact": True, "sampled_cost": 1.0}, set(), 3, 10)
+    np.testing.assert_allclose(center_set.centers, [[0, 0], [10, 10]])  # node 1 alone
