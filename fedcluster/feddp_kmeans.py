@@ -51,9 +51,11 @@ def _bound(config: dict[str, Any], key: str) -> float:
     return config[key]
 
 
-def private_points(data: DeviceData, config: dict[str, Any]) -> np.ndarray:
-    """The points a FedDP kernel may use: clipped to norm Δ = ``clip-norm`` at data-point
-    level (computed once per Δ and cached on the device), the raw points at client level.
+def private_points(data: DeviceData, arrays: dict[str, np.ndarray], config: dict[str, Any]) -> np.ndarray:
+    """The points a FedDP kernel may use, taken around the request's public ``origin``
+    (``x − origin``; the origin itself when absent): clipped to norm Δ = ``clip-norm`` at
+    data-point level (computed once per (origin, Δ) and cached on the device), as they
+    are at client level.
 
     At data-point level with ``max-points`` = m > 0, a device holding more than m points
     uses the same m of them in every step: :func:`capped_rows`, a rule under which adding
@@ -62,16 +64,19 @@ def private_points(data: DeviceData, config: dict[str, Any]) -> np.ndarray:
     X = np.asarray(data.require_points(), dtype=np.float64)
     if X.shape[0] == 0:
         raise ValueError(f"the device holds no points ({data.source})")
+    origin = arrays.get("origin")
+    if origin is not None:
+        matching_dimension(X, origin, "origin")  # a clear error for another dimension
     if config["level"] == CLIENT:
-        return X
+        return X if origin is None else X - origin
     delta = _bound(config, "clip-norm")
     cap = int(config.get("max-points") or 0)
-    key = ("feddp-clipped", delta, cap, X.shape)
+    key = ("feddp-clipped", delta, cap, X.shape, None if origin is None else origin.tobytes())
     cached = data.extra.get(key)
     if cached is None:
         if 0 < cap < X.shape[0]:
-            X = X[capped_rows(X, cap)]
-        cached = clip_rows_l2(X, delta)
+            X = X[capped_rows(X, cap)]  # the same subset whatever the origin
+        cached = clip_rows_l2(X if origin is None else X - origin, delta)
         data.extra[key] = cached
     return cached
 
@@ -216,7 +221,7 @@ def outer_dimension_problem(d: int) -> str | None:
 
 @device_task("feddp_outer")
 def feddp_outer(data: DeviceData, arrays: dict, config: dict):
-    X = private_points(data, config)
+    X = private_points(data, arrays, config)
     problem = outer_dimension_problem(X.shape[1])
     if problem:  # refused before the allocation, whatever the server asked
         raise ValueError(problem)
@@ -228,7 +233,7 @@ def feddp_outer(data: DeviceData, arrays: dict, config: dict):
 
 @device_task("feddp_histogram")
 def feddp_histogram(data: DeviceData, arrays: dict, config: dict):
-    X = private_points(data, config)
+    X = private_points(data, arrays, config)
     V = _projection(arrays, X.shape[1])
     server = arrays["server"]
     histogram = nearest_histogram(X @ V, server)
@@ -239,7 +244,7 @@ def feddp_histogram(data: DeviceData, arrays: dict, config: dict):
 
 @device_task("feddp_projected_stats")
 def feddp_projected_stats(data: DeviceData, arrays: dict, config: dict):
-    X = private_points(data, config)
+    X = private_points(data, arrays, config)
     V = _projection(arrays, X.shape[1])
     centers = arrays["centers"]
     k = centers.shape[0]
@@ -257,7 +262,7 @@ def feddp_projected_stats(data: DeviceData, arrays: dict, config: dict):
 
 @device_task("feddp_lloyd")
 def feddp_lloyd(data: DeviceData, arrays: dict, config: dict):
-    X = private_points(data, config)
+    X = private_points(data, arrays, config)
     centers = matching_dimension(X, arrays["centers"])
     labels, _ = assign(X, centers)
     sums, counts = label_sums(X, labels, centers.shape[0])
@@ -322,7 +327,10 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     SERVER_DATA,
     Key("lloyd-rounds", 0, "T, FedDP-Lloyds rounds", allowed=Interval(int, 0, MANY)),
     Key("lloyd-fraction", 0.25, "share of ε for FedDP-Lloyds", allowed=Interval(float, 0, 1, closed="left")),
-    Key("clip-norm", 0.0, "Δ, point norm bound (0 = the server data's radius)", allowed=Interval(float, 0)),
+    Key("clip-norm", 0.0, "Δ, point norm bound around clip-center (0 = the server data's radius around it)", allowed=Interval(float, 0)),
+    Key("clip-center", "auto", "the public point devices take their points around and clip them within clip-norm of: "
+        "server-mean (the server data's mean), origin (the paper), auto = server-mean with server data, origin without",
+        allowed=StrOptions(("auto", "server-mean", "origin"))),
     Key("dimension", 0, "the data's dimension, public and agreed in advance (0 = the server data's); without "
         "server data the run starts from init='sphere-packing' in the ball of radius clip-norm", allowed=Interval(int, 0, 10**6)),
     Key("max-device-points", 0, "data-point level: points one device may contribute (0 = no cap); a device "
@@ -515,6 +523,19 @@ def public_dimension(server: np.ndarray | None, dimension: int, clip_norm: float
         return int(dimension), ("feddp-kmeans without server-side data (run-config server-data, or dataset="
                                 "'feddp-mixture', which generates it) needs " + "; ".join(missing))
     return int(dimension), None
+
+
+def clip_origin(center: str, server: np.ndarray | None) -> tuple[np.ndarray | None, str | None]:
+    """The public point the devices' points are taken around (``clip-center``), None for
+    the origin, and what stops the run: the server data's mean (``server-mean``, and
+    ``auto`` with server data) costs no privacy (the server data is the server's own), and
+    data far from the origin no longer pays its offset in the clipping radius, hence in
+    the noise."""
+    if center == "origin" or (center == "auto" and server is None):
+        return None, None
+    if server is None:
+        return None, "clip-center='server-mean' needs server-side data (run-config server-data)"
+    return server.mean(axis=0), None
 
 
 def data_radius(points: np.ndarray) -> float:

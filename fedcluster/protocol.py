@@ -266,6 +266,8 @@ class Task:
 
 
 _CENTERS = ArrayField("centers", ("k", "d"), "the current global centers")
+_ORIGIN = ArrayField("origin", ("d",), "FedDP: the public point the device's points are taken around (clipped within "
+                     "clip-norm of it; every statistic is of x - origin); absent: the origin", optional=True)
 _LOCAL_CENTERS = (
     ArrayField("centers", ("c", "d"), "a device's local centers", role="mean"),
     ArrayField("counts", ("c",), "points in each", nonnegative=True, role="count"),
@@ -363,6 +365,7 @@ TASKS: dict[str, Task] = {
         ),
         Task(
             "feddp_outer", "query", "FedDP-Init step 1: XᵀX as its packed upper triangle",
+            request=(_ORIGIN,),
             config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP, _NORMALIZE),
             reply=(ArrayField("outer", ("p",)),),
             metrics=(NUM_EXAMPLES, DIM),
@@ -370,7 +373,7 @@ TASKS: dict[str, Task] = {
         ),
         Task(
             "feddp_histogram", "query", "FedDP-Init step 2: histogram of the nearest projected server point",
-            request=(ArrayField("projection", ("d", "r")), ArrayField("server", ("s", "r"))),
+            request=(ArrayField("projection", ("d", "r")), ArrayField("server", ("s", "r")), _ORIGIN),
             config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP_L1),
             reply=(ArrayField("histogram", ("s",), nonnegative=True, role="count"),),
             used_by=("feddp-kmeans",),
@@ -378,7 +381,7 @@ TASKS: dict[str, Task] = {
         ),
         Task(
             "feddp_projected_stats", "query", "FedDP-Init step 3: statistics of the projected assignment",
-            request=(ArrayField("projection", ("d", "r")), ArrayField("centers", ("k", "r"))),
+            request=(ArrayField("projection", ("d", "r")), ArrayField("centers", ("k", "r")), _ORIGIN),
             config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP, _CLIP_L1, Param("margin", float, 1.0, allowed=Interval(float, 0, closed="right"), doc="margin filter (1: off)")),
             reply=(
                 ArrayField("sums", ("k", "d"), when=("level", "data-point")),
@@ -391,7 +394,7 @@ TASKS: dict[str, Task] = {
         ),
         Task(
             "feddp_lloyd", "query", "FedDP-Lloyds: per-cluster sums and counts, clipped on the device",
-            request=(_CENTERS,),
+            request=(_CENTERS, _ORIGIN),
             config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP, _CLIP_L1),
             reply=(ArrayField("sums", ("k", "d")), ArrayField("counts", ("k",), nonnegative=True, role="count")),
             used_by=("feddp-kmeans",),

@@ -44,7 +44,7 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
     Run-config parameters: ``k``, ``init`` (``auto`` = ``feddp``, ``server-kmeans++``,
     ``server-lloyds``, ``sphere-packing``), ``privacy-level``, ``epsilon``, ``delta``,
     ``step-epsilons``, ``budget-split``, ``lloyd-rounds``, ``lloyd-fraction``,
-    ``clip-norm``, ``max-device-points``, ``client-max-points``, ``clip-outer``, ``clip-histogram``,
+    ``clip-norm``, ``clip-center``, ``max-device-points``, ``client-max-points``, ``clip-outer``, ``clip-histogram``,
     ``clip-means``, ``clip-nonempty``, ``clip-sums``, ``clip-counts``,
     ``client-sampling-rate``, ``margin``, ``min-server-weight``, ``server-n-init``,
     ``noise-seed``, ``evaluate-cost``, ``server-data`` (see the module docstring).
@@ -61,6 +61,11 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         # The dimension is public (the server data's, or agreed in advance: ``dimension``); no
         # phase 0 is needed, and no client summary such as a bounding box reaches the server.
         server = self.server_points()
+        self.origin, problem = feddp_kmeans.clip_origin(cfg.clip_center, server)
+        if problem:
+            raise FederationError(problem)
+        if self.origin is not None:  # every party works around it: devices on x - origin, the server on its data too
+            server = server - self.origin
         self.init_method = feddp_kmeans.start_method(cfg.init, server is not None)
         self.dimension, problem = feddp_kmeans.public_dimension(server, cfg.dimension, cfg.clip_norm,
                                                                 self.init_method, self.lloyd_rounds)
@@ -97,6 +102,9 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         centers = self.feddp_lloyds(initial, self.lloyd_rounds)
 
         privacy = self.privacy_report()
+        if self.origin is not None:  # back to the data's own coordinates
+            centers, initial = centers + self.origin, initial + self.origin
+        init_record["clip_center"] = "origin" if self.origin is None else "server-mean"
         outcome: dict[str, Any] = {
             "centers": centers,
             "arrays": {"init_centers": initial, **arrays},
@@ -143,12 +151,14 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
 
     def gather(self, task: str, arrays: dict[str, np.ndarray], config: dict[str, Any], sizes: dict[str, int],
                check, phase: str) -> list[Reply]:
-        """Broadcast to the participants; an empty Poisson sample gives no reply (the
-        aggregate is then noise only)."""
+        """Broadcast to the participants, with the public ``origin`` their points are taken
+        around (when not the origin); an empty Poisson sample gives no reply (the aggregate
+        is then noise only)."""
+        request = arrays if self.origin is None else {**arrays, "origin": self.origin}
         nodes = self.participants()
         if not nodes:
             log(WARNING, "[fedcluster] %s: the Poisson sample is empty; the aggregate is noise only", phase)
-        return self.broadcast(task, nodes, arrays=arrays, config=config, sizes=sizes, check=check, phase=phase)
+        return self.broadcast(task, nodes, arrays=request, config=config, sizes=sizes, check=check, phase=phase)
 
     # ------------------------------------------------------------------ FedDP-Init
     def feddp_init(self, server: np.ndarray, k: int) -> tuple[np.ndarray, dict[str, Any], dict[str, np.ndarray]]:

@@ -323,7 +323,8 @@ def test_step1_is_calibrated_to_delta_squared_in_data_point_mode(tmp_path):
     mechanism, and the noise that actually reached the eigen-decomposition all say so."""
     clip, seed = 3.0, 11
     result = run(
-        small(tmp_path, **{"clip-norm": clip, "step-epsilons": "0.2,0.2,0.45,0.15", "epsilon": 10.0, "noise-seed": seed}),
+        small(tmp_path, **{"clip-norm": clip, "clip-center": "origin", "step-epsilons": "0.2,0.2,0.45,0.15", "epsilon": 10.0,
+                           "noise-seed": seed}),
         num_nodes=NODES,
     )
     steps = {s["name"]: s for s in result["privacy"]["steps"]}
@@ -355,7 +356,7 @@ def test_client_level_step1_sums_normalized_outer_products_by_default(tmp_path, 
     noise has sensitivity 1; a chosen clip-outer clips at that bound instead. The released
     projection is recomputed from the pooled data by naive code and the re-drawn noise."""
     seed = 5
-    result = run(small(tmp_path, **{"privacy-level": "client", "client-max-points": 300, "clip-outer": chosen,
+    result = run(small(tmp_path, **{"privacy-level": "client", "client-max-points": 300, "clip-outer": chosen, "clip-center": "origin",
                                     "step-epsilons": "0.5,0.2,0.45,0.15", "epsilon": 50.0, "noise-seed": seed}),
                  num_nodes=NODES)
     privacy = result["privacy"]
@@ -514,8 +515,11 @@ def test_server_data_never_leaves_the_server(tmp_path):
 
     result = run(small(tmp_path, **{"epsilon": 1.0, "lloyd-rounds": 1}), num_nodes=NODES, reply_hook=hook)
     server = generated_server_points(result["config"])
+    mean = server.mean(axis=0)  # clip-center = auto: the devices take their points around it
+    assert result["init"]["clip_center"] == "server-mean"
     V = np.load(tmp_path / "out" / "projection.npy")
-    assert any(a.shape == (server.shape[0], 3) and np.allclose(a, server @ V) for a in seen)  # QV is sent
+    assert any(a.shape == (server.shape[0], 3) and np.allclose(a, (server - mean) @ V) for a in seen)  # (Q − μ)V is sent
+    assert any(a.shape == mean.shape and np.allclose(a, mean) for a in seen)  # and μ, the one summary of Q that leaves
     for array in seen:
         assert array.shape[0] != server.shape[0] or array.shape[-1] != server.shape[1]
         assert not any(np.allclose(array, point) for point in server[:5] if array.shape == point.shape)
@@ -553,15 +557,20 @@ def test_feddp_lloyds_without_noise_is_lloyd_exactly(tmp_path):
     assert result["final"]["cost"] == pytest.approx(((X[:, None] - expected[None]) ** 2).sum(-1).min(1).mean())
 
 
-def test_feddp_init_without_noise_is_the_central_computation(tmp_path):
+@pytest.mark.parametrize("center", ["origin", "server-mean"])
+def test_feddp_init_without_noise_is_the_central_computation(tmp_path, center):
     """Every step of FedDP-Init with ε = ∞ equals its central counterpart on the pooled,
-    clipped points (clip-norm defaults to the server data's radius, so clipping is real)."""
-    result = run(small(tmp_path, **{"epsilon": math.inf, "margin": 0.9}), num_nodes=NODES)
+    clipped points (clip-norm defaults to the server data's radius, so clipping is real),
+    taken around clip-center: the origin (the paper) or the server data's mean μ (every
+    party works on x − μ; the centers come back + μ)."""
+    result = run(small(tmp_path, **{"epsilon": math.inf, "margin": 0.9, "clip-center": center}), num_nodes=NODES)
     out = tmp_path / "out"
     clip = result["privacy"]["clip_norm"]
     server = generated_server_points(result["config"])
+    mu = server.mean(axis=0) if center == "server-mean" else np.zeros(server.shape[1])
+    server = server - mu
     assert clip == pytest.approx(np.linalg.norm(server, axis=1).max())
-    X = pooled_points(result["config"], NODES)[0]
+    X = pooled_points(result["config"], NODES)[0] - mu
     assert np.linalg.norm(X, axis=1).max() > clip  # some points really are clipped
     X = clip_rows_l2(X, clip)
 
@@ -579,7 +588,7 @@ def test_feddp_init_without_noise_is_the_central_computation(tmp_path):
     keep = ordered[:, 0] <= 0.9 * ordered[:, 1]
     labels = d.argmin(1)
     expected = np.stack([X[keep & (labels == j)].mean(0) for j in range(3)])
-    np.testing.assert_allclose(np.load(out / "init_centers.npy"), expected, atol=1e-9)
+    np.testing.assert_allclose(np.load(out / "init_centers.npy"), expected + mu, atol=1e-9)
     assert result["init"]["kept_by_margin"] == keep.sum()
 
 
@@ -686,7 +695,7 @@ def test_max_device_points_bounds_a_device_that_claims_many_points(tmp_path):
     clip_norm, excluded, final_points = [], [], []
 
     def outcome(name, cap, attack):
-        config = small(tmp_path, **{"epsilon": math.inf, "lloyd-rounds": 2, "max-device-points": cap,
+        config = small(tmp_path, **{"epsilon": math.inf, "lloyd-rounds": 2, "max-device-points": cap, "clip-center": "origin",
                                     "output-dir": str(tmp_path / name)})
         result = run(config, num_nodes=NODES, reply_hook=hook if attack else None)
         clip_norm[:] = [result["privacy"]["clip_norm"]]
@@ -727,12 +736,12 @@ def test_a_capped_device_uses_the_same_subset_in_every_step():
     X = np.arange(40.0).reshape(20, 2)
     data = DeviceData(points=X, source="test")
     config = {"level": "data-point", "clip-norm": 1e6, "max-points": 5}
-    first = feddp_kmeans.private_points(data, config)
+    first = feddp_kmeans.private_points(data, {}, config)
     assert first.shape == (5, 2)
-    assert np.array_equal(first, feddp_kmeans.private_points(DeviceData(points=X[::-1].copy(), source="again"), config)[::-1])
+    assert np.array_equal(first, feddp_kmeans.private_points(DeviceData(points=X[::-1].copy(), source="again"), {}, config)[::-1])
     rows = {tuple(row) for row in X}
     assert all(tuple(row) in rows for row in first) and len({tuple(r) for r in first}) == 5
-    assert feddp_kmeans.private_points(data, {**config, "max-points": 50}).shape == (20, 2)  # fewer than the cap: all
+    assert feddp_kmeans.private_points(data, {}, {**config, "max-points": 50}).shape == (20, 2)  # fewer than the cap: all
 
 
 def _subset(X, cap):
