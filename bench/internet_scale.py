@@ -17,7 +17,9 @@ algorithm's own):
    seconds per device (the data summary and the initialization contact every device);
    the bytes the server's memory of the devices' statistics takes per device
    (``fedcluster.fedkmeans.Memory``, measured on the run's own arrays, per row; the rows
-   grow by doubling, so up to twice that is allocated).
+   grow by doubling, so up to twice that is allocated). These runs train one center set
+   (``n-init = 1``); the default trains up to 16 side by side until a set can no longer
+   win, at most half of the rounds: memory and server step up to 16 × these then.
 3. **Extrapolated** to 10⁵ and 10⁶ devices with 1 000 and 10 000 sampled per round: the
    server's seconds per round (the fit), its start-up seconds and memory (per device ×
    N), what a SuperLink holds per round (S messages each way of the measured sizes) and
@@ -166,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 ])
         print(markdown_table(
             ["devices", "sampled / round", "server s / round (fit of §2)", "start-up server s (§2 per device × N)",
-             "server memory of the devices' statistics MiB (§2 bytes / device × N)",
+             "server memory of the devices' statistics MiB, one center set (§2 bytes / device × N)",
              "SuperLink holds per round MiB (S × §1 bytes down + up)", "start-up survey MiB through the SuperLink (N × §1)"],
             rows))
         print("\nThe device's side does not change with N: per round it is sampled in, the bytes and CPU seconds of §1.")
