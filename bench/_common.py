@@ -182,6 +182,23 @@ def quiet_flower() -> None:
     FLOWER_LOGGER.setLevel(logging.WARNING)
 
 
+def interleaved_times(functions: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+    """Seconds of each function over ``repeats`` rounds after one warm-up call each, the
+    functions taking turns within a round, so that a burst of other load hits all of them
+    alike."""
+    import time
+
+    for function in functions.values():
+        function()
+    times: dict[str, list[float]] = {name: [] for name in functions}
+    for _ in range(repeats):
+        for name, function in functions.items():
+            started = time.perf_counter()
+            function()
+            times[name].append(time.perf_counter() - started)
+    return times
+
+
 def run_inprocess(config: dict[str, Any], num_nodes: int) -> dict[str, Any]:
     """One in-process federation; the result.json dict.
 

@@ -30,14 +30,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import add_bench_flags, markdown_table, page_output, print_header  # noqa: E402
+from bench._common import add_bench_flags, interleaved_times, markdown_table, page_output, print_header  # noqa: E402
 from fedcluster.fedspectral import local_degrees, power_step  # noqa: E402
 from fedcluster.graph import AdjacencyOperator, _CachedGraph, canonical_edges, load_edge_list, local_graph, split_edges  # noqa: E402
 from fedcluster.device import DeviceData  # noqa: E402
@@ -55,16 +54,8 @@ def default_graph_dir() -> Path:
 
 
 def median_times(functions: dict, repeats: int) -> dict[str, float]:
-    """Median seconds of each function, called in turn ``repeats`` times after one warm-up."""
-    for fn in functions.values():
-        fn()
-    times = {name: [] for name in functions}
-    for _ in range(repeats):
-        for name, fn in functions.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: float(np.median(values)) for name, values in times.items()}
+    """Median seconds of each function (:func:`bench._common.interleaved_times`)."""
+    return {name: float(np.median(values)) for name, values in interleaved_times(functions, repeats).items()}
 
 
 def bench(edges: np.ndarray, n: int, block: int, repeats: int, label: str, degrees: np.ndarray | None = None,

@@ -66,8 +66,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import (ROOT, SimulationSuperLink, add_bench_flags, markdown_table, page_output, print_header,  # noqa: E402
-                     run_inprocess)
+from _common import (ROOT, SimulationSuperLink, add_bench_flags, interleaved_times, markdown_table, page_output,  # noqa: E402
+                     print_header, run_inprocess)
 
 import numpy as np  # noqa: E402
 
@@ -75,18 +75,6 @@ TARGET = 1.5
 
 
 # --------------------------------------------------------------------------- (a) kernel
-def interleaved_times(functions: dict, repeats: int) -> dict[str, list[float]]:
-    """Seconds of each function over ``repeats`` rounds, the functions taking turns within
-    a round, so that a burst of other load hits all of them alike."""
-    times = {name: [] for name in functions}
-    for _ in range(repeats):
-        for name, function in functions.items():
-            started = time.perf_counter()
-            function()
-            times[name].append(time.perf_counter() - started)
-    return times
-
-
 def kernel_timings(n: int, d: int, k: int, repeats: int, single_thread: bool) -> dict[str, float]:
     from sklearn.cluster import KMeans
     from sklearn.cluster._k_means_lloyd import lloyd_iter_chunked_dense
@@ -134,8 +122,6 @@ def kernel_timings(n: int, d: int, k: int, repeats: int, single_thread: bool) ->
         if context is not None:
             context.__enter__()
         functions = {"ours": ours, "sk_iteration": sk_iteration, "sk_single": sk_single, "sk_fit": sk_fit}
-        for function in functions.values():
-            function()  # warm-up
         for name, values in interleaved_times(functions, repeats).items():
             timings[name] = statistics.median(values)
             timings[name + "_best"] = min(values)

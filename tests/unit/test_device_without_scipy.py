@@ -10,7 +10,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SCRIPT = textwrap.dedent(
+# A device without SciPy or scikit-learn: importing either raises ImportError.
+BLOCK = textwrap.dedent(
     """
     import sys, importlib.abc
 
@@ -19,7 +20,11 @@ SCRIPT = textwrap.dedent(
             if name.split(".")[0] in ("scipy", "sklearn"):
                 raise ImportError(f"{name} is not installed on this device")
             return None
+    """
+)
 
+SCRIPT = BLOCK + textwrap.dedent(
+    """
     sys.meta_path.insert(0, Block())
     sys.path.insert(0, %(root)r)
     import numpy as np
@@ -66,15 +71,9 @@ def test_client_app_runs_without_scipy_and_sklearn(tmp_path):
     assert "OK" in done.stdout
 
 
-GRAPH_SCRIPT = textwrap.dedent(
+GRAPH_SCRIPT = BLOCK + textwrap.dedent(
     """
-    import sys, json, importlib.abc
-
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name.split(".")[0] in ("scipy", "sklearn"):
-                raise ImportError(f"{name} is not installed on this device")
-            return None
+    import json
 
     if %(block)r:
         sys.meta_path.insert(0, Block())
