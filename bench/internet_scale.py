@@ -13,7 +13,8 @@ algorithm's own):
    devices sampled per round (defaults 10 000 / 30 000 devices, 500 / 1 000 sampled):
    seconds per round on the server alone (each round trip's seconds less the seconds the
    grid spent inside the devices' ClientApps; median of rounds 2+, round 1 also gathers
-   every device's statistics once), fitted as ``a + b·N + c·S``; the start-up's server
+   every device's statistics once), fitted as ``a + b·N + c·S`` (b from the medians, and
+   the largest b the rounds' spread allows, which the extrapolation uses); the start-up's server
    seconds per device (the data summary and the initialization contact every device);
    the bytes the server's memory of the devices' statistics takes per device
    (``fedcluster.fedkmeans.Memory``, measured on the run's own arrays, per row; the rows
@@ -102,7 +103,7 @@ def server_run(population: int, sampled: int, rounds: int) -> dict:
     later = [r for r in result["rounds"] if r["round"] > 1]
     start_phases = [p for p in result["phases"] if start_phase(p)]
     return {
-        "population": population, "sampled": sampled,
+        "population": population, "sampled": sampled, "server_rounds": per_round,
         "server_round": statistics.median(per_round),
         "round": statistics.median(r["seconds"] for r in later),
         "sent": sorted({r["sent"] for r in later}),
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     add_bench_flags(parser, quick="populations 2000 / 6000, samples 100 / 200, 4 rounds")
     parser.add_argument("--populations", type=int, nargs=2, help="N1 < N2 (default 10000 30000)")
     parser.add_argument("--samples", type=int, nargs=2, help="S1 < S2 devices sampled per round (default 500 1000)")
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args(argv)
     n1, n2 = args.populations or ((2000, 6000) if args.quick else (10_000, 30_000))
     s1, s2 = args.samples or ((100, 200) if args.quick else (500, 1000))
@@ -148,26 +149,30 @@ def main(argv: list[str] | None = None) -> int:
              "start-up server s / 1000 devices", "memory bytes / device"],
             [[r["population"], r["sampled"], f"{r['round']:.3f}", f"{r['server_round']:.3f}", f"{r['start_server']:.1f}",
               f"{r['start_server'] / r['population'] * 1000:.2f}", f"{r['memory_bytes']:.0f}"] for r in runs]))
-        b = (runs[1]["server_round"] - runs[0]["server_round"]) / (n2 - n1)
+        b = max(0.0, (runs[1]["server_round"] - runs[0]["server_round"]) / (n2 - n1))
+        # what the rounds' spread still allows: the slowest round at N2 against the fastest at N1
+        b_most = max(b, (max(runs[1]["server_rounds"]) - min(runs[0]["server_rounds"])) / (n2 - n1))
         c = (runs[2]["server_round"] - runs[0]["server_round"]) / (s2 - s1)
-        a = runs[0]["server_round"] - b * n1 - c * s1
+        a = max(0.0, runs[0]["server_round"] - b * n1 - c * s1)
         start_per_device = statistics.mean(r["start_server"] / r["population"] for r in runs)
         memory = max(r["memory_bytes"] for r in runs)
         print(f"\nFit of the server's seconds per round: a + b·N + c·S with a = {a:.3g} s, b = {b:.3g} s per device "
-              f"in the population, c = {c:.3g} s per sampled device (runs 1–2 give b, runs 1 and 3 give c).\n")
+              f"in the population (medians of runs 1–2, at least 0), c = {c:.3g} s per sampled device (runs 1 and 3); "
+              f"the rounds' spread allows b up to {b_most:.3g} s (the slowest round of run 2 against the fastest of run 1), "
+              "which the extrapolation uses: its seconds are an upper bound of the fit.\n")
 
         print("## 3. Extrapolated\n")
         rows = []
         for population in (100_000, 1_000_000):
             for sampled in (1_000, 10_000):
                 rows.append([
-                    f"{population:,}", f"{sampled:,}", f"{a + b * population + c * sampled:.2f}",
+                    f"{population:,}", f"{sampled:,}", f"{a + b_most * population + c * sampled:.2f}",
                     f"{start_per_device * population:.0f}", f"{memory * population / 2**20:.0f}",
                     f"{sampled * (first['down'] + first['up']) / 2**20:.1f}",
                     f"{population * (first['start_down'] + first['start_up']) / 2**20:.0f}",
                 ])
         print(markdown_table(
-            ["devices", "sampled / round", "server s / round (fit of §2)", "start-up server s (§2 per device × N)",
+            ["devices", "sampled / round", "server s / round, at most (fit of §2, b at its bound)", "start-up server s (§2 per device × N)",
              "server memory of the devices' statistics MiB, one center set (§2 bytes / device × N)",
              "SuperLink holds per round MiB (S × §1 bytes down + up)", "start-up survey MiB through the SuperLink (N × §1)"],
             rows))
