@@ -848,3 +848,41 @@ def test_without_server_data_a_run_that_cannot_start_names_what_is_missing(tmp_p
 def test_sphere_packing_without_lloyd_rounds_is_refused_before_the_run():
     with pytest.raises(ConfigError, match="never saw the devices' data"):
         with_defaults({"algorithm": "feddp-kmeans", "init": "sphere-packing"})
+
+
+# ------------------------------------------------------------------ clip-center
+def test_clipping_around_the_server_mean_makes_the_run_blind_to_where_the_data_sit():
+    """With clip-center = auto (the server data's mean) moving every point, the server data
+    included, by the same offset moves the result by exactly that offset (same seeds, same
+    noise): the offset costs nothing. Around the origin (the paper) the same offset costs
+    clipping and noise: the result is worse."""
+    import fedcluster
+
+    rng = np.random.default_rng(3)
+    means = rng.normal(scale=4.0, size=(3, 2))
+    points = np.concatenate([m + rng.normal(size=(200, 2)) for m in means])
+    rng.shuffle(points)
+    server, clients = points[:60], np.array_split(points[60:], 4)
+    offset = np.array([300.0, -200.0])
+
+    def fit(center, shift):
+        model = fedcluster.DPFederatedKMeans(3, epsilon=2.0, max_iter=2, random_state=0,
+                                             run_config={"clip-center": center, "noise-seed": 7})
+        return model.fit([c + shift for c in clients], server_data=server + shift).cluster_centers_ - shift
+
+    def cost(centers):
+        return float(((points[:, None] - centers[None]) ** 2).sum(-1).min(1).mean())
+
+    here, there = fit("auto", 0.0), fit("auto", offset)
+    np.testing.assert_allclose(there, here, atol=1e-9 * np.abs(offset).max())
+    far = fit("origin", offset)
+    assert cost(far) > 1.5 * cost(here), (cost(far), cost(here))
+
+
+def test_clip_center_server_mean_without_server_data_is_refused(tmp_path):
+    import fedcluster
+
+    clients = [np.random.default_rng(i).normal(size=(30, 2)) for i in range(3)]
+    with pytest.raises(Exception, match="clip-center='server-mean' needs server-side data"):
+        fedcluster.DPFederatedKMeans(2, epsilon=1.0, max_iter=2, run_config={"clip-center": "server-mean",
+                                                                              "clip-norm": 5.0}).fit(clients)
