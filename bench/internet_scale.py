@@ -17,7 +17,7 @@ algorithm's own):
    the largest b the rounds' spread allows, which the extrapolation uses); the start-up's server
    seconds per device (the data summary and the initialization contact every device);
    the bytes the server's memory of the devices' statistics takes per device
-   (``fedcluster.fedkmeans.Memory``, measured on the run's own arrays, per row; the rows
+   (``fedcluster.fedkmeans.Memory``'s arrays, per row; the rows
    grow by doubling, so up to twice that is allocated). These runs train one center set
    (``n-init = 1``); the default trains up to 16 side by side until a set can no longer
    win, at most half of the rounds: memory and server step up to 16 × these then.
@@ -76,21 +76,8 @@ def device_seconds(points: int, repeats: int) -> float:
 
 def server_run(population: int, sampled: int, rounds: int) -> dict:
     """One run; the server's seconds per round (rounds 2+), start-up seconds, bytes."""
-    from fedcluster import fedkmeans
-
-    sizes = []
-    original = fedkmeans.Memory.aggregate
-
-    def measured(memory, method, trim):  # the memory's bytes per device row, as the run holds it
-        sizes.append(sum(getattr(memory, name).nbytes for name in memory._ARRAYS) / max(memory.present.size, 1))
-        return original(memory, method, trim)
-
-    fedkmeans.Memory.aggregate = measured
-    try:
-        with DeviceSeconds() as devices:
-            result = run_inprocess(config(population, sampled, rounds), population)
-    finally:
-        fedkmeans.Memory.aggregate = original
+    with DeviceSeconds() as devices:
+        result = run_inprocess(config(population, sampled, rounds), population)
     trips = {}
     for phase in result["phases"]:
         if phase["round"] is not None and phase["round"] > 1:
@@ -112,8 +99,18 @@ def server_run(population: int, sampled: int, rounds: int) -> dict:
         "start_server": devices.server_seconds(result["phases"], start_phase),
         "start_down": sum(p["bytes_down"] for p in start_phases) / population,
         "start_up": sum(p["bytes_up"] for p in start_phases) / population,
-        "memory_bytes": max(sizes) if sizes else float("nan"),
+        "memory_bytes": memory_bytes_per_device(),
     }
+
+
+def memory_bytes_per_device() -> float:
+    """The bytes one device's row takes in the server's memory of one center set
+    (:class:`fedcluster.fedkmeans.Memory`'s arrays, per row)."""
+    from fedcluster.fedkmeans import Memory
+
+    memory = Memory(K, D)
+    memory.reserve(range(16))
+    return sum(getattr(memory, name).nbytes for name in memory._ARRAYS) / memory.present.size
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -614,14 +614,11 @@ class Memory:
             self.present[row] = True
             self.centers[row], self.counts[row], self.sumsq[row] = r.arrays["centers"], counts, r.arrays["sumsq"]
             self.stated[row] = incoming is not None
-            if incoming is None:
-                self.part_n[row], self.part_sums[row], self.part_squares[row] = 0.0, 0.0, 0.0
-                continue
-            seen = counts > 0
-            self.part_n[row] = np.where(seen, counts, 0.0)
-            self.part_sums[row] = 0.0
-            self.part_sums[row][seen] = counts[seen][:, None] * implied_means(incoming[seen], r.arrays["centers"][seen], learning_rate)
-            self.part_squares[row] = np.where(seen, r.arrays["sumsq"].sum(axis=1), 0.0)
+            self.part_n[row], self.part_sums[row], self.part_squares[row] = 0.0, 0.0, 0.0
+            if incoming is not None:  # its parts in the rows of the clusters it saw
+                seen = counts > 0
+                part = partition_of_reply(incoming, r.arrays["centers"], counts, r.arrays["sumsq"], learning_rate)
+                self.part_n[row][seen], self.part_sums[row][seen], self.part_squares[row][seen] = part
 
     def forget(self, nodes: Iterable[int]) -> None:
         for node in nodes:

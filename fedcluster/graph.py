@@ -282,23 +282,28 @@ class AdjacencyOperator:
         left, right = np.array(left, dtype=np.float64), np.array(right, dtype=np.float64)
         if self._csr is None:
             return lambda X: self.matmat(X, left, right)
-        matrix = self._scaled_csr(left, right)
+        matrix = self._scale(left, right)
         return lambda X: np.asarray(matrix @ np.asarray(X, dtype=np.float64), dtype=np.float64)
 
+    def _scale(self, left: np.ndarray | None, right: np.ndarray | None) -> Any:
+        """``diag(left) A diag(right)`` as CSR (float64 ``left``/``right``, None = identity)."""
+        matrix = self._csr.copy()
+        if left is not None:
+            matrix.data *= np.repeat(left, np.diff(matrix.indptr))
+        if right is not None:
+            matrix.data *= right[matrix.indices]
+        return matrix
+
     def _scaled_csr(self, left: np.ndarray | None, right: np.ndarray | None) -> Any:
-        """``diag(left) A diag(right)`` as CSR, the last one kept."""
+        """:meth:`_scale`, the last one kept (``matmat``'s callers repeat their scaling)."""
         if self._scaled is not None:
             kept_left, kept_right, matrix = self._scaled
             if _same(kept_left, left) and _same(kept_right, right):
                 return matrix
-        matrix = self._csr.copy()
-        if left is not None:
-            matrix.data *= np.repeat(np.asarray(left, dtype=np.float64), np.diff(matrix.indptr))
-        if right is not None:
-            matrix.data *= np.asarray(right, dtype=np.float64)[matrix.indices]
-        self._scaled = (None if left is None else np.array(left, dtype=np.float64),
-                        None if right is None else np.array(right, dtype=np.float64), matrix)
-        return matrix
+        left = None if left is None else np.array(left, dtype=np.float64)
+        right = None if right is None else np.array(right, dtype=np.float64)
+        self._scaled = (left, right, self._scale(left, right))
+        return self._scaled[2]
 
     def matmat(
         self,
