@@ -28,7 +28,10 @@
     nothing else), timed in the same run. ``--clients 1000 10000`` for other counts. The
     start-up phases (data summary, initialization) are timed on the server alone: each
     round trip's seconds less the seconds the grid spent inside the devices' ClientApps
-    (target: at most 1 s per 1000 devices).
+    (target: at most 1 s per 1000 devices). A second table splits a training round's
+    time per client: inside the ClientApps (Flower's records and messages; the task run
+    through the protocol and the kernel), the server's checks of each untrusted reply and
+    the rest of the server and grid, beside the echo app's split.
 
 (d) ``--population N`` (default 100 000 with ``--fraction 0.01``): FedKMeans with N
     in-process clients of which a ``fraction`` is sampled per round (100 points each,
@@ -171,8 +174,8 @@ def inprocess_config(clients: int, points_per_client: int, rounds: int) -> dict:
     }
 
 
-def echo_floor(clients: int, k: int, d: int, rounds: int) -> float:
-    """Median seconds per broadcast of the minimal Flower app (``bench/echo_app``'s ClientApp,
+def echo_floor(clients: int, k: int, d: int, rounds: int) -> tuple[float, float]:
+    """Median seconds per broadcast, and of them inside the ClientApps, of the minimal Flower app (``bench/echo_app``'s ClientApp,
     written as Flower's docs write one: ``Array(ndarray)`` in, ``Array(ndarray)`` out) driven
     through the same ``InProcessGrid`` with a FedKMeans round's payload: k x d floats down,
     k x d + k up. One Flower message per client and nothing else: the in-process floor."""
@@ -185,9 +188,9 @@ def echo_floor(clients: int, k: int, d: int, rounds: int) -> float:
     set_task_identity(run_id=1, node_id=InProcessGrid.SERVER_NODE_ID)
     grid = InProcessGrid(echo_app, {}, [{"partition-id": i} for i in range(clients)])
     down = np.random.default_rng(0).standard_normal((k, d))
-    seconds = []
+    seconds, inside = [], []
     for _ in range(rounds):
-        started = time.perf_counter()
+        started, before = time.perf_counter(), grid.client_seconds
         messages = [
             Message(RecordDict({"arrays": ArrayRecord({"x": Array(down)}), "config": ConfigRecord({"up-floats": k * d + k})}),
                     dst_node_id=node, message_type="query")
@@ -196,34 +199,74 @@ def echo_floor(clients: int, k: int, d: int, rounds: int) -> float:
         replies = list(grid.send_and_receive(messages))
         received = [reply.content.array_records["arrays"]["y"].numpy() for reply in replies]
         seconds.append(time.perf_counter() - started)
+        inside.append(grid.client_seconds - before)
         if len(received) != clients:
             raise RuntimeError(f"echo floor: {len(received)} replies from {clients} clients")
-    return statistics.median(seconds)
+    return statistics.median(seconds), statistics.median(inside)
 
 
 class DeviceSeconds:
     """Seconds the in-process grid spends inside the devices' ClientApps, per round trip
     (``InProcessGrid.client_seconds`` before and after each push), for every grid made
-    while it is active: what is left of a round trip's seconds is the server's."""
+    while it is active: what is left of a round trip's seconds is the server's. Within
+    them, per round trip: ``task_per_trip``, the seconds in ``fedcluster.device.run_task``
+    (the request parsed through the protocol, the kernel, the reply checked; the rest of a
+    ClientApp's seconds is Flower's records and messages), and ``checks_per_trip``, the
+    server's seconds in ``Transport._validate`` (every reply checked as untrusted input)."""
 
     def __enter__(self) -> "DeviceSeconds":
+        import client_app.app as client
         from inprocess import grid
+        from server_app.transport import Transport
 
         self.per_trip: dict[int, float] = {}
-        self._class, self._push = grid.InProcessGrid, grid.InProcessGrid.push_messages
-        per_trip, push = self.per_trip, self._push
+        self.task_per_trip: dict[int, float] = {}
+        self.checks_per_trip: dict[int, float] = {}
+        self._saved = [(grid.InProcessGrid, "push_messages"), (client, "run_task"), (Transport, "_validate")]
+        self._saved = [(owner, name, getattr(owner, name)) for owner, name in self._saved]
+        (_, _, push), (_, _, run_task), (_, _, validate) = self._saved
+        per_trip, task_per_trip, checks_per_trip, current = self.per_trip, self.task_per_trip, self.checks_per_trip, [0]
 
         def timed_push(grid_self, messages):
             before, trip = grid_self.client_seconds, grid_self.round_trips
+            current[0] = trip + 1
             ids = push(grid_self, messages)
             per_trip[trip + 1] = per_trip.get(trip + 1, 0.0) + grid_self.client_seconds - before
             return ids
 
-        self._class.push_messages = timed_push
+        def timed_task(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return run_task(*args, **kwargs)
+            finally:
+                task_per_trip[current[0]] = task_per_trip.get(current[0], 0.0) + time.perf_counter() - started
+
+        def timed_validate(transport, *args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return validate(transport, *args, **kwargs)
+            finally:
+                trip = transport.round_trips
+                checks_per_trip[trip] = checks_per_trip.get(trip, 0.0) + time.perf_counter() - started
+
+        for (owner, name, _), timed in zip(self._saved, (timed_push, timed_task, timed_validate)):
+            setattr(owner, name, timed)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._class.push_messages = self._push
+        for owner, name, original in self._saved:
+            setattr(owner, name, original)
+
+    def round_split(self, result: dict) -> dict[str, float]:
+        """Median seconds per training round inside the ClientApps, in ``run_task``, and in
+        the server's reply checks (each round's round trip, from its phases)."""
+        trips: dict[int, set[int]] = {}
+        for phase in result["phases"]:
+            if phase["round"] is not None and phase.get("round_trip"):
+                trips.setdefault(phase["round"], set()).add(phase["round_trip"])
+        rounds = [trips.get(r["round"], set()) for r in result["rounds"]]
+        return {name: statistics.median(sum(table.get(trip, 0.0) for trip in r) for r in rounds)
+                for name, table in (("clientapps", self.per_trip), ("tasks", self.task_per_trip), ("checks", self.checks_per_trip))}
 
     def server_seconds(self, phases: list[dict], which) -> float:
         """Server seconds of the round trips of the phases ``which(phase)`` selects (phases
@@ -246,7 +289,7 @@ def inprocess_section(client_counts: list[int], points_per_client: int, rounds: 
     print("Floor: a minimal Flower echo app (`bench/echo_app`'s ClientApp) through the same in-process grid, "
           "same bytes per client (64 floats down, 72 up), timed in the same run.\n", flush=True)
     out = {}
-    rows = []
+    rows, split_rows = [], []
     for clients in client_counts:
         started = time.perf_counter()
         with DeviceSeconds() as devices:
@@ -255,14 +298,29 @@ def inprocess_section(client_counts: list[int], points_per_client: int, rounds: 
         per_round = statistics.median(r["seconds"] for r in result["rounds"])
         setup = sum(p["seconds"] for p in result["phases"] if p["round"] is None)
         start_server = devices.server_seconds(result["phases"], start_phase) / clients * 1000
-        floor = echo_floor(clients, 8, 8, rounds)
+        split = devices.round_split(result)
+        floor, floor_inside = echo_floor(clients, 8, 8, rounds)
         out[clients] = {"per_round": per_round, "wall": wall, "floor": floor}
         rows.append([clients, f"{per_round:.3f}", f"{per_round / clients * 1e3:.2f}", f"{floor / clients * 1e3:.2f}",
                      f"{per_round / floor:.2f}", f"{setup:.2f}",
                      f"**{start_server:.2f}**" + ("" if start_server <= 1.0 else " (target missed)"), f"{wall:.1f}"])
+        ms = lambda seconds: f"{seconds / clients * 1e3:.3f}"  # noqa: E731
+        split_rows.append([clients, ms(per_round), ms(split["clientapps"] - split["tasks"]), ms(split["tasks"]),
+                           ms(split["checks"]), ms(per_round - split["clientapps"] - split["checks"]),
+                           ms(floor), ms(floor_inside), ms(floor - floor_inside)])
     print(markdown_table(["clients", "s / round (median)", "ms / client / round", "echo floor ms / client",
                           "ours / floor", "start + final phases s (devices included)",
                           "start-up server s / 1000 devices (target ≤ 1)", "run wall s"], rows))
+    print()
+    print("Where a training round's time goes, ms per client (medians over the rounds): ours inside the "
+          "ClientApps in Flower's records and messages and in `fedcluster.device.run_task` (the request parsed "
+          "through the protocol, the Lloyd kernel on the device's points, its reply checked), the server's checks "
+          "of each untrusted reply (`Transport._validate`: shapes, bounds, the node's declared partition, "
+          "the statement checks) and the rest of the server and grid (messages built, sent, pulled, the "
+          "update); the echo app's round split the same way.\n")
+    print(markdown_table(["clients", "ours: round", "ours: ClientApps, Flower records", "ours: ClientApps, run_task",
+                          "ours: server reply checks", "ours: rest of server and grid", "echo: round",
+                          "echo: ClientApps", "echo: server and grid"], split_rows))
     print()
     return out
 
