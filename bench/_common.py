@@ -272,7 +272,7 @@ def nice_step(raw: float) -> float:
     return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
 
 
-SERIES_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#555555", "#9467bd", "#ff7f0e")
+SERIES_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#555555", "#9467bd", "#ff7f0e", "#8c564b")
 
 
 def svg_line_chart(

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import privacy
 from .linalg import top_eigenpairs
-from .lloyd import LloydStatistics, assign, label_sums, rows_per_chunk, squared_distances
+from .lloyd import LloydStatistics, assign, kmeans, label_sums, rows_per_chunk, squared_distances
 from .point_tasks import matching_dimension
 from .privacy.clipping import CLIENT, DATA_POINT, clip_l1, clip_l2, clip_rows_l2, scale_l2
 from .device import DeviceData, device_task
@@ -262,9 +262,18 @@ def feddp_projected_stats(data: DeviceData, arrays: dict, config: dict):
 
 @device_task("feddp_lloyd")
 def feddp_lloyd(data: DeviceData, arrays: dict, config: dict):
+    """Per-cluster sums and counts of the device's (clipped) points; with ``radius`` (a
+    relative update, data-point level) the sums are of each point's displacement from its
+    center, clipped to norm ``radius``: one point then moves a sum by at most ``radius``."""
     X = private_points(data, arrays, config)
     centers = matching_dimension(X, arrays["centers"])
     labels, _ = assign(X, centers)
+    radius = config.get("radius")
+    if radius is not None:
+        if config["level"] == CLIENT:
+            raise ValueError("a relative Lloyd update (radius) is a data-point level statistic")
+        sums, counts = label_sums(clip_rows_l2(X - centers[labels], radius), labels, centers.shape[0])
+        return {"sums": sums, "counts": counts}, {"num-examples": held(data)}
     sums, counts = label_sums(X, labels, centers.shape[0])
     if config["level"] == CLIENT:
         sums = clip_l2(sums, _bound(config, "clip"))
@@ -273,7 +282,12 @@ def feddp_lloyd(data: DeviceData, arrays: dict, config: dict):
 
 
 # ==================================================================== server-side math
-INIT_METHODS = ("feddp", "server-kmeans++", "server-lloyds", "sphere-packing")
+INIT_METHODS = ("feddp", "histogram", "server-kmeans++", "server-lloyds", "sphere-packing")
+DATA_FREE_STARTS = ("histogram", "sphere-packing")  # need no server data
+# init = histogram: data-independent candidates per cluster, and the share of ε its one
+# noisy histogram spends (the rest goes to the Lloyd rounds)
+HISTOGRAM_CANDIDATES_PER_CLUSTER = 10
+HISTOGRAM_SHARE = 0.1
 
 # Every private step, its mechanism, and the fixed index of its own random stream (so a
 # noise-seed reproduces the same noise whichever steps a run uses). Index 6: sampling.
@@ -295,7 +309,8 @@ def step_names(config: Mapping[str, Any]) -> tuple[str, ...]:
     auto`` starts from FedDP-Init with server data, from SpherePacking without:
     :func:`start_method`)."""
     has_server_data = bool(config["server-data"]) or config["dataset"] == "feddp-mixture"  # as the strategy finds it
-    steps = INIT_STEPS if start_method(config["init"], has_server_data) == "feddp" else ()
+    start = start_method(config["init"], has_server_data)
+    steps = INIT_STEPS if start == "feddp" else ("step2",) if start == "histogram" else ()
     return steps + (LLOYD_STEPS if config["lloyd-rounds"] > 0 else ())
 
 
@@ -305,9 +320,14 @@ def _rules(c: Mapping[str, Any]) -> None:
     if c["budget-split"] and len(number_list(c["budget-split"], "budget-split")) != 4:
         raise ConfigError(f"run-config budget-split must be four positive numbers 'w1,w2,w3g,w3l', got {c['budget-split']!r}")
     steps = step_names(c)
+    if c["lloyd-update"] == "relative" and c["privacy-level"] != DATA_POINT:
+        raise ConfigError("lloyd-update = 'relative' is a data-point level update (its sums are clipped point by point)")
     if c["init"] == "sphere-packing" and c["lloyd-rounds"] == 0:
         raise ConfigError("init='sphere-packing' with lloyd-rounds = 0 returns centers that never saw the devices' "
                           "data: set lloyd-rounds >= 1")
+    if c["init"] == "histogram" and c["lloyd-rounds"] == 0:
+        raise ConfigError("init='histogram' with lloyd-rounds = 0 returns candidate points, not cluster means: "
+                          "set lloyd-rounds >= 1")
     if "step3_gaussian" in steps and c["lloyd-rounds"] > 0 and c["lloyd-fraction"] <= 0:
         raise ConfigError("lloyd-rounds > 0 needs lloyd-fraction > 0 (the Lloyd rounds' share of epsilon)")
     if c["step-epsilons"] and len(number_list(c["step-epsilons"], "step-epsilons")) != len(steps):
@@ -323,16 +343,22 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("delta", 1e-6, "δ", allowed=Interval(float, 0, 1, closed="neither")),
     Key("step-epsilons", "", "per-step ε 'e1,e2,...' instead of a target total; their PLD total must not exceed epsilon"),
     Key("budget-split", "", "relative ε shares 'w1,w2,w3g,w3l' (default: the paper's rule of thumb)"),
-    Key("init", "auto", "initialization method", allowed=StrOptions(("auto",) + INIT_METHODS)),
+    Key("init", "auto", "initialization method (auto = feddp with server data, histogram without)", allowed=StrOptions(("auto",) + INIT_METHODS)),
     SERVER_DATA,
     Key("lloyd-rounds", 0, "T, FedDP-Lloyds rounds", allowed=Interval(int, 0, MANY)),
     Key("lloyd-fraction", 0.25, "share of ε for FedDP-Lloyds", allowed=Interval(float, 0, 1, closed="left")),
+    Key("lloyd-update", "auto", "FedDP-Lloyds: absolute (sums of the points, sensitivity Δ: the paper) or relative "
+        "(sums of each point's displacement from its center clipped to lloyd-radius, sensitivity lloyd-radius; a "
+        "center moves at most that far per round); auto = relative without server data at data-point level, else absolute",
+        allowed=StrOptions(("auto", "absolute", "relative"))),
+    Key("lloyd-radius", 0.0, "relative updates: the radius r (0 = 0.8·Δ/k^(1/d), at most Δ)", allowed=Interval(float, 0)),
     Key("clip-norm", 0.0, "Δ, point norm bound around clip-center (0 = the server data's radius around it)", allowed=Interval(float, 0)),
     Key("clip-center", "auto", "the public point devices take their points around and clip them within clip-norm of: "
         "server-mean (the server data's mean), origin (the paper), auto = server-mean with server data, origin without",
         allowed=StrOptions(("auto", "server-mean", "origin"))),
     Key("dimension", 0, "the data's dimension, public and agreed in advance (0 = the server data's); without "
-        "server data the run starts from init='sphere-packing' in the ball of radius clip-norm", allowed=Interval(int, 0, 10**6)),
+        "server data the run starts from init='histogram' (or 'sphere-packing') in the cube inscribed in the ball of radius "
+        "clip-norm", allowed=Interval(int, 0, 10**6)),
     Key("max-device-points", 0, "data-point level: points one device may contribute (0 = no cap); a device "
         "with more uses the same subset of them in every step, a reply declaring more is dropped; a cap doubles the noise "
         "(neighbours then differ by a swapped point)", allowed=Interval(int, 0, 10**9)),
@@ -431,11 +457,14 @@ def step_weights(
     ``shares`` = (w1, w2, w3g, w3l) (``RULE_OF_THUMB[level]`` or the user's
     ``budget-split``). FedDP-Init keeps (1 − ``lloyd_fraction``) of them, normalised; with
     ``lloyd_rounds`` > 0 FedDP-Lloyds gets ``lloyd_fraction``, split between sums and
-    counts as w3g : w3l. The baselines spend everything on FedDP-Lloyds.
+    counts as w3g : w3l. The histogram start spends ``HISTOGRAM_SHARE`` on its histogram
+    (step 2) and the rest on FedDP-Lloyds; the baselines spend everything on FedDP-Lloyds.
     """
     split = [float(w) for w in shares]
     gaussian, laplace = split[2], split[3]
     lloyd = {"lloyd_gaussian": gaussian / (gaussian + laplace), "lloyd_laplace": laplace / (gaussian + laplace)}
+    if init_method == "histogram":
+        return {"step2": HISTOGRAM_SHARE, **{name: (1.0 - HISTOGRAM_SHARE) * w for name, w in lloyd.items()}} if lloyd_rounds > 0 else {}
     if init_method != "feddp":
         return lloyd if lloyd_rounds > 0 else {}
     fraction = float(lloyd_fraction) if lloyd_rounds > 0 else 0.0
@@ -500,7 +529,7 @@ def start_method(init: str, has_server_data: bool) -> str:
     SpherePacking (which needs only the dimension and a radius) without."""
     if init != "auto":
         return init
-    return "feddp" if has_server_data else "sphere-packing"
+    return "feddp" if has_server_data else "histogram"
 
 
 def public_dimension(server: np.ndarray | None, dimension: int, clip_norm: float, init: str,
@@ -514,7 +543,7 @@ def public_dimension(server: np.ndarray | None, dimension: int, clip_norm: float
             return d, f"run-config dimension={dimension} but the server data has dimension {d}"
         return d, None
     missing = [text for text, bad in (
-        ("init='sphere-packing' or 'auto' (the other starts run on the server data)", init != "sphere-packing"),
+        ("init='histogram', 'sphere-packing' or 'auto' (the other starts run on the server data)", init not in DATA_FREE_STARTS),
         ("dimension (the data's, agreed in advance)", dimension <= 0),
         ("clip-norm (Δ: every point is clipped to it, and the start is drawn within it)", clip_norm <= 0),
         ("lloyd-rounds >= 1 (else the centers never see the devices' data)", lloyd_rounds < 1),
@@ -568,6 +597,60 @@ def server_weights(
 def step3_centers(noisy_sums: np.ndarray, noisy_counts: np.ndarray) -> np.ndarray:
     """Step 3: C = S̃ / max(Ñ, 1) (finite whatever the noise)."""
     return noisy_sums / np.maximum(noisy_counts, 1.0)[:, None]
+
+
+def relative_lloyd_update(
+    centers: np.ndarray, noisy_sums: np.ndarray, noisy_counts: np.ndarray, radius: float, clip_norm: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """A relative FedDP-Lloyd step (``lloyd-update = relative``; the sums are of the points'
+    displacements from their centers, each clipped to ``radius``): c ← c + S̃/Ñ where Ñ ≥ 1,
+    the move itself clipped to ``radius`` (no honest move is longer) and the new center
+    brought back into the ball of radius Δ = ``clip_norm`` that holds every clipped point
+    (hence their means): both are post-processing. A cluster with a smaller noisy count
+    keeps its center. Returns ``(new centers, alive mask)``."""
+    alive = noisy_counts >= 1.0
+    moves = clip_rows_l2(noisy_sums / np.maximum(noisy_counts, 1.0)[:, None], radius)
+    moved = clip_rows_l2(centers + moves, clip_norm)
+    return np.where(alive[:, None], moved, centers), alive
+
+
+def lloyd_mode(update: str, level: str, has_server_data: bool) -> str:
+    """``lloyd-update``: ``auto`` is relative without server data (the start is then data
+    independent and the relative step's smaller sensitivity pays most), absolute with it
+    (the paper's FedDP-Lloyds); client level is always absolute."""
+    if update == "auto":
+        return "relative" if level == DATA_POINT and not has_server_data else "absolute"
+    return update
+
+
+RELATIVE_RADIUS_ALPHA = 0.8  # FastLloyd's (Diaa et al. 2025) radius α: r = α·Δ / k^(1/d)
+
+
+def lloyd_radius(chosen: float, clip_norm: float, k: int, d: int) -> float:
+    """The radius r of a relative update (``lloyd-radius``, 0 = α·Δ/k^(1/d) with α =
+    ``RELATIVE_RADIUS_ALPHA``: k balls of radius r/α about fill the ball of radius Δ),
+    at most Δ."""
+    radius = float(chosen) if chosen > 0 else RELATIVE_RADIUS_ALPHA * clip_norm / k ** (1.0 / d)
+    return min(radius, float(clip_norm))
+
+
+LLOYD_ROUNDS_RANGE = (2, 7)
+LLOYD_ROUNDS_SIGNAL = 0.15
+
+
+def lloyd_rounds_for(points: int, k: int, d: int, epsilon: float, delta: float) -> int:
+    """Lloyd rounds for a run without server data, from the budget: the most rounds (in
+    ``LLOYD_ROUNDS_RANGE``) for which the noise on the mean of a typical cluster (``points``
+    / k points), were the whole (ε, δ) spent on one Gaussian release of unit sensitivity
+    and split over T rounds, stays below ``LLOYD_ROUNDS_SIGNAL`` times the per-point bound:
+    T = ⌊(c·n / (k·z·√d))²⌋ with z the analytic Gaussian multiplier of (ε, δ). More rounds
+    move further from the data-independent start; each costs √T more noise."""
+    low, high = LLOYD_ROUNDS_RANGE
+    if math.isinf(epsilon):
+        return high
+    z = privacy.analytic_gaussian_sigma(float(epsilon), float(delta))
+    rounds = math.floor((LLOYD_ROUNDS_SIGNAL * points / (k * z * math.sqrt(d))) ** 2)
+    return int(min(high, max(low, rounds)))
 
 
 def lloyd_update(
@@ -659,18 +742,66 @@ def lloyd_violation(
 
 
 # ------------------------------------------------------------------ SpherePacking baseline
-def sphere_packing(k: int, d: int, radius: float, rng: np.random.Generator) -> tuple[np.ndarray, float]:
+def histogram_candidates(k: int, d: int, half_width: float, rng: np.random.Generator) -> np.ndarray:
+    """init = histogram: ``HISTOGRAM_CANDIDATES_PER_CLUSTER``·k points drawn uniformly from
+    the cube [−h, h]^d (h = ``half_width``), independently of any data; the devices count
+    their points' nearest candidates (step 2's histogram, projection = identity) and the
+    server clusters the candidates weighted by the noisy counts."""
+    return rng.uniform(-half_width, half_width, size=(HISTOGRAM_CANDIDATES_PER_CLUSTER * k, d))
+
+
+def histogram_request(k: int, d: int, half_width: float, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """What the histogram start asks the devices: step 2's task with the identity as
+    projection and the data-independent candidates (:func:`histogram_candidates`) as the
+    points to count."""
+    return {"projection": np.eye(d), "server": histogram_candidates(k, d, half_width, rng)}
+
+
+def histogram_start(candidates: np.ndarray, noisy_counts: np.ndarray, noise_scale: float, k: int, half_width: float,
+                    rng: np.random.Generator, n_init: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """The start from the noisy histogram: weighted k-means of the candidates whose count
+    stands out of the noise (:func:`significant_candidates`); with fewer than k of them,
+    those candidates and, for the other centers, SpherePacking in the same cube, away from
+    them (the rest of the histogram is noise). Returns the centers and what the init
+    record says of them."""
+    significant = significant_candidates(noisy_counts, noise_scale)
+    record: dict[str, Any] = {"method": "histogram", "candidates": int(candidates.shape[0]),
+                              "candidates_kept": int(significant.sum()), "cube_half_width": half_width}
+    if significant.sum() >= k:
+        centers, _ = kmeans(candidates[significant], k, rng, noisy_counts[significant], n_init=n_init)
+        return centers, record
+    supported = candidates[significant][np.argsort(-noisy_counts[significant], kind="stable")]
+    centers, record["radius_a"] = sphere_packing(k, candidates.shape[1], half_width, rng, fixed=supported)
+    record.update(fallback="sphere-packing", filled=k - len(supported))
+    return centers, record
+
+
+def significant_candidates(noisy_counts: np.ndarray, noise_scale: float) -> np.ndarray:
+    """The candidates whose noisy count exceeds b·ln(s) (b: the Laplace noise scale, s:
+    the number of candidates): about the largest value the noise alone reaches among s
+    candidates with no point, so what stands above it is, most likely, data. Post-processing
+    of the noisy histogram (b is public); with no noise (b = 0), every non-empty candidate."""
+    return noisy_counts > noise_scale * math.log(max(noisy_counts.size, 2))
+
+
+def sphere_packing(k: int, d: int, radius: float, rng: np.random.Generator,
+                   fixed: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """SpherePacking initialization (Su et al. 2017; docs/ALGORITHMS.md section 3, App. G.3).
 
     For a radius a, center j is drawn uniformly from the cube [−r, r]^d until it is at
     least a away from every corner of the cube (the nearest corner of c is sign(c)·r, at
     distance ||r − |c|||) and at least 2a away from every earlier center; 1000 attempts per
     center, else a is infeasible. The LARGEST feasible a is found by binary search (the
-    authors' code stops at the first feasible one). Returns ``(centers, a)``.
+    authors' code stops at the first feasible one). ``fixed`` (m < k rows): the first m
+    centers, given; the others are drawn as above, away from them too. Returns
+    ``(centers, a)``.
     """
+    given = 0 if fixed is None else len(fixed)
+
     def attempt(a: float) -> np.ndarray | None:
         centers = np.empty((k, d))
-        for j in range(k):
+        centers[:given] = fixed if given else centers[:0]
+        for j in range(given, k):
             candidates = rng.uniform(-radius, radius, size=(SPHERE_ATTEMPTS, d))
             ok = np.linalg.norm(radius - np.abs(candidates), axis=1) >= a
             if j > 0:

@@ -395,7 +395,9 @@ TASKS: dict[str, Task] = {
         Task(
             "feddp_lloyd", "query", "FedDP-Lloyds: per-cluster sums and counts, clipped on the device",
             request=(_CENTERS, _ORIGIN),
-            config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP, _CLIP_L1),
+            config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP, _CLIP_L1,
+                    Param("radius", float, None, allowed=Interval(float, 0, closed="right"),
+                          doc="data-point level, relative update: sums of each point's displacement from its center, clipped to this norm")),
             reply=(ArrayField("sums", ("k", "d")), ArrayField("counts", ("k",), nonnegative=True, role="count")),
             used_by=("feddp-kmeans",),
             counts="at-most",

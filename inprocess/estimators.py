@@ -32,6 +32,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 
+from fedcluster import feddp_kmeans
 from fedcluster.config import SEED_MAX
 from fedcluster.lloyd import kmeans_cost, nearest
 from fedcluster.metrics import check_points
@@ -246,7 +247,9 @@ class FederatedKMeans(_Federated):
 class DPFederatedKMeans(_Federated):
     """FedDP-KMeans (Scott et al.): differentially private federated k-means, started from
     server-side data given to ``fit(clients, server_data=points)``, or without server data
-    from SpherePacking (``run_config={"clip-norm": Δ}``, ``max_iter`` >= 1).
+    from SpherePacking (``run_config={"clip-norm": Δ}``) followed by relative Lloyd rounds,
+    ``max_iter`` of them or, by default, as many as the budget carries for the clients'
+    number of points (``fedcluster.feddp_kmeans.lloyd_rounds_for``).
 
     ``privacy_level``: ``"data-point"`` or ``"client"``; ``epsilon``, ``delta``: the total
     budget; ``max_iter``: FedDP-Lloyd rounds; ``verbose`` as FederatedKMeans. Fitted as
@@ -270,6 +273,11 @@ class DPFederatedKMeans(_Federated):
         }
         if self.max_iter is not None:
             own["lloyd-rounds"] = self.max_iter
+        elif getattr(self, "_dimension", None) and "lloyd-rounds" not in (self.run_config or {}):
+            # without server data: as many rounds as the budget carries for this many points
+            # (fedcluster.feddp_kmeans.lloyd_rounds_for; the count is the caller's own data)
+            own["lloyd-rounds"] = feddp_kmeans.lloyd_rounds_for(self._points, self.n_clusters, self._dimension,
+                                                                self.epsilon, self.delta)
         if getattr(self, "_dimension", None) and "dimension" not in (self.run_config or {}):
             own["dimension"] = self._dimension  # without server data: the clients' (public: their arrays' width)
         return _merged(self.run_config, own)
@@ -277,7 +285,9 @@ class DPFederatedKMeans(_Federated):
     def fit(self, clients: Sequence[Any], y: Any = None, server_data: Any = None) -> "DPFederatedKMeans":
         """Without ``server_data`` the run starts from SpherePacking in the ball of radius
         ``clip-norm`` (give it in ``run_config``) and needs ``max_iter`` >= 1 Lloyd rounds."""
-        self._dimension = None if server_data is not None else _client_arrays(clients)[0].shape[1]
+        arrays = None if server_data is not None else _client_arrays(clients)
+        self._dimension = None if arrays is None else arrays[0].shape[1]
+        self._points = None if arrays is None else sum(a.shape[0] for a in arrays)
         super().fit(clients, y, server_data=server_data)
         self.privacy_ = self.result_.get("privacy")
         return self

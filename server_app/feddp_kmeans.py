@@ -75,7 +75,7 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         if problem:
             raise FederationError(f"{problem}; reduce the dimension first (e.g. a projection agreed in advance) or "
                                   "start from init='sphere-packing' or 'server-kmeans++', which need no second moment")
-        if server is not None and k > server.shape[0] and self.init_method != "sphere-packing":
+        if server is not None and k > server.shape[0] and self.init_method not in feddp_kmeans.DATA_FREE_STARTS:
             raise FederationError(f"k={k} is larger than the {server.shape[0]} server points")
         self.clip_norm = cfg.clip_norm or feddp_kmeans.data_radius(server)
         if not self.clip_norm > 0:
@@ -84,6 +84,11 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         self.typical_norm = feddp_kmeans.server_typical_norm(server) if server is not None else None
         self.bounds = feddp_kmeans.clipping_bounds(self.level, self.clip_norm, k, cfg.client_max_points, chosen,
                                                    self.typical_norm, capped=cfg.max_device_points > 0)
+        self.lloyd_update = feddp_kmeans.lloyd_mode(cfg.lloyd_update, self.level, server is not None)
+        self.radius = None
+        if self.lloyd_update == "relative":  # one point moves a cluster's sum by at most r (2r: a swap under a cap)
+            self.radius = feddp_kmeans.lloyd_radius(cfg.lloyd_radius, self.clip_norm, k, self.dimension)
+            self.bounds["lloyd_gaussian"] = self.radius * (2 if cfg.max_device_points > 0 else 1)
         self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg.clip_outer)
         self.plan = self.privacy_plan()
         seed = cfg.noise_seed
@@ -95,6 +100,8 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         arrays: dict[str, np.ndarray] = {}
         if self.init_method == "feddp":
             initial, init_record, arrays = self.feddp_init(server, k)
+        elif self.init_method == "histogram":
+            initial, init_record, arrays = self.histogram_init(k)
         else:
             initial, init_record = self.server_init(server, k)
         if self.lloyd_rounds == 0 and self.init_method != "feddp":
@@ -223,6 +230,26 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         arrays = {"projection": projection, "server_weights": weights, "projected_centers": projected_centers}
         return centers, record, arrays
 
+    # ------------------------------------------------------------------ no server data
+    def histogram_init(self, k: int) -> tuple[np.ndarray, dict[str, Any], dict[str, np.ndarray]]:
+        """A start from one private summary, needing no server data: the devices' histogram
+        of their points' nearest data-independent candidates (step 2's task, noise and
+        sensitivity), then :func:`fedcluster.feddp_kmeans.histogram_start`."""
+        half_width = self.clip_norm / math.sqrt(self.dimension)
+        request = feddp_kmeans.histogram_request(k, self.dimension, half_width, self.rng)
+        candidates = request["server"]
+        replies = self.gather("feddp_histogram", request, self.client_config(laplace="step2"), {"s": candidates.shape[0]},
+                              self.check_histogram, "init-histogram")
+        histogram = sum((reply.arrays["histogram"] for reply in replies), np.zeros(candidates.shape[0]))
+        weights = self.noisy("step2", histogram)
+        self.record("step2")
+        centers, record = feddp_kmeans.histogram_start(candidates, weights, self.plan["step2"].noise_scale, k, half_width,
+                                                       self.rng, self.config.server_n_init)
+        if "fallback" in record:
+            log(WARNING, "[fedcluster] only %d of %d candidates' noisy counts stand out of the noise: SpherePacking "
+                "places the other %d centers", record["candidates_kept"], candidates.shape[0], record["filled"])
+        return centers, record, {"candidates": candidates, "candidate_weights": weights}
+
     # ------------------------------------------------------------------ baselines
     def server_init(self, server: np.ndarray, k: int) -> tuple[np.ndarray, dict[str, Any]]:
         method = self.init_method
@@ -233,7 +260,9 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
             return centers, {"method": method, "server_cost": cost / server.shape[0]}
         # the server data's radius, or without server data the clipping radius: every point
         # a device uses lies within Δ of the origin (data-point level clips it there)
-        radius = feddp_kmeans.data_radius(server) if server is not None else self.clip_norm
+        # without, the cube inscribed in the ball of radius Δ (its corners on the sphere;
+        # the cube [−Δ, Δ]^d would put nearly every center outside the ball in high d)
+        radius = feddp_kmeans.data_radius(server) if server is not None else self.clip_norm / math.sqrt(self.dimension)
         centers, a = feddp_kmeans.sphere_packing(k, self.dimension, radius, self.rng)
         return centers, {"method": method, "cube_half_width": radius, "radius_a": a}
 
@@ -243,15 +272,20 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         centers = np.array(centers, dtype=np.float64, copy=True)
         for t in range(1, rounds + 1):
             self.begin_round(t)
-            replies = self.gather("feddp_lloyd", {"centers": centers}, self.client_config("lloyd_gaussian", "lloyd_laplace"),
-                                  {"k": k}, self.check_lloyd, "lloyd")
+            config = self.client_config("lloyd_gaussian", "lloyd_laplace")
+            if self.radius is not None:
+                config["radius"] = self.radius
+            replies = self.gather("feddp_lloyd", {"centers": centers}, config, {"k": k}, self.check_lloyd, "lloyd")
             sums, counts = np.zeros_like(centers), np.zeros(k)
             for reply in replies:
                 sums += reply.arrays["sums"]
                 counts += reply.arrays["counts"]
             noisy_sums = self.noisy("lloyd_gaussian", sums)
             noisy_counts = self.noisy("lloyd_laplace", counts)
-            new, alive = feddp_kmeans.lloyd_update(centers, noisy_sums, noisy_counts)
+            if self.radius is not None:
+                new, alive = feddp_kmeans.relative_lloyd_update(centers, noisy_sums, noisy_counts, self.radius, self.clip_norm)
+            else:
+                new, alive = feddp_kmeans.lloyd_update(centers, noisy_sums, noisy_counts)
             shift = center_shift(new, centers)
             centers = new
             self.end_round(center_shift=shift, kept_centers=int((~alive).sum()), noisy_counts=noisy_counts)

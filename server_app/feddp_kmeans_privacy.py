@@ -92,6 +92,8 @@ class FedDPPrivacy:
             "client_sampling_rate": self.config.client_sampling_rate if self.level == "client" else 1.0,
             "init": self.init_method,
             "lloyd_rounds": self.lloyd_rounds,
+            "lloyd_update": self.lloyd_update,
+            "lloyd_radius": self.radius,
             "not_covered": self.not_covered(),
         })
         return report
@@ -118,5 +120,6 @@ class FedDPPrivacy:
                                    self.bounds["step3_laplace"])
 
     def check_lloyd(self, reply: Reply) -> str | None:
+        per_point = self.clip_norm if self.radius is None else self.radius  # a relative update's displacements
         return feddp_kmeans.lloyd_violation(reply.arrays["sums"], reply.arrays["counts"], self.usable(reply), self.level,
-                                   self.clip_norm, self.bounds["lloyd_gaussian"], self.bounds["lloyd_laplace"])
+                                   per_point, self.bounds["lloyd_gaussian"], self.bounds["lloyd_laplace"])

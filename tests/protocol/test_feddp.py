@@ -796,10 +796,12 @@ def _separated_clients(seed=0):
     return [X[i::4] for i in range(4)], X
 
 
-def test_without_server_data_the_run_starts_from_sphere_packing_in_the_clipping_ball():
-    """The dimension (the clients' arrays' width, public) and Δ = clip-norm are all that
-    SpherePacking needs: no server data. Without noise the Lloyd rounds then find the
-    clusters; at ε = 1 the ledger stays within the budget."""
+@pytest.mark.parametrize("init", ["auto", "sphere-packing"])
+def test_without_server_data_the_run_starts_from_a_histogram_or_sphere_packing_in_the_clipping_ball(init):
+    """The dimension (the clients' arrays' width, public) and Δ = clip-norm are all that the
+    data-free starts need: no server data (auto = the private histogram of data-independent
+    candidates). Without noise the Lloyd rounds then find the clusters; at ε = 1 the ledger
+    stays within the budget."""
     from sklearn.cluster import KMeans
 
     import fedcluster
@@ -807,26 +809,29 @@ def test_without_server_data_the_run_starts_from_sphere_packing_in_the_clipping_
     clients, X = _separated_clients()
     central = KMeans(3, n_init=10, random_state=0).fit(X).inertia_
     exact = fedcluster.DPFederatedKMeans(3, epsilon=math.inf, max_iter=8, random_state=0,
-                                         run_config={"clip-norm": 4.0, "noise-seed": 1}).fit(clients)
-    assert exact.result_["init"]["method"] == "sphere-packing" and exact.result_["config"]["dimension"] == 2
+                                         run_config={"clip-norm": 4.0, "noise-seed": 1, "init": init}).fit(clients)
+    method = "histogram" if init == "auto" else init
+    assert exact.result_["init"]["method"] == method and exact.result_["config"]["dimension"] == 2
     cost = ((X[:, None] - exact.cluster_centers_[None]) ** 2).sum(-1).min(1).sum()
     assert cost <= 1.01 * central, (cost, central)
     private = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=3, random_state=0,
-                                           run_config={"clip-norm": 4.0, "noise-seed": 1}).fit(clients)
+                                           run_config={"clip-norm": 4.0, "noise-seed": 1, "init": init}).fit(clients)
     assert private.privacy_["epsilon"] <= 1.0 and np.isfinite(private.cluster_centers_).all()
+    steps = [step["name"] for step in private.privacy_["steps"]]
+    assert steps == (["step2"] if method == "histogram" else []) + ["lloyd_gaussian", "lloyd_laplace"]
 
 
-def test_without_server_data_step_epsilons_name_only_the_lloyd_steps():
-    # init = auto starts from SpherePacking there: only the Lloyd rounds spend ε, and the
-    # config checks step-epsilons against the steps the run really has
+def test_without_server_data_step_epsilons_name_the_histogram_and_the_lloyd_steps():
+    # init = auto starts from the private histogram there: it and the Lloyd rounds spend ε,
+    # and the config checks step-epsilons against the steps the run really has
     import fedcluster
     from fedcluster.config import ConfigError, with_defaults
 
     clients, _ = _separated_clients()
     model = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=2, random_state=0,
-                                         run_config={"clip-norm": 4.0, "noise-seed": 1, "step-epsilons": "0.5,0.4"}).fit(clients)
-    assert model.result_["init"]["method"] == "sphere-packing" and model.privacy_["epsilon"] <= 1.0
-    with pytest.raises(ConfigError, match="step-epsilons must give 2 positive values"):
+                                         run_config={"clip-norm": 4.0, "noise-seed": 1, "step-epsilons": "0.1,0.5,0.3"}).fit(clients)
+    assert model.result_["init"]["method"] == "histogram" and model.privacy_["epsilon"] <= 1.0
+    with pytest.raises(ConfigError, match="step-epsilons must give 3 positive values"):
         with_defaults({"algorithm": "feddp-kmeans", "dataset": "npy-dir", "data-dir": "x", "lloyd-rounds": 2,
                        "step-epsilons": "0.1,0.1,0.1,0.1,0.3,0.3"})
 
@@ -834,7 +839,7 @@ def test_without_server_data_step_epsilons_name_only_the_lloyd_steps():
 @pytest.mark.parametrize("config, named", [
     ({"lloyd-rounds": 2}, "clip-norm"),
     ({"clip-norm": 4.0}, "lloyd-rounds >= 1"),
-    ({"clip-norm": 4.0, "lloyd-rounds": 2, "init": "server-lloyds"}, "init='sphere-packing'"),
+    ({"clip-norm": 4.0, "lloyd-rounds": 2, "init": "server-lloyds"}, "init='histogram', 'sphere-packing' or 'auto'"),
 ])
 def test_without_server_data_a_run_that_cannot_start_names_what_is_missing(tmp_path, config, named):
     from server_app.base import FederationError
@@ -845,9 +850,154 @@ def test_without_server_data_a_run_that_cannot_start_names_what_is_missing(tmp_p
              "output-dir": str(tmp_path / "o"), **config}, num_nodes=4)
 
 
-def test_sphere_packing_without_lloyd_rounds_is_refused_before_the_run():
+def test_data_free_starts_without_lloyd_rounds_are_refused_before_the_run():
     with pytest.raises(ConfigError, match="never saw the devices' data"):
         with_defaults({"algorithm": "feddp-kmeans", "init": "sphere-packing"})
+    with pytest.raises(ConfigError, match="candidate points, not cluster means"):
+        with_defaults({"algorithm": "feddp-kmeans", "init": "histogram"})
+
+
+def test_histogram_start_without_noise_clusters_the_candidates_by_their_exact_counts(tmp_path):
+    """ε = ∞: the histogram is each candidate's exact count of nearest pooled points (the
+    candidates lie in the cube inscribed in the ball of radius Δ), and the histogram spends
+    its share of the budget at finite ε."""
+    directory = write_npy_dir(tmp_path / "clients", _separated_clients()[0])
+    base = {"algorithm": "feddp-kmeans", "k": 3, "dataset": "npy-dir", "data-dir": str(directory), "dimension": 2,
+            "clip-norm": 4.0, "lloyd-rounds": 1}
+    result = run({**base, "epsilon": math.inf, "output-dir": str(tmp_path / "o")}, num_nodes=4)
+    candidates, weights = np.load(tmp_path / "o" / "candidates.npy"), np.load(tmp_path / "o" / "candidate_weights.npy")
+    X = np.vstack(_separated_clients()[0])
+    assert candidates.shape == (30, 2) and np.abs(candidates).max() <= 4.0 / math.sqrt(2)
+    nearest = ((X[:, None] - candidates[None]) ** 2).sum(-1).argmin(1)
+    np.testing.assert_array_equal(weights, np.bincount(nearest, minlength=30))
+    assert result["init"]["method"] == "histogram" and result["init"]["candidates"] == 30
+    private = run({**base, "epsilon": 1.0, "output-dir": str(tmp_path / "p")}, num_nodes=4)
+    assert private["privacy"]["epsilon_shares"]["step2"] < private["privacy"]["epsilon_shares"]["lloyd_gaussian"]
+    assert hand_built_epsilon(private["privacy"]["steps"], private["privacy"]["delta"]) <= 1.0 + 1e-3
+    assert "fallback" not in private["init"] and private["init"]["candidates_kept"] >= 3
+    # at ε = 0.01 the histogram's noise (b = 1/(0.1·0.01)) drowns 600 points: SpherePacking places the centers
+    drowned = run({**base, "epsilon": 0.01, "output-dir": str(tmp_path / "q")}, num_nodes=4)
+    init = drowned["init"]
+    assert init["fallback"] == "sphere-packing" and init["filled"] == 3 - init["candidates_kept"] > 0
+
+
+def test_sphere_packing_keeps_the_given_centers_and_places_the_others_away_from_them():
+    fixed = np.array([[0.5, 0.5], [-0.5, 0.5]])
+    centers, a = sphere_packing(4, 2, 1.0, np.random.default_rng(0), fixed=fixed)
+    np.testing.assert_array_equal(centers[:2], fixed)
+    assert a > 0 and np.abs(centers).max() <= 1.0
+    gaps = np.linalg.norm(centers[:, None] - centers[None], axis=-1)[np.triu_indices(4, 1)]
+    assert gaps[1:].min() >= 2 * a - 1e-12  # every pair with a drawn center (the given pair is as given)
+    plain, _ = sphere_packing(4, 2, 1.0, np.random.default_rng(0))
+    again, _ = sphere_packing(4, 2, 1.0, np.random.default_rng(0), fixed=None)
+    np.testing.assert_array_equal(plain, again)
+
+
+def test_significant_candidates_stand_above_what_the_noise_alone_reaches():
+    rng = np.random.default_rng(0)
+    b, s = 20.0, 200
+    noise_only = [feddp_kmeans.significant_candidates(rng.laplace(0, b, s), b).sum() for _ in range(200)]
+    assert np.mean(noise_only) < 1.0  # about one false candidate in two histograms, at most
+    counts = np.zeros(s)
+    counts[:5] = 400.0
+    kept = feddp_kmeans.significant_candidates(counts + rng.laplace(0, b, s), b)
+    assert kept[:5].all() and kept[5:].sum() <= 2
+    np.testing.assert_array_equal(feddp_kmeans.significant_candidates(np.array([0.0, 3.0, 0.0]), 0.0), [False, True, False])
+
+
+# ------------------------------------------------------------------ relative Lloyd updates
+def test_relative_lloyd_kernel_sums_clipped_displacements():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(300, 3)) * 2
+    centers = rng.normal(size=(4, 3))
+    data = DeviceData(points=X, source="test")
+    stats, metrics = feddp_kmeans.feddp_lloyd(data, {"centers": centers}, {"level": "data-point", "clip-norm": 3.0, "radius": 0.7})
+    clipped = clip_rows_l2(X, 3.0)
+    labels = ((clipped[:, None] - centers[None]) ** 2).sum(-1).argmin(1)
+    moves = clip_rows_l2(clipped - centers[labels], 0.7)
+    assert np.linalg.norm(clipped - centers[labels], axis=1).max() > 0.7  # the radius really clips
+    np.testing.assert_allclose(stats["sums"], np.stack([moves[labels == j].sum(0) for j in range(4)]), atol=1e-12)
+    np.testing.assert_array_equal(stats["counts"], np.bincount(labels, minlength=4))
+    assert metrics["num-examples"] == 300
+    # a relative reply is checked against count x radius, not count x clip-norm
+    assert feddp_kmeans.lloyd_violation(stats["sums"], stats["counts"], 300, "data-point", 0.7, 0.7, 1.0) is None
+    assert "exceeds the clipping bound" in feddp_kmeans.lloyd_violation(
+        stats["sums"] * 1.5 + 0.7 * stats["counts"][:, None], stats["counts"], 300, "data-point", 0.7, 0.7, 1.0)
+    with pytest.raises(ValueError, match="data-point level"):
+        feddp_kmeans.feddp_lloyd(data, {"centers": centers}, {"level": "client", "clip": 5.0, "clip-l1": 5.0, "radius": 0.7})
+
+
+def test_relative_lloyd_update_moves_at_most_the_radius_and_stays_in_the_ball():
+    centers = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.9]])
+    sums = np.array([[30.0, 0.0], [0.2, 0.1], [0.0, 5.0]])
+    counts = np.array([10.0, 0.4, 10.0])  # the second cluster's noisy count is below 1: it keeps its center
+    new, alive = feddp_kmeans.relative_lloyd_update(centers, sums, counts, radius=0.5, clip_norm=2.0)
+    np.testing.assert_array_equal(alive, [True, False, True])
+    np.testing.assert_allclose(new[0], [0.5, 0.0])  # a move of 3 clipped to the radius
+    np.testing.assert_array_equal(new[1], centers[1])
+    np.testing.assert_allclose(new[2], [0.0, 2.0])  # 1.9 + 0.5 brought back into the ball of radius 2
+
+
+@pytest.mark.parametrize("radius", [0.4, 1e3])
+def test_relative_lloyds_without_noise_are_the_clipped_central_steps(tmp_path, radius):
+    """ε = ∞: each round is c ← c + clip(mean of the clipped displacements of c's points, r),
+    on the pooled points (clip-norm large enough that no point is clipped); with a radius no
+    displacement reaches, that is Lloyd's step exactly."""
+    result = run(small(tmp_path, **{"epsilon": math.inf, "init": "server-kmeans++", "lloyd-rounds": 3, "clip-norm": 1e3,
+                                    "lloyd-update": "relative", "lloyd-radius": radius}), num_nodes=NODES)
+    assert result["privacy"]["lloyd_update"] == "relative" and result["privacy"]["lloyd_radius"] == pytest.approx(radius)
+    X = pooled_points(result["config"], NODES)[0]
+    expected = np.load(tmp_path / "out" / "init_centers.npy")
+    lloyd = expected.copy()
+    for _ in range(3):
+        labels = ((X[:, None] - expected[None]) ** 2).sum(-1).argmin(1)
+        moves = clip_rows_l2(X - expected[labels], radius)
+        expected = expected + clip_rows_l2(np.stack([moves[labels == j].mean(0) for j in range(len(expected))]), radius)
+        lloyd = lloyd_step(X, lloyd)
+    centers = np.load(tmp_path / "out" / "centers.npy")
+    np.testing.assert_allclose(centers, expected, atol=1e-9)
+    if radius > 100:
+        np.testing.assert_allclose(centers, lloyd, atol=1e-9)
+    else:
+        assert np.abs(centers - lloyd).max() > 1e-3  # the radius changed the steps
+
+
+def test_without_server_data_the_lloyd_rounds_are_relative_with_the_radius_as_sensitivity():
+    """The default without server data: relative updates with r = 0.8·Δ/k^(1/d), which is
+    the Gaussian step's sensitivity in the ledger; the start lies in the cube inscribed in
+    the ball of radius Δ; every ε recomputed from the ledger's events stays within the budget."""
+    import fedcluster
+
+    clients, X = _separated_clients()
+    model = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=3, random_state=0,
+                                         run_config={"clip-norm": 4.0, "noise-seed": 1}).fit(clients)
+    privacy = model.privacy_
+    radius = 0.8 * 4.0 / 3 ** (1 / 2)
+    assert privacy["lloyd_update"] == "relative" and privacy["lloyd_radius"] == pytest.approx(radius)
+    assert privacy["bounds"]["lloyd_gaussian"] == pytest.approx(radius)
+    lloyd = next(step for step in privacy["steps"] if step["name"] == "lloyd_gaussian")
+    assert lloyd["sensitivity"] == pytest.approx(radius)
+    assert lloyd["compositions"] == 3 and hand_built_epsilon(privacy["steps"], privacy["delta"]) <= 1.0 + 1e-3
+    assert model.result_["init"]["cube_half_width"] == pytest.approx(4.0 / math.sqrt(2))
+    with_server = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=2, random_state=0,
+                                               run_config={"noise-seed": 1}).fit(clients, server_data=X[::10])
+    assert with_server.privacy_["lloyd_update"] == "absolute" and with_server.privacy_["lloyd_radius"] is None
+
+
+def test_lloyd_rounds_follow_the_budget_and_the_points():
+    rounds = feddp_kmeans.lloyd_rounds_for
+    assert rounds(150, 3, 4, 0.1, 1e-3) == 2  # little signal: the fewest rounds
+    assert rounds(100_000, 100, 2, 1.0, 1e-6) == 7 and rounds(10, 3, 2, math.inf, 1e-6) == 7
+    grid = [rounds(n, 10, 4, eps, 1e-5) for n in (1000, 3000, 10_000, 30_000) for eps in (0.25, 1.0)]
+    assert grid == sorted(grid) or all(rounds(n, 10, 4, 0.25, 1e-5) <= rounds(n, 10, 4, 1.0, 1e-5) for n in (1000, 3000, 10_000))
+    assert [rounds(n, 10, 4, 1.0, 1e-5) for n in (1000, 3000, 10_000, 30_000)] == sorted(
+        rounds(n, 10, 4, 1.0, 1e-5) for n in (1000, 3000, 10_000, 30_000))
+    assert rounds(3000, 10, 4, 1.0, 1e-5) > 2  # in between, from the formula, not a clamp
+
+
+def test_relative_update_at_client_level_is_refused_before_the_run():
+    with pytest.raises(ConfigError, match="data-point level update"):
+        with_defaults({"algorithm": "feddp-kmeans", "privacy-level": "client", "lloyd-update": "relative"})
 
 
 # ------------------------------------------------------------------ clip-center

@@ -1,0 +1,231 @@
+"""FedDP-KMeans without server data beside FastLloyd (Diaa et al., USENIX Security 2025),
+on FastLloyd's seven datasets and its own setup.
+
+FastLloyd runs from its public repository, fetched by the user and run outside this project
+(``bench/peers/fastlloyd_run.py`` imports it from the checkout given and calls its own
+single-process simulation, the variant its paper calls FastLloyd). Setup, as FastLloyd's:
+iris, wine, breast cancer (scikit-learn's), fcps/lsun, uci/yeast, sipu/s1, sipu/birch2
+(Gagolewski's battery, ``--battery``), each min-max scaled to [-1, 1], k = its number of
+reference clusters, 2 clients (equal halves of a seeded permutation, the same for every
+method), δ = 1/(n ln n), ε in {0.1, 0.25, 0.5, 1}, seeds 1..5. Metric: the k-means cost of
+the final centers on all the scaled points over that of scikit-learn's
+``KMeans(k, n_init=10, random_state=0)``; each cell is the median over the seeds.
+
+Columns, each with its threat model:
+
+* **FastLloyd** -- no server data; the clients mask their sums and counts (one shared seed:
+  the server plus any one client can unmask), the server adds Gaussian noise to the masked
+  total. Needs n public (its δ and its number of iterations).
+* **ours** -- ``DPFederatedKMeans(k, epsilon, delta, run_config={"clip-norm": sqrt(d)})``,
+  no server data, defaults: the private histogram start and relative Lloyd rounds, as many
+  as ``lloyd_rounds_for`` gives for the clients' number of points. The server adds the
+  noise and sees every device's clipped statistics (no secure aggregation yet): central
+  DP with a trusted aggregator, a WEAKER threat model than FastLloyd's masking.
+* **ours, 5 % server data** -- 5 % of the points (seeded) are the server's own, the clients
+  split the rest; FedDP-Init with its defaults. A weaker threat model again (the server
+  holds data like the devices').
+
+Every ε of ours is the ledger's PLD total at δ, at most the ε asked (checked, printed).
+
+Getting FastLloyd (outside this repository)::
+
+    git clone https://github.com/D-Diaa/FastLloyd /tmp/fastlloyd
+    python3 -m venv /tmp/fastlloyd-venv
+    /tmp/fastlloyd-venv/bin/pip install numpy scipy "scikit-learn==1.8.0" pandas diffprivlib tqdm matplotlib
+
+(diffprivlib 0.6.6 does not import with scikit-learn 1.9.)
+
+Usage::
+
+    python bench/fastlloyd.py --battery DIR --fastlloyd /tmp/fastlloyd --fastlloyd-python /tmp/fastlloyd-venv/bin/python
+    python bench/fastlloyd.py --battery DIR --fastlloyd ... --out docs/results   # also fastlloyd.md and fastlloyd-ratio.svg
+    python bench/fastlloyd.py --battery DIR --quick                           # ours only, iris and lsun, 2 seeds
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (ROOT, add_bench_flags, default_jobs, figure_path, markdown_table, page_output,  # noqa: E402
+                     parallel_map, print_header, quiet_flower, svg_line_chart)
+
+# name -> (source, FastLloyd's k: its configs.defaults.num_clusters = the reference clusters)
+DATASETS = {
+    "iris": ("sklearn", 3), "wine": ("sklearn", 3), "breast": ("sklearn", 2), "lsun": ("fcps/lsun", 3),
+    "yeast": ("uci/yeast", 10), "s1": ("sipu/s1", 15), "birch2": ("sipu/birch2", 100),
+}
+EPSILONS = (0.1, 0.25, 0.5, 1.0)
+SERVER_SHARE = 0.05
+RUNNER = ROOT / "bench" / "peers" / "fastlloyd_run.py"
+
+
+def load(name: str, battery: Path | None) -> np.ndarray:
+    """The dataset scaled to [-1, 1] per coordinate (FastLloyd's ``normalize``)."""
+    source, _ = DATASETS[name]
+    if source == "sklearn":
+        from sklearn import datasets
+
+        X = {"iris": datasets.load_iris, "wine": datasets.load_wine, "breast": datasets.load_breast_cancer}[name]().data
+    else:
+        if battery is None:
+            raise SystemExit(f"{name} is in Gagolewski's battery: give its folder with --battery")
+        path = battery / f"{source}.data.gz"
+        if not path.exists():
+            raise SystemExit(f"{path} not found (--battery should hold {source}.data.gz)")
+        with gzip.open(path, "rt") as file:
+            X = np.loadtxt(file, ndmin=2)
+    X = np.asarray(X, dtype=np.float64)
+    span = X.max(axis=0) - X.min(axis=0)
+    span[span == 0] = 1.0
+    return 2.0 * (X - X.min(axis=0)) / span - 1.0
+
+
+def cost(X: np.ndarray, centers: np.ndarray) -> float:
+    best = np.full(X.shape[0], np.inf)
+    for center in np.asarray(centers):
+        best = np.minimum(best, ((X - center) ** 2).sum(axis=1))
+    return float(best.sum())
+
+
+def clients_of(n: int, seed: int, server: bool) -> np.ndarray:
+    """Each row's client (0, 1), or -1 for the server's rows: a seeded permutation, 5 % to
+    the server when ``server``, the rest in two equal halves."""
+    order = np.random.default_rng(seed).permutation(n)
+    owner = np.empty(n, dtype=int)
+    held = int(round(SERVER_SHARE * n)) if server else 0
+    owner[order[:held]] = -1
+    rest = order[held:]
+    owner[rest[: len(rest) // 2]], owner[rest[len(rest) // 2:]] = 0, 1
+    return owner
+
+
+def run_ours(task: tuple) -> dict:
+    name, X, k, eps, seed, server = task
+    quiet_flower()
+    warnings.simplefilter("ignore")
+    import fedcluster
+
+    n, d = X.shape
+    delta = 1.0 / (n * math.log(n))
+    owner = clients_of(n, seed, server)
+    model = fedcluster.DPFederatedKMeans(k, epsilon=eps, delta=delta, random_state=seed,
+                                         run_config={"clip-norm": math.sqrt(d), "noise-seed": seed})
+    model.fit([X[owner == 0], X[owner == 1]], server_data=X[owner == -1] if server else None)
+    privacy = model.privacy_
+    return {"cost": cost(X, model.cluster_centers_), "epsilon": privacy["epsilon"], "rounds": privacy["lloyd_rounds"],
+            "init": model.result_["init"]["method"]}
+
+
+def run_fastlloyd(task: tuple) -> dict:
+    name, X, k, eps, seed, fastlloyd, python = task
+    with tempfile.TemporaryDirectory(prefix="fedcluster-fastlloyd-") as folder:
+        data, assign, out = (Path(folder) / f for f in ("X.npy", "ids.npy", "centers.npy"))
+        np.save(data, X)
+        np.save(assign, clients_of(X.shape[0], seed, server=False))
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "MPLBACKEND": "Agg"}
+        done = subprocess.run([python, str(RUNNER), "--fastlloyd", str(fastlloyd), "--data", str(data), "--assign",
+                               str(assign), "--k", str(k), "--epsilon", str(eps), "--seed", str(seed), "--out", str(out)],
+                              capture_output=True, text=True, env=env, timeout=3600)
+        if done.returncode != 0:
+            raise RuntimeError(f"FastLloyd on {name} eps={eps} seed={seed} failed:\n{done.stderr[-2000:]}")
+        facts = json.loads(done.stdout.strip().splitlines()[-1])
+        return {"cost": cost(X, np.load(out)), "rounds": facts["iterations"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = add_bench_flags(argparse.ArgumentParser(description=__doc__.split("Usage::")[0],
+                                                     formatter_class=argparse.RawDescriptionHelpFormatter),
+                             quick="ours only, iris and lsun, 2 seeds",
+                             out="also write DIR/fastlloyd.md and DIR/fastlloyd-ratio.svg")
+    parser.add_argument("--battery", type=Path, help="Gagolewski's battery folder (fcps/, uci/, sipu/)")
+    parser.add_argument("--fastlloyd", type=Path, help="a FastLloyd checkout (github.com/D-Diaa/FastLloyd)")
+    parser.add_argument("--fastlloyd-python", default=sys.executable, help="the Python with FastLloyd's dependencies")
+    parser.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="FastLloyd needs seeds >= 1")
+    parser.add_argument("--jobs", type=int, default=default_jobs())
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.datasets, args.seeds, args.fastlloyd = ["iris", "lsun"], args.seeds[:2], None
+    if args.fastlloyd is not None and not (args.fastlloyd / "configs" / "params.py").exists():
+        parser.error(f"--fastlloyd {args.fastlloyd} is not a FastLloyd checkout (no configs package with params)")
+    if min(args.seeds) < 1:
+        parser.error("seeds must be >= 1 (FastLloyd seeds its noise with seed x iteration: seed 0 repeats it)")
+
+    with page_output(args.out, __file__):
+        print_header("FedDP-KMeans without server data beside FastLloyd", __doc__)
+        data = {name: load(name, args.battery) for name in args.datasets}
+        from sklearn.cluster import KMeans
+
+        central = {name: KMeans(DATASETS[name][1], n_init=10, random_state=0).fit(X).inertia_ for name, X in data.items()}
+        cells = [(name, eps, seed) for name in args.datasets for eps in EPSILONS for seed in args.seeds]
+        ours = parallel_map(run_ours, [(n, data[n], DATASETS[n][1], e, s, False) for n, e, s in cells], args.jobs)
+        served = parallel_map(run_ours, [(n, data[n], DATASETS[n][1], e, s, True) for n, e, s in cells], args.jobs)
+        theirs = (parallel_map(run_fastlloyd, [(n, data[n], DATASETS[n][1], e, s, args.fastlloyd, args.fastlloyd_python)
+                                               for n, e, s in cells], args.jobs) if args.fastlloyd else None)
+        over = [(c, r["epsilon"]) for c, r in zip(cells + cells, ours + served) if r["epsilon"] > c[1] * (1 + 1e-9)]
+        print(f"Every ε of ours recomputed by its ledger (PLD) at or below the ε asked: "
+              f"{'yes' if not over else 'NO: ' + repr(over)}.\n")
+
+        def median(results, name, eps):
+            return statistics.median(r["cost"] / central[name] for c, r in zip(cells, results) if c[:2] == (name, eps))
+
+        def rounds(results, name, eps):
+            return "/".join(sorted({str(r["rounds"]) for c, r in zip(cells, results) if c[:2] == (name, eps)}))
+
+        rows, logs, wins, ratio_series = [], [], 0, {}
+        for name in args.datasets:
+            n, d = data[name].shape
+            for eps in EPSILONS:
+                mine, server = median(ours, name, eps), median(served, name, eps)
+                row = [f"{name} (n={n}, d={d}, k={DATASETS[name][1]})", eps]
+                if theirs is not None:
+                    other = median(theirs, name, eps)
+                    logs.append(math.log(mine / other))
+                    wins += mine <= other
+                    ratio_series.setdefault(name, ([], [], None))
+                    ratio_series[name][0].append(eps)
+                    ratio_series[name][1].append(mine / other)
+                    row += [f"{other:.3f}", rounds(theirs, name, eps)]
+                row += [f"**{mine:.3f}**" if theirs is not None and mine <= median(theirs, name, eps) else f"{mine:.3f}",
+                        rounds(ours, name, eps)]
+                if theirs is not None:
+                    row.append(f"{mine / median(theirs, name, eps):.3f}")
+                row.append(f"{server:.3f}")
+                rows.append(row)
+        headers = ["dataset", "ε"]
+        if theirs is not None:
+            headers += ["FastLloyd", "its iterations"]
+        headers += ["ours, no server data", "our Lloyd rounds"]
+        if theirs is not None:
+            headers += ["ours / FastLloyd"]
+        headers += [f"ours, {SERVER_SHARE:.0%} server data"]
+        print(f"Cost over central k-means' (median of seeds {', '.join(map(str, args.seeds))}); bold: ours at or "
+              "below FastLloyd's.\n")
+        print(markdown_table(headers, rows))
+        print()
+        if theirs is not None:
+            print(f"Ours without server data at or below FastLloyd in {wins} of {len(logs)} cells; geometric mean of "
+                  f"ours / FastLloyd {math.exp(sum(logs) / len(logs)):.3f} (target: at or below in every cell, and "
+                  "at least 10 % lower on the geometric mean).\n")
+            path, link = figure_path(args.out, Path(tempfile.gettempdir()), __file__, "ratio.svg")
+            svg_line_chart(path, "ours (no server data) / FastLloyd, median cost", "ε", "cost ratio (below 1: ours lower)",
+                           ratio_series)
+            print(f"![ours / FastLloyd per dataset]({link})\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
