@@ -18,7 +18,8 @@ Columns, each with its threat model:
   total. Needs n public (its δ and its number of iterations).
 * **ours** -- ``DPFederatedKMeans(k, epsilon, delta, run_config={"clip-norm": sqrt(d)})``,
   no server data, defaults: the private histogram start and relative Lloyd rounds, as many
-  as ``lloyd_rounds_for`` gives for the clients' number of points. The server adds the
+  as ``lloyd_rounds_for`` gives for the clients' number of points (n treated as public, as
+  FastLloyd treats it). The server adds the
   noise and sees every device's clipped statistics (no secure aggregation yet): central
   DP with a trusted aggregator, a WEAKER threat model than FastLloyd's masking.
 * **ours, 5 % server data** -- 5 % of the points (seeded) are the server's own, the clients

@@ -249,7 +249,9 @@ class DPFederatedKMeans(_Federated):
     server-side data given to ``fit(clients, server_data=points)``, or without server data
     from SpherePacking (``run_config={"clip-norm": Δ}``) followed by relative Lloyd rounds,
     ``max_iter`` of them or, by default, as many as the budget carries for the clients'
-    number of points (``fedcluster.feddp_kmeans.lloyd_rounds_for``).
+    number of points (``fedcluster.feddp_kmeans.lloyd_rounds_for``; the number of rounds,
+    which the result reports, then treats that count as public: give ``max_iter`` to keep
+    it out of the result).
 
     ``privacy_level``: ``"data-point"`` or ``"client"``; ``epsilon``, ``delta``: the total
     budget; ``max_iter``: FedDP-Lloyd rounds; ``verbose`` as FederatedKMeans. Fitted as
