@@ -40,7 +40,10 @@ from .privacy.clipping import LEVELS
 #                          filter (keep x iff ||xV − ν_r|| ≤ margin·||xV − ν_s|| for all
 #                          s ≠ r); sums and counts of the ORIGINAL points (data-point) or
 #                          per-cluster means and a 0/1 non-empty vector (client)
-#   feddp_lloyd            FedDP-Lloyds: full-space sums and counts
+#   feddp_candidates       no server data: per data-independent candidate, how many of
+#                          the device's points have it as their nearest
+#   feddp_lloyd            FedDP-Lloyds: full-space sums and counts (relative: of the
+#                          points' displacements from their centers, clipped to ``radius``)
 
 
 def _bound(config: dict[str, Any], key: str) -> float:
@@ -242,6 +245,17 @@ def feddp_histogram(data: DeviceData, arrays: dict, config: dict):
     return {"histogram": histogram}, {"num-examples": held(data)}
 
 
+@device_task("feddp_candidates")
+def feddp_candidates(data: DeviceData, arrays: dict, config: dict):
+    """The histogram start (no server data): how many of the device's points have each
+    data-independent candidate as their nearest (step 2's statistic, in the data's own space)."""
+    X = private_points(data, arrays, config)
+    histogram = nearest_histogram(X, matching_dimension(X, arrays["candidates"], "candidates"))
+    if config["level"] == CLIENT:
+        histogram = clip_l1(histogram, _bound(config, "clip-l1"))
+    return {"histogram": histogram}, {"num-examples": held(data)}
+
+
 @device_task("feddp_projected_stats")
 def feddp_projected_stats(data: DeviceData, arrays: dict, config: dict):
     X = private_points(data, arrays, config)
@@ -352,6 +366,8 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
         "center moves at most that far per round); auto = relative without server data at data-point level, else absolute",
         allowed=StrOptions(("auto", "absolute", "relative"))),
     Key("lloyd-radius", 0.0, "relative updates: the radius r (0 = 0.8·Δ/k^(1/d), at most Δ)", allowed=Interval(float, 0)),
+    Key("public-points", 0, "the number of points lloyd-rounds was chosen from, treated as public (the estimator's "
+        "rounds rule sets it); listed in privacy.not_covered; 0 = none", allowed=Interval(int, 0, MANY)),
     Key("clip-norm", 0.0, "Δ, point norm bound around clip-center (0 = the server data's radius around it)", allowed=Interval(float, 0)),
     Key("clip-center", "auto", "the public point devices take their points around and clip them within clip-norm of: "
         "server-mean (the server data's mean), origin (the paper), auto = server-mean with server data, origin without",
@@ -710,7 +726,8 @@ def sums_counts_violation(
     sums: np.ndarray, counts: np.ndarray, num_examples: int, clip_norm: float, exact_total: bool
 ) -> str | None:
     """Data-point level sums and counts: integer counts totalling ≤ n (= n when
-    ``exact_total``), every row of sums of norm ≤ count·Δ."""
+    ``exact_total``), every row of sums of norm ≤ count·``clip_norm`` (Δ, or the radius r of a relative
+    update: the per-point bound)."""
     total = float(counts.sum())
     if np.any(counts != np.round(counts)) or total > num_examples or (exact_total and total != num_examples):
         return f"array 'counts' is not a count of the node's {num_examples} points (clipping bound: one count per point)"
@@ -718,7 +735,7 @@ def sums_counts_violation(
     if np.any(norms > counts * clip_norm * (1 + REPLY_SLACK) + 1e-12):
         j = int(np.argmax(norms - counts * clip_norm))
         return (f"array 'sums' exceeds the clipping bound: row {j} has norm {norms[j]:.6g} > "
-                f"count·Δ = {counts[j]:.0f}·{clip_norm:.6g}")
+                f"count × the per-point bound = {counts[j]:.0f}·{clip_norm:.6g}")
     return None
 
 
@@ -751,10 +768,9 @@ def histogram_candidates(k: int, d: int, half_width: float, rng: np.random.Gener
 
 
 def histogram_request(k: int, d: int, half_width: float, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """What the histogram start asks the devices: step 2's task with the identity as
-    projection and the data-independent candidates (:func:`histogram_candidates`) as the
-    points to count."""
-    return {"projection": np.eye(d), "server": histogram_candidates(k, d, half_width, rng)}
+    """What the histogram start asks the devices (task ``feddp_candidates``): the
+    data-independent candidates (:func:`histogram_candidates`) to count their points by."""
+    return {"candidates": histogram_candidates(k, d, half_width, rng)}
 
 
 def histogram_start(candidates: np.ndarray, noisy_counts: np.ndarray, noise_scale: float, k: int, half_width: float,

@@ -380,6 +380,14 @@ TASKS: dict[str, Task] = {
             counts="at-most",
         ),
         Task(
+            "feddp_candidates", "query", "FedDP, no server data: histogram of the nearest data-independent candidate",
+            request=(ArrayField("candidates", ("s", "d")), _ORIGIN),
+            config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP_L1),
+            reply=(ArrayField("histogram", ("s",), nonnegative=True, role="count"),),
+            used_by=("feddp-kmeans",),
+            counts="at-most",
+        ),
+        Task(
             "feddp_projected_stats", "query", "FedDP-Init step 3: statistics of the projected assignment",
             request=(ArrayField("projection", ("d", "r")), ArrayField("centers", ("k", "r")), _ORIGIN),
             config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP, _CLIP_L1, Param("margin", float, 1.0, allowed=Interval(float, 0, closed="right"), doc="margin filter (1: off)")),

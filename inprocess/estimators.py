@@ -247,7 +247,7 @@ class FederatedKMeans(_Federated):
 class DPFederatedKMeans(_Federated):
     """FedDP-KMeans (Scott et al.): differentially private federated k-means, started from
     server-side data given to ``fit(clients, server_data=points)``, or without server data
-    from SpherePacking (``run_config={"clip-norm": Δ}``) followed by relative Lloyd rounds,
+    from a private histogram (``run_config={"clip-norm": Δ}``) followed by relative Lloyd rounds,
     ``max_iter`` of them or, by default, as many as the budget carries for the clients'
     number of points (``fedcluster.feddp_kmeans.lloyd_rounds_for``; the number of rounds,
     which the result reports, then treats that count as public: give ``max_iter`` to keep
@@ -280,13 +280,15 @@ class DPFederatedKMeans(_Federated):
             # (fedcluster.feddp_kmeans.lloyd_rounds_for; the count is the caller's own data)
             own["lloyd-rounds"] = feddp_kmeans.lloyd_rounds_for(self._points, self.n_clusters, self._dimension,
                                                                 self.epsilon, self.delta)
+            own["public-points"] = self._points  # the result lists the rounds as outside the guarantee
         if getattr(self, "_dimension", None) and "dimension" not in (self.run_config or {}):
             own["dimension"] = self._dimension  # without server data: the clients' (public: their arrays' width)
         return _merged(self.run_config, own)
 
     def fit(self, clients: Sequence[Any], y: Any = None, server_data: Any = None) -> "DPFederatedKMeans":
-        """Without ``server_data`` the run starts from SpherePacking in the ball of radius
-        ``clip-norm`` (give it in ``run_config``) and needs ``max_iter`` >= 1 Lloyd rounds."""
+        """Without ``server_data`` the run starts from a private histogram of candidates in
+        the ball of radius ``clip-norm`` (give it in ``run_config``), followed by
+        ``max_iter`` Lloyd rounds (default: from the budget and the clients' number of points)."""
         arrays = None if server_data is not None else _client_arrays(clients)
         self._dimension = None if arrays is None else arrays[0].shape[1]
         self._points = None if arrays is None else sum(a.shape[0] for a in arrays)

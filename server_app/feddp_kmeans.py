@@ -111,6 +111,8 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         privacy = self.privacy_report()
         if self.origin is not None:  # back to the data's own coordinates
             centers, initial = centers + self.origin, initial + self.origin
+            if "candidates" in arrays:
+                arrays["candidates"] = arrays["candidates"] + self.origin
         init_record["clip_center"] = "origin" if self.origin is None else "server-mean"
         outcome: dict[str, Any] = {
             "centers": centers,
@@ -233,12 +235,12 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
     # ------------------------------------------------------------------ no server data
     def histogram_init(self, k: int) -> tuple[np.ndarray, dict[str, Any], dict[str, np.ndarray]]:
         """A start from one private summary, needing no server data: the devices' histogram
-        of their points' nearest data-independent candidates (step 2's task, noise and
-        sensitivity), then :func:`fedcluster.feddp_kmeans.histogram_start`."""
+        of their points' nearest data-independent candidates (task ``feddp_candidates``;
+        step 2's noise and sensitivity), then :func:`fedcluster.feddp_kmeans.histogram_start`."""
         half_width = self.clip_norm / math.sqrt(self.dimension)
         request = feddp_kmeans.histogram_request(k, self.dimension, half_width, self.rng)
-        candidates = request["server"]
-        replies = self.gather("feddp_histogram", request, self.client_config(laplace="step2"), {"s": candidates.shape[0]},
+        candidates = request["candidates"]
+        replies = self.gather("feddp_candidates", request, self.client_config(laplace="step2"), {"s": candidates.shape[0]},
                               self.check_histogram, "init-histogram")
         histogram = sum((reply.arrays["histogram"] for reply in replies), np.zeros(candidates.shape[0]))
         weights = self.noisy("step2", histogram)

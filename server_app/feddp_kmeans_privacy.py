@@ -76,6 +76,10 @@ class FedDPPrivacy:
             listed["final"] = "the exact federated cost and point count of the final centers (evaluate-cost=true; set false in deployment)"
         if self.config.margin < 1:
             listed["init.kept_by_margin"] = "the exact number of points step 3's margin filter kept (margin < 1)"
+        if self.config.public_points > 0:
+            listed["lloyd_rounds"] = ("chosen from the clients' exact number of points (config public-points), which "
+                                      "this choice treats as public: a neighbouring dataset may get another number of rounds")
+            listed["config.public-points"] = "the clients' exact number of points"
         return listed
 
     def privacy_report(self) -> dict[str, Any]:

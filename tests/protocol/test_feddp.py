@@ -984,6 +984,49 @@ def test_without_server_data_the_lloyd_rounds_are_relative_with_the_radius_as_se
     assert with_server.privacy_["lloyd_update"] == "absolute" and with_server.privacy_["lloyd_radius"] is None
 
 
+@pytest.mark.parametrize("cap", [0, 600])
+def test_a_relative_reply_beyond_count_times_radius_is_dropped_and_a_cap_doubles_the_sensitivity(tmp_path, cap):
+    """A device whose relative sums exceed count·r (but not count·Δ: the absolute bound) is
+    dropped by the server's check of every reply; with max-device-points the accounting
+    uses 2r (neighbours then differ by a swapped point)."""
+    radius = 0.3
+
+    def hook(node, message, reply):
+        if node != 1000 or reply.has_error() or message.metadata.message_type != "query.feddp_lloyd":
+            return reply
+
+        def change(arrays):
+            sums = arrays["sums"].copy()
+            sums[0] = 0.0
+            sums[0, 0] = 1.5 * radius * arrays["counts"][0]  # within count·Δ, beyond count·r
+            return {"sums": sums, "counts": arrays["counts"]}
+
+        return rewrite_reply(message, reply, change)
+
+    config = small(tmp_path, **{"epsilon": 1.0, "noise-seed": 0, "init": "server-kmeans++", "lloyd-rounds": 2,
+                                "lloyd-update": "relative", "lloyd-radius": radius, "max-device-points": cap})
+    result = run(config, num_nodes=NODES, reply_hook=hook)
+    assert radius * 1.5 < result["privacy"]["clip_norm"]
+    assert result["privacy"]["bounds"]["lloyd_gaussian"] == pytest.approx((2 if cap else 1) * radius)
+    lloyd = [p for p in result["phases"] if p["phase"] == "lloyd"]
+    failures = [f for p in lloyd for f in p["failures"]]
+    assert len(lloyd) == 2 and failures and {f["node"] for f in failures} == {1000}
+    assert all("exceeds the clipping bound" in f["reason"] for f in failures)
+
+
+def test_the_estimators_rounds_from_the_points_are_listed_outside_the_guarantee():
+    import fedcluster
+
+    clients, X = _separated_clients()
+    chosen = fedcluster.DPFederatedKMeans(3, epsilon=1.0, random_state=0, run_config={"clip-norm": 4.0, "noise-seed": 1}).fit(clients)
+    expected = feddp_kmeans.lloyd_rounds_for(len(X), 3, 2, 1.0, 1e-6)
+    assert chosen.privacy_["lloyd_rounds"] == expected and chosen.result_["config"]["public-points"] == len(X)
+    assert "lloyd_rounds" in chosen.privacy_["not_covered"] and "config.public-points" in chosen.privacy_["not_covered"]
+    given = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=3, random_state=0,
+                                         run_config={"clip-norm": 4.0, "noise-seed": 1}).fit(clients)
+    assert given.privacy_["lloyd_rounds"] == 3 and "lloyd_rounds" not in given.privacy_["not_covered"]
+
+
 def test_lloyd_rounds_follow_the_budget_and_the_points():
     rounds = feddp_kmeans.lloyd_rounds_for
     assert rounds(150, 3, 4, 0.1, 1e-3) == 2  # little signal: the fewest rounds
