@@ -375,7 +375,8 @@ class SimulationSuperLink:
             self.failed = True
             self.__exit__(None, None, None)
             raise
-        self.command = list(self.processes.processes["superlink"].args)
+        args = list(self.processes.processes["superlink"].args)
+        self.command = [Path(args[0]).name] + args[1:]  # the executable by name: a page carries no machine's paths
         return self
 
     def run(self, app_dir: Path, run_config: dict[str, Any], supernodes: int, timeout: float = 3600):
