@@ -644,8 +644,8 @@ RELATIVE_RADIUS_ALPHA = 0.8  # FastLloyd's (Diaa et al. 2025) radius α: r = α�
 
 def lloyd_radius(chosen: float, clip_norm: float, k: int, d: int) -> float:
     """The radius r of a relative update (``lloyd-radius``, 0 = α·Δ/k^(1/d) with α =
-    ``RELATIVE_RADIUS_ALPHA``: k balls of radius r/α about fill the ball of radius Δ),
-    at most Δ."""
+    ``RELATIVE_RADIUS_ALPHA``: k balls of radius Δ/k^(1/d) have together the volume of the
+    ball of radius Δ), at most Δ."""
     radius = float(chosen) if chosen > 0 else RELATIVE_RADIUS_ALPHA * clip_norm / k ** (1.0 / d)
     return min(radius, float(clip_norm))
 
@@ -762,8 +762,8 @@ def lloyd_violation(
 def histogram_candidates(k: int, d: int, half_width: float, rng: np.random.Generator) -> np.ndarray:
     """init = histogram: ``HISTOGRAM_CANDIDATES_PER_CLUSTER``·k points drawn uniformly from
     the cube [−h, h]^d (h = ``half_width``), independently of any data; the devices count
-    their points' nearest candidates (step 2's histogram, projection = identity) and the
-    server clusters the candidates weighted by the noisy counts."""
+    their points' nearest candidates (task ``feddp_candidates``) and the server clusters
+    the candidates weighted by the noisy counts."""
     return rng.uniform(-half_width, half_width, size=(HISTOGRAM_CANDIDATES_PER_CLUSTER * k, d))
 
 

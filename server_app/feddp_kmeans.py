@@ -260,10 +260,9 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         if method == "server-lloyds":
             centers, cost = kmeans(server, k, self.rng, n_init=self.config.server_n_init)
             return centers, {"method": method, "server_cost": cost / server.shape[0]}
-        # the server data's radius, or without server data the clipping radius: every point
-        # a device uses lies within Δ of the origin (data-point level clips it there)
-        # without, the cube inscribed in the ball of radius Δ (its corners on the sphere;
-        # the cube [−Δ, Δ]^d would put nearly every center outside the ball in high d)
+        # the server data's radius; without server data, the cube inscribed in the ball of
+        # radius Δ that holds every point a device uses (its corners on the sphere: the cube
+        # [−Δ, Δ]^d would put nearly every center outside the ball in high d)
         radius = feddp_kmeans.data_radius(server) if server is not None else self.clip_norm / math.sqrt(self.dimension)
         centers, a = feddp_kmeans.sphere_packing(k, self.dimension, radius, self.rng)
         return centers, {"method": method, "cube_half_width": radius, "radius_a": a}
