@@ -167,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
 
     with page_output(args.out, __file__):
         print_header("FedDP-KMeans without server data beside FastLloyd", __doc__)
+        if args.fastlloyd is not None:
+            commit = subprocess.run(["git", "-C", str(args.fastlloyd), "rev-parse", "HEAD"], capture_output=True, text=True)
+            print(f"FastLloyd checkout at commit {commit.stdout.strip() or 'unknown (not a git checkout)'}.\n")
         data = {name: load(name, args.battery) for name in args.datasets}
         from sklearn.cluster import KMeans
 
