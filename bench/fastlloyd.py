@@ -46,7 +46,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import os
@@ -62,6 +61,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (ROOT, add_bench_flags, default_jobs, figure_path, markdown_table, page_output,  # noqa: E402
                      parallel_map, print_header, quiet_flower, svg_line_chart)
+import real_data  # noqa: E402  (its battery loader)
+from fedcluster.lloyd import kmeans_cost  # noqa: E402
 
 # name -> (source, FastLloyd's k: its configs.defaults.num_clusters = the reference clusters)
 DATASETS = {
@@ -83,22 +84,13 @@ def load(name: str, battery: Path | None) -> np.ndarray:
     else:
         if battery is None:
             raise SystemExit(f"{name} is in Gagolewski's battery: give its folder with --battery")
-        path = battery / f"{source}.data.gz"
-        if not path.exists():
-            raise SystemExit(f"{path} not found (--battery should hold {source}.data.gz)")
-        with gzip.open(path, "rt") as file:
-            X = np.loadtxt(file, ndmin=2)
+        if not (battery / f"{source}.data.gz").exists():
+            raise SystemExit(f"{battery / source}.data.gz not found (--battery should hold {source}.data.gz)")
+        X, _ = real_data.load(str(battery), source)
     X = np.asarray(X, dtype=np.float64)
     span = X.max(axis=0) - X.min(axis=0)
     span[span == 0] = 1.0
     return 2.0 * (X - X.min(axis=0)) / span - 1.0
-
-
-def cost(X: np.ndarray, centers: np.ndarray) -> float:
-    best = np.full(X.shape[0], np.inf)
-    for center in np.asarray(centers):
-        best = np.minimum(best, ((X - center) ** 2).sum(axis=1))
-    return float(best.sum())
 
 
 def clients_of(n: int, seed: int, server: bool) -> np.ndarray:
@@ -126,7 +118,7 @@ def run_ours(task: tuple) -> dict:
                                          run_config={"clip-norm": math.sqrt(d), "noise-seed": seed})
     model.fit([X[owner == 0], X[owner == 1]], server_data=X[owner == -1] if server else None)
     privacy = model.privacy_
-    return {"cost": cost(X, model.cluster_centers_), "epsilon": privacy["epsilon"], "rounds": privacy["lloyd_rounds"],
+    return {"cost": kmeans_cost(X, model.cluster_centers_), "epsilon": privacy["epsilon"], "rounds": privacy["lloyd_rounds"],
             "init": model.result_["init"]["method"]}
 
 
@@ -143,7 +135,7 @@ def run_fastlloyd(task: tuple) -> dict:
         if done.returncode != 0:
             raise RuntimeError(f"FastLloyd on {name} eps={eps} seed={seed} failed:\n{done.stderr[-2000:]}")
         facts = json.loads(done.stdout.strip().splitlines()[-1])
-        return {"cost": cost(X, np.load(out)), "rounds": facts["iterations"]}
+        return {"cost": kmeans_cost(X, np.load(out)), "rounds": facts["iterations"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,10 +195,9 @@ def main(argv: list[str] | None = None) -> int:
                     ratio_series[name][0].append(eps)
                     ratio_series[name][1].append(mine / other)
                     row += [f"{other:.3f}", rounds(theirs, name, eps)]
-                row += [f"**{mine:.3f}**" if theirs is not None and mine <= median(theirs, name, eps) else f"{mine:.3f}",
-                        rounds(ours, name, eps)]
+                row += [f"**{mine:.3f}**" if theirs is not None and mine <= other else f"{mine:.3f}", rounds(ours, name, eps)]
                 if theirs is not None:
-                    row.append(f"{mine / median(theirs, name, eps):.3f}")
+                    row.append(f"{mine / other:.3f}")
                 row.append(f"{server:.3f}")
                 rows.append(row)
         headers = ["dataset", "ε"]

@@ -222,8 +222,8 @@ class DeviceSeconds:
         self.per_trip: dict[int, float] = {}
         self.task_per_trip: dict[int, float] = {}
         self.checks_per_trip: dict[int, float] = {}
-        self._saved = [(grid.InProcessGrid, "push_messages"), (client, "run_task"), (Transport, "_validate")]
-        self._saved = [(owner, name, getattr(owner, name)) for owner, name in self._saved]
+        self._saved = [(owner, name, getattr(owner, name)) for owner, name in
+                       ((grid.InProcessGrid, "push_messages"), (client, "run_task"), (Transport, "_validate"))]
         (_, _, push), (_, _, run_task), (_, _, validate) = self._saved
         per_trip, task_per_trip, checks_per_trip, current = self.per_trip, self.task_per_trip, self.checks_per_trip, [0]
 

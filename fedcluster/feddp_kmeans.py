@@ -234,15 +234,19 @@ def feddp_outer(data: DeviceData, arrays: dict, config: dict):
     return {"outer": pack_symmetric(outer)}, {"num-examples": held(data), "dim": int(X.shape[1])}
 
 
-@device_task("feddp_histogram")
-def feddp_histogram(data: DeviceData, arrays: dict, config: dict):
-    X = private_points(data, arrays, config)
-    V = _projection(arrays, X.shape[1])
-    server = arrays["server"]
-    histogram = nearest_histogram(X @ V, server)
+def _histogram_reply(data: DeviceData, points: np.ndarray, targets: np.ndarray, config: dict):
+    """Step 2's reply: how many of ``points`` have each row of ``targets`` as their nearest,
+    clipped whole to ``clip-l1`` at client level."""
+    histogram = nearest_histogram(points, targets)
     if config["level"] == CLIENT:
         histogram = clip_l1(histogram, _bound(config, "clip-l1"))
     return {"histogram": histogram}, {"num-examples": held(data)}
+
+
+@device_task("feddp_histogram")
+def feddp_histogram(data: DeviceData, arrays: dict, config: dict):
+    X = private_points(data, arrays, config)
+    return _histogram_reply(data, X @ _projection(arrays, X.shape[1]), arrays["server"], config)
 
 
 @device_task("feddp_candidates")
@@ -250,10 +254,7 @@ def feddp_candidates(data: DeviceData, arrays: dict, config: dict):
     """The histogram start (no server data): how many of the device's points have each
     data-independent candidate as their nearest (step 2's statistic, in the data's own space)."""
     X = private_points(data, arrays, config)
-    histogram = nearest_histogram(X, matching_dimension(X, arrays["candidates"], "candidates"))
-    if config["level"] == CLIENT:
-        histogram = clip_l1(histogram, _bound(config, "clip-l1"))
-    return {"histogram": histogram}, {"num-examples": held(data)}
+    return _histogram_reply(data, X, matching_dimension(X, arrays["candidates"], "candidates"), config)
 
 
 @device_task("feddp_projected_stats")

@@ -277,10 +277,10 @@ class DPFederatedKMeans(_Federated):
             own["lloyd-rounds"] = self.max_iter
         elif getattr(self, "_dimension", None) and "lloyd-rounds" not in (self.run_config or {}):
             # without server data: as many rounds as the budget carries for this many points
-            # (fedcluster.feddp_kmeans.lloyd_rounds_for; the count is the caller's own data)
+            # (lloyd_rounds_for); the count is then public-points, listed outside the guarantee
             own["lloyd-rounds"] = feddp_kmeans.lloyd_rounds_for(self._points, self.n_clusters, self._dimension,
                                                                 self.epsilon, self.delta)
-            own["public-points"] = self._points  # the result lists the rounds as outside the guarantee
+            own["public-points"] = self._points
         if getattr(self, "_dimension", None) and "dimension" not in (self.run_config or {}):
             own["dimension"] = self._dimension  # without server data: the clients' (public: their arrays' width)
         return _merged(self.run_config, own)
