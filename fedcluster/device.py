@@ -76,7 +76,7 @@ KERNELS: dict[str, TaskFunction] = {}
 
 def kernels() -> dict[str, TaskFunction]:
     """Every registered kernel by task name (importing the algorithms' modules registers them)."""
-    from . import da_ufl, feddp_kmeans, fedkmeans, fedspectral, kfed, point_tasks  # noqa: F401
+    from . import da_ufl, feddp_kmeans, fedkmeans, fedspectral, kfed, point_tasks, secagg  # noqa: F401
 
     return KERNELS
 

@@ -492,6 +492,71 @@ TASKS: dict[str, Task] = {
 }
 
 
+# ------------------------------------------------------------------ secure aggregation
+# (fedcluster/secagg.py): the four stages of one secure sum, each a task of its own. Positions
+# 1..n (never Flower node ids) name the participants; byte strings (PEM keys, Fernet tokens,
+# Shamir shares) travel as uint8 rows, right-padded with zero bytes.
+_SESSION = Param("session", int, allowed=Interval(int, 0), doc="the secure sum's number in the run")
+SECURE_TASKS = ("feddp_lloyd",)  # tasks whose server step needs only the sum of their replies
+
+
+def secure_name(name: str) -> str:
+    """The masked variant of the summable task ``name``."""
+    return f"secure_{name}"
+
+
+def _secure_variant(spec: Task) -> Task:
+    """``spec`` with the forwarded shares and the public ranges in its request, and as reply
+    its arrays masked: integers in [0, 2^62), the same names and shapes, and no metric."""
+    return Task(
+        secure_name(spec.name), spec.kind, f"secure aggregation, masked: {spec.doc}",
+        request=spec.request + (
+            ArrayField("secagg-sources", ("e",), "positions whose encrypted shares follow", integer=True, nonnegative=True),
+            ArrayField("secagg-ciphertexts", ("e", "*"), "their Fernet tokens for this device", nonnegative=True),
+            ArrayField("secagg-ranges", ("a",), "public clipping range of each summed reply array, in declared order", nonnegative=True),
+        ),
+        config=spec.config + (Param("secagg-session", int, allowed=Interval(int, 0), doc="the secure sum's number"),),
+        reply=tuple(ArrayField(f.name, f.shape, "masked mod 2^62", nonnegative=True, integer=True) for f in spec.reply),
+        metrics=(),
+        used_by=spec.used_by,
+    )
+
+
+TASKS.update({
+    task.name: task
+    for task in (
+        Task(
+            "secagg_setup", "query", "secure aggregation stage 0: two fresh key pairs for this session",
+            config=(_SESSION, Param("position", int, allowed=Interval(int, 1), doc="this device's position 1..n"),
+                    Param("participants", int, allowed=Interval(int, 2), doc="n"),
+                    Param("threshold", int, allowed=Interval(int, 2), doc="Shamir threshold t")),
+            reply=(ArrayField("pk1", ("*",), "PEM public key for the pairwise masks", nonnegative=True),
+                   ArrayField("pk2", ("*",), "PEM public key for the shares' encryption", nonnegative=True)),
+            metrics=(), used_by=("feddp-kmeans",),
+        ),
+        Task(
+            "secagg_share_keys", "query", "secure aggregation stage 1: Shamir shares of a mask seed and of sk1, encrypted per participant",
+            request=(ArrayField("positions", ("c",), integer=True, nonnegative=True),
+                     ArrayField("pk1", ("c", "*"), nonnegative=True), ArrayField("pk2", ("c", "*"), nonnegative=True)),
+            config=(_SESSION,),
+            reply=(ArrayField("destinations", ("e",), integer=True, nonnegative=True),
+                   ArrayField("ciphertexts", ("e", "*"), nonnegative=True)),
+            metrics=(), used_by=("feddp-kmeans",),
+        ),
+        Task(
+            "secagg_unmask", "query", "secure aggregation stage 3: shares of the survivors' seeds and of the dropped participants' sk1",
+            request=(ArrayField("alive", ("a",), "positions in the sum", integer=True, nonnegative=True),
+                     ArrayField("dropped", ("v",), "positions that shared keys but sent no masked reply", integer=True, nonnegative=True)),
+            config=(_SESSION,),
+            reply=(ArrayField("b-positions", ("a",), integer=True, nonnegative=True), ArrayField("b-shares", ("a", "*"), nonnegative=True),
+                   ArrayField("sk-positions", ("v",), integer=True, nonnegative=True), ArrayField("sk-shares", ("v", "*"), nonnegative=True)),
+            metrics=(), used_by=("feddp-kmeans",),
+        ),
+    )
+})
+TASKS.update({secure_name(name): _secure_variant(TASKS[name]) for name in SECURE_TASKS})
+
+
 def part(record: str, index: int) -> str:
     """The name of record ``record`` (``arrays``, ``config``, ``metrics``, ``error``) of part
     ``index`` of a bundle."""
@@ -519,7 +584,7 @@ def markdown_table() -> str:
                 spec.doc,
                 ", ".join(a.describe() for a in spec.request) or "—",
                 ", ".join(p.describe() for p in spec.config) or "—",
-                ", ".join(a.describe() for a in spec.reply) + "; metrics " + ", ".join(f"`{m}`" for m in spec.metrics),
+                ", ".join(a.describe() for a in spec.reply) + ("; metrics " + ", ".join(f"`{m}`" for m in spec.metrics) if spec.metrics else ""),
                 ", ".join(spec.used_by),
             )
         )

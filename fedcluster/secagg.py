@@ -1,0 +1,294 @@
+"""Secure aggregation (SecAgg, Bonawitz et al. 2017, full graph: every participant a
+neighbour of every other), built on Flower's primitives, not on its SecAgg+ workflow
+(docs: /work/peers/secagg-proto-NOTES.md). The device stages are kernels of the declared
+tasks ``secagg_setup``, ``secagg_share_keys``, ``secure_<task>`` and ``secagg_unmask``
+(:mod:`fedcluster.protocol`); the server's side is pure functions here
+(:func:`masked_total`, :func:`unmasked_sum`), orchestrated by ``server_app/secagg.py``.
+
+Fixed point and modulus (bounds agreed before the round, never learnt from the data):
+
+- every summed array has a public range ``c`` (the request's ``secagg-ranges``); a device
+  clips each coordinate to [−c, c] and rounds it to the integer q = rint(x · 2^40 / c), so
+  |q| ≤ 2^40 = ``HALF_LEVELS`` and the step is γ = c / 2^40 (rounding error ≤ γ/2 per device
+  and coordinate; deterministic rounding: the central noise the server adds afterwards
+  assumes the exact sum, so the sensitivity grows by at most γ·√dim, not accounted);
+- values and masks live mod R = 2^62 (uint64 arithmetic with ``& (R − 1)``: R divides 2^64);
+  the signed sum of n devices is read back exactly while n · 2^40 < 2^61, i.e. n < 2^21
+  (:data:`MAX_PARTICIPANTS`; the server refuses more).
+
+Masks: PRG(seed) is ChaCha20 (the ``cryptography`` package, a dependency of flwr) keyed by
+SHA-256 of a label, the session and the seed, instead of flwr's ``pseudo_rand_gen``, whose
+32-byte seed is XOR-folded to 32 bits for NumPy's MT19937. Key agreement (ECDH P-384 + HKDF),
+encryption of the shares (Fernet) and Shamir (GF(2^128)) are Flower's. Device state lives in
+``data.extra[STATE]``, one session at a time: it lasts as long as the ClientApp process
+(in-process and simulation runs; a deployment that starts one process per message needs it
+in ``context.state``, not done yet).
+
+flwr and ``cryptography`` are imported on first use: the rest of fedcluster never needs them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Iterable, Mapping, MutableMapping
+
+import numpy as np
+
+from .device import KERNELS, DeviceData, device_task
+from . import protocol
+
+MODULUS_BITS = 62
+MODULUS = 2**MODULUS_BITS
+HALF_LEVELS = 2**40
+MAX_PARTICIPANTS = 2**21 - 1  # n · HALF_LEVELS < R / 2: the signed sum is read back exactly
+STATE = "secagg-state"  # data.extra key of the device's session store
+
+
+# ==================================================================== helpers (both sides)
+def _flwr() -> dict[str, Any]:
+    """Flower's primitives, in ONE place (their module moved between flwr releases)."""
+    from flwr.common.secure_aggregation.crypto.shamir import combine_shares, create_shares
+    from flwr.common.secure_aggregation.crypto.symmetric_encryption import decrypt, encrypt, generate_shared_key
+    from flwr.common.secure_aggregation.secaggplus_utils import share_keys_plaintext_concat, share_keys_plaintext_separate
+
+    try:
+        from flwr.supercore.primitives.asymmetric import (
+            bytes_to_private_key, bytes_to_public_key, generate_key_pairs, private_key_to_bytes, public_key_to_bytes)
+    except ImportError:  # flwr 1.41
+        from flwr.common.secure_aggregation.crypto.symmetric_encryption import (  # type: ignore[no-redef]
+            bytes_to_private_key, bytes_to_public_key, generate_key_pairs, private_key_to_bytes, public_key_to_bytes)
+    return dict(locals())
+
+
+def shared_key(private_pem: bytes, public_pem: bytes) -> bytes:
+    """ECDH + HKDF (flwr's ``generate_shared_key``) between a PEM private and public key."""
+    f = _flwr()
+    return f["generate_shared_key"](f["bytes_to_private_key"](private_pem), f["bytes_to_public_key"](public_pem))
+
+
+def mask(seed: bytes, label: str, session: int, size: int) -> np.ndarray:
+    """``size`` uint64 words uniform in [0, R): ChaCha20 keyed by SHA-256(label, session, seed)."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+    key = hashlib.sha256(f"fedcluster-secagg/{label}/{session}/".encode() + seed).digest()
+    stream = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor().update(bytes(8 * size))
+    return np.frombuffer(stream, dtype="<u8").astype(np.uint64) & np.uint64(MODULUS - 1)
+
+
+def quantize(value: np.ndarray, bound: float) -> np.ndarray:
+    """Centred fixed point: clip to [−bound, bound], q = rint(x · 2^40 / bound) (int64)."""
+    scaled = np.clip(np.asarray(value, dtype=np.float64), -bound, bound) * (HALF_LEVELS / bound)
+    return np.rint(scaled).astype(np.int64)
+
+
+def dequantize(total: np.ndarray, bound: float) -> np.ndarray:
+    """A sum mod R back to floats: the signed representative, times the step bound / 2^40."""
+    signed = total.astype(np.int64)
+    signed = np.where(signed >= MODULUS // 2, signed - MODULUS, signed)
+    return signed.astype(np.float64) * (bound / HALF_LEVELS)
+
+
+def stack_bytes(items: Iterable[bytes]) -> np.ndarray:
+    """Byte strings as the rows of a uint8 array, right-padded with zero bytes (PEM keys and
+    Fernet tokens are ASCII: they never end in a zero byte)."""
+    items = list(items)
+    width = max((len(item) for item in items), default=0)
+    return np.array([list(item.ljust(width, b"\0")) for item in items], dtype=np.uint8).reshape(len(items), width)
+
+
+def row_bytes(row: np.ndarray, strip: bool = True) -> bytes:
+    raw = np.asarray(row).astype(np.uint8).tobytes()
+    return raw.rstrip(b"\0") if strip else raw
+
+
+def _flat_size(shapes: Mapping[str, tuple]) -> int:
+    return int(sum(int(np.prod(shape)) for shape in shapes.values()))
+
+
+def _split(words: np.ndarray, shapes: Mapping[str, tuple]) -> dict[str, np.ndarray]:
+    out, start = {}, 0
+    for name, shape in shapes.items():
+        size = int(np.prod(shape))
+        out[name] = words[start:start + size].reshape(shape)
+        start += size
+    return out
+
+
+def threshold(participants: int, fraction: float) -> int:
+    """Shamir threshold t for ``participants``: ceil(fraction · n), at least 2 (at most n)."""
+    return min(participants, max(2, int(np.ceil(fraction * participants - 1e-9))))
+
+
+# ==================================================================== device stages
+def _store(data: DeviceData) -> MutableMapping[str, Any]:
+    return data.extra.setdefault(STATE, {})
+
+
+def _session(data: DeviceData, session: int) -> MutableMapping[str, Any]:
+    store = _store(data)
+    if store.get("session") != session:
+        raise ValueError(f"secure-aggregation session {session} is unknown on this device")
+    return store
+
+
+@device_task("secagg_setup")
+def secagg_setup(data: DeviceData, arrays: dict, config: dict):
+    """Stage 0: two fresh key pairs (pk1: pairwise masks, pk2: share encryption); any older
+    session is forgotten."""
+    f = _flwr()
+    if not 2 <= config["threshold"] <= config["participants"] or not 1 <= config["position"] <= config["participants"]:
+        raise ValueError("secure aggregation: threshold or position out of range")
+    store = _store(data)
+    store.clear()
+    sk1, pk1 = f["generate_key_pairs"]()
+    sk2, pk2 = f["generate_key_pairs"]()
+    store.update({"session": config["session"], "position": config["position"], "threshold": config["threshold"],
+                  "stage": "setup", "sk1": f["private_key_to_bytes"](sk1), "sk2": f["private_key_to_bytes"](sk2),
+                  "pk1": f["public_key_to_bytes"](pk1), "pk2": f["public_key_to_bytes"](pk2)})
+    return {"pk1": np.frombuffer(store["pk1"], np.uint8), "pk2": np.frombuffer(store["pk2"], np.uint8)}, {}
+
+
+@device_task("secagg_share_keys")
+def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
+    """Stage 1: Shamir shares of a fresh mask seed b and of sk1, one per participant,
+    Fernet-encrypted for each other participant under ECDH(sk2, pk2_j)."""
+    f = _flwr()
+    store = _session(data, config["session"])
+    if store["stage"] != "setup":
+        raise ValueError("secure aggregation: keys shared twice")
+    positions = [int(p) for p in arrays["positions"]]
+    pk1 = [row_bytes(row) for row in arrays["pk1"]]
+    pk2 = [row_bytes(row) for row in arrays["pk2"]]
+    me = store["position"]
+    if len(set(positions)) != len(positions) or len(set(pk1)) != len(pk1) or len(set(pk2)) != len(pk2):
+        raise ValueError("secure aggregation: repeated positions or public keys")
+    if len(positions) < store["threshold"] or me not in positions:
+        raise ValueError("secure aggregation: fewer participants than the threshold, or this device is not among them")
+    mine = positions.index(me)
+    if pk1[mine] != store["pk1"] or pk2[mine] != store["pk2"]:
+        raise ValueError("secure aggregation: this device's own public keys came back changed")
+    seed = os.urandom(32)
+    b_shares = f["create_shares"](seed, store["threshold"], len(positions))
+    sk_shares = f["create_shares"](store["sk1"], store["threshold"], len(positions))
+    destinations, ciphertexts = [], []
+    for index, position in enumerate(positions):
+        if position == me:
+            continue
+        key = shared_key(store["sk2"], pk2[index])
+        plaintext = f["share_keys_plaintext_concat"](me, position, b_shares[index], sk_shares[index])
+        destinations.append(position)
+        ciphertexts.append(f["encrypt"](key, plaintext))
+    store.update({"stage": "shared", "seed": seed, "positions": positions, "peer-pk1": pk1, "peer-pk2": pk2,
+                  "b-shares": {me: b_shares[mine]}, "sk-shares": {me: sk_shares[mine]}})
+    return {"destinations": np.array(destinations, dtype=np.int64), "ciphertexts": stack_bytes(ciphertexts)}, {}
+
+
+def masked_reply(name: str):
+    """Stage 2 for the summable task ``name``: run its kernel, quantize each summed array in
+    its public range, add PRG(b) and ± PRG(ECDH(sk1, pk1_j)) for every participant j whose
+    shares arrived, mod R. The reply holds those arrays only, as uint64 < R: no metric."""
+    base = protocol.task(name)
+    own = {p.name for p in base.config}
+
+    def kernel(data: DeviceData, arrays: dict, config: dict):
+        f = _flwr()
+        store = _session(data, config["secagg-session"])
+        if store["stage"] != "shared":
+            raise ValueError("secure aggregation: a masked reply before the keys were shared, or twice")
+        me, positions = store["position"], store["positions"]
+        sources = [int(s) for s in arrays["secagg-sources"]]
+        if len(set(sources)) != len(sources) or not set(sources) <= set(positions) - {me}:
+            raise ValueError("secure aggregation: shares from unknown or repeated participants")
+        if len(sources) + 1 < store["threshold"]:
+            raise ValueError("secure aggregation: fewer participants than the threshold")
+        for source, row in zip(sources, arrays["secagg-ciphertexts"]):
+            key = shared_key(store["sk2"], store["peer-pk2"][positions.index(source)])
+            src, dst, b_share, sk_share = f["share_keys_plaintext_separate"](f["decrypt"](key, row_bytes(row)))
+            if (src, dst) != (source, me):
+                raise ValueError("secure aggregation: a share addressed to someone else")
+            store["b-shares"][source], store["sk-shares"][source] = b_share, sk_share
+        plain = {k: v for k, v in arrays.items() if not k.startswith("secagg-")}
+        result, _ = KERNELS[name](data, plain, {k: v for k, v in config.items() if k in own and v is not None})
+        summed = [field.name for field in base.reply if field.name in result]
+        ranges = arrays["secagg-ranges"]
+        if len(ranges) != len(summed):
+            raise ValueError(f"secure aggregation: {len(ranges)} ranges for {len(summed)} summed arrays")
+        shapes = {key: np.shape(result[key]) for key in summed}
+        size, session = _flat_size(shapes), config["secagg-session"]
+        words = np.concatenate([quantize(result[key], bound).ravel() for key, bound in zip(summed, ranges)])
+        words = words.astype(np.uint64) + mask(store["seed"], "self", session, size)
+        for source in sources:
+            pair = mask(shared_key(store["sk1"], store["peer-pk1"][positions.index(source)]), "pair", session, size)
+            words = words + pair if me > source else words - pair  # uint64 wraps mod 2^64, a multiple of R
+        store["stage"], store["masked-with"] = "masked", sources
+        return _split(words & np.uint64(MODULUS - 1), shapes), {}
+
+    return kernel
+
+
+@device_task("secagg_unmask")
+def secagg_unmask(data: DeviceData, arrays: dict, config: dict):
+    """Stage 3: shares of b for the participants whose masked vectors arrived (``alive``),
+    of sk1 for those that shared keys but sent none (``dropped``); once per session, never
+    both for one participant, never below the threshold."""
+    store = _session(data, config["session"])
+    if store["stage"] != "masked":
+        raise ValueError("secure aggregation: unmask before this device's masked reply, or twice")
+    alive, dropped = [int(p) for p in arrays["alive"]], [int(p) for p in arrays["dropped"]]
+    me, known = store["position"], set(store["masked-with"]) | {store["position"]}
+    if len(set(alive)) < store["threshold"] or set(alive) & set(dropped) or me not in alive:
+        raise ValueError("secure aggregation: too few survivors, or a participant both alive and dropped")
+    if not set(alive) | set(dropped) <= known or len(set(dropped)) != len(dropped):
+        raise ValueError("secure aggregation: asked about a participant this device never masked with")
+    reply = {
+        "b-positions": np.array(alive, dtype=np.int64),
+        "b-shares": np.array([list(store["b-shares"][p]) for p in alive], dtype=np.uint8),
+        "sk-positions": np.array(dropped, dtype=np.int64),
+        "sk-shares": np.array([list(store["sk-shares"][p]) for p in dropped], dtype=np.uint8).reshape(len(dropped), -1),
+    }
+    store.clear()  # the session is over: its keys, seed and shares are gone
+    return reply, {}
+
+
+for _name in protocol.SECURE_TASKS:
+    device_task(protocol.secure_name(_name))(masked_reply(_name))
+
+
+# ==================================================================== server side
+def masked_total(replies: Iterable[Mapping[str, np.ndarray]], names: Iterable[str]) -> dict[str, np.ndarray]:
+    """The sum mod R of the masked replies (uint64)."""
+    total: dict[str, np.ndarray] = {}
+    for arrays in replies:
+        for name in names:
+            value = np.asarray(arrays[name]).astype(np.uint64)
+            total[name] = value if name not in total else total[name] + value
+    return {name: value & np.uint64(MODULUS - 1) for name, value in total.items()}
+
+
+def unmasked_sum(
+    total: Mapping[str, np.ndarray],
+    ranges: Mapping[str, float],
+    session: int,
+    pk1: Mapping[int, bytes],
+    b_shares: Mapping[int, list[bytes]],
+    sk_shares: Mapping[int, list[bytes]],
+) -> dict[str, np.ndarray]:
+    """The float sum over the participants whose masked vectors arrived.
+
+    ``b_shares[p]``: the shares of p's seed b for every p in the sum (their self masks are
+    removed); ``sk_shares[p]``: shares of sk1 for every p that shared keys but sent no vector
+    (the pairwise masks the survivors put in with p are removed). ``pk1``: the survivors'."""
+    f = _flwr()
+    shapes = {name: value.shape for name, value in total.items()}
+    size = _flat_size(shapes)
+    words = np.concatenate([value.ravel() for value in total.values()]).astype(np.uint64)
+    for position, shares in b_shares.items():
+        words = words - mask(f["combine_shares"](list(shares)), "self", session, size)
+    for position, shares in sk_shares.items():
+        sk1 = f["combine_shares"](list(shares))
+        for other, public in pk1.items():
+            pair = mask(shared_key(sk1, public), "pair", session, size)
+            words = words - pair if other > position else words + pair  # what `other` added, undone
+    decoded = _split(words & np.uint64(MODULUS - 1), shapes)
+    return {name: dequantize(value, ranges[name]) for name, value in decoded.items()}
