@@ -345,6 +345,11 @@ def _rules(c: Mapping[str, Any]) -> None:
                           "set lloyd-rounds >= 1")
     if "step3_gaussian" in steps and c["lloyd-rounds"] > 0 and c["lloyd-fraction"] <= 0:
         raise ConfigError("lloyd-rounds > 0 needs lloyd-fraction > 0 (the Lloyd rounds' share of epsilon)")
+    if c["secure-aggregation"] and (c["privacy-level"] != DATA_POINT or c["max-device-points"] <= 0
+                                    or start_method(c["init"], True) not in ("server-kmeans++", "server-lloyds", "sphere-packing")):
+        raise ConfigError("secure-aggregation = true (prototype) secures the Lloyd sums only: it needs privacy-level = "
+                          "'data-point', max-device-points > 0 (the public range of every sum) and an init that sends "
+                          "nothing from the devices (server-kmeans++, server-lloyds or sphere-packing)")
     if c["step-epsilons"] and len(number_list(c["step-epsilons"], "step-epsilons")) != len(steps):
         raise ConfigError(
             f"run-config step-epsilons must give {len(steps)} positive values, one per step of this run "
@@ -390,6 +395,10 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("margin", 1.0, "step-3 margin filter (1 = off)", allowed=Interval(float, 0, closed="right")),
     Key("min-server-weight", 5.0, "server points lighter than this are dropped in step 2", allowed=Interval(float, 0)),
     Key("server-n-init", 10, "k-means restarts on the server's weighted points", allowed=Interval(int, 1, 10_000)),
+    Key("secure-aggregation", False, "prototype: the Lloyd rounds' sums and counts by secure aggregation (the server "
+        "gets masked integer vectors and learns only their sum; 4 round trips per round; needs max-device-points > 0)"),
+    Key("secagg-threshold", 2 / 3, "secure aggregation: Shamir threshold as a fraction of the participants (at least 2): "
+        "the sum completes while that many answer the unmasking", allowed=Interval(float, 0, 1, closed="right")),
     Key("noise-seed", -1, "seed of the noise (-1 = OS entropy)", allowed=Interval(int, -1, SEED_MAX)),
     Key("evaluate-cost", True, "report the exact (non-private) federated cost of the result"),
     WRITE_LABELS,
@@ -653,6 +662,13 @@ def lloyd_radius(chosen: float, clip_norm: float, k: int, d: int) -> float:
 
 LLOYD_ROUNDS_RANGE = (2, 7)
 LLOYD_ROUNDS_SIGNAL = 0.15
+
+
+def secure_ranges(cap: int, per_point: float) -> dict[str, float]:
+    """Public per-coordinate ranges of the Lloyd sums and counts (secure aggregation): a
+    device uses at most ``cap`` points, each moving a sum's coordinate by at most
+    ``per_point`` (Δ, or the radius of a relative update)."""
+    return {"sums": float(cap) * per_point, "counts": float(cap)}
 
 
 def lloyd_rounds_for(points: int, k: int, d: int, epsilon: float, delta: float) -> int:

@@ -496,6 +496,7 @@ TASKS: dict[str, Task] = {
 # (fedcluster/secagg.py): the four stages of one secure sum, each a task of its own. Positions
 # 1..n (never Flower node ids) name the participants; byte strings (PEM keys, Fernet tokens,
 # Shamir shares) travel as uint8 rows, right-padded with zero bytes.
+PUBLIC_KEY_BYTES = 215  # a P-384 public key as PEM SubjectPublicKeyInfo (flwr's public_key_to_bytes)
 _SESSION = Param("session", int, allowed=Interval(int, 0), doc="the secure sum's number in the run")
 SECURE_TASKS = ("feddp_lloyd",)  # tasks whose server step needs only the sum of their replies
 
@@ -530,8 +531,8 @@ TASKS.update({
             config=(_SESSION, Param("position", int, allowed=Interval(int, 1), doc="this device's position 1..n"),
                     Param("participants", int, allowed=Interval(int, 2), doc="n"),
                     Param("threshold", int, allowed=Interval(int, 2), doc="Shamir threshold t")),
-            reply=(ArrayField("pk1", ("*",), "PEM public key for the pairwise masks", nonnegative=True),
-                   ArrayField("pk2", ("*",), "PEM public key for the shares' encryption", nonnegative=True)),
+            reply=(ArrayField("pk1", (PUBLIC_KEY_BYTES,), "PEM public key for the pairwise masks", nonnegative=True, integer=True),
+                   ArrayField("pk2", (PUBLIC_KEY_BYTES,), "PEM public key for the shares' encryption", nonnegative=True, integer=True)),
             metrics=(), used_by=("feddp-kmeans",),
         ),
         Task(

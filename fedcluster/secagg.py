@@ -1,6 +1,6 @@
 """Secure aggregation (SecAgg, Bonawitz et al. 2017, full graph: every participant a
-neighbour of every other), built on Flower's primitives, not on its SecAgg+ workflow
-(docs: /work/peers/secagg-proto-NOTES.md). The device stages are kernels of the declared
+neighbour of every other), a prototype built on Flower's primitives, not on its SecAgg+
+workflow (which needs the legacy strategy API). The device stages are kernels of the declared
 tasks ``secagg_setup``, ``secagg_share_keys``, ``secure_<task>`` and ``secagg_unmask``
 (:mod:`fedcluster.protocol`); the server's side is pure functions here
 (:func:`masked_total`, :func:`unmasked_sum`), orchestrated by ``server_app/secagg.py``.
@@ -243,9 +243,9 @@ def secagg_unmask(data: DeviceData, arrays: dict, config: dict):
         raise ValueError("secure aggregation: asked about a participant this device never masked with")
     reply = {
         "b-positions": np.array(alive, dtype=np.int64),
-        "b-shares": np.array([list(store["b-shares"][p]) for p in alive], dtype=np.uint8),
+        "b-shares": stack_bytes(store["b-shares"][p] for p in alive),
         "sk-positions": np.array(dropped, dtype=np.int64),
-        "sk-shares": np.array([list(store["sk-shares"][p]) for p in dropped], dtype=np.uint8).reshape(len(dropped), -1),
+        "sk-shares": stack_bytes(store["sk-shares"][p] for p in dropped),  # equal lengths: nothing padded
     }
     store.clear()  # the session is over: its keys, seed and shares are gone
     return reply, {}
@@ -273,6 +273,7 @@ def unmasked_sum(
     pk1: Mapping[int, bytes],
     b_shares: Mapping[int, list[bytes]],
     sk_shares: Mapping[int, list[bytes]],
+    threshold: int,
 ) -> dict[str, np.ndarray]:
     """The float sum over the participants whose masked vectors arrived.
 
@@ -280,6 +281,9 @@ def unmasked_sum(
     removed); ``sk_shares[p]``: shares of sk1 for every p that shared keys but sent no vector
     (the pairwise masks the survivors put in with p are removed). ``pk1``: the survivors'."""
     f = _flwr()
+    few = [p for shares in (b_shares, sk_shares) for p, got in shares.items() if len(got) < threshold]
+    if few:
+        raise ValueError(f"secure aggregation: fewer than {threshold} shares to unmask positions {few}")
     shapes = {name: value.shape for name, value in total.items()}
     size = _flat_size(shapes)
     words = np.concatenate([value.ravel() for value in total.values()]).astype(np.uint64)

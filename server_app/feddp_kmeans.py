@@ -35,10 +35,11 @@ import fedcluster.privacy  # its modules load on first use (the ledger brings dp
 
 from .base import FederatedStrategy, FederationError, Reply
 from .feddp_kmeans_privacy import FedDPPrivacy
+from .secagg import SecureAggregation
 
 
 
-class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
+class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
     """FedDP-KMeans (Scott et al. 2025): FedDP-Init + FedDP-Lloyds, and its baselines.
 
     Run-config parameters: ``k``, ``init`` (``auto`` = ``feddp``, ``server-kmeans++``,
@@ -276,13 +277,11 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
             config = self.client_config("lloyd_gaussian", "lloyd_laplace")
             if self.radius is not None:
                 config["radius"] = self.radius
-            replies = self.gather("feddp_lloyd", {"centers": centers}, config, {"k": k}, self.check_lloyd, "lloyd")
-            sums, counts = np.zeros_like(centers), np.zeros(k)
-            for reply in replies:
-                sums += reply.arrays["sums"]
-                counts += reply.arrays["counts"]
-            noisy_sums = self.noisy("lloyd_gaussian", sums)
-            noisy_counts = self.noisy("lloyd_laplace", counts)
+            request = {"centers": centers} if self.origin is None else {"centers": centers, "origin": self.origin}
+            ranges = feddp_kmeans.secure_ranges(self.config.max_device_points, self.radius or self.clip_norm)
+            total, replies = self.summed("feddp_lloyd", self.participants(), request, config, {"k": k}, self.check_lloyd, "lloyd", ranges)
+            noisy_sums = self.noisy("lloyd_gaussian", np.zeros_like(centers) + total["sums"])
+            noisy_counts = self.noisy("lloyd_laplace", np.zeros(k) + total["counts"])
             if self.radius is not None:
                 new, alive = feddp_kmeans.relative_lloyd_update(centers, noisy_sums, noisy_counts, self.radius, self.clip_norm)
             else:
@@ -290,7 +289,7 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
             shift = center_shift(new, centers)
             centers = new
             self.end_round(center_shift=shift, kept_centers=int((~alive).sum()), noisy_counts=noisy_counts)
-            log(INFO, "[fedcluster] lloyd round %d/%d: %d replies, shift %.4g", t, rounds, len(replies), shift)
+            log(INFO, "[fedcluster] lloyd round %d/%d: %d replies, shift %.4g", t, rounds, replies, shift)
         if rounds > 0:
             self.record("lloyd_gaussian", compositions=rounds)
             self.record("lloyd_laplace", compositions=rounds)

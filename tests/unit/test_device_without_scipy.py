@@ -45,6 +45,8 @@ SCRIPT = BLOCK + textwrap.dedent(
     for spec in protocol.TASKS.values():
         if any(a.startswith("fedspectral") for a in spec.used_by) or not spec.used_by:
             continue  # graph tasks need an edge list
+        if spec.name.startswith(("secagg_", "secure_")):
+            continue  # a secure-aggregation stage needs the earlier stages' state (tests/protocol/test_secagg.py)
         arrays = {a.name: rng.normal(size=tuple(sizes[s] for s in a.shape)) for a in spec.request if not a.optional}
         arrays = {k: np.abs(v) if next(a for a in spec.request if a.name == k).nonnegative else v for k, v in arrays.items()}
         config = {p.name: required[p.name] for p in spec.config if p.name in required}
