@@ -397,7 +397,7 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("server-n-init", 10, "k-means restarts on the server's weighted points", allowed=Interval(int, 1, 10_000)),
     Key("secure-aggregation", False, "prototype: the Lloyd rounds' sums and counts by secure aggregation (the server "
         "gets masked integer vectors and learns only their sum; 4 round trips per round; needs max-device-points > 0)"),
-    Key("secagg-threshold", 2 / 3, "secure aggregation: Shamir threshold as a fraction of the participants (at least 2): "
+    Key("secagg-threshold", 2 / 3, "secure aggregation: Shamir threshold as a fraction of the participants (at least 2 and more than half): "
         "the sum completes while that many answer the unmasking", allowed=Interval(float, 0, 1, closed="right")),
     Key("noise-seed", -1, "seed of the noise (-1 = OS entropy)", allowed=Interval(int, -1, SEED_MAX)),
     Key("evaluate-cost", True, "report the exact (non-private) federated cost of the result"),

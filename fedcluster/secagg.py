@@ -116,8 +116,11 @@ def _split(words: np.ndarray, shapes: Mapping[str, tuple]) -> dict[str, np.ndarr
 
 
 def threshold(participants: int, fraction: float) -> int:
-    """Shamir threshold t for ``participants``: ceil(fraction · n), at least 2 (at most n)."""
-    return min(participants, max(2, int(np.ceil(fraction * participants - 1e-9))))
+    """Shamir threshold t for ``participants``: ceil(fraction · n), at least 2 and more than
+    n/2 (so that two disjoint groups of t devices cannot exist: a server that tells some
+    devices "p sent its vector" and others "p dropped" cannot collect both p's seed and
+    its sk1), at most n."""
+    return min(participants, max(2, participants // 2 + 1, int(np.ceil(fraction * participants - 1e-9))))
 
 
 # ==================================================================== device stages
