@@ -17,7 +17,7 @@ import traceback
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedcluster import protocol
+from fedcluster import protocol, secagg
 from fedcluster.node_data import device_data
 from fedcluster.device import DeviceData, run_task
 from fedcluster.wire import array_fields, array_numpy
@@ -83,7 +83,13 @@ def handle(message: Message, context: Context) -> Message:
         if task == protocol.BUNDLE:
             return Message(run_bundle(content, data, where), reply_to=message)
         records, configs = content.array_records, content.config_records
+        if task in protocol.SECURE_STAGES:  # a session's keys and shares outlive this process: context.state
+            saved = context.state.config_records.get(secagg.STATE)
+            data.extra[secagg.STATE] = secagg.import_state(dict(saved) if saved is not None else {})
+            where = ""  # no point count or data path in a secure-aggregation reply
         arrays, metrics = _run(task, data, records.get(protocol.ARRAYS), configs.get(protocol.CONFIG))
+        if task in protocol.SECURE_STAGES:
+            context.state[secagg.STATE] = ConfigRecord(secagg.export_state(data.extra[secagg.STATE]))
         return Message(RecordDict({protocol.ARRAYS: arrays, protocol.METRICS: metrics}), reply_to=message)
     except Exception as exc:  # every failure becomes an error reply that says what happened
         return Message(Error(code=CLIENT_APP_RAISED_EXCEPTION, reason=_failure(task, where, exc)), reply_to=message)

@@ -345,11 +345,13 @@ def _rules(c: Mapping[str, Any]) -> None:
                           "set lloyd-rounds >= 1")
     if "step3_gaussian" in steps and c["lloyd-rounds"] > 0 and c["lloyd-fraction"] <= 0:
         raise ConfigError("lloyd-rounds > 0 needs lloyd-fraction > 0 (the Lloyd rounds' share of epsilon)")
-    if c["secure-aggregation"] and (c["privacy-level"] != DATA_POINT or c["max-device-points"] <= 0
-                                    or start_method(c["init"], True) not in ("server-kmeans++", "server-lloyds", "sphere-packing")):
-        raise ConfigError("secure-aggregation = true (prototype) secures the Lloyd sums only: it needs privacy-level = "
-                          "'data-point', max-device-points > 0 (the public range of every sum) and an init that sends "
-                          "nothing from the devices (server-kmeans++, server-lloyds or sphere-packing)")
+    served = bool(c["server-data"]) or c["dataset"] == "feddp-mixture"
+    if c["secure-aggregation"] and start_method(c["init"], served) == "feddp":
+        raise ConfigError("secure-aggregation = true secures the histogram start and the Lloyd sums, not FedDP-Init's "
+                          "steps: choose init = 'histogram', 'sphere-packing', 'server-kmeans++' or 'server-lloyds'")
+    if c["secure-aggregation"] and c["evaluate-cost"]:
+        raise ConfigError("secure-aggregation = true with evaluate-cost = true would send each device's exact cost in "
+                          "the clear: set evaluate-cost = false")
     if c["step-epsilons"] and len(number_list(c["step-epsilons"], "step-epsilons")) != len(steps):
         raise ConfigError(
             f"run-config step-epsilons must give {len(steps)} positive values, one per step of this run "
@@ -395,8 +397,9 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("margin", 1.0, "step-3 margin filter (1 = off)", allowed=Interval(float, 0, closed="right")),
     Key("min-server-weight", 5.0, "server points lighter than this are dropped in step 2", allowed=Interval(float, 0)),
     Key("server-n-init", 10, "k-means restarts on the server's weighted points", allowed=Interval(int, 1, 10_000)),
-    Key("secure-aggregation", False, "prototype: the Lloyd rounds' sums and counts by secure aggregation (the server "
-        "gets masked integer vectors and learns only their sum; 4 round trips per round; needs max-device-points > 0)"),
+    Key("secure-aggregation", False, "the histogram start's counts and the Lloyd rounds' sums and counts by secure "
+        "aggregation: the server gets masked integer vectors and learns only their sum over at least the threshold "
+        "of devices (4 round trips per sum; not FedDP-Init; needs evaluate-cost = false)"),
     Key("secagg-threshold", 2 / 3, "secure aggregation: Shamir threshold as a fraction of the participants (at least 2 and more than half): "
         "the sum completes while that many answer the unmasking", allowed=Interval(float, 0, 1, closed="right")),
     Key("noise-seed", -1, "seed of the noise (-1 = OS entropy)", allowed=Interval(int, -1, SEED_MAX)),
@@ -664,11 +667,39 @@ LLOYD_ROUNDS_RANGE = (2, 7)
 LLOYD_ROUNDS_SIGNAL = 0.15
 
 
-def secure_ranges(cap: int, per_point: float) -> dict[str, float]:
+def secure_points(level: str, cap: int, client_max_points: float) -> float:
+    """How many points' worth a device's secure-aggregation ranges hold (public, fixed before
+    any round): at data-point level the cap ``max-device-points``, or
+    :data:`fedcluster.secagg.RANGE_POINTS` without one; at client level ``client-max-points``,
+    the bound of its clipped contribution. A device beyond it has its arrays clipped to the
+    range, coordinate by coordinate: a projection onto a box, which moves two neighbouring
+    inputs no further apart, so no sensitivity grows."""
+    from .secagg import RANGE_POINTS
+
+    if level == DATA_POINT:
+        return float(cap) if cap > 0 else float(RANGE_POINTS)
+    return float(client_max_points)
+
+
+def secure_ranges(points: float, per_point: float) -> dict[str, float]:
     """Public per-coordinate ranges of the Lloyd sums and counts (secure aggregation): a
-    device uses at most ``cap`` points, each moving a sum's coordinate by at most
+    device's ``points`` (:func:`secure_points`), each moving a sum's coordinate by at most
     ``per_point`` (Δ, or the radius of a relative update)."""
-    return {"sums": float(cap) * per_point, "counts": float(cap)}
+    return {"sums": float(points) * per_point, "counts": float(points)}
+
+
+def secure_bounds(bounds: Mapping[str, float], points: float, per_point: float, k: int, d: int) -> dict[str, float]:
+    """The sensitivities of the securely summed steps, plus what rounding to the fixed-point
+    grid can add (:func:`fedcluster.secagg.rounding_slack`): the Lloyd sums (L2, k·d
+    coordinates), the Lloyd counts and the histogram (L1, k and its candidates)."""
+    from .secagg import rounding_slack
+
+    ranges = secure_ranges(points, per_point)
+    out = dict(bounds)
+    out["lloyd_gaussian"] += rounding_slack(ranges["sums"], k * d, 2)
+    out["lloyd_laplace"] += rounding_slack(ranges["counts"], k, 1)
+    out["step2"] += rounding_slack(points, HISTOGRAM_CANDIDATES_PER_CLUSTER * k, 1)
+    return out
 
 
 def lloyd_rounds_for(points: int, k: int, d: int, epsilon: float, delta: float) -> int:

@@ -498,7 +498,7 @@ TASKS: dict[str, Task] = {
 # Shamir shares) travel as uint8 rows, right-padded with zero bytes.
 PUBLIC_KEY_BYTES = 215  # a P-384 public key as PEM SubjectPublicKeyInfo (flwr's public_key_to_bytes)
 _SESSION = Param("session", int, allowed=Interval(int, 0), doc="the secure sum's number in the run")
-SECURE_TASKS = ("feddp_lloyd",)  # tasks whose server step needs only the sum of their replies
+SECURE_TASKS = ("feddp_candidates", "feddp_lloyd")  # tasks whose server step needs only the sum of their replies
 
 
 def secure_name(name: str) -> str:
@@ -556,6 +556,8 @@ TASKS.update({
     )
 })
 TASKS.update({secure_name(name): _secure_variant(TASKS[name]) for name in SECURE_TASKS})
+# the tasks whose device state (keys, seed, shares) must outlive the message
+SECURE_STAGES = frozenset({"secagg_setup", "secagg_share_keys", "secagg_unmask"} | {secure_name(n) for n in SECURE_TASKS})
 
 
 def part(record: str, index: int) -> str:

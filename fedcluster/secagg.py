@@ -20,9 +20,10 @@ Masks: PRG(seed) is ChaCha20 (the ``cryptography`` package, a dependency of flwr
 SHA-256 of a label, the session and the seed, instead of flwr's ``pseudo_rand_gen``, whose
 32-byte seed is XOR-folded to 32 bits for NumPy's MT19937. Key agreement (ECDH P-384 + HKDF),
 encryption of the shares (Fernet) and Shamir (GF(2^128)) are Flower's. Device state lives in
-``data.extra[STATE]``, one session at a time: it lasts as long as the ClientApp process
-(in-process and simulation runs; a deployment that starts one process per message needs it
-in ``context.state``, not done yet).
+``data.extra[STATE]``, one session at a time; the ClientApp saves it in Flower's
+``context.state`` after every stage and restores it before the next (:func:`export_state`,
+:func:`import_state`), because a deployment starts one process per message and a simulation
+may run a node's messages in different workers.
 
 flwr and ``cryptography`` are imported on first use: the rest of fedcluster never needs them.
 """
@@ -43,6 +44,9 @@ MODULUS = 2**MODULUS_BITS
 HALF_LEVELS = 2**40
 MAX_PARTICIPANTS = 2**21 - 1  # n · HALF_LEVELS < R / 2: the signed sum is read back exactly
 STATE = "secagg-state"  # data.extra key of the device's session store
+RANGE_POINTS = 2**20  # without a cap on a device's points, its sums' public range: this many points
+_LISTS = ("positions", "masked-with")  # list[int] entries of the store; "peer-*": list[bytes]
+_MAPS = ("b-shares", "sk-shares")  # dict[int, bytes] entries
 
 
 # ==================================================================== helpers (both sides)
@@ -113,6 +117,47 @@ def _split(words: np.ndarray, shapes: Mapping[str, tuple]) -> dict[str, np.ndarr
         out[name] = words[start:start + size].reshape(shape)
         start += size
     return out
+
+
+def rounding_slack(bound: float, size: int, norm: int) -> float:
+    """How much further apart two devices' rounded arrays of ``size`` coordinates in range
+    ``bound`` can be than the arrays themselves (``norm`` 1 or 2): :func:`quantize` moves a
+    coordinate by at most half a step γ = bound / 2^40, so γ·size (L1) or γ·√size (L2).
+    Added to a sensitivity, it keeps the noise calibrated to what is actually summed."""
+    step = float(bound) / HALF_LEVELS
+    return step * (size if norm == 1 else float(np.sqrt(size)))
+
+
+def export_state(store: Mapping[str, Any]) -> dict[str, Any]:
+    """A device's session store as flat values a Flower ConfigRecord holds (ints, strings,
+    bytes and lists of one of them): each share map becomes a list of positions and a list
+    of shares."""
+    flat: dict[str, Any] = {}
+    for key, value in store.items():
+        if key in _MAPS:
+            flat[f"{key}.positions"] = [int(p) for p in value]
+            flat[f"{key}.values"] = [bytes(v) for v in value.values()]
+        elif isinstance(value, list):
+            flat[key] = [int(v) for v in value] if key in _LISTS else [bytes(v) for v in value]
+        else:
+            flat[key] = value
+    return flat
+
+
+def import_state(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`export_state`."""
+    store: dict[str, Any] = {}
+    for key, value in flat.items():
+        if key.endswith(".positions") and key[: -len(".positions")] in _MAPS:
+            name = key[: -len(".positions")]
+            store[name] = {int(p): bytes(v) for p, v in zip(value, flat[f"{name}.values"])}
+        elif key.endswith(".values") and key[: -len(".values")] in _MAPS:
+            continue
+        elif isinstance(value, list):
+            store[key] = [int(v) for v in value] if key in _LISTS else [bytes(v) for v in value]
+        else:
+            store[key] = value
+    return store
 
 
 def threshold(participants: int, fraction: float) -> int:
@@ -259,6 +304,15 @@ for _name in protocol.SECURE_TASKS:
 
 
 # ==================================================================== server side
+def within_ranges(total: Mapping[str, np.ndarray], ranges: Mapping[str, float], devices: int) -> bool:
+    """Whether a decoded sum of ``devices`` devices' arrays can be theirs: every coordinate
+    within ``devices`` × its public range (and finite). Honest devices always pass; a device
+    that masked anything else (a vector beyond its range, or garbage mod R) almost surely
+    does not."""
+    return all(bool(np.all(np.isfinite(value))) and float(np.max(np.abs(value), initial=0.0)) <= devices * float(ranges[name])
+               for name, value in total.items())
+
+
 def masked_total(replies: Iterable[Mapping[str, np.ndarray]], names: Iterable[str]) -> dict[str, np.ndarray]:
     """The sum mod R of the masked replies (uint64)."""
     total: dict[str, np.ndarray] = {}

@@ -41,15 +41,7 @@ from .secagg import SecureAggregation
 
 class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
     """FedDP-KMeans (Scott et al. 2025): FedDP-Init + FedDP-Lloyds, and its baselines.
-
-    Run-config parameters: ``k``, ``init`` (``auto`` = ``feddp``, ``server-kmeans++``,
-    ``server-lloyds``, ``sphere-packing``), ``privacy-level``, ``epsilon``, ``delta``,
-    ``step-epsilons``, ``budget-split``, ``lloyd-rounds``, ``lloyd-fraction``,
-    ``clip-norm``, ``clip-center``, ``max-device-points``, ``client-max-points``, ``clip-outer``, ``clip-histogram``,
-    ``clip-means``, ``clip-nonempty``, ``clip-sums``, ``clip-counts``,
-    ``client-sampling-rate``, ``margin``, ``min-server-weight``, ``server-n-init``,
-    ``noise-seed``, ``evaluate-cost``, ``server-data`` (see the module docstring).
-    """
+    Run-config parameters: ``fedcluster.feddp_kmeans.KEYS`` (docs/reference.md)."""
 
     name = "feddp-kmeans"
     exclude_invalid = True  # a device that broke a bound is asked for nothing else, its evaluation included
@@ -90,6 +82,9 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         if self.lloyd_update == "relative":  # one point moves a cluster's sum by at most r (2r: a swap under a cap)
             self.radius = feddp_kmeans.lloyd_radius(cfg.lloyd_radius, self.clip_norm, k, self.dimension)
             self.bounds["lloyd_gaussian"] = self.radius * (2 if cfg.max_device_points > 0 else 1)
+        self.secure_points = feddp_kmeans.secure_points(self.level, cfg.max_device_points, cfg.client_max_points)
+        if self.secure:
+            self.bounds = feddp_kmeans.secure_bounds(self.bounds, self.secure_points, self.radius or self.clip_norm, k, self.dimension)
         self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg.clip_outer)
         self.plan = self.privacy_plan()
         seed = cfg.noise_seed
@@ -241,10 +236,10 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         half_width = self.clip_norm / math.sqrt(self.dimension)
         request = feddp_kmeans.histogram_request(k, self.dimension, half_width, self.rng)
         candidates = request["candidates"]
-        replies = self.gather("feddp_candidates", request, self.client_config(laplace="step2"), {"s": candidates.shape[0]},
-                              self.check_histogram, "init-histogram")
-        histogram = sum((reply.arrays["histogram"] for reply in replies), np.zeros(candidates.shape[0]))
-        weights = self.noisy("step2", histogram)
+        request = request if self.origin is None else {**request, "origin": self.origin}
+        total, _ = self.summed("feddp_candidates", self.participants(), request, self.client_config(laplace="step2"),
+                               {"s": candidates.shape[0]}, self.check_histogram, "init-histogram", {"histogram": self.secure_points})
+        weights = self.noisy("step2", np.zeros(candidates.shape[0]) + (0 if total is None else total["histogram"]))
         self.record("step2")
         centers, record = feddp_kmeans.histogram_start(candidates, weights, self.plan["step2"].noise_scale, k, half_width,
                                                        self.rng, self.config.server_n_init)
@@ -278,8 +273,11 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
             if self.radius is not None:
                 config["radius"] = self.radius
             request = {"centers": centers} if self.origin is None else {"centers": centers, "origin": self.origin}
-            ranges = feddp_kmeans.secure_ranges(self.config.max_device_points, self.radius or self.clip_norm)
+            ranges = feddp_kmeans.secure_ranges(self.secure_points, self.radius or self.clip_norm)
             total, replies = self.summed("feddp_lloyd", self.participants(), request, config, {"k": k}, self.check_lloyd, "lloyd", ranges)
+            if total is None:  # a secure sum no honest devices could give: this round's update is skipped
+                self.end_round(center_shift=0.0, kept_centers=k, noisy_counts=np.zeros(k))
+                continue
             noisy_sums = self.noisy("lloyd_gaussian", np.zeros_like(centers) + total["sums"])
             noisy_counts = self.noisy("lloyd_laplace", np.zeros(k) + total["counts"])
             if self.radius is not None:

@@ -99,6 +99,7 @@ class FedDPPrivacy:
             "lloyd_update": self.lloyd_update,
             "lloyd_radius": self.radius,
             "not_covered": self.not_covered(),
+            "secure_aggregation": self.secagg_record() if self.secure else None,
         })
         return report
 

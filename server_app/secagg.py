@@ -9,9 +9,11 @@ A mixin of :class:`server_app.base.FederatedStrategy` (state: ``config``)."""
 
 from __future__ import annotations
 
+from logging import WARNING
 from typing import Any, Callable
 
 import numpy as np
+from flwr.common.logger import log
 
 from fedcluster import protocol, secagg
 
@@ -22,22 +24,39 @@ class SecureAggregation:
     """``summed``: the sum of a summable task's replies, in the clear or securely."""
 
     secagg_sessions = 0
+    secagg_rejected: list[str]  # phases whose secure sum lay outside every device's range
 
     @property
     def secure(self) -> bool:
         return bool(self.config["secure-aggregation"])
+
+    def secagg_record(self) -> dict[str, Any]:
+        """What result.json says about secure aggregation (threat model: docs/security.md)."""
+        return {"sums": self.secagg_sessions, "threshold_fraction": self.config["secagg-threshold"],
+                "out_of_range": list(getattr(self, "secagg_rejected", [])),
+                "threat_model": "the server sees each secured step's sum over at least the threshold of devices, never one "
+                                "device's; it adds the noise to that exact sum (central DP), and it is trusted to relay "
+                                "the devices' public keys unchanged (honest-but-curious)"}
 
     def summed(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
                sizes: dict[str, int], check: Callable[[Reply], str | None] | None, phase: str,
                ranges: dict[str, float]) -> tuple[dict[str, np.ndarray], int]:
         """The sum of the ``ranges``' arrays over the valid replies to ``task``, and how many
         devices are in it. Secure mode: no reply check beyond the masked shapes is possible
-        (``check`` is not used) and ``ranges`` (public, fixed before the round) clip every
-        coordinate on the device."""
+        (``check`` is not used), ``ranges`` (public, fixed before the round) clip every
+        coordinate on the device, and a sum outside what that many devices' ranges allow
+        (some device added something else) is None: the caller skips the update, and the
+        phase is listed, as the culprit cannot be named."""
         if not self.secure:
             replies = self.broadcast(task, nodes, arrays=arrays, config=config, sizes=sizes, check=check, phase=phase)
             return {name: sum(r.arrays[name] for r in replies) for name in ranges}, len(replies)
-        return self.secure_sum(task, nodes, arrays, config, sizes, phase, ranges)
+        total, count = self.secure_sum(task, nodes, arrays, config, sizes, phase, ranges)
+        if secagg.within_ranges(total, ranges, count):
+            return total, count
+        self.secagg_rejected = [*getattr(self, "secagg_rejected", []), phase]
+        log(WARNING, "[fedcluster] %s: the secure sum of %d devices lies outside their public ranges (a device sent "
+            "something else; secure aggregation hides which): this update is skipped", phase, count)
+        return None, count
 
     def secure_sum(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
                    sizes: dict[str, int], phase: str, ranges: dict[str, float]) -> tuple[dict[str, np.ndarray], int]:

@@ -158,6 +158,28 @@ def test_feddp_kmeans_through_the_deployment(cluster):
     assert result["final"]["cost"] <= 1.05 * lloyd_reference(pooled(cluster.data_files), 4)
 
 
+def test_secure_aggregation_through_the_deployment(cluster):
+    """Every message is a fresh ClientApp process here: a session's keys and shares live in
+    Flower's context.state from one stage to the next (four round trips for one secure sum)."""
+    rng = np.random.default_rng(6)
+    server = cluster.workdir / "server-secure.npy"
+    np.save(server, np.concatenate([MEANS[j] + rng.normal(size=(10, 4)) for j in range(4)]))
+    out = cluster.workdir / "out-secure"
+    run_id, status = run_to_end(
+        cluster,
+        f"algorithm='feddp-kmeans' k=4 epsilon=inf server-data='{server}' {QUICK} init='server-kmeans++' "
+        f"lloyd-rounds=1 secure-aggregation=true evaluate-cost=false output-dir='{out}'",
+    )
+    assert status == "finished:completed", cluster.run_log(run_id)
+    result = json.loads((out / "result.json").read_text())
+    assert result["privacy"]["secure_aggregation"]["sums"] == 1
+    assert [p["replies"] for p in result["phases"] if p["phase"].startswith("lloyd")] == [NODES] * 4
+    X = pooled(cluster.data_files)
+    centers = np.load(out / "centers.npy")
+    cost = ((X[:, None, :] - centers[None]) ** 2).sum(-1).min(1).mean()
+    assert cost <= 1.05 * lloyd_reference(X, 4)
+
+
 def test_supernodes_that_connect_and_die_mid_run(tmp_path):
     """Its own cluster: two SuperNodes start the run; a third (registered ahead) connects
     while it runs and FedKMeans admits it; then one of the first two is killed: it is

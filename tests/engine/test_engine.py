@@ -129,13 +129,21 @@ def planted_graph_clients(directory: Path, clients: int = 4, blocks: int = 3, si
     return directory
 
 
-@pytest.mark.slow  # three flwr runs, ~20 s each (Ray start-up)
+@pytest.mark.slow  # four flwr runs, ~20 s each (Ray start-up)
 def test_flwr_run_equals_inprocess_for_feddp_and_both_spectral_algorithms(flower, tmp_path):
     """The algorithms the tests above do not run through `flwr run`: one seed, one result."""
     flower.start_superlink(simulation=True)
     feddp = {"algorithm": "feddp-kmeans", "k": 4, "dataset": "feddp-mixture", "epsilon": 2.0, "seed": 5, "noise-seed": 9}
     flwr_run(flower, feddp, 5, tmp_path / "feddp")
     assert_same_as_inprocess(feddp, 5, tmp_path / "feddp")
+    # secure aggregation without server data: a session's keys live in Flower's context.state
+    # between messages, which Ray workers do not share
+    secure = {"algorithm": "feddp-kmeans", "k": 3, "dataset": "gaussian-mixture", "dim": 3, "dimension": 3, "epsilon": 2.0,
+              "lloyd-rounds": 2, "clip-norm": 20.0, "seed": 5, "noise-seed": 9, "evaluate-cost": False,
+              "secure-aggregation": True}
+    result = flwr_run(flower, secure, 4, tmp_path / "secure")
+    assert result["privacy"]["secure_aggregation"]["sums"] == 3
+    assert_same_as_inprocess(secure, 4, tmp_path / "secure")
     graph = planted_graph_clients(tmp_path / "graph")
     for algorithm in ("fedspectral", "fedspectral-plus"):
         config = {"algorithm": algorithm, "k": 3, "num-nodes": 90, "dataset": "edge-dir", "data-dir": str(graph), "seed": 2}

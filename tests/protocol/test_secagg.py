@@ -21,7 +21,7 @@ from inprocess import run
 NODES = 10
 BASE = {
     "algorithm": "feddp-kmeans", "dataset": "feddp-mixture", "dim": 10, "k": 3, "num-points": 3000, "seed": 3,
-    "reference": False, "epsilon": math.inf, "init": "server-kmeans++", "clip-norm": 1e3, "max-device-points": 600,
+    "reference": False, "epsilon": math.inf, "init": "server-kmeans++", "clip-norm": 1e3, "max-device-points": 600, "evaluate-cost": False,
 }
 SECAGG_TASKS = {"query.secagg_setup", "query.secagg_share_keys", "query.secure_feddp_lloyd", "query.secagg_unmask"}
 
@@ -60,8 +60,7 @@ def test_the_server_never_receives_a_devices_plain_statistics(tmp_path):
     and no masked array equals, or is near, the device's plain sums or counts, in floats or
     in their fixed-point integers."""
     received, requests = [], []
-    run_config = with_defaults(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True,
-                                                             "evaluate-cost": False}))
+    run_config = with_defaults(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}))
 
     def hook(node, message, reply):
         received.append((node, message.metadata.message_type, reply))
@@ -127,7 +126,103 @@ def test_fewer_unmask_answers_than_the_threshold_stop_the_run(tmp_path):
         run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True}), num_nodes=NODES, reply_hook=hook)
 
 
-def test_secure_aggregation_is_refused_where_the_prototype_does_not_secure_every_sum():
-    for overrides in ({"max-device-points": 0}, {"init": "feddp"}, {"privacy-level": "client"}):
+def test_secure_aggregation_is_refused_where_a_device_would_still_send_its_statistics_in_the_clear():
+    for overrides in ({"init": "feddp"}, {"init": "auto"}, {"evaluate-cost": True}):  # auto: FedDP-Init with server data
         with pytest.raises(ConfigError, match="secure-aggregation"):
             with_defaults({**BASE, "secure-aggregation": True, **overrides})
+    with_defaults({**BASE, "secure-aggregation": True, "init": "auto", "dataset": "gaussian-mixture"})  # histogram: secured
+
+
+def test_a_devices_session_outlives_its_process(tmp_path):
+    """A deployment starts one ClientApp process per message, and a simulation may run a
+    node's messages in different workers: the session's keys, seed and shares must come
+    back from Flower's ``context.state``, not from process memory. Here every message finds
+    an empty data cache (as a fresh process would) and the run still gives the plain centers."""
+    import client_app.app as device
+
+    def fresh_process(node, message, reply):
+        device._DATA_CACHE.clear()
+        return reply
+
+    run(config(tmp_path, "plain", **{"lloyd-rounds": 2}), num_nodes=NODES)
+    run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}), num_nodes=NODES,
+        reply_hook=fresh_process)
+    np.testing.assert_allclose(centers(tmp_path, "secure"), centers(tmp_path, "plain"), rtol=1e-6)
+
+
+NO_SERVER_DATA = {
+    "algorithm": "feddp-kmeans", "dataset": "gaussian-mixture", "dim": 4, "dimension": 4, "k": 4, "num-points": 4000, "seed": 2,
+    "reference": False, "epsilon": 1.0, "lloyd-rounds": 3, "clip-norm": 30.0, "noise-seed": 7, "evaluate-cost": False,
+}
+
+
+def test_without_server_data_the_secure_run_is_the_plain_run_at_the_same_epsilon(tmp_path):
+    """The default start without server data (the histogram) and the relative Lloyd rounds,
+    no cap on a device's points: secured, the same noise draws give the plain run's centers
+    (the sensitivities grow only by the rounding to the fixed-point grid), within the same ε."""
+    plain = run({**NO_SERVER_DATA, "output-dir": str(tmp_path / "plain")}, num_nodes=NODES)
+    secure = run({**NO_SERVER_DATA, "output-dir": str(tmp_path / "secure"), "secure-aggregation": True}, num_nodes=NODES)
+    assert secure["init"]["method"] == "histogram" and secure["privacy"]["lloyd_update"] == "relative"
+    np.testing.assert_allclose(centers(tmp_path, "secure"), centers(tmp_path, "plain"), rtol=1e-5, atol=1e-6)
+    assert plain["privacy"]["secure_aggregation"] is None
+    record = secure["privacy"]["secure_aggregation"]
+    assert record["sums"] == 1 + 3 and record["out_of_range"] == []
+    assert secure["privacy"]["epsilon"] <= 1.0
+    for step in ("step2", "lloyd_gaussian", "lloyd_laplace"):  # the rounding slack is accounted, and tiny
+        assert plain["privacy"]["bounds"][step] < secure["privacy"]["bounds"][step] < plain["privacy"]["bounds"][step] * (1 + 1e-4)
+    phases = [p["phase"] for p in secure["phases"]]
+    assert phases[:4] == ["init-histogram-setup", "init-histogram-share-keys", "init-histogram", "init-histogram-unmask"]
+
+
+def test_a_sum_outside_the_devices_ranges_skips_that_update_and_says_so(tmp_path):
+    """Node 1003 masks garbage in the first Lloyd round (a reply no check can read): the sum
+    is outside what ten devices' ranges allow, that round's update is skipped and listed,
+    the run completes, and the second round moves the centers as usual."""
+    rounds = []
+
+    def garbage(node, message, reply):
+        if message.metadata.message_type == "query.secure_feddp_lloyd":
+            rounds.append(node)
+            if node == 1003 and rounds.count(1003) == 1:
+                from flwr.app import Array
+
+                arrays = reply.content.array_records["arrays"]
+                rng = np.random.default_rng(0)
+                for name in list(arrays):
+                    shape = arrays[name].numpy().shape
+                    arrays[name] = Array(rng.integers(0, secagg.MODULUS, size=shape, dtype=np.uint64))
+        return reply
+
+    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}), num_nodes=NODES,
+                 reply_hook=garbage)
+    assert result["privacy"]["secure_aggregation"]["out_of_range"] == ["lloyd"]
+    shifts = [r["center_shift"] for r in result["rounds"]]
+    assert shifts[0] == 0.0 and shifts[1] > 0
+    X = pooled_points(result["config"], NODES)[0]
+    init = np.load(tmp_path / "secure" / "init_centers.npy")
+    np.testing.assert_allclose(centers(tmp_path, "secure"), lloyd_step(X, init), rtol=1e-6)
+
+
+def test_a_secured_stages_failure_reason_names_no_point_count_or_data_path(tmp_path):
+    """A plain task's failure says which data it failed on (point count, path); a secured
+    stage's does not, since only sums of its statistics may reach the server."""
+    from flwr.app import ConfigRecord, Context, Message, RecordDict
+    import client_app.app as device
+    from inprocess.grid import set_task_identity
+
+    set_task_identity(run_id=7, node_id=1)
+
+    run_config = {k: v for k, v in with_defaults({**BASE, "secure-aggregation": True}).items() if v is not None}
+    context = Context(run_id=7, node_id=1000, node_config={"partition-id": 0, "num-partitions": NODES},
+                      state=RecordDict(), run_config=run_config)
+    described = device.load_data(context).describe()
+
+    def reason(task, config):
+        message = Message(RecordDict({"config": ConfigRecord(config)}), dst_node_id=1000, message_type=f"query.{task}")
+        reply = device.handle(message, context)
+        assert reply.has_error()
+        return reply.error.reason
+
+    assert described in reason("lloyd_stats", {})  # a plain task: where it failed (centers missing)
+    secured = reason("secagg_unmask", {"session": 1})  # its arrays missing
+    assert "secagg_unmask" in secured and described not in secured
