@@ -399,7 +399,7 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("server-n-init", 10, "k-means restarts on the server's weighted points", allowed=Interval(int, 1, 10_000)),
     Key("secure-aggregation", False, "the histogram start's counts and the Lloyd rounds' sums and counts by secure "
         "aggregation: the server gets masked integer vectors and learns only their sum over at least the threshold "
-        "of devices (4 round trips per sum; not FedDP-Init; needs evaluate-cost = false)"),
+        "of devices (2 round trips per sum, 2 more once; not FedDP-Init; needs evaluate-cost = false)"),
     Key("secagg-threshold", 2 / 3, "secure aggregation: Shamir threshold as a fraction of the participants (at least 2 and more than half): "
         "the sum completes while that many answer the unmasking", allowed=Interval(float, 0, 1, closed="right")),
     Key("noise-seed", -1, "seed of the noise (-1 = OS entropy)", allowed=Interval(int, -1, SEED_MAX)),

@@ -497,7 +497,8 @@ TASKS: dict[str, Task] = {
 # 1..n (never Flower node ids) name the participants; byte strings (PEM keys, Fernet tokens,
 # Shamir shares) travel as uint8 rows, right-padded with zero bytes.
 PUBLIC_KEY_BYTES = 215  # a P-384 public key as PEM SubjectPublicKeyInfo (flwr's public_key_to_bytes)
-_SESSION = Param("session", int, allowed=Interval(int, 0), doc="the secure sum's number in the run")
+SEED_BYTES = 32  # a self-mask seed b_s
+_SESSION = Param("session", int, allowed=Interval(int, 0), doc="the session's number in the run")
 SECURE_TASKS = ("feddp_candidates", "feddp_lloyd")  # tasks whose server step needs only the sum of their replies
 
 
@@ -515,8 +516,10 @@ def _secure_variant(spec: Task) -> Task:
             ArrayField("secagg-sources", ("e",), "positions whose encrypted shares follow", integer=True, nonnegative=True),
             ArrayField("secagg-ciphertexts", ("e", "*"), "their Fernet tokens for this device", nonnegative=True),
             ArrayField("secagg-ranges", ("a",), "public clipping range of each summed reply array, in declared order", nonnegative=True),
+            ArrayField("secagg-gone", ("g",), "positions whose sk1 the server may hold: masked with no longer", integer=True, nonnegative=True),
         ),
-        config=spec.config + (Param("secagg-session", int, allowed=Interval(int, 0), doc="the secure sum's number"),),
+        config=spec.config + (Param("secagg-session", int, allowed=Interval(int, 0), doc="the session"),
+                              Param("secagg-sum", int, allowed=Interval(int, 1), doc="the sum's number in the session")),
         reply=tuple(ArrayField(f.name, f.shape, "masked mod 2^62", nonnegative=True, integer=True) for f in spec.reply),
         metrics=(),
         used_by=spec.used_by,
@@ -527,16 +530,17 @@ TASKS.update({
     task.name: task
     for task in (
         Task(
-            "secagg_setup", "query", "secure aggregation stage 0: two fresh key pairs for this session",
+            "secagg_setup", "query", "secure aggregation stage 0 (once per session): two fresh key pairs",
             config=(_SESSION, Param("position", int, allowed=Interval(int, 1), doc="this device's position 1..n"),
                     Param("participants", int, allowed=Interval(int, 2), doc="n"),
-                    Param("threshold", int, allowed=Interval(int, 2), doc="Shamir threshold t")),
+                    Param("threshold", int, allowed=Interval(int, 2), doc="Shamir threshold t"),
+                    Param("sums", int, allowed=Interval(int, 1), doc="secure sums the session serves (one mask seed each)")),
             reply=(ArrayField("pk1", (PUBLIC_KEY_BYTES,), "PEM public key for the pairwise masks", nonnegative=True, integer=True),
                    ArrayField("pk2", (PUBLIC_KEY_BYTES,), "PEM public key for the shares' encryption", nonnegative=True, integer=True)),
             metrics=(), used_by=("feddp-kmeans",),
         ),
         Task(
-            "secagg_share_keys", "query", "secure aggregation stage 1: Shamir shares of a mask seed and of sk1, encrypted per participant",
+            "secagg_share_keys", "query", "secure aggregation stage 1 (once per session): Shamir shares of a mask seed per sum and of sk1, encrypted per participant",
             request=(ArrayField("positions", ("c",), integer=True, nonnegative=True),
                      ArrayField("pk1", ("c", "*"), nonnegative=True), ArrayField("pk2", ("c", "*"), nonnegative=True)),
             config=(_SESSION,),
@@ -545,11 +549,12 @@ TASKS.update({
             metrics=(), used_by=("feddp-kmeans",),
         ),
         Task(
-            "secagg_unmask", "query", "secure aggregation stage 3: shares of the survivors' seeds and of the dropped participants' sk1",
-            request=(ArrayField("alive", ("a",), "positions in the sum", integer=True, nonnegative=True),
-                     ArrayField("dropped", ("v",), "positions that shared keys but sent no masked reply", integer=True, nonnegative=True)),
-            config=(_SESSION,),
-            reply=(ArrayField("b-positions", ("a",), integer=True, nonnegative=True), ArrayField("b-shares", ("a", "*"), nonnegative=True),
+            "secagg_unmask", "query", "secure aggregation stage 3 (per sum): shares of the survivors' seeds and of the dropped participants' sk1",
+            request=(ArrayField("dropped", ("v",), "positions it masked with that sent no masked reply (the others are in the sum)", integer=True, nonnegative=True),
+                     ArrayField("recover", ("w",), "positions in the sum whose seed's shares are asked (they did not answer)", integer=True, nonnegative=True)),
+            config=(_SESSION, Param("sum", int, allowed=Interval(int, 1), doc="the sum's number in the session")),
+            reply=(ArrayField("seed", (SEED_BYTES,), "this device's own mask seed of the sum", integer=True, nonnegative=True),
+                   ArrayField("b-positions", ("w",), integer=True, nonnegative=True), ArrayField("b-shares", ("w", "*"), nonnegative=True),
                    ArrayField("sk-positions", ("v",), integer=True, nonnegative=True), ArrayField("sk-shares", ("v", "*"), nonnegative=True)),
             metrics=(), used_by=("feddp-kmeans",),
         ),

@@ -45,8 +45,8 @@ HALF_LEVELS = 2**40
 MAX_PARTICIPANTS = 2**21 - 1  # n · HALF_LEVELS < R / 2: the signed sum is read back exactly
 STATE = "secagg-state"  # data.extra key of the device's session store
 RANGE_POINTS = 2**20  # without a cap on a device's points, its sums' public range: this many points
-_LISTS = ("positions", "masked-with")  # list[int] entries of the store; "peer-*": list[bytes]
-_MAPS = ("b-shares", "sk-shares")  # dict[int, bytes] entries
+_LISTS = ("positions", "peers", "gone", "unmask-dropped")  # list[int] entries of the store; "peer-pk*", "seeds": list[bytes]
+_MAPS = ("b-shares", "sk-shares", "pair-keys")  # dict[int, bytes] entries
 
 
 # ==================================================================== helpers (both sides)
@@ -71,11 +71,27 @@ def shared_key(private_pem: bytes, public_pem: bytes) -> bytes:
     return f["generate_shared_key"](f["bytes_to_private_key"](private_pem), f["bytes_to_public_key"](public_pem))
 
 
-def mask(seed: bytes, label: str, session: int, size: int) -> np.ndarray:
-    """``size`` uint64 words uniform in [0, R): ChaCha20 keyed by SHA-256(label, session, seed)."""
+def private_scalar(private_pem: bytes) -> bytes:
+    """A P-384 private key (PEM) as its 48-byte scalar: what is Shamir-shared (a PEM is
+    six times longer, and Flower's Shamir works 16 bytes at a time)."""
+    key = _flwr()["bytes_to_private_key"](private_pem)
+    return key.private_numbers().private_value.to_bytes(48, "big")
+
+
+def private_pem(scalar: bytes) -> bytes:
+    """The inverse of :func:`private_scalar` (``cryptography``'s ``derive_private_key``)."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.derive_private_key(int.from_bytes(scalar, "big"), ec.SECP384R1())
+    return _flwr()["private_key_to_bytes"](key)
+
+
+def mask(seed: bytes, label: str, stream: str, size: int) -> np.ndarray:
+    """``size`` uint64 words uniform in [0, R): ChaCha20 keyed by SHA-256(label, stream, seed)
+    (the stream names the session and the sum)."""
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
-    key = hashlib.sha256(f"fedcluster-secagg/{label}/{session}/".encode() + seed).digest()
+    key = hashlib.sha256(f"fedcluster-secagg/{label}/{stream}/".encode() + seed).digest()
     stream = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor().update(bytes(8 * size))
     return np.frombuffer(stream, dtype="<u8").astype(np.uint64) & np.uint64(MODULUS - 1)
 
@@ -169,6 +185,11 @@ def threshold(participants: int, fraction: float) -> int:
 
 
 # ==================================================================== device stages
+# One session serves several secure sums (``sums``): keys and shares are set up once, and
+# each sum s has its own self-mask seed b_s and its own pairwise mask streams, so a sum takes
+# two round trips (masked reply, unmasking). A device never reveals both b_s of a participant
+# and that participant's sk1: once a participant's sk1 may be known (it dropped before
+# masking), this device reveals none of its later seeds and stops masking with it.
 def _store(data: DeviceData) -> MutableMapping[str, Any]:
     return data.extra.setdefault(STATE, {})
 
@@ -192,15 +213,16 @@ def secagg_setup(data: DeviceData, arrays: dict, config: dict):
     sk1, pk1 = f["generate_key_pairs"]()
     sk2, pk2 = f["generate_key_pairs"]()
     store.update({"session": config["session"], "position": config["position"], "threshold": config["threshold"],
-                  "stage": "setup", "sk1": f["private_key_to_bytes"](sk1), "sk2": f["private_key_to_bytes"](sk2),
+                  "sums": config["sums"], "stage": "setup", "sum": 0,
+                  "sk1": f["private_key_to_bytes"](sk1), "sk2": f["private_key_to_bytes"](sk2),
                   "pk1": f["public_key_to_bytes"](pk1), "pk2": f["public_key_to_bytes"](pk2)})
     return {"pk1": np.frombuffer(store["pk1"], np.uint8), "pk2": np.frombuffer(store["pk2"], np.uint8)}, {}
 
 
 @device_task("secagg_share_keys")
 def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
-    """Stage 1: Shamir shares of a fresh mask seed b and of sk1, one per participant,
-    Fernet-encrypted for each other participant under ECDH(sk2, pk2_j)."""
+    """Stage 1: Shamir shares of one fresh mask seed b_s per sum and of sk1, one per
+    participant, Fernet-encrypted for each other participant under ECDH(sk2, pk2_j)."""
     f = _flwr()
     store = _session(data, config["session"])
     if store["stage"] != "setup":
@@ -216,46 +238,70 @@ def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
     mine = positions.index(me)
     if pk1[mine] != store["pk1"] or pk2[mine] != store["pk2"]:
         raise ValueError("secure aggregation: this device's own public keys came back changed")
-    seed = os.urandom(32)
-    b_shares = f["create_shares"](seed, store["threshold"], len(positions))
-    sk_shares = f["create_shares"](store["sk1"], store["threshold"], len(positions))
+    seeds = [os.urandom(protocol.SEED_BYTES) for _ in range(store["sums"])]
+    b_shares = [f["create_shares"](seed, store["threshold"], len(positions)) for seed in seeds]
+    sk_shares = f["create_shares"](private_scalar(store["sk1"]), store["threshold"], len(positions))
     destinations, ciphertexts = [], []
     for index, position in enumerate(positions):
         if position == me:
             continue
         key = shared_key(store["sk2"], pk2[index])
-        plaintext = f["share_keys_plaintext_concat"](me, position, b_shares[index], sk_shares[index])
+        b_joined = b"".join(shares[index] for shares in b_shares)  # one share per sum, of equal lengths
+        plaintext = f["share_keys_plaintext_concat"](me, position, b_joined, sk_shares[index])
         destinations.append(position)
         ciphertexts.append(f["encrypt"](key, plaintext))
-    store.update({"stage": "shared", "seed": seed, "positions": positions, "peer-pk1": pk1, "peer-pk2": pk2,
-                  "b-shares": {me: b_shares[mine]}, "sk-shares": {me: sk_shares[mine]}})
+    store.update({"stage": "shared", "seeds": seeds, "positions": positions, "peer-pk1": pk1, "peer-pk2": pk2,
+                  "b-shares": {me: b"".join(shares[mine] for shares in b_shares)}, "sk-shares": {me: sk_shares[mine]},
+                  "peers": [], "gone": [], "pair-keys": {}})
     return {"destinations": np.array(destinations, dtype=np.int64), "ciphertexts": stack_bytes(ciphertexts)}, {}
 
 
+def _receive_shares(store: MutableMapping[str, Any], arrays: dict) -> None:
+    """The first masked reply of a session: decrypt the shares forwarded to this device;
+    the participants they came from are the ones it masks with."""
+    f = _flwr()
+    me, positions = store["position"], store["positions"]
+    sources = [int(s) for s in arrays["secagg-sources"]]
+    if len(set(sources)) != len(sources) or not set(sources) <= set(positions) - {me}:
+        raise ValueError("secure aggregation: shares from unknown or repeated participants")
+    for source, row in zip(sources, arrays["secagg-ciphertexts"]):
+        key = shared_key(store["sk2"], store["peer-pk2"][positions.index(source)])
+        src, dst, b_share, sk_share = f["share_keys_plaintext_separate"](f["decrypt"](key, row_bytes(row)))
+        if (src, dst) != (source, me):
+            raise ValueError("secure aggregation: a share addressed to someone else")
+        store["b-shares"][source], store["sk-shares"][source] = b_share, sk_share
+        store["pair-keys"][source] = shared_key(store["sk1"], store["peer-pk1"][positions.index(source)])
+    store["peers"], store["stage"] = sources, "ready"
+
+
+def stream_name(session: int, index: int) -> str:
+    """The mask streams of sum ``index`` of ``session``."""
+    return f"{session}.{index}"
+
+
 def masked_reply(name: str):
-    """Stage 2 for the summable task ``name``: run its kernel, quantize each summed array in
-    its public range, add PRG(b) and ± PRG(ECDH(sk1, pk1_j)) for every participant j whose
-    shares arrived, mod R. The reply holds those arrays only, as uint64 < R: no metric."""
+    """Stage 2 for the summable task ``name`` (sum ``secagg-sum`` of the session): run its
+    kernel, quantize each summed array in its public range, add PRG(b_s) and
+    ± PRG(ECDH(sk1, pk1_j), s) for every participant j it still masks with (the request's
+    ``secagg-gone`` lists those whose sk1 the server may hold: they are left out), mod R.
+    The reply holds those arrays only, as uint64 < R: no metric."""
     base = protocol.task(name)
     own = {p.name for p in base.config}
 
     def kernel(data: DeviceData, arrays: dict, config: dict):
-        f = _flwr()
         store = _session(data, config["secagg-session"])
-        if store["stage"] != "shared":
-            raise ValueError("secure aggregation: a masked reply before the keys were shared, or twice")
-        me, positions = store["position"], store["positions"]
-        sources = [int(s) for s in arrays["secagg-sources"]]
-        if len(set(sources)) != len(sources) or not set(sources) <= set(positions) - {me}:
-            raise ValueError("secure aggregation: shares from unknown or repeated participants")
-        if len(sources) + 1 < store["threshold"]:
+        index = int(config["secagg-sum"])
+        if store["stage"] == "shared":
+            _receive_shares(store, arrays)
+        elif len(arrays["secagg-sources"]):
+            raise ValueError("secure aggregation: shares forwarded twice")
+        if store["stage"] not in ("ready", "masked", "unmasked") or index != store["sum"] + 1 or index > store["sums"]:
+            raise ValueError("secure aggregation: a masked reply out of order, or twice")  # (a missed unmask is fine)
+        gone = {int(p) for p in arrays["secagg-gone"]}
+        store["gone"] = sorted(set(store["gone"]) | gone)
+        peers = [p for p in store["peers"] if p not in gone]
+        if len(peers) + 1 < store["threshold"]:
             raise ValueError("secure aggregation: fewer participants than the threshold")
-        for source, row in zip(sources, arrays["secagg-ciphertexts"]):
-            key = shared_key(store["sk2"], store["peer-pk2"][positions.index(source)])
-            src, dst, b_share, sk_share = f["share_keys_plaintext_separate"](f["decrypt"](key, row_bytes(row)))
-            if (src, dst) != (source, me):
-                raise ValueError("secure aggregation: a share addressed to someone else")
-            store["b-shares"][source], store["sk-shares"][source] = b_share, sk_share
         plain = {k: v for k, v in arrays.items() if not k.startswith("secagg-")}
         result, _ = KERNELS[name](data, plain, {k: v for k, v in config.items() if k in own and v is not None})
         summed = [field.name for field in base.reply if field.name in result]
@@ -263,13 +309,13 @@ def masked_reply(name: str):
         if len(ranges) != len(summed):
             raise ValueError(f"secure aggregation: {len(ranges)} ranges for {len(summed)} summed arrays")
         shapes = {key: np.shape(result[key]) for key in summed}
-        size, session = _flat_size(shapes), config["secagg-session"]
+        size, stream, me = _flat_size(shapes), stream_name(store["session"], index), store["position"]
         words = np.concatenate([quantize(result[key], bound).ravel() for key, bound in zip(summed, ranges)])
-        words = words.astype(np.uint64) + mask(store["seed"], "self", session, size)
-        for source in sources:
-            pair = mask(shared_key(store["sk1"], store["peer-pk1"][positions.index(source)]), "pair", session, size)
-            words = words + pair if me > source else words - pair  # uint64 wraps mod 2^64, a multiple of R
-        store["stage"], store["masked-with"] = "masked", sources
+        words = words.astype(np.uint64) + mask(store["seeds"][index - 1], "self", stream, size)
+        for peer in peers:
+            pair = mask(store["pair-keys"][peer], "pair", stream, size)
+            words = words + pair if me > peer else words - pair  # uint64 wraps mod 2^64, a multiple of R
+        store.update({"stage": "masked", "sum": index, "peers": peers})
         return _split(words & np.uint64(MODULUS - 1), shapes), {}
 
     return kernel
@@ -277,25 +323,40 @@ def masked_reply(name: str):
 
 @device_task("secagg_unmask")
 def secagg_unmask(data: DeviceData, arrays: dict, config: dict):
-    """Stage 3: shares of b for the participants whose masked vectors arrived (``alive``),
-    of sk1 for those that shared keys but sent none (``dropped``); once per session, never
-    both for one participant, never below the threshold."""
+    """Stage 3 of sum s: this device's own seed b_s (it is in the sum: the server would
+    rebuild b_s from the shares anyway), shares of b_s for the participants in the sum that
+    did not answer (``recover``, asked in a second call when needed), and of sk1 for those
+    it masked with that sent no vector (``dropped``; everyone else it masked with is in the
+    sum). Every call for one sum states the same dropped; never both shares for one
+    participant, never a seed of a participant whose sk1 may be known, never below the
+    threshold."""
     store = _session(data, config["session"])
-    if store["stage"] != "masked":
-        raise ValueError("secure aggregation: unmask before this device's masked reply, or twice")
-    alive, dropped = [int(p) for p in arrays["alive"]], [int(p) for p in arrays["dropped"]]
-    me, known = store["position"], set(store["masked-with"]) | {store["position"]}
-    if len(set(alive)) < store["threshold"] or set(alive) & set(dropped) or me not in alive:
-        raise ValueError("secure aggregation: too few survivors, or a participant both alive and dropped")
-    if not set(alive) | set(dropped) <= known or len(set(dropped)) != len(dropped):
-        raise ValueError("secure aggregation: asked about a participant this device never masked with")
+    index = int(config["sum"])
+    dropped, recover = [int(p) for p in arrays["dropped"]], [int(p) for p in arrays["recover"]]
+    me, peers = store["position"], set(store["peers"])
+    if store["stage"] == "unmasked" and index == store["sum"]:  # a second call: the same sum, the same sets
+        if dropped != store["unmask-dropped"]:
+            raise ValueError("secure aggregation: another set of dropped participants for the same sum")
+        peers |= set(dropped)  # as they were at the first call
+    elif store["stage"] != "masked" or index != store["sum"]:
+        raise ValueError("secure aggregation: unmask before this device's masked reply, or for another sum")
+    if not set(dropped) <= peers or len(set(dropped)) != len(dropped):
+        raise ValueError("secure aggregation: asked about a participant this device does not mask with")
+    alive = sorted(peers - set(dropped) | {me})  # everyone it masked with that sent a vector, and itself
+    if len(alive) < store["threshold"]:
+        raise ValueError("secure aggregation: fewer survivors than the threshold")
+    if not set(recover) <= set(alive) - {me} or len(set(recover)) != len(recover):
+        raise ValueError("secure aggregation: asked to recover a participant not in the sum")
+    length = len(store["b-shares"][me]) // store["sums"]
     reply = {
-        "b-positions": np.array(alive, dtype=np.int64),
-        "b-shares": stack_bytes(store["b-shares"][p] for p in alive),
+        "seed": np.frombuffer(store["seeds"][index - 1], np.uint8),
+        "b-positions": np.array(recover, dtype=np.int64),
+        "b-shares": stack_bytes(store["b-shares"][p][(index - 1) * length:index * length] for p in recover),
         "sk-positions": np.array(dropped, dtype=np.int64),
         "sk-shares": stack_bytes(store["sk-shares"][p] for p in dropped),  # equal lengths: nothing padded
     }
-    store.clear()  # the session is over: its keys, seed and shares are gone
+    store.update({"stage": "unmasked", "unmask-dropped": dropped,
+                  "peers": sorted(peers - set(dropped)), "gone": sorted(set(store["gone"]) | set(dropped))})
     return reply, {}
 
 
@@ -304,6 +365,13 @@ for _name in protocol.SECURE_TASKS:
 
 
 # ==================================================================== server side
+def forwarded(mail: list[tuple[int, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The shares the server forwards to one device with its first masked request: the
+    senders' positions and their ciphertext rows (none: zero rows)."""
+    return {"secagg-sources": np.array([source for source, _ in mail], dtype=np.int64),
+            "secagg-ciphertexts": np.stack([row for _, row in mail]) if mail else np.zeros((0, 1), np.uint8)}
+
+
 def within_ranges(total: Mapping[str, np.ndarray], ranges: Mapping[str, float], devices: int) -> bool:
     """Whether a decoded sum of ``devices`` devices' arrays can be theirs: every coordinate
     within ``devices`` × its public range (and finite). Honest devices always pass; a device
@@ -323,33 +391,38 @@ def masked_total(replies: Iterable[Mapping[str, np.ndarray]], names: Iterable[st
     return {name: value & np.uint64(MODULUS - 1) for name, value in total.items()}
 
 
+def combined(shares: Mapping[int, list[bytes]], threshold: int) -> dict[int, bytes]:
+    """The secrets rebuilt from at least ``threshold`` Shamir shares each (Flower's)."""
+    f = _flwr()
+    few = [p for p, got in shares.items() if len(got) < threshold]
+    if few:
+        raise ValueError(f"secure aggregation: fewer than {threshold} shares to unmask positions {few}")
+    return {p: f["combine_shares"](list(got)) for p, got in shares.items()}
+
+
 def unmasked_sum(
     total: Mapping[str, np.ndarray],
     ranges: Mapping[str, float],
-    session: int,
+    stream: str,
     pk1: Mapping[int, bytes],
-    b_shares: Mapping[int, list[bytes]],
-    sk_shares: Mapping[int, list[bytes]],
-    threshold: int,
+    seeds: Mapping[int, bytes],
+    sk1: Mapping[int, bytes],
 ) -> dict[str, np.ndarray]:
     """The float sum over the participants whose masked vectors arrived.
 
-    ``b_shares[p]``: the shares of p's seed b for every p in the sum (their self masks are
-    removed); ``sk_shares[p]``: shares of sk1 for every p that shared keys but sent no vector
-    (the pairwise masks the survivors put in with p are removed). ``pk1``: the survivors'."""
-    f = _flwr()
-    few = [p for shares in (b_shares, sk_shares) for p, got in shares.items() if len(got) < threshold]
-    if few:
-        raise ValueError(f"secure aggregation: fewer than {threshold} shares to unmask positions {few}")
+    ``seeds[p]``: p's seed b_s for every p in the sum (their self masks are removed);
+    ``sk1[p]``: the mask key's scalar of every p the survivors masked with that sent no vector (the
+    pairwise masks the survivors put in with p are removed). ``pk1``: the survivors'.
+    ``stream``: the session and the sum (:func:`stream_name`)."""
     shapes = {name: value.shape for name, value in total.items()}
     size = _flat_size(shapes)
     words = np.concatenate([value.ravel() for value in total.values()]).astype(np.uint64)
-    for position, shares in b_shares.items():
-        words = words - mask(f["combine_shares"](list(shares)), "self", session, size)
-    for position, shares in sk_shares.items():
-        sk1 = f["combine_shares"](list(shares))
+    for seed in seeds.values():
+        words = words - mask(seed, "self", stream, size)
+    for position, scalar in sk1.items():
+        key = private_pem(scalar)
         for other, public in pk1.items():
-            pair = mask(shared_key(sk1, public), "pair", session, size)
+            pair = mask(shared_key(key, public), "pair", stream, size)
             words = words - pair if other > position else words + pair  # what `other` added, undone
     decoded = _split(words & np.uint64(MODULUS - 1), shapes)
     return {name: dequantize(value, ranges[name]) for name, value in decoded.items()}

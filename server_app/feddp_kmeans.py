@@ -83,7 +83,8 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
             self.radius = feddp_kmeans.lloyd_radius(cfg.lloyd_radius, self.clip_norm, k, self.dimension)
             self.bounds["lloyd_gaussian"] = self.radius * (2 if cfg.max_device_points > 0 else 1)
         self.secure_points = feddp_kmeans.secure_points(self.level, cfg.max_device_points, cfg.client_max_points)
-        if self.secure:
+        if self.secure:  # one session of keys serves the histogram and every Lloyd round
+            self.secagg_planned = int(self.init_method == "histogram") + self.lloyd_rounds
             self.bounds = feddp_kmeans.secure_bounds(self.bounds, self.secure_points, self.radius or self.clip_norm, k, self.dimension)
         self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg.clip_outer)
         self.plan = self.privacy_plan()

@@ -1,6 +1,7 @@
-"""Secure aggregation, the server's side: one secure sum is four round trips of declared
-tasks (``secagg_setup``, ``secagg_share_keys``, ``secure_<task>``, ``secagg_unmask``) through
-the transport, with the unmasking done by :mod:`fedcluster.secagg`. The server routes
+"""Secure aggregation, the server's side: a session (two round trips of declared tasks,
+``secagg_setup`` and ``secagg_share_keys``) serves the run's planned secure sums, each two
+more round trips (``secure_<task>``, ``secagg_unmask``), with the unmasking done by
+:mod:`fedcluster.secagg`. The server routes
 public keys and encrypted shares, sums masked integer vectors, and learns only the sum of
 the participants whose masked reply arrived (U3); a participant that drops after that is
 still in the sum, recovered from the others' shares while at least t of them answer.
@@ -9,6 +10,7 @@ A mixin of :class:`server_app.base.FederatedStrategy` (state: ``config``)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from logging import WARNING
 from typing import Any, Callable
 
@@ -32,7 +34,8 @@ class SecureAggregation:
 
     def secagg_record(self) -> dict[str, Any]:
         """What result.json says about secure aggregation (threat model: docs/security.md)."""
-        return {"sums": self.secagg_sessions, "threshold_fraction": self.config["secagg-threshold"],
+        return {"sessions": self.secagg_sessions, "sums": sum(s.used for s in getattr(self, "secagg_history", [])),
+                "threshold_fraction": self.config["secagg-threshold"],
                 "out_of_range": list(getattr(self, "secagg_rejected", [])),
                 "threat_model": "the server sees each secured step's sum over at least the threshold of devices, never one "
                                 "device's; it adds the noise to that exact sum (central DP), and it is trusted to relay "
@@ -60,58 +63,98 @@ class SecureAggregation:
 
     def secure_sum(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
                    sizes: dict[str, int], phase: str, ranges: dict[str, float]) -> tuple[dict[str, np.ndarray], int]:
-        self.secagg_sessions += 1
-        session, n = self.secagg_sessions, len(nodes)
-        t = secagg.threshold(n, self.config["secagg-threshold"])
-        if n < 2 or n > secagg.MAX_PARTICIPANTS:
-            raise FederationError(f"phase {phase!r}: secure aggregation needs 2 to {secagg.MAX_PARTICIPANTS} participants, got {n}")
-        position = {node: index + 1 for index, node in enumerate(nodes)}
-        common = {"session": session}
+        session = getattr(self, "secagg_session", None)
+        if (session is None or session.used == session.sums or not set(nodes) <= session.members
+                or sum(session.position[node] not in session.gone for node in nodes) < session.threshold):
+            session = self.secagg_open(nodes, phase)
+        session.used += 1
+        index, position, t = session.used, session.position, session.threshold
+        asked = [node for node in nodes if position[node] not in session.gone]
 
-        # RT1: key advertisement (U1)
-        replies = self.broadcast("secagg_setup", nodes, config={**common, "participants": n, "threshold": t},
-                                 per_node=lambda node: (None, {"position": position[node]}), phase=f"{phase}-setup", min_replies=t)
-        keys = {position[r.node_id]: (r.arrays["pk1"], r.arrays["pk2"]) for r in replies}
-        u1 = [r.node_id for r in replies]
+        def forwarded(node: int) -> tuple[dict[str, np.ndarray], None]:  # the shares travel with the first sum
+            return secagg.forwarded(session.inbox.get(position[node], []) if index == 1 else []), None
 
-        # RT2: encrypted shares, routed through the server (U2)
-        order = [position[node] for node in u1]
-        request = {"positions": np.array(order), "pk1": secagg.stack_bytes(bytes(keys[p][0]) for p in order),
-                   "pk2": secagg.stack_bytes(bytes(keys[p][1]) for p in order)}
-        replies = self.broadcast("secagg_share_keys", u1, arrays=request, config=common, phase=f"{phase}-share-keys",
+        # masked replies (U3): the sum is over exactly these
+        request = {**arrays, "secagg-ranges": np.array(list(ranges.values())),
+                   "secagg-gone": np.array(sorted(session.gone), dtype=np.int64)}
+        replies = self.broadcast(protocol.secure_name(task), asked, per_node=forwarded, sizes=sizes, phase=phase,
+                                 arrays=request, config={**config, "secagg-session": session.number, "secagg-sum": index},
                                  min_replies=t)
-        inbox: dict[int, list[tuple[int, np.ndarray]]] = {position[r.node_id]: [] for r in replies}
-        for r in replies:
-            for destination, row in zip(r.arrays["destinations"], r.arrays["ciphertexts"]):
-                inbox.setdefault(int(destination), []).append((position[r.node_id], row))
-        u2 = [r.node_id for r in replies]
-        shared = {position[node] for node in u2}
-
-        def forwarded(node: int) -> tuple[dict[str, np.ndarray], None]:
-            mail = [(source, row) for source, row in inbox[position[node]] if source in shared]
-            return {"secagg-sources": np.array([source for source, _ in mail]),
-                    "secagg-ciphertexts": np.stack([row for _, row in mail])}, None
-
-        # RT3: masked replies (U3): the sum is over exactly these
-        request = {**arrays, "secagg-ranges": np.array(list(ranges.values()))}
-        replies = self.broadcast(protocol.secure_name(task), u2, arrays=request, config={**config, "secagg-session": session},
-                                 per_node=forwarded, sizes=sizes, phase=phase, min_replies=t)
         total = secagg.masked_total((r.arrays for r in replies), ranges)
         alive = [position[r.node_id] for r in replies]
-        dropped = sorted(shared - set(alive))
-        pk1 = {p: bytes(keys[p][0]).rstrip(b"\0") for p in alive}
+        dropped = sorted(session.shared - session.gone - set(alive))
 
-        # RT4: unmasking (U4 >= t)
-        replies = self.broadcast("secagg_unmask", [r.node_id for r in replies], config=common, phase=f"{phase}-unmask",
-                                 arrays={"alive": np.array(alive), "dropped": np.array(dropped, dtype=np.int64)}, min_replies=t)
-        b_shares: dict[int, list[bytes]] = {p: [] for p in alive}
-        sk_shares: dict[int, list[bytes]] = {p: [] for p in dropped}
-        for r in replies:
-            for key, into in (("b", b_shares), ("sk", sk_shares)):
-                for p, row in zip(r.arrays[f"{key}-positions"], r.arrays[f"{key}-shares"]):
-                    if int(p) in into:
-                        into[int(p)].append(secagg.row_bytes(row, strip=False))
+        # unmasking (at least t answers): each survivor's own seed, the dropped ones' sk1 shares
+        def unmask(nodes: list[int], recover: list[int], suffix: str) -> list[Reply]:
+            return self.broadcast("secagg_unmask", nodes, phase=f"{phase}-{suffix}", min_replies=t,
+                                  config={"session": session.number, "sum": index},
+                                  arrays={"dropped": np.array(dropped, dtype=np.int64),
+                                          "recover": np.array(recover, dtype=np.int64)})
+
+        replies = unmask([r.node_id for r in replies], [], "unmask")
+        session.gone |= set(dropped)
+        seeds = {position[r.node_id]: secagg.row_bytes(r.arrays["seed"], strip=False) for r in replies}
+        sk_shares = {p: [secagg.row_bytes(row, strip=False) for r in replies
+                         for q, row in zip(r.arrays["sk-positions"], r.arrays["sk-shares"]) if int(q) == p] for p in dropped}
+        missing = [p for p in alive if p not in seeds]  # in the sum, but gone before the unmasking
         try:
-            return secagg.unmasked_sum(total, ranges, session, pk1, b_shares, sk_shares, t), len(alive)
+            if missing:
+                helpers = unmask([r.node_id for r in replies], missing, "recover")
+                b_shares = {p: [secagg.row_bytes(row, strip=False) for r in helpers
+                                for q, row in zip(r.arrays["b-positions"], r.arrays["b-shares"]) if int(q) == p] for p in missing}
+                seeds.update(secagg.combined(b_shares, t))
+            total = secagg.unmasked_sum(total, ranges, secagg.stream_name(session.number, index),
+                                        {p: session.pk1[p] for p in alive}, seeds, secagg.combined(sk_shares, t))
         except ValueError as exc:
             raise FederationError(f"phase {phase!r}: {exc}") from None
+        return total, len(alive)
+
+    def secagg_open(self, nodes: list[int], phase: str) -> "Session":
+        """A new session among ``nodes`` for the secure sums still planned: key advertisement
+        (U1) and encrypted shares routed through the server (U2), two round trips."""
+        if not 2 <= len(nodes) <= secagg.MAX_PARTICIPANTS:
+            raise FederationError(f"phase {phase!r}: secure aggregation needs 2 to {secagg.MAX_PARTICIPANTS} "
+                                  f"participants, got {len(nodes)}")
+        self.secagg_sessions += 1
+        done = sum(s.used for s in getattr(self, "secagg_history", []))
+        sums = max(1, int(getattr(self, "secagg_planned", 1)) - done)
+        t = secagg.threshold(len(nodes), self.config["secagg-threshold"])
+        position = {node: index + 1 for index, node in enumerate(nodes)}
+        common = {"session": self.secagg_sessions}
+        replies = self.broadcast("secagg_setup", nodes, config={**common, "participants": len(nodes), "threshold": t, "sums": sums},
+                                 per_node=lambda node: (None, {"position": position[node]}), phase=f"{phase}-setup", min_replies=t)
+        keys = {position[r.node_id]: (r.arrays["pk1"], r.arrays["pk2"]) for r in replies}
+        order = [position[r.node_id] for r in replies]
+        request = {"positions": np.array(order), "pk1": secagg.stack_bytes(bytes(keys[p][0]) for p in order),
+                   "pk2": secagg.stack_bytes(bytes(keys[p][1]) for p in order)}
+        replies = self.broadcast("secagg_share_keys", [r.node_id for r in replies], arrays=request, config=common,
+                                 phase=f"{phase}-share-keys", min_replies=t)
+        shared = {position[r.node_id] for r in replies}
+        inbox: dict[int, list[tuple[int, np.ndarray]]] = {p: [] for p in shared}
+        for r in replies:
+            for destination, row in zip(r.arrays["destinations"], r.arrays["ciphertexts"]):
+                if int(destination) in shared:
+                    inbox[int(destination)].append((position[r.node_id], row))
+        session = Session(self.secagg_sessions, {n for n in nodes if position[n] in shared}, position, t, sums, shared,
+                          {p: bytes(keys[p][0]).rstrip(b"\0") for p in shared}, inbox)
+        self.secagg_history = [*getattr(self, "secagg_history", []), session]
+        self.secagg_session = session
+        return session
+
+
+@dataclass
+class Session:
+    """The server's view of one secure-aggregation session: who shared keys (positions
+    1..n), the threshold, how many sums it serves and has served, the mask keys' public
+    halves, the shares to forward, and the positions whose sk1 was rebuilt (``gone``)."""
+
+    number: int
+    members: set[int]  # node ids
+    position: dict[int, int]
+    threshold: int
+    sums: int
+    shared: set[int]
+    pk1: dict[int, bytes]
+    inbox: dict[int, list[tuple[int, np.ndarray]]]
+    used: int = 0
+    gone: set[int] = field(default_factory=set)

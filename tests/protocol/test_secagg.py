@@ -43,15 +43,18 @@ def fail(node_to_fail, message_type):
     return hook
 
 
-def test_secure_lloyd_at_epsilon_inf_gives_the_plain_centers_in_four_round_trips_per_round(tmp_path):
+def test_secure_lloyd_at_epsilon_inf_gives_the_plain_centers_in_two_round_trips_per_round(tmp_path):
+    """One session of keys (two round trips) serves every round; each round is then a masked
+    reply and an unmasking."""
     plain = run(config(tmp_path, "plain", **{"lloyd-rounds": 3}), num_nodes=NODES)
     secure = run(config(tmp_path, "secure", **{"lloyd-rounds": 3, "secure-aggregation": True}), num_nodes=NODES)
     np.testing.assert_allclose(centers(tmp_path, "secure"), centers(tmp_path, "plain"), rtol=1e-6)
     phases = [p["phase"] for p in secure["phases"] if p["phase"].startswith("lloyd")]
-    assert phases == ["lloyd-setup", "lloyd-share-keys", "lloyd", "lloyd-unmask"] * 3
+    assert phases == ["lloyd-setup", "lloyd-share-keys"] + ["lloyd", "lloyd-unmask"] * 3
     lloyd_trips = {p["round_trip"] for p in secure["phases"] if p["phase"].startswith("lloyd")}
     plain_trips = {p["round_trip"] for p in plain["phases"] if p["phase"].startswith("lloyd")}
-    assert len(lloyd_trips) == 4 * len(plain_trips) == 12
+    assert len(plain_trips) == 3 and len(lloyd_trips) == 2 + 2 * 3
+    assert secure["privacy"]["secure_aggregation"]["sessions"] == 1
 
 
 def test_the_server_never_receives_a_devices_plain_statistics(tmp_path):
@@ -116,6 +119,32 @@ def test_a_device_that_drops_still_gives_the_right_sum_of_the_others(tmp_path, s
     np.testing.assert_allclose(centers(tmp_path, "secure"), lloyd_step(used, init), rtol=1e-6)
 
 
+def test_a_device_that_drops_before_masking_stays_out_and_one_that_misses_an_unmasking_stays_in(tmp_path):
+    """Three rounds of one session. Node 1000 fails its first masked reply: its sk1 is
+    rebuilt, so it is never asked again (the others stop masking with it) and every round is
+    over the nine others. Node 1001 fails only its first unmasking: its vector was in the
+    sum, and it takes part in the next rounds."""
+    seen = []
+
+    def hook(node, message, reply):
+        kind = message.metadata.message_type
+        seen.append((node, kind))
+        first = seen.count((node, kind)) == 1
+        if first and ((node, kind) == (1000, "query.secure_feddp_lloyd") or (node, kind) == (1001, "query.secagg_unmask")):
+            return Message(Error(code=2, reason="gone"), reply_to=message)
+        return reply
+
+    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 3, "secure-aggregation": True}), num_nodes=NODES, reply_hook=hook)
+    assert seen.count((1000, "query.secure_feddp_lloyd")) == 1 and seen.count((1001, "query.secure_feddp_lloyd")) == 3
+    assert result["privacy"]["secure_aggregation"]["sessions"] == 1
+    X = pooled_points(result["config"], NODES)[0]
+    X = X[len(X) // NODES:]  # node 1000 holds the first tenth
+    expected = np.load(tmp_path / "secure" / "init_centers.npy")
+    for _ in range(3):
+        expected = lloyd_step(X, expected)
+    np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6)
+
+
 def test_fewer_unmask_answers_than_the_threshold_stop_the_run(tmp_path):
     def hook(node, message, reply):
         if node < 1004 and message.metadata.message_type == "query.secagg_unmask":
@@ -166,7 +195,7 @@ def test_without_server_data_the_secure_run_is_the_plain_run_at_the_same_epsilon
     np.testing.assert_allclose(centers(tmp_path, "secure"), centers(tmp_path, "plain"), rtol=1e-5, atol=1e-6)
     assert plain["privacy"]["secure_aggregation"] is None
     record = secure["privacy"]["secure_aggregation"]
-    assert record["sums"] == 1 + 3 and record["out_of_range"] == []
+    assert record["sums"] == 1 + 3 and record["sessions"] == 1 and record["out_of_range"] == []
     assert secure["privacy"]["epsilon"] <= 1.0
     for step in ("step2", "lloyd_gaussian", "lloyd_laplace"):  # the rounding slack is accounted, and tiny
         assert plain["privacy"]["bounds"][step] < secure["privacy"]["bounds"][step] < plain["privacy"]["bounds"][step] * (1 + 1e-4)
