@@ -14,6 +14,7 @@ Flower message. NumPy only at import time (a device needs nothing else).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
@@ -349,6 +350,10 @@ def _rules(c: Mapping[str, Any]) -> None:
     if c["secure-aggregation"] and start_method(c["init"], served) == "feddp":
         raise ConfigError("secure-aggregation = true secures the histogram start and the Lloyd sums, not FedDP-Init's "
                           "steps: choose init = 'histogram', 'sphere-packing', 'server-kmeans++' or 'server-lloyds'")
+    if c["secure-aggregation"] and c["secagg-noise"] == "devices" and (c["step-epsilons"] or
+                                                                       (c["privacy-level"] == "client" and c["client-sampling-rate"] < 1)):
+        raise ConfigError("secagg-noise = 'devices' calibrates one target epsilon without client sampling: drop "
+                          "step-epsilons and client-sampling-rate < 1, or set secagg-noise = 'server'")
     if c["secure-aggregation"] and c["evaluate-cost"]:
         raise ConfigError("secure-aggregation = true with evaluate-cost = true would send each device's exact cost in "
                           "the clear: set evaluate-cost = false")
@@ -400,6 +405,9 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("secure-aggregation", False, "the histogram start's counts and the Lloyd rounds' sums and counts by secure "
         "aggregation: the server gets masked integer vectors and learns only their sum over at least the threshold "
         "of devices (2 round trips per sum, 2 more once; not FedDP-Init; needs evaluate-cost = false)"),
+    Key("secagg-noise", "devices", "with secure-aggregation: who adds the DP noise. devices: each adds its share of "
+        "Skellam noise before masking (the server never holds a sum without noise; RDP accounting); server: the "
+        "server adds it to the exact sum (central DP)", allowed=StrOptions(("devices", "server"))),
     Key("secagg-threshold", 2 / 3, "secure aggregation: Shamir threshold as a fraction of the participants (at least 2 and more than half): "
         "the sum completes while that many answer the unmasking", allowed=Interval(float, 0, 1, closed="right")),
     Key("noise-seed", -1, "seed of the noise (-1 = OS entropy)", allowed=Interval(int, -1, SEED_MAX)),
@@ -686,6 +694,60 @@ def secure_ranges(points: float, per_point: float) -> dict[str, float]:
     device's ``points`` (:func:`secure_points`), each moving a sum's coordinate by at most
     ``per_point`` (Δ, or the radius of a relative update)."""
     return {"sums": float(points) * per_point, "counts": float(points)}
+
+
+SECURED_STEPS = {  # step: (its summed array, its size as a function of k and d, its bound's norm)
+    "step2": ("histogram", lambda k, d: HISTOGRAM_CANDIDATES_PER_CLUSTER * k, 1),
+    "lloyd_gaussian": ("sums", lambda k, d: k * d, 2),
+    "lloyd_laplace": ("counts", lambda k, d: k, 1),
+}
+
+
+def device_noise_steps(weights: Mapping[str, float], bounds: Mapping[str, float], lloyd_rounds: int, points: float,
+                       per_point: float, k: int, d: int) -> list[dict[str, Any]]:
+    """The secured steps as :func:`fedcluster.privacy.skellam.calibrate` takes them, in
+    fixed-point grid units (the grid step is the array's public range / 2^40): a bound on
+    the L1 norm (counts) also bounds the L2 norm, one on the L2 norm bounds the L1 norm
+    times √size, and rounding to the grid adds at most one unit per coordinate."""
+    from .secagg import HALF_LEVELS
+
+    ranges = {"histogram": points, **secure_ranges(points, per_point)}
+    steps = []
+    for name, weight in weights.items():
+        array, size_of, norm = SECURED_STEPS[name]
+        size, grid = size_of(k, d), ranges[array] / HALF_LEVELS
+        bound = bounds[name] / grid
+        l1, l2 = (bound + size, bound + math.sqrt(size)) if norm == 1 else (bound * math.sqrt(size) + size, bound + math.sqrt(size))
+        steps.append({"name": name, "l1": l1, "l2": l2, "grid": grid, "weight": weight,
+                      "compositions": lloyd_rounds if name in LLOYD_STEPS else 1})
+    return steps
+
+
+@dataclass(frozen=True)
+class DeviceNoiseStep:
+    """A step whose noise the devices add under secure aggregation (``secagg-noise =
+    devices``): its Skellam release and share of ε. ``noise_scale`` is what the strategy
+    reads of a calibrated step: the noise's standard deviation in the data's units, over
+    √2 for counts (a Laplace scale of the same spread, for the histogram's significance
+    threshold)."""
+
+    release: Any
+    epsilon_share: float
+    counts: bool
+
+    @property
+    def noise_scale(self) -> float:
+        return self.release.noise_std / (math.sqrt(2) if self.counts else 1.0)
+
+    def mechanism_instance(self, rng: np.random.Generator | None = None) -> "AddedByDevices":
+        return AddedByDevices()
+
+
+class AddedByDevices:
+    """The server's "mechanism" of a step whose noise is in the secure sum already."""
+
+    def add(self, value: np.ndarray) -> np.ndarray:
+        return np.asarray(value, dtype=np.float64)
 
 
 def secure_bounds(bounds: Mapping[str, float], points: float, per_point: float, k: int, d: int) -> dict[str, float]:

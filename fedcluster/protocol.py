@@ -516,6 +516,7 @@ def _secure_variant(spec: Task) -> Task:
             ArrayField("secagg-sources", ("e",), "positions whose encrypted shares follow", integer=True, nonnegative=True),
             ArrayField("secagg-ciphertexts", ("e", "*"), "their Fernet tokens for this device", nonnegative=True),
             ArrayField("secagg-ranges", ("a",), "public clipping range of each summed reply array, in declared order", nonnegative=True),
+            ArrayField("secagg-noise", ("a",), "variance of the Skellam noise this device adds to each summed array, per coordinate, in grid units", nonnegative=True),
             ArrayField("secagg-gone", ("g",), "positions whose sk1 the server may hold: masked with no longer", integer=True, nonnegative=True),
         ),
         config=spec.config + (Param("secagg-session", int, allowed=Interval(int, 0), doc="the session"),

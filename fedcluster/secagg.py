@@ -38,6 +38,7 @@ import numpy as np
 
 from .device import KERNELS, DeviceData, device_task
 from . import protocol
+from .privacy.skellam import noise
 
 MODULUS_BITS = 62
 MODULUS = 2**MODULUS_BITS
@@ -310,7 +311,8 @@ def masked_reply(name: str):
             raise ValueError(f"secure aggregation: {len(ranges)} ranges for {len(summed)} summed arrays")
         shapes = {key: np.shape(result[key]) for key in summed}
         size, stream, me = _flat_size(shapes), stream_name(store["session"], index), store["position"]
-        words = np.concatenate([quantize(result[key], bound).ravel() for key, bound in zip(summed, ranges)])
+        words = np.concatenate([quantize(result[key], bound).ravel() + noise(variance, int(np.prod(shapes[key])))
+                                for key, bound, variance in zip(summed, ranges, arrays["secagg-noise"])])
         words = words.astype(np.uint64) + mask(store["seeds"][index - 1], "self", stream, size)
         for peer in peers:
             pair = mask(store["pair-keys"][peer], "pair", stream, size)
@@ -372,12 +374,19 @@ def forwarded(mail: list[tuple[int, np.ndarray]]) -> dict[str, np.ndarray]:
             "secagg-ciphertexts": np.stack([row for _, row in mail]) if mail else np.zeros((0, 1), np.uint8)}
 
 
-def within_ranges(total: Mapping[str, np.ndarray], ranges: Mapping[str, float], devices: int) -> bool:
+def within_ranges(total: Mapping[str, np.ndarray], ranges: Mapping[str, float], devices: int,
+                  noise: Mapping[str, float] | None = None, threshold: int = 1) -> bool:
     """Whether a decoded sum of ``devices`` devices' arrays can be theirs: every coordinate
-    within ``devices`` × its public range (and finite). Honest devices always pass; a device
-    that masked anything else (a vector beyond its range, or garbage mod R) almost surely
-    does not."""
-    return all(bool(np.all(np.isfinite(value))) and float(np.max(np.abs(value), initial=0.0)) <= devices * float(ranges[name])
+    within ``devices`` × its public range (and finite), plus, where the devices add noise
+    (variance ``noise[name]`` in grid units over ``threshold`` devices' shares), 12 of the
+    sum's noise standard deviations. Honest devices pass (but for a chance below 1e-30 a
+    coordinate); a device that masked anything else (a vector beyond its range, or garbage
+    mod R) almost surely does not."""
+    noise = noise or {}
+    def limit(name: str) -> float:
+        grid = float(ranges[name]) / HALF_LEVELS
+        return devices * float(ranges[name]) + 12 * grid * float(np.sqrt(noise.get(name, 0.0) * devices / threshold))
+    return all(bool(np.all(np.isfinite(value))) and float(np.max(np.abs(value), initial=0.0)) <= limit(name)
                for name, value in total.items())
 
 

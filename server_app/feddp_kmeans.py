@@ -85,6 +85,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         self.secure_points = feddp_kmeans.secure_points(self.level, cfg.max_device_points, cfg.client_max_points)
         if self.secure:  # one session of keys serves the histogram and every Lloyd round
             self.secagg_planned = int(self.init_method == "histogram") + self.lloyd_rounds
+        if self.secure and not self.distributed:  # the server's noise covers the rounding too
             self.bounds = feddp_kmeans.secure_bounds(self.bounds, self.secure_points, self.radius or self.clip_norm, k, self.dimension)
         self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg.clip_outer)
         self.plan = self.privacy_plan()
@@ -92,7 +93,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         streams = fedcluster.privacy.independent_generators(seed if seed >= 0 else None, len(feddp_kmeans.STEPS) + 1)
         self.mechanisms = {name: step.mechanism_instance(streams[feddp_kmeans.STEPS[name][1]]) for name, step in self.plan.items()}
         self.sampling_rng = streams[feddp_kmeans.SAMPLING_STREAM]
-        self.ledger = fedcluster.privacy.PrivacyLedger(self.level)
+        self.ledger = self.new_ledger()
 
         arrays: dict[str, np.ndarray] = {}
         if self.init_method == "feddp":
@@ -239,7 +240,8 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         candidates = request["candidates"]
         request = request if self.origin is None else {**request, "origin": self.origin}
         total, _ = self.summed("feddp_candidates", self.participants(), request, self.client_config(laplace="step2"),
-                               {"s": candidates.shape[0]}, self.check_histogram, "init-histogram", {"histogram": self.secure_points})
+                               {"s": candidates.shape[0]}, self.check_histogram, "init-histogram", {"histogram": self.secure_points},
+                               self.device_noise("step2"))
         weights = self.noisy("step2", np.zeros(candidates.shape[0]) + (0 if total is None else total["histogram"]))
         self.record("step2")
         centers, record = feddp_kmeans.histogram_start(candidates, weights, self.plan["step2"].noise_scale, k, half_width,
@@ -275,7 +277,8 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
                 config["radius"] = self.radius
             request = {"centers": centers} if self.origin is None else {"centers": centers, "origin": self.origin}
             ranges = feddp_kmeans.secure_ranges(self.secure_points, self.radius or self.clip_norm)
-            total, replies = self.summed("feddp_lloyd", self.participants(), request, config, {"k": k}, self.check_lloyd, "lloyd", ranges)
+            total, replies = self.summed("feddp_lloyd", self.participants(), request, config, {"k": k}, self.check_lloyd, "lloyd",
+                                         ranges, self.device_noise("lloyd_gaussian", "lloyd_laplace"))
             if total is None:  # a secure sum no honest devices could give: this round's update is skipped
                 self.end_round(center_shift=0.0, kept_centers=k, noisy_counts=np.zeros(k))
                 continue

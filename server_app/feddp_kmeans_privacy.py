@@ -5,11 +5,13 @@ reports and what it does not cover. A mixin of :class:`server_app.feddp_kmeans.F
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 import numpy as np
 
+import fedcluster.privacy
 from fedcluster import feddp_kmeans
 from fedcluster.config import number_list
 
@@ -21,12 +23,26 @@ _NUMBER = re.compile(r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
 class FedDPPrivacy:
     """Plan, noise, ledger and reply checks of a private run."""
 
+    @property
+    def distributed(self) -> bool:
+        """Whether the devices add the noise (secure aggregation with ``secagg-noise = devices``)."""
+        return self.secure and self.config["secagg-noise"] == "devices"
+
     def privacy_plan(self) -> dict[str, Any]:
         """The noise of every step (fedcluster.feddp_kmeans.privacy_plan); the run config
-        has already checked how budget-split, lloyd-fraction and step-epsilons combine."""
+        has already checked how budget-split, lloyd-fraction and step-epsilons combine.
+        Noise added by the devices: Skellam releases (fedcluster.privacy.skellam)."""
         cfg = self.config
         shares = number_list(cfg.budget_split, "budget-split") if cfg.budget_split else feddp_kmeans.RULE_OF_THUMB[self.level]
         weights = feddp_kmeans.step_weights(self.init_method, self.lloyd_rounds, list(shares), cfg.lloyd_fraction)
+        if self.distributed:
+            from fedcluster.privacy import skellam
+
+            self.budget_mode = "no noise (epsilon = inf)" if math.isinf(cfg.epsilon) else "target-total"
+            steps = feddp_kmeans.device_noise_steps(weights, self.bounds, self.lloyd_rounds, self.secure_points,
+                                                    self.radius or self.clip_norm, cfg.k, self.dimension)
+            releases = skellam.calibrate(steps, cfg.epsilon, cfg.delta)
+            return {r.name: feddp_kmeans.DeviceNoiseStep(r, weights[r.name], r.name != "lloyd_gaussian") for r in releases}
         q = cfg.client_sampling_rate
         sampling = q if self.level == "client" and q < 1 else None
         specs = feddp_kmeans.step_specs(weights, self.bounds, self.lloyd_rounds, sampling)
@@ -56,8 +72,25 @@ class FedDPPrivacy:
         """``value`` + the noise of step ``name`` (its own mechanism and stream)."""
         return self.mechanisms[name].add(value)
 
+    def new_ledger(self):
+        if self.distributed:
+            from fedcluster.privacy import skellam
+
+            return skellam.SkellamLedger(self.level)
+        return fedcluster.privacy.PrivacyLedger(self.level)
+
+    def device_noise(self, *names: str) -> dict[str, float] | None:
+        """Noise added by the devices: each secured step's variance (grid units), by its
+        summed array; None when the server adds the noise."""
+        if not self.distributed:
+            return None
+        return {feddp_kmeans.SECURED_STEPS[name][0]: self.plan[name].release.variance for name in names}
+
     def record(self, name: str, compositions: int = 1) -> None:
         step = self.plan[name]
+        if self.distributed:  # the release was planned with its compositions
+            self.ledger.record(step.release)
+            return
         self.ledger.record(
             name, self.mechanisms[name], compositions=compositions, sampling_rate=step.sampling_rate,
             delta=self.config.delta if step.mechanism != "laplace" else None,
@@ -84,6 +117,8 @@ class FedDPPrivacy:
 
     def privacy_report(self) -> dict[str, Any]:
         delta = self.config.delta
+        if self.distributed:  # every release holds the noise of at least the threshold of devices
+            self.ledger.devices = min((s.threshold for s in getattr(self, "secagg_history", [])), default=0)
         report = self.ledger.to_dict(delta)
         report.update({
             "target_epsilon": self.config.epsilon if not self.config.step_epsilons else None,

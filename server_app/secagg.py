@@ -43,7 +43,7 @@ class SecureAggregation:
 
     def summed(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
                sizes: dict[str, int], check: Callable[[Reply], str | None] | None, phase: str,
-               ranges: dict[str, float]) -> tuple[dict[str, np.ndarray], int]:
+               ranges: dict[str, float], noise: dict[str, float] | None = None) -> tuple[dict[str, np.ndarray] | None, int]:
         """The sum of the ``ranges``' arrays over the valid replies to ``task``, and how many
         devices are in it. Secure mode: no reply check beyond the masked shapes is possible
         (``check`` is not used), ``ranges`` (public, fixed before the round) clip every
@@ -53,8 +53,9 @@ class SecureAggregation:
         if not self.secure:
             replies = self.broadcast(task, nodes, arrays=arrays, config=config, sizes=sizes, check=check, phase=phase)
             return {name: sum(r.arrays[name] for r in replies) for name in ranges}, len(replies)
-        total, count = self.secure_sum(task, nodes, arrays, config, sizes, phase, ranges)
-        if secagg.within_ranges(total, ranges, count):
+        noise = noise or {}
+        total, count = self.secure_sum(task, nodes, arrays, config, sizes, phase, ranges, noise)
+        if secagg.within_ranges(total, ranges, count, noise, self.secagg_session.threshold):
             return total, count
         self.secagg_rejected = [*getattr(self, "secagg_rejected", []), phase]
         log(WARNING, "[fedcluster] %s: the secure sum of %d devices lies outside their public ranges (a device sent "
@@ -62,7 +63,8 @@ class SecureAggregation:
         return None, count
 
     def secure_sum(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
-                   sizes: dict[str, int], phase: str, ranges: dict[str, float]) -> tuple[dict[str, np.ndarray], int]:
+                   sizes: dict[str, int], phase: str, ranges: dict[str, float],
+                   noise: dict[str, float]) -> tuple[dict[str, np.ndarray], int]:
         session = getattr(self, "secagg_session", None)
         if (session is None or session.used == session.sums or not set(nodes) <= session.members
                 or sum(session.position[node] not in session.gone for node in nodes) < session.threshold):
@@ -75,7 +77,8 @@ class SecureAggregation:
             return secagg.forwarded(session.inbox.get(position[node], []) if index == 1 else []), None
 
         # masked replies (U3): the sum is over exactly these
-        request = {**arrays, "secagg-ranges": np.array(list(ranges.values())),
+        request = {**arrays, "secagg-ranges": np.array(list(ranges.values())),  # and each device's share of the noise
+                   "secagg-noise": np.array([noise.get(name, 0.0) / t for name in ranges]),
                    "secagg-gone": np.array(sorted(session.gone), dtype=np.int64)}
         replies = self.broadcast(protocol.secure_name(task), asked, per_node=forwarded, sizes=sizes, phase=phase,
                                  arrays=request, config={**config, "secagg-session": session.number, "secagg-sum": index},

@@ -3,7 +3,9 @@
 - :mod:`.clipping` -- device side, NumPy only: norm clipping and the privacy levels;
 - :mod:`.mechanisms` -- Gaussian, symmetric Gaussian and Laplace noise, one base class;
 - :mod:`.calibration` -- noise for a target ε (one step, or all steps of a run);
-- :mod:`.ledger` -- recorded steps as dp_accounting events, PLD composition, reports.
+- :mod:`.ledger` -- recorded steps as dp_accounting events, PLD composition, reports;
+- :mod:`.skellam` -- the devices' own noise under secure aggregation: Skellam releases,
+  their RDP accounting and calibration, and their ledger.
 
 Every public name is re-exported here. The server-side modules (SciPy, dp_accounting) are
 imported on first use, so a device importing :mod:`fedcluster.privacy.clipping` loads
@@ -29,6 +31,7 @@ _EXPORTS = {
         "event_to_dict",
         "LedgerStep", "PrivacyLedger",
     ),
+    "skellam": ("SkellamRelease", "SkellamLedger"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

@@ -140,7 +140,7 @@ def test_flwr_run_equals_inprocess_for_feddp_and_both_spectral_algorithms(flower
     # between messages, which Ray workers do not share
     secure = {"algorithm": "feddp-kmeans", "k": 3, "dataset": "gaussian-mixture", "dim": 3, "dimension": 3, "epsilon": 2.0,
               "lloyd-rounds": 2, "clip-norm": 20.0, "seed": 5, "noise-seed": 9, "evaluate-cost": False,
-              "secure-aggregation": True}
+              "secure-aggregation": True, "secagg-noise": "server"}  # the devices' own noise is never seeded
     result = flwr_run(flower, secure, 4, tmp_path / "secure")
     assert result["privacy"]["secure_aggregation"]["sums"] == 3
     assert_same_as_inprocess(secure, 4, tmp_path / "secure")

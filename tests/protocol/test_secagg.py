@@ -185,12 +185,14 @@ NO_SERVER_DATA = {
 }
 
 
-def test_without_server_data_the_secure_run_is_the_plain_run_at_the_same_epsilon(tmp_path):
+def test_without_server_data_the_secure_run_with_the_servers_noise_is_the_plain_run(tmp_path):
     """The default start without server data (the histogram) and the relative Lloyd rounds,
-    no cap on a device's points: secured, the same noise draws give the plain run's centers
-    (the sensitivities grow only by the rounding to the fixed-point grid), within the same ε."""
+    no cap on a device's points, the server adding the noise: secured, the same noise draws
+    give the plain run's centers (the sensitivities grow only by the rounding to the
+    fixed-point grid), within the same ε."""
     plain = run({**NO_SERVER_DATA, "output-dir": str(tmp_path / "plain")}, num_nodes=NODES)
-    secure = run({**NO_SERVER_DATA, "output-dir": str(tmp_path / "secure"), "secure-aggregation": True}, num_nodes=NODES)
+    secure = run({**NO_SERVER_DATA, "output-dir": str(tmp_path / "secure"), "secure-aggregation": True,
+                  "secagg-noise": "server"}, num_nodes=NODES)
     assert secure["init"]["method"] == "histogram" and secure["privacy"]["lloyd_update"] == "relative"
     np.testing.assert_allclose(centers(tmp_path, "secure"), centers(tmp_path, "plain"), rtol=1e-5, atol=1e-6)
     assert plain["privacy"]["secure_aggregation"] is None
@@ -255,3 +257,53 @@ def test_a_secured_stages_failure_reason_names_no_point_count_or_data_path(tmp_p
     assert described in reason("lloyd_stats", {})  # a plain task: where it failed (centers missing)
     secured = reason("secagg_unmask", {"session": 1})  # its arrays missing
     assert "secagg_unmask" in secured and described not in secured
+
+
+def test_with_the_devices_noise_no_sum_the_server_decodes_lacks_it_and_epsilon_holds(tmp_path, monkeypatch):
+    """secagg-noise = devices (the default): every sum the server unmasks already holds
+    Skellam noise of the planned variance (its spread around the devices' exact sums, over
+    every coordinate of the histogram and the Lloyd rounds, is that of the plan: ten
+    devices' shares of v/7 each), and the reported ε, recomputed here from the reported
+    releases with an independent implementation of the Skellam RDP bound, is at most the
+    target."""
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+    decoded, requests = [], []
+    original = secagg.unmasked_sum
+    monkeypatch.setattr(secagg, "unmasked_sum", lambda *a, **k: decoded.append(original(*a, **k)) or decoded[-1])
+
+    def hook(node, message, reply):
+        if message.metadata.message_type.startswith("query.secure_"):
+            requests.append((node, message))
+        return reply
+
+    run_config = with_defaults({**NO_SERVER_DATA, "output-dir": str(tmp_path / "secure"), "secure-aggregation": True})
+    result = run(dict(run_config), num_nodes=NODES, reply_hook=hook)
+    privacy = result["privacy"]
+    assert privacy["noise_added_by"] == "the devices" and privacy["min_noisy_devices"] == 7  # t of 10
+    assert privacy["secure_aggregation"]["out_of_range"] == []
+    orders = list(range(2, 257))
+    rdp = [sum(s["compositions"] * (a * s["l2"] ** 2 / (2 * s["variance"]) + min(
+        ((2 * a - 1) * s["l2"] ** 2 + 6 * s["l1"]) / (4 * s["variance"] ** 2), 3 * s["l1"] / (2 * s["variance"])))
+        for s in privacy["steps"]) for a in orders]
+    assert privacy["epsilon"] <= compute_epsilon(orders, rdp, run_config["delta"])[0] * (1 + 1e-9) <= 1.0 + 1e-6
+
+    std = {s["name"]: s["noise_std"] * math.sqrt(NODES / 7) for s in privacy["steps"]}
+    names = {"histogram": "step2", "sums": "lloyd_gaussian", "counts": "lloyd_laplace"}
+    scaled = []
+    for index, total in enumerate(decoded):  # one per sum: the histogram, then each Lloyd round
+        mine = requests[index * NODES:(index + 1) * NODES]
+        exact = {}
+        for node, message in mine:
+            data = device_data(run_config, {"partition-id": node - 1000, "num-partitions": NODES})
+            task = message.metadata.message_type.removeprefix("query.secure_")
+            request = {k: v.numpy() for k, v in message.content.array_records["arrays"].items() if not k.startswith("secagg-")}
+            config = {k: v for k, v in message.content.config_records["config"].items() if not k.startswith("secagg-")}
+            plain, _ = run_task(task, data, request, config)
+            for name in total:
+                exact[name] = exact.get(name, 0) + plain[name]
+        for name, value in total.items():
+            scaled.append(((value - exact[name]) / std[names[name]]).ravel())
+    scaled = np.concatenate(scaled)
+    assert scaled.size == 40 + 3 * (16 + 4)
+    assert 0.75 < scaled.std() < 1.3, scaled.std()
