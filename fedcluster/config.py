@@ -59,10 +59,11 @@ PARTITIONS = ("iid", "dirichlet", "one-source", "components")
 # Presets: values for keys left at their default (a key given another value than both its
 # default and the preset's is a conflict). "deployment" switches off the measurement rounds
 # that are not part of any algorithm: in a deployment every round trip costs seconds, and
-# FedDP's exact cost report is not private.
+# FedDP's exact cost report is not private. k-FED's scoring round stays: it is how the
+# devices choose the guarded grouping against a device that lies about its counts.
 PRESETS: dict[str, dict[str, Any]] = {
     "none": {},
-    "deployment": {"eval-every": 0, "kfed-evaluate": False, "evaluate-cost": False},
+    "deployment": {"eval-every": 0, "evaluate-cost": False},
 }
 PRESET_NAMES = tuple(PRESETS)
 
@@ -111,7 +112,7 @@ COMMON = Section("common", (
     Key("num-rounds", 20, "training rounds", allowed=Interval(int, 0, MANY)),
     Key("seed", 0, "seed of the server's random choices and of generated data", allowed=Interval(int, 0, SEED_MAX)),
     Key("preset", "none", "deployment: the measurement phases that are not part of the algorithm are off "
-        "(eval-every = 0, kfed-evaluate = false, evaluate-cost = false)", allowed=StrOptions(PRESET_NAMES)),
+        "(eval-every = 0, evaluate-cost = false; k-FED keeps its scoring round, which guards it)", allowed=StrOptions(PRESET_NAMES)),
 ))
 DATA = Section("data", (
     Key("dataset", "gaussian-mixture", "where the devices' data come from", allowed=StrOptions(DATASETS)),

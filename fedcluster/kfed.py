@@ -431,6 +431,29 @@ def kfed_local(data: DeviceData, arrays: dict[str, np.ndarray], config: dict[str
 # --------------------------------------------------------------------------------------
 
 
+def score_bounds(centers: np.ndarray, counts: np.ndarray, cost: float, candidates: np.ndarray) -> np.ndarray:
+    """The most a device's points can cost under each candidate center set (m, k, d),
+    given what it declared in ``kfed_local``: its centers c_j, the sizes n_j of the
+    clusters its points form around them, and their total cost L. Every point may go to
+    the candidate nearest its own center, at distance ≤ ‖x − c_j‖ + ‖c_j − c*‖, so by the
+    triangle inequality over each cluster's points and Cauchy–Schwarz over the clusters,
+    cost ≤ (√L + √(Σ_j n_j min_c ‖c_j − c‖²))². A ``score_candidates`` reply above it
+    contradicts the device's own declaration."""
+    centers, counts = np.asarray(centers, dtype=np.float64), np.asarray(counts, dtype=np.float64)
+    moved = np.array([float(counts @ squared_distances(centers, np.asarray(c, dtype=np.float64)).min(axis=1))
+                      for c in candidates])
+    return (math.sqrt(max(float(cost), 0.0)) + np.sqrt(moved)) ** 2
+
+
+def score_violation(costs: np.ndarray, bounds: np.ndarray) -> str | None:
+    """Why a device's candidate costs cannot be its own (:func:`score_bounds`), or None."""
+    over = np.flatnonzero(np.asarray(costs, dtype=np.float64) > bounds * (1 + 1e-9) + 1e-9)
+    if over.size:
+        return (f"its cost of candidate {int(over[0])} exceeds what its declared local centers, counts and cost "
+                f"allow ({float(costs[over[0]]):.6g} > {float(bounds[over[0]]):.6g})")
+    return None
+
+
 def _stack_centers(device_centers: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Stack the devices' centers; returns ``(all_centers, device_index_of_each_row)``."""
     if len(device_centers) == 0:

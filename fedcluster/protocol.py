@@ -443,7 +443,7 @@ TASKS: dict[str, Task] = {
                 Param("epochs", int, 30, allowed=Interval(int, 1, 10_000), doc="batch SOM passes over the points"),
                 _SEED,
             ),
-            reply=(ArrayField("codebook", ("u", "d"), "the SOM units (u ≤ grid², a square)"),),
+            reply=(ArrayField("codebook", ("u", "d"), "the SOM units (u ≤ grid², a square): weighted means of its points", role="mean"),),
             used_by=("da-ufl",),
         ),
         Task(

@@ -89,12 +89,13 @@ class FederatedStrategy(Membership, Transport, Results):
         self.warnings.append(text)
 
     # ------------------------------------------------------------------ shared phases
-    def score_candidates(self, candidates: np.ndarray, phase: str) -> tuple[np.ndarray, int]:
+    def score_candidates(self, candidates: np.ndarray, phase: str, check: Callable | None = None) -> tuple[np.ndarray, int]:
         """The total k-means cost of every candidate center set (m, k, d) over the active
-        nodes' points, in one round trip (``score_candidates``), and the points that scored them."""
+        nodes' points, in one round trip (``score_candidates``), and the points that scored
+        them; ``check`` (optional): a reply it finds a reason against is dropped."""
         candidates = np.asarray(candidates)
         replies = self.broadcast("score_candidates", self.active_nodes, arrays={"candidates": candidates},
-                                 sizes={"m": candidates.shape[0], "k": candidates.shape[1]}, phase=phase)
+                                 sizes={"m": candidates.shape[0], "k": candidates.shape[1]}, phase=phase, check=check)
         return sum_arrays(replies, "costs"), int(sum_metric(replies))
 
     def vote_dimension(self, replies: list[Reply], dimension_of: Callable[[Reply], int]) -> list[Reply]:

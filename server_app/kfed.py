@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
-from fedcluster.kfed import TooFewCenters, default_k_prime, induced_over_nearest, kfed_merge, left_out_by_node
+from fedcluster.kfed import (TooFewCenters, default_k_prime, induced_over_nearest, kfed_merge, left_out_by_node,
+                             score_bounds, score_violation)
 
 from .base import FederatedStrategy, FederationError
 
@@ -147,7 +148,15 @@ class KFed(FederatedStrategy):
         if scored:
             # kfed-evaluate: the candidates are scored on the devices' own points in the
             # evaluation round; the cheapest there is the result, its cost exact.
-            candidate_costs, points = self.score_candidates(np.stack([c for c, _ in merged]), phase="evaluation")
+            stacked = np.stack([c for c, _ in merged])
+            declared = {node: (c, n, cost) for node, c, n, cost in zip(nodes, centers, counts, costs)}
+
+            def within_declaration(reply) -> str | None:  # a device's costs bounded by its own local summary
+                if reply.node_id not in declared:
+                    return None
+                return score_violation(reply.arrays["costs"], score_bounds(*declared[reply.node_id], stacked))
+
+            candidate_costs, points = self.score_candidates(stacked, phase="evaluation", check=within_declaration)
             chosen = int(np.argmin(candidate_costs))
             global_centers, assignment = merged[chosen]
             total = float(candidate_costs[chosen])

@@ -142,3 +142,22 @@ def test_an_agent_putting_its_points_in_the_wrong_cluster_is_dropped(tmp_path):
     result = run(config, num_nodes=10, reply_hook=wrong_cluster)
     failures = [f for p in result["phases"] if p["phase"] == "daufl-step" for f in p["failures"]]
     assert failures and all(f["node"] == 1003 and "not a nearest-center assignment" in f["reason"] for f in failures)
+
+
+def test_a_codebook_outside_the_agents_box_is_dropped_and_the_run_goes_on(tmp_path):
+    """With the defaults, one agent of ten answered the SOM phase with units of float64's
+    largest value: the server's k-means++ on the codebooks met inf and the run died with a
+    raw error, naming no one. A codebook is weighted means of the agent's points, so it
+    must lie in the box the agent declared; this one is dropped, its sender named."""
+    def huge(node, message, reply):
+        if node == 1003 and not reply.has_error() and message.metadata.message_type == "query.som_codebook":
+            record = reply.content.array_records["arrays"]
+            record["codebook"] = Array(np.full(record["codebook"].numpy().shape, np.finfo(float).max))
+        return reply
+
+    config = {**PAPER, "seed": 0, "reference": False, "output-dir": str(tmp_path / "hostile")}
+    result = run(config, num_nodes=10, reply_hook=huge)
+    failures = [(f["node"], f["reason"]) for p in result["phases"] for f in p["failures"]]
+    assert failures and {node for node, _ in failures} == {1003}, failures
+    assert "codebook" in failures[0][1] and "bounding box" in failures[0][1]
+    assert np.all(np.isfinite(np.load(tmp_path / "hostile" / "centers.npy")))

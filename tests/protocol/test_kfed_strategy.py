@@ -294,10 +294,27 @@ def test_one_device_with_moved_centers_and_inflated_counts_cannot_move_the_defau
         C = np.load(out / "centers.npy")
         return ((X[:, None] - C[None]) ** 2).sum(-1).min(1).sum()
 
+    def lying_scores(node, message, reply):
+        """The same liar also scores the candidates: cost 0 for the plain merge (its
+        favourite), 1e30 for the rest, under its inflated point count."""
+        reply = hostile(node, message, reply)
+        if node == 1003 and not reply.has_error() and message.metadata.message_type == "query.score_candidates":
+            record = reply.content.array_records["arrays"]
+            fake = np.full(record["costs"].numpy().shape, 1e30)
+            fake[0] = 0.0
+            record["costs"] = Array(fake)
+            reply.content.metric_records["metrics"]["num-examples"] = 1_000_000 * (len(parts[3]))
+        return reply
+
     base = {"algorithm": "kfed", "k": 5, "dataset": "npy-dir", "data-dir": str(data_dir), "reference": False}
     run({**base, "output-dir": str(tmp_path / "honest")}, num_nodes=10)
     run({**base, "output-dir": str(tmp_path / "hostile")}, num_nodes=10, reply_hook=hostile)
+    scores = run({**base, "output-dir": str(tmp_path / "scores")}, num_nodes=10, reply_hook=lying_scores)
     paper = run({**base, "output-dir": str(tmp_path / "paper"), "kfed-evaluate": False}, num_nodes=10, reply_hook=hostile)
     assert cost(tmp_path / "hostile") <= 1.05 * cost(tmp_path / "honest")
+    # its scores contradict its own declaration (above what its centers, counts and cost allow): dropped
+    assert cost(tmp_path / "scores") <= 1.05 * cost(tmp_path / "honest")
+    failures = [(f["node"], f["reason"]) for p in scores["phases"] if p["phase"] == "evaluation" for f in p["failures"]]
+    assert [node for node, _ in failures] == [1003] and "exceeds what its declared local centers" in failures[0][1]
     assert cost(tmp_path / "paper") > 1.5 * cost(tmp_path / "honest")  # without the devices' choice it moves
     assert paper["kfed"]["devices"] == 10
