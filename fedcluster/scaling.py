@@ -65,16 +65,41 @@ class Scaling:
 
     @classmethod
     def of_run(cls, result: Mapping[str, Any]) -> "Scaling | None":
-        """The scaling a finished run recorded in its result.json (``standardize``), or None."""
+        """The scaling a finished run recorded in its result.json (``standardize``), or None;
+        ``ValueError`` naming what is wrong with a record no run writes (a hand-edited or
+        damaged file: a scale of 0 once gave every point label 0, silently)."""
+        if not isinstance(result, Mapping):
+            raise ValueError(f"result.json holds a JSON {type(result).__name__}, not a run's record")
         record = result.get("standardize")
-        return None if not record else cls(np.asarray(record["mean"], float), np.asarray(record["scale"], float))
+        if not record:
+            return None
+        if not isinstance(record, Mapping) or not {"mean", "scale"} <= set(record):
+            raise ValueError("result.json's standardize record must hold the lists 'mean' and 'scale'")
+        try:
+            mean, scale = (np.asarray(record[name], dtype=np.float64) for name in ("mean", "scale"))
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError("result.json's standardize mean and scale must be lists of numbers") from None
+        if mean.ndim != 1 or mean.shape != scale.shape or mean.size == 0:
+            raise ValueError(f"result.json's standardize mean and scale must be two lists of one length, got {mean.shape} and {scale.shape}")
+        if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(scale)) and np.all(scale > 0)):
+            raise ValueError("result.json's standardize mean must be finite and its scale finite and positive")
+        if np.max(np.abs(mean)) > 1e150 or np.min(scale) < 1e-150:
+            raise ValueError("result.json's standardize record has a mean above 1e150 or a scale below 1e-150 in size: "
+                             "standardized points would overflow float64")
+        return cls(mean, scale)
 
     @classmethod
     def of_folder(cls, folder: str | Path) -> "Scaling | None":
         import json
 
         file = Path(folder) / "result.json"
-        return cls.of_run(json.loads(file.read_text())) if file.is_file() else None
+        if not file.is_file():
+            return None
+        try:
+            result = json.loads(file.read_text())
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"{file} is not readable JSON ({type(exc).__name__})") from None
+        return cls.of_run(result)
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {SHIFT: self.mean, FACTOR: self.scale}

@@ -58,6 +58,8 @@ def assign_labels(run_dir: str | Path, points: np.ndarray) -> np.ndarray:
     if points.ndim != 2 or points.shape[1] != centers.shape[1]:
         raise DataError(f"the points have shape {points.shape}, the run's centers have dimension {centers.shape[1]}")
     scaling = Scaling.of_folder(run_dir)
+    if scaling is not None and scaling.mean.shape != (centers.shape[1],):
+        raise DataError(f"the run's standardize record has {scaling.mean.size} features, its centers {centers.shape[1]}")
     return (scaling.nearest(points, centers) if scaling is not None else nearest(points, centers)).astype(np.int64)
 
 

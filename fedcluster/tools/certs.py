@@ -92,6 +92,9 @@ def _subject_alternative_names(hosts):
     return x509.SubjectAlternativeName(names)
 
 
+MAX_DAYS = 3653
+
+
 def make_certs(out: Path, hosts=DEFAULT_HOSTS, supernodes: int = 2, days: int = 365, force: bool = False) -> Made:
     """Make the CA, the SuperLink certificate and ``supernodes`` SuperNode key pairs."""
     from cryptography import x509
@@ -105,8 +108,8 @@ def make_certs(out: Path, hosts=DEFAULT_HOSTS, supernodes: int = 2, days: int = 
     if not 0 <= supernodes <= MAX_SUPERNODES:
         raise ValueError(f"--supernodes must be between 0 and {MAX_SUPERNODES}, got {supernodes} "
                          "(each is a key pair to register and keep; make more in further folders)")
-    if days < 1:
-        raise ValueError(f"--days must be >= 1, got {days}")
+    if not 1 <= days <= MAX_DAYS:  # X.509 dates end in 9999; a certificate of centuries is a typo
+        raise ValueError(f"--days must be between 1 and {MAX_DAYS} (ten years), got {days}")
     out = Path(out).expanduser().resolve()
     made = Made(
         out, out / "ca.crt", out / "ca.key", out / "superlink.crt", out / "superlink.key",

@@ -52,6 +52,8 @@ def load_result(run_dir: str | Path) -> dict[str, Any]:
         result = json.loads(file.read_text())
     except json.JSONDecodeError as exc:
         raise DataError(f"{file} is not valid JSON ({exc}): was the run interrupted?") from None
+    except RecursionError:
+        raise DataError(f"{file} nests its JSON too deeply to be a run's record") from None
     if not isinstance(result, dict):
         raise DataError(f"{file} holds a JSON {type(result).__name__}, not a run's record (a JSON object)")
     return result
@@ -69,7 +71,10 @@ def _number(value: Any, field: str) -> float:
     """``value`` as a float that can be drawn, or a DataError that names ``field``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise FieldError(f"result.json {field} = {value!r} is not a number")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        raise FieldError(f"result.json {field} is an integer too large to draw (at most {LARGEST_DRAWN:g})") from None
     if not np.isfinite(number) or abs(number) > LARGEST_DRAWN:
         raise FieldError(f"result.json {field} = {value!r} is too large to draw (at most {LARGEST_DRAWN:g})")
     return number
@@ -102,8 +107,9 @@ def _series(rounds: list[dict[str, Any]], key: str) -> tuple[list[float], list[f
 
 
 def _title(result: dict[str, Any]) -> str:
-    config = result.get("config", {})
-    return f"{result.get('algorithm', '?')}, k = {config.get('k', '?')}"
+    config = result.get("config")
+    k = config.get("k", "?") if isinstance(config, dict) else "?"
+    return f"{result.get('algorithm', '?')}, k = {k}"
 
 
 def plot_cost(result: dict[str, Any], plt, path: Path) -> str | None:

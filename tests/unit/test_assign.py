@@ -47,6 +47,12 @@ def test_existing_labels_are_not_overwritten_without_asking(tmp_path, capsys):
         ("graph", "graph run"),
         ("dimension", "dimension 3"),
         ("huge", "would overflow float64"),
+        ("scale-zero", "scale finite and positive"),
+        ("scale-tiny", "below 1e-150"),
+        ("scale-length", "standardize record has 3 features"),
+        ("record-list", "holds a JSON list"),
+        ("record-text", "must hold the lists"),
+        ("deep", "not readable JSON"),
     ],
 )
 def test_errors_name_the_problem(setup, message, tmp_path, capsys):
@@ -60,6 +66,14 @@ def test_errors_name_the_problem(setup, message, tmp_path, capsys):
         np.save(folder / "centers.npy", np.zeros((2, 3)))
     if setup == "huge":  # distances overflow: every point would be labelled 0
         np.save(folder / "centers.npy", np.array([[1e300, 0.0], [-1e300, 0.0]]))
+    if setup.startswith(("scale", "record", "deep")):  # a hand-edited result.json beside good centers
+        np.save(folder / "centers.npy", np.array([[0.0, 0.0], [1.0, 1.0]]))
+        records = {"scale-zero": {"standardize": {"mean": [0, 0], "scale": [0, 1]}},  # every label 0, once
+                   "scale-tiny": {"standardize": {"mean": [0, 0], "scale": [1e-300, 1]}},
+                   "scale-length": {"standardize": {"mean": [0, 0, 0], "scale": [1, 1, 1]}},
+                   "record-list": [1, 2], "record-text": {"standardize": "yes"}}
+        text = "[" * 100_000 + "]" * 100_000 if setup == "deep" else json.dumps(records[setup])
+        (folder / "result.json").write_text(text)
     assert main([str(folder), str(tmp_path / "p.npy")]) == 1
     assert message in capsys.readouterr().err
     assert not (tmp_path / "fedcluster-labels").exists()

@@ -84,6 +84,10 @@ def test_bad_arguments_are_named(tmp_path, capsys):
         assert main(["--out", str(tmp_path / "h"), "--host", "ok.example", f"--host={host}"]) == 1
         assert f"--host {host!r} is neither an IP address nor a DNS name" in capsys.readouterr().err
     assert not (tmp_path / "h").exists()
+    for days in ("0", "100000000"):  # 1e8 days once overflowed the date arithmetic with a raw traceback
+        assert main(["--out", str(tmp_path / "d"), "--days", days]) == 1
+        assert "--days must be between 1 and 3653" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
 
 
 def test_force_never_writes_through_a_planted_link(tmp_path):

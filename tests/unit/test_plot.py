@@ -106,6 +106,7 @@ ROUND_PICTURES = {"cost.png", "communication.png", "replies.png"}
     (lambda r: r["rounds"][4].update(failures="none"), {"replies.png"}, "rounds[4].failures is not a list"),
     # a round without its number: no picture over the rounds can place it
     (lambda r: r["rounds"][0].update(round=None), ROUND_PICTURES, "rounds[0].round = None is not a number"),
+    (lambda r: r["rounds"][1].update(cost=10**400), {"cost.png"}, "rounds[1].cost is an integer too large to draw"),
 ])
 def test_a_field_it_cannot_read_is_named_and_the_rest_is_drawn(tmp_path, capsys, change, pictures, named):
     run = edited(tmp_path / "run", change)
@@ -123,6 +124,13 @@ def test_a_result_json_that_is_not_a_record_is_refused_by_name(tmp_path, capsys)
     run = edited(tmp_path / "run", lambda r: [r])
     assert main([str(run)]) == 1
     assert "holds a JSON list, not a run's record" in capsys.readouterr().err
+    deep = edited(tmp_path / "deep", lambda r: None)
+    (deep / "result.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert main([str(deep)]) == 1
+    assert "nests its JSON too deeply" in capsys.readouterr().err
+    listed = edited(tmp_path / "listed", lambda r: r.update(config=[1, 2]))  # the title reads config
+    assert main([str(listed)]) == 0
+    assert "wrote" in capsys.readouterr().out
     run = edited(tmp_path / "other", lambda r: r.update(rounds={"1": {}}))
     assert main([str(run)]) == 0
     assert "result.json rounds is a dict, not a list of rounds" in capsys.readouterr().out
