@@ -34,7 +34,8 @@ Columns, each with its threat model:
   split the rest; FedDP-Init with its defaults. A weaker threat model again (the server
   holds data like the devices').
 
-Every ε of ours is the ledger's PLD total at δ, at most the ε asked (checked, printed).
+Every ε of ours is its ledger's total at δ (PLD; RDP for the devices' Skellam noise), at most the ε asked
+(checked, printed).
 
 Getting FastLloyd (outside this repository)::
 
