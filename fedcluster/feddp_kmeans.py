@@ -350,10 +350,10 @@ def _rules(c: Mapping[str, Any]) -> None:
     if c["secure-aggregation"] and start_method(c["init"], served) == "feddp":
         raise ConfigError("secure-aggregation = true secures the histogram start and the Lloyd sums, not FedDP-Init's "
                           "steps: choose init = 'histogram', 'sphere-packing', 'server-kmeans++' or 'server-lloyds'")
-    if c["secure-aggregation"] and c["secagg-noise"] == "devices" and (c["step-epsilons"] or
-                                                                       (c["privacy-level"] == "client" and c["client-sampling-rate"] < 1)):
-        raise ConfigError("secagg-noise = 'devices' calibrates one target epsilon without client sampling: drop "
-                          "step-epsilons and client-sampling-rate < 1, or set secagg-noise = 'server'")
+    if c["secure-aggregation"] and c["secagg-noise"] == "devices" and (c["step-epsilons"] or c["privacy-level"] == "client"):
+        raise ConfigError("secagg-noise = 'devices' calibrates one target epsilon at data-point level (at client level a "
+                          "device that leaves takes its noise share with it, which its accounting does not cover): drop "
+                          "step-epsilons, or set privacy-level = 'data-point' or secagg-noise = 'server'")
     if c["secure-aggregation"] and c["evaluate-cost"]:
         raise ConfigError("secure-aggregation = true with evaluate-cost = true would send each device's exact cost in "
                           "the clear: set evaluate-cost = false")
@@ -704,23 +704,43 @@ SECURED_STEPS = {  # step: (its summed array, its size as a function of k and d,
 
 
 def device_noise_steps(weights: Mapping[str, float], bounds: Mapping[str, float], lloyd_rounds: int, points: float,
-                       per_point: float, k: int, d: int) -> list[dict[str, Any]]:
+                       per_point: float, k: int, d: int, levels: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
     """The secured steps as :func:`fedcluster.privacy.skellam.calibrate` takes them, in
-    fixed-point grid units (the grid step is the array's public range / 2^40): a bound on
-    the L1 norm (counts) also bounds the L2 norm, one on the L2 norm bounds the L1 norm
-    times √size, and rounding to the grid adds at most one unit per coordinate."""
+    fixed-point grid units (the grid step is the array's public range / its ``levels``,
+    2^40 by default): a bound on the L1 norm (counts) also bounds the L2 norm, one on the L2
+    norm bounds the L1 norm times √size, and rounding to the grid adds at most one unit per
+    coordinate."""
     from .secagg import HALF_LEVELS
 
     ranges = {"histogram": points, **secure_ranges(points, per_point)}
+    levels = levels or {}
     steps = []
     for name, weight in weights.items():
         array, size_of, norm = SECURED_STEPS[name]
-        size, grid = size_of(k, d), ranges[array] / HALF_LEVELS
+        size, grid = size_of(k, d), ranges[array] / levels.get(name, HALF_LEVELS)
         bound = bounds[name] / grid
         l1, l2 = (bound + size, bound + math.sqrt(size)) if norm == 1 else (bound * math.sqrt(size) + size, bound + math.sqrt(size))
-        steps.append({"name": name, "l1": l1, "l2": l2, "grid": grid, "weight": weight,
+        steps.append({"name": name, "l1": l1, "l2": l2, "grid": grid, "weight": weight, "range": ranges[array],
                       "compositions": lloyd_rounds if name in LLOYD_STEPS else 1})
     return steps
+
+
+def device_noise_plan(weights: Mapping[str, float], bounds: Mapping[str, float], lloyd_rounds: int, points: float,
+                      per_point: float, k: int, d: int, epsilon: float, delta: float) -> dict[str, "DeviceNoiseStep"]:
+    """The devices' Skellam noise of every secured step, for ``epsilon`` at ``delta``: a
+    first calibration on the finest grid gives each step's noise, then each array's grid is
+    coarsened to at most 2^25 steps per noise standard deviation
+    (:func:`fedcluster.secagg.noise_levels`: a cap of a few points' range would otherwise ask
+    a Poisson draw beyond NumPy's reach) and the noise is calibrated again on that grid."""
+    from .privacy import skellam
+    from .secagg import noise_levels
+
+    first = skellam.calibrate(device_noise_steps(weights, bounds, lloyd_rounds, points, per_point, k, d), epsilon, delta)
+    steps = device_noise_steps(weights, bounds, lloyd_rounds, points, per_point, k, d)
+    levels = {r.name: noise_levels(s["range"], r.noise_std) for r, s in zip(first, steps)}
+    steps = device_noise_steps(weights, bounds, lloyd_rounds, points, per_point, k, d, levels)
+    releases = skellam.calibrate(steps, epsilon, delta)
+    return {r.name: DeviceNoiseStep(r, weights[r.name], r.name != "lloyd_gaussian", levels[r.name]) for r in releases}
 
 
 @dataclass(frozen=True)
@@ -734,6 +754,7 @@ class DeviceNoiseStep:
     release: Any
     epsilon_share: float
     counts: bool
+    levels: float = 2.0**40
 
     @property
     def noise_scale(self) -> float:

@@ -516,8 +516,9 @@ def _secure_variant(spec: Task) -> Task:
             ArrayField("secagg-sources", ("e",), "positions whose encrypted shares follow", integer=True, nonnegative=True),
             ArrayField("secagg-ciphertexts", ("e", "*"), "their Fernet tokens for this device", nonnegative=True),
             ArrayField("secagg-ranges", ("a",), "public clipping range of each summed reply array, in declared order", nonnegative=True),
-            ArrayField("secagg-noise", ("a",), "variance of the Skellam noise this device adds to each summed array, per coordinate, in grid units", nonnegative=True),
-            ArrayField("secagg-gone", ("g",), "positions whose sk1 the server may hold: masked with no longer", integer=True, nonnegative=True),
+            ArrayField("secagg-levels", ("a",), "grid steps per range of each summed array (at most 2^40)", nonnegative=True),
+            ArrayField("secagg-noise", ("a",), "variance of the Skellam noise this device adds to each summed array, per coordinate, in grid steps", nonnegative=True),
+            ArrayField("secagg-absent", ("g",), "positions of the session not in this sum (not masked with)", integer=True, nonnegative=True),
         ),
         config=spec.config + (Param("secagg-session", int, allowed=Interval(int, 0), doc="the session"),
                               Param("secagg-sum", int, allowed=Interval(int, 1), doc="the sum's number in the session")),
@@ -531,17 +532,17 @@ TASKS.update({
     task.name: task
     for task in (
         Task(
-            "secagg_setup", "query", "secure aggregation stage 0 (once per session): two fresh key pairs",
+            "secagg_setup", "query", "secure aggregation stage 0 (once per session): a mask key pair per sum and an encryption key pair",
             config=(_SESSION, Param("position", int, allowed=Interval(int, 1), doc="this device's position 1..n"),
                     Param("participants", int, allowed=Interval(int, 2), doc="n"),
                     Param("threshold", int, allowed=Interval(int, 2), doc="Shamir threshold t"),
                     Param("sums", int, allowed=Interval(int, 1), doc="secure sums the session serves (one mask seed each)")),
-            reply=(ArrayField("pk1", (PUBLIC_KEY_BYTES,), "PEM public key for the pairwise masks", nonnegative=True, integer=True),
+            reply=(ArrayField("pk1", ("h", PUBLIC_KEY_BYTES), "PEM public keys for the pairwise masks, one per sum", nonnegative=True, integer=True),
                    ArrayField("pk2", (PUBLIC_KEY_BYTES,), "PEM public key for the shares' encryption", nonnegative=True, integer=True)),
             metrics=(), used_by=("feddp-kmeans",),
         ),
         Task(
-            "secagg_share_keys", "query", "secure aggregation stage 1 (once per session): Shamir shares of a mask seed per sum and of sk1, encrypted per participant",
+            "secagg_share_keys", "query", "secure aggregation stage 1 (once per session): Shamir shares of a mask seed and of the mask key of every sum, encrypted per participant",
             request=(ArrayField("positions", ("c",), integer=True, nonnegative=True),
                      ArrayField("pk1", ("c", "*"), nonnegative=True), ArrayField("pk2", ("c", "*"), nonnegative=True)),
             config=(_SESSION,),
@@ -550,7 +551,7 @@ TASKS.update({
             metrics=(), used_by=("feddp-kmeans",),
         ),
         Task(
-            "secagg_unmask", "query", "secure aggregation stage 3 (per sum): shares of the survivors' seeds and of the dropped participants' sk1",
+            "secagg_unmask", "query", "secure aggregation stage 3 (per sum): its own seed, shares of the seeds of survivors that did not answer and of the dropped participants' mask keys",
             request=(ArrayField("dropped", ("v",), "positions it masked with that sent no masked reply (the others are in the sum)", integer=True, nonnegative=True),
                      ArrayField("recover", ("w",), "positions in the sum whose seed's shares are asked (they did not answer)", integer=True, nonnegative=True)),
             config=(_SESSION, Param("sum", int, allowed=Interval(int, 1), doc="the sum's number in the session")),

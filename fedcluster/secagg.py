@@ -31,6 +31,7 @@ flwr and ``cryptography`` are imported on first use: the rest of fedcluster neve
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from typing import Any, Iterable, Mapping, MutableMapping
 
@@ -46,8 +47,8 @@ HALF_LEVELS = 2**40
 MAX_PARTICIPANTS = 2**21 - 1  # n · HALF_LEVELS < R / 2: the signed sum is read back exactly
 STATE = "secagg-state"  # data.extra key of the device's session store
 RANGE_POINTS = 2**20  # without a cap on a device's points, its sums' public range: this many points
-_LISTS = ("positions", "peers", "gone", "unmask-dropped")  # list[int] entries of the store; "peer-pk*", "seeds": list[bytes]
-_MAPS = ("b-shares", "sk-shares", "pair-keys")  # dict[int, bytes] entries
+_LISTS = ("positions", "peers", "masked-with", "unmask-dropped")  # list[int] entries; "sk1", "pk1", "peer-pk*", "seeds": list[bytes]
+_MAPS = ("b-shares", "sk-shares")  # dict[int, bytes] entries
 
 
 # ==================================================================== helpers (both sides)
@@ -97,17 +98,31 @@ def mask(seed: bytes, label: str, stream: str, size: int) -> np.ndarray:
     return np.frombuffer(stream, dtype="<u8").astype(np.uint64) & np.uint64(MODULUS - 1)
 
 
-def quantize(value: np.ndarray, bound: float) -> np.ndarray:
-    """Centred fixed point: clip to [−bound, bound], q = rint(x · 2^40 / bound) (int64)."""
-    scaled = np.clip(np.asarray(value, dtype=np.float64), -bound, bound) * (HALF_LEVELS / bound)
+def quantize(value: np.ndarray, bound: float, levels: float = HALF_LEVELS) -> np.ndarray:
+    """Centred fixed point: clip to [−bound, bound], q = rint(x · levels / bound) (int64);
+    ``levels`` ≤ 2^40, coarser where the devices' noise is large (:func:`noise_levels`)."""
+    scaled = np.clip(np.asarray(value, dtype=np.float64), -bound, bound) * (float(levels) / bound)
     return np.rint(scaled).astype(np.int64)
 
 
-def dequantize(total: np.ndarray, bound: float) -> np.ndarray:
-    """A sum mod R back to floats: the signed representative, times the step bound / 2^40."""
+def dequantize(total: np.ndarray, bound: float, levels: float = HALF_LEVELS) -> np.ndarray:
+    """A sum mod R back to floats: the signed representative, times the step bound / levels."""
     signed = total.astype(np.int64)
     signed = np.where(signed >= MODULUS // 2, signed - MODULUS, signed)
-    return signed.astype(np.float64) * (bound / HALF_LEVELS)
+    return signed.astype(np.float64) * (bound / float(levels))
+
+
+NOISE_LEVELS = 2**25  # grid steps per standard deviation of the devices' noise, at most
+
+
+def noise_levels(bound: float, noise_std: float) -> float:
+    """The grid of an array the devices add noise of ``noise_std`` (data units) to: 2^40
+    levels per range, or fewer, so that the noise spans at most 2^25 steps per standard
+    deviation (its variance in steps then stays far inside NumPy's Poisson sampler and the
+    modulus, and the rounding stays 2^-25 of the noise)."""
+    if noise_std <= 0:
+        return float(HALF_LEVELS)
+    return float(min(HALF_LEVELS, max(1.0, math.floor(NOISE_LEVELS * bound / noise_std))))
 
 
 def stack_bytes(items: Iterable[bytes]) -> np.ndarray:
@@ -179,18 +194,18 @@ def import_state(flat: Mapping[str, Any]) -> dict[str, Any]:
 
 def threshold(participants: int, fraction: float) -> int:
     """Shamir threshold t for ``participants``: ceil(fraction · n), at least 2 and more than
-    n/2 (so that two disjoint groups of t devices cannot exist: a server that tells some
-    devices "p sent its vector" and others "p dropped" cannot collect both p's seed and
-    its sk1), at most n."""
+    n/2, at most n. (More than n/2: two disjoint groups of t devices cannot exist. That
+    alone does not stop a server that lies in its unmask requests, since a device in the sum
+    sends its own seed: the protocol assumes an honest-but-curious server.)"""
     return min(participants, max(2, participants // 2 + 1, int(np.ceil(fraction * participants - 1e-9))))
 
 
 # ==================================================================== device stages
 # One session serves several secure sums (``sums``): keys and shares are set up once, and
-# each sum s has its own self-mask seed b_s and its own pairwise mask streams, so a sum takes
-# two round trips (masked reply, unmasking). A device never reveals both b_s of a participant
-# and that participant's sk1: once a participant's sk1 may be known (it dropped before
-# masking), this device reveals none of its later seeds and stops masking with it.
+# each sum s has its own self-mask seed b_s and its own mask key pair (sk1_s, pk1_s), so a
+# sum takes two round trips (masked reply, unmasking). Revealing what unmasks one sum (the
+# seeds of the devices in it, the mask keys of those that dropped before masking) reveals
+# nothing of another sum, and within a sum no device reveals both for one participant.
 def _store(data: DeviceData) -> MutableMapping[str, Any]:
     return data.extra.setdefault(STATE, {})
 
@@ -202,64 +217,74 @@ def _session(data: DeviceData, session: int) -> MutableMapping[str, Any]:
     return store
 
 
+def split_keys(joined: bytes, count: int) -> list[bytes]:
+    """``count`` PEM public keys of equal length, concatenated, apart again."""
+    if count < 1 or len(joined) % count:
+        raise ValueError("secure aggregation: public keys of unequal length")
+    width = len(joined) // count
+    return [joined[i * width:(i + 1) * width] for i in range(count)]
+
+
 @device_task("secagg_setup")
 def secagg_setup(data: DeviceData, arrays: dict, config: dict):
-    """Stage 0: two fresh key pairs (pk1: pairwise masks, pk2: share encryption); any older
-    session is forgotten."""
+    """Stage 0: fresh key pairs, one per sum for the pairwise masks (pk1) and one for the
+    shares' encryption (pk2); any older session is forgotten."""
     f = _flwr()
     if not 2 <= config["threshold"] <= config["participants"] or not 1 <= config["position"] <= config["participants"]:
         raise ValueError("secure aggregation: threshold or position out of range")
     store = _store(data)
     store.clear()
-    sk1, pk1 = f["generate_key_pairs"]()
-    sk2, pk2 = f["generate_key_pairs"]()
+    pairs = [f["generate_key_pairs"]() for _ in range(config["sums"] + 1)]
+    sk1 = [f["private_key_to_bytes"](sk) for sk, _ in pairs[:-1]]
+    pk1 = [f["public_key_to_bytes"](pk) for _, pk in pairs[:-1]]
     store.update({"session": config["session"], "position": config["position"], "threshold": config["threshold"],
-                  "sums": config["sums"], "stage": "setup", "sum": 0,
-                  "sk1": f["private_key_to_bytes"](sk1), "sk2": f["private_key_to_bytes"](sk2),
-                  "pk1": f["public_key_to_bytes"](pk1), "pk2": f["public_key_to_bytes"](pk2)})
-    return {"pk1": np.frombuffer(store["pk1"], np.uint8), "pk2": np.frombuffer(store["pk2"], np.uint8)}, {}
+                  "sums": config["sums"], "stage": "setup", "sum": 0, "sk1": sk1, "pk1": pk1,
+                  "sk2": f["private_key_to_bytes"](pairs[-1][0]), "pk2": f["public_key_to_bytes"](pairs[-1][1])})
+    return {"pk1": np.frombuffer(b"".join(pk1), np.uint8).reshape(len(pk1), -1),
+            "pk2": np.frombuffer(store["pk2"], np.uint8)}, {}
 
 
 @device_task("secagg_share_keys")
 def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
-    """Stage 1: Shamir shares of one fresh mask seed b_s per sum and of sk1, one per
-    participant, Fernet-encrypted for each other participant under ECDH(sk2, pk2_j)."""
+    """Stage 1: Shamir shares of one fresh mask seed b_s and of the mask key sk1_s per sum,
+    one per participant, Fernet-encrypted for each other participant under ECDH(sk2, pk2_j)."""
     f = _flwr()
     store = _session(data, config["session"])
     if store["stage"] != "setup":
         raise ValueError("secure aggregation: keys shared twice")
     positions = [int(p) for p in arrays["positions"]]
-    pk1 = [row_bytes(row) for row in arrays["pk1"]]
+    pk1 = [row_bytes(row, strip=False) for row in arrays["pk1"]]
     pk2 = [row_bytes(row) for row in arrays["pk2"]]
-    me = store["position"]
+    me, sums, t = store["position"], store["sums"], store["threshold"]
     if len(set(positions)) != len(positions) or len(set(pk1)) != len(pk1) or len(set(pk2)) != len(pk2):
         raise ValueError("secure aggregation: repeated positions or public keys")
-    if len(positions) < store["threshold"] or me not in positions:
+    if len(positions) < t or me not in positions:
         raise ValueError("secure aggregation: fewer participants than the threshold, or this device is not among them")
     mine = positions.index(me)
-    if pk1[mine] != store["pk1"] or pk2[mine] != store["pk2"]:
+    if pk1[mine] != b"".join(store["pk1"]) or pk2[mine] != store["pk2"]:
         raise ValueError("secure aggregation: this device's own public keys came back changed")
-    seeds = [os.urandom(protocol.SEED_BYTES) for _ in range(store["sums"])]
-    b_shares = [f["create_shares"](seed, store["threshold"], len(positions)) for seed in seeds]
-    sk_shares = f["create_shares"](private_scalar(store["sk1"]), store["threshold"], len(positions))
+    seeds = [os.urandom(protocol.SEED_BYTES) for _ in range(sums)]
+    b_shares = [f["create_shares"](seed, t, len(positions)) for seed in seeds]
+    sk_shares = [f["create_shares"](private_scalar(sk), t, len(positions)) for sk in store["sk1"]]
     destinations, ciphertexts = [], []
     for index, position in enumerate(positions):
         if position == me:
             continue
         key = shared_key(store["sk2"], pk2[index])
         b_joined = b"".join(shares[index] for shares in b_shares)  # one share per sum, of equal lengths
-        plaintext = f["share_keys_plaintext_concat"](me, position, b_joined, sk_shares[index])
+        sk_joined = b"".join(shares[index] for shares in sk_shares)
         destinations.append(position)
-        ciphertexts.append(f["encrypt"](key, plaintext))
-    store.update({"stage": "shared", "seeds": seeds, "positions": positions, "peer-pk1": pk1, "peer-pk2": pk2,
-                  "b-shares": {me: b"".join(shares[mine] for shares in b_shares)}, "sk-shares": {me: sk_shares[mine]},
-                  "peers": [], "gone": [], "pair-keys": {}})
+        ciphertexts.append(f["encrypt"](key, f["share_keys_plaintext_concat"](me, position, b_joined, sk_joined)))
+    store.update({"stage": "shared", "seeds": seeds, "positions": positions,
+                  "peer-pk1": [b"".join(split_keys(keys, sums)) for keys in pk1], "peer-pk2": pk2,
+                  "b-shares": {me: b"".join(shares[mine] for shares in b_shares)},
+                  "sk-shares": {me: b"".join(shares[mine] for shares in sk_shares)}, "peers": []})
     return {"destinations": np.array(destinations, dtype=np.int64), "ciphertexts": stack_bytes(ciphertexts)}, {}
 
 
 def _receive_shares(store: MutableMapping[str, Any], arrays: dict) -> None:
     """The first masked reply of a session: decrypt the shares forwarded to this device;
-    the participants they came from are the ones it masks with."""
+    the participants they came from are the ones it may mask with."""
     f = _flwr()
     me, positions = store["position"], store["positions"]
     sources = [int(s) for s in arrays["secagg-sources"]]
@@ -268,10 +293,10 @@ def _receive_shares(store: MutableMapping[str, Any], arrays: dict) -> None:
     for source, row in zip(sources, arrays["secagg-ciphertexts"]):
         key = shared_key(store["sk2"], store["peer-pk2"][positions.index(source)])
         src, dst, b_share, sk_share = f["share_keys_plaintext_separate"](f["decrypt"](key, row_bytes(row)))
-        if (src, dst) != (source, me):
-            raise ValueError("secure aggregation: a share addressed to someone else")
+        if (src, dst) != (source, me) or len(b_share) != len(store["b-shares"][me]) \
+                or len(sk_share) != len(store["sk-shares"][me]):
+            raise ValueError("secure aggregation: a share addressed to someone else, or of the wrong length")
         store["b-shares"][source], store["sk-shares"][source] = b_share, sk_share
-        store["pair-keys"][source] = shared_key(store["sk1"], store["peer-pk1"][positions.index(source)])
     store["peers"], store["stage"] = sources, "ready"
 
 
@@ -280,16 +305,24 @@ def stream_name(session: int, index: int) -> str:
     return f"{session}.{index}"
 
 
+def _slice(joined: bytes, index: int, count: int) -> bytes:
+    """Part ``index`` (1-based) of ``count`` equal parts."""
+    width = len(joined) // count
+    return joined[(index - 1) * width:index * width]
+
+
 def masked_reply(name: str):
     """Stage 2 for the summable task ``name`` (sum ``secagg-sum`` of the session): run its
-    kernel, quantize each summed array in its public range, add PRG(b_s) and
-    ± PRG(ECDH(sk1, pk1_j), s) for every participant j it still masks with (the request's
-    ``secagg-gone`` lists those whose sk1 the server may hold: they are left out), mod R.
-    The reply holds those arrays only, as uint64 < R: no metric."""
+    kernel, quantize each summed array in its public range and grid (``secagg-levels``), add
+    this device's share of the noise (``secagg-noise``, Skellam, its own entropy), then
+    PRG(b_s) and ± PRG(ECDH(sk1_s, pk1_s of j)) for every participant j in this sum (its peers
+    but the request's ``secagg-absent``), mod R. The reply holds those arrays only, as
+    uint64 < R: no metric."""
     base = protocol.task(name)
     own = {p.name for p in base.config}
 
     def kernel(data: DeviceData, arrays: dict, config: dict):
+        f = _flwr()
         store = _session(data, config["secagg-session"])
         index = int(config["secagg-sum"])
         if store["stage"] == "shared":
@@ -298,26 +331,28 @@ def masked_reply(name: str):
             raise ValueError("secure aggregation: shares forwarded twice")
         if store["stage"] not in ("ready", "masked", "unmasked") or index != store["sum"] + 1 or index > store["sums"]:
             raise ValueError("secure aggregation: a masked reply out of order, or twice")  # (a missed unmask is fine)
-        gone = {int(p) for p in arrays["secagg-gone"]}
-        store["gone"] = sorted(set(store["gone"]) | gone)
-        peers = [p for p in store["peers"] if p not in gone]
+        absent = {int(p) for p in arrays["secagg-absent"]}
+        peers = [p for p in store["peers"] if p not in absent]
         if len(peers) + 1 < store["threshold"]:
             raise ValueError("secure aggregation: fewer participants than the threshold")
         plain = {k: v for k, v in arrays.items() if not k.startswith("secagg-")}
         result, _ = KERNELS[name](data, plain, {k: v for k, v in config.items() if k in own and v is not None})
         summed = [field.name for field in base.reply if field.name in result]
-        ranges = arrays["secagg-ranges"]
-        if len(ranges) != len(summed):
-            raise ValueError(f"secure aggregation: {len(ranges)} ranges for {len(summed)} summed arrays")
+        ranges, levels, variances = arrays["secagg-ranges"], arrays["secagg-levels"], arrays["secagg-noise"]
+        if not len(ranges) == len(levels) == len(variances) == len(summed):
+            raise ValueError(f"secure aggregation: ranges, levels and noise for {len(summed)} summed arrays expected")
         shapes = {key: np.shape(result[key]) for key in summed}
-        size, stream, me = _flat_size(shapes), stream_name(store["session"], index), store["position"]
-        words = np.concatenate([quantize(result[key], bound).ravel() + noise(variance, int(np.prod(shapes[key])))
-                                for key, bound, variance in zip(summed, ranges, arrays["secagg-noise"])])
+        size, stream, me, sums = _flat_size(shapes), stream_name(store["session"], index), store["position"], store["sums"]
+        words = np.concatenate([quantize(result[key], bound, level).ravel() + noise(variance, int(np.prod(shapes[key])))
+                                for key, bound, level, variance in zip(summed, ranges, levels, variances)])
         words = words.astype(np.uint64) + mask(store["seeds"][index - 1], "self", stream, size)
+        own_key = store["sk1"][index - 1]
         for peer in peers:
-            pair = mask(store["pair-keys"][peer], "pair", stream, size)
+            public = split_keys(store["peer-pk1"][store["positions"].index(peer)], sums)[index - 1]
+            pair = mask(f["generate_shared_key"](f["bytes_to_private_key"](own_key), f["bytes_to_public_key"](public)),
+                        "pair", stream, size)
             words = words + pair if me > peer else words - pair  # uint64 wraps mod 2^64, a multiple of R
-        store.update({"stage": "masked", "sum": index, "peers": peers})
+        store.update({"stage": "masked", "sum": index, "masked-with": peers})
         return _split(words & np.uint64(MODULUS - 1), shapes), {}
 
     return kernel
@@ -327,38 +362,35 @@ def masked_reply(name: str):
 def secagg_unmask(data: DeviceData, arrays: dict, config: dict):
     """Stage 3 of sum s: this device's own seed b_s (it is in the sum: the server would
     rebuild b_s from the shares anyway), shares of b_s for the participants in the sum that
-    did not answer (``recover``, asked in a second call when needed), and of sk1 for those
+    did not answer (``recover``, asked in a second call when needed), and of sk1_s for those
     it masked with that sent no vector (``dropped``; everyone else it masked with is in the
-    sum). Every call for one sum states the same dropped; never both shares for one
-    participant, never a seed of a participant whose sk1 may be known, never below the
-    threshold."""
+    sum). Every call for one sum states the same dropped; never both shares of one sum for
+    one participant, never below the threshold."""
     store = _session(data, config["session"])
     index = int(config["sum"])
     dropped, recover = [int(p) for p in arrays["dropped"]], [int(p) for p in arrays["recover"]]
-    me, peers = store["position"], set(store["peers"])
+    me, masked_with = store["position"], set(store.get("masked-with", []))
     if store["stage"] == "unmasked" and index == store["sum"]:  # a second call: the same sum, the same sets
         if dropped != store["unmask-dropped"]:
             raise ValueError("secure aggregation: another set of dropped participants for the same sum")
-        peers |= set(dropped)  # as they were at the first call
     elif store["stage"] != "masked" or index != store["sum"]:
         raise ValueError("secure aggregation: unmask before this device's masked reply, or for another sum")
-    if not set(dropped) <= peers or len(set(dropped)) != len(dropped):
-        raise ValueError("secure aggregation: asked about a participant this device does not mask with")
-    alive = sorted(peers - set(dropped) | {me})  # everyone it masked with that sent a vector, and itself
+    if not set(dropped) <= masked_with or len(set(dropped)) != len(dropped):
+        raise ValueError("secure aggregation: asked about a participant this device did not mask with")
+    alive = masked_with - set(dropped) | {me}  # everyone it masked with that sent a vector, and itself
     if len(alive) < store["threshold"]:
         raise ValueError("secure aggregation: fewer survivors than the threshold")
-    if not set(recover) <= set(alive) - {me} or len(set(recover)) != len(recover):
+    if not set(recover) <= alive - {me} or len(set(recover)) != len(recover):
         raise ValueError("secure aggregation: asked to recover a participant not in the sum")
-    length = len(store["b-shares"][me]) // store["sums"]
+    sums = store["sums"]
     reply = {
         "seed": np.frombuffer(store["seeds"][index - 1], np.uint8),
         "b-positions": np.array(recover, dtype=np.int64),
-        "b-shares": stack_bytes(store["b-shares"][p][(index - 1) * length:index * length] for p in recover),
+        "b-shares": stack_bytes(_slice(store["b-shares"][p], index, sums) for p in recover),
         "sk-positions": np.array(dropped, dtype=np.int64),
-        "sk-shares": stack_bytes(store["sk-shares"][p] for p in dropped),  # equal lengths: nothing padded
+        "sk-shares": stack_bytes(_slice(store["sk-shares"][p], index, sums) for p in dropped),
     }
-    store.update({"stage": "unmasked", "unmask-dropped": dropped,
-                  "peers": sorted(peers - set(dropped)), "gone": sorted(set(store["gone"]) | set(dropped))})
+    store.update({"stage": "unmasked", "unmask-dropped": dropped})
     return reply, {}
 
 
@@ -367,6 +399,36 @@ for _name in protocol.SECURE_TASKS:
 
 
 # ==================================================================== server side
+def keys_problem(reply) -> str | None:
+    """Why a ``secagg_setup`` reply's public keys cannot be used (each must parse as a P-384
+    public key), or None."""
+    f = _flwr()
+    try:
+        for row in list(reply.arrays["pk1"]) + [reply.arrays["pk2"]]:
+            f["bytes_to_public_key"](row_bytes(row, strip=False))
+    except Exception:  # whatever the parser raises on bytes that are not a key
+        return "a public key that does not parse"
+    return None
+
+
+def unique_keys(replies: list, keys_of) -> list:
+    """The replies whose public keys no other reply repeats (a device that copies another's
+    keys leaves both out of the session: the server cannot tell which is the copy)."""
+    seen: dict[bytes, int] = {}
+    for reply in replies:
+        for key in keys_of(reply):
+            seen[key] = seen.get(key, 0) + 1
+    return [reply for reply in replies if all(seen[key] == 1 for key in keys_of(reply))]
+
+
+def destinations_problem(destinations: np.ndarray, participants: list[int], sender: int) -> str | None:
+    """Why a ``secagg_share_keys`` reply does not address exactly every other participant
+    once, or None."""
+    if sorted(int(d) for d in destinations) != sorted(p for p in participants if p != sender):
+        return "its shares do not address every other participant exactly once"
+    return None
+
+
 def forwarded(mail: list[tuple[int, np.ndarray]]) -> dict[str, np.ndarray]:
     """The shares the server forwards to one device with its first masked request: the
     senders' positions and their ciphertext rows (none: zero rows)."""
@@ -375,17 +437,20 @@ def forwarded(mail: list[tuple[int, np.ndarray]]) -> dict[str, np.ndarray]:
 
 
 def within_ranges(total: Mapping[str, np.ndarray], ranges: Mapping[str, float], devices: int,
-                  noise: Mapping[str, float] | None = None, threshold: int = 1) -> bool:
+                  noise: Mapping[str, tuple[float, float]] | None = None, threshold: int = 1) -> bool:
     """Whether a decoded sum of ``devices`` devices' arrays can be theirs: every coordinate
     within ``devices`` × its public range (and finite), plus, where the devices add noise
-    (variance ``noise[name]`` in grid units over ``threshold`` devices' shares), 12 of the
-    sum's noise standard deviations. Honest devices pass (but for a chance below 1e-30 a
-    coordinate); a device that masked anything else (a vector beyond its range, or garbage
-    mod R) almost surely does not."""
+    (``noise[name]`` = its variance in grid steps and the levels of the grid, over
+    ``threshold`` devices' shares), 12 of the sum's noise standard deviations. Honest
+    devices pass (but for a chance below 1e-30 a coordinate); a device that masked anything
+    else (a vector beyond its range, or garbage mod R) almost surely does not."""
     noise = noise or {}
+
     def limit(name: str) -> float:
-        grid = float(ranges[name]) / HALF_LEVELS
-        return devices * float(ranges[name]) + 12 * grid * float(np.sqrt(noise.get(name, 0.0) * devices / threshold))
+        variance, levels = noise.get(name, (0.0, HALF_LEVELS))
+        grid = float(ranges[name]) / levels
+        return devices * float(ranges[name]) + 12 * grid * math.sqrt(variance * devices / threshold)
+
     return all(bool(np.all(np.isfinite(value))) and float(np.max(np.abs(value), initial=0.0)) <= limit(name)
                for name, value in total.items())
 
@@ -416,13 +481,15 @@ def unmasked_sum(
     pk1: Mapping[int, bytes],
     seeds: Mapping[int, bytes],
     sk1: Mapping[int, bytes],
+    levels: Mapping[str, float] | None = None,
 ) -> dict[str, np.ndarray]:
     """The float sum over the participants whose masked vectors arrived.
 
     ``seeds[p]``: p's seed b_s for every p in the sum (their self masks are removed);
-    ``sk1[p]``: the mask key's scalar of every p the survivors masked with that sent no vector (the
-    pairwise masks the survivors put in with p are removed). ``pk1``: the survivors'.
-    ``stream``: the session and the sum (:func:`stream_name`)."""
+    ``sk1[p]``: the scalar of this sum's mask key of every p the survivors masked with that
+    sent no vector (the pairwise masks the survivors put in with p are removed). ``pk1``:
+    the survivors' public mask keys of this sum. ``stream``: the session and the sum
+    (:func:`stream_name`); ``levels``: each array's grid (default 2^40 per range)."""
     shapes = {name: value.shape for name, value in total.items()}
     size = _flat_size(shapes)
     words = np.concatenate([value.ravel() for value in total.values()]).astype(np.uint64)
@@ -434,4 +501,5 @@ def unmasked_sum(
             pair = mask(shared_key(key, public), "pair", stream, size)
             words = words - pair if other > position else words + pair  # what `other` added, undone
     decoded = _split(words & np.uint64(MODULUS - 1), shapes)
-    return {name: dequantize(value, ranges[name]) for name, value in decoded.items()}
+    levels = levels or {}
+    return {name: dequantize(value, ranges[name], levels.get(name, HALF_LEVELS)) for name, value in decoded.items()}

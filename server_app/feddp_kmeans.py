@@ -239,13 +239,14 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         request = feddp_kmeans.histogram_request(k, self.dimension, half_width, self.rng)
         candidates = request["candidates"]
         request = request if self.origin is None else {**request, "origin": self.origin}
-        total, _ = self.summed("feddp_candidates", self.participants(), request, self.client_config(laplace="step2"),
+        total, devices = self.summed("feddp_candidates", self.participants(), request, self.client_config(laplace="step2"),
                                {"s": candidates.shape[0]}, self.check_histogram, "init-histogram", {"histogram": self.secure_points},
                                self.device_noise("step2"))
         weights = self.noisy("step2", np.zeros(candidates.shape[0]) + (0 if total is None else total["histogram"]))
         self.record("step2")
-        centers, record = feddp_kmeans.histogram_start(candidates, weights, self.plan["step2"].noise_scale, k, half_width,
-                                                       self.rng, self.config.server_n_init)
+        spread = self.plan["step2"].noise_scale * self.noise_shares(devices)
+        centers, record = feddp_kmeans.histogram_start(candidates, weights, spread, k, half_width, self.rng,
+                                                       self.config.server_n_init)
         if "fallback" in record:
             log(WARNING, "[fedcluster] only %d of %d candidates' noisy counts stand out of the noise: SpherePacking "
                 "places the other %d centers", record["candidates_kept"], candidates.shape[0], record["filled"])

@@ -36,13 +36,9 @@ class FedDPPrivacy:
         shares = number_list(cfg.budget_split, "budget-split") if cfg.budget_split else feddp_kmeans.RULE_OF_THUMB[self.level]
         weights = feddp_kmeans.step_weights(self.init_method, self.lloyd_rounds, list(shares), cfg.lloyd_fraction)
         if self.distributed:
-            from fedcluster.privacy import skellam
-
             self.budget_mode = "no noise (epsilon = inf)" if math.isinf(cfg.epsilon) else "target-total"
-            steps = feddp_kmeans.device_noise_steps(weights, self.bounds, self.lloyd_rounds, self.secure_points,
-                                                    self.radius or self.clip_norm, cfg.k, self.dimension)
-            releases = skellam.calibrate(steps, cfg.epsilon, cfg.delta)
-            return {r.name: feddp_kmeans.DeviceNoiseStep(r, weights[r.name], r.name != "lloyd_gaussian") for r in releases}
+            return feddp_kmeans.device_noise_plan(weights, self.bounds, self.lloyd_rounds, self.secure_points,
+                                                  self.radius or self.clip_norm, cfg.k, self.dimension, cfg.epsilon, cfg.delta)
         q = cfg.client_sampling_rate
         sampling = q if self.level == "client" and q < 1 else None
         specs = feddp_kmeans.step_specs(weights, self.bounds, self.lloyd_rounds, sampling)
@@ -79,12 +75,20 @@ class FedDPPrivacy:
             return skellam.SkellamLedger(self.level)
         return fedcluster.privacy.PrivacyLedger(self.level)
 
-    def device_noise(self, *names: str) -> dict[str, float] | None:
-        """Noise added by the devices: each secured step's variance (grid units), by its
-        summed array; None when the server adds the noise."""
+    def noise_shares(self, devices: int) -> float:
+        """How much wider the noise of a sum of ``devices`` devices' shares is than planned
+        (√(devices / t) with the devices' noise, each adding v / t; else 1)."""
+        if not self.distributed or not devices:
+            return 1.0
+        return math.sqrt(devices / self.secagg_session.threshold)
+
+    def device_noise(self, *names: str) -> dict[str, tuple[float, float]] | None:
+        """Noise added by the devices: each secured step's variance (grid steps) and grid
+        levels, by its summed array; None when the server adds the noise."""
         if not self.distributed:
             return None
-        return {feddp_kmeans.SECURED_STEPS[name][0]: self.plan[name].release.variance for name in names}
+        return {feddp_kmeans.SECURED_STEPS[name][0]: (self.plan[name].release.variance, self.plan[name].levels)
+                for name in names}
 
     def record(self, name: str, compositions: int = 1) -> None:
         step = self.plan[name]

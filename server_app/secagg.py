@@ -10,7 +10,7 @@ A mixin of :class:`server_app.base.FederatedStrategy` (state: ``config``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from logging import WARNING
 from typing import Any, Callable
 
@@ -38,18 +38,22 @@ class SecureAggregation:
                 "threshold_fraction": self.config["secagg-threshold"],
                 "out_of_range": list(getattr(self, "secagg_rejected", [])),
                 "threat_model": "the server sees each secured step's sum over at least the threshold of devices, never one "
-                                "device's; it adds the noise to that exact sum (central DP), and it is trusted to relay "
-                                "the devices' public keys unchanged (honest-but-curious)"}
+                                "device's; " + ("each device adds its share of the noise before masking, so no sum reaches "
+                                                "the server without it" if self.config["secagg-noise"] == "devices" else
+                                                "the server adds the noise to that exact sum (central DP)")
+                                + "; honest-but-curious server: it follows the protocol, relays the devices' public keys "
+                                  "unchanged and names the noise the devices add"}
 
     def summed(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
-               sizes: dict[str, int], check: Callable[[Reply], str | None] | None, phase: str,
-               ranges: dict[str, float], noise: dict[str, float] | None = None) -> tuple[dict[str, np.ndarray] | None, int]:
+               sizes: dict[str, int], check: Callable[[Reply], str | None] | None, phase: str, ranges: dict[str, float],
+               noise: dict[str, tuple[float, float]] | None = None) -> tuple[dict[str, np.ndarray] | None, int]:
         """The sum of the ``ranges``' arrays over the valid replies to ``task``, and how many
         devices are in it. Secure mode: no reply check beyond the masked shapes is possible
         (``check`` is not used), ``ranges`` (public, fixed before the round) clip every
-        coordinate on the device, and a sum outside what that many devices' ranges allow
-        (some device added something else) is None: the caller skips the update, and the
-        phase is listed, as the culprit cannot be named."""
+        coordinate on the device, ``noise`` gives each array's (variance in grid steps, grid
+        levels) when the devices add the noise, and a sum outside what that many devices'
+        ranges allow (some device added something else) is None: the caller skips the
+        update, and the phase is listed, as the culprit cannot be named."""
         if not self.secure:
             replies = self.broadcast(task, nodes, arrays=arrays, config=config, sizes=sizes, check=check, phase=phase)
             return {name: sum(r.arrays[name] for r in replies) for name in ranges}, len(replies)
@@ -64,38 +68,39 @@ class SecureAggregation:
 
     def secure_sum(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
                    sizes: dict[str, int], phase: str, ranges: dict[str, float],
-                   noise: dict[str, float]) -> tuple[dict[str, np.ndarray], int]:
+                   noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], int]:
         session = getattr(self, "secagg_session", None)
-        if (session is None or session.used == session.sums or not set(nodes) <= session.members
-                or sum(session.position[node] not in session.gone for node in nodes) < session.threshold):
+        if session is None or session.used == session.sums or len(session.members & set(nodes)) < session.threshold:
             session = self.secagg_open(nodes, phase)
+        nodes = [node for node in nodes if node in session.members]  # a device whose keys failed sits the session out
         session.used += 1
         index, position, t = session.used, session.position, session.threshold
-        asked = [node for node in nodes if position[node] not in session.gone]
+        asked = {position[node] for node in nodes}
+        levels = {name: noise.get(name, (0.0, secagg.HALF_LEVELS))[1] for name in ranges}
 
         def forwarded(node: int) -> tuple[dict[str, np.ndarray], None]:  # the shares travel with the first sum
             return secagg.forwarded(session.inbox.get(position[node], []) if index == 1 else []), None
 
-        # masked replies (U3): the sum is over exactly these
-        request = {**arrays, "secagg-ranges": np.array(list(ranges.values())),  # and each device's share of the noise
-                   "secagg-noise": np.array([noise.get(name, 0.0) / t for name in ranges]),
-                   "secagg-gone": np.array(sorted(session.gone), dtype=np.int64)}
-        replies = self.broadcast(protocol.secure_name(task), asked, per_node=forwarded, sizes=sizes, phase=phase,
+        # masked replies (U3): the sum is over exactly these; each device masks with the others asked
+        request = {**arrays, "secagg-ranges": np.array(list(ranges.values())),
+                   "secagg-levels": np.array(list(levels.values())),  # and each device's share of the noise
+                   "secagg-noise": np.array([noise.get(name, (0.0, 0.0))[0] / t for name in ranges]),
+                   "secagg-absent": np.array(sorted(session.shared - asked), dtype=np.int64)}
+        replies = self.broadcast(protocol.secure_name(task), nodes, per_node=forwarded, sizes=sizes, phase=phase,
                                  arrays=request, config={**config, "secagg-session": session.number, "secagg-sum": index},
                                  min_replies=t)
         total = secagg.masked_total((r.arrays for r in replies), ranges)
         alive = [position[r.node_id] for r in replies]
-        dropped = sorted(session.shared - session.gone - set(alive))
+        dropped = sorted(asked - set(alive))
 
-        # unmasking (at least t answers): each survivor's own seed, the dropped ones' sk1 shares
-        def unmask(nodes: list[int], recover: list[int], suffix: str) -> list[Reply]:
-            return self.broadcast("secagg_unmask", nodes, phase=f"{phase}-{suffix}", min_replies=t,
+        # unmasking (at least t answers): each survivor's own seed, the dropped ones' mask key shares
+        def unmask(targets: list[int], recover: list[int], suffix: str) -> list[Reply]:
+            return self.broadcast("secagg_unmask", targets, phase=f"{phase}-{suffix}", min_replies=t,
                                   config={"session": session.number, "sum": index},
                                   arrays={"dropped": np.array(dropped, dtype=np.int64),
                                           "recover": np.array(recover, dtype=np.int64)})
 
         replies = unmask([r.node_id for r in replies], [], "unmask")
-        session.gone |= set(dropped)
         seeds = {position[r.node_id]: secagg.row_bytes(r.arrays["seed"], strip=False) for r in replies}
         sk_shares = {p: [secagg.row_bytes(row, strip=False) for r in replies
                          for q, row in zip(r.arrays["sk-positions"], r.arrays["sk-shares"]) if int(q) == p] for p in dropped}
@@ -107,14 +112,16 @@ class SecureAggregation:
                                 for q, row in zip(r.arrays["b-positions"], r.arrays["b-shares"]) if int(q) == p] for p in missing}
                 seeds.update(secagg.combined(b_shares, t))
             total = secagg.unmasked_sum(total, ranges, secagg.stream_name(session.number, index),
-                                        {p: session.pk1[p] for p in alive}, seeds, secagg.combined(sk_shares, t))
+                                        {p: session.pk1[p][index - 1] for p in alive}, seeds, secagg.combined(sk_shares, t),
+                                        levels)
         except ValueError as exc:
             raise FederationError(f"phase {phase!r}: {exc}") from None
         return total, len(alive)
 
     def secagg_open(self, nodes: list[int], phase: str) -> "Session":
         """A new session among ``nodes`` for the secure sums still planned: key advertisement
-        (U1) and encrypted shares routed through the server (U2), two round trips."""
+        (U1) and encrypted shares routed through the server (U2), two round trips. Replies
+        whose keys do not parse, or repeat another device's, are left out of the session."""
         if not 2 <= len(nodes) <= secagg.MAX_PARTICIPANTS:
             raise FederationError(f"phase {phase!r}: secure aggregation needs 2 to {secagg.MAX_PARTICIPANTS} "
                                   f"participants, got {len(nodes)}")
@@ -125,21 +132,29 @@ class SecureAggregation:
         position = {node: index + 1 for index, node in enumerate(nodes)}
         common = {"session": self.secagg_sessions}
         replies = self.broadcast("secagg_setup", nodes, config={**common, "participants": len(nodes), "threshold": t, "sums": sums},
-                                 per_node=lambda node: (None, {"position": position[node]}), phase=f"{phase}-setup", min_replies=t)
+                                 per_node=lambda node: (None, {"position": position[node]}), phase=f"{phase}-setup",
+                                 sizes={"h": sums}, check=secagg.keys_problem, min_replies=t)
+        replies = secagg.unique_keys(replies, lambda r: (bytes(r.arrays["pk1"].tobytes()), bytes(r.arrays["pk2"].tobytes())))
         keys = {position[r.node_id]: (r.arrays["pk1"], r.arrays["pk2"]) for r in replies}
         order = [position[r.node_id] for r in replies]
-        request = {"positions": np.array(order), "pk1": secagg.stack_bytes(bytes(keys[p][0]) for p in order),
+        request = {"positions": np.array(order), "pk1": secagg.stack_bytes(bytes(keys[p][0].tobytes()) for p in order),
                    "pk2": secagg.stack_bytes(bytes(keys[p][1]) for p in order)}
         replies = self.broadcast("secagg_share_keys", [r.node_id for r in replies], arrays=request, config=common,
-                                 phase=f"{phase}-share-keys", min_replies=t)
+                                 phase=f"{phase}-share-keys", min_replies=t,
+                                 check=lambda r: secagg.destinations_problem(r.arrays["destinations"], order, position[r.node_id]))
         shared = {position[r.node_id] for r in replies}
+        if len(shared) < len(nodes):
+            log(WARNING, "[fedcluster] %s: %d of %d devices sit this secure-aggregation session out (no reply, keys that "
+                "do not parse or repeat another device's, or shares not addressed to everyone once)", phase,
+                len(nodes) - len(shared), len(nodes))
         inbox: dict[int, list[tuple[int, np.ndarray]]] = {p: [] for p in shared}
         for r in replies:
             for destination, row in zip(r.arrays["destinations"], r.arrays["ciphertexts"]):
                 if int(destination) in shared:
                     inbox[int(destination)].append((position[r.node_id], row))
+        pk1 = {p: secagg.split_keys(bytes(keys[p][0].tobytes()), sums) for p in shared}
         session = Session(self.secagg_sessions, {n for n in nodes if position[n] in shared}, position, t, sums, shared,
-                          {p: bytes(keys[p][0]).rstrip(b"\0") for p in shared}, inbox)
+                          pk1, inbox)
         self.secagg_history = [*getattr(self, "secagg_history", []), session]
         self.secagg_session = session
         return session
@@ -148,8 +163,8 @@ class SecureAggregation:
 @dataclass
 class Session:
     """The server's view of one secure-aggregation session: who shared keys (positions
-    1..n), the threshold, how many sums it serves and has served, the mask keys' public
-    halves, the shares to forward, and the positions whose sk1 was rebuilt (``gone``)."""
+    1..n), the threshold, how many sums it serves and has served, each device's public mask
+    keys (one per sum) and the shares to forward."""
 
     number: int
     members: set[int]  # node ids
@@ -157,7 +172,6 @@ class Session:
     threshold: int
     sums: int
     shared: set[int]
-    pk1: dict[int, bytes]
+    pk1: dict[int, list[bytes]]
     inbox: dict[int, list[tuple[int, np.ndarray]]]
     used: int = 0
-    gone: set[int] = field(default_factory=set)
