@@ -48,7 +48,7 @@ MAX_PARTICIPANTS = 2**21 - 1  # n · HALF_LEVELS < R / 2: the signed sum is read
 STATE = "secagg-state"  # data.extra key of the device's session store
 RANGE_POINTS = 2**20  # without a cap on a device's points, its sums' public range: this many points
 _LISTS = ("positions", "peers", "masked-with", "unmask-dropped")  # list[int] entries; "sk1", "pk1", "peer-pk*", "seeds": list[bytes]
-_MAPS = ("b-shares", "sk-shares")  # dict[int, bytes] entries
+_MAPS = ("b-shares", "sk-shares", "pair-keys")  # dict[int, bytes] entries
 
 
 # ==================================================================== helpers (both sides)
@@ -278,7 +278,7 @@ def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
     store.update({"stage": "shared", "seeds": seeds, "positions": positions,
                   "peer-pk1": [b"".join(split_keys(keys, sums)) for keys in pk1], "peer-pk2": pk2,
                   "b-shares": {me: b"".join(shares[mine] for shares in b_shares)},
-                  "sk-shares": {me: b"".join(shares[mine] for shares in sk_shares)}, "peers": []})
+                  "sk-shares": {me: b"".join(shares[mine] for shares in sk_shares)}, "peers": [], "pair-keys": {}})
     return {"destinations": np.array(destinations, dtype=np.int64), "ciphertexts": stack_bytes(ciphertexts)}, {}
 
 
@@ -297,6 +297,12 @@ def _receive_shares(store: MutableMapping[str, Any], arrays: dict) -> None:
                 or len(sk_share) != len(store["sk-shares"][me]):
             raise ValueError("secure aggregation: a share addressed to someone else, or of the wrong length")
         store["b-shares"][source], store["sk-shares"][source] = b_share, sk_share
+    # the pairwise keys of every sum, once: ECDH(sk1_s, pk1_s of the peer), sums joined
+    own = [f["bytes_to_private_key"](key) for key in store["sk1"]]
+    for source in sources:
+        public = split_keys(store["peer-pk1"][positions.index(source)], store["sums"])
+        store["pair-keys"][source] = b"".join(f["generate_shared_key"](mine, f["bytes_to_public_key"](theirs))
+                                              for mine, theirs in zip(own, public))
     store["peers"], store["stage"] = sources, "ready"
 
 
@@ -322,7 +328,6 @@ def masked_reply(name: str):
     own = {p.name for p in base.config}
 
     def kernel(data: DeviceData, arrays: dict, config: dict):
-        f = _flwr()
         store = _session(data, config["secagg-session"])
         index = int(config["secagg-sum"])
         if store["stage"] == "shared":
@@ -346,11 +351,8 @@ def masked_reply(name: str):
         words = np.concatenate([quantize(result[key], bound, level).ravel() + noise(variance, int(np.prod(shapes[key])))
                                 for key, bound, level, variance in zip(summed, ranges, levels, variances)])
         words = words.astype(np.uint64) + mask(store["seeds"][index - 1], "self", stream, size)
-        own_key = store["sk1"][index - 1]
         for peer in peers:
-            public = split_keys(store["peer-pk1"][store["positions"].index(peer)], sums)[index - 1]
-            pair = mask(f["generate_shared_key"](f["bytes_to_private_key"](own_key), f["bytes_to_public_key"](public)),
-                        "pair", stream, size)
+            pair = mask(_slice(store["pair-keys"][peer], index, sums), "pair", stream, size)
             words = words + pair if me > peer else words - pair  # uint64 wraps mod 2^64, a multiple of R
         store.update({"stage": "masked", "sum": index, "masked-with": peers})
         return _split(words & np.uint64(MODULUS - 1), shapes), {}

@@ -143,35 +143,30 @@ def test_kfed_through_the_deployment(cluster):
     assert result["final"]["cost"] <= 1.02 * lloyd_reference(pooled(cluster.data_files), 4)
 
 
-def test_feddp_kmeans_through_the_deployment(cluster):
-    rng = np.random.default_rng(5)
-    server = cluster.workdir / "server.npy"  # server-side points, read by the ServerApp on the SuperLink's machine
+def feddp_through_the_deployment(cluster, name: str, seed: int, options: str) -> tuple[dict, Path]:
+    """A FedDP-KMeans run with 40 server-side points (read by the ServerApp on the
+    SuperLink's machine) to its end; its result.json and output folder."""
+    rng = np.random.default_rng(seed)
+    server = cluster.workdir / f"server-{name}.npy"
     np.save(server, np.concatenate([MEANS[j] + rng.normal(size=(10, 4)) for j in range(4)]))
-    out = cluster.workdir / "out-feddp"
+    out = cluster.workdir / f"out-{name}"
     run_id, status = run_to_end(
-        cluster,
-        f"algorithm='feddp-kmeans' k=4 epsilon=inf server-data='{server}' {QUICK} "
-        f"lloyd-rounds=1 noise-seed=1 output-dir='{out}'",
-    )
+        cluster, f"algorithm='feddp-kmeans' k=4 epsilon=inf server-data='{server}' {QUICK} lloyd-rounds=1 {options} "
+                 f"output-dir='{out}'")
     assert status == "finished:completed", cluster.run_log(run_id)
-    result = json.loads((out / "result.json").read_text())
+    return json.loads((out / "result.json").read_text()), out
+
+
+def test_feddp_kmeans_through_the_deployment(cluster):
+    result, _ = feddp_through_the_deployment(cluster, "feddp", 5, "noise-seed=1")
     assert result["final"]["cost"] <= 1.05 * lloyd_reference(pooled(cluster.data_files), 4)
 
 
 def test_secure_aggregation_through_the_deployment(cluster):
     """Every message is a fresh ClientApp process here: a session's keys and shares live in
     Flower's context.state from one stage to the next (four round trips for one secure sum)."""
-    rng = np.random.default_rng(6)
-    server = cluster.workdir / "server-secure.npy"
-    np.save(server, np.concatenate([MEANS[j] + rng.normal(size=(10, 4)) for j in range(4)]))
-    out = cluster.workdir / "out-secure"
-    run_id, status = run_to_end(
-        cluster,
-        f"algorithm='feddp-kmeans' k=4 epsilon=inf server-data='{server}' {QUICK} init='server-kmeans++' "
-        f"lloyd-rounds=1 secure-aggregation=true evaluate-cost=false output-dir='{out}'",
-    )
-    assert status == "finished:completed", cluster.run_log(run_id)
-    result = json.loads((out / "result.json").read_text())
+    result, out = feddp_through_the_deployment(
+        cluster, "secure", 6, "init='server-kmeans++' secure-aggregation=true evaluate-cost=false")
     assert result["privacy"]["secure_aggregation"]["sums"] == 1
     assert [p["replies"] for p in result["phases"] if p["phase"].startswith("lloyd")] == [NODES] * 4
     X = pooled(cluster.data_files)
