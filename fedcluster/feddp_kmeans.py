@@ -777,11 +777,10 @@ def secure_bounds(bounds: Mapping[str, float], points: float, per_point: float, 
     coordinates), the Lloyd counts and the histogram (L1, k and its candidates)."""
     from .secagg import rounding_slack
 
-    ranges = secure_ranges(points, per_point)
+    ranges = {"histogram": points, **secure_ranges(points, per_point)}
     out = dict(bounds)
-    out["lloyd_gaussian"] += rounding_slack(ranges["sums"], k * d, 2)
-    out["lloyd_laplace"] += rounding_slack(ranges["counts"], k, 1)
-    out["step2"] += rounding_slack(points, HISTOGRAM_CANDIDATES_PER_CLUSTER * k, 1)
+    for name, (array, size_of, norm) in SECURED_STEPS.items():
+        out[name] += rounding_slack(ranges[array], size_of(k, d), norm)
     return out
 
 

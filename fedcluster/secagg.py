@@ -218,9 +218,10 @@ def _session(data: DeviceData, session: int) -> MutableMapping[str, Any]:
 
 
 def split_keys(joined: bytes, count: int) -> list[bytes]:
-    """``count`` PEM public keys of equal length, concatenated, apart again."""
+    """``count`` equal parts, concatenated (one per sum: PEM keys, shares, pairwise keys),
+    apart again."""
     if count < 1 or len(joined) % count:
-        raise ValueError("secure aggregation: public keys of unequal length")
+        raise ValueError("secure aggregation: parts of unequal length")
     width = len(joined) // count
     return [joined[i * width:(i + 1) * width] for i in range(count)]
 
@@ -261,6 +262,8 @@ def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
     if len(positions) < t or me not in positions:
         raise ValueError("secure aggregation: fewer participants than the threshold, or this device is not among them")
     mine = positions.index(me)
+    for keys in pk1:
+        split_keys(keys, sums)  # one key per sum, of equal lengths
     if pk1[mine] != b"".join(store["pk1"]) or pk2[mine] != store["pk2"]:
         raise ValueError("secure aggregation: this device's own public keys came back changed")
     seeds = [os.urandom(protocol.SEED_BYTES) for _ in range(sums)]
@@ -276,7 +279,7 @@ def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
         destinations.append(position)
         ciphertexts.append(f["encrypt"](key, f["share_keys_plaintext_concat"](me, position, b_joined, sk_joined)))
     store.update({"stage": "shared", "seeds": seeds, "positions": positions,
-                  "peer-pk1": [b"".join(split_keys(keys, sums)) for keys in pk1], "peer-pk2": pk2,
+                  "peer-pk1": pk1, "peer-pk2": pk2,
                   "b-shares": {me: b"".join(shares[mine] for shares in b_shares)},
                   "sk-shares": {me: b"".join(shares[mine] for shares in sk_shares)}, "peers": [], "pair-keys": {}})
     return {"destinations": np.array(destinations, dtype=np.int64), "ciphertexts": stack_bytes(ciphertexts)}, {}
@@ -309,12 +312,6 @@ def _receive_shares(store: MutableMapping[str, Any], arrays: dict) -> None:
 def stream_name(session: int, index: int) -> str:
     """The mask streams of sum ``index`` of ``session``."""
     return f"{session}.{index}"
-
-
-def _slice(joined: bytes, index: int, count: int) -> bytes:
-    """Part ``index`` (1-based) of ``count`` equal parts."""
-    width = len(joined) // count
-    return joined[(index - 1) * width:index * width]
 
 
 def masked_reply(name: str):
@@ -352,7 +349,7 @@ def masked_reply(name: str):
                                 for key, bound, level, variance in zip(summed, ranges, levels, variances)])
         words = words.astype(np.uint64) + mask(store["seeds"][index - 1], "self", stream, size)
         for peer in peers:
-            pair = mask(_slice(store["pair-keys"][peer], index, sums), "pair", stream, size)
+            pair = mask(split_keys(store["pair-keys"][peer], sums)[index - 1], "pair", stream, size)
             words = words + pair if me > peer else words - pair  # uint64 wraps mod 2^64, a multiple of R
         store.update({"stage": "masked", "sum": index, "masked-with": peers})
         return _split(words & np.uint64(MODULUS - 1), shapes), {}
@@ -388,9 +385,9 @@ def secagg_unmask(data: DeviceData, arrays: dict, config: dict):
     reply = {
         "seed": np.frombuffer(store["seeds"][index - 1], np.uint8),
         "b-positions": np.array(recover, dtype=np.int64),
-        "b-shares": stack_bytes(_slice(store["b-shares"][p], index, sums) for p in recover),
+        "b-shares": stack_bytes(split_keys(store["b-shares"][p], sums)[index - 1] for p in recover),
         "sk-positions": np.array(dropped, dtype=np.int64),
-        "sk-shares": stack_bytes(_slice(store["sk-shares"][p], index, sums) for p in dropped),
+        "sk-shares": stack_bytes(split_keys(store["sk-shares"][p], sums)[index - 1] for p in dropped),
     }
     store.update({"stage": "unmasked", "unmask-dropped": dropped})
     return reply, {}

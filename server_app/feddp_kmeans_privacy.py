@@ -122,7 +122,7 @@ class FedDPPrivacy:
     def privacy_report(self) -> dict[str, Any]:
         delta = self.config.delta
         if self.distributed:  # every release holds the noise of at least the threshold of devices
-            self.ledger.devices = min((s.threshold for s in getattr(self, "secagg_history", [])), default=0)
+            self.ledger.devices = min((s.threshold for s in self.secagg_history), default=0)
         report = self.ledger.to_dict(delta)
         report.update({
             "target_epsilon": self.config.epsilon if not self.config.step_epsilons else None,

@@ -26,7 +26,10 @@ class SecureAggregation:
     """``summed``: the sum of a summable task's replies, in the clear or securely."""
 
     secagg_sessions = 0
-    secagg_rejected: list[str]  # phases whose secure sum lay outside every device's range
+    secagg_planned = 1  # the secure sums a run will ask (the strategy sets it)
+    secagg_session: "Session | None" = None  # the current one
+    secagg_history: tuple["Session", ...] = ()  # every session of the run
+    secagg_rejected: tuple[str, ...] = ()  # phases whose secure sum lay outside every device's range
 
     @property
     def secure(self) -> bool:
@@ -34,9 +37,9 @@ class SecureAggregation:
 
     def secagg_record(self) -> dict[str, Any]:
         """What result.json says about secure aggregation (threat model: docs/security.md)."""
-        return {"sessions": self.secagg_sessions, "sums": sum(s.used for s in getattr(self, "secagg_history", [])),
+        return {"sessions": self.secagg_sessions, "sums": sum(s.used for s in self.secagg_history),
                 "threshold_fraction": self.config["secagg-threshold"],
-                "out_of_range": list(getattr(self, "secagg_rejected", [])),
+                "out_of_range": list(self.secagg_rejected),
                 "threat_model": "the server sees each secured step's sum over at least the threshold of devices, never one "
                                 "device's; " + ("each device adds its share of the noise before masking, so no sum reaches "
                                                 "the server without it" if self.config["secagg-noise"] == "devices" else
@@ -61,7 +64,7 @@ class SecureAggregation:
         total, count = self.secure_sum(task, nodes, arrays, config, sizes, phase, ranges, noise)
         if secagg.within_ranges(total, ranges, count, noise, self.secagg_session.threshold):
             return total, count
-        self.secagg_rejected = [*getattr(self, "secagg_rejected", []), phase]
+        self.secagg_rejected = (*self.secagg_rejected, phase)
         log(WARNING, "[fedcluster] %s: the secure sum of %d devices lies outside their public ranges (a device sent "
             "something else; secure aggregation hides which): this update is skipped", phase, count)
         return None, count
@@ -69,7 +72,7 @@ class SecureAggregation:
     def secure_sum(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
                    sizes: dict[str, int], phase: str, ranges: dict[str, float],
                    noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], int]:
-        session = getattr(self, "secagg_session", None)
+        session = self.secagg_session
         if session is None or session.used == session.sums or len(session.members & set(nodes)) < session.threshold:
             session = self.secagg_open(nodes, phase)
         nodes = [node for node in nodes if node in session.members]  # a device whose keys failed sits the session out
@@ -126,8 +129,8 @@ class SecureAggregation:
             raise FederationError(f"phase {phase!r}: secure aggregation needs 2 to {secagg.MAX_PARTICIPANTS} "
                                   f"participants, got {len(nodes)}")
         self.secagg_sessions += 1
-        done = sum(s.used for s in getattr(self, "secagg_history", []))
-        sums = max(1, int(getattr(self, "secagg_planned", 1)) - done)
+        done = sum(s.used for s in self.secagg_history)
+        sums = max(1, int(self.secagg_planned) - done)
         t = secagg.threshold(len(nodes), self.config["secagg-threshold"])
         position = {node: index + 1 for index, node in enumerate(nodes)}
         common = {"session": self.secagg_sessions}
@@ -155,7 +158,7 @@ class SecureAggregation:
         pk1 = {p: secagg.split_keys(bytes(keys[p][0].tobytes()), sums) for p in shared}
         session = Session(self.secagg_sessions, {n for n in nodes if position[n] in shared}, position, t, sums, shared,
                           pk1, inbox)
-        self.secagg_history = [*getattr(self, "secagg_history", []), session]
+        self.secagg_history = (*self.secagg_history, session)
         self.secagg_session = session
         return session
 
