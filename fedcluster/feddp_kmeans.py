@@ -322,10 +322,9 @@ LLOYD_STEPS = ("lloyd_gaussian", "lloyd_laplace")
 # ==================================================================== run config
 def step_names(config: Mapping[str, Any]) -> tuple[str, ...]:
     """The private steps a run uses, in the order ``step-epsilons`` lists them (``init =
-    auto`` starts from FedDP-Init with server data, from SpherePacking without:
-    :func:`start_method`)."""
+    auto``: :func:`start_method`)."""
     has_server_data = bool(config["server-data"]) or config["dataset"] == "feddp-mixture"  # as the strategy finds it
-    start = start_method(config["init"], has_server_data)
+    start = start_method(config["init"], has_server_data, config["privacy-level"], config["lloyd-rounds"])
     steps = INIT_STEPS if start == "feddp" else ("step2",) if start == "histogram" else ()
     return steps + (LLOYD_STEPS if config["lloyd-rounds"] > 0 else ())
 
@@ -347,7 +346,7 @@ def _rules(c: Mapping[str, Any]) -> None:
     if "step3_gaussian" in steps and c["lloyd-rounds"] > 0 and c["lloyd-fraction"] <= 0:
         raise ConfigError("lloyd-rounds > 0 needs lloyd-fraction > 0 (the Lloyd rounds' share of epsilon)")
     served = bool(c["server-data"]) or c["dataset"] == "feddp-mixture"
-    if c["secure-aggregation"] and start_method(c["init"], served) == "feddp":
+    if c["secure-aggregation"] and start_method(c["init"], served, c["privacy-level"], c["lloyd-rounds"]) == "feddp":
         raise ConfigError("secure-aggregation = true secures the histogram start and the Lloyd sums, not FedDP-Init's "
                           "steps: choose init = 'histogram', 'sphere-packing', 'server-kmeans++' or 'server-lloyds'")
     if c["secure-aggregation"] and c["secagg-noise"] == "devices" and (c["step-epsilons"] or c["privacy-level"] == "client"):
@@ -370,13 +369,15 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("delta", 1e-6, "δ", allowed=Interval(float, 0, 1, closed="neither")),
     Key("step-epsilons", "", "per-step ε 'e1,e2,...' instead of a target total; their PLD total must not exceed epsilon"),
     Key("budget-split", "", "relative ε shares 'w1,w2,w3g,w3l' (default: the paper's rule of thumb)"),
-    Key("init", "auto", "initialization method (auto = feddp with server data, histogram without)", allowed=StrOptions(("auto",) + INIT_METHODS)),
+    Key("init", "auto", "initialization method (auto = histogram without server data, and with it at data-point "
+        "level when lloyd-rounds >= 1, its candidates then server points; feddp otherwise)", allowed=StrOptions(("auto",) + INIT_METHODS)),
     SERVER_DATA,
     Key("lloyd-rounds", 0, "T, FedDP-Lloyds rounds", allowed=Interval(int, 0, MANY)),
     Key("lloyd-fraction", 0.25, "share of ε for FedDP-Lloyds", allowed=Interval(float, 0, 1, closed="left")),
     Key("lloyd-update", "auto", "FedDP-Lloyds: absolute (sums of the points, sensitivity Δ: the paper) or relative "
         "(sums of each point's displacement from its center clipped to lloyd-radius, sensitivity lloyd-radius; a "
-        "center moves at most that far per round); auto = relative without server data at data-point level, else absolute",
+        "center moves at most that far per round); auto = relative at data-point level after init histogram or "
+        "sphere-packing, else absolute",
         allowed=StrOptions(("auto", "absolute", "relative"))),
     Key("lloyd-radius", 0.0, "relative updates: the radius r (0 = 0.8·Δ/k^(1/d), at most Δ)", allowed=Interval(float, 0)),
     Key("public-points", 0, "the number of points lloyd-rounds was chosen from, treated as public (the estimator's "
@@ -561,12 +562,16 @@ def server_typical_norm(points: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.einsum("ij,ij->i", points, points))))
 
 
-def start_method(init: str, has_server_data: bool) -> str:
-    """The start a run makes: ``init``, where ``auto`` is FedDP-Init with server data and
-    SpherePacking (which needs only the dimension and a radius) without."""
+def start_method(init: str, has_server_data: bool, level: str = DATA_POINT, lloyd_rounds: int = 0) -> str:
+    """The start a run makes: ``init``, where ``auto`` is the private histogram start
+    (:func:`histogram_start`; with server data its candidates are server points) without
+    server data, or at data-point level when Lloyd rounds follow (the histogram gives
+    candidate points, the rounds turn them into means); FedDP-Init otherwise (its step 3
+    gives means)."""
     if init != "auto":
         return init
-    return "feddp" if has_server_data else "histogram"
+    histogram = not has_server_data or (level == DATA_POINT and lloyd_rounds >= 1)
+    return "histogram" if histogram else "feddp"
 
 
 def public_dimension(server: np.ndarray | None, dimension: int, clip_norm: float, init: str,
@@ -651,12 +656,13 @@ def relative_lloyd_update(
     return np.where(alive[:, None], moved, centers), alive
 
 
-def lloyd_mode(update: str, level: str, has_server_data: bool) -> str:
-    """``lloyd-update``: ``auto`` is relative without server data (the start is then data
-    independent and the relative step's smaller sensitivity pays most), absolute with it
-    (the paper's FedDP-Lloyds); client level is always absolute."""
+def lloyd_mode(update: str, level: str, start: str) -> str:
+    """``lloyd-update``: ``auto`` is relative at data-point level after a start that gives
+    points rather than means (``histogram``, ``sphere-packing``: the relative step's smaller
+    sensitivity pays most there), absolute otherwise (the paper's FedDP-Lloyds, after
+    FedDP-Init or a start on the server data); client level is always absolute."""
     if update == "auto":
-        return "relative" if level == DATA_POINT and not has_server_data else "absolute"
+        return "relative" if level == DATA_POINT and start in DATA_FREE_STARTS else "absolute"
     return update
 
 
@@ -889,27 +895,26 @@ def lloyd_violation(
 
 
 # ------------------------------------------------------------------ SpherePacking baseline
-def histogram_candidates(k: int, d: int, half_width: float, rng: np.random.Generator) -> np.ndarray:
-    """init = histogram: ``HISTOGRAM_CANDIDATES_PER_CLUSTER``·k points drawn uniformly from
-    the cube [−h, h]^d (h = ``half_width``), independently of any data; the devices count
-    their points' nearest candidates (task ``feddp_candidates``) and the server clusters
-    the candidates weighted by the noisy counts."""
-    return rng.uniform(-half_width, half_width, size=(HISTOGRAM_CANDIDATES_PER_CLUSTER * k, d))
-
-
-def histogram_request(k: int, d: int, half_width: float, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """What the histogram start asks the devices (task ``feddp_candidates``): the
-    data-independent candidates (:func:`histogram_candidates`) to count their points by."""
-    return {"candidates": histogram_candidates(k, d, half_width, rng)}
+def histogram_candidates(k: int, d: int, half_width: float, rng: np.random.Generator,
+                         server: np.ndarray | None = None) -> np.ndarray:
+    """init = histogram: ``HISTOGRAM_CANDIDATES_PER_CLUSTER``·k candidates: server points
+    (a random subset of them, when there are more) and, for the rest, points drawn uniformly
+    from the cube [−h, h]^d (h = ``half_width``), independently of any data; the devices
+    count their points' nearest candidates (task ``feddp_candidates``) and the server
+    clusters the candidates weighted by the noisy counts."""
+    wanted = HISTOGRAM_CANDIDATES_PER_CLUSTER * k
+    taken = np.empty((0, d)) if server is None else server[rng.permutation(server.shape[0])[:wanted]]
+    return np.vstack([taken, rng.uniform(-half_width, half_width, size=(wanted - taken.shape[0], d))])
 
 
 def histogram_start(candidates: np.ndarray, noisy_counts: np.ndarray, noise_scale: float, k: int, half_width: float,
-                    rng: np.random.Generator, n_init: int) -> tuple[np.ndarray, dict[str, Any]]:
+                    rng: np.random.Generator, n_init: int, server: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, Any]]:
     """The start from the noisy histogram: weighted k-means of the candidates whose count
     stands out of the noise (:func:`significant_candidates`); with fewer than k of them,
-    those candidates and, for the other centers, SpherePacking in the same cube, away from
-    them (the rest of the histogram is noise). Returns the centers and what the init
-    record says of them."""
+    those candidates and, for the other centers, the server's own k-means centers farthest
+    from them (:func:`farthest_fill`; with ``server`` data of at least k points), else
+    SpherePacking in the cube, away from them (the rest of the histogram is noise). Returns
+    the centers and what the init record says of them."""
     significant = significant_candidates(noisy_counts, noise_scale)
     record: dict[str, Any] = {"method": "histogram", "candidates": int(candidates.shape[0]),
                               "candidates_kept": int(significant.sum()), "cube_half_width": half_width}
@@ -917,9 +922,29 @@ def histogram_start(candidates: np.ndarray, noisy_counts: np.ndarray, noise_scal
         centers, _ = kmeans(candidates[significant], k, rng, noisy_counts[significant], n_init=n_init)
         return centers, record
     supported = candidates[significant][np.argsort(-noisy_counts[significant], kind="stable")]
+    if server is not None and server.shape[0] >= k:  # the server's own data fills in, at no privacy cost
+        centers = farthest_fill(supported, kmeans(server, k, rng, n_init=n_init)[0], k)
+        record.update(fallback="server-lloyds", filled=k - len(supported))
+        return centers, record
     centers, record["radius_a"] = sphere_packing(k, candidates.shape[1], half_width, rng, fixed=supported)
     record.update(fallback="sphere-packing", filled=k - len(supported))
     return centers, record
+
+
+def farthest_fill(fixed: np.ndarray, pool: np.ndarray, k: int) -> np.ndarray:
+    """``fixed`` (m < k rows), then k − m rows of ``pool``, each the one farthest from the
+    rows chosen so far (the first, with nothing fixed, the pool's first row)."""
+    chosen = list(fixed)
+    left = list(range(pool.shape[0]))
+    while len(chosen) < k:
+        if chosen:
+            gaps = ((pool[left][:, None, :] - np.asarray(chosen)[None]) ** 2).sum(-1).min(1)
+            pick = left[int(np.argmax(gaps))]
+        else:
+            pick = left[0]
+        chosen.append(pool[pick])
+        left.remove(pick)
+    return np.asarray(chosen, dtype=np.float64).reshape(k, pool.shape[1])
 
 
 def significant_candidates(noisy_counts: np.ndarray, noise_scale: float) -> np.ndarray:

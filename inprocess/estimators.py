@@ -245,11 +245,11 @@ class FederatedKMeans(_Federated):
 
 
 class DPFederatedKMeans(_Federated):
-    """FedDP-KMeans (Scott et al.): differentially private federated k-means, started from
-    server-side data given to ``fit(clients, server_data=points)``, or without server data
-    from a private histogram (``run_config={"clip-norm": Δ}``) followed by relative Lloyd rounds,
-    ``max_iter`` of them or, by default, as many as the budget carries for the clients'
-    number of points (``fedcluster.feddp_kmeans.lloyd_rounds_for``; the number of rounds,
+    """FedDP-KMeans (Scott et al.): differentially private federated k-means, started from a
+    private histogram of candidates (server points when server-side data is given to
+    ``fit(clients, server_data=points)``; without it, points in the ball of radius
+    ``run_config={"clip-norm": Δ}``) followed by relative Lloyd rounds, ``max_iter`` of them
+    or, by default, as many as the budget carries for the clients' number of points (``fedcluster.feddp_kmeans.lloyd_rounds_for``; the number of rounds,
     which the result reports, then treats that count as public: give ``max_iter`` to keep
     it out of the result).
 
@@ -275,13 +275,13 @@ class DPFederatedKMeans(_Federated):
         }
         if self.max_iter is not None:
             own["lloyd-rounds"] = self.max_iter
-        elif getattr(self, "_dimension", None) and "lloyd-rounds" not in (self.run_config or {}):
-            # without server data: as many rounds as the budget carries for this many points
-            # (lloyd_rounds_for); the count is then public-points, listed outside the guarantee
+        elif getattr(self, "_points", None) and "lloyd-rounds" not in (self.run_config or {}) and self._rounds_rule:
+            # as many rounds as the budget carries for this many points (lloyd_rounds_for); the
+            # count is then public-points, listed outside the guarantee
             own["lloyd-rounds"] = feddp_kmeans.lloyd_rounds_for(self._points, self.n_clusters, self._dimension,
                                                                 self.epsilon, self.delta)
             own["public-points"] = self._points
-        if getattr(self, "_dimension", None) and "dimension" not in (self.run_config or {}):
+        if getattr(self, "_dimension", None) and not getattr(self, "_served", False) and "dimension" not in (self.run_config or {}):
             own["dimension"] = self._dimension  # without server data: the clients' (public: their arrays' width)
         return _merged(self.run_config, own)
 
@@ -289,9 +289,11 @@ class DPFederatedKMeans(_Federated):
         """Without ``server_data`` the run starts from a private histogram of candidates in
         the ball of radius ``clip-norm`` (give it in ``run_config``), followed by
         ``max_iter`` Lloyd rounds (default: from the budget and the clients' number of points)."""
-        arrays = None if server_data is not None else _client_arrays(clients)
-        self._dimension = None if arrays is None else arrays[0].shape[1]
-        self._points = None if arrays is None else sum(a.shape[0] for a in arrays)
+        arrays = _client_arrays(clients)
+        self._dimension, self._points = arrays[0].shape[1], sum(a.shape[0] for a in arrays)
+        self._served = server_data is not None
+        # the rounds rule is a data-point level rule; with server data at client level FedDP-Init runs alone
+        self._rounds_rule = not self._served or (self.run_config or {}).get("privacy-level", self.privacy_level) == "data-point"
         super().fit(clients, y, server_data=server_data)
         self.privacy_ = self.result_.get("privacy")
         return self

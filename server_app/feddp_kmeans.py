@@ -11,10 +11,9 @@ phases, in the order this strategy runs them::
               or means and a non-empty vector (client);  C = (S + N) / max(N + Lap, 1)
     FedDP-Lloyds (T = lloyd-rounds): clients get C; send sums and counts;  C ← S̃ / Ñ
 
-Baselines (``init``): ``server-kmeans++``, ``server-lloyds``, ``sphere-packing``; they spend
-the whole ε on FedDP-Lloyds. The privacy plan, the per-level bound checks, the noisy
-aggregates, the eigenvectors and SpherePacking live in ``fedcluster/feddp_kmeans.py`` and
-``fedcluster/privacy/``; privacy levels, budget and trust model: docs/guide/feddp-kmeans.md.
+Other starts (``init``): ``histogram`` (the devices' noisy counts of their nearest candidates),
+``server-kmeans++``, ``server-lloyds``, ``sphere-packing``. The math lives in
+``fedcluster/feddp_kmeans.py`` and ``fedcluster/privacy/``; docs/guide/feddp-kmeans.md.
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ from .feddp_kmeans_privacy import FedDPPrivacy
 from .secagg import SecureAggregation
 
 
-
 class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
     """FedDP-KMeans (Scott et al. 2025): FedDP-Init + FedDP-Lloyds, and its baselines.
     Run-config parameters: ``fedcluster.feddp_kmeans.KEYS`` (docs/reference.md)."""
@@ -47,8 +45,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
     exclude_invalid = True  # a device that broke a bound is asked for nothing else, its evaluation included
 
     def run(self) -> dict[str, Any]:
-        cfg = self.config
-        k = cfg.k
+        cfg, k = self.config, self.config.k
         self.level = cfg.privacy_level
         self.lloyd_rounds = cfg.lloyd_rounds
         # The dimension is public (the server data's, or agreed in advance: ``dimension``); no
@@ -59,7 +56,8 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
             raise FederationError(problem)
         if self.origin is not None:  # every party works around it: devices on x - origin, the server on its data too
             server = server - self.origin
-        self.init_method = feddp_kmeans.start_method(cfg.init, server is not None)
+        self.server = server
+        self.init_method = feddp_kmeans.start_method(cfg.init, server is not None, self.level, self.lloyd_rounds)
         self.dimension, problem = feddp_kmeans.public_dimension(server, cfg.dimension, cfg.clip_norm,
                                                                 self.init_method, self.lloyd_rounds)
         if problem:
@@ -77,7 +75,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         self.typical_norm = feddp_kmeans.server_typical_norm(server) if server is not None else None
         self.bounds = feddp_kmeans.clipping_bounds(self.level, self.clip_norm, k, cfg.client_max_points, chosen,
                                                    self.typical_norm, capped=cfg.max_device_points > 0)
-        self.lloyd_update = feddp_kmeans.lloyd_mode(cfg.lloyd_update, self.level, server is not None)
+        self.lloyd_update = feddp_kmeans.lloyd_mode(cfg.lloyd_update, self.level, self.init_method)
         self.radius = None
         if self.lloyd_update == "relative":  # one point moves a cluster's sum by at most r (2r: a swap under a cap)
             self.radius = feddp_kmeans.lloyd_radius(cfg.lloyd_radius, self.clip_norm, k, self.dimension)
@@ -136,7 +134,8 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
     # ------------------------------------------------------------------ set-up
     def server_points(self) -> np.ndarray | None:
         """The server's own data Q (n_s x d): ``server-data`` (.npy) or the dataset's
-        generator; None without. It never leaves the server (clients only ever get QV)."""
+        generator; None without. FedDP-Init sends the devices its projection QV and mean, the histogram start
+        up to 10·k of its points."""
         path = self.config.server_data
         points = load_points(path) if path else generated_server_points(self.config)
         if points is None:
@@ -232,13 +231,13 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
 
     # ------------------------------------------------------------------ no server data
     def histogram_init(self, k: int) -> tuple[np.ndarray, dict[str, Any], dict[str, np.ndarray]]:
-        """A start from one private summary, needing no server data: the devices' histogram
-        of their points' nearest data-independent candidates (task ``feddp_candidates``;
-        step 2's noise and sensitivity), then :func:`fedcluster.feddp_kmeans.histogram_start`."""
+        """A start from one private summary: the devices' histogram of their points' nearest
+        candidates (server points, which the devices then see, and data-independent points;
+        task ``feddp_candidates``; step 2's noise and sensitivity), then
+        :func:`fedcluster.feddp_kmeans.histogram_start`."""
         half_width = self.clip_norm / math.sqrt(self.dimension)
-        request = feddp_kmeans.histogram_request(k, self.dimension, half_width, self.rng)
-        candidates = request["candidates"]
-        request = request if self.origin is None else {**request, "origin": self.origin}
+        candidates = feddp_kmeans.histogram_candidates(k, self.dimension, half_width, self.rng, self.server)
+        request = {"candidates": candidates} if self.origin is None else {"candidates": candidates, "origin": self.origin}
         total, devices = self.summed("feddp_candidates", self.participants(), request, self.client_config(laplace="step2"),
                                {"s": candidates.shape[0]}, self.check_histogram, "init-histogram", {"histogram": self.secure_points},
                                self.device_noise("step2"))
@@ -246,11 +245,13 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         self.record("step2")
         spread = self.plan["step2"].noise_scale * self.noise_shares(devices)
         centers, record = feddp_kmeans.histogram_start(candidates, weights, spread, k, half_width, self.rng,
-                                                       self.config.server_n_init)
+                                                       self.config.server_n_init, self.server)
+        record["server_candidates"] = 0 if self.server is None else min(self.server.shape[0], candidates.shape[0])
         if "fallback" in record:
-            log(WARNING, "[fedcluster] only %d of %d candidates' noisy counts stand out of the noise: SpherePacking "
-                "places the other %d centers", record["candidates_kept"], candidates.shape[0], record["filled"])
-        return centers, record, {"candidates": candidates, "candidate_weights": weights}
+            log(WARNING, "[fedcluster] only %d of %d candidates' noisy counts stand out of the noise: %s places the "
+                "other %d centers", record["candidates_kept"], candidates.shape[0], record["fallback"], record["filled"])
+        arrays = {"candidates": candidates, "candidate_weights": weights}
+        return centers, record, arrays
 
     # ------------------------------------------------------------------ baselines
     def server_init(self, server: np.ndarray, k: int) -> tuple[np.ndarray, dict[str, Any]]:

@@ -111,7 +111,7 @@ class FedDPPrivacy:
         listed = {"reference": "the pooled central k-means (simulation only: the server reads every client's data)"}
         if self.config.evaluate_cost:
             listed["final"] = "the exact federated cost and point count of the final centers (evaluate-cost=true; set false in deployment)"
-        if self.config.margin < 1:
+        if self.config.margin < 1 and self.init_method == "feddp":
             listed["init.kept_by_margin"] = "the exact number of points step 3's margin filter kept (margin < 1)"
         if self.config.public_points > 0:
             listed["lloyd_rounds"] = ("chosen from the clients' exact number of points (config public-points), which "

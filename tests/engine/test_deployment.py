@@ -158,7 +158,7 @@ def feddp_through_the_deployment(cluster, name: str, seed: int, options: str) ->
 
 
 def test_feddp_kmeans_through_the_deployment(cluster):
-    result, _ = feddp_through_the_deployment(cluster, "feddp", 5, "noise-seed=1")
+    result, _ = feddp_through_the_deployment(cluster, "feddp", 5, "init='feddp' noise-seed=1")
     assert result["final"]["cost"] <= 1.05 * lloyd_reference(pooled(cluster.data_files), 4)
 
 

@@ -50,6 +50,7 @@ SMALL = {
     "num-points": 3000,
     "seed": 3,
     "reference": False,
+    "init": "feddp",  # the paper's start (auto: the histogram of server-point candidates when Lloyd rounds follow)
 }
 NODES = 10
 
@@ -525,6 +526,34 @@ def test_server_data_never_leaves_the_server(tmp_path):
         assert not any(np.allclose(array, point) for point in server[:5] if array.shape == point.shape)
 
 
+def test_with_lloyd_rounds_at_data_point_level_auto_counts_the_devices_points_by_server_points(tmp_path):
+    """init = auto, server data, data-point level, Lloyd rounds: the histogram start, its
+    candidates the server's points (all of them here: fewer than 10·k) and, for the rest,
+    points in the cube inscribed in the ball of radius Δ (test_histogram_candidates_...);
+    relative Lloyd rounds follow. The server points are sent to the devices (recorded as
+    server_candidates)."""
+    sent = []
+
+    def hook(node, message, reply):
+        if message.metadata.message_type == "query.feddp_candidates":
+            sent.append(message.content.array_records["arrays"]["candidates"].numpy())
+        return reply
+
+    base = {**small(tmp_path), "init": "auto", "num-points": 300, "epsilon": 1.0, "lloyd-rounds": 1, "noise-seed": 0}
+    result = run(base, num_nodes=NODES, reply_hook=hook)
+    server = generated_server_points(result["config"]) - generated_server_points(result["config"]).mean(axis=0)
+    assert result["init"]["method"] == "histogram" and result["privacy"]["lloyd_update"] == "relative"
+    assert sent and all(np.array_equal(a, sent[0]) for a in sent)
+    candidates = sent[0]  # 160 server points: every one of the 10·k candidates is one of them, none twice
+    assert candidates.shape == (30, 10) and result["init"]["server_candidates"] == 30
+    assert all(sum(np.allclose(c, q) for q in server) == 1 for c in candidates)
+    assert len({tuple(c) for c in candidates}) == 30
+    paper = run({**base, "privacy-level": "client", "output-dir": str(tmp_path / "client")}, num_nodes=NODES)
+    assert paper["init"]["method"] == "feddp"  # client level: FedDP-Init
+    alone = run({**base, "lloyd-rounds": 0, "output-dir": str(tmp_path / "alone")}, num_nodes=NODES)
+    assert alone["init"]["method"] == "feddp"  # no rounds to turn candidates into means: FedDP-Init
+
+
 # ------------------------------------------------------------------ noisy counts
 def test_noisy_counts_at_or_below_zero_never_give_inf_or_nan_centers(tmp_path):
     """ε so small that step 3's noisy counts go negative: centers = S̃ / max(Ñ, 1) stay
@@ -882,6 +911,45 @@ def test_histogram_start_without_noise_clusters_the_candidates_by_their_exact_co
     assert init["fallback"] == "sphere-packing" and init["filled"] == 3 - init["candidates_kept"] > 0
 
 
+def test_histogram_candidates_are_server_points_then_points_drawn_in_the_cube():
+    server = np.arange(14.0).reshape(7, 2) / 20
+    candidates = feddp_kmeans.histogram_candidates(3, 2, 0.5, np.random.default_rng(0), server)
+    assert candidates.shape == (30, 2)
+    assert sorted(map(tuple, candidates[:7])) == sorted(map(tuple, server))  # all 7, each once
+    assert np.abs(candidates[7:]).max() <= 0.5 and not np.isin(candidates[7:], server).all(axis=1).any()
+    many = feddp_kmeans.histogram_candidates(3, 2, 0.5, np.random.default_rng(0), np.random.default_rng(1).random((100, 2)))
+    assert len({tuple(c) for c in many}) == 30 and np.isin(many, np.random.default_rng(1).random((100, 2))).all()
+    # without server data the draw is the data-independent one, unchanged
+    np.testing.assert_array_equal(feddp_kmeans.histogram_candidates(3, 2, 0.5, np.random.default_rng(0)),
+                                  np.random.default_rng(0).uniform(-0.5, 0.5, size=(30, 2)))
+
+
+def test_with_server_data_the_histogram_start_fills_missing_centers_from_the_servers_own_k_means():
+    """Fewer than k candidates stand out of the noise: with server data the other centers are
+    the server's k-means centers farthest from the supported candidates, not SpherePacking."""
+    rng = np.random.default_rng(0)
+    blobs = np.array([[-3.0, 0.0], [0.0, 3.0], [3.0, 0.0]])
+    server = np.vstack([c + 0.1 * rng.normal(size=(20, 2)) for c in blobs])
+    candidates = np.array([[-3.0, 0.1], [5.0, 5.0], [-5.0, -5.0]])
+    counts = np.array([100.0, 0.0, 0.0])  # only the first stands out (b = 1: threshold ln 3)
+    centers, record = feddp_kmeans.histogram_start(candidates, counts, 1.0, 3, 6.0, np.random.default_rng(1), 5, server)
+    assert record["fallback"] == "server-lloyds" and record["filled"] == 2 and record["candidates_kept"] == 1
+    np.testing.assert_array_equal(centers[0], candidates[0])
+    # the two server blob means away from the supported candidate, not the one beside it
+    gaps = np.linalg.norm(centers[1:, None] - blobs[None, [1, 2]], axis=-1)  # filled center × blob
+    assert gaps.min(1).max() < 0.2 and set(gaps.argmin(1)) == {0, 1}
+    assert np.linalg.norm(centers[1:] - blobs[0], axis=1).min() > 2
+    packed, record = feddp_kmeans.histogram_start(candidates, counts, 1.0, 3, 6.0, np.random.default_rng(1), 5)
+    assert record["fallback"] == "sphere-packing" and np.abs(packed).max() <= 6.0
+
+
+def test_farthest_fill_takes_the_pool_rows_farthest_from_those_chosen():
+    pool = np.array([[0.0, 0.0], [1.0, 0.0], [10.0, 0.0], [5.0, 0.0]])
+    np.testing.assert_array_equal(feddp_kmeans.farthest_fill(np.array([[0.0, 0.0]]), pool, 3),
+                                  [[0.0, 0.0], [10.0, 0.0], [5.0, 0.0]])
+    np.testing.assert_array_equal(feddp_kmeans.farthest_fill(np.empty((0, 2)), pool, 2), [[0.0, 0.0], [10.0, 0.0]])
+
+
 def test_sphere_packing_keeps_the_given_centers_and_places_the_others_away_from_them():
     fixed = np.array([[0.5, 0.5], [-0.5, 0.5]])
     centers, a = sphere_packing(4, 2, 1.0, np.random.default_rng(0), fixed=fixed)
@@ -982,7 +1050,11 @@ def test_without_server_data_the_lloyd_rounds_are_relative_with_the_radius_as_se
     assert model.result_["init"]["cube_half_width"] == pytest.approx(4.0 / math.sqrt(2))
     with_server = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=2, random_state=0,
                                                run_config={"noise-seed": 1}).fit(clients, server_data=X[::10])
-    assert with_server.privacy_["lloyd_update"] == "absolute" and with_server.privacy_["lloyd_radius"] is None
+    assert with_server.result_["init"]["method"] == "histogram"  # auto: candidates from the server points
+    assert with_server.privacy_["lloyd_update"] == "relative"
+    paper = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=2, random_state=0,
+                                         run_config={"noise-seed": 1, "init": "feddp"}).fit(clients, server_data=X[::10])
+    assert paper.privacy_["lloyd_update"] == "absolute" and paper.privacy_["lloyd_radius"] is None
 
 
 @pytest.mark.parametrize("cap", [0, 600])

@@ -20,6 +20,8 @@ ALLOWED = [
     r"nodes\.(connected|active)",
     r"rounds\[\]\.(noisy_counts\[\]|center_shift|kept_centers)",  # computed from noisy aggregates
     r"init\.(components|server_points|server_points_kept|noisy_counts\[\])",  # server data, noisy
+    r"init\.(candidates|server_candidates|cube_half_width|radius_a)",  # histogram start: public sizes, Δ/√d
+    r"init\.(candidates_kept|filled)",                       # post-processing of the noisy histogram
     r"privacy\..*",                                         # the accounting itself
 ]
 
@@ -35,13 +37,17 @@ def numeric_paths(value, path=""):
         yield path
 
 
+@pytest.mark.parametrize("init", ["feddp", "auto"])  # auto at data-point level: the histogram of server-point candidates
 @pytest.mark.parametrize("level", ["data-point", "client"])
 @pytest.mark.parametrize("margin", [1.0, 0.9])
-def test_every_number_in_result_json_is_public_noisy_or_listed_as_not_covered(tmp_path, level, margin):
+def test_every_number_in_result_json_is_public_noisy_or_listed_as_not_covered(tmp_path, init, level, margin):
     result = run(
-        small(tmp_path, **{"privacy-level": level, "lloyd-rounds": 1, "noise-seed": 0, "margin": margin}),
+        small(tmp_path, **{"privacy-level": level, "lloyd-rounds": 1, "noise-seed": 0, "margin": margin, "init": init}),
         num_nodes=NODES,
     )
+    histogram = init == "auto" and level == "data-point"
+    assert (result["init"]["method"] == "histogram") == histogram
+    margin = margin if not histogram else 1.0  # the margin filter is FedDP-Init's step 3
     listed = result["privacy"]["not_covered"]
     assert all(isinstance(reason, str) and len(reason) > 20 for reason in listed.values())
     leaks = [

@@ -85,8 +85,13 @@ def test_cross_key_rules_are_checked_before_the_run():
     with pytest.raises(ConfigError, match="step-epsilons must give 4 positive values"):
         with_defaults({**feddp, "step-epsilons": "0.1,0.2"})
     with pytest.raises(ConfigError, match="step-epsilons must give 6"):
+        with_defaults({**feddp, "init": "feddp", "lloyd-rounds": 2, "step-epsilons": "1,1,1,1"})
+    with_defaults({**feddp, "init": "feddp", "lloyd-rounds": 2, "step-epsilons": "1,1,1,1,1,1"})
+    # with Lloyd rounds at data-point level, auto starts from the histogram of server-point candidates
+    with pytest.raises(ConfigError, match="must give 3 .* step2, lloyd_gaussian, lloyd_laplace"):
         with_defaults({**feddp, "lloyd-rounds": 2, "step-epsilons": "1,1,1,1"})
-    with_defaults({**feddp, "lloyd-rounds": 2, "step-epsilons": "1,1,1,1,1,1"})
+    with pytest.raises(ConfigError, match="must give 6"):  # client level: FedDP-Init
+        with_defaults({**feddp, "privacy-level": "client", "lloyd-rounds": 2, "step-epsilons": "1,1,1,1"})
     with pytest.raises(ConfigError, match="budget-split must be four"):
         with_defaults({"algorithm": "feddp-kmeans", "budget-split": "1,2"})
     with pytest.raises(ConfigError, match="run-config init must be one of auto, local-summaries"):
