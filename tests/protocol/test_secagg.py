@@ -211,10 +211,22 @@ def test_fewer_unmask_answers_than_the_threshold_stop_the_run(tmp_path):
 
 
 def test_secure_aggregation_is_refused_where_a_device_would_still_send_its_statistics_in_the_clear():
-    for overrides in ({"init": "feddp"}, {"init": "auto"}, {"evaluate-cost": True}):  # auto: FedDP-Init with server data
+    # auto with server data and no Lloyd rounds: FedDP-Init
+    for overrides in ({"init": "feddp"}, {"init": "auto"}, {"evaluate-cost": True}):
         with pytest.raises(ConfigError, match="secure-aggregation"):
             with_defaults({**BASE, "secure-aggregation": True, **overrides})
     with_defaults({**BASE, "secure-aggregation": True, "init": "auto", "dataset": "gaussian-mixture"})  # histogram: secured
+
+
+def test_with_server_data_the_auto_start_is_secured_too(tmp_path):
+    """auto with server data and Lloyd rounds: the histogram of server-point candidates, whose
+    counts are a secure sum like the rounds'; at ε = ∞ the centers are the plain run's."""
+    overrides = {"init": "auto", "lloyd-rounds": 2, "secagg-noise": "server"}
+    plain = run(config(tmp_path, "plain", **overrides), num_nodes=NODES)
+    secure = run(config(tmp_path, "secure", **overrides, **{"secure-aggregation": True}), num_nodes=NODES)
+    assert plain["init"]["method"] == secure["init"]["method"] == "histogram" and secure["init"]["server_candidates"] == 30
+    np.testing.assert_allclose(centers(tmp_path, "secure"), centers(tmp_path, "plain"), rtol=1e-6)
+    assert secure["privacy"]["secure_aggregation"]["sums"] == 3  # the histogram and two rounds
 
 
 def test_a_devices_session_outlives_its_process(tmp_path):
