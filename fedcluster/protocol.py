@@ -17,7 +17,7 @@ arrays) and ``config`` (its scalar parameters); the device runs the kernel regis
 Shapes are tuples of ints and symbols. A symbol the server binds (``k`` clusters, ``d``
 the federation's dimension, ``m`` candidates, ``n`` graph nodes, ``b`` block columns,
 ``s`` server points, ``r`` projected dimension, ``p`` packed triangle size, ``u`` SOM units
-per device, ``q`` bins) must match
+per device, ``q`` bins, ``i`` participants of a secure-aggregation session) must match
 the bound value; an unbound symbol (``c``, a count the device chooses) must agree between
 the arrays of one reply. ``*`` is any size.
 
@@ -522,7 +522,10 @@ def _secure_variant(spec: Task) -> Task:
         ),
         config=spec.config + (Param("secagg-session", int, allowed=Interval(int, 0), doc="the session"),
                               Param("secagg-sum", int, allowed=Interval(int, 1), doc="the sum's number in the session")),
-        reply=tuple(ArrayField(f.name, f.shape, "masked mod 2^62", nonnegative=True, integer=True) for f in spec.reply),
+        reply=tuple(ArrayField(f.name, f.shape, "masked mod 2^62", nonnegative=True, integer=True) for f in spec.reply) + (
+            ArrayField("secagg-refused", ("i",), "1 at position − 1 for every participant whose forwarded share this "
+                       "device refused (it did not mask with them; first sum of a session), else 0", integer=True,
+                       nonnegative=True),),
         metrics=(),
         used_by=spec.used_by,
     )

@@ -239,7 +239,7 @@ def secagg_setup(data: DeviceData, arrays: dict, config: dict):
     sk1 = [f["private_key_to_bytes"](sk) for sk, _ in pairs[:-1]]
     pk1 = [f["public_key_to_bytes"](pk) for _, pk in pairs[:-1]]
     store.update({"session": config["session"], "position": config["position"], "threshold": config["threshold"],
-                  "sums": config["sums"], "stage": "setup", "sum": 0, "sk1": sk1, "pk1": pk1,
+                  "sums": config["sums"], "participants": config["participants"], "stage": "setup", "sum": 0, "sk1": sk1, "pk1": pk1,
                   "sk2": f["private_key_to_bytes"](pairs[-1][0]), "pk2": f["public_key_to_bytes"](pairs[-1][1])})
     return {"pk1": np.frombuffer(b"".join(pk1), np.uint8).reshape(len(pk1), -1),
             "pk2": np.frombuffer(store["pk2"], np.uint8)}, {}
@@ -285,28 +285,37 @@ def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
     return {"destinations": np.array(destinations, dtype=np.int64), "ciphertexts": stack_bytes(ciphertexts)}, {}
 
 
-def _receive_shares(store: MutableMapping[str, Any], arrays: dict) -> None:
+def _receive_shares(store: MutableMapping[str, Any], arrays: dict) -> list[int]:
     """The first masked reply of a session: decrypt the shares forwarded to this device;
-    the participants they came from are the ones it may mask with."""
+    the participants they came from are the ones it may mask with. A share that does not
+    decrypt, is addressed to someone else or has the wrong length, or whose sender's mask
+    keys do not agree with this device's, is refused: this device does not mask with its
+    sender, and says so (the server then leaves one of the two out and sets the sum up
+    again). Returns the refused positions."""
     f = _flwr()
     me, positions = store["position"], store["positions"]
     sources = [int(s) for s in arrays["secagg-sources"]]
     if len(set(sources)) != len(sources) or not set(sources) <= set(positions) - {me}:
         raise ValueError("secure aggregation: shares from unknown or repeated participants")
-    for source, row in zip(sources, arrays["secagg-ciphertexts"]):
-        key = shared_key(store["sk2"], store["peer-pk2"][positions.index(source)])
-        src, dst, b_share, sk_share = f["share_keys_plaintext_separate"](f["decrypt"](key, row_bytes(row)))
-        if (src, dst) != (source, me) or len(b_share) != len(store["b-shares"][me]) \
-                or len(sk_share) != len(store["sk-shares"][me]):
-            raise ValueError("secure aggregation: a share addressed to someone else, or of the wrong length")
-        store["b-shares"][source], store["sk-shares"][source] = b_share, sk_share
-    # the pairwise keys of every sum, once: ECDH(sk1_s, pk1_s of the peer), sums joined
     own = [f["bytes_to_private_key"](key) for key in store["sk1"]]
-    for source in sources:
-        public = split_keys(store["peer-pk1"][positions.index(source)], store["sums"])
-        store["pair-keys"][source] = b"".join(f["generate_shared_key"](mine, f["bytes_to_public_key"](theirs))
-                                              for mine, theirs in zip(own, public))
-    store["peers"], store["stage"] = sources, "ready"
+    refused = []
+    for source, row in zip(sources, arrays["secagg-ciphertexts"]):
+        try:
+            key = shared_key(store["sk2"], store["peer-pk2"][positions.index(source)])
+            src, dst, b_share, sk_share = f["share_keys_plaintext_separate"](f["decrypt"](key, row_bytes(row)))
+            if (src, dst) != (source, me) or len(b_share) != len(store["b-shares"][me]) \
+                    or len(sk_share) != len(store["sk-shares"][me]):
+                raise ValueError("a share addressed to someone else, or of the wrong length")
+            # the pairwise keys of every sum, once: ECDH(sk1_s, pk1_s of the peer), sums joined
+            public = split_keys(store["peer-pk1"][positions.index(source)], store["sums"])
+            pair = b"".join(f["generate_shared_key"](mine, f["bytes_to_public_key"](theirs))
+                            for mine, theirs in zip(own, public))
+        except Exception:  # noqa: BLE001 -- whatever a hostile sender put in its share: refuse it
+            refused.append(source)
+            continue
+        store["b-shares"][source], store["sk-shares"][source], store["pair-keys"][source] = b_share, sk_share, pair
+    store["peers"], store["stage"] = [p for p in sources if p not in refused], "ready"
+    return refused
 
 
 def stream_name(session: int, index: int) -> str:
@@ -327,15 +336,16 @@ def masked_reply(name: str):
     def kernel(data: DeviceData, arrays: dict, config: dict):
         store = _session(data, config["secagg-session"])
         index = int(config["secagg-sum"])
+        refused: list[int] = []
         if store["stage"] == "shared":
-            _receive_shares(store, arrays)
+            refused = _receive_shares(store, arrays)
         elif len(arrays["secagg-sources"]):
             raise ValueError("secure aggregation: shares forwarded twice")
         if store["stage"] not in ("ready", "masked", "unmasked") or index != store["sum"] + 1 or index > store["sums"]:
             raise ValueError("secure aggregation: a masked reply out of order, or twice")  # (a missed unmask is fine)
         absent = {int(p) for p in arrays["secagg-absent"]}
         peers = [p for p in store["peers"] if p not in absent]
-        if len(peers) + 1 < store["threshold"]:
+        if len(peers) + 1 < store["threshold"] and not refused:  # with a refusal the server sets the sum up again
             raise ValueError("secure aggregation: fewer participants than the threshold")
         plain = {k: v for k, v in arrays.items() if not k.startswith("secagg-")}
         result, _ = KERNELS[name](data, plain, {k: v for k, v in config.items() if k in own and v is not None})
@@ -352,7 +362,9 @@ def masked_reply(name: str):
             pair = mask(split_keys(store["pair-keys"][peer], sums)[index - 1], "pair", stream, size)
             words = words + pair if me > peer else words - pair  # uint64 wraps mod 2^64, a multiple of R
         store.update({"stage": "masked", "sum": index, "masked-with": peers})
-        return _split(words & np.uint64(MODULUS - 1), shapes), {}
+        flags = np.zeros(store["participants"], dtype=np.int64)
+        flags[[p - 1 for p in refused]] = 1
+        return {**_split(words & np.uint64(MODULUS - 1), shapes), "secagg-refused": flags}, {}
 
     return kernel
 
@@ -452,6 +464,33 @@ def within_ranges(total: Mapping[str, np.ndarray], ranges: Mapping[str, float], 
 
     return all(bool(np.all(np.isfinite(value))) and float(np.max(np.abs(value), initial=0.0)) <= limit(name)
                for name, value in total.items())
+
+
+def refused_positions(flags: np.ndarray) -> list[int]:
+    """The positions a masked reply's ``secagg-refused`` flags (1 at position − 1) name."""
+    return [int(p) + 1 for p in np.flatnonzero(np.asarray(flags))]
+
+
+def refusals_problem(flags: np.ndarray, asked: set[int], sender: int) -> str | None:
+    """What is wrong with a device's refusal flags (0 or 1, set only for others asked in the
+    sum), or None."""
+    if not np.isin(np.asarray(flags), (0, 1)).all() or not set(refused_positions(flags)) <= asked - {sender}:
+        return "refusal flags other than 0/1, or set for positions not asked in the sum"
+    return None
+
+
+def left_out(refusals: Mapping[int, Iterable[int]]) -> set[int]:
+    """Who sits out after the first sum of a session named refused shares (``refusals``:
+    position -> the positions whose share it refused): a position refused by at least two
+    others (its shares did not decrypt: most likely it sent them so), and a lone accuser
+    otherwise (one device cannot take another out by naming it)."""
+    accusers: dict[int, set[int]] = {}
+    for accuser, accused in refusals.items():
+        for position in accused:
+            accusers.setdefault(int(position), set()).add(int(accuser))
+    out = {position for position, by in accusers.items() if len(by) >= 2}
+    out |= {next(iter(by)) for position, by in accusers.items() if len(by) == 1 and position not in out}
+    return out
 
 
 def masked_total(replies: Iterable[Mapping[str, np.ndarray]], names: Iterable[str]) -> dict[str, np.ndarray]:

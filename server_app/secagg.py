@@ -30,6 +30,7 @@ class SecureAggregation:
     secagg_session: "Session | None" = None  # the current one
     secagg_history: tuple["Session", ...] = ()  # every session of the run
     secagg_rejected: tuple[str, ...] = ()  # phases whose secure sum lay outside every device's range
+    secagg_refused: tuple[int, ...] = ()  # nodes left out of a session over refused shares (secagg.left_out)
 
     @property
     def secure(self) -> bool:
@@ -39,7 +40,7 @@ class SecureAggregation:
         """What result.json says about secure aggregation (threat model: docs/security.md)."""
         return {"sessions": self.secagg_sessions, "sums": sum(s.used for s in self.secagg_history),
                 "threshold_fraction": self.config["secagg-threshold"],
-                "out_of_range": list(self.secagg_rejected),
+                "out_of_range": list(self.secagg_rejected), "left_out_over_refused_shares": list(self.secagg_refused),
                 "threat_model": "the server sees each secured step's sum over at least the threshold of devices, never one "
                                 "device's; " + ("each device adds its share of the noise before masking, so no sum reaches "
                                                 "the server without it" if self.config["secagg-noise"] == "devices" else
@@ -89,9 +90,22 @@ class SecureAggregation:
                    "secagg-levels": np.array(list(levels.values())),  # and each device's share of the noise
                    "secagg-noise": np.array([noise.get(name, (0.0, 0.0))[0] / t for name in ranges]),
                    "secagg-absent": np.array(sorted(session.shared - asked), dtype=np.int64)}
-        replies = self.broadcast(protocol.secure_name(task), nodes, per_node=forwarded, sizes=sizes, phase=phase,
+        claims = asked if index == 1 else set()  # shares arrive with the first sum: refusals then, and only then
+        replies = self.broadcast(protocol.secure_name(task), nodes, per_node=forwarded, sizes={**sizes, "i": len(position)}, phase=phase,
                                  arrays=request, config={**config, "secagg-session": session.number, "secagg-sum": index},
-                                 min_replies=t)
+                                 min_replies=t, check=lambda r: secagg.refusals_problem(r.arrays["secagg-refused"], claims,
+                                                                                        position[r.node_id]))
+        refusals = {position[r.node_id]: secagg.refused_positions(r.arrays["secagg-refused"]) for r in replies}
+        refusals = {accuser: accused for accuser, accused in refusals.items() if accused}
+        if refusals:  # masks that do not cancel: this sum is never unmasked, the session starts again without them
+            out = {node for node in nodes if position[node] in secagg.left_out(refusals)}
+            log(WARNING, "[fedcluster] %s: shares refused (they did not decrypt): %d device(s) sit secure aggregation "
+                "out and a new session starts", phase, len(out))
+            self.secagg_refused = (*self.secagg_refused, *sorted(out))
+            session.used, session.members = 0, session.members - out
+            self.secagg_session = self.secagg_open([node for node in nodes if node not in out], f"{phase}-again")
+            return self.secure_sum(task, [node for node in nodes if node not in out], arrays, config, sizes, phase,
+                                   ranges, noise)
         total = secagg.masked_total((r.arrays for r in replies), ranges)
         alive = [position[r.node_id] for r in replies]
         dropped = sorted(asked - set(alive))

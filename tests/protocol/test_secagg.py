@@ -162,7 +162,8 @@ def test_no_mask_key_of_one_sum_unmasks_another(tmp_path, monkeypatch):
         if node == 1000 and kind == "query.secure_feddp_lloyd":
             if "masked" in kept:
                 return Message(Error(code=2, reason="gone"), reply_to=message)
-            kept["request"], kept["masked"] = message, {k: v.numpy() for k, v in reply.content.array_records["arrays"].items()}
+            kept["request"], kept["masked"] = message, {k: v.numpy() for k, v in reply.content.array_records["arrays"].items()
+                                                        if not k.startswith("secagg-")}  # the masked arrays
         if node == 1000 and kind == "query.secagg_unmask" and "seed" not in kept:
             kept["seed"] = secagg.row_bytes(reply.content.array_records["arrays"]["seed"].numpy(), strip=False)
         return reply
@@ -286,7 +287,7 @@ def test_a_sum_outside_the_devices_ranges_skips_that_update_and_says_so(tmp_path
 
                 arrays = reply.content.array_records["arrays"]
                 rng = np.random.default_rng(0)
-                for name in list(arrays):
+                for name in [name for name in arrays if not name.startswith("secagg-")]:  # the masked arrays
                     shape = arrays[name].numpy().shape
                     arrays[name] = Array(rng.integers(0, secagg.MODULUS, size=shape, dtype=np.uint64))
         return reply
@@ -436,3 +437,60 @@ def test_one_device_breaking_the_key_exchange_sits_the_session_out_and_the_run_g
     for _ in range(2):
         expected = lloyd_step(X[rows], expected)
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("lie", ["garbled shares", "one garbled share", "refuses everyone"])
+def test_refused_shares_leave_one_device_out_of_a_new_session_and_the_run_goes_on(tmp_path, lie):
+    """Shares that do not decrypt are refused, not fatal: a device whose shares every other
+    refuses sits out, a lone refusal takes the refusing device out (one device cannot take
+    another out by naming it), and the sum is set up again in a new session without it;
+    the run's centers are Lloyd's over the others."""
+    from flwr.app import Array
+
+    def hook(node, message, reply):
+        kind = message.metadata.message_type
+        if reply.has_error():
+            return reply
+        arrays = reply.content.array_records["arrays"]
+        if node == 1003 and kind == "query.secagg_share_keys" and not done:
+            c = arrays["ciphertexts"].numpy().copy()
+            rows = range(len(c)) if lie == "garbled shares" else [0] if lie == "one garbled share" else []
+            for row in rows:
+                c[row, :20] = 66
+            arrays["ciphertexts"] = Array(c)
+            victims.update(int(d) for d in arrays["destinations"].numpy()[list(rows)])
+            done.append(True)
+        if node == 1003 and kind == "query.secure_feddp_lloyd" and lie == "refuses everyone" and not claimed:
+            flags = np.zeros(NODES, dtype=np.int64)
+            flags[[int(p) - 1 for p in message.content.array_records["arrays"]["secagg-sources"].numpy()]] = 1
+            arrays["secagg-refused"] = Array(flags)
+            claimed.append(True)
+        return reply
+
+    done, claimed, victims = [], [], set()
+    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}), num_nodes=NODES,
+                 reply_hook=hook)
+    left_out = {1000 + min(victims) - 1} if lie == "one garbled share" else {1003}
+    assert result["privacy"]["secure_aggregation"]["left_out_over_refused_shares"] == sorted(left_out)
+    assert result["privacy"]["secure_aggregation"]["sessions"] == 2 and result["privacy"]["secure_aggregation"]["sums"] == 2
+    lloyd = [p for p in result["phases"] if p["phase"] == "lloyd"]
+    assert [p["replies"] for p in lloyd][-2:] == [NODES - 1] * 2
+    X = pooled_points(result["config"], NODES)[0]
+    rows = np.concatenate([np.arange(len(X))[i * len(X) // NODES:(i + 1) * len(X) // NODES]
+                           for i in range(NODES) if 1000 + i not in left_out])
+    expected = np.load(tmp_path / "secure" / "init_centers.npy")
+    for _ in range(2):
+        expected = lloyd_step(X[rows], expected)
+    np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)  # atol: the grid
+
+
+def test_left_out_takes_the_accused_of_two_and_the_lone_accuser():
+    assert secagg.left_out({1: [3], 2: [3], 4: [3]}) == {3}
+    assert secagg.left_out({1: [3]}) == {1}
+    assert secagg.left_out({3: [1, 2, 4, 5]}) == {3}
+    assert secagg.left_out({1: [3], 2: [3], 3: [1]}) == {3}  # 3's own claim against 1 stands alone
+    assert secagg.refused_positions(np.array([0, 1, 0, 1])) == [2, 4]
+    assert secagg.refusals_problem(np.array([0, 2, 0]), {1, 2, 3}, 1)  # a flag of 2
+    assert secagg.refusals_problem(np.array([1, 0]), {1, 2}, 1)  # itself
+    assert secagg.refusals_problem(np.array([0, 0, 1]), {1, 2}, 1)  # not asked
+    assert secagg.refusals_problem(np.array([0, 1, 0]), {1, 2}, 1) is None

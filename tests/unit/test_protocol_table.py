@@ -10,7 +10,7 @@ import pytest
 from fedcluster import protocol
 from fedcluster.device import kernels
 
-SIZES = {"k": 3, "d": 4, "m": 2, "n": 6, "b": 2, "s": 5, "r": 2, "p": 10, "c": 3, "u": 4, "q": 6, "e": 2, "a": 3, "v": 1, "g": 1, "w": 1, "h": 2, "*": 7}
+SIZES = {"k": 3, "d": 4, "m": 2, "n": 6, "b": 2, "s": 5, "r": 2, "p": 10, "c": 3, "u": 4, "q": 6, "e": 2, "a": 3, "v": 1, "g": 1, "w": 1, "h": 2, "i": 5, "*": 7}
 
 
 def valid_reply(spec: protocol.Task, config: dict) -> tuple[dict, dict]:
