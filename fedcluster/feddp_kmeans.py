@@ -41,8 +41,9 @@ from .privacy.clipping import LEVELS
 #                          filter (keep x iff ||xV − ν_r|| ≤ margin·||xV − ν_s|| for all
 #                          s ≠ r); sums and counts of the ORIGINAL points (data-point) or
 #                          per-cluster means and a 0/1 non-empty vector (client)
-#   feddp_candidates       no server data: per data-independent candidate, how many of
-#                          the device's points have it as their nearest
+#   feddp_candidates       the histogram start: per candidate (server points, and points
+#                          drawn independently of any data), how many of the device's
+#                          points have it as their nearest
 #   feddp_lloyd            FedDP-Lloyds: full-space sums and counts (relative: of the
 #                          points' displacements from their centers, clipped to ``radius``)
 
@@ -252,8 +253,9 @@ def feddp_histogram(data: DeviceData, arrays: dict, config: dict):
 
 @device_task("feddp_candidates")
 def feddp_candidates(data: DeviceData, arrays: dict, config: dict):
-    """The histogram start (no server data): how many of the device's points have each
-    data-independent candidate as their nearest (step 2's statistic, in the data's own space)."""
+    """The histogram start: how many of the device's points have each candidate (server
+    points, or points drawn independently of any data) as their nearest (step 2's
+    statistic, in the data's own space)."""
     X = private_points(data, arrays, config)
     return _histogram_reply(data, X, matching_dimension(X, arrays["candidates"], "candidates"), config)
 
@@ -300,7 +302,7 @@ def feddp_lloyd(data: DeviceData, arrays: dict, config: dict):
 # ==================================================================== server-side math
 INIT_METHODS = ("feddp", "histogram", "server-kmeans++", "server-lloyds", "sphere-packing")
 DATA_FREE_STARTS = ("histogram", "sphere-packing")  # need no server data
-# init = histogram: data-independent candidates per cluster, and the share of ε its one
+# init = histogram: candidates per cluster, and the share of ε its one
 # noisy histogram spends (the rest goes to the Lloyd rounds)
 HISTOGRAM_CANDIDATES_PER_CLUSTER = 10
 HISTOGRAM_SHARE = 0.1
@@ -791,12 +793,13 @@ def secure_bounds(bounds: Mapping[str, float], points: float, per_point: float, 
 
 
 def lloyd_rounds_for(points: int, k: int, d: int, epsilon: float, delta: float) -> int:
-    """Lloyd rounds for a run without server data, from the budget: the most rounds (in
+    """Lloyd rounds at data-point level from the budget (the estimator's default after the
+    histogram start, with or without server data): the most rounds (in
     ``LLOYD_ROUNDS_RANGE``) for which the noise on the mean of a typical cluster (``points``
     / k points), were the whole (ε, δ) spent on one Gaussian release of unit sensitivity
     and split over T rounds, stays below ``LLOYD_ROUNDS_SIGNAL`` times the per-point bound:
     T = ⌊(c·n / (k·z·√d))²⌋ with z the analytic Gaussian multiplier of (ε, δ). More rounds
-    move further from the data-independent start; each costs √T more noise."""
+    move further from the start; each costs √T more noise."""
     low, high = LLOYD_ROUNDS_RANGE
     if math.isinf(epsilon):
         return high
@@ -922,7 +925,7 @@ def histogram_start(candidates: np.ndarray, noisy_counts: np.ndarray, noise_scal
         centers, _ = kmeans(candidates[significant], k, rng, noisy_counts[significant], n_init=n_init)
         return centers, record
     supported = candidates[significant][np.argsort(-noisy_counts[significant], kind="stable")]
-    if server is not None and server.shape[0] >= k:  # the server's own data fills in, at no privacy cost
+    if server is not None and len(np.unique(server, axis=0)) >= k:  # the server's own data fills in, at no privacy cost
         centers = farthest_fill(supported, kmeans(server, k, rng, n_init=n_init)[0], k)
         record.update(fallback="server-lloyds", filled=k - len(supported))
         return centers, record

@@ -380,7 +380,7 @@ TASKS: dict[str, Task] = {
             counts="at-most",
         ),
         Task(
-            "feddp_candidates", "query", "FedDP, no server data: histogram of the nearest data-independent candidate",
+            "feddp_candidates", "query", "FedDP histogram start: histogram of the nearest candidate (server points, or drawn independently of any data)",
             request=(ArrayField("candidates", ("s", "d")), _ORIGIN),
             config=(_LEVEL, _CLIP_NORM, _MAX_POINTS, _CLIP_L1),
             reply=(ArrayField("histogram", ("s",), nonnegative=True, role="count"),),

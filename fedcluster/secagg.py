@@ -47,7 +47,7 @@ HALF_LEVELS = 2**40
 MAX_PARTICIPANTS = 2**21 - 1  # n · HALF_LEVELS < R / 2: the signed sum is read back exactly
 STATE = "secagg-state"  # data.extra key of the device's session store
 RANGE_POINTS = 2**20  # without a cap on a device's points, its sums' public range: this many points
-_LISTS = ("positions", "peers", "masked-with", "unmask-dropped")  # list[int] entries; "sk1", "pk1", "peer-pk*", "seeds": list[bytes]
+_LISTS = ("positions", "peers", "masked-with", "unmask-dropped", "refused")  # list[int] entries; "sk1", "pk1", "peer-pk*", "seeds": list[bytes]
 _MAPS = ("b-shares", "sk-shares", "pair-keys")  # dict[int, bytes] entries
 
 
@@ -336,15 +336,15 @@ def masked_reply(name: str):
     def kernel(data: DeviceData, arrays: dict, config: dict):
         store = _session(data, config["secagg-session"])
         index = int(config["secagg-sum"])
-        refused: list[int] = []
         if store["stage"] == "shared":
-            refused = _receive_shares(store, arrays)
+            store["refused"] = _receive_shares(store, arrays)
         elif len(arrays["secagg-sources"]):
             raise ValueError("secure aggregation: shares forwarded twice")
         if store["stage"] not in ("ready", "masked", "unmasked") or index != store["sum"] + 1 or index > store["sums"]:
             raise ValueError("secure aggregation: a masked reply out of order, or twice")  # (a missed unmask is fine)
         absent = {int(p) for p in arrays["secagg-absent"]}
         peers = [p for p in store["peers"] if p not in absent]
+        refused = store.get("refused", [])  # repeated in every sum of the session, lest a lost reply hide them
         if len(peers) + 1 < store["threshold"] and not refused:  # with a refusal the server sets the sum up again
             raise ValueError("secure aggregation: fewer participants than the threshold")
         plain = {k: v for k, v in arrays.items() if not k.startswith("secagg-")}
@@ -354,6 +354,11 @@ def masked_reply(name: str):
         if not len(ranges) == len(levels) == len(variances) == len(summed):
             raise ValueError(f"secure aggregation: ranges, levels and noise for {len(summed)} summed arrays expected")
         shapes = {key: np.shape(result[key]) for key in summed}
+        flags = np.zeros(store["participants"], dtype=np.int64)
+        flags[[p - 1 for p in refused]] = 1
+        if refused:  # masks that do not cancel: this sum is never unmasked, so nothing of the data is sent
+            store.update({"stage": "masked", "sum": index, "masked-with": peers})
+            return {**{key: np.zeros(shape, dtype=np.uint64) for key, shape in shapes.items()}, "secagg-refused": flags}, {}
         size, stream, me, sums = _flat_size(shapes), stream_name(store["session"], index), store["position"], store["sums"]
         words = np.concatenate([quantize(result[key], bound, level).ravel() + noise(variance, int(np.prod(shapes[key])))
                                 for key, bound, level, variance in zip(summed, ranges, levels, variances)])
@@ -362,8 +367,6 @@ def masked_reply(name: str):
             pair = mask(split_keys(store["pair-keys"][peer], sums)[index - 1], "pair", stream, size)
             words = words + pair if me > peer else words - pair  # uint64 wraps mod 2^64, a multiple of R
         store.update({"stage": "masked", "sum": index, "masked-with": peers})
-        flags = np.zeros(store["participants"], dtype=np.int64)
-        flags[[p - 1 for p in refused]] = 1
         return {**_split(words & np.uint64(MODULUS - 1), shapes), "secagg-refused": flags}, {}
 
     return kernel
@@ -471,25 +474,32 @@ def refused_positions(flags: np.ndarray) -> list[int]:
     return [int(p) + 1 for p in np.flatnonzero(np.asarray(flags))]
 
 
-def refusals_problem(flags: np.ndarray, asked: set[int], sender: int) -> str | None:
-    """What is wrong with a device's refusal flags (0 or 1, set only for others asked in the
-    sum), or None."""
-    if not np.isin(np.asarray(flags), (0, 1)).all() or not set(refused_positions(flags)) <= asked - {sender}:
-        return "refusal flags other than 0/1, or set for positions not asked in the sum"
+def refusals_problem(flags: np.ndarray, positions: set[int], sender: int) -> str | None:
+    """What is wrong with a device's refusal flags (0 or 1, set only for other positions of
+    the session), or None."""
+    if not np.isin(np.asarray(flags), (0, 1)).all() or not set(refused_positions(flags)) <= positions - {sender}:
+        return "refusal flags other than 0/1, or set for itself or for positions outside the session"
     return None
 
 
 def left_out(refusals: Mapping[int, Iterable[int]]) -> set[int]:
-    """Who sits out after the first sum of a session named refused shares (``refusals``:
+    """Who sits out after a sum in which devices named refused shares (``refusals``:
     position -> the positions whose share it refused): a position refused by at least two
-    others (its shares did not decrypt: most likely it sent them so), and a lone accuser
-    otherwise (one device cannot take another out by naming it)."""
+    others (its shares did not decrypt: most likely it sent them so); an accuser whose lone
+    accusations (no one else names those positions) are two or more, alone (most likely it
+    lies); and both sides of a single lone accusation, which nothing settles (so that one
+    device cannot take honest devices out one after another, each time staying in)."""
     accusers: dict[int, set[int]] = {}
     for accuser, accused in refusals.items():
         for position in accused:
             accusers.setdefault(int(position), set()).add(int(accuser))
     out = {position for position, by in accusers.items() if len(by) >= 2}
-    out |= {next(iter(by)) for position, by in accusers.items() if len(by) == 1 and position not in out}
+    lone: dict[int, set[int]] = {}
+    for position, by in accusers.items():
+        if len(by) == 1 and position not in out and not by <= out:  # the claims of one already out do not count
+            lone.setdefault(next(iter(by)), set()).add(position)
+    for accuser, accused in lone.items():
+        out |= {accuser} if len(accused) >= 2 else {accuser, *accused}
     return out
 
 

@@ -249,9 +249,11 @@ class DPFederatedKMeans(_Federated):
     private histogram of candidates (server points when server-side data is given to
     ``fit(clients, server_data=points)``; without it, points in the ball of radius
     ``run_config={"clip-norm": Δ}``) followed by relative Lloyd rounds, ``max_iter`` of them
-    or, by default, as many as the budget carries for the clients' number of points (``fedcluster.feddp_kmeans.lloyd_rounds_for``; the number of rounds,
-    which the result reports, then treats that count as public: give ``max_iter`` to keep
-    it out of the result).
+    or, by default, as many as the budget carries for the clients' number of points
+    (``fedcluster.feddp_kmeans.lloyd_rounds_for``; the number of rounds, which the result
+    reports, then treats that count as public: give ``max_iter`` to keep it out of the
+    result). At ``privacy_level="client"`` with server data it runs FedDP-Init (Lloyd rounds
+    only with ``max_iter``); without server data as above.
 
     ``privacy_level``: ``"data-point"`` or ``"client"``; ``epsilon``, ``delta``: the total
     budget; ``max_iter``: FedDP-Lloyd rounds; ``verbose`` as FederatedKMeans. Fitted as

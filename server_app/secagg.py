@@ -73,6 +73,17 @@ class SecureAggregation:
     def secure_sum(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
                    sizes: dict[str, int], phase: str, ranges: dict[str, float],
                    noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], int]:
+        """The sum, set up again in a new session without the devices left out over refused
+        shares (:func:`fedcluster.secagg.left_out`) as long as some are."""
+        while True:
+            outcome = self.secure_attempt(task, nodes, arrays, config, sizes, phase, ranges, noise)
+            if not isinstance(outcome, set):
+                return outcome
+            nodes = [node for node in nodes if node not in outcome]
+
+    def secure_attempt(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
+                       sizes: dict[str, int], phase: str, ranges: dict[str, float],
+                       noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], int] | set[int]:
         session = self.secagg_session
         if session is None or session.used == session.sums or len(session.members & set(nodes)) < session.threshold:
             session = self.secagg_open(nodes, phase)
@@ -90,22 +101,25 @@ class SecureAggregation:
                    "secagg-levels": np.array(list(levels.values())),  # and each device's share of the noise
                    "secagg-noise": np.array([noise.get(name, (0.0, 0.0))[0] / t for name in ranges]),
                    "secagg-absent": np.array(sorted(session.shared - asked), dtype=np.int64)}
-        claims = asked if index == 1 else set()  # shares arrive with the first sum: refusals then, and only then
         replies = self.broadcast(protocol.secure_name(task), nodes, per_node=forwarded, sizes={**sizes, "i": len(position)}, phase=phase,
                                  arrays=request, config={**config, "secagg-session": session.number, "secagg-sum": index},
-                                 min_replies=t, check=lambda r: secagg.refusals_problem(r.arrays["secagg-refused"], claims,
+                                 min_replies=t, check=lambda r: secagg.refusals_problem(r.arrays["secagg-refused"], set(session.position.values()),
                                                                                         position[r.node_id]))
         refusals = {position[r.node_id]: secagg.refused_positions(r.arrays["secagg-refused"]) for r in replies}
         refusals = {accuser: accused for accuser, accused in refusals.items() if accused}
         if refusals:  # masks that do not cancel: this sum is never unmasked, the session starts again without them
             out = {node for node in nodes if position[node] in secagg.left_out(refusals)}
+            rest, floor = [node for node in nodes if node not in out], session.floor or t
             log(WARNING, "[fedcluster] %s: shares refused (they did not decrypt): %d device(s) sit secure aggregation "
                 "out and a new session starts", phase, len(out))
             self.secagg_refused = (*self.secagg_refused, *sorted(out))
-            session.used, session.members = 0, session.members - out
-            self.secagg_session = self.secagg_open([node for node in nodes if node not in out], f"{phase}-again")
-            return self.secure_sum(task, [node for node in nodes if node not in out], arrays, config, sizes, phase,
-                                   ranges, noise)
+            session.used, session.members = session.used - 1, session.members - out  # the earlier sums stand
+            if len(rest) < floor:  # never a sum over fewer devices than the first session's threshold
+                raise FederationError(f"phase {phase!r}: after refused shares {len(rest)} devices are left for secure "
+                                      f"aggregation, fewer than the threshold {floor}")
+            self.secagg_session = self.secagg_open(rest, f"{phase}-again")
+            self.secagg_session.floor = floor
+            return out
         total = secagg.masked_total((r.arrays for r in replies), ranges)
         alive = [position[r.node_id] for r in replies]
         dropped = sorted(asked - set(alive))
@@ -192,3 +206,4 @@ class Session:
     pk1: dict[int, list[bytes]]
     inbox: dict[int, list[tuple[int, np.ndarray]]]
     used: int = 0
+    floor: int = 0  # a session set up again over refused shares: the threshold of the first one

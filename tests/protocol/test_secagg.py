@@ -439,11 +439,13 @@ def test_one_device_breaking_the_key_exchange_sits_the_session_out_and_the_run_g
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6)
 
 
-@pytest.mark.parametrize("lie", ["garbled shares", "one garbled share", "refuses everyone"])
-def test_refused_shares_leave_one_device_out_of_a_new_session_and_the_run_goes_on(tmp_path, lie):
-    """Shares that do not decrypt are refused, not fatal: a device whose shares every other
-    refuses sits out, a lone refusal takes the refusing device out (one device cannot take
-    another out by naming it), and the sum is set up again in a new session without it;
+@pytest.mark.parametrize("lie", ["garbled shares", "one garbled share", "refuses everyone", "a lost refusal"])
+def test_refused_shares_leave_devices_out_of_a_new_session_and_the_run_goes_on(tmp_path, lie):
+    """Shares that do not decrypt are refused, not fatal. Node 1003 garbles all its shares
+    (it sits out), garbles one share in every session (it and the one it names both sit
+    out, once: it cannot take honest devices out one after another), or refuses everyone
+    (it sits out alone); or its victim's first masked reply is lost, and the refusal comes
+    with the next. The abandoned sum is never unmasked; a new session sets it up again and
     the run's centers are Lloyd's over the others."""
     from flwr.app import Array
 
@@ -452,43 +454,53 @@ def test_refused_shares_leave_one_device_out_of_a_new_session_and_the_run_goes_o
         if reply.has_error():
             return reply
         arrays = reply.content.array_records["arrays"]
-        if node == 1003 and kind == "query.secagg_share_keys" and not done:
+        if kind == "query.secagg_unmask":
+            unmasked.add(int(message.content.config_records["config"]["session"]))
+        if node == 1003 and kind == "query.secagg_share_keys" and lie != "refuses everyone":
             c = arrays["ciphertexts"].numpy().copy()
-            rows = range(len(c)) if lie == "garbled shares" else [0] if lie == "one garbled share" else []
-            for row in rows:
-                c[row, :20] = 66
+            rows = range(len(c)) if lie == "garbled shares" else [0]
+            c[list(rows), :20] = 66
             arrays["ciphertexts"] = Array(c)
-            victims.update(int(d) for d in arrays["destinations"].numpy()[list(rows)])
-            done.append(True)
+            victims.append(int(arrays["destinations"].numpy()[0]))
         if node == 1003 and kind == "query.secure_feddp_lloyd" and lie == "refuses everyone" and not claimed:
             flags = np.zeros(NODES, dtype=np.int64)
             flags[[int(p) - 1 for p in message.content.array_records["arrays"]["secagg-sources"].numpy()]] = 1
             arrays["secagg-refused"] = Array(flags)
             claimed.append(True)
+        if lie == "a lost refusal" and kind == "query.secure_feddp_lloyd" and node == 999 + victims[0] and not lost:
+            lost.append(arrays["secagg-refused"].numpy()[3])  # node 1003 is position 4
+            return Message(Error(code=2, reason="lost"), reply_to=message)
         return reply
 
-    done, claimed, victims = [], [], set()
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}), num_nodes=NODES,
+    claimed, victims, lost, unmasked = [], [], [], set()
+    rounds = 3 if lie == "a lost refusal" else 2
+    result = run(config(tmp_path, "secure", **{"lloyd-rounds": rounds, "secure-aggregation": True}), num_nodes=NODES,
                  reply_hook=hook)
-    left_out = {1000 + min(victims) - 1} if lie == "one garbled share" else {1003}
-    assert result["privacy"]["secure_aggregation"]["left_out_over_refused_shares"] == sorted(left_out)
-    assert result["privacy"]["secure_aggregation"]["sessions"] == 2 and result["privacy"]["secure_aggregation"]["sums"] == 2
+    secure = result["privacy"]["secure_aggregation"]
+    left_out = {1003} if lie in ("garbled shares", "refuses everyone") else {1003, 999 + victims[0]}
+    assert secure["left_out_over_refused_shares"] == sorted(left_out)
+    assert secure["sessions"] == 2 and secure["sums"] == rounds and not secure["out_of_range"]
+    assert unmasked == ({1, 2} if lie == "a lost refusal" else {2})  # the abandoned sum: no unmasking
+    if lie == "a lost refusal":
+        assert lost == [1]  # the victim's first reply held the refusal, and it never arrived
     lloyd = [p for p in result["phases"] if p["phase"] == "lloyd"]
-    assert [p["replies"] for p in lloyd][-2:] == [NODES - 1] * 2
+    assert [p["replies"] for p in lloyd][-2:] == [NODES - len(left_out)] * 2
     X = pooled_points(result["config"], NODES)[0]
-    rows = np.concatenate([np.arange(len(X))[i * len(X) // NODES:(i + 1) * len(X) // NODES]
-                           for i in range(NODES) if 1000 + i not in left_out])
+    own = [np.arange(len(X))[i * len(X) // NODES:(i + 1) * len(X) // NODES] for i in range(NODES)]
     expected = np.load(tmp_path / "secure" / "init_centers.npy")
+    if lie == "a lost refusal":  # round 1 over all but the victim (its reply lost), then the others
+        expected = lloyd_step(X[np.concatenate([rows for i, rows in enumerate(own) if 1000 + i != 999 + victims[0]])], expected)
+    rows = np.concatenate([rows for i, rows in enumerate(own) if 1000 + i not in left_out])
     for _ in range(2):
         expected = lloyd_step(X[rows], expected)
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)  # atol: the grid
 
 
-def test_left_out_takes_the_accused_of_two_and_the_lone_accuser():
+def test_left_out_takes_the_accused_of_two_the_lone_accuser_of_many_and_both_of_one():
     assert secagg.left_out({1: [3], 2: [3], 4: [3]}) == {3}
-    assert secagg.left_out({1: [3]}) == {1}
-    assert secagg.left_out({3: [1, 2, 4, 5]}) == {3}
-    assert secagg.left_out({1: [3], 2: [3], 3: [1]}) == {3}  # 3's own claim against 1 stands alone
+    assert secagg.left_out({1: [3]}) == {1, 3}  # nothing settles a lone accusation: both
+    assert secagg.left_out({3: [1, 2, 4, 5]}) == {3}  # lone accusations of many: the accuser
+    assert secagg.left_out({1: [3], 2: [3], 3: [1]}) == {3}  # 3 is out: its own claim counts no more
     assert secagg.refused_positions(np.array([0, 1, 0, 1])) == [2, 4]
     assert secagg.refusals_problem(np.array([0, 2, 0]), {1, 2, 3}, 1)  # a flag of 2
     assert secagg.refusals_problem(np.array([1, 0]), {1, 2}, 1)  # itself
