@@ -224,6 +224,29 @@ def outer_dimension_problem(d: int) -> str | None:
             f"{8 * d * d / 2**30:.1f} GiB on every device and on the server")
 
 
+# The histogram start sends its 10·k candidates (k·d·80 bytes) to every device; SpherePacking
+# draws SPHERE_ATTEMPTS points of dimension d at a time, for every center and search step.
+MAX_CANDIDATE_BYTES = 64 * 10**6
+MAX_SPHERE_DIMENSION = 2**15
+
+
+def start_problem(start: str, k: int, d: int, has_server_data: bool) -> str | None:
+    """Why the start ``start`` cannot run for k clusters in dimension d (a resource limit,
+    named), or None. Checked before any work."""
+    if start == "feddp" and outer_dimension_problem(d):
+        return (f"{outer_dimension_problem(d)}; reduce the dimension first (e.g. a projection agreed in advance) or "
+                "start from init='histogram', 'sphere-packing' or 'server-kmeans++', which need no second moment")
+    size = HISTOGRAM_CANDIDATES_PER_CLUSTER * k * d * 8
+    if start == "histogram" and size > MAX_CANDIDATE_BYTES:
+        return (f"init='histogram' would send {size / 1e6:.0f} MB of candidates (10·k × d) to every device (limit "
+                f"{MAX_CANDIDATE_BYTES / 1e6:.0f} MB): lower k or the dimension, or start from init='server-kmeans++'")
+    packing = start == "sphere-packing" or (start == "histogram" and not has_server_data)
+    if packing and d > MAX_SPHERE_DIMENSION:
+        return (f"dimension d={d} is above {MAX_SPHERE_DIMENSION} for SpherePacking (init='{start}' draws "
+                f"{SPHERE_ATTEMPTS} points of dimension d per center and search step): reduce the dimension first")
+    return None
+
+
 @device_task("feddp_outer")
 def feddp_outer(data: DeviceData, arrays: dict, config: dict):
     X = private_points(data, arrays, config)

@@ -62,10 +62,9 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
                                                                 self.init_method, self.lloyd_rounds)
         if problem:
             raise FederationError(problem)
-        problem = feddp_kmeans.outer_dimension_problem(self.dimension) if self.init_method == "feddp" else None
+        problem = feddp_kmeans.start_problem(self.init_method, k, self.dimension, server is not None)
         if problem:
-            raise FederationError(f"{problem}; reduce the dimension first (e.g. a projection agreed in advance) or "
-                                  "start from init='sphere-packing' or 'server-kmeans++', which need no second moment")
+            raise FederationError(problem)
         if server is not None and k > server.shape[0] and self.init_method not in feddp_kmeans.DATA_FREE_STARTS:
             raise FederationError(f"k={k} is larger than the {server.shape[0]} server points")
         self.clip_norm = cfg.clip_norm or feddp_kmeans.data_radius(server)

@@ -689,6 +689,21 @@ def test_a_dimension_whose_second_moment_cannot_be_held_is_refused_before_any_wo
     with pytest.raises(ValueError, match="74.5 GiB"):
         feddp_kmeans.feddp_outer(DeviceData(points=rng.normal(size=(2, d))), {}, {"level": "data-point", "clip-norm": 1.0,
                                                                                  "max-points": 0})
+    # without server data the histogram start's fallback, SpherePacking, has its limit too
+    alone = {**config, "server-data": "", "dimension": d, "clip-norm": 1.0, "lloyd-rounds": 1}
+    with pytest.raises(FederationError, match=f"dimension d={d} is above {feddp_kmeans.MAX_SPHERE_DIMENSION} for SpherePacking"):
+        run(alone, num_nodes=3)
+
+
+def test_start_problem_names_each_starts_resource_limit():
+    assert feddp_kmeans.start_problem("feddp", 5, 8192, True) is None
+    assert "second moment" in feddp_kmeans.start_problem("feddp", 5, 8193, True)
+    assert feddp_kmeans.start_problem("histogram", 100, 8000, True) is None  # 64 MB of candidates
+    assert "limit 64 MB" in feddp_kmeans.start_problem("histogram", 100, 8001, True)
+    assert feddp_kmeans.start_problem("histogram", 2, 40_000, True) is None  # server points fill in, no SpherePacking
+    assert "SpherePacking" in feddp_kmeans.start_problem("histogram", 2, 40_000, False)
+    assert "SpherePacking" in feddp_kmeans.start_problem("sphere-packing", 2, 40_000, True)
+    assert feddp_kmeans.start_problem("server-kmeans++", 100, 10**6, True) is None
 
 
 # ------------------------------------------------------------------ max-device-points
