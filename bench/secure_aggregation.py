@@ -14,21 +14,29 @@ as "device s / round". The secure run is the default: the devices add their shar
 noise (``secagg-noise = devices``), so its centers are not the plain run's; that they are,
 with the server's noise, is tested (tests/protocol/test_secagg.py).
 
+Then the same pair in a real deployment on loopback (``LocalCluster``, what
+``fedcluster-local-cluster`` starts: a SuperLink with TLS and SuperNode authentication, one
+SuperNode per device, each a separate process with its own ``.npy`` of 200 points; Flower
+starts a fresh ClientApp process for every message), d = 10, k = 5: the round trips and
+seconds of a Lloyd round there, where the devices work in parallel.
+
 Usage::
 
-    python bench/secure_aggregation.py                 # 10 and 100 devices
-    python bench/secure_aggregation.py --quick --out DIR   # 10 and 30 devices
+    python bench/secure_aggregation.py                 # 10 and 100 devices in-process, 4 SuperNodes
+    python bench/secure_aggregation.py --quick --out DIR   # 10 and 30 devices, 3 SuperNodes
+    python bench/secure_aggregation.py --deployment-nodes 0   # in-process only
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from _common import add_bench_flags, markdown_table, page_output, print_header, run_inprocess
+from _common import ROOT, add_bench_flags, markdown_table, page_output, print_header, run_inprocess
 from speed import DeviceSeconds
 
 PAYLOADS = {"d = 10, k = 5": (10, 5), "d = 100, k = 10": (100, 10)}
@@ -43,13 +51,18 @@ def config(devices: int, d: int, k: int, secure: bool, out: Path) -> dict:
             "secure-aggregation": secure, "output-dir": str(out)}
 
 
+def lloyd_trips(result: dict) -> list[int]:
+    """The round trips of the Lloyd rounds (the session's two, once per run, apart)."""
+    phases = [p for p in result["phases"] if p["phase"].startswith("lloyd") and not p["phase"].endswith(("setup", "share-keys"))]
+    return sorted({p["round_trip"] for p in phases})
+
+
 def measure(devices: int, d: int, k: int, secure: bool, tmp: Path) -> dict:
     out = tmp / f"{devices}-{d}-{secure}"
     with DeviceSeconds() as clock:
         result = run_inprocess(config(devices, d, k, secure, out), num_nodes=devices)
     rounds = result["rounds"]
-    round_phases = [p for p in result["phases"] if p["phase"].startswith("lloyd") and not p["phase"].endswith(("setup", "share-keys"))]
-    trips = sorted({p["round_trip"] for p in round_phases})
+    trips = lloyd_trips(result)
     session = [p for p in result["phases"] if p["phase"].endswith(("setup", "share-keys"))]
     return {
         "trips": len(trips) / len(rounds),
@@ -88,12 +101,55 @@ def table(quick: bool) -> None:
           "histogram phase, before the rounds.")
 
 
+def deployment(nodes: int) -> None:
+    """Plain, then secure, on one LocalCluster of ``nodes`` SuperNodes: seconds per Lloyd round
+    from each run's result.json (the devices work in parallel there)."""
+    from fedcluster.tools.local_cluster import LocalCluster
+
+    d, k = PAYLOADS["d = 10, k = 5"]
+    rng = np.random.default_rng(1)
+    means = rng.normal(scale=3.0, size=(k, d))
+    measured = {}
+    with tempfile.TemporaryDirectory(prefix="fedcluster-secagg-deploy-") as tmp:
+        files = []
+        for node in range(nodes):
+            files.append(Path(tmp) / f"device_{node}.npy")
+            np.save(files[-1], means[rng.integers(k, size=POINTS_PER_DEVICE)] + rng.normal(size=(POINTS_PER_DEVICE, d)))
+        with LocalCluster(Path(tmp) / "cluster", files, echo=lambda *_: None) as cluster:
+            cluster.start()
+            for secure in (False, True):
+                out = Path(tmp) / f"out-{secure}"
+                run_id = cluster.submit(ROOT, f"algorithm='feddp-kmeans' k={k} dimension={d} clip-norm={4.0 * np.sqrt(d)} "
+                                              f"epsilon=1.0 noise-seed=2 lloyd-rounds={ROUNDS} evaluate-cost=false "
+                                              f"reference=false min-nodes={nodes} secure-aggregation={str(secure).lower()} "
+                                              f"output-dir='{out}'")
+                status = cluster.wait(run_id, 1800)
+                if status != "finished:completed":
+                    raise SystemExit(f"deployment run ended {status}:\n{cluster.run_log(run_id)[-3000:]}")
+                result = json.loads((out / "result.json").read_text())
+                rounds = result["rounds"]
+                measured[secure] = (len(lloyd_trips(result)) / len(rounds), sum(r["seconds"] for r in rounds) / len(rounds),
+                                    result["wall_time_s"])
+    (plain_trips, plain_s, plain_wall), (secure_trips, secure_s, secure_wall) = measured[False], measured[True]
+    print(f"\n## In a deployment: {nodes} SuperNodes on loopback (TLS + SuperNode authentication), d = {d}, k = {k}\n")
+    print(markdown_table(["devices", "round trips / round", "s / round (plain / secure)", "whole run s (plain / secure)"], [[
+        nodes, f"{plain_trips:.0f} / {secure_trips:.0f}", f"{plain_s:.2f} / {secure_s:.2f} ({secure_s / plain_s:.2f}×)",
+        f"{plain_wall:.1f} / {secure_wall:.1f}"]]))
+    print(f"\n{ROUNDS} Lloyd rounds per run; the secure run's whole time includes its session (two round trips) "
+          "and the histogram's two.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_bench_flags(parser, quick="10 and 30 devices")
+    add_bench_flags(parser, quick="10 and 30 devices, 3 SuperNodes")
+    parser.add_argument("--deployment-nodes", type=int, default=None,
+                        help="SuperNodes of the deployment measurement (default 4, 3 with --quick; 0 = none)")
     args = parser.parse_args()
+    nodes = args.deployment_nodes if args.deployment_nodes is not None else (3 if args.quick else 4)
     with page_output(args.out, __file__):
         table(args.quick)
+        if nodes:
+            deployment(nodes)
 
 
 if __name__ == "__main__":
