@@ -354,7 +354,7 @@ def masked_reply(name: str):
         if not len(ranges) == len(levels) == len(variances) == len(summed):
             raise ValueError(f"secure aggregation: ranges, levels and noise for {len(summed)} summed arrays expected")
         shapes = {key: np.shape(result[key]) for key in summed}
-        flags = np.zeros(store["participants"], dtype=np.int64)
+        flags = np.zeros(store["participants"], dtype=np.uint8)  # one byte a participant, in every masked reply
         flags[[p - 1 for p in refused]] = 1
         if refused:  # masks that do not cancel: this sum is never unmasked, so nothing of the data is sent
             store.update({"stage": "masked", "sum": index, "masked-with": peers})
