@@ -195,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         def median(results, name, eps):
             return statistics.median(r["cost"] / central[name] for c, r in zip(cells, results) if c[:2] == (name, eps))
 
+        def marked(value: float, other: float | None) -> str:  # bold: at or below FastLloyd's
+            return f"**{value:.3f}**" if other is not None and value <= other else f"{value:.3f}"
+
         def rounds(results, name, eps):
             return "/".join(sorted({str(r["rounds"]) for c, r in zip(cells, results) if c[:2] == (name, eps)}))
 
@@ -204,8 +207,8 @@ def main(argv: list[str] | None = None) -> int:
             for eps in EPSILONS:
                 mine, central_dp, server = median(secured, name, eps), median(ours, name, eps), median(served, name, eps)
                 row = [f"{name} (n={n}, d={d}, k={DATASETS[name][1]})", eps]
+                other = median(theirs, name, eps) if theirs is not None else None
                 if theirs is not None:
-                    other = median(theirs, name, eps)
                     for key, value in (("secure", mine), ("central", central_dp), ("server", server)):
                         logs[key].append(math.log(value / other))
                         wins[key] += value <= other
@@ -213,10 +216,10 @@ def main(argv: list[str] | None = None) -> int:
                     ratio_series[name][0].append(eps)
                     ratio_series[name][1].append(mine / other)
                     row += [f"{other:.3f}", rounds(theirs, name, eps)]
-                row += [f"**{mine:.3f}**" if theirs is not None and mine <= other else f"{mine:.3f}", rounds(secured, name, eps)]
+                row += [marked(mine, other), rounds(secured, name, eps)]
                 if theirs is not None:
                     row.append(f"{mine / other:.3f}")
-                row += [f"{central_dp:.3f}", f"**{server:.3f}**" if theirs is not None and server <= other else f"{server:.3f}"]
+                row += [f"{central_dp:.3f}", marked(server, other)]
                 rows.append(row)
         headers = ["dataset", "ε"]
         if theirs is not None:

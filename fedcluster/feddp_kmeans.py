@@ -22,7 +22,7 @@ import numpy as np
 
 from . import privacy
 from .linalg import top_eigenpairs
-from .lloyd import LloydStatistics, assign, kmeans, label_sums, rows_per_chunk, squared_distances
+from .lloyd import LloydStatistics, assign, farthest_first, kmeans, label_sums, rows_per_chunk, squared_distances
 from .point_tasks import matching_dimension
 from .privacy.clipping import CLIENT, DATA_POINT, clip_l1, clip_l2, clip_rows_l2, scale_l2
 from .device import DeviceData, device_task
@@ -233,8 +233,9 @@ MAX_SPHERE_DIMENSION = 2**15
 def start_problem(start: str, k: int, d: int, has_server_data: bool) -> str | None:
     """Why the start ``start`` cannot run for k clusters in dimension d (a resource limit,
     named), or None. Checked before any work."""
-    if start == "feddp" and outer_dimension_problem(d):
-        return (f"{outer_dimension_problem(d)}; reduce the dimension first (e.g. a projection agreed in advance) or "
+    outer = outer_dimension_problem(d) if start == "feddp" else None
+    if outer:
+        return (f"{outer}; reduce the dimension first (e.g. a projection agreed in advance) or "
                 "start from init='histogram', 'sphere-packing' or 'server-kmeans++', which need no second moment")
     size = HISTOGRAM_CANDIDATES_PER_CLUSTER * k * d * 8
     if start == "histogram" and size > MAX_CANDIDATE_BYTES:
@@ -960,17 +961,9 @@ def histogram_start(candidates: np.ndarray, noisy_counts: np.ndarray, noise_scal
 def farthest_fill(fixed: np.ndarray, pool: np.ndarray, k: int) -> np.ndarray:
     """``fixed`` (m < k rows), then k − m rows of ``pool``, each the one farthest from the
     rows chosen so far (the first, with nothing fixed, the pool's first row)."""
-    chosen = list(fixed)
-    left = list(range(pool.shape[0]))
-    while len(chosen) < k:
-        if chosen:
-            gaps = ((pool[left][:, None, :] - np.asarray(chosen)[None]) ** 2).sum(-1).min(1)
-            pick = left[int(np.argmax(gaps))]
-        else:
-            pick = left[0]
-        chosen.append(pool[pick])
-        left.remove(pick)
-    return np.asarray(chosen, dtype=np.float64).reshape(k, pool.shape[1])
+    points = np.vstack([np.reshape(fixed, (-1, pool.shape[1])), pool])
+    start = np.arange(len(fixed)) if len(fixed) else np.array([0])
+    return points[farthest_first(points, start, k)]
 
 
 def significant_candidates(noisy_counts: np.ndarray, noise_scale: float) -> np.ndarray:

@@ -36,6 +36,7 @@ from .checks import Interval, StrOptions
 from .config import MANY, STANDARDIZE, WRITE_LABELS, Key, Section
 from .linalg import orthonormalize, top_eigenpairs
 from .lloyd import (
+    farthest_first,
     kmeans_plus_plus,
     label_means,
     lloyd_until_stable,
@@ -472,30 +473,14 @@ def _stack_centers(device_centers: Sequence[np.ndarray]) -> tuple[np.ndarray, np
     return np.vstack([m.reshape(-1, d) for m in mats]), owner
 
 
-def _farthest_first(points: np.ndarray, start: np.ndarray, k: int) -> np.ndarray:
-    """Indices chosen greedily, each the row of ``points`` farthest from the chosen set
-    (initialised with the rows listed in ``start``) until ``k`` are chosen."""
-    chosen = list(int(i) for i in start)
-    if len(chosen) >= k:
-        return np.asarray(chosen[:k], dtype=np.int64)
-    closest = np.min(squared_distances(points, points[chosen]), axis=1)
-    closest[chosen] = -1.0  # never re-pick (ties at distance 0 pick unchosen duplicates)
-    while len(chosen) < k:
-        nxt = int(np.argmax(closest))
-        chosen.append(nxt)
-        closest = np.minimum(closest, squared_distances(points, points[nxt : nxt + 1])[:, 0])
-        closest[chosen] = -1.0
-    return np.asarray(chosen, dtype=np.int64)
-
-
 def _farthest_point_indices(
     all_centers: np.ndarray, owner: np.ndarray, k: int, start_device: int
 ) -> np.ndarray:
     rows = np.flatnonzero(owner == start_device)
     if rows.size > k:  # first k by farthest-first traversal within the device
-        sub = _farthest_first(all_centers[rows], np.array([0]), k)
+        sub = farthest_first(all_centers[rows], np.array([0]), k)
         rows = rows[sub]
-    return _farthest_first(all_centers, rows, k)
+    return farthest_first(all_centers, rows, k)
 
 
 def farthest_point_init(

@@ -99,6 +99,23 @@ def squared_distances(X: np.ndarray, centers: np.ndarray, x_sq: np.ndarray | Non
     return d2
 
 
+def farthest_first(points: np.ndarray, start: np.ndarray, k: int) -> np.ndarray:
+    """Indices chosen greedily, each the row of ``points`` farthest from the chosen set
+    (initialised with the rows listed in ``start``) until ``k`` are chosen (k-FED's merge,
+    FedDP's histogram fill)."""
+    chosen = list(int(i) for i in start)
+    if len(chosen) >= k:
+        return np.asarray(chosen[:k], dtype=np.int64)
+    closest = np.min(squared_distances(points, points[chosen]), axis=1)
+    closest[chosen] = -1.0  # never re-pick (ties at distance 0 pick unchosen duplicates)
+    while len(chosen) < k:
+        nxt = int(np.argmax(closest))
+        chosen.append(nxt)
+        closest = np.minimum(closest, squared_distances(points, points[nxt : nxt + 1])[:, 0])
+        closest[chosen] = -1.0
+    return np.asarray(chosen, dtype=np.int64)
+
+
 def assign(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Nearest center of every row of ``X``: ``(labels, squared_distance)``, chunked."""
     X = np.asarray(X, dtype=np.float64)

@@ -275,15 +275,18 @@ class DPFederatedKMeans(_Federated):
             "delta": self.delta,
             "privacy-level": self.privacy_level,
         }
+        served = getattr(self, "_served", False)
         if self.max_iter is not None:
             own["lloyd-rounds"] = self.max_iter
-        elif getattr(self, "_points", None) and "lloyd-rounds" not in (self.run_config or {}) and self._rounds_rule:
-            # as many rounds as the budget carries for this many points (lloyd_rounds_for); the
-            # count is then public-points, listed outside the guarantee
+        elif (getattr(self, "_points", None) and "lloyd-rounds" not in (self.run_config or {})
+              and (not served or self.privacy_level == "data-point")):
+            # as many rounds as the budget carries for this many points (lloyd_rounds_for; a
+            # data-point level rule: with server data at client level FedDP-Init runs alone);
+            # the count is then public-points, listed outside the guarantee
             own["lloyd-rounds"] = feddp_kmeans.lloyd_rounds_for(self._points, self.n_clusters, self._dimension,
                                                                 self.epsilon, self.delta)
             own["public-points"] = self._points
-        if getattr(self, "_dimension", None) and not getattr(self, "_served", False) and "dimension" not in (self.run_config or {}):
+        if getattr(self, "_dimension", None) and not served and "dimension" not in (self.run_config or {}):
             own["dimension"] = self._dimension  # without server data: the clients' (public: their arrays' width)
         return _merged(self.run_config, own)
 
@@ -294,8 +297,6 @@ class DPFederatedKMeans(_Federated):
         arrays = _client_arrays(clients)
         self._dimension, self._points = arrays[0].shape[1], sum(a.shape[0] for a in arrays)
         self._served = server_data is not None
-        # the rounds rule is a data-point level rule; with server data at client level FedDP-Init runs alone
-        self._rounds_rule = not self._served or (self.run_config or {}).get("privacy-level", self.privacy_level) == "data-point"
         super().fit(clients, y, server_data=server_data)
         self.privacy_ = self.result_.get("privacy")
         return self

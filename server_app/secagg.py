@@ -90,7 +90,7 @@ class SecureAggregation:
         nodes = [node for node in nodes if node in session.members]  # a device whose keys failed sits the session out
         session.used += 1
         index, position, t = session.used, session.position, session.threshold
-        asked = {position[node] for node in nodes}
+        asked, positions = {position[node] for node in nodes}, set(position.values())
         levels = {name: noise.get(name, (0.0, secagg.HALF_LEVELS))[1] for name in ranges}
 
         def forwarded(node: int) -> tuple[dict[str, np.ndarray], None]:  # the shares travel with the first sum
@@ -103,10 +103,9 @@ class SecureAggregation:
                    "secagg-absent": np.array(sorted(session.shared - asked), dtype=np.int64)}
         replies = self.broadcast(protocol.secure_name(task), nodes, per_node=forwarded, sizes={**sizes, "i": len(position)}, phase=phase,
                                  arrays=request, config={**config, "secagg-session": session.number, "secagg-sum": index},
-                                 min_replies=t, check=lambda r: secagg.refusals_problem(r.arrays["secagg-refused"], set(session.position.values()),
+                                 min_replies=t, check=lambda r: secagg.refusals_problem(r.arrays["secagg-refused"], positions,
                                                                                         position[r.node_id]))
-        refusals = {position[r.node_id]: secagg.refused_positions(r.arrays["secagg-refused"]) for r in replies}
-        refusals = {accuser: accused for accuser, accused in refusals.items() if accused}
+        refusals = {position[r.node_id]: refused for r in replies if (refused := secagg.refused_positions(r.arrays["secagg-refused"]))}
         if refusals:  # masks that do not cancel: this sum is never unmasked, the session starts again without them
             out = {node for node in nodes if position[node] in secagg.left_out(refusals)}
             rest, floor = [node for node in nodes if node not in out], session.floor or t
