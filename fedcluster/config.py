@@ -99,6 +99,13 @@ TRIM_FRACTION = Key("trim-fraction", 0.1, "trimmed-mean: share of a cluster's de
 SERVER_DATA = Key("server-data", "", "a .npy of server-side points (FedDP-KMeans; FedKMeans with init='server-kmeans++')")
 INIT_CANDIDATES = Key("init-candidates", 10, "candidate center sets scored in one federated round (FedKMeans; DA-UFL: at "
                       "most this many distinct optima of init-restarts)", allowed=Interval(int, 1, 10_000))
+SECURE_AGGREGATION = Key("secure-aggregation", False, "the summed statistics by secure aggregation (FedDP-KMeans: the "
+                         "histogram start's counts and the Lloyd rounds' sums and counts; FedSpectral+: the clients' "
+                         "products): the server gets masked integer vectors and learns only their sum over at least the "
+                         "threshold of devices (2 round trips per sum, 2 more once per session; docs/security.md)")
+SECAGG_THRESHOLD = Key("secagg-threshold", 2 / 3, "secure aggregation: Shamir threshold as a fraction of the participants "
+                       "(at least 2 and more than half): the sum completes while that many answer the unmasking",
+                       allowed=Interval(float, 0, 1, closed="right"))
 
 
 def _data_rules(c: Mapping[str, Any]) -> None:

@@ -27,7 +27,7 @@ from .point_tasks import matching_dimension
 from .privacy.clipping import CLIENT, DATA_POINT, clip_l1, clip_l2, clip_rows_l2, scale_l2
 from .device import DeviceData, device_task
 from .checks import Interval, StrOptions
-from .config import MANY, SEED_MAX, SERVER_DATA, WRITE_LABELS, ConfigError, Key, Section, number_list
+from .config import MANY, SECAGG_THRESHOLD, SECURE_AGGREGATION, SEED_MAX, SERVER_DATA, WRITE_LABELS, ConfigError, Key, Section, number_list
 from .privacy.clipping import LEVELS
 
 # ==================================================================== device kernels
@@ -429,14 +429,11 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("margin", 1.0, "step-3 margin filter (1 = off)", allowed=Interval(float, 0, closed="right")),
     Key("min-server-weight", 5.0, "server points lighter than this are dropped in step 2", allowed=Interval(float, 0)),
     Key("server-n-init", 10, "k-means restarts on the server's weighted points", allowed=Interval(int, 1, 10_000)),
-    Key("secure-aggregation", False, "the histogram start's counts and the Lloyd rounds' sums and counts by secure "
-        "aggregation: the server gets masked integer vectors and learns only their sum over at least the threshold "
-        "of devices (2 round trips per sum, 2 more once; not FedDP-Init; needs evaluate-cost = false)"),
+    SECURE_AGGREGATION,
     Key("secagg-noise", "devices", "with secure-aggregation: who adds the DP noise. devices: each adds its share of "
         "Skellam noise before masking (the server never holds a sum without noise; RDP accounting); server: the "
         "server adds it to the exact sum (central DP)", allowed=StrOptions(("devices", "server"))),
-    Key("secagg-threshold", 2 / 3, "secure aggregation: Shamir threshold as a fraction of the participants (at least 2 and more than half): "
-        "the sum completes while that many answer the unmasking", allowed=Interval(float, 0, 1, closed="right")),
+    SECAGG_THRESHOLD,
     Key("noise-seed", -1, "seed of the noise (-1 = OS entropy)", allowed=Interval(int, -1, SEED_MAX)),
     Key("evaluate-cost", True, "report the exact (non-private) federated cost of the result"),
     WRITE_LABELS,

@@ -23,7 +23,7 @@ from .linalg import orthonormalize, rayleigh_ritz
 from .lloyd import assign, kmeans
 from .device import DeviceData, device_task
 from .checks import Interval, StrOptions
-from .config import MANY, ConfigError, Key, Section
+from .config import MANY, SECAGG_THRESHOLD, SECURE_AGGREGATION, ConfigError, Key, Section
 
 
 def _rules(c: Mapping[str, Any]) -> None:
@@ -55,6 +55,8 @@ PLUS_RUN_CONFIG = Section("fedspectral-plus", (  # docs/ALGORITHMS.md section 5:
     Key("max-basis", 0, "krylov: columns kept before a thick restart (0 = auto)", allowed=Interval(int, 0, MANY)),
     Key("residual-tol", 0.0, "exact mode: stop when every top-k Ritz residual is at most this (0 = never)", allowed=Interval(float, 0)),
     Key("edge-copies", 1, "r, clients holding every edge", allowed=Interval(int, 1, MANY)),
+    SECURE_AGGREGATION,
+    SECAGG_THRESHOLD,
 ), rules=(_rules, _plus_rules), algorithms=("fedspectral-plus",))
 
 __all__ = [
@@ -233,6 +235,21 @@ def product_violation(product: np.ndarray, X: np.ndarray, weight: float, edges: 
         j = int(over[0])
         return f"column {j} of its product has length {got[j]:.6g}, more than an honest product can ({bound[j]:.6g})"
     return None
+
+
+def product_range(X: np.ndarray, weight: float, first: bool) -> float:
+    """The public range of every coordinate of one client's ``power_step`` product of the
+    block ``X`` under secure aggregation, fixed before the round from what the server sends
+    (the device clips to it; :func:`product_violation` checks more, but needs each reply):
+    a later product's columns are no longer than ``X``'s, so no coordinate exceeds the
+    longest; the first, ``w A_j [1, G]`` of a simple graph (at most n − 1 neighbours),
+    none exceeds ``w (n − 1) max|X|``."""
+    X = np.asarray(X, dtype=np.float64)
+    if first:
+        bound = weight * max(X.shape[0] - 1, 1) * float(np.max(np.abs(X), initial=0.0))
+    else:
+        bound = float(np.max(np.linalg.norm(X, axis=0), initial=0.0))
+    return bound if bound > 0 else 1.0
 
 
 def local_spectral_embedding(

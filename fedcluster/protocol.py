@@ -499,7 +499,7 @@ TASKS: dict[str, Task] = {
 PUBLIC_KEY_BYTES = 215  # a P-384 public key as PEM SubjectPublicKeyInfo (flwr's public_key_to_bytes)
 SEED_BYTES = 32  # a self-mask seed b_s
 _SESSION = Param("session", int, allowed=Interval(int, 0), doc="the session's number in the run")
-SECURE_TASKS = ("feddp_candidates", "feddp_lloyd")  # tasks whose server step needs only the sum of their replies
+SECURE_TASKS = ("feddp_candidates", "feddp_lloyd", "power_step")  # tasks whose server step needs only the sum of their replies
 
 
 def secure_name(name: str) -> str:
@@ -542,7 +542,7 @@ TASKS.update({
                     Param("sums", int, allowed=Interval(int, 1), doc="secure sums the session serves (one mask seed each)")),
             reply=(ArrayField("pk1", ("h", PUBLIC_KEY_BYTES), "PEM public keys for the pairwise masks, one per sum", nonnegative=True, integer=True),
                    ArrayField("pk2", (PUBLIC_KEY_BYTES,), "PEM public key for the shares' encryption", nonnegative=True, integer=True)),
-            metrics=(), used_by=("feddp-kmeans",),
+            metrics=(), used_by=("feddp-kmeans", "fedspectral-plus"),
         ),
         Task(
             "secagg_share_keys", "query", "secure aggregation stage 1 (once per session): Shamir shares of a mask seed and of the mask key of every sum, encrypted per participant",
@@ -551,7 +551,7 @@ TASKS.update({
             config=(_SESSION,),
             reply=(ArrayField("destinations", ("e",), integer=True, nonnegative=True),
                    ArrayField("ciphertexts", ("e", "*"), nonnegative=True)),
-            metrics=(), used_by=("feddp-kmeans",),
+            metrics=(), used_by=("feddp-kmeans", "fedspectral-plus"),
         ),
         Task(
             "secagg_unmask", "query", "secure aggregation stage 3 (per sum): its own seed, shares of the seeds of survivors that did not answer and of the dropped participants' mask keys",
@@ -561,7 +561,7 @@ TASKS.update({
             reply=(ArrayField("seed", (SEED_BYTES,), "this device's own mask seed of the sum", integer=True, nonnegative=True),
                    ArrayField("b-positions", ("w",), integer=True, nonnegative=True), ArrayField("b-shares", ("w", "*"), nonnegative=True),
                    ArrayField("sk-positions", ("v",), integer=True, nonnegative=True), ArrayField("sk-shares", ("v", "*"), nonnegative=True)),
-            metrics=(), used_by=("feddp-kmeans",),
+            metrics=(), used_by=("feddp-kmeans", "fedspectral-plus"),
         ),
     )
 })

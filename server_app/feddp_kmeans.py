@@ -242,7 +242,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
                                self.device_noise("step2"))
         weights = self.noisy("step2", np.zeros(candidates.shape[0]) + (0 if total is None else total["histogram"]))
         self.record("step2")
-        spread = self.plan["step2"].noise_scale * self.noise_shares(devices)
+        spread = self.plan["step2"].noise_scale * self.noise_shares(len(devices))
         centers, record = feddp_kmeans.histogram_start(candidates, weights, spread, k, half_width, self.rng,
                                                        self.config.server_n_init, self.server)
         record["server_candidates"] = 0 if self.server is None else min(self.server.shape[0], candidates.shape[0])
@@ -292,7 +292,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
             shift = center_shift(new, centers)
             centers = new
             self.end_round(center_shift=shift, kept_centers=int((~alive).sum()), noisy_counts=noisy_counts)
-            log(INFO, "[fedcluster] lloyd round %d/%d: %d replies, shift %.4g", t, rounds, replies, shift)
+            log(INFO, "[fedcluster] lloyd round %d/%d: %d replies, shift %.4g", t, rounds, len(replies), shift)
         if rounds > 0:
             self.record("lloyd_gaussian", compositions=rounds)
             self.record("lloyd_laplace", compositions=rounds)

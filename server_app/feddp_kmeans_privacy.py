@@ -28,6 +28,12 @@ class FedDPPrivacy:
         """Whether the devices add the noise (secure aggregation with ``secagg-noise = devices``)."""
         return self.secure and self.config["secagg-noise"] == "devices"
 
+    def secagg_noise_model(self) -> str:
+        """The secure-aggregation threat model's words on who adds the noise."""
+        if self.distributed:
+            return "each device adds its share of the noise before masking, so no sum reaches the server without it"
+        return "the server adds the noise to that exact sum (central DP)"
+
     def privacy_plan(self) -> dict[str, Any]:
         """The noise of every step (fedcluster.feddp_kmeans.privacy_plan); the run config
         has already checked how budget-split, lloyd-fraction and step-epsilons combine.

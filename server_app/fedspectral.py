@@ -29,11 +29,13 @@ from fedcluster.fedspectral import (
     local_cluster_counts,
     nodes_held,
     paper_aggregate,
+    product_range,
     subspace_distance,
 )
 
-from .base import sum_arrays
+from .base import FederationError, sum_arrays
 from .graph_strategy import GraphStrategy, label_check, product_check
+from .secagg import SecureAggregation
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,7 +94,7 @@ class FedSpectral(GraphStrategy):
 # --------------------------------------------------------------------------------------------
 
 
-class FedSpectralPlus(GraphStrategy):
+class FedSpectralPlus(SecureAggregation, GraphStrategy):
     """FedSpectral+: federated power/subspace iteration for the global spectral embedding.
 
     ``mode="paper"``: the server sends a random orthonormal ``Q`` (n x k); every client
@@ -113,9 +115,12 @@ class FedSpectralPlus(GraphStrategy):
     the previous round's top-``k`` space) and, in exact mode, the largest Ritz
     ``residual``, the basis and block sizes.
 
+    ``secure-aggregation``: every round's products reach the server only as their sum
+    (:meth:`products`); one session of keys serves every round.
+
     Run-config parameters: ``num-nodes``, ``k``, ``num-rounds``, ``seed``, ``mode``,
     ``iters`` (paper), ``oversample``, ``acceleration``, ``max-basis``, ``residual-tol``,
-    ``edge-copies`` (exact).
+    ``edge-copies`` (exact), ``secure-aggregation``, ``secagg-threshold``.
     """
 
     name = "fedspectral-plus"
@@ -123,12 +128,15 @@ class FedSpectralPlus(GraphStrategy):
     def run(self) -> dict[str, Any]:
         cfg = self.config
         n, k, nodes = self.graph_setup()
+        self.secagg_planned = cfg.num_rounds  # one secure sum per round (a run that stops early leaves keys unused)
         if cfg.mode == "paper":
             embedding, final = self.paper_mode(n, k, nodes)
         else:
             embedding, final = self.exact_mode(n, k, nodes)
         labels = embedding_labels(embedding, k, cfg.seed)
         final.update({"num_nodes": n, "k": k, "cluster_sizes": cluster_sizes(labels, k)})
+        if self.secure:
+            final["secure_aggregation"] = self.secagg_record()
         log(
             INFO,
             "[fedcluster] fedspectral-plus (%s): %d communication rounds, last subspace change %.3g",
@@ -150,6 +158,30 @@ class FedSpectralPlus(GraphStrategy):
             )
         return outcome
 
+    def products(self, nodes: list[int], request: dict[str, np.ndarray], config: dict[str, Any], weight: float,
+                 first: bool, phase: str) -> tuple[np.ndarray, int]:
+        """The sum of the clients' ``power_step`` products of ``request["Q"]``, and how many
+        clients it holds: from replies each checked (``product_check``), or by secure
+        aggregation, where each client clips its product to the public ``product_range``
+        and only the sum is checked (``within_ranges``: a sum no honest clients could give
+        stops the run, as no product can be skipped and secure aggregation hides who sent
+        it). Either way a client missing from the sum is out of the rest of the run."""
+        X = request["Q"]
+        sizes = {"n": X.shape[0], "b": X.shape[1]}
+        if not self.secure:
+            replies = self.all_clients("power_step", nodes, arrays=request, config=config, sizes=sizes, phase=phase,
+                                       check=product_check(X, weight, first))
+            return sum_arrays(replies, "Q"), len(replies)
+        asked = [node for node in nodes if node not in self.excluded]
+        total, summed = self.summed("power_step", asked, request, config, sizes, None, phase,
+                                    {"Q": product_range(X, weight, first)})
+        for node in sorted(set(asked) - set(summed)):
+            self.exclude(node, "no masked product in the secure sum (a graph run goes on without its edges)")
+        if total is None:
+            raise FederationError(f"phase {phase!r}: the secure sum of {len(summed)} clients' products lies outside "
+                                  "their public ranges (a client sent something else; secure aggregation hides which)")
+        return total["Q"], len(summed)
+
     # ------------------------------------------------------------------ paper mode
     def paper_mode(self, n: int, k: int, nodes: list[int]) -> tuple[np.ndarray, dict[str, Any]]:
         """Local power steps on the clients, average of the iterates, QR (the paper)."""
@@ -159,11 +191,8 @@ class FedSpectralPlus(GraphStrategy):
         config = {"num-nodes": n, "iters": iters, "normalization": "local"}
         for t in range(1, cfg.num_rounds + 1):
             self.begin_round(t)
-            replies = self.all_clients(
-                "power_step", nodes, arrays={"Q": Q}, config=config, sizes={"n": n, "b": k}, phase="local-power-steps",
-                check=product_check(Q, 1.0, False),
-            )
-            new = paper_aggregate([r.arrays["Q"] for r in replies])
+            total, count = self.products(nodes, {"Q": Q}, config, 1.0, False, "local-power-steps")
+            new = paper_aggregate([total / count])
             change = subspace_distance(new, Q)
             Q = new
             self.end_round(subspace_change=change, block_columns=k)
@@ -194,12 +223,8 @@ class FedSpectralPlus(GraphStrategy):
         }
 
         def summed_products(X: np.ndarray, degrees: np.ndarray, phase: str, first: bool = False) -> np.ndarray:
-            replies = self.all_clients(
-                "power_step", nodes, arrays={"Q": X, "degrees": degrees}, config=product_config,
-                sizes={"n": n, "b": X.shape[1]}, phase=phase,
-                check=product_check(X, product_config["edge-weight"], first),
-            )
-            return sum_arrays(replies, "Q")
+            request = {"Q": X, "degrees": degrees}
+            return self.products(nodes, request, product_config, product_config["edge-weight"], first, phase)[0]
 
         # Round 1: the degrees and the first product in one exchange.
         self.begin_round(1)

@@ -42,17 +42,19 @@ class SecureAggregation:
                 "threshold_fraction": self.config["secagg-threshold"],
                 "out_of_range": list(self.secagg_rejected), "left_out_over_refused_shares": list(self.secagg_refused),
                 "threat_model": "the server sees each secured step's sum over at least the threshold of devices, never one "
-                                "device's; " + ("each device adds its share of the noise before masking, so no sum reaches "
-                                                "the server without it" if self.config["secagg-noise"] == "devices" else
-                                                "the server adds the noise to that exact sum (central DP)")
+                                "device's; " + self.secagg_noise_model()
                                 + "; honest-but-curious server: it follows the protocol, relays the devices' public keys "
                                   "unchanged and names the noise the devices add"}
 
+    def secagg_noise_model(self) -> str:
+        """The threat model's words on noise (a strategy with DP says who adds it)."""
+        return "no noise is added: the sum is exact (no differential privacy)"
+
     def summed(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
                sizes: dict[str, int], check: Callable[[Reply], str | None] | None, phase: str, ranges: dict[str, float],
-               noise: dict[str, tuple[float, float]] | None = None) -> tuple[dict[str, np.ndarray] | None, int]:
-        """The sum of the ``ranges``' arrays over the valid replies to ``task``, and how many
-        devices are in it. Secure mode: no reply check beyond the masked shapes is possible
+               noise: dict[str, tuple[float, float]] | None = None) -> tuple[dict[str, np.ndarray] | None, list[int]]:
+        """The sum of the ``ranges``' arrays over the valid replies to ``task``, and the
+        devices in it (node ids). Secure mode: no reply check beyond the masked shapes is possible
         (``check`` is not used), ``ranges`` (public, fixed before the round) clip every
         coordinate on the device, ``noise`` gives each array's (variance in grid steps, grid
         levels) when the devices add the noise, and a sum outside what that many devices'
@@ -60,20 +62,20 @@ class SecureAggregation:
         update, and the phase is listed, as the culprit cannot be named."""
         if not self.secure:
             replies = self.broadcast(task, nodes, arrays=arrays, config=config, sizes=sizes, check=check, phase=phase)
-            return {name: sum(r.arrays[name] for r in replies) for name in ranges}, len(replies)
+            return {name: sum(r.arrays[name] for r in replies) for name in ranges}, [r.node_id for r in replies]
         noise = noise or {}
-        total, count = self.secure_sum(task, nodes, arrays, config, sizes, phase, ranges, noise)
-        if secagg.within_ranges(total, ranges, count, noise, self.secagg_session.threshold):
-            return total, count
+        total, summed = self.secure_sum(task, nodes, arrays, config, sizes, phase, ranges, noise)
+        if secagg.within_ranges(total, ranges, len(summed), noise, self.secagg_session.threshold):
+            return total, summed
         self.secagg_rejected = (*self.secagg_rejected, phase)
         log(WARNING, "[fedcluster] %s: the secure sum of %d devices lies outside their public ranges (a device sent "
-            "something else; secure aggregation hides which): this update is skipped", phase, count)
-        return None, count
+            "something else; secure aggregation hides which): this update is skipped", phase, len(summed))
+        return None, summed
 
     def secure_sum(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
                    sizes: dict[str, int], phase: str, ranges: dict[str, float],
-                   noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], int]:
-        """The sum, set up again in a new session without the devices left out over refused
+                   noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], list[int]]:
+        """The sum and the devices in it, set up again in a new session without the devices left out over refused
         shares (:func:`fedcluster.secagg.left_out`) as long as some are."""
         while True:
             outcome = self.secure_attempt(task, nodes, arrays, config, sizes, phase, ranges, noise)
@@ -83,7 +85,7 @@ class SecureAggregation:
 
     def secure_attempt(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
                        sizes: dict[str, int], phase: str, ranges: dict[str, float],
-                       noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], int] | set[int]:
+                       noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], list[int]] | set[int]:
         session = self.secagg_session
         if session is None or session.used == session.sums or len(session.members & set(nodes)) < session.threshold:
             session = self.secagg_open(nodes, phase)
@@ -120,7 +122,7 @@ class SecureAggregation:
             self.secagg_session.floor = floor
             return out
         total = secagg.masked_total((r.arrays for r in replies), ranges)
-        alive = [position[r.node_id] for r in replies]
+        alive, in_sum = [position[r.node_id] for r in replies], [r.node_id for r in replies]
         dropped = sorted(asked - set(alive))
 
         # unmasking (at least t answers): each survivor's own seed, the dropped ones' mask key shares
@@ -146,7 +148,7 @@ class SecureAggregation:
                                         levels)
         except ValueError as exc:
             raise FederationError(f"phase {phase!r}: {exc}") from None
-        return total, len(alive)
+        return total, in_sum
 
     def secagg_open(self, nodes: list[int], phase: str) -> "Session":
         """A new session among ``nodes`` for the secure sums still planned: key advertisement
