@@ -27,7 +27,7 @@ from .point_tasks import matching_dimension
 from .privacy.clipping import CLIENT, DATA_POINT, clip_l1, clip_l2, clip_rows_l2, scale_l2
 from .device import DeviceData, device_task
 from .checks import Interval, StrOptions
-from .config import MANY, SECAGG_THRESHOLD, SECURE_AGGREGATION, SEED_MAX, SERVER_DATA, WRITE_LABELS, ConfigError, Key, Section, number_list
+from .config import MANY, SECAGG_NEIGHBOURS, SECAGG_THRESHOLD, SECURE_AGGREGATION, SEED_MAX, SERVER_DATA, WRITE_LABELS, ConfigError, Key, Section, number_list
 from .privacy.clipping import LEVELS
 
 # ==================================================================== device kernels
@@ -434,6 +434,7 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
         "Skellam noise before masking (the server never holds a sum without noise; RDP accounting); server: the "
         "server adds it to the exact sum (central DP)", allowed=StrOptions(("devices", "server"))),
     SECAGG_THRESHOLD,
+    SECAGG_NEIGHBOURS,
     Key("noise-seed", -1, "seed of the noise (-1 = OS entropy)", allowed=Interval(int, -1, SEED_MAX)),
     Key("evaluate-cost", True, "report the exact (non-private) federated cost of the result"),
     WRITE_LABELS,

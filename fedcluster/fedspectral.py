@@ -23,7 +23,7 @@ from .linalg import orthonormalize, rayleigh_ritz
 from .lloyd import assign, kmeans
 from .device import DeviceData, device_task
 from .checks import Interval, StrOptions
-from .config import MANY, SECAGG_THRESHOLD, SECURE_AGGREGATION, ConfigError, Key, Section
+from .config import MANY, SECAGG_NEIGHBOURS, SECAGG_THRESHOLD, SECURE_AGGREGATION, ConfigError, Key, Section
 
 
 def _rules(c: Mapping[str, Any]) -> None:
@@ -57,6 +57,7 @@ PLUS_RUN_CONFIG = Section("fedspectral-plus", (  # docs/ALGORITHMS.md section 5:
     Key("edge-copies", 1, "r, clients holding every edge", allowed=Interval(int, 1, MANY)),
     SECURE_AGGREGATION,
     SECAGG_THRESHOLD,
+    SECAGG_NEIGHBOURS,
 ), rules=(_rules, _plus_rules), algorithms=("fedspectral-plus",))
 
 __all__ = [

@@ -200,6 +200,34 @@ def threshold(participants: int, fraction: float) -> int:
     return min(participants, max(2, participants // 2 + 1, int(np.ceil(fraction * participants - 1e-9))))
 
 
+def neighbourhoods(participants: int, neighbours: int, rng: np.random.Generator) -> dict[int, set[int]]:
+    """Who masks with and shares keys with whom, positions 1..n: with ``neighbours`` = 0 or
+    at least n − 1 everyone with everyone (SecAgg); else SecAgg+'s graph as Flower's
+    SecAggPlusWorkflow builds it: the positions in a random order on a ring, each joined to
+    the ⌈neighbours/2⌉ before and the ⌈neighbours/2⌉ after it (symmetric)."""
+    everyone = set(range(1, participants + 1))
+    half = -(-neighbours // 2)
+    if neighbours == 0 or 2 * half >= participants - 1:
+        return {p: everyone - {p} for p in everyone}
+    ring = [int(p) + 1 for p in rng.permutation(participants)]
+    return {ring[i]: {ring[(i + offset) % participants] for offset in range(-half, half + 1)} - {ring[i]}
+            for i in range(participants)}
+
+
+def connected(positions: Iterable[int], neighbours: Mapping[int, set[int]]) -> bool:
+    """Whether ``positions`` form one component of the masking graph restricted to them:
+    otherwise unmasking would give the server the sum of each component on its own."""
+    left = set(positions)
+    if not left:
+        return True
+    frontier = [left.pop()]
+    while frontier:
+        reached = neighbours[frontier.pop()] & left
+        left -= reached
+        frontier.extend(reached)
+    return not left
+
+
 # ==================================================================== device stages
 # One session serves several secure sums (``sums``): keys and shares are set up once, and
 # each sum s has its own self-mask seed b_s and its own mask key pair (sk1_s, pk1_s), so a
@@ -530,6 +558,7 @@ def unmasked_sum(
     seeds: Mapping[int, bytes],
     sk1: Mapping[int, bytes],
     levels: Mapping[str, float] | None = None,
+    neighbours: Mapping[int, set[int]] | None = None,
 ) -> dict[str, np.ndarray]:
     """The float sum over the participants whose masked vectors arrived.
 
@@ -537,7 +566,8 @@ def unmasked_sum(
     ``sk1[p]``: the scalar of this sum's mask key of every p the survivors masked with that
     sent no vector (the pairwise masks the survivors put in with p are removed). ``pk1``:
     the survivors' public mask keys of this sum. ``stream``: the session and the sum
-    (:func:`stream_name`); ``levels``: each array's grid (default 2^40 per range)."""
+    (:func:`stream_name`); ``levels``: each array's grid (default 2^40 per range);
+    ``neighbours``: who masked with whom (default: everyone with everyone)."""
     shapes = {name: value.shape for name, value in total.items()}
     size = _flat_size(shapes)
     words = np.concatenate([value.ravel() for value in total.values()]).astype(np.uint64)
@@ -546,6 +576,8 @@ def unmasked_sum(
     for position, scalar in sk1.items():
         key = private_pem(scalar)
         for other, public in pk1.items():
+            if neighbours is not None and other not in neighbours[position]:
+                continue  # they never masked with each other
             pair = mask(shared_key(key, public), "pair", stream, size)
             words = words - pair if other > position else words + pair  # what `other` added, undone
     decoded = _split(words & np.uint64(MODULUS - 1), shapes)

@@ -40,11 +40,14 @@ class SecureAggregation:
         """What result.json says about secure aggregation (threat model: docs/security.md)."""
         return {"sessions": self.secagg_sessions, "sums": sum(s.used for s in self.secagg_history),
                 "threshold_fraction": self.config["secagg-threshold"],
+                "neighbours": self.config["secagg-neighbours"] or "all",
                 "out_of_range": list(self.secagg_rejected), "left_out_over_refused_shares": list(self.secagg_refused),
                 "threat_model": "the server sees each secured step's sum over at least the threshold of devices, never one "
                                 "device's; " + self.secagg_noise_model()
-                                + "; honest-but-curious server: it follows the protocol, relays the devices' public keys "
-                                  "unchanged and names the noise the devices add"}
+                                + "; honest-but-curious server: it follows the protocol (its random masking graph "
+                                  "included), relays the devices' public keys unchanged and names the noise the devices add"
+                                + ("; fewer than the Shamir threshold of any device's neighbours collude with the server"
+                                   if self.config["secagg-neighbours"] else "")}
 
     def secagg_noise_model(self) -> str:
         """The threat model's words on noise (a strategy with DP says who adds it)."""
@@ -124,13 +127,19 @@ class SecureAggregation:
         total = secagg.masked_total((r.arrays for r in replies), ranges)
         alive, in_sum = [position[r.node_id] for r in replies], [r.node_id for r in replies]
         dropped = sorted(asked - set(alive))
+        if not secagg.connected(alive, session.graph):  # each part's sum would come out on its own
+            raise FederationError(f"phase {phase!r}: the {len(alive)} devices in the sum are no longer one connected "
+                                  "masking graph (too many of some devices' neighbours dropped): it is not unmasked")
 
-        # unmasking (at least t answers): each survivor's own seed, the dropped ones' mask key shares
+        # unmasking (at least t answers): each survivor's own seed, its dropped neighbours' mask key shares
         def unmask(targets: list[int], recover: list[int], suffix: str) -> list[Reply]:
+            def among_neighbours(node: int) -> tuple[dict[str, np.ndarray], None]:
+                near = session.graph[position[node]]
+                return {"dropped": np.array([p for p in dropped if p in near], dtype=np.int64),
+                        "recover": np.array([p for p in recover if p in near], dtype=np.int64)}, None
+
             return self.broadcast("secagg_unmask", targets, phase=f"{phase}-{suffix}", min_replies=t,
-                                  config={"session": session.number, "sum": index},
-                                  arrays={"dropped": np.array(dropped, dtype=np.int64),
-                                          "recover": np.array(recover, dtype=np.int64)})
+                                  config={"session": session.number, "sum": index}, per_node=among_neighbours)
 
         replies = unmask([r.node_id for r in replies], [], "unmask")
         seeds = {position[r.node_id]: secagg.row_bytes(r.arrays["seed"], strip=False) for r in replies}
@@ -142,10 +151,10 @@ class SecureAggregation:
                 helpers = unmask([r.node_id for r in replies], missing, "recover")
                 b_shares = {p: [secagg.row_bytes(row, strip=False) for r in helpers
                                 for q, row in zip(r.arrays["b-positions"], r.arrays["b-shares"]) if int(q) == p] for p in missing}
-                seeds.update(secagg.combined(b_shares, t))
+                seeds.update(secagg.combined(b_shares, session.share_threshold))
             total = secagg.unmasked_sum(total, ranges, secagg.stream_name(session.number, index),
-                                        {p: session.pk1[p][index - 1] for p in alive}, seeds, secagg.combined(sk_shares, t),
-                                        levels)
+                                        {p: session.pk1[p][index - 1] for p in alive}, seeds,
+                                        secagg.combined(sk_shares, session.share_threshold), levels, session.graph)
         except ValueError as exc:
             raise FederationError(f"phase {phase!r}: {exc}") from None
         return total, in_sum
@@ -160,20 +169,30 @@ class SecureAggregation:
         self.secagg_sessions += 1
         done = sum(s.used for s in self.secagg_history)
         sums = max(1, int(self.secagg_planned) - done)
-        t = secagg.threshold(len(nodes), self.config["secagg-threshold"])
+        fraction = self.config["secagg-threshold"]
+        t = secagg.threshold(len(nodes), fraction)
         position = {node: index + 1 for index, node in enumerate(nodes)}
+        graph = secagg.neighbourhoods(len(nodes), self.config["secagg-neighbours"],
+                                      np.random.default_rng([self.config.seed, self.secagg_sessions]))
+        share_t = secagg.threshold(min(len(near) for near in graph.values()) + 1, fraction)  # t itself on the full graph
         common = {"session": self.secagg_sessions}
-        replies = self.broadcast("secagg_setup", nodes, config={**common, "participants": len(nodes), "threshold": t, "sums": sums},
+        replies = self.broadcast("secagg_setup", nodes, config={**common, "participants": len(nodes), "threshold": share_t, "sums": sums},
                                  per_node=lambda node: (None, {"position": position[node]}), phase=f"{phase}-setup",
                                  sizes={"h": sums}, check=secagg.keys_problem, min_replies=t)
         replies = secagg.unique_keys(replies, lambda r: (bytes(r.arrays["pk1"].tobytes()), bytes(r.arrays["pk2"].tobytes())))
         keys = {position[r.node_id]: (r.arrays["pk1"], r.arrays["pk2"]) for r in replies}
         order = [position[r.node_id] for r in replies]
-        request = {"positions": np.array(order), "pk1": secagg.stack_bytes(bytes(keys[p][0].tobytes()) for p in order),
-                   "pk2": secagg.stack_bytes(bytes(keys[p][1]) for p in order)}
-        replies = self.broadcast("secagg_share_keys", [r.node_id for r in replies], arrays=request, config=common,
+        near = {p: [q for q in order if q == p or q in graph[p]] for p in order}  # each device's neighbourhood, itself in it
+
+        def neighbourhood_keys(node: int) -> tuple[dict[str, np.ndarray], None]:
+            mine = near[position[node]]
+            return {"positions": np.array(mine), "pk1": secagg.stack_bytes(bytes(keys[p][0].tobytes()) for p in mine),
+                    "pk2": secagg.stack_bytes(bytes(keys[p][1]) for p in mine)}, None
+
+        replies = self.broadcast("secagg_share_keys", [r.node_id for r in replies], per_node=neighbourhood_keys, config=common,
                                  phase=f"{phase}-share-keys", min_replies=t,
-                                 check=lambda r: secagg.destinations_problem(r.arrays["destinations"], order, position[r.node_id]))
+                                 check=lambda r: secagg.destinations_problem(r.arrays["destinations"], near[position[r.node_id]],
+                                                                             position[r.node_id]))
         shared = {position[r.node_id] for r in replies}
         if len(shared) < len(nodes):
             log(WARNING, "[fedcluster] %s: %d of %d devices sit this secure-aggregation session out (no reply, keys that "
@@ -186,7 +205,7 @@ class SecureAggregation:
                     inbox[int(destination)].append((position[r.node_id], row))
         pk1 = {p: secagg.split_keys(bytes(keys[p][0].tobytes()), sums) for p in shared}
         session = Session(self.secagg_sessions, {n for n in nodes if position[n] in shared}, position, t, sums, shared,
-                          pk1, inbox)
+                          pk1, inbox, graph, share_t)
         self.secagg_history = (*self.secagg_history, session)
         self.secagg_session = session
         return session
@@ -195,8 +214,9 @@ class SecureAggregation:
 @dataclass
 class Session:
     """The server's view of one secure-aggregation session: who shared keys (positions
-    1..n), the threshold, how many sums it serves and has served, each device's public mask
-    keys (one per sum) and the shares to forward."""
+    1..n), the threshold (the fewest devices a sum may hold), how many sums it serves and
+    has served, each device's public mask keys (one per sum), the shares to forward, and
+    who masks with whom."""
 
     number: int
     members: set[int]  # node ids
@@ -206,5 +226,7 @@ class Session:
     shared: set[int]
     pk1: dict[int, list[bytes]]
     inbox: dict[int, list[tuple[int, np.ndarray]]]
+    graph: dict[int, set[int]]  # position -> the positions it masks with (secagg.neighbourhoods)
+    share_threshold: int  # Shamir's, of each neighbourhood (t on the full graph)
     used: int = 0
     floor: int = 0  # a session set up again over refused shares: the threshold of the first one

@@ -506,3 +506,84 @@ def test_left_out_takes_the_accused_of_two_the_lone_accuser_of_many_and_both_of_
     assert secagg.refusals_problem(np.array([1, 0]), {1, 2}, 1)  # itself
     assert secagg.refusals_problem(np.array([0, 0, 1]), {1, 2}, 1)  # not asked
     assert secagg.refusals_problem(np.array([0, 1, 0]), {1, 2}, 1) is None
+
+
+# ---------------------------------------------------------------- SecAgg+'s sparse graph (secagg-neighbours)
+def test_neighbourhoods_are_a_symmetric_ring_of_the_asked_degree_or_everyone():
+    rng = np.random.default_rng(0)
+    for n, m, degree in ((10, 4, 4), (10, 3, 4), (30, 6, 6), (5, 4, 4), (5, 0, 4), (7, 6, 6), (7, 9, 6)):
+        graph = secagg.neighbourhoods(n, m, rng)
+        assert sorted(graph) == list(range(1, n + 1))
+        assert all(len(near) == degree and p not in near for p, near in graph.items()), (n, m)
+        assert all(p in graph[q] for p, near in graph.items() for q in near)  # symmetric
+        assert secagg.connected(range(1, n + 1), graph)
+    ring = secagg.neighbourhoods(30, 2, rng)
+    walk, previous = [1], None
+    for _ in range(29):  # each has two neighbours: one cycle through all thirty
+        step = next(iter(ring[walk[-1]] - {previous}))
+        previous = walk[-1]
+        walk.append(step)
+    assert sorted(walk) == list(range(1, 31)) and 1 in ring[walk[-1]]
+    assert secagg.neighbourhoods(30, 2, np.random.default_rng(1)) != ring  # the server's random order
+
+
+def test_connected_finds_a_masking_graph_split_in_two():
+    ring = {p: {(p % 8) + 1, ((p - 2) % 8) + 1} for p in range(1, 9)}  # 1-2-...-8-1
+    assert secagg.connected([1, 2, 3, 4, 5, 6, 7, 8], ring) and secagg.connected([2, 3, 4, 5, 6, 7, 8], ring)
+    assert not secagg.connected([2, 3, 4, 6, 7, 8], ring)  # 1 and 5 gone: 2-3-4 and 6-7-8
+    assert secagg.connected([3], ring) and secagg.connected([], ring)
+
+
+def in_order_ring(participants, neighbours, rng):
+    """The masking graph with the positions in order on the ring (the test knows it)."""
+    half = -(-neighbours // 2)
+    return {p: {((p - 1 + o) % participants) + 1 for o in range(-half, half + 1)} - {p} for p in range(1, participants + 1)}
+
+
+@pytest.mark.parametrize("drop", ["none", "before-masking", "after-masking"])
+def test_a_sparse_graph_gives_the_plain_sums_with_each_device_sharing_only_with_its_neighbours(tmp_path, drop):
+    """secagg-neighbours = 4 among ten devices: each device is sent the keys of its four
+    neighbours only and shares with them only; the centers are the plain run's, and a device
+    that drops before masking (its masks rebuilt from its neighbours' shares) or after it (its
+    seed sent by itself is not needed: its neighbours' shares of it) still gives the right
+    sums."""
+    positions, failing = [], {"before-masking": "query.secure_feddp_lloyd", "after-masking": "query.secagg_unmask"}
+
+    def hook(node, message, reply):
+        kind = message.metadata.message_type
+        if kind == "query.secagg_share_keys":
+            positions.append(len(message.content.array_records["arrays"]["positions"].numpy()))
+            assert len(reply.content.array_records["arrays"]["destinations"].numpy()) == 4
+        if drop != "none" and node == 1000 and kind == failing[drop]:
+            return Message(Error(code=2, reason="gone"), reply_to=message)
+        return reply
+
+    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True, "secagg-neighbours": 4}),
+                 num_nodes=NODES, reply_hook=hook)
+    assert positions == [5] * NODES and result["privacy"]["secure_aggregation"]["neighbours"] == 4
+    X = pooled_points(result["config"], NODES)[0]
+    used = X[len(X) // NODES:] if drop == "before-masking" else X  # node 1000 holds the first tenth
+    expected = np.load(tmp_path / "secure" / "init_centers.npy")
+    for _ in range(2):
+        expected = lloyd_step(used, expected)
+    np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)  # atol: the grid
+
+
+def test_a_sum_whose_devices_no_longer_form_one_masking_graph_is_never_unmasked(tmp_path, monkeypatch):
+    """A ring with one neighbour on each side (positions in order): devices 1 and 6 drop
+    before masking, so 2-5 and 7-10 are two components, and unmasking would give the server
+    each part's sum. The run stops before any unmask request."""
+    monkeypatch.setattr(secagg, "neighbourhoods", in_order_ring)
+    asked = []
+
+    def hook(node, message, reply):
+        kind = message.metadata.message_type
+        asked.append(kind)
+        if node in (1000, 1005) and kind == "query.secure_feddp_lloyd":
+            return Message(Error(code=2, reason="gone"), reply_to=message)
+        return reply
+
+    with pytest.raises(Exception, match="no longer one connected masking graph"):
+        run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 2,
+                                          "secagg-threshold": 0.5}), num_nodes=NODES, reply_hook=hook)
+    assert "query.secure_feddp_lloyd" in asked and "query.secagg_unmask" not in asked
