@@ -12,7 +12,10 @@ device's compute; in a deployment the devices work in parallel and a round costs
 trips (seconds each, docs/results/deployment_seconds.md) plus one device's compute, listed
 as "device s / round". The secure run is the default: the devices add their shares of the
 noise (``secagg-noise = devices``), so its centers are not the plain run's; that they are,
-with the server's noise, is tested (tests/protocol/test_secagg.py).
+with the server's noise, is tested (tests/protocol/test_secagg.py). Where 16 neighbours are
+fewer than every other device, the secure run is measured a second time on SecAgg+'s sparse
+graph (``secagg-neighbours = 16``): the session's Shamir sharing and key agreement, and each
+round's pairwise masks, then grow with 16, not with the number of devices.
 
 Then the same pair in a real deployment on loopback (``LocalCluster``, what
 ``fedcluster-local-cluster`` starts: a SuperLink with TLS and SuperNode authentication, one
@@ -42,13 +45,14 @@ from speed import DeviceSeconds
 PAYLOADS = {"d = 10, k = 5": (10, 5), "d = 100, k = 10": (100, 10)}
 POINTS_PER_DEVICE = 200
 ROUNDS = 3
+NEIGHBOURS = 16  # SecAgg+'s sparse graph, measured where it is sparser than the full one
 
 
-def config(devices: int, d: int, k: int, secure: bool, out: Path) -> dict:
+def config(devices: int, d: int, k: int, secure: bool, out: Path, neighbours: int = 0) -> dict:
     return {"algorithm": "feddp-kmeans", "dataset": "gaussian-mixture", "dim": d, "dimension": d, "k": k,
             "components": k, "num-points": POINTS_PER_DEVICE * devices, "seed": 1, "noise-seed": 2, "epsilon": 1.0,
             "lloyd-rounds": ROUNDS, "clip-norm": 4.0 * np.sqrt(d), "reference": False, "evaluate-cost": False,
-            "secure-aggregation": secure, "output-dir": str(out)}
+            "secure-aggregation": secure, "output-dir": str(out), **({"secagg-neighbours": neighbours} if secure else {})}
 
 
 def lloyd_trips(result: dict) -> list[int]:
@@ -57,10 +61,10 @@ def lloyd_trips(result: dict) -> list[int]:
     return sorted({p["round_trip"] for p in phases})
 
 
-def measure(devices: int, d: int, k: int, secure: bool, tmp: Path) -> dict:
-    out = tmp / f"{devices}-{d}-{secure}"
+def measure(devices: int, d: int, k: int, secure: bool, tmp: Path, neighbours: int = 0) -> dict:
+    out = tmp / f"{devices}-{d}-{secure}-{neighbours}"
     with DeviceSeconds() as clock:
-        result = run_inprocess(config(devices, d, k, secure, out), num_nodes=devices)
+        result = run_inprocess(config(devices, d, k, secure, out, neighbours), num_nodes=devices)
     rounds = result["rounds"]
     trips = lloyd_trips(result)
     session = [p for p in result["phases"] if p["phase"].endswith(("setup", "share-keys"))]
@@ -87,18 +91,23 @@ def table(quick: bool) -> None:
         for devices in ((10, 30) if quick else (10, 100)):
             for name, (d, k) in PAYLOADS.items():
                 plain = measure(devices, d, k, False, Path(tmp))
-                secure = measure(devices, d, k, True, Path(tmp))
-                rows.append([
-                    devices, name, f"{plain['trips']:.0f} / {secure['trips']:.0f}",
-                    f"{kib(plain['bytes'])} / {kib(secure['bytes'])} ({secure['bytes'] / plain['bytes']:.2f}×)",
-                    f"{plain['seconds']:.3f} / {secure['seconds']:.3f} ({secure['seconds'] / plain['seconds']:.1f}×)",
-                    f"{plain['device'] * 1e3:.2f} / {secure['device'] * 1e3:.2f} ms",
-                    f"{secure['session_trips']} trips, {kib(secure['session_bytes'])} KiB, {secure['session_seconds']:.1f} s",
-                ])
-    print(markdown_table(["devices", "payload", "round trips / round", "KiB / round (plain / secure)",
+                for graph in (0, NEIGHBOURS) if NEIGHBOURS < devices - 1 else (0,):
+                    secure = measure(devices, d, k, True, Path(tmp), graph)
+                    rows.append(row(devices, name, graph, plain, secure))
+    print(markdown_table(["devices", "payload", "masks with", "round trips / round", "KiB / round (plain / secure)",
                           "s / round in-process", "device s / round (one device)", "session (once)"], rows))
     print(f"\n{ROUNDS} Lloyd rounds per run, {POINTS_PER_DEVICE} points per device; the session is set up in the "
-          "histogram phase, before the rounds.")
+          "histogram phase, before the rounds. \"masks with\": every other device (SecAgg's full graph, the default) "
+          f"or {NEIGHBOURS} neighbours (``secagg-neighbours = {NEIGHBOURS}``, SecAgg+'s sparse graph), measured where that "
+          "is fewer than every other device.")
+
+
+def row(devices: int, name: str, graph: int, plain: dict, secure: dict) -> list:
+    return [devices, name, f"{graph} neighbours" if graph else "all others", f"{plain['trips']:.0f} / {secure['trips']:.0f}",
+            f"{kib(plain['bytes'])} / {kib(secure['bytes'])} ({secure['bytes'] / plain['bytes']:.2f}×)",
+            f"{plain['seconds']:.3f} / {secure['seconds']:.3f} ({secure['seconds'] / plain['seconds']:.1f}×)",
+            f"{plain['device'] * 1e3:.2f} / {secure['device'] * 1e3:.2f} ms",
+            f"{secure['session_trips']} trips, {kib(secure['session_bytes'])} KiB, {secure['session_seconds']:.1f} s"]
 
 
 def deployment(nodes: int) -> None:
