@@ -464,10 +464,10 @@ def unique_keys(replies: list, keys_of) -> list:
 
 
 def destinations_problem(destinations: np.ndarray, participants: list[int], sender: int) -> str | None:
-    """Why a ``secagg_share_keys`` reply does not address exactly every other participant
-    once, or None."""
+    """Why a ``secagg_share_keys`` reply does not address exactly every other participant of
+    its neighbourhood (``participants``, itself in it) once, or None."""
     if sorted(int(d) for d in destinations) != sorted(p for p in participants if p != sender):
-        return "its shares do not address every other participant exactly once"
+        return "its shares do not address every other participant of its neighbourhood exactly once"
     return None
 
 
@@ -503,8 +503,8 @@ def refused_positions(flags: np.ndarray) -> list[int]:
 
 
 def refusals_problem(flags: np.ndarray, positions: set[int], sender: int) -> str | None:
-    """What is wrong with a device's refusal flags (0 or 1, set only for other positions of
-    the session), or None."""
+    """What is wrong with a device's refusal flags (0 or 1, set only for ``positions``, the
+    others it may have shares from: its neighbours), or None."""
     if not np.isin(np.asarray(flags), (0, 1)).all() or not set(refused_positions(flags)) <= positions - {sender}:
         return "refusal flags other than 0/1, or set for itself or for positions outside the session"
     return None

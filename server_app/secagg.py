@@ -95,7 +95,7 @@ class SecureAggregation:
         nodes = [node for node in nodes if node in session.members]  # a device whose keys failed sits the session out
         session.used += 1
         index, position, t = session.used, session.position, session.threshold
-        asked, positions = {position[node] for node in nodes}, set(position.values())
+        asked = {position[node] for node in nodes}
         levels = {name: noise.get(name, (0.0, secagg.HALF_LEVELS))[1] for name in ranges}
 
         def forwarded(node: int) -> tuple[dict[str, np.ndarray], None]:  # the shares travel with the first sum
@@ -108,8 +108,8 @@ class SecureAggregation:
                    "secagg-absent": np.array(sorted(session.shared - asked), dtype=np.int64)}
         replies = self.broadcast(protocol.secure_name(task), nodes, per_node=forwarded, sizes={**sizes, "i": len(position)}, phase=phase,
                                  arrays=request, config={**config, "secagg-session": session.number, "secagg-sum": index},
-                                 min_replies=t, check=lambda r: secagg.refusals_problem(r.arrays["secagg-refused"], positions,
-                                                                                        position[r.node_id]))
+                                 min_replies=t, check=lambda r: secagg.refusals_problem(  # only its neighbours' shares reach it
+                                     r.arrays["secagg-refused"], session.graph[position[r.node_id]], position[r.node_id]))
         refusals = {position[r.node_id]: refused for r in replies if (refused := secagg.refused_positions(r.arrays["secagg-refused"]))}
         if refusals:  # masks that do not cancel: this sum is never unmasked, the session starts again without them
             out = {node for node in nodes if position[node] in secagg.left_out(refusals)}

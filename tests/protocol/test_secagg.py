@@ -587,3 +587,31 @@ def test_a_sum_whose_devices_no_longer_form_one_masking_graph_is_never_unmasked(
         run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 2,
                                           "secagg-threshold": 0.5}), num_nodes=NODES, reply_hook=hook)
     assert "query.secure_feddp_lloyd" in asked and "query.secagg_unmask" not in asked
+
+
+def test_on_a_sparse_graph_a_refusal_of_a_device_that_is_no_neighbour_is_an_invalid_reply(tmp_path, monkeypatch):
+    """Positions in order on a ring with two neighbours each side: device 1003 (position 4)
+    flags position 9, from which no share could reach it. Its masked reply is invalid (it
+    counts as dropped before masking, its masks rebuilt from its neighbours' shares), no
+    one is left out over refusals, and the sum is the nine others'."""
+    monkeypatch.setattr(secagg, "neighbourhoods", in_order_ring)
+
+    def hook(node, message, reply):
+        if node == 1003 and message.metadata.message_type == "query.secure_feddp_lloyd":
+            from flwr.app import Array
+
+            arrays = reply.content.array_records["arrays"]
+            flags = arrays["secagg-refused"].numpy().copy()
+            flags[8] = 1
+            arrays["secagg-refused"] = Array(flags)
+        return reply
+
+    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 4}),
+                 num_nodes=NODES, reply_hook=hook)
+    lloyd = next(p for p in result["phases"] if p["phase"] == "lloyd")
+    assert [f["node"] for f in lloyd["failures"]] == [1003] and "refusal flags" in lloyd["failures"][0]["reason"]
+    assert result["privacy"]["secure_aggregation"]["left_out_over_refused_shares"] == []
+    X = pooled_points(result["config"], NODES)[0]
+    rows = np.r_[0:3 * len(X) // NODES, 4 * len(X) // NODES:len(X)]  # node 1003 holds the fourth tenth
+    expected = lloyd_step(X[rows], np.load(tmp_path / "secure" / "init_centers.npy"))
+    np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
