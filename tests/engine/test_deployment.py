@@ -213,7 +213,10 @@ def test_supernodes_that_connect_and_die_mid_run(tmp_path):
 # ------------------------------------------------------------------ graphs: their own cluster
 
 
-def test_fedspectral_through_the_deployment(tmp_path):
+def test_fedspectral_with_secure_aggregation_through_the_deployment(tmp_path):
+    """FedSpectral+ with every product secured: each client's session outlives the
+    process Flower starts per message (context.state), and the run still finds the
+    planted clusters."""
     from fedcluster.graph import canonical_edges, split_edges, write_client_edge_files
 
     rng = np.random.default_rng(2)
@@ -231,9 +234,12 @@ def test_fedspectral_through_the_deployment(tmp_path):
         graph_cluster.start()
         run_id, status = run_to_end(
             graph_cluster,
-            f"algorithm='fedspectral-plus' k=3 num-rounds=4 num-nodes={n} edge-copies=2 min-nodes=2 output-dir='{out}'",
+            f"algorithm='fedspectral-plus' k=3 num-rounds=4 num-nodes={n} edge-copies=2 min-nodes=2 "
+            f"secure-aggregation=true output-dir='{out}'",
         )
         assert status == "finished:completed", graph_cluster.run_log(run_id)
+    record = json.loads((out / "result.json").read_text())["final"]["secure_aggregation"]
+    assert record["sessions"] == 1 and record["sums"] == 4
     labels = np.load(out / "labels.npy")
     truth = np.repeat(np.arange(3), 30)
     from sklearn.metrics import adjusted_rand_score
