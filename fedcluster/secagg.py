@@ -200,14 +200,21 @@ def threshold(participants: int, fraction: float) -> int:
     return min(participants, max(2, participants // 2 + 1, int(np.ceil(fraction * participants - 1e-9))))
 
 
+def degree(participants: int, neighbours: int) -> int:
+    """How many others each of ``participants`` masks with: all of them (``neighbours`` = 0,
+    or a ring that would reach everyone), else ``neighbours`` rounded up to even."""
+    ring = 2 * -(-neighbours // 2)
+    return participants - 1 if neighbours == 0 or ring >= participants - 1 else ring
+
+
 def neighbourhoods(participants: int, neighbours: int, rng: np.random.Generator) -> dict[int, set[int]]:
     """Who masks with and shares keys with whom, positions 1..n: with ``neighbours`` = 0 or
     at least n − 1 everyone with everyone (SecAgg); else SecAgg+'s graph as Flower's
     SecAggPlusWorkflow builds it: the positions in a random order on a ring, each joined to
     the ⌈neighbours/2⌉ before and the ⌈neighbours/2⌉ after it (symmetric)."""
     everyone = set(range(1, participants + 1))
-    half = -(-neighbours // 2)
-    if neighbours == 0 or 2 * half >= participants - 1:
+    half = degree(participants, neighbours) // 2
+    if degree(participants, neighbours) == participants - 1:
         return {p: everyone - {p} for p in everyone}
     ring = [int(p) + 1 for p in rng.permutation(participants)]
     return {ring[i]: {ring[(i + offset) % participants] for offset in range(-half, half + 1)} - {ring[i]}
@@ -546,7 +553,8 @@ def combined(shares: Mapping[int, list[bytes]], threshold: int) -> dict[int, byt
     f = _flwr()
     few = [p for p, got in shares.items() if len(got) < threshold]
     if few:
-        raise ValueError(f"secure aggregation: fewer than {threshold} shares to unmask positions {few}")
+        raise ValueError(f"secure aggregation: fewer than {threshold} shares to unmask positions {few} (too few of "
+                         "their neighbours answered the unmasking)")
     return {p: f["combine_shares"](list(got)) for p, got in shares.items()}
 
 

@@ -172,9 +172,7 @@ class SecureAggregation:
         fraction = self.config["secagg-threshold"]
         t = secagg.threshold(len(nodes), fraction)
         position = {node: index + 1 for index, node in enumerate(nodes)}
-        graph = secagg.neighbourhoods(len(nodes), self.config["secagg-neighbours"],
-                                      np.random.default_rng([self.config.seed, self.secagg_sessions]))
-        share_t = secagg.threshold(min(len(near) for near in graph.values()) + 1, fraction)  # t itself on the full graph
+        share_t = secagg.threshold(secagg.degree(len(nodes), self.config["secagg-neighbours"]) + 1, fraction)  # t on the full graph
         common = {"session": self.secagg_sessions}
         replies = self.broadcast("secagg_setup", nodes, config={**common, "participants": len(nodes), "threshold": share_t, "sums": sums},
                                  per_node=lambda node: (None, {"position": position[node]}), phase=f"{phase}-setup",
@@ -182,6 +180,9 @@ class SecureAggregation:
         replies = secagg.unique_keys(replies, lambda r: (bytes(r.arrays["pk1"].tobytes()), bytes(r.arrays["pk2"].tobytes())))
         keys = {position[r.node_id]: (r.arrays["pk1"], r.arrays["pk2"]) for r in replies}
         order = [position[r.node_id] for r in replies]
+        ring = secagg.neighbourhoods(len(order), self.config["secagg-neighbours"],  # among those whose keys came
+                                     np.random.default_rng([self.config.seed, self.secagg_sessions]))
+        graph = {order[i - 1]: {order[j - 1] for j in others} for i, others in ring.items()}
         near = {p: [q for q in order if q == p or q in graph[p]] for p in order}  # each device's neighbourhood, itself in it
 
         def neighbourhood_keys(node: int) -> tuple[dict[str, np.ndarray], None]:

@@ -615,3 +615,24 @@ def test_on_a_sparse_graph_a_refusal_of_a_device_that_is_no_neighbour_is_an_inva
     rows = np.r_[0:3 * len(X) // NODES, 4 * len(X) // NODES:len(X)]  # node 1003 holds the fourth tenth
     expected = lloyd_step(X[rows], np.load(tmp_path / "secure" / "init_centers.npy"))
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
+
+
+def test_the_sparse_graph_is_drawn_among_the_devices_whose_keys_came(tmp_path, monkeypatch):
+    """Devices 1000 and 1001 never answer the key setup. Drawn before it, the ring of four
+    neighbours would leave their neighbours with three others, below the threshold of four
+    of five; drawn among the eight whose keys came, every device has four neighbours, and
+    the sums are the eight's."""
+    monkeypatch.setattr(secagg, "neighbourhoods", in_order_ring)
+
+    def hook(node, message, reply):
+        if node in (1000, 1001) and message.metadata.message_type == "query.secagg_setup":
+            return Message(Error(code=2, reason="gone"), reply_to=message)
+        return reply
+
+    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 4}),
+                 num_nodes=NODES, reply_hook=hook)
+    share_keys = next(p for p in result["phases"] if p["phase"].endswith("share-keys"))
+    assert share_keys["replies"] == NODES - 2 and not share_keys["failures"]
+    X = pooled_points(result["config"], NODES)[0]
+    expected = lloyd_step(X[2 * len(X) // NODES:], np.load(tmp_path / "secure" / "init_centers.npy"))
+    np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
