@@ -22,6 +22,9 @@ from fedcluster import protocol, secagg
 from .messages import FederationError, Reply
 
 
+FULL_GRAPH_NOTE = 200  # more devices than this on the full graph: a warning names secagg-neighbours
+
+
 class SecureAggregation:
     """``summed``: the sum of a summable task's replies, in the clear or securely."""
 
@@ -166,6 +169,10 @@ class SecureAggregation:
         if not 2 <= len(nodes) <= secagg.MAX_PARTICIPANTS:
             raise FederationError(f"phase {phase!r}: secure aggregation needs 2 to {secagg.MAX_PARTICIPANTS} "
                                   f"participants, got {len(nodes)}")
+        if len(nodes) > FULL_GRAPH_NOTE and secagg.degree(len(nodes), self.config["secagg-neighbours"]) == len(nodes) - 1:
+            log(WARNING, "[fedcluster] %s: secure aggregation among %d devices on the full graph: each device shares keys "
+                "with and masks with every other (O(n) work each, O(n^2) shares through the server); secagg-neighbours "
+                "= m cuts both to m (docs/security.md)", phase, len(nodes))
         self.secagg_sessions += 1
         done = sum(s.used for s in self.secagg_history)
         sums = max(1, int(self.secagg_planned) - done)

@@ -636,3 +636,14 @@ def test_the_sparse_graph_is_drawn_among_the_devices_whose_keys_came(tmp_path, m
     X = pooled_points(result["config"], NODES)[0]
     expected = lloyd_step(X[2 * len(X) // NODES:], np.load(tmp_path / "secure" / "init_centers.npy"))
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
+
+
+def test_many_devices_on_the_full_graph_are_told_of_the_sparse_one(tmp_path, monkeypatch, caplog):
+    import server_app.secagg as server_side
+
+    monkeypatch.setattr(server_side, "FULL_GRAPH_NOTE", NODES - 1)
+    run(config(tmp_path, "full", **{"lloyd-rounds": 1, "secure-aggregation": True}), num_nodes=NODES)
+    assert "secagg-neighbours = m cuts both" in caplog.text
+    caplog.clear()
+    run(config(tmp_path, "sparse", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 4}), num_nodes=NODES)
+    assert "secagg-neighbours = m cuts both" not in caplog.text
