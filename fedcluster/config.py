@@ -104,8 +104,8 @@ SECURE_AGGREGATION = Key("secure-aggregation", False, "the summed statistics by 
                          "products): the server gets masked integer vectors and learns only their sum over at least the "
                          "threshold of devices (2 round trips per sum, 2 more once per session; docs/security.md)")
 SECAGG_THRESHOLD = Key("secagg-threshold", 2 / 3, "secure aggregation: threshold as a fraction of the participants (at "
-                       "least 2 and more than half): the sum completes while that many answer the unmasking; with "
-                       "secagg-neighbours, also the Shamir threshold as a fraction of each device's neighbourhood",
+                       "least 2 and more than half): the fewest devices a sum may hold; with secagg-neighbours, also "
+                       "the Shamir threshold as a fraction of each device's neighbourhood",
                        allowed=Interval(float, 0, 1, closed="right"))
 SECAGG_NEIGHBOURS = Key("secagg-neighbours", 0, "secure aggregation: how many other devices each device masks with and "
                         "shares its keys with. 0: every other device (SecAgg, O(n) work per device and O(n^2) through the "

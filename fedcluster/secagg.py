@@ -221,6 +221,18 @@ def neighbourhoods(participants: int, neighbours: int, rng: np.random.Generator)
             for i in range(participants)}
 
 
+def short_neighbourhoods(alive: Iterable[int], dropped: Iterable[int], neighbours: Mapping[int, set[int]],
+                         threshold: int) -> list[int]:
+    """The positions whose masks could not come off a sum over ``alive``: a device in it
+    with fewer than ``threshold`` of its neighbourhood (itself included) in it (it refuses
+    to unmask, and its seed cannot be rebuilt), or one of ``dropped`` with fewer than
+    ``threshold`` neighbours in it (its mask key cannot be rebuilt). None on the full graph
+    while at least ``threshold`` are alive."""
+    alive = set(alive)
+    return sorted([p for p in alive if len(neighbours[p] & alive) + 1 < threshold]
+                  + [p for p in dropped if len(neighbours[p] & alive) < threshold])
+
+
 def connected(positions: Iterable[int], neighbours: Mapping[int, set[int]]) -> bool:
     """Whether ``positions`` form one component of the masking graph restricted to them:
     otherwise unmasking would give the server the sum of each component on its own."""
@@ -371,12 +383,10 @@ def masked_reply(name: str):
     def kernel(data: DeviceData, arrays: dict, config: dict):
         store = _session(data, config["secagg-session"])
         index = int(config["secagg-sum"])
-        if store["stage"] == "shared":
-            store["refused"] = _receive_shares(store, arrays)
-        elif len(arrays["secagg-sources"]):
-            raise ValueError("secure aggregation: shares forwarded twice")
-        if store["stage"] not in ("ready", "masked", "unmasked") or index != store["sum"] + 1 or index > store["sums"]:
-            raise ValueError("secure aggregation: a masked reply out of order, or twice")  # (a missed unmask is fine)
+        if store["stage"] == "shared":  # the shares come with this device's first masked request, whichever sum
+            store["refused"] = _receive_shares(store, arrays)  # (forwarded again while the server lacks its reply: kept)
+        if store["stage"] not in ("ready", "masked", "unmasked") or index <= store["sum"] or index > store["sums"]:
+            raise ValueError("secure aggregation: a masked reply out of order, or twice")  # (a missed sum or unmask is fine)
         absent = {int(p) for p in arrays["secagg-absent"]}
         peers = [p for p in store["peers"] if p not in absent]
         refused = store.get("refused", [])  # repeated in every sum of the session, lest a lost reply hide them

@@ -120,7 +120,7 @@ class FedSpectralPlus(SecureAggregation, GraphStrategy):
 
     Run-config parameters: ``num-nodes``, ``k``, ``num-rounds``, ``seed``, ``mode``,
     ``iters`` (paper), ``oversample``, ``acceleration``, ``max-basis``, ``residual-tol``,
-    ``edge-copies`` (exact), ``secure-aggregation``, ``secagg-threshold``.
+    ``edge-copies`` (exact), ``secure-aggregation``, ``secagg-threshold``, ``secagg-neighbours``.
     """
 
     name = "fedspectral-plus"

@@ -10,7 +10,7 @@ A mixin of :class:`server_app.base.FederatedStrategy` (state: ``config``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from logging import WARNING
 from typing import Any, Callable
 
@@ -93,7 +93,8 @@ class SecureAggregation:
                        sizes: dict[str, int], phase: str, ranges: dict[str, float],
                        noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], list[int]] | set[int]:
         session = self.secagg_session
-        if session is None or session.used == session.sums or len(session.members & set(nodes)) < session.threshold:
+        if session is None or session.used == session.sums or session.short({session.position[n] for n in nodes
+                                                                              if n in session.members}):
             session = self.secagg_open(nodes, phase)
         nodes = [node for node in nodes if node in session.members]  # a device whose keys failed sits the session out
         session.used += 1
@@ -101,8 +102,8 @@ class SecureAggregation:
         asked = {position[node] for node in nodes}
         levels = {name: noise.get(name, (0.0, secagg.HALF_LEVELS))[1] for name in ranges}
 
-        def forwarded(node: int) -> tuple[dict[str, np.ndarray], None]:  # the shares travel with the first sum
-            return secagg.forwarded(session.inbox.get(position[node], []) if index == 1 else []), None
+        def forwarded(node: int) -> tuple[dict[str, np.ndarray], None]:  # the shares, until its first masked reply came
+            return secagg.forwarded(session.inbox.get(position[node], []) if position[node] not in session.delivered else []), None
 
         # masked replies (U3): the sum is over exactly these; each device masks with the others asked
         request = {**arrays, "secagg-ranges": np.array(list(ranges.values())),
@@ -111,37 +112,37 @@ class SecureAggregation:
                    "secagg-absent": np.array(sorted(session.shared - asked), dtype=np.int64)}
         replies = self.broadcast(protocol.secure_name(task), nodes, per_node=forwarded, sizes={**sizes, "i": len(position)}, phase=phase,
                                  arrays=request, config={**config, "secagg-session": session.number, "secagg-sum": index},
-                                 min_replies=t, check=lambda r: secagg.refusals_problem(  # only its neighbours' shares reach it
+                                 min_replies=max(t, self.required_replies(len(nodes))), check=lambda r: secagg.refusals_problem(  # only its neighbours' shares reach it
                                      r.arrays["secagg-refused"], session.graph[position[r.node_id]], position[r.node_id]))
+        session.delivered |= {position[r.node_id] for r in replies}
         refusals = {position[r.node_id]: refused for r in replies if (refused := secagg.refused_positions(r.arrays["secagg-refused"]))}
         if refusals:  # masks that do not cancel: this sum is never unmasked, the session starts again without them
             out = {node for node in nodes if position[node] in secagg.left_out(refusals)}
-            rest, floor = [node for node in nodes if node not in out], session.floor or t
             log(WARNING, "[fedcluster] %s: shares refused (they did not decrypt): %d device(s) sit secure aggregation "
                 "out and a new session starts", phase, len(out))
             self.secagg_refused = (*self.secagg_refused, *sorted(out))
-            session.used, session.members = session.used - 1, session.members - out  # the earlier sums stand
-            if len(rest) < floor:  # never a sum over fewer devices than the first session's threshold
-                raise FederationError(f"phase {phase!r}: after refused shares {len(rest)} devices are left for secure "
-                                      f"aggregation, fewer than the threshold {floor}")
-            self.secagg_session = self.secagg_open(rest, f"{phase}-again")
-            self.secagg_session.floor = floor
+            session.members -= out
+            self.secagg_again(session, [node for node in nodes if node not in out], phase, "after refused shares")
             return out
         total = secagg.masked_total((r.arrays for r in replies), ranges)
         alive, in_sum = [position[r.node_id] for r in replies], [r.node_id for r in replies]
         dropped = sorted(asked - set(alive))
-        if not secagg.connected(alive, session.graph):  # each part's sum would come out on its own
-            raise FederationError(f"phase {phase!r}: the {len(alive)} devices in the sum are no longer one connected "
-                                  "masking graph (too many of some devices' neighbours dropped): it is not unmasked")
+        if session.short(alive, dropped) or not secagg.connected(alive, session.graph):
+            # some masks could not come off, or each part of the graph would come out on its own: never unmasked
+            log(WARNING, "[fedcluster] %s: the %d devices in the sum leave a masking neighbourhood too thin to unmask, "
+                "or the graph split: a new session sets it up again among them", phase, len(in_sum))
+            self.secagg_again(session, in_sum, phase, "after dropouts")
+            return set()
 
-        # unmasking (at least t answers): each survivor's own seed, its dropped neighbours' mask key shares
+        # unmasking: each survivor's own seed, its dropped neighbours' mask key shares (then, for a survivor that did
+        # not answer, its neighbours' shares of its seed); too few shares leave the sum masked: set up again
         def unmask(targets: list[int], recover: list[int], suffix: str) -> list[Reply]:
             def among_neighbours(node: int) -> tuple[dict[str, np.ndarray], None]:
                 near = session.graph[position[node]]
                 return {"dropped": np.array([p for p in dropped if p in near], dtype=np.int64),
                         "recover": np.array([p for p in recover if p in near], dtype=np.int64)}, None
 
-            return self.broadcast("secagg_unmask", targets, phase=f"{phase}-{suffix}", min_replies=t,
+            return self.broadcast("secagg_unmask", targets, phase=f"{phase}-{suffix}", min_replies=0,
                                   config={"session": session.number, "sum": index}, per_node=among_neighbours)
 
         replies = unmask([r.node_id for r in replies], [], "unmask")
@@ -151,16 +152,31 @@ class SecureAggregation:
         missing = [p for p in alive if p not in seeds]  # in the sum, but gone before the unmasking
         try:
             if missing:
-                helpers = unmask([r.node_id for r in replies], missing, "recover")
-                b_shares = {p: [secagg.row_bytes(row, strip=False) for r in helpers
+                replies = unmask([r.node_id for r in replies], missing, "recover")
+                b_shares = {p: [secagg.row_bytes(row, strip=False) for r in replies
                                 for q, row in zip(r.arrays["b-positions"], r.arrays["b-shares"]) if int(q) == p] for p in missing}
                 seeds.update(secagg.combined(b_shares, session.share_threshold))
             total = secagg.unmasked_sum(total, ranges, secagg.stream_name(session.number, index),
                                         {p: session.pk1[p][index - 1] for p in alive}, seeds,
                                         secagg.combined(sk_shares, session.share_threshold), levels, session.graph)
-        except ValueError as exc:
-            raise FederationError(f"phase {phase!r}: {exc}") from None
+        except ValueError as exc:  # a seed or a mask key it cannot rebuild: the sum stays masked, nothing comes out
+            log(WARNING, "[fedcluster] %s: %s: a new session sets the sum up again among the %d that answered", phase, exc,
+                len(replies))
+            self.secagg_again(session, [r.node_id for r in replies], phase, "after the unmasking")
+            return set()
         return total, in_sum
+
+    def secagg_again(self, session: "Session", rest: list[int], phase: str, why: str) -> None:
+        """The current sum, abandoned (never unmasked; the session's earlier sums stand), set
+        up again among ``rest`` in a new session: never over fewer devices than the first
+        session's threshold."""
+        floor = session.floor or session.threshold
+        session.used -= 1
+        if len(rest) < floor:
+            raise FederationError(f"phase {phase!r}: {why} {len(rest)} devices are left for secure aggregation, fewer "
+                                  f"than the threshold {floor}")
+        self.secagg_session = self.secagg_open(rest, f"{phase}-again")
+        self.secagg_session.floor = floor
 
     def secagg_open(self, nodes: list[int], phase: str) -> "Session":
         """A new session among ``nodes`` for the secure sums still planned: key advertisement
@@ -187,17 +203,18 @@ class SecureAggregation:
         replies = secagg.unique_keys(replies, lambda r: (bytes(r.arrays["pk1"].tobytes()), bytes(r.arrays["pk2"].tobytes())))
         keys = {position[r.node_id]: (r.arrays["pk1"], r.arrays["pk2"]) for r in replies}
         order = [position[r.node_id] for r in replies]
-        ring = secagg.neighbourhoods(len(order), self.config["secagg-neighbours"],  # among those whose keys came
-                                     np.random.default_rng([self.config.seed, self.secagg_sessions]))
-        graph = {order[i - 1]: {order[j - 1] for j in others} for i, others in ring.items()}
+        ring = secagg.neighbourhoods(len(order), self.config["secagg-neighbours"], np.random.default_rng())  # OS entropy
+        graph = {order[i - 1]: {order[j - 1] for j in others} for i, others in ring.items()}  # among those whose keys came
         near = {p: [q for q in order if q == p or q in graph[p]] for p in order}  # each device's neighbourhood, itself in it
 
-        def neighbourhood_keys(node: int) -> tuple[dict[str, np.ndarray], None]:
-            mine = near[position[node]]
+        def keys_of(mine: list[int]) -> dict[str, np.ndarray]:
             return {"positions": np.array(mine), "pk1": secagg.stack_bytes(bytes(keys[p][0].tobytes()) for p in mine),
-                    "pk2": secagg.stack_bytes(bytes(keys[p][1]) for p in mine)}, None
+                    "pk2": secagg.stack_bytes(bytes(keys[p][1]) for p in mine)}
 
-        replies = self.broadcast("secagg_share_keys", [r.node_id for r in replies], per_node=neighbourhood_keys, config=common,
+        full = all(len(near[p]) == len(order) for p in order)  # the same request for everyone
+        replies = self.broadcast("secagg_share_keys", [r.node_id for r in replies], config=common,
+                                 arrays=keys_of(order) if full else None,
+                                 per_node=None if full else lambda node: (keys_of(near[position[node]]), None),
                                  phase=f"{phase}-share-keys", min_replies=t,
                                  check=lambda r: secagg.destinations_problem(r.arrays["destinations"], near[position[r.node_id]],
                                                                              position[r.node_id]))
@@ -237,4 +254,11 @@ class Session:
     graph: dict[int, set[int]]  # position -> the positions it masks with (secagg.neighbourhoods)
     share_threshold: int  # Shamir's, of each neighbourhood (t on the full graph)
     used: int = 0
-    floor: int = 0  # a session set up again over refused shares: the threshold of the first one
+    floor: int = 0  # a session set up again (refused shares, dropouts): the threshold of the first one
+    delivered: set[int] = field(default_factory=set)  # positions whose masked reply came (the shares reached them)
+
+    def short(self, alive, dropped=()) -> bool:
+        """Whether a sum over ``alive`` (positions) cannot be unmasked: fewer than the
+        threshold, or a neighbourhood too thin (:func:`fedcluster.secagg.short_neighbourhoods`)."""
+        alive = set(alive)
+        return len(alive) < self.threshold or bool(secagg.short_neighbourhoods(alive, dropped, self.graph, self.share_threshold))

@@ -207,7 +207,7 @@ def test_fewer_unmask_answers_than_the_threshold_stop_the_run(tmp_path):
             return Message(Error(code=2, reason="gone"), reply_to=message)
         return reply
 
-    with pytest.raises(Exception, match="lloyd-unmask.*7 required"):
+    with pytest.raises(Exception, match="after the unmasking 6 devices are left for secure aggregation, fewer than the threshold 7"):
         run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True}), num_nodes=NODES, reply_hook=hook)
 
 
@@ -569,10 +569,11 @@ def test_a_sparse_graph_gives_the_plain_sums_with_each_device_sharing_only_with_
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)  # atol: the grid
 
 
-def test_a_sum_whose_devices_no_longer_form_one_masking_graph_is_never_unmasked(tmp_path, monkeypatch):
+def test_a_sum_whose_devices_no_longer_form_one_masking_graph_is_set_up_again_never_unmasked(tmp_path, monkeypatch):
     """A ring with one neighbour on each side (positions in order): devices 1 and 6 drop
     before masking, so 2-5 and 7-10 are two components, and unmasking would give the server
-    each part's sum. The run stops before any unmask request."""
+    each part's sum. That sum is never unmasked: a new session among the eight sets it up
+    again, and the centers are the eight's."""
     monkeypatch.setattr(secagg, "neighbourhoods", in_order_ring)
     asked = []
 
@@ -583,10 +584,55 @@ def test_a_sum_whose_devices_no_longer_form_one_masking_graph_is_never_unmasked(
             return Message(Error(code=2, reason="gone"), reply_to=message)
         return reply
 
-    with pytest.raises(Exception, match="no longer one connected masking graph"):
-        run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 2,
-                                          "secagg-threshold": 0.5}), num_nodes=NODES, reply_hook=hook)
-    assert "query.secure_feddp_lloyd" in asked and "query.secagg_unmask" not in asked
+    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 2,
+                                               "secagg-threshold": 0.5}), num_nodes=NODES, reply_hook=hook)
+    first_masked = asked.index("query.secure_feddp_lloyd")
+    assert asked[first_masked:].index("query.secagg_setup") < asked[first_masked:].index("query.secagg_unmask")
+    assert result["privacy"]["secure_aggregation"]["sessions"] == 2
+    X = pooled_points(result["config"], NODES)[0]
+    tenth = len(X) // NODES
+    rows = np.r_[tenth:5 * tenth, 6 * tenth:len(X)]
+    expected = lloyd_step(X[rows], np.load(tmp_path / "secure" / "init_centers.npy"))
+    np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("case", ["two adjacent drop", "absent, then dropped"])
+def test_a_sparse_neighbourhood_too_thin_to_unmask_is_set_up_again_among_the_others(tmp_path, monkeypatch, case):
+    """Four neighbours each (positions in order), threshold 4 of 5. Two adjacent devices
+    dropping leave their neighbours with three: before the change the unmasking failed and
+    the run stopped. Now the sum is set up again among the eight in a new session. Likewise
+    a device absent from the second round (offline) and its neighbour dropping in it."""
+    monkeypatch.setattr(secagg, "neighbourhoods", in_order_ring)
+    seen = []
+
+    def hook(node, message, reply):
+        kind = message.metadata.message_type
+        seen.append((node, kind))
+        if kind == "query.secure_feddp_lloyd" and (node in (1003, 1004) if case == "two adjacent drop" else
+                                                   (node == 1004 and seen.count((node, kind)) == 2)):
+            return Message(Error(code=2, reason="gone"), reply_to=message)
+        return reply
+
+    from inprocess.availability import Availability
+
+    class Away(Availability):  # node 1003 offline from round 1's unmasking to round 2's masked request
+        def online(self, node, trip):
+            return case == "two adjacent drop" or node != 1003 or seen.count((1000, "query.secure_feddp_lloyd")) != 1 \
+                or seen[-1][1] != "query.secagg_unmask"
+
+    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True, "secagg-neighbours": 4}),
+                 num_nodes=NODES, reply_hook=hook, availability=Away())
+    assert result["privacy"]["secure_aggregation"]["sessions"] >= 2
+    X = pooled_points(result["config"], NODES)[0]
+    tenth = len(X) // NODES
+    expected = np.load(tmp_path / "secure" / "init_centers.npy")
+    if case == "two adjacent drop":
+        for _ in range(2):
+            expected = lloyd_step(np.r_[X[:3 * tenth], X[5 * tenth:]], expected)
+    else:
+        expected = lloyd_step(X, expected)
+        expected = lloyd_step(np.r_[X[:3 * tenth], X[5 * tenth:]], expected)
+    np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
 
 
 def test_on_a_sparse_graph_a_refusal_of_a_device_that_is_no_neighbour_is_an_invalid_reply(tmp_path, monkeypatch):
@@ -647,3 +693,39 @@ def test_many_devices_on_the_full_graph_are_told_of_the_sparse_one(tmp_path, mon
     caplog.clear()
     run(config(tmp_path, "sparse", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 4}), num_nodes=NODES)
     assert "secagg-neighbours = m cuts both" not in caplog.text
+
+
+def test_a_device_offline_for_one_sum_takes_part_in_the_later_ones(tmp_path):
+    """Node 1003 never receives the first Lloyd round's masked request (offline for that
+    round trip, so it never sees the shares that travel with it either): that round is over
+    the nine others, and it takes part in the next two (its shares come with its first
+    masked request, whichever sum)."""
+    from inprocess.availability import Availability
+
+    probe = run(config(tmp_path, "probe", **{"lloyd-rounds": 3, "secure-aggregation": True}), num_nodes=NODES)
+    first = min(p["round_trip"] for p in probe["phases"] if p["phase"] == "lloyd")
+
+    class OfflineOnce(Availability):
+        def online(self, node, trip):
+            return not (node == 1003 and trip == first - 1)  # the grid counts round trips from 0
+
+    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 3, "secure-aggregation": True}), num_nodes=NODES,
+                 availability=OfflineOnce())
+    masked = [p for p in result["phases"] if p["phase"] == "lloyd"]
+    assert [p["replies"] for p in masked] == [NODES - 1, NODES, NODES] and not any(p["failures"] for p in masked)
+    X = pooled_points(result["config"], NODES)[0]
+    tenth = len(X) // NODES
+    expected = lloyd_step(np.r_[X[:3 * tenth], X[4 * tenth:]], np.load(tmp_path / "secure" / "init_centers.npy"))
+    for _ in range(2):
+        expected = lloyd_step(X, expected)
+    np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
+
+
+def test_a_secure_sum_asks_as_many_replies_as_min_reply_fraction(tmp_path):
+    """With min-reply-fraction = 1 a plain round stops when one device fails; so does a
+    secure one, rather than summing without it."""
+    for secure in (False, True):
+        with pytest.raises(Exception, match="10 required"):
+            run(config(tmp_path, f"strict-{secure}", **{"lloyd-rounds": 1, "secure-aggregation": secure,
+                                                        "min-reply-fraction": 1.0}),
+                num_nodes=NODES, reply_hook=fail(1002, "query.secure_feddp_lloyd" if secure else "query.feddp_lloyd"))
