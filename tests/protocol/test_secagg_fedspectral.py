@@ -157,3 +157,32 @@ def test_honest_products_lie_within_the_public_range(seed):
     star_first = run_task("power_step", DeviceData(edges=star), {"Q": np.ones((n, 1)), "degrees": np.ones(n)},
                           {"num-nodes": n, "iters": 1, "normalization": "global", "edge-weight": weight})[0]["Q"]
     assert np.abs(star_first).max() == pytest.approx(product_range(np.ones((n, 1)), weight, True))  # reached
+
+
+def test_on_a_sparse_graph_clients_leaving_in_turn_leave_the_plain_runs_result(tmp_path, monkeypatch):
+    """Ten clients, four neighbours each (positions in order on the ring): client 1003 drops
+    before masking in round 1 and client 1005 in round 2, so position 5 keeps too few of its
+    neighbourhood to unmask. The session is set up again; the run ends as the plain run
+    with the same two clients leaving does."""
+    from test_secagg import in_order_ring
+
+    monkeypatch.setattr(secagg, "neighbourhoods", in_order_ring)
+    edges, n = planted([60, 50, 40], 0.3, 20, 1)
+    data = write_split(tmp_path / "ten", edges, 10, 1)
+
+    def leaving(seen):
+        def hook(node, message, reply):
+            if message.metadata.message_type in ("train.power_step", "train.secure_power_step"):
+                seen[node] = seen.get(node, 0) + 1
+                if (node, seen[node]) in ((1003, 1), (1005, 2)):
+                    return Message(Error(code=2, reason="gone"), reply_to=message)
+            return reply
+        return hook
+
+    plain = run(config(tmp_path, (data, n), "plain"), num_nodes=10, reply_hook=leaving({}))
+    secure = run(config(tmp_path, (data, n), "secure", **{"secure-aggregation": True, "secagg-neighbours": 4}),
+                 num_nodes=10, reply_hook=leaving({}))
+    assert list(secure["nodes"]["excluded"]) == list(plain["nodes"]["excluded"]) == ["1003", "1005"]
+    assert secure["final"]["secure_aggregation"]["sessions"] >= 2
+    np.testing.assert_array_equal(outputs(tmp_path, "secure")[0], outputs(tmp_path, "plain")[0])
+    np.testing.assert_allclose(outputs(tmp_path, "secure")[1], outputs(tmp_path, "plain")[1], rtol=1e-6, atol=1e-9)
