@@ -95,7 +95,7 @@ class SecureAggregation:
         session = self.secagg_session
         if session is None or session.used == session.sums or session.short({session.position[n] for n in nodes
                                                                               if n in session.members}):
-            session = self.secagg_open(nodes, phase)
+            session = self.secagg_open(nodes, phase, session.floor if session else 0)
         nodes = [node for node in nodes if node in session.members]  # a device whose keys failed sits the session out
         session.used += 1
         index, position, t = session.used, session.position, session.threshold
@@ -135,7 +135,7 @@ class SecureAggregation:
             return set()
 
         # unmasking: each survivor's own seed, its dropped neighbours' mask key shares (then, for a survivor that did
-        # not answer, its neighbours' shares of its seed); too few shares leave the sum masked: set up again
+        # not answer, its neighbours' shares of its seed); never set up again once it began (below)
         def unmask(targets: list[int], recover: list[int], suffix: str) -> list[Reply]:
             def among_neighbours(node: int) -> tuple[dict[str, np.ndarray], None]:
                 near = session.graph[position[node]]
@@ -159,11 +159,9 @@ class SecureAggregation:
             total = secagg.unmasked_sum(total, ranges, secagg.stream_name(session.number, index),
                                         {p: session.pk1[p][index - 1] for p in alive}, seeds,
                                         secagg.combined(sk_shares, session.share_threshold), levels, session.graph)
-        except ValueError as exc:  # a seed or a mask key it cannot rebuild: the sum stays masked, nothing comes out
-            log(WARNING, "[fedcluster] %s: %s: a new session sets the sum up again among the %d that answered", phase, exc,
-                len(replies))
-            self.secagg_again(session, [r.node_id for r in replies], phase, "after the unmasking")
-            return set()
+        except ValueError as exc:  # a seed or a mask key it cannot rebuild: the sum stays masked, the run stops. Not
+            # set up again: with a device that withheld its shares, the server could unmask this sum later and subtract
+            raise FederationError(f"phase {phase!r}: {exc}") from None  # the sum set up again among fewer devices
         return total, in_sum
 
     def secagg_again(self, session: "Session", rest: list[int], phase: str, why: str) -> None:
@@ -175,13 +173,13 @@ class SecureAggregation:
         if len(rest) < floor:
             raise FederationError(f"phase {phase!r}: {why} {len(rest)} devices are left for secure aggregation, fewer "
                                   f"than the threshold {floor}")
-        self.secagg_session = self.secagg_open(rest, f"{phase}-again")
-        self.secagg_session.floor = floor
+        self.secagg_session = self.secagg_open(rest, f"{phase}-again", floor)
 
-    def secagg_open(self, nodes: list[int], phase: str) -> "Session":
+    def secagg_open(self, nodes: list[int], phase: str, floor: int = 0) -> "Session":
         """A new session among ``nodes`` for the secure sums still planned: key advertisement
         (U1) and encrypted shares routed through the server (U2), two round trips. Replies
-        whose keys do not parse, or repeat another device's, are left out of the session."""
+        whose keys do not parse, or repeat another device's, are left out of the session.
+        ``floor``: a session set up again holds no sum over fewer devices than the first."""
         if not 2 <= len(nodes) <= secagg.MAX_PARTICIPANTS:
             raise FederationError(f"phase {phase!r}: secure aggregation needs 2 to {secagg.MAX_PARTICIPANTS} "
                                   f"participants, got {len(nodes)}")
@@ -193,7 +191,7 @@ class SecureAggregation:
         done = sum(s.used for s in self.secagg_history)
         sums = max(1, int(self.secagg_planned) - done)
         fraction = self.config["secagg-threshold"]
-        t = secagg.threshold(len(nodes), fraction)
+        t = max(secagg.threshold(len(nodes), fraction), floor)
         position = {node: index + 1 for index, node in enumerate(nodes)}
         share_t = secagg.threshold(secagg.degree(len(nodes), self.config["secagg-neighbours"]) + 1, fraction)  # t on the full graph
         common = {"session": self.secagg_sessions}
@@ -230,7 +228,7 @@ class SecureAggregation:
                     inbox[int(destination)].append((position[r.node_id], row))
         pk1 = {p: secagg.split_keys(bytes(keys[p][0].tobytes()), sums) for p in shared}
         session = Session(self.secagg_sessions, {n for n in nodes if position[n] in shared}, position, t, sums, shared,
-                          pk1, inbox, graph, share_t)
+                          pk1, inbox, graph, share_t, floor=floor)
         self.secagg_history = (*self.secagg_history, session)
         self.secagg_session = session
         return session

@@ -207,7 +207,7 @@ def test_fewer_unmask_answers_than_the_threshold_stop_the_run(tmp_path):
             return Message(Error(code=2, reason="gone"), reply_to=message)
         return reply
 
-    with pytest.raises(Exception, match="after the unmasking 6 devices are left for secure aggregation, fewer than the threshold 7"):
+    with pytest.raises(Exception, match="lloyd.*fewer than 7 shares to unmask"):
         run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True}), num_nodes=NODES, reply_hook=hook)
 
 
@@ -729,3 +729,75 @@ def test_a_secure_sum_asks_as_many_replies_as_min_reply_fraction(tmp_path):
             run(config(tmp_path, f"strict-{secure}", **{"lloyd-rounds": 1, "secure-aggregation": secure,
                                                         "min-reply-fraction": 1.0}),
                 num_nodes=NODES, reply_hook=fail(1002, "query.secure_feddp_lloyd" if secure else "query.feddp_lloyd"))
+
+
+def test_a_sum_whose_unmasking_began_is_never_set_up_again(tmp_path, monkeypatch):
+    """Four neighbours each (positions in order): device 1005 drops after masking and its
+    neighbour 1004 fails the call for shares of 1005's seed, so three of the four needed
+    shares come. Set up again among the others, the sum would let the server, with 1004's
+    withheld share, unmask this one later and subtract: 1005's statistics. The run stops."""
+    monkeypatch.setattr(secagg, "neighbourhoods", in_order_ring)
+    asked = []
+
+    def hook(node, message, reply):
+        kind = message.metadata.message_type
+        asked.append(kind)
+        recover = kind == "query.secagg_unmask" and len(message.content.array_records["arrays"]["recover"].numpy())
+        if (node == 1005 and kind == "query.secagg_unmask") or (node == 1004 and recover):
+            return Message(Error(code=2, reason="gone"), reply_to=message)
+        return reply
+
+    with pytest.raises(Exception, match="lloyd.*fewer than 4 shares to unmask positions \\[6\\]"):
+        run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 4}),
+            num_nodes=NODES, reply_hook=hook)
+    assert asked.count("query.secagg_setup") == NODES  # one session: never set up again
+
+
+def test_a_session_set_up_again_keeps_the_first_sessions_threshold(tmp_path, monkeypatch):
+    """Twelve devices, six neighbours each, threshold 8. Three adjacent devices drop before
+    masking: the sum is set up again among the nine, whose own threshold would be 6. Two
+    more drop in the new session: seven are fewer than the first session's eight, and the
+    run stops rather than sum over seven."""
+    monkeypatch.setattr(secagg, "neighbourhoods", in_order_ring)
+    summed = {}
+
+    def hook(node, message, reply):
+        if message.metadata.message_type == "query.secure_feddp_lloyd":
+            session = message.content.config_records["config"]["secagg-session"]
+            if (session == 1 and node in (1003, 1004, 1005)) or (session == 2 and node in (1000, 1007)):
+                return Message(Error(code=2, reason="gone"), reply_to=message)
+            summed.setdefault(session, []).append(node)
+        return reply
+
+    with pytest.raises(Exception, match="only 7 valid replies of 9 sent, 8 required"):
+        run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 6,
+                                          "num-points": 3600}), num_nodes=12, reply_hook=hook)
+    assert {s: len(v) for s, v in summed.items()} == {1: 9, 2: 7}
+
+
+def test_a_session_whose_asked_devices_leave_a_thin_neighbourhood_is_reopened_before_the_sum(tmp_path, monkeypatch):
+    """Four neighbours each (positions in order). Devices 1003 and 1004 are not asked for
+    the second round's sum (as a strategy leaves out devices that are out of the run):
+    their neighbours would keep three of five, below the threshold of four. The server
+    opens a new session among the eight before that sum, so no device fails and no sum is
+    set up again."""
+    import server_app.secagg as server_side
+
+    monkeypatch.setattr(secagg, "neighbourhoods", in_order_ring)
+    attempt, calls = server_side.SecureAggregation.secure_attempt, []
+
+    def leaving(self, task, nodes, *args):
+        calls.append(task)
+        return attempt(self, task, [n for n in nodes if len(calls) < 2 or n not in (1003, 1004)], *args)
+
+    monkeypatch.setattr(server_side.SecureAggregation, "secure_attempt", leaving)
+    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True, "secagg-neighbours": 4}),
+                 num_nodes=NODES)
+    phases = [p for p in result["phases"] if p["phase"].startswith("lloyd")]
+    assert not any(p["failures"] for p in phases) and not any("again" in p["phase"] for p in phases)
+    assert [p["phase"] for p in phases].count("lloyd-setup") == 2 and calls == ["feddp_lloyd"] * 2
+    X = pooled_points(result["config"], NODES)[0]
+    tenth = len(X) // NODES
+    expected = lloyd_step(X, np.load(tmp_path / "secure" / "init_centers.npy"))
+    expected = lloyd_step(np.r_[X[:3 * tenth], X[5 * tenth:]], expected)
+    np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
