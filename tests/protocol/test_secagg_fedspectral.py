@@ -19,6 +19,7 @@ from fedcluster.fedspectral import product_range
 from fedcluster.node_data import device_data
 from inprocess import run
 from test_fedspectral import planted, write_split
+from test_secagg import fail, in_order_ring
 
 CLIENTS = 5
 SECURE_TASKS = {"query.secagg_setup", "query.secagg_share_keys", "train.secure_power_step", "query.secagg_unmask"}
@@ -38,14 +39,6 @@ def config(tmp_path, graph, name, **overrides):
 
 def outputs(tmp_path, name):
     return np.load(tmp_path / name / "labels.npy"), np.load(tmp_path / name / "embedding.npy")
-
-
-def fail(node_to_fail, message_type):
-    def hook(node, message, reply):
-        if node == node_to_fail and message.metadata.message_type == message_type:
-            return Message(Error(code=2, reason="gone"), reply_to=message)
-        return reply
-    return hook
 
 
 @pytest.mark.parametrize("mode", ["exact", "paper"])
@@ -164,8 +157,6 @@ def test_on_a_sparse_graph_clients_leaving_in_turn_leave_the_plain_runs_result(t
     before masking in round 1 and client 1005 in round 2, so position 5 keeps too few of its
     neighbourhood to unmask. The session is set up again; the run ends as the plain run
     with the same two clients leaving does."""
-    from test_secagg import in_order_ring
-
     monkeypatch.setattr(secagg, "neighbourhoods", in_order_ring)
     edges, n = planted([60, 50, 40], 0.3, 20, 1)
     data = write_split(tmp_path / "ten", edges, 10, 1)
