@@ -238,6 +238,15 @@ def product_violation(product: np.ndarray, X: np.ndarray, weight: float, edges: 
     return None
 
 
+def snapped_degrees(first_sum: np.ndarray, weight: float) -> np.ndarray:
+    """The first summed product with its degree column (w times a whole number of edges at
+    every node) snapped to the nearest multiple of w: secure aggregation's fixed-point grid
+    leaves it off by at most (clients × grid step)/2, far below w/2."""
+    out = np.array(first_sum, dtype=np.float64, copy=True)
+    out[:, 0] = np.round(out[:, 0] / weight) * weight
+    return out
+
+
 def product_range(X: np.ndarray, weight: float, first: bool) -> float:
     """The public range of every coordinate of one client's ``power_step`` product of the
     block ``X`` under secure aggregation, fixed before the round from what the server sends

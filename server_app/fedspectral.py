@@ -30,6 +30,7 @@ from fedcluster.fedspectral import (
     nodes_held,
     paper_aggregate,
     product_range,
+    snapped_degrees,
     subspace_distance,
 )
 
@@ -229,7 +230,8 @@ class FedSpectralPlus(SecureAggregation, GraphStrategy):
         # Round 1: the degrees and the first product in one exchange.
         self.begin_round(1)
         first = solver.first_block()
-        solver.start(summed_products(first, solver.first_degrees(), "degrees-and-first-product", first=True))
+        first_sum = summed_products(first, solver.first_degrees(), "degrees-and-first-product", first=True)
+        solver.start(snapped_degrees(first_sum, product_config["edge-weight"]) if self.secure else first_sum)
         stopped, t, sent = "num-rounds", 1, first.shape[1]
         while True:
             state = solver.observe()

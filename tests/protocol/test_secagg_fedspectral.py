@@ -51,6 +51,8 @@ def test_the_secure_run_gives_the_plain_runs_embedding_in_two_round_trips_per_ro
     np.testing.assert_allclose(embedding, plain_embedding, rtol=1e-6, atol=1e-9 * np.abs(plain_embedding).max())
     trips = {p["round_trip"] for p in secure["phases"]}
     assert len(trips) == 2 + 2 * len(plain["rounds"]) and len(secure["rounds"]) == len(plain["rounds"])
+    if mode == "exact":  # the summed degrees, snapped to whole edges: the plain run's to the last bit
+        assert secure["final"]["graph"] == plain["final"]["graph"]
     record = secure["final"]["secure_aggregation"]
     assert record["sessions"] == 1 and record["sums"] == len(plain["rounds"]) and "no noise" in record["threat_model"]
 
