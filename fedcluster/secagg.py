@@ -212,10 +212,10 @@ def neighbourhoods(participants: int, neighbours: int, rng: np.random.Generator)
     at least n − 1 everyone with everyone (SecAgg); else SecAgg+'s graph as Flower's
     SecAggPlusWorkflow builds it: the positions in a random order on a ring, each joined to
     the ⌈neighbours/2⌉ before and the ⌈neighbours/2⌉ after it (symmetric)."""
-    everyone = set(range(1, participants + 1))
-    half = degree(participants, neighbours) // 2
-    if degree(participants, neighbours) == participants - 1:
+    everyone, joined = set(range(1, participants + 1)), degree(participants, neighbours)
+    if joined == participants - 1:
         return {p: everyone - {p} for p in everyone}
+    half = joined // 2
     ring = [int(p) + 1 for p in rng.permutation(participants)]
     return {ring[i]: {ring[(i + offset) % participants] for offset in range(-half, half + 1)} - {ring[i]}
             for i in range(participants)}

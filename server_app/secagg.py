@@ -81,8 +81,9 @@ class SecureAggregation:
     def secure_sum(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
                    sizes: dict[str, int], phase: str, ranges: dict[str, float],
                    noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], list[int]]:
-        """The sum and the devices in it, set up again in a new session without the devices left out over refused
-        shares (:func:`fedcluster.secagg.left_out`) as long as some are."""
+        """The sum and the devices in it, set up again in a new session as long as an attempt
+        abandons it before its unmasking (refused shares: without the devices
+        :func:`fedcluster.secagg.left_out` names; a graph too thin or split to unmask)."""
         while True:
             outcome = self.secure_attempt(task, nodes, arrays, config, sizes, phase, ranges, noise)
             if not isinstance(outcome, set):
@@ -159,9 +160,10 @@ class SecureAggregation:
             total = secagg.unmasked_sum(total, ranges, secagg.stream_name(session.number, index),
                                         {p: session.pk1[p][index - 1] for p in alive}, seeds,
                                         secagg.combined(sk_shares, session.share_threshold), levels, session.graph)
-        except ValueError as exc:  # a seed or a mask key it cannot rebuild: the sum stays masked, the run stops. Not
-            # set up again: with a device that withheld its shares, the server could unmask this sum later and subtract
-            raise FederationError(f"phase {phase!r}: {exc}") from None  # the sum set up again among fewer devices
+        except ValueError as exc:  # a seed or a mask key it cannot rebuild: the sum stays masked and the run stops.
+            # Never set up again: with shares a device withheld, the server could unmask this sum later and subtract
+            # the sum set up again among fewer devices.
+            raise FederationError(f"phase {phase!r}: {exc}") from None
         return total, in_sum
 
     def secagg_again(self, session: "Session", rest: list[int], phase: str, why: str) -> None:
@@ -183,7 +185,9 @@ class SecureAggregation:
         if not 2 <= len(nodes) <= secagg.MAX_PARTICIPANTS:
             raise FederationError(f"phase {phase!r}: secure aggregation needs 2 to {secagg.MAX_PARTICIPANTS} "
                                   f"participants, got {len(nodes)}")
-        if len(nodes) > FULL_GRAPH_NOTE and secagg.degree(len(nodes), self.config["secagg-neighbours"]) == len(nodes) - 1:
+        neighbours = self.config["secagg-neighbours"]
+        degree = secagg.degree(len(nodes), neighbours)
+        if len(nodes) > FULL_GRAPH_NOTE and degree == len(nodes) - 1:
             log(WARNING, "[fedcluster] %s: secure aggregation among %d devices on the full graph: each device shares keys "
                 "with and masks with every other (O(n) work each, O(n^2) shares through the server); secagg-neighbours "
                 "= m cuts both to m (docs/security.md)", phase, len(nodes))
@@ -193,7 +197,7 @@ class SecureAggregation:
         fraction = self.config["secagg-threshold"]
         t = max(secagg.threshold(len(nodes), fraction), floor)
         position = {node: index + 1 for index, node in enumerate(nodes)}
-        share_t = secagg.threshold(secagg.degree(len(nodes), self.config["secagg-neighbours"]) + 1, fraction)  # t on the full graph
+        share_t = secagg.threshold(degree + 1, fraction)  # t on the full graph
         common = {"session": self.secagg_sessions}
         replies = self.broadcast("secagg_setup", nodes, config={**common, "participants": len(nodes), "threshold": share_t, "sums": sums},
                                  per_node=lambda node: (None, {"position": position[node]}), phase=f"{phase}-setup",
@@ -201,7 +205,7 @@ class SecureAggregation:
         replies = secagg.unique_keys(replies, lambda r: (bytes(r.arrays["pk1"].tobytes()), bytes(r.arrays["pk2"].tobytes())))
         keys = {position[r.node_id]: (r.arrays["pk1"], r.arrays["pk2"]) for r in replies}
         order = [position[r.node_id] for r in replies]
-        ring = secagg.neighbourhoods(len(order), self.config["secagg-neighbours"], np.random.default_rng())  # OS entropy
+        ring = secagg.neighbourhoods(len(order), neighbours, np.random.default_rng())  # OS entropy
         graph = {order[i - 1]: {order[j - 1] for j in others} for i, others in ring.items()}  # among those whose keys came
         near = {p: [q for q in order if q == p or q in graph[p]] for p in order}  # each device's neighbourhood, itself in it
 
@@ -209,7 +213,7 @@ class SecureAggregation:
             return {"positions": np.array(mine), "pk1": secagg.stack_bytes(bytes(keys[p][0].tobytes()) for p in mine),
                     "pk2": secagg.stack_bytes(bytes(keys[p][1]) for p in mine)}
 
-        full = all(len(near[p]) == len(order) for p in order)  # the same request for everyone
+        full = secagg.degree(len(order), neighbours) == len(order) - 1  # the same request for everyone
         replies = self.broadcast("secagg_share_keys", [r.node_id for r in replies], config=common,
                                  arrays=keys_of(order) if full else None,
                                  per_node=None if full else lambda node: (keys_of(near[position[node]]), None),
