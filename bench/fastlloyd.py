@@ -41,6 +41,13 @@ Columns, each with its threat model:
 Every ε of ours is its ledger's total at δ (PLD; RDP for the devices' Skellam noise), at most the ε asked
 (checked, printed).
 
+A second table checks the one default these datasets could have steered, the radius of the
+relative Lloyd rounds r = α·Δ/k^(1/d) (ours α = 1/2, FastLloyd's 0.8), on twelve datasets
+outside FastLloyd's seven (``--held-out``: the rest of the battery's sipu and uci sets and
+scikit-learn's digits, k = their reference clusters, the same scaling, clients, δ and
+seeds): FastLloyd beside ours with central DP at α = 0.8 and at the default, and ours with
+secure aggregation.
+
 Getting FastLloyd (outside this repository)::
 
     git clone https://github.com/D-Diaa/FastLloyd /tmp/fastlloyd
@@ -53,7 +60,7 @@ Usage::
 
     python bench/fastlloyd.py --battery DIR --fastlloyd /tmp/fastlloyd --fastlloyd-python /tmp/fastlloyd-venv/bin/python
     python bench/fastlloyd.py --battery DIR --fastlloyd ... --out docs/results   # also fastlloyd.md and fastlloyd-ratio.svg
-    python bench/fastlloyd.py --battery DIR --quick                           # ours only, iris and lsun, 2 seeds
+    python bench/fastlloyd.py --battery DIR --quick                           # ours only, iris and lsun, 2 seeds, no held-out
 """
 
 from __future__ import annotations
@@ -77,11 +84,15 @@ from _common import (ROOT, add_bench_flags, default_jobs, figure_path, markdown_
 import real_data  # noqa: E402  (its battery loader)
 from fedcluster.lloyd import kmeans_cost  # noqa: E402
 
-# name -> (source, FastLloyd's k: its configs.defaults.num_clusters = the reference clusters)
+# name -> (source: scikit-learn's dataset or the battery's, FastLloyd's k: its configs.defaults.num_clusters = the reference clusters)
 DATASETS = {
-    "iris": ("sklearn", 3), "wine": ("sklearn", 3), "breast": ("sklearn", 2), "lsun": ("fcps/lsun", 3),
+    "iris": ("iris", 3), "wine": ("wine", 3), "breast": ("breast", 2), "lsun": ("fcps/lsun", 3),
     "yeast": ("uci/yeast", 10), "s1": ("sipu/s1", 15), "birch2": ("sipu/birch2", 100),
 }
+# held-out datasets for the radius check: battery name (or scikit-learn's digits)
+HELD_OUT = ("sipu/a1", "sipu/a2", "sipu/aggregation", "sipu/d31", "sipu/r15", "sipu/s2", "sipu/unbalance", "uci/ecoli",
+            "uci/glass", "uci/ionosphere", "uci/statlog", "digits")
+FASTLLOYD_ALPHA = 0.8  # FastLloyd's radius factor (bench/peers/fastlloyd_run.py sets it as its experiments do)
 EPSILONS = (0.1, 0.25, 0.5, 1.0)
 SERVER_SHARE = 0.05
 RUNNER = ROOT / "bench" / "peers" / "fastlloyd_run.py"
@@ -89,17 +100,32 @@ RUNNER = ROOT / "bench" / "peers" / "fastlloyd_run.py"
 
 def load(name: str, battery: Path | None) -> np.ndarray:
     """The dataset scaled to [-1, 1] per coordinate (FastLloyd's ``normalize``)."""
-    source, _ = DATASETS[name]
-    if source == "sklearn":
-        from sklearn import datasets
+    return scaled(raw(DATASETS[name][0] if name in DATASETS else name, battery)[0])
 
-        X = {"iris": datasets.load_iris, "wine": datasets.load_wine, "breast": datasets.load_breast_cancer}[name]().data
-    else:
-        if battery is None:
-            raise SystemExit(f"{name} is in Gagolewski's battery: give its folder with --battery")
-        if not (battery / f"{source}.data.gz").exists():
-            raise SystemExit(f"{battery / source}.data.gz not found (--battery should hold {source}.data.gz)")
-        X, _ = real_data.load(str(battery), source)
+
+def held_out_k(name: str, battery: Path | None) -> int:
+    """A held-out dataset's k: its number of reference clusters."""
+    return real_data.n_clusters(raw(name, battery)[1])
+
+
+def raw(source: str, battery: Path | None) -> tuple[np.ndarray, np.ndarray]:
+    """(points, reference labels) of a dataset: scikit-learn's by their name, the others from the battery."""
+    from sklearn import datasets
+
+    bundled = {"iris": datasets.load_iris, "wine": datasets.load_wine, "breast": datasets.load_breast_cancer,
+               "digits": datasets.load_digits}
+    if source in bundled:
+        found = bundled[source]()
+        return found.data, found.target + 1  # labels from 1, as the battery's (0 = noise)
+    if battery is None:
+        raise SystemExit(f"{source} is in Gagolewski's battery: give its folder with --battery")
+    if not (battery / f"{source}.data.gz").exists():
+        raise SystemExit(f"{battery / source}.data.gz not found (--battery should hold {source}.data.gz)")
+    return real_data.load(str(battery), source)
+
+
+def scaled(X: np.ndarray) -> np.ndarray:
+    """Each coordinate min-max scaled to [-1, 1]."""
     X = np.asarray(X, dtype=np.float64)
     span = X.max(axis=0) - X.min(axis=0)
     span[span == 0] = 1.0
@@ -119,7 +145,7 @@ def clients_of(n: int, seed: int, server: bool) -> np.ndarray:
 
 
 def run_ours(task: tuple) -> dict:
-    name, X, k, eps, seed, server = task  # server: True (5 % server data), False, or "secure"
+    name, X, k, eps, seed, server, *alpha = task  # server: True (5 % server data), False, or "secure"; alpha: r's factor
     quiet_flower()
     warnings.simplefilter("ignore")
     import fedcluster
@@ -130,6 +156,8 @@ def run_ours(task: tuple) -> dict:
     secure = {"secure-aggregation": True, "evaluate-cost": False} if server == "secure" else {}
     # without server data Δ = √d, the bound of the [-1, 1] cube; with it, the server data's radius around its mean
     bound = {} if server is True else {"clip-norm": math.sqrt(d)}
+    if alpha:  # the relative rounds' radius α·Δ/k^(1/d) with another α than the default
+        bound["lloyd-radius"] = alpha[0] * math.sqrt(d) / k ** (1 / d)
     model = fedcluster.DPFederatedKMeans(k, epsilon=eps, delta=delta, random_state=seed,
                                          run_config={**bound, "noise-seed": seed, **secure})
     model.fit([X[owner == 0], X[owner == 1]], server_data=X[owner == -1] if server is True else None)
@@ -164,10 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fastlloyd-python", default=sys.executable, help="the Python with FastLloyd's dependencies")
     parser.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="FastLloyd needs seeds >= 1")
+    parser.add_argument("--held-out", nargs="*", choices=list(HELD_OUT), default=list(HELD_OUT),
+                        help="datasets outside FastLloyd's seven for the radius check (none: skip it)")
     parser.add_argument("--jobs", type=int, default=default_jobs())
     args = parser.parse_args(argv)
     if args.quick:
-        args.datasets, args.seeds, args.fastlloyd = ["iris", "lsun"], args.seeds[:2], None
+        args.datasets, args.seeds, args.fastlloyd, args.held_out = ["iris", "lsun"], args.seeds[:2], None, []
     if args.fastlloyd is not None and not (args.fastlloyd / "configs" / "params.py").exists():
         parser.error(f"--fastlloyd {args.fastlloyd} is not a FastLloyd checkout (no configs package with params)")
     if min(args.seeds) < 1:
@@ -243,7 +273,65 @@ def main(argv: list[str] | None = None) -> int:
             svg_line_chart(path, "ours (secure aggregation) / FastLloyd, median cost", "ε", "cost ratio (below 1: ours lower)",
                            ratio_series)
             print(f"![ours / FastLloyd per dataset]({link})\n")
+        if args.held_out:
+            radius_check(args)
     return 0
+
+
+def radius_check(args: argparse.Namespace) -> None:
+    """The held-out table: FastLloyd (when given), ours with central DP at FastLloyd's α and
+    at the default, and ours with secure aggregation, on datasets outside FastLloyd's seven."""
+    from sklearn.cluster import KMeans
+
+    from fedcluster.feddp_kmeans import RELATIVE_RADIUS_ALPHA
+
+    data = {name: (load(name, args.battery), held_out_k(name, args.battery)) for name in args.held_out}
+    central = {name: KMeans(k, n_init=10, random_state=0).fit(X).inertia_ for name, (X, k) in data.items()}
+    cells = [(name, eps, seed) for name in args.held_out for eps in EPSILONS for seed in args.seeds]
+    columns = {"default": parallel_map(run_ours, [(n, *data[n], e, s, False) for n, e, s in cells], args.jobs),
+               "fastlloyd-alpha": parallel_map(run_ours, [(n, *data[n], e, s, False, FASTLLOYD_ALPHA) for n, e, s in cells],
+                                               args.jobs),
+               "secure": parallel_map(run_ours, [(n, *data[n], e, s, "secure") for n, e, s in cells], args.jobs)}
+    if args.fastlloyd:
+        columns["fastlloyd"] = parallel_map(run_fastlloyd, [(n, data[n][0], data[n][1], e, s, args.fastlloyd,
+                                                             args.fastlloyd_python) for n, e, s in cells], args.jobs)
+    over = [c for c, r in zip(cells * 3, columns["default"] + columns["fastlloyd-alpha"] + columns["secure"])
+            if r["epsilon"] > c[1] * (1 + 1e-9)]
+    print(f"## The radius of the relative rounds on {len(args.held_out)} other datasets\n")
+    print(f"Ours with central DP (no server data, Δ = √d) at r = α·Δ/k^(1/d) with FastLloyd's α = {FASTLLOYD_ALPHA} and "
+          f"with the default α = {RELATIVE_RADIUS_ALPHA:g}, and with secure aggregation (its defaults, as in the table "
+          f"above); every ε at or below the ε asked: "
+          f"{'yes' if not over else 'NO: ' + repr(over)}. Cost over central k-means', median of seeds "
+          f"{', '.join(map(str, args.seeds))}.\n")
+    medians = {key: {(n, e): statistics.median(r["cost"] / central[n] for c, r in zip(cells, results) if c[:2] == (n, e))
+                     for n in args.held_out for e in EPSILONS} for key, results in columns.items()}
+    rows = []
+    for name in args.held_out:
+        (n, d), k = data[name][0].shape, data[name][1]
+        for eps in EPSILONS:
+            row = [f"{name} (n={n}, d={d}, k={k})", eps]
+            row += [f"{medians['fastlloyd'][name, eps]:.3f}"] if args.fastlloyd else []
+            row += [f"{medians[key][name, eps]:.3f}" for key in ("fastlloyd-alpha", "default", "secure")]
+            rows.append(row)
+    headers = ["dataset", "ε"] + (["FastLloyd"] if args.fastlloyd else []) + [
+        f"ours, central DP, α = {FASTLLOYD_ALPHA}", f"ours, central DP, α = {RELATIVE_RADIUS_ALPHA:g} (default)",
+        "ours, secure aggregation"]
+    print(markdown_table(headers, rows))
+    print()
+
+    def geometric(numerator: str, denominator: str) -> tuple[int, float]:
+        ratios = [medians[numerator][cell] / medians[denominator][cell] for cell in medians[numerator]]
+        return sum(r <= 1 for r in ratios), math.exp(sum(map(math.log, ratios)) / len(ratios))
+
+    pairs = [("default", "fastlloyd-alpha", f"Central DP, α = {RELATIVE_RADIUS_ALPHA:g} against α = {FASTLLOYD_ALPHA}")]
+    if args.fastlloyd:
+        pairs += [(key, "fastlloyd", f"{label} against FastLloyd") for key, label in (
+            ("fastlloyd-alpha", f"Central DP, α = {FASTLLOYD_ALPHA}"), ("default", f"Central DP, α = {RELATIVE_RADIUS_ALPHA:g}"),
+            ("secure", "Secure aggregation"))]
+    for numerator, denominator, label in pairs:
+        at_or_below, mean = geometric(numerator, denominator)
+        print(f"{label}: at or below in {at_or_below} of {len(medians[numerator])} cells, geometric mean of the ratio "
+              f"{mean:.3f}.\n")
 
 
 if __name__ == "__main__":

@@ -394,7 +394,8 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("epsilon", 1.0, "target total ε (inf = no noise)", allowed=Interval(float, 0, closed="right", allow_inf=True)),
     Key("delta", 1e-6, "δ", allowed=Interval(float, 0, 1, closed="neither")),
     Key("step-epsilons", "", "per-step ε 'e1,e2,...' instead of a target total; their PLD total must not exceed epsilon"),
-    Key("budget-split", "", "relative ε shares 'w1,w2,w3g,w3l' (default: the paper's rule of thumb)"),
+    Key("budget-split", "", "relative ε shares 'w1,w2,w3g,w3l' (default: the paper's rule of thumb; the devices' noise "
+        "splits the Lloyd rounds' share between sums and counts as 2√d : 1)"),
     Key("init", "auto", "initialization method (auto = histogram without server data, and with it at data-point "
         "level when lloyd-rounds >= 1, its candidates then server points; feddp otherwise)", allowed=StrOptions(("auto",) + INIT_METHODS)),
     SERVER_DATA,
@@ -405,7 +406,7 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
         "center moves at most that far per round); auto = relative at data-point level after init histogram or "
         "sphere-packing, else absolute",
         allowed=StrOptions(("auto", "absolute", "relative"))),
-    Key("lloyd-radius", 0.0, "relative updates: the radius r (0 = 0.8·Δ/k^(1/d), at most Δ)", allowed=Interval(float, 0)),
+    Key("lloyd-radius", 0.0, "relative updates: the radius r (0 = 0.5·Δ/k^(1/d), at most Δ)", allowed=Interval(float, 0)),
     Key("public-points", 0, "the number of points lloyd-rounds was chosen from, treated as public (the estimator's "
         "rounds rule sets it); listed in privacy.not_covered; 0 = none", allowed=Interval(int, 0, MANY)),
     Key("clip-norm", 0.0, "Δ, point norm bound around clip-center (0 = the server data's radius around it)", allowed=Interval(float, 0)),
@@ -534,6 +535,23 @@ def step_weights(
     if lloyd_rounds > 0:
         weights.update({name: fraction * w for name, w in lloyd.items()})
     return weights
+
+
+def device_noise_weights(weights: Mapping[str, float], d: int) -> dict[str, float]:
+    """The shares of the devices' Skellam noise (``secagg-noise = devices``, RDP: a share is
+    one of ρ, the noise variance ∝ Δ²/ρ on counts as on sums) when ``budget-split`` is not
+    given: the Lloyd rounds' share split between sums and counts as 2√d : 1. A Lloyd step's
+    error on a center is (η_s − m·η_c)/N, with m the center's move (relative rounds) or the
+    center itself (absolute), η_s the sums' noise on d coordinates, η_c the count's: its
+    E‖·‖² ∝ d·Δ_s²/ρ_s + ‖m‖²/ρ_c is least at ρ_s : ρ_c = √d·Δ_s : ‖m‖, and ‖m‖ is at most
+    the sums' per-point bound Δ_s, Δ_s/2 taken as typical (FastLloyd's split of its
+    Gaussian noise, √(4d) : 1). The central plan keeps the paper's shares (its counts are
+    Laplace, ε-shares under PLD)."""
+    if not all(name in weights for name in LLOYD_STEPS):
+        return dict(weights)
+    lloyd = weights["lloyd_gaussian"] + weights["lloyd_laplace"]
+    ratio = 2.0 * math.sqrt(d)
+    return {**weights, "lloyd_gaussian": lloyd * ratio / (ratio + 1.0), "lloyd_laplace": lloyd / (ratio + 1.0)}
 
 
 def step_specs(
@@ -690,13 +708,17 @@ def lloyd_mode(update: str, level: str, start: str) -> str:
     return update
 
 
-RELATIVE_RADIUS_ALPHA = 0.8  # FastLloyd's (Diaa et al. 2025) radius α: r = α·Δ / k^(1/d)
+# r = α·Δ / k^(1/d), FastLloyd's (Diaa et al. 2025) form with α = 1/2 rather than its 0.8:
+# Δ bounds every point, so k balls of radius Δ/k^(1/d) tile a ball the data rarely fills;
+# half that radius clips fewer honest displacements than it saves noise, on FastLloyd's
+# seven datasets and on twelve others (bench/fastlloyd.py, docs/results/fastlloyd.md).
+RELATIVE_RADIUS_ALPHA = 0.5
 
 
 def lloyd_radius(chosen: float, clip_norm: float, k: int, d: int) -> float:
     """The radius r of a relative update (``lloyd-radius``, 0 = α·Δ/k^(1/d) with α =
     ``RELATIVE_RADIUS_ALPHA``: k balls of radius Δ/k^(1/d) have together the volume of the
-    ball of radius Δ), at most Δ."""
+    ball of radius Δ; α scales that per-cluster radius down), at most Δ."""
     radius = float(chosen) if chosen > 0 else RELATIVE_RADIUS_ALPHA * clip_norm / k ** (1.0 / d)
     return min(radius, float(clip_norm))
 

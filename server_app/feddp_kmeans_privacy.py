@@ -43,6 +43,7 @@ class FedDPPrivacy:
         weights = feddp_kmeans.step_weights(self.init_method, self.lloyd_rounds, list(shares), cfg.lloyd_fraction)
         if self.distributed:
             self.budget_mode = "no noise (epsilon = inf)" if math.isinf(cfg.epsilon) else "target-total"
+            weights = weights if cfg.budget_split else feddp_kmeans.device_noise_weights(weights, self.dimension)
             return feddp_kmeans.device_noise_plan(weights, self.bounds, self.lloyd_rounds, self.secure_points,
                                                   self.radius or self.clip_norm, cfg.k, self.dimension, cfg.epsilon, cfg.delta)
         q = cfg.client_sampling_rate

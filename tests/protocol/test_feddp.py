@@ -243,6 +243,14 @@ def test_step_weights_rule_of_thumb_lloyd_fraction_and_baselines():
     assert feddp_kmeans.step_weights("sphere-packing", 0, shares, 0.25) == {}
 
 
+def test_device_noise_weights_split_the_lloyd_rounds_two_root_d_to_one():
+    weights = feddp_kmeans.step_weights("histogram", 3, feddp_kmeans.RULE_OF_THUMB["data-point"], 0.25)
+    split = feddp_kmeans.device_noise_weights(weights, 9)
+    assert split["step2"] == weights["step2"] and sum(split.values()) == pytest.approx(1.0)
+    assert split["lloyd_gaussian"] / split["lloyd_laplace"] == pytest.approx(6.0)
+    assert feddp_kmeans.device_noise_weights({"step2": 1.0}, 9) == {"step2": 1.0}  # no Lloyd rounds: unchanged
+
+
 def test_privacy_plan_per_step_is_each_step_calibrated_alone():
     bounds = feddp_kmeans.clipping_bounds("data-point", 3.0, k=4)
     weights = feddp_kmeans.step_weights("feddp", 2, feddp_kmeans.RULE_OF_THUMB["data-point"], 0.5)
@@ -1047,7 +1055,7 @@ def test_relative_lloyds_without_noise_are_the_clipped_central_steps(tmp_path, r
 
 
 def test_without_server_data_the_lloyd_rounds_are_relative_with_the_radius_as_sensitivity():
-    """The default without server data: relative updates with r = 0.8·Δ/k^(1/d), which is
+    """The default without server data: relative updates with r = 0.5·Δ/k^(1/d), which is
     the Gaussian step's sensitivity in the ledger; the start lies in the cube inscribed in
     the ball of radius Δ; every ε recomputed from the ledger's events stays within the budget."""
     import fedcluster
@@ -1056,7 +1064,7 @@ def test_without_server_data_the_lloyd_rounds_are_relative_with_the_radius_as_se
     model = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=3, random_state=0,
                                          run_config={"clip-norm": 4.0, "noise-seed": 1}).fit(clients)
     privacy = model.privacy_
-    radius = 0.8 * 4.0 / 3 ** (1 / 2)
+    radius = 0.5 * 4.0 / 3 ** (1 / 2)
     assert privacy["lloyd_update"] == "relative" and privacy["lloyd_radius"] == pytest.approx(radius)
     assert privacy["bounds"]["lloyd_gaussian"] == pytest.approx(radius)
     lloyd = next(step for step in privacy["steps"] if step["name"] == "lloyd_gaussian")

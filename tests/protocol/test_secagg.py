@@ -365,6 +365,8 @@ def test_with_the_devices_noise_no_sum_the_server_decodes_lacks_it_and_epsilon_h
         for s in privacy["steps"]) for a in orders]
     recomputed = compute_epsilon(orders, rdp, run_config["delta"])[0]
     assert privacy["epsilon"] == pytest.approx(recomputed, rel=1e-3) and recomputed <= 1.0 + 1e-6
+    rho = {s["name"]: s["l2"] ** 2 / s["variance"] for s in privacy["steps"]}  # each release's ρ, up to one factor
+    assert rho["lloyd_gaussian"] / rho["lloyd_laplace"] == pytest.approx(2 * math.sqrt(d), rel=1e-9)  # sums : counts
 
     std = {s["name"]: s["noise_std"] * math.sqrt(NODES / 7) for s in privacy["steps"]}
     names = {"histogram": "step2", "sums": "lloyd_gaussian", "counts": "lloyd_laplace"}
@@ -384,6 +386,16 @@ def test_with_the_devices_noise_no_sum_the_server_decodes_lacks_it_and_epsilon_h
     scaled = np.concatenate(scaled)
     assert scaled.size == 10 * k + rounds * (k * d + k)
     assert 0.9 < scaled.std() < 1.1, scaled.std()
+
+
+def test_a_budget_split_given_sets_the_devices_noise_shares_of_the_lloyd_rounds(tmp_path):
+    """With budget-split the Lloyd sums and counts take their ρ shares from it (w3g : w3l),
+    not the 2√d : 1 default the test above checks."""
+    run_config = with_defaults({**NO_SERVER_DATA, "dim": 4, "dimension": 4, "k": 3, "lloyd-rounds": 2, "clip-norm": 4.0,
+                                "budget-split": "0.2,0.2,0.6,0.1", "output-dir": str(tmp_path), "secure-aggregation": True})
+    steps = {s["name"]: s for s in run(run_config, num_nodes=NODES)["privacy"]["steps"]}
+    rho = {name: s["l2"] ** 2 / s["variance"] for name, s in steps.items()}
+    assert rho["lloyd_gaussian"] / rho["lloyd_laplace"] == pytest.approx(6.0, rel=1e-9)
 
 
 def test_the_devices_noise_runs_with_a_small_cap_on_a_devices_points(tmp_path):
