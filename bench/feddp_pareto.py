@@ -9,7 +9,8 @@ through the in-process runner (same ServerApp and ClientApp as ``flwr run``):
   points, client-level privacy.
 
 For FedDP-KMeans and the three baselines (ServerKMeans++, ServerLloyds, SpherePacking, all
-followed by FedDP-Lloyds) over a grid of TARGET total ε and 0-2 Lloyd rounds, it records
+followed by the paper's FedDP-Lloyds: ``lloyd-update = absolute``, where ``auto`` would make
+SpherePacking's rounds relative) over a grid of TARGET total ε and 0-2 Lloyd rounds, it records
 the k-means cost / n of the final centers on the pooled client data and the total ε the
 run's ledger reports (PLD, δ = 1e-6); k-FED (when ``algorithm = "kfed"`` is available) and
 the pooled optimum (scikit-learn KMeans, k-means++, n_init = 10) are the non-private rows.
@@ -129,6 +130,7 @@ def config_for(setting: str, method: str, epsilon: float, rounds: int, seed: int
         "num-points": spec["clients"] * spec["points"], "seed": seed, "noise-seed": seed,
         "privacy-level": spec["level"], "clip-norm": 11.0, "client-max-points": spec["points"],
         "init": method, "epsilon": float(epsilon), "lloyd-rounds": rounds, "reference": False,
+        "lloyd-update": "absolute",  # the paper's FedDP-Lloyds for every method (auto: relative after SpherePacking)
     }
     config.update(extra or {})
     return config

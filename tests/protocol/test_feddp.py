@@ -1055,7 +1055,8 @@ def test_relative_lloyds_without_noise_are_the_clipped_central_steps(tmp_path, r
 
 
 def test_without_server_data_the_lloyd_rounds_are_relative_with_the_radius_as_sensitivity():
-    """The default without server data: relative updates with r = 0.5·Δ/k^(1/d), which is
+    """The default without server data: relative updates with r = 0.5·Δ/k^(1/d) (0.8·Δ/k^(1/d)
+    with server data), which is
     the Gaussian step's sensitivity in the ledger; the start lies in the cube inscribed in
     the ball of radius Δ; every ε recomputed from the ledger's events stays within the budget."""
     import fedcluster
@@ -1075,6 +1076,8 @@ def test_without_server_data_the_lloyd_rounds_are_relative_with_the_radius_as_se
                                                run_config={"noise-seed": 1}).fit(clients, server_data=X[::10])
     assert with_server.result_["init"]["method"] == "histogram"  # auto: candidates from the server points
     assert with_server.privacy_["lloyd_update"] == "relative"
+    served_radius = with_server.privacy_["clip_norm"] * 0.8 / 3 ** (1 / 2)  # with server data, FastLloyd's α
+    assert with_server.privacy_["lloyd_radius"] == pytest.approx(served_radius)
     paper = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=2, random_state=0,
                                          run_config={"noise-seed": 1, "init": "feddp"}).fit(clients, server_data=X[::10])
     assert paper.privacy_["lloyd_update"] == "absolute" and paper.privacy_["lloyd_radius"] is None
