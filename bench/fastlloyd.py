@@ -24,7 +24,8 @@ Columns, each with its threat model:
   (SecAgg with pairwise masks from key agreement, docs/security.md), and each client adds
   its share of Skellam noise before masking, so the server never holds a sum without noise
   (RDP accounting). FastLloyd's threat model, or a stronger one: no shared seed, and the
-  noise is not added by the server.
+  noise is not added by the server. The clients draw that noise from OS entropy (no seed
+  the server could know), so this column changes from run to run; the others are seeded.
 * **ours, central DP** -- the same without ``secure-aggregation``: the server sees every
   client's clipped statistics and adds the noise (PLD accounting), a WEAKER threat model
   than FastLloyd's masking. With ``secure-aggregation`` and ``secagg-noise = "server"`` the
@@ -198,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.datasets, args.seeds, args.fastlloyd, args.held_out = ["iris", "lsun"], args.seeds[:2], None, []
+    from_battery = [name for name in args.datasets if "/" in DATASETS[name][0]] + [n for n in args.held_out if "/" in n]
+    if args.battery is None and from_battery:
+        parser.error(f"{', '.join(from_battery)} are in Gagolewski's battery: give its folder with --battery "
+                     "(or leave them out with --datasets / --held-out)")
     if args.fastlloyd is not None and not (args.fastlloyd / "configs" / "params.py").exists():
         parser.error(f"--fastlloyd {args.fastlloyd} is not a FastLloyd checkout (no configs package with params)")
     if min(args.seeds) < 1:

@@ -394,7 +394,8 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("epsilon", 1.0, "target total ε (inf = no noise)", allowed=Interval(float, 0, closed="right", allow_inf=True)),
     Key("delta", 1e-6, "δ", allowed=Interval(float, 0, 1, closed="neither")),
     Key("step-epsilons", "", "per-step ε 'e1,e2,...' instead of a target total; their PLD total must not exceed epsilon"),
-    Key("budget-split", "", "relative ε shares 'w1,w2,w3g,w3l' (default: the paper's rule of thumb; the devices' noise "
+    Key("budget-split", "", "relative shares of the budget (of ε; of ρ for the devices' noise) 'w1,w2,w3g,w3l' (default: "
+        "the paper's rule of thumb; the devices' noise "
         "splits the Lloyd rounds' share between sums and counts as 2√d : 1)"),
     Key("init", "auto", "initialization method (auto = histogram without server data, and with it at data-point "
         "level when lloyd-rounds >= 1, its candidates then server points; feddp otherwise)", allowed=StrOptions(("auto",) + INIT_METHODS)),
@@ -406,7 +407,7 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
         "center moves at most that far per round); auto = relative at data-point level after init histogram or "
         "sphere-packing, else absolute",
         allowed=StrOptions(("auto", "absolute", "relative"))),
-    Key("lloyd-radius", 0.0, "relative updates: the radius r (0 = 0.5·Δ/k^(1/d) without server data, 0.8·Δ/k^(1/d) with it; at most Δ)", allowed=Interval(float, 0)),
+    Key("lloyd-radius", 0.0, "relative updates: the radius r (0 = 0.5·Δ/k^(1/d), at most Δ)", allowed=Interval(float, 0)),
     Key("public-points", 0, "the number of points lloyd-rounds was chosen from, treated as public (the estimator's "
         "rounds rule sets it); listed in privacy.not_covered; 0 = none", allowed=Interval(int, 0, MANY)),
     Key("clip-norm", 0.0, "Δ, point norm bound around clip-center (0 = the server data's radius around it)", allowed=Interval(float, 0)),
@@ -708,23 +709,20 @@ def lloyd_mode(update: str, level: str, start: str) -> str:
     return update
 
 
-# r = α·Δ / k^(1/d), FastLloyd's (Diaa et al. 2025) form. Without server data Δ is a bound the
-# user states (e.g. √d for data in [-1, 1]^d), whose ball the data rarely fills, and the start
-# lies in the cube inscribed in it: half the per-cluster radius then clips fewer honest
-# displacements than it saves noise, α = 1/2 (FastLloyd's seven datasets and twelve others:
-# bench/fastlloyd.py, docs/results/fastlloyd.md). With server data FastLloyd's α = 0.8 stays:
-# Δ is then measured on data like the devices' (or chosen from it, as the paper's), and the
-# starts on server points or in the server data's cube can lie far from the devices' clusters.
+# r = α·Δ / k^(1/d), FastLloyd's (Diaa et al. 2025) form with α = 1/2 rather than its 0.8: Δ
+# bounds every point (a bound the user states, e.g. √d for data in [-1, 1]^d, or the server
+# data's farthest point), so k balls of radius Δ/k^(1/d) tile a ball the data rarely fills;
+# half that radius clips fewer honest displacements than it saves noise, on FastLloyd's seven
+# datasets with and without server data and on twelve others (bench/fastlloyd.py,
+# docs/results/fastlloyd.md).
 RELATIVE_RADIUS_ALPHA = 0.5
-SERVER_DATA_RADIUS_ALPHA = 0.8
 
 
-def lloyd_radius(chosen: float, clip_norm: float, k: int, d: int, server_data: bool = False) -> float:
-    """The radius r of a relative update (``lloyd-radius``, 0 = α·Δ/k^(1/d): k balls of
-    radius Δ/k^(1/d) have together the volume of the ball of radius Δ, and α scales that
-    per-cluster radius down: ``RELATIVE_RADIUS_ALPHA`` without ``server_data``,
-    ``SERVER_DATA_RADIUS_ALPHA`` with it), at most Δ."""
-    alpha = SERVER_DATA_RADIUS_ALPHA if server_data else RELATIVE_RADIUS_ALPHA
+def lloyd_radius(chosen: float, clip_norm: float, k: int, d: int) -> float:
+    """The radius r of a relative update (``lloyd-radius``, 0 = α·Δ/k^(1/d) with α =
+    ``RELATIVE_RADIUS_ALPHA``: k balls of radius Δ/k^(1/d) have together the volume of the
+    ball of radius Δ, and α scales that per-cluster radius down), at most Δ."""
+    alpha = RELATIVE_RADIUS_ALPHA
     radius = float(chosen) if chosen > 0 else alpha * clip_norm / k ** (1.0 / d)
     return min(radius, float(clip_norm))
 

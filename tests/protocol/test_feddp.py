@@ -1055,10 +1055,11 @@ def test_relative_lloyds_without_noise_are_the_clipped_central_steps(tmp_path, r
 
 
 def test_without_server_data_the_lloyd_rounds_are_relative_with_the_radius_as_sensitivity():
-    """The default without server data: relative updates with r = 0.5·Δ/k^(1/d) (0.8·Δ/k^(1/d)
-    with server data), which is
-    the Gaussian step's sensitivity in the ledger; the start lies in the cube inscribed in
-    the ball of radius Δ; every ε recomputed from the ledger's events stays within the budget."""
+    """The default without server data: relative updates with r = 0.5·Δ/k^(1/d) (with server
+    data too, Δ then its radius), which is the Gaussian step's sensitivity in the ledger; the
+    Lloyd sums and counts keep the paper's shares, 3 : 1 (central DP); the start lies in the
+    cube inscribed in the ball of radius Δ; every ε recomputed from the ledger's events stays
+    within the budget."""
     import fedcluster
 
     clients, X = _separated_clients()
@@ -1071,12 +1072,14 @@ def test_without_server_data_the_lloyd_rounds_are_relative_with_the_radius_as_se
     lloyd = next(step for step in privacy["steps"] if step["name"] == "lloyd_gaussian")
     assert lloyd["sensitivity"] == pytest.approx(radius)
     assert lloyd["compositions"] == 3 and hand_built_epsilon(privacy["steps"], privacy["delta"]) <= 1.0 + 1e-3
+    shares = privacy["epsilon_shares"]
+    assert shares["lloyd_gaussian"] / shares["lloyd_laplace"] == pytest.approx(3.0)  # not the devices' noise's 2√d : 1
     assert model.result_["init"]["cube_half_width"] == pytest.approx(4.0 / math.sqrt(2))
     with_server = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=2, random_state=0,
                                                run_config={"noise-seed": 1}).fit(clients, server_data=X[::10])
     assert with_server.result_["init"]["method"] == "histogram"  # auto: candidates from the server points
     assert with_server.privacy_["lloyd_update"] == "relative"
-    served_radius = with_server.privacy_["clip_norm"] * 0.8 / 3 ** (1 / 2)  # with server data, FastLloyd's α
+    served_radius = with_server.privacy_["clip_norm"] * 0.5 / 3 ** (1 / 2)  # Δ: the server data's radius
     assert with_server.privacy_["lloyd_radius"] == pytest.approx(served_radius)
     paper = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=2, random_state=0,
                                          run_config={"noise-seed": 1, "init": "feddp"}).fit(clients, server_data=X[::10])
