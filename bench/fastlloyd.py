@@ -42,12 +42,12 @@ Columns, each with its threat model:
 Every ε of ours is its ledger's total at δ (PLD; RDP for the devices' Skellam noise), at most the ε asked
 (checked, printed).
 
-A second table checks the one default these datasets could have steered, the radius of the
-relative Lloyd rounds r = α·Δ/k^(1/d) (ours α = 1/2, FastLloyd's 0.8), on twelve datasets
-outside FastLloyd's seven (``--held-out``: the rest of the battery's sipu and uci sets and
+A second table checks the two defaults these datasets could have steered, the radius of the
+relative Lloyd rounds r = α·Δ/k^(1/d) (ours α = 1/2, FastLloyd's 0.8) and the split of the
+devices' noise between the Lloyd sums and counts, on twelve datasets outside FastLloyd's seven (``--held-out``: the rest of the battery's sipu and uci sets and
 scikit-learn's digits, k = their reference clusters, the same scaling, clients, δ and
 seeds): FastLloyd beside ours with central DP at α = 0.8 and at the default, and ours with
-secure aggregation.
+secure aggregation, its default split of the Lloyd rounds' noise and the paper's shares.
 
 Getting FastLloyd (outside this repository)::
 
@@ -146,7 +146,7 @@ def clients_of(n: int, seed: int, server: bool) -> np.ndarray:
 
 
 def run_ours(task: tuple) -> dict:
-    name, X, k, eps, seed, server, *alpha = task  # server: True (5 % server data), False, or "secure"; alpha: r's factor
+    name, X, k, eps, seed, server, *extra = task  # server: True (5 % server data), False, or "secure"; extra: run config
     quiet_flower()
     warnings.simplefilter("ignore")
     import fedcluster
@@ -157,10 +157,8 @@ def run_ours(task: tuple) -> dict:
     secure = {"secure-aggregation": True, "evaluate-cost": False} if server == "secure" else {}
     # without server data Δ = √d, the bound of the [-1, 1] cube; with it, the server data's radius around its mean
     bound = {} if server is True else {"clip-norm": math.sqrt(d)}
-    if alpha:  # the relative rounds' radius α·Δ/k^(1/d) with another α than the default
-        bound["lloyd-radius"] = alpha[0] * math.sqrt(d) / k ** (1 / d)
     model = fedcluster.DPFederatedKMeans(k, epsilon=eps, delta=delta, random_state=seed,
-                                         run_config={**bound, "noise-seed": seed, **secure})
+                                         run_config={**bound, "noise-seed": seed, **secure, **(extra[0] if extra else {})})
     model.fit([X[owner == 0], X[owner == 1]], server_data=X[owner == -1] if server is True else None)
     privacy = model.privacy_
     return {"cost": kmeans_cost(X, model.cluster_centers_), "epsilon": privacy["epsilon"], "rounds": privacy["lloyd_rounds"],
@@ -285,27 +283,36 @@ def main(argv: list[str] | None = None) -> int:
 
 def radius_check(args: argparse.Namespace) -> None:
     """The held-out table: FastLloyd (when given), ours with central DP at FastLloyd's α and
-    at the default, and ours with secure aggregation, on datasets outside FastLloyd's seven."""
+    at the default, and ours with secure aggregation (default split, and the paper's shares),
+    on datasets outside FastLloyd's seven."""
     from sklearn.cluster import KMeans
 
-    from fedcluster.feddp_kmeans import RELATIVE_RADIUS_ALPHA
+    from fedcluster.feddp_kmeans import RELATIVE_RADIUS_ALPHA, RULE_OF_THUMB
 
     data = {name: (load(name, args.battery), held_out_k(name, args.battery)) for name in args.held_out}
     central = {name: KMeans(k, n_init=10, random_state=0).fit(X).inertia_ for name, (X, k) in data.items()}
     cells = [(name, eps, seed) for name in args.held_out for eps in EPSILONS for seed in args.seeds]
+    def radius(name: str) -> dict[str, float]:  # FastLloyd's α·Δ/k^(1/d), Δ = √d
+        (_, d), k = data[name][0].shape, data[name][1]
+        return {"lloyd-radius": FASTLLOYD_ALPHA * math.sqrt(d) / k ** (1 / d)}
+
+    paper_shares = {"budget-split": ",".join(f"{w:g}" for w in RULE_OF_THUMB["data-point"])}
     columns = {"default": parallel_map(run_ours, [(n, *data[n], e, s, False) for n, e, s in cells], args.jobs),
-               "fastlloyd-alpha": parallel_map(run_ours, [(n, *data[n], e, s, False, FASTLLOYD_ALPHA) for n, e, s in cells],
+               "fastlloyd-alpha": parallel_map(run_ours, [(n, *data[n], e, s, False, radius(n)) for n, e, s in cells],
                                                args.jobs),
-               "secure": parallel_map(run_ours, [(n, *data[n], e, s, "secure") for n, e, s in cells], args.jobs)}
+               "secure": parallel_map(run_ours, [(n, *data[n], e, s, "secure") for n, e, s in cells], args.jobs),
+               "secure-paper": parallel_map(run_ours, [(n, *data[n], e, s, "secure", paper_shares) for n, e, s in cells],
+                                            args.jobs)}
     if args.fastlloyd:
         columns["fastlloyd"] = parallel_map(run_fastlloyd, [(n, data[n][0], data[n][1], e, s, args.fastlloyd,
                                                              args.fastlloyd_python) for n, e, s in cells], args.jobs)
-    over = [c for c, r in zip(cells * 3, columns["default"] + columns["fastlloyd-alpha"] + columns["secure"])
+    over = [c for key in ("default", "fastlloyd-alpha", "secure", "secure-paper") for c, r in zip(cells, columns[key])
             if r["epsilon"] > c[1] * (1 + 1e-9)]
     print(f"## The radius of the relative rounds on {len(args.held_out)} other datasets\n")
     print(f"Ours with central DP (no server data, Δ = √d) at r = α·Δ/k^(1/d) with FastLloyd's α = {FASTLLOYD_ALPHA} and "
-          f"with the default α = {RELATIVE_RADIUS_ALPHA:g}, and with secure aggregation (its defaults, as in the table "
-          f"above); every ε at or below the ε asked: "
+          f"with the default α = {RELATIVE_RADIUS_ALPHA:g}; with secure aggregation (its defaults, as in the table "
+          f"above: the Lloyd rounds' share split 2√d : 1 between sums and counts), and with the paper's shares instead "
+          f"(budget-split {paper_shares['budget-split']}); every ε at or below the ε asked: "
           f"{'yes' if not over else 'NO: ' + repr(over)}. Cost over central k-means', median of seeds "
           f"{', '.join(map(str, args.seeds))}.\n")
     medians = {key: {(n, e): statistics.median(r["cost"] / central[n] for c, r in zip(cells, results) if c[:2] == (n, e))
@@ -316,11 +323,11 @@ def radius_check(args: argparse.Namespace) -> None:
         for eps in EPSILONS:
             row = [f"{name} (n={n}, d={d}, k={k})", eps]
             row += [f"{medians['fastlloyd'][name, eps]:.3f}"] if args.fastlloyd else []
-            row += [f"{medians[key][name, eps]:.3f}" for key in ("fastlloyd-alpha", "default", "secure")]
+            row += [f"{medians[key][name, eps]:.3f}" for key in ("fastlloyd-alpha", "default", "secure", "secure-paper")]
             rows.append(row)
     headers = ["dataset", "ε"] + (["FastLloyd"] if args.fastlloyd else []) + [
         f"ours, central DP, α = {FASTLLOYD_ALPHA}", f"ours, central DP, α = {RELATIVE_RADIUS_ALPHA:g} (default)",
-        "ours, secure aggregation"]
+        "ours, secure aggregation", "ours, secure aggregation, the paper's shares"]
     print(markdown_table(headers, rows))
     print()
 
@@ -328,11 +335,12 @@ def radius_check(args: argparse.Namespace) -> None:
         ratios = [medians[numerator][cell] / medians[denominator][cell] for cell in medians[numerator]]
         return sum(r <= 1 for r in ratios), math.exp(sum(map(math.log, ratios)) / len(ratios))
 
-    pairs = [("default", "fastlloyd-alpha", f"Central DP, α = {RELATIVE_RADIUS_ALPHA:g} against α = {FASTLLOYD_ALPHA}")]
+    pairs = [("default", "fastlloyd-alpha", f"Central DP, α = {RELATIVE_RADIUS_ALPHA:g} against α = {FASTLLOYD_ALPHA}"),
+             ("secure", "secure-paper", "Secure aggregation, 2√d : 1 against the paper's shares")]
     if args.fastlloyd:
         pairs += [(key, "fastlloyd", f"{label} against FastLloyd") for key, label in (
             ("fastlloyd-alpha", f"Central DP, α = {FASTLLOYD_ALPHA}"), ("default", f"Central DP, α = {RELATIVE_RADIUS_ALPHA:g}"),
-            ("secure", "Secure aggregation"))]
+            ("secure", "Secure aggregation"), ("secure-paper", "Secure aggregation with the paper's shares"))]
     for numerator, denominator, label in pairs:
         at_or_below, mean = geometric(numerator, denominator)
         print(f"{label}: at or below in {at_or_below} of {len(medians[numerator])} cells, geometric mean of the ratio "
