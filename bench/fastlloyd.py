@@ -277,11 +277,11 @@ def main(argv: list[str] | None = None) -> int:
                            ratio_series)
             print(f"![ours / FastLloyd per dataset]({link})\n")
         if args.held_out:
-            radius_check(args)
+            held_out_check(args)
     return 0
 
 
-def radius_check(args: argparse.Namespace) -> None:
+def held_out_check(args: argparse.Namespace) -> None:
     """The held-out table: FastLloyd (when given), ours with central DP at FastLloyd's α and
     at the default, and ours with secure aggregation (default split, and the paper's shares),
     on datasets outside FastLloyd's seven."""
@@ -292,6 +292,7 @@ def radius_check(args: argparse.Namespace) -> None:
     data = {name: (load(name, args.battery), held_out_k(name, args.battery)) for name in args.held_out}
     central = {name: KMeans(k, n_init=10, random_state=0).fit(X).inertia_ for name, (X, k) in data.items()}
     cells = [(name, eps, seed) for name in args.held_out for eps in EPSILONS for seed in args.seeds]
+
     def radius(name: str) -> dict[str, float]:  # FastLloyd's α·Δ/k^(1/d), Δ = √d
         (_, d), k = data[name][0].shape, data[name][1]
         return {"lloyd-radius": FASTLLOYD_ALPHA * math.sqrt(d) / k ** (1 / d)}

@@ -395,8 +395,7 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("delta", 1e-6, "δ", allowed=Interval(float, 0, 1, closed="neither")),
     Key("step-epsilons", "", "per-step ε 'e1,e2,...' instead of a target total; their PLD total must not exceed epsilon"),
     Key("budget-split", "", "relative shares of the budget (of ε; of ρ for the devices' noise) 'w1,w2,w3g,w3l' (default: "
-        "the paper's rule of thumb; the devices' noise "
-        "splits the Lloyd rounds' share between sums and counts as 2√d : 1)"),
+        "the paper's rule of thumb; the devices' noise splits the Lloyd rounds' share between sums and counts as 2√d : 1)"),
     Key("init", "auto", "initialization method (auto = histogram without server data, and with it at data-point "
         "level when lloyd-rounds >= 1, its candidates then server points; feddp otherwise)", allowed=StrOptions(("auto",) + INIT_METHODS)),
     SERVER_DATA,
@@ -722,8 +721,7 @@ def lloyd_radius(chosen: float, clip_norm: float, k: int, d: int) -> float:
     """The radius r of a relative update (``lloyd-radius``, 0 = α·Δ/k^(1/d) with α =
     ``RELATIVE_RADIUS_ALPHA``: k balls of radius Δ/k^(1/d) have together the volume of the
     ball of radius Δ, and α scales that per-cluster radius down), at most Δ."""
-    alpha = RELATIVE_RADIUS_ALPHA
-    radius = float(chosen) if chosen > 0 else alpha * clip_norm / k ** (1.0 / d)
+    radius = float(chosen) if chosen > 0 else RELATIVE_RADIUS_ALPHA * clip_norm / k ** (1.0 / d)
     return min(radius, float(clip_norm))
 
 
