@@ -44,10 +44,11 @@ Every ε of ours is its ledger's total at δ (PLD; RDP for the devices' Skellam 
 
 A second table checks the two defaults these datasets could have steered, the radius of the
 relative Lloyd rounds r = α·Δ/k^(1/d) (ours α = 1/2, FastLloyd's 0.8) and the split of the
-devices' noise between the Lloyd sums and counts, on twelve datasets outside FastLloyd's seven (``--held-out``: the rest of the battery's sipu and uci sets and
-scikit-learn's digits, k = their reference clusters, the same scaling, clients, δ and
-seeds): FastLloyd beside ours with central DP at α = 0.8 and at the default, and ours with
-secure aggregation, its default split of the Lloyd rounds' noise and the paper's shares.
+devices' noise between the Lloyd sums and counts, on twelve datasets outside FastLloyd's
+seven (``--held-out``: the rest of the battery's sipu and uci sets and scikit-learn's
+digits, k = their reference clusters, the same scaling, clients, δ and seeds): FastLloyd
+beside ours with central DP at α = 0.8 and at the default, and ours with secure
+aggregation, its default split of the Lloyd rounds' noise and the paper's shares.
 
 Getting FastLloyd (outside this repository)::
 
@@ -309,7 +310,7 @@ def held_out_check(args: argparse.Namespace) -> None:
                                                              args.fastlloyd_python) for n, e, s in cells], args.jobs)
     over = [c for key in ("default", "fastlloyd-alpha", "secure", "secure-paper") for c, r in zip(cells, columns[key])
             if r["epsilon"] > c[1] * (1 + 1e-9)]
-    print(f"## The radius of the relative rounds on {len(args.held_out)} other datasets\n")
+    print(f"## The relative rounds' radius and the devices' noise split on {len(args.held_out)} other datasets\n")
     print(f"Ours with central DP (no server data, Δ = √d) at r = α·Δ/k^(1/d) with FastLloyd's α = {FASTLLOYD_ALPHA} and "
           f"with the default α = {RELATIVE_RADIUS_ALPHA:g}; with secure aggregation (its defaults, as in the table "
           f"above: the Lloyd rounds' share split 2√d : 1 between sums and counts), and with the paper's shares instead "
