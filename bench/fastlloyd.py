@@ -91,7 +91,7 @@ DATASETS = {
     "iris": ("iris", 3), "wine": ("wine", 3), "breast": ("breast", 2), "lsun": ("fcps/lsun", 3),
     "yeast": ("uci/yeast", 10), "s1": ("sipu/s1", 15), "birch2": ("sipu/birch2", 100),
 }
-# held-out datasets for the radius check: battery name (or scikit-learn's digits)
+# held-out datasets for the check of the relative rounds' radius and the devices' noise split: battery name (or digits)
 HELD_OUT = ("sipu/a1", "sipu/a2", "sipu/aggregation", "sipu/d31", "sipu/r15", "sipu/s2", "sipu/unbalance", "uci/ecoli",
             "uci/glass", "uci/ionosphere", "uci/statlog", "digits")
 FASTLLOYD_ALPHA = 0.8  # FastLloyd's radius factor (bench/peers/fastlloyd_run.py sets it as its experiments do)
@@ -147,7 +147,7 @@ def clients_of(n: int, seed: int, server: bool) -> np.ndarray:
 
 
 def run_ours(task: tuple) -> dict:
-    name, X, k, eps, seed, server, *extra = task  # server: True (5 % server data), False, or "secure"; extra: run config
+    name, X, k, eps, seed, server, overrides = task  # server: True (5 % server data), False, or "secure"; overrides: run config
     quiet_flower()
     warnings.simplefilter("ignore")
     import fedcluster
@@ -159,7 +159,7 @@ def run_ours(task: tuple) -> dict:
     # without server data Δ = √d, the bound of the [-1, 1] cube; with it, the server data's radius around its mean
     bound = {} if server is True else {"clip-norm": math.sqrt(d)}
     model = fedcluster.DPFederatedKMeans(k, epsilon=eps, delta=delta, random_state=seed,
-                                         run_config={**bound, "noise-seed": seed, **secure, **(extra[0] if extra else {})})
+                                         run_config={**bound, "noise-seed": seed, **secure, **overrides})
     model.fit([X[owner == 0], X[owner == 1]], server_data=X[owner == -1] if server is True else None)
     privacy = model.privacy_
     return {"cost": kmeans_cost(X, model.cluster_centers_), "epsilon": privacy["epsilon"], "rounds": privacy["lloyd_rounds"],
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="FastLloyd needs seeds >= 1")
     parser.add_argument("--held-out", nargs="*", choices=list(HELD_OUT), default=list(HELD_OUT),
-                        help="datasets outside FastLloyd's seven for the radius check (none: skip it)")
+                        help="datasets outside FastLloyd's seven for the radius and noise-split check (none: skip it)")
     parser.add_argument("--jobs", type=int, default=default_jobs())
     args = parser.parse_args(argv)
     if args.quick:
@@ -217,9 +217,9 @@ def main(argv: list[str] | None = None) -> int:
 
         central = {name: KMeans(DATASETS[name][1], n_init=10, random_state=0).fit(X).inertia_ for name, X in data.items()}
         cells = [(name, eps, seed) for name in args.datasets for eps in EPSILONS for seed in args.seeds]
-        ours = parallel_map(run_ours, [(n, data[n], DATASETS[n][1], e, s, False) for n, e, s in cells], args.jobs)
-        served = parallel_map(run_ours, [(n, data[n], DATASETS[n][1], e, s, True) for n, e, s in cells], args.jobs)
-        secured = parallel_map(run_ours, [(n, data[n], DATASETS[n][1], e, s, "secure") for n, e, s in cells], args.jobs)
+        ours = parallel_map(run_ours, [(n, data[n], DATASETS[n][1], e, s, False, {}) for n, e, s in cells], args.jobs)
+        served = parallel_map(run_ours, [(n, data[n], DATASETS[n][1], e, s, True, {}) for n, e, s in cells], args.jobs)
+        secured = parallel_map(run_ours, [(n, data[n], DATASETS[n][1], e, s, "secure", {}) for n, e, s in cells], args.jobs)
         theirs = (parallel_map(run_fastlloyd, [(n, data[n], DATASETS[n][1], e, s, args.fastlloyd, args.fastlloyd_python)
                                                for n, e, s in cells], args.jobs) if args.fastlloyd else None)
         over = [(c, r["epsilon"]) for c, r in zip(cells * 3, ours + served + secured) if r["epsilon"] > c[1] * (1 + 1e-9)]
@@ -299,10 +299,10 @@ def held_out_check(args: argparse.Namespace) -> None:
         return {"lloyd-radius": FASTLLOYD_ALPHA * math.sqrt(d) / k ** (1 / d)}
 
     paper_shares = {"budget-split": ",".join(f"{w:g}" for w in RULE_OF_THUMB["data-point"])}
-    columns = {"default": parallel_map(run_ours, [(n, *data[n], e, s, False) for n, e, s in cells], args.jobs),
+    columns = {"default": parallel_map(run_ours, [(n, *data[n], e, s, False, {}) for n, e, s in cells], args.jobs),
                "fastlloyd-alpha": parallel_map(run_ours, [(n, *data[n], e, s, False, radius(n)) for n, e, s in cells],
                                                args.jobs),
-               "secure": parallel_map(run_ours, [(n, *data[n], e, s, "secure") for n, e, s in cells], args.jobs),
+               "secure": parallel_map(run_ours, [(n, *data[n], e, s, "secure", {}) for n, e, s in cells], args.jobs),
                "secure-paper": parallel_map(run_ours, [(n, *data[n], e, s, "secure", paper_shares) for n, e, s in cells],
                                             args.jobs)}
     if args.fastlloyd:
