@@ -150,7 +150,8 @@ FEDERATION = Section("federation", (
     Key("min-reply-fraction", 0.5, "fewest valid replies a phase needs, as a share of those sent", allowed=Interval(float, 0, 1)),
     Key("max-missed-phases", 3, "a node that sent no reply in this many consecutive phases leaves the run", allowed=Interval(int, 1, 10**6)),
     Key("output-dir", "", "results folder (default outputs/<time>-<algorithm>)"),
-    Key("overwrite", False, "replace a result already in output-dir (default: write to a fresh run-N sub-folder)"),
+    Key("overwrite", False, "replace the run of fedcluster in output-dir: a finished one's result, or an unfinished one (its privacy ledger is kept and counted)"),
+    Key("resume", False, "continue the unfinished run in output-dir after its SuperLink or ServerApp stopped: the rounds it completed are replayed from its journal, no device is asked again and no privacy budget is spent again"),
     Key("reference", True, "also compute the pooled central k-means reference (generated data)"),
 ))
 

@@ -234,10 +234,25 @@ def list_client_files(data_dir: str | os.PathLike, pattern: str = "*.npy") -> li
         raise DataError(f"data directory {directory} does not exist")
     if not directory.is_dir():
         raise DataError(f"data directory {directory} is not a directory")
+    refuse_run_folder(directory)
     files = [path for path in directory.glob(pattern) if path.is_file()]
     if not files:
         raise DataError(f"data directory {directory} has no file matching {pattern!r}{_folder_hint(directory, pattern)}")
     return sorted(files, key=lambda path: (_natural_key(path), str(path)))
+
+
+# The file that marks a folder as a run's results folder (server_app.run_folder).
+RUN_MARKER = "fedcluster-run.json"
+
+
+def refuse_run_folder(directory: str | os.PathLike) -> None:
+    """A folder that holds a run's results is never read as client data: its arrays
+    (``centers.npy``, ...) would join the federation as devices."""
+    directory = Path(directory)
+    for name in (RUN_MARKER, "result.json"):
+        if (directory / name).is_file():
+            raise DataError(f"{directory} holds the results of a fedcluster run ({name}), not a client's data: "
+                            f"point the data at the clients' own files")
 
 
 # The dataset that reads a folder of client files, by the pattern that lists them.

@@ -41,6 +41,7 @@ def device_data(run_config: dict[str, Any], node_config: dict[str, Any]) -> Devi
     """Load THIS device's data (see the module docstring)."""
     path = str(node_config.get("data-path", "") or "")
     if path:
+        data.refuse_run_folder(Path(path).expanduser().parent)
         return load_path(path, run_config)
     if "partition-id" not in node_config or "num-partitions" not in node_config:
         raise data.DataError(

@@ -295,6 +295,13 @@ TASKS: dict[str, Task] = {
             used_by=("fedkmeans", "feddp-kmeans", "da-ufl"),
         ),
         Task(
+            "identify", "query",
+            "nothing of its data: only the partition every reply states (a resumed run matches the nodes connected now "
+            "to its own by it)",
+            metrics=(),
+            used_by=("fedkmeans", "kfed", "feddp-kmeans", "da-ufl", "fedspectral", "fedspectral-plus"),
+        ),
+        Task(
             "lloyd_stats", "query", "per-cluster sums, counts and cost of the given centers",
             request=(_CENTERS,),
             reply=(

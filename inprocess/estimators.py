@@ -138,7 +138,7 @@ class _InProcess(ClusterMixin, BaseEstimator):
             config.update({"dataset": dataset, "data-dir": str(folder), "output-dir": str(output)})
             config.setdefault("reference", False)
             with _run_log(self.verbose):
-                result = run(config, num_nodes=len(writers), labels=labels)
+                result = run(config, num_nodes=len(writers), labels=labels, journal=False)
             arrays = {name: np.load(Path(result["output_dir"]) / f"{name}.npy") for name in load}
         self.result_ = {key: value for key, value in result.items() if key != "labels"}
         for text in result.get("warnings", []):  # what the run's own numbers said, where a notebook shows it

@@ -26,6 +26,7 @@ def run(
     labels: bool = False,
     node_ids: list[int] | None = None,
     availability: Availability | None = None,
+    journal: bool = True,
 ) -> dict[str, Any]:
     """Run the configured algorithm over ``num_nodes`` in-process nodes; return result.json.
 
@@ -37,6 +38,8 @@ def run(
     random per run, and the result does not depend on them). ``availability``: which nodes
     are connected in each round trip (:class:`inprocess.availability.Availability`: offline
     at random, leaving for good, joining late); by default every node, always.
+    ``journal``: keep the run's journal in its folder, so that ``resume = true`` can
+    continue it (False: a run nobody will resume, as an estimator's).
     """
     from client_app.app import app as client_app
     from server_app.algorithms import validated_config
@@ -51,7 +54,7 @@ def run(
                          availability=availability)
     # the server starts with the nodes connected at the start; the others join when they come
     config = config.replace(min_nodes=config.min_nodes or len(list(grid.get_node_ids())))
-    result = run_algorithm(grid, config)
+    result = run_algorithm(grid, config, journal=journal)
     if labels:
         result["labels"] = node_labels(result, node_configs)
     return result

@@ -16,11 +16,22 @@ from fedcluster.central import central_reference
 app = ServerApp()
 
 
-def run_algorithm(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
-    """Run the configured algorithm on ``grid``; return the result dict (also on disk)."""
+def run_algorithm(grid: Grid, run_config: dict[str, Any], journal: bool = True) -> dict[str, Any]:
+    """Run the configured algorithm on ``grid``; return the result dict (also on disk).
+    ``journal=False``: keep no journal (a run nobody will resume: an estimator's)."""
     config = validated_config(run_config)
     strategy = strategy_for(config["algorithm"])(grid, config)
-    strategy.prepare_output()  # a bad results folder stops the run before any node is waited for
+    strategy.prepare_output(journal)  # a bad results folder stops the run before any node is waited for
+    failed = True
+    try:
+        result = _run(strategy, config)
+        failed = False
+        return result
+    finally:
+        strategy.close_output(failed)
+
+
+def _run(strategy: Any, config: Any) -> dict[str, Any]:
     strategy.wait_for_nodes()
     strategy.check_data_coverage()
     outcome = strategy.run()

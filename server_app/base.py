@@ -31,9 +31,11 @@ from fedcluster.config import RunConfig
 from fedcluster.point_tasks import majority_value
 from fedcluster.scaling import Scaling
 
+from .journal import Journal
 from .membership import Membership
 from .messages import FederationError, Reply, sum_arrays, sum_metric  # noqa: F401 (the strategies' imports)
 from .results import Results
+from .run_folder import RunFolder
 from .transport import Transport
 
 
@@ -81,7 +83,19 @@ class FederatedStrategy(Membership, Transport, Results):
         self.bytes_down = 0
         self._current_round: dict[str, Any] | None = None
         self.scaling: Scaling | None = None  # standardize: set by the data summary (survey)
+        self.folder: RunFolder | None = None  # the run's folder (prepare_output)
+        self.journal = Journal(None)  # its exchanges with the nodes (none until prepare_output)
+        self.resumes: list[dict[str, Any]] = []  # where a resumed run went live again (server_app.resume)
         self._started = time.perf_counter()
+
+    def server_random(self, purpose: str) -> np.random.Generator:
+        """The server's own randomness for ``purpose`` that must not follow from the run
+        seed (a public number), one stream per purpose for the whole run: from the run
+        folder's secret, so a resumed run draws the same (:class:`RunFolder.generator`)."""
+        streams = self.__dict__.setdefault("_server_random", {})
+        if purpose not in streams:
+            streams[purpose] = self.folder.generator(purpose) if self.folder is not None else np.random.default_rng()
+        return streams[purpose]
 
     def warn(self, text: str) -> None:
         """Say it in the log and keep it in result.json (``warnings``)."""

@@ -12,8 +12,7 @@ phases, in the order this strategy runs them::
     FedDP-Lloyds (T = lloyd-rounds): clients get C; send sums and counts;  C ← S̃ / Ñ
 
 Other starts (``init``): ``histogram`` (the devices' noisy counts of their nearest candidates),
-``server-kmeans++``, ``server-lloyds``, ``sphere-packing``. The math lives in
-``fedcluster/feddp_kmeans.py`` and ``fedcluster/privacy/``; docs/guide/feddp-kmeans.md.
+``server-kmeans++``, ``server-lloyds``, ``sphere-packing``. The math: ``fedcluster/feddp_kmeans.py``, ``fedcluster/privacy/``.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
     Run-config parameters: ``fedcluster.feddp_kmeans.KEYS`` (docs/reference.md)."""
 
     name = "feddp-kmeans"
+    private = True  # refuses to start while the same job is unfinished beside it (server_app.run_folder)
     exclude_invalid = True  # a device that broke a bound is asked for nothing else, its evaluation included
 
     def run(self) -> dict[str, Any]:
@@ -86,8 +86,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
             self.bounds = feddp_kmeans.secure_bounds(self.bounds, self.secure_points, self.radius or self.clip_norm, k, self.dimension)
         self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg.clip_outer)
         self.plan = self.privacy_plan()
-        seed = cfg.noise_seed
-        streams = fedcluster.privacy.independent_generators(seed if seed >= 0 else None, len(feddp_kmeans.STEPS) + 1)
+        streams = fedcluster.privacy.independent_generators(self.noise_seed(), len(feddp_kmeans.STEPS) + 1)
         self.mechanisms = {name: step.mechanism_instance(streams[feddp_kmeans.STEPS[name][1]]) for name, step in self.plan.items()}
         self.sampling_rng = streams[feddp_kmeans.SAMPLING_STREAM]
         self.ledger = self.new_ledger()
@@ -237,6 +236,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         half_width = self.clip_norm / math.sqrt(self.dimension)
         candidates = feddp_kmeans.histogram_candidates(k, self.dimension, half_width, self.rng, self.server)
         request = {"candidates": candidates} if self.origin is None else {"candidates": candidates, "origin": self.origin}
+        self.devices_release("feddp_candidates", "step2")
         total, devices = self.summed("feddp_candidates", self.participants(), request, self.client_config(laplace="step2"),
                                {"s": candidates.shape[0]}, self.check_histogram, "init-histogram", {"histogram": self.secure_points},
                                self.device_noise("step2"))
@@ -278,6 +278,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
                 config["radius"] = self.radius
             request = {"centers": centers} if self.origin is None else {"centers": centers, "origin": self.origin}
             ranges = feddp_kmeans.secure_ranges(self.secure_points, self.radius or self.clip_norm)
+            self.devices_release("feddp_lloyd", "lloyd_gaussian", "lloyd_laplace")
             total, replies = self.summed("feddp_lloyd", self.participants(), request, config, {"k": k}, self.check_lloyd, "lloyd",
                                          ranges, self.device_noise("lloyd_gaussian", "lloyd_laplace"))
             if total is None:  # a secure sum no honest devices could give: this round's update is skipped

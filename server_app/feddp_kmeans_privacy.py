@@ -5,6 +5,7 @@ reports and what it does not cover. A mixin of :class:`server_app.feddp_kmeans.F
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 
 import fedcluster.privacy
+import fedcluster.protocol
 from fedcluster import feddp_kmeans
 from fedcluster.config import number_list
 
@@ -71,9 +73,41 @@ class FedDPPrivacy:
             config["clip-l1"] = self.bounds[laplace]
         return config
 
+    def noise_seed(self) -> int | np.random.SeedSequence:
+        """``noise-seed``; by default (-1) a seed drawn from the run folder's secret: unknown
+        outside the folder, the same in a resumed run, so the releases it repeats are the
+        same values (server_app.run_folder)."""
+        if self.config.noise_seed >= 0:
+            return self.config.noise_seed
+        return np.random.SeedSequence(list(self.server_random("noise").integers(2**32, size=8)))
+
     def noisy(self, name: str, value: np.ndarray) -> np.ndarray:
-        """``value`` + the noise of step ``name`` (its own mechanism and stream)."""
-        return self.mechanisms[name].add(value)
+        """``value`` + the noise of step ``name`` (its own mechanism and stream), entered in
+        the folder's privacy ledger before it can leave the server
+        (:class:`server_app.run_folder.ReleaseLog`; with the devices' noise the release was
+        entered before they were asked: :meth:`devices_release`)."""
+        mechanism = self.mechanisms[name]
+        released = mechanism.add(value)
+        if not self.distributed:
+            step = self.plan[name]
+            self.folder.releases.release(name, {
+                "mechanism": mechanism.name, "scale": mechanism.scale, "sensitivity": mechanism.sensitivity,
+                "sampling_rate": step.sampling_rate, "delta": self.config.delta if step.mechanism != "laplace" else None,
+            }, released)
+        return released
+
+    def devices_release(self, task: str, *names: str) -> None:
+        """The devices are about to be asked for a sum of ``task`` they add their noise to:
+        entered in the folder's privacy ledger first — unless the journal replays the round
+        trip that asks them (they are not asked again), when the ledger already has it."""
+        if not self.distributed:
+            return
+        replayed = self.journal.ahead(fedcluster.protocol.task(fedcluster.protocol.secure_name(task)).message_type)
+        for name in names:
+            if replayed and self.folder.releases.matches_replay(name):
+                continue
+            release = self.plan[name].release
+            self.folder.releases.release(name, {"mechanism": "skellam", **dataclasses.asdict(release), "compositions": 1}, None)
 
     def new_ledger(self):
         if self.distributed:
@@ -147,6 +181,16 @@ class FedDPPrivacy:
             "not_covered": self.not_covered(),
             "secure_aggregation": self.secagg_record() if self.secure else None,
         })
+        extra = self.folder.releases.extra() if self.folder is not None else []
+        if extra:  # releases from this folder the run's own ledger does not count: they are spent all the same
+            with_them = epsilon_with(self.ledger, extra, delta)
+            report["releases_beyond_this_run"] = {
+                "count": len(extra), "epsilon_with_them": with_them,
+                "why": "an unfinished or earlier run in this folder released them (privacy-ledger.jsonl), or the devices "
+                       "added their noise again after a resume",
+            }
+            self.warn(f"this folder's privacy ledger holds {len(extra)} release(s) beyond this run's: epsilon over "
+                      f"everything released from it is {with_them:.4g} (this run's alone: {report['epsilon']})")
         return report
 
     # ------------------------------------------------------------------ reply checks
@@ -174,3 +218,38 @@ class FedDPPrivacy:
         per_point = self.clip_norm if self.radius is None else self.radius  # a relative update's displacements
         return feddp_kmeans.lloyd_violation(reply.arrays["sums"], reply.arrays["counts"], self.usable(reply), self.level,
                                    per_point, self.bounds["lloyd_gaussian"], self.bounds["lloyd_laplace"])
+
+
+def epsilon_with(ledger: Any, entries: list[dict[str, Any]], delta: float) -> float:
+    """ε at ``delta`` of a run's ``ledger`` composed with further releases from its folder's
+    privacy ledger (:class:`server_app.run_folder.ReleaseLog` entries): the run's own
+    accountant where they are of its kind (composed exactly), the two totals added where
+    not (basic composition: an upper bound)."""
+    from fedcluster.privacy import skellam
+
+    central = [e for e in entries if e.get("mechanism") in fedcluster.privacy.MECHANISMS]
+    devices = [e for e in entries if e.get("mechanism") == "skellam"]
+    releases = [skellam.SkellamRelease(**{f.name: e[f.name] for f in dataclasses.fields(skellam.SkellamRelease)})
+                for e in devices]
+    if isinstance(ledger, skellam.SkellamLedger):
+        total = skellam.epsilon([*ledger.releases, *releases], delta)
+        rest = _central_epsilon(central, delta)
+    else:
+        combined = fedcluster.privacy.PrivacyLedger(ledger.level)
+        combined.steps = list(ledger.steps)
+        for e in central:
+            _record(combined, e)
+        total, rest = combined.epsilon(delta), skellam.epsilon(releases, delta)
+    return float(total + rest)
+
+
+def _central_epsilon(entries: list[dict[str, Any]], delta: float) -> float:
+    ledger = fedcluster.privacy.PrivacyLedger("data-point")
+    for e in entries:
+        _record(ledger, e)
+    return ledger.epsilon(delta)
+
+
+def _record(ledger: Any, entry: dict[str, Any]) -> None:
+    mechanism = fedcluster.privacy.MECHANISMS[entry["mechanism"]](entry["scale"], entry["sensitivity"])
+    ledger.record(entry.get("step", ""), mechanism, sampling_rate=entry.get("sampling_rate"), delta=entry.get("delta"))

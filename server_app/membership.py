@@ -16,6 +16,7 @@ from fedcluster import protocol
 from fedcluster.data import list_client_files
 
 from .messages import FederationError, Reply
+from .resume import match_nodes
 
 
 class Membership:
@@ -24,6 +25,10 @@ class Membership:
     def wait_for_nodes(self) -> list[int]:
         """Wait until ``min-nodes`` nodes are connected (or, when 0, until the count has
         been stable for ``node-settle-s`` seconds), at most ``node-wait-s`` seconds."""
+        if self.journal.replaying:  # a resumed run: the nodes its first attempt started with
+            self.nodes = self.journal.node_ids(lambda: ())
+            log(INFO, "[fedcluster] resuming %s: %d node(s) at the start, replayed", self.name, len(self.nodes))
+            return self.nodes
         expected = self.config.min_nodes
         deadline = time.monotonic() + self.config.node_wait_s
         settle = self.config.node_settle_s
@@ -51,7 +56,7 @@ class Membership:
                     )
                 break
             time.sleep(0.2 if expected > 0 else min(0.2, settle / 4 + 1e-3))
-        self.nodes = ids
+        self.nodes = self.journal.node_ids(lambda: ids)
         log(INFO, "[fedcluster] starting %s with %d node(s)", self.name, len(ids))
         return ids
 
@@ -207,8 +212,15 @@ class Membership:
         """The nodes the grid lists as connected, asked once per round trip (in a deployment
         each question is a call to the SuperLink): newcomers, sampling and sending share it."""
         if self._connected_at is None or self._connected_at[0] != self.round_trips:
-            self._connected_at = (self.round_trips, {int(node) for node in self.grid.get_node_ids()})
+            self._connected_at = (self.round_trips, set(self.journal.node_ids(self.live_node_ids)))
         return self._connected_at[1]
+
+    def live_node_ids(self) -> list[int]:
+        """The grid's connected nodes now (its ids; a resumed run first matches them to its
+        own: :func:`server_app.resume.match_nodes`)."""
+        if self.journal.needs_mapping:
+            match_nodes(self)
+        return [int(node) for node in self.grid.get_node_ids()]
 
     def leave_out_away(self, requests: tuple[dict[str, Any], ...]) -> tuple[list[dict[str, Any]], list[list[int]]]:
         """The broadcast requests with their nodes that are away left out, and those nodes."""

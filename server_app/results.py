@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
-from datetime import datetime, timezone
-from logging import INFO, WARNING
+from logging import INFO
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from flwr.common.logger import log
 
-
-from .messages import FederationError
+from .journal import Journal
+from .run_folder import RunFolder
 
 
 # Result arrays that are points of the data space (written back in the original units by a
@@ -25,7 +23,10 @@ IN_DATA_SPACE = frozenset({"centers", "init_centers", "last_centers", "device_ce
 
 
 class Results:
-    """Round records and the run's output (state: ``rounds``, ``phases``, ``warnings``, bytes)."""
+    """Round records and the run's output (state: ``rounds``, ``phases``, ``warnings``, bytes,
+    ``folder``, ``journal``)."""
+
+    private = False  # a private run refuses to start while the same job stands unfinished beside it
 
     def begin_round(self, number: int) -> None:
         self._current_round = {
@@ -49,45 +50,30 @@ class Results:
         self._current_round = None
         return record
 
-    def prepare_output(self) -> Path:
-        """Choose and check the results folder before any node is waited for: a file, a
-        folder inside the data folder, or an unwritable one stops the run here; a folder
-        that already holds a result gets a fresh ``run-N`` sub-folder unless ``overwrite``."""
-        configured = self.config.output_dir
-        if configured:
-            path = Path(configured).expanduser().resolve()
-        else:
-            stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
-            root = Path(os.environ.get("FEDCLUSTER_OUTPUT_ROOT", "outputs"))
-            path = (root / f"{stamp}-{self.config['algorithm']}").resolve()
-        if path.exists() and not path.is_dir():
-            raise FederationError(f"output-dir {path} is a file, not a folder: choose another output-dir")
-        data_dir = self.config.data_dir
-        if data_dir:
-            data = Path(data_dir).expanduser().resolve()
-            if path == data or data in path.parents:
-                raise FederationError(
-                    f"output-dir {path} lies inside the data folder {data}: results there could be "
-                    f"read as client data next time; choose another output-dir"
-                )
-        if (path / "result.json").exists() and not self.config.overwrite:
-            number = 2
-            while (path / f"run-{number}").exists():
-                number += 1
-            log(WARNING, "[fedcluster] %s already holds a result: writing to run-%d inside it (overwrite=true to replace)", path, number)
-            path = path / f"run-{number}"
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            probe = path / ".fedcluster-write-test"
-            probe.write_text("")
-            probe.unlink()
-        except OSError as exc:
-            raise FederationError(f"output-dir {path} cannot be written: {exc}") from None
-        self._output = path
-        return path
+    def prepare_output(self, journal: bool = True) -> Path:
+        """Take the run's folder before any node is waited for (:class:`RunFolder`: a new
+        or empty folder, or a run of fedcluster to resume or replace; anything else stops
+        the run here) and open its journal (``journal=False``: none, for a run nobody can
+        resume: an estimator's temporary one)."""
+        self.folder = RunFolder.open(self.config, private=self.private)
+        self.journal = Journal(self.folder.path if journal else None, resume=self.folder.resumed)
+        if self.folder.resumed:
+            log(INFO, "[fedcluster] resuming the run in %s", self.folder.path)
+        log(INFO, "[fedcluster] results folder: %s", self.folder.path)
+        return self.folder.path
 
     def output_dir(self) -> Path:
-        return getattr(self, "_output", None) or self.prepare_output()
+        return self.folder.path if self.folder is not None else self.prepare_output()
+
+    def close_output(self, failed: bool = False) -> None:
+        """Release the folder. A run that stopped before its result stays unfinished there
+        (``resume = true`` continues it) — unless no node had answered and nothing private
+        was released: then there is nothing to continue, and the folder is left as found."""
+        self.journal.close()
+        if self.folder is not None:
+            if failed and not self.journal.answers and not self.folder.releases.lines:
+                self.folder.forget()
+            self.folder.close()
 
     def write_result(self, outcome: dict[str, Any]) -> dict[str, Any]:
         out = self.output_dir()
@@ -99,7 +85,6 @@ class Results:
             arrays = {name: self.scaling.undo(value) if name in IN_DATA_SPACE else value for name, value in arrays.items()}
             outcome["standardize"] = {**self.scaling.record(), "how": "x -> (x - mean) / scale per feature; centers "
                                       "written in the original units, costs and nearest centers in the standardized ones"}
-        self._remove_earlier_result(out)
         for name, value in arrays.items():
             np.save(out / f"{name}.npy", np.asarray(value))
         result = {
@@ -122,35 +107,16 @@ class Results:
             "output_dir": str(out),
             "files": sorted(f"{name}.npy" for name in arrays),
         }
+        if self.resumes:
+            result["resumed"] = self.resumes
         tmp = out / "result.json.tmp"
         tmp.write_text(json.dumps(result, indent=2, default=_jsonable))
         tmp.replace(out / "result.json")
+        self.journal.discard()
+        self.folder.finish()
         log(INFO, "[fedcluster] result written to %s", out)
         return result
 
-
-    @staticmethod
-    def _remove_earlier_result(out: Path) -> None:
-        """``overwrite``: the arrays the earlier run in ``out`` wrote (its result.json
-        ``files``) are removed, and only those: plain ``.npy`` files directly in ``out``, so
-        no earlier result is left beside the new one and nothing else is touched."""
-        earlier = out / "result.json"
-        if not earlier.is_file():
-            return
-        try:
-            files = json.loads(earlier.read_text()).get("files", [])
-        except (OSError, ValueError, AttributeError):
-            log(WARNING, "[fedcluster] %s is unreadable: none of its files removed before overwriting it", earlier)
-            return
-        removed = []
-        for name in files if isinstance(files, list) else []:
-            if isinstance(name, str) and name.endswith(".npy") and Path(name).name == name:
-                target = out / name
-                if target.is_file() and not target.is_symlink():
-                    target.unlink()
-                    removed.append(name)
-        if removed:
-            log(INFO, "[fedcluster] overwrite: removed the earlier run's %s", ", ".join(sorted(removed)))
 
 
 def _jsonable(value: Any) -> Any:

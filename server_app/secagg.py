@@ -94,8 +94,9 @@ class SecureAggregation:
                        sizes: dict[str, int], phase: str, ranges: dict[str, float],
                        noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], list[int]] | set[int]:
         session = self.secagg_session
-        if session is None or session.used == session.sums or session.short({session.position[n] for n in nodes
-                                                                              if n in session.members}):
+        if session is None or session.used == session.sums or self.journal.lost(session.opened_at) \
+                or session.short({session.position[n] for n in nodes if n in session.members}):
+            # (a session opened before a resumed run went live is gone from the devices: a new one)
             session = self.secagg_open(nodes, phase, session.floor if session else 0)
         nodes = [node for node in nodes if node in session.members]  # a device whose keys failed sits the session out
         session.used += 1
@@ -127,6 +128,11 @@ class SecureAggregation:
             return out
         total = secagg.masked_total((r.arrays for r in replies), ranges)
         alive, in_sum = [position[r.node_id] for r in replies], [r.node_id for r in replies]
+        if self.journal.lost(session.opened_at):  # a resumed run: the devices no longer hold this session's seeds
+            log(WARNING, "[fedcluster] %s: the run was resumed between masking and unmasking; the sum is set up "
+                "again in a new session (the masked one was never unmasked)", phase)
+            self.secagg_again(session, in_sum, phase, "after the resume")
+            return set()
         dropped = sorted(asked - set(alive))
         if session.short(alive, dropped) or not secagg.connected(alive, session.graph):
             # some masks could not come off, or each part of the graph would come out on its own: never unmasked
@@ -205,7 +211,7 @@ class SecureAggregation:
         replies = secagg.unique_keys(replies, lambda r: (bytes(r.arrays["pk1"].tobytes()), bytes(r.arrays["pk2"].tobytes())))
         keys = {position[r.node_id]: (r.arrays["pk1"], r.arrays["pk2"]) for r in replies}
         order = [position[r.node_id] for r in replies]
-        ring = secagg.neighbourhoods(len(order), neighbours, np.random.default_rng())  # OS entropy
+        ring = secagg.neighbourhoods(len(order), neighbours, self.server_random("secagg-ring"))  # the run's secret: unknown outside, the same on resume
         graph = {order[i - 1]: {order[j - 1] for j in others} for i, others in ring.items()}  # among those whose keys came
         near = {p: [q for q in order if q == p or q in graph[p]] for p in order}  # each device's neighbourhood, itself in it
 
@@ -232,7 +238,7 @@ class SecureAggregation:
                     inbox[int(destination)].append((position[r.node_id], row))
         pk1 = {p: secagg.split_keys(bytes(keys[p][0].tobytes()), sums) for p in shared}
         session = Session(self.secagg_sessions, {n for n in nodes if position[n] in shared}, position, t, sums, shared,
-                          pk1, inbox, graph, share_t, floor=floor)
+                          pk1, inbox, graph, share_t, floor=floor, opened_at=self.journal.position)
         self.secagg_history = (*self.secagg_history, session)
         self.secagg_session = session
         return session
@@ -258,6 +264,7 @@ class Session:
     used: int = 0
     floor: int = 0  # a session set up again (refused shares, dropouts): the threshold of the first one
     delivered: set[int] = field(default_factory=set)  # positions whose masked reply came (the shares reached them)
+    opened_at: int = 0  # the journal's exchanges when it opened (server_app.journal: before a resume went live, gone)
 
     def short(self, alive, dropped=()) -> bool:
         """Whether a sum over ``alive`` (positions) cannot be unmasked: fewer than the

@@ -18,18 +18,10 @@ from fedcluster import bounds, protocol
 from fedcluster.wire import array_numpy
 
 from .messages import FederationError, Incoming, Inconsistent, Reply, ReplySpec, bundle_message, incoming, part_key, payload_bytes, to_array_record
-
-# Pause between two pulls of a broadcast's pending replies: Flower's own pause (the
-# in-memory grid's `pull_interval`) when the last pull brought nothing; a shorter one while
-# replies are arriving. A message and its reply leave the SuperLink's store only when the
-# reply is pulled, and Flower's simulation engine rescans that whole store for every node,
-# so replies left waiting slow down the delivery of the others (bench/flwr_scale.py).
-PULL_PAUSE_S = 0.1
-PULL_AGAIN_S = 0.05
-
+from .resume import match_nodes
 
 class Transport:
-    """Broadcasting and reply checks (state: ``grid``, ``config``, the strategy's records)."""
+    """Broadcasting and reply checks (state: ``grid``, ``config``, ``journal``, the strategy's records)."""
 
     def broadcast(
         self,
@@ -93,7 +85,7 @@ class Transport:
                     if valid is not None:
                         checked[index].append(valid)
 
-        self._pull(set(pushed), deadline, check)
+        self.journal.pull(self.grid, set(pushed), deadline, check)
         out = []
         for index, (p, (node_of, failures)) in enumerate(zip(prepared, sent)):
             self._phase = p["phase"]
@@ -159,11 +151,11 @@ class Transport:
             messages = [message for _, message in items]
             outgoing.append(messages[0] if len(messages) == 1 else bundle_message(messages, messages[0].metadata.group_id))
             routes.append([index for index, _ in items])
-        message_ids = list(self.grid.push_messages(outgoing)) if outgoing else []
+        destinations = [int(message.metadata.dst_node_id) for message in outgoing]  # the strategy's own ids
+        message_ids = self.journal.push(self.grid, outgoing, destinations, lambda: match_nodes(self))
         sent: list[tuple[dict[str, int], list]] = [({}, []) for _ in prepared]
         pushed: dict[str, tuple[int, int]] = {}
-        for mid, message, route in zip(message_ids, outgoing, routes):
-            node = int(message.metadata.dst_node_id)
+        for mid, node, route in zip(message_ids, destinations, routes):
             if mid:
                 pushed[mid] = (node, len(route))
             for part, index in enumerate(route):
@@ -243,21 +235,6 @@ class Transport:
     def required_replies(self, sent: int) -> int:
         fraction = self.config.min_reply_fraction
         return min(sent, max(self.config.min_replies, int(math.ceil(fraction * sent))))
-
-    def _pull(self, pending: set[str], deadline: float, on_batch: Callable[[list[Message]], None] | None = None) -> list[Message]:
-        """Pull the replies to ``pending`` message ids until all came or ``deadline``;
-        ``on_batch`` is called with each pull's replies as they come."""
-        out: list[Message] = []
-        while pending:
-            got = list(self.grid.pull_messages(list(pending)))
-            out.extend(got)
-            pending.difference_update(m.metadata.reply_to_message_id for m in got)
-            if got and on_batch is not None:
-                on_batch(got)
-            if not pending or time.monotonic() > deadline:
-                break
-            time.sleep(PULL_AGAIN_S if got else PULL_PAUSE_S)
-        return out
 
     def _validate(self, node: int, reply: Incoming, spec: ReplySpec) -> tuple[str | None, Reply | None]:
         if reply.arrays is None:

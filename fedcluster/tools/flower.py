@@ -136,11 +136,14 @@ class FlowerProcesses:
         return "\n".join(f"--- {path.name}\n{self.tail(path.stem, chars)}" for path in sorted(self.logs.glob("*.log")))
 
     # ---------------------------------------------------------------- SuperLink, SuperNodes
-    def start_superlink(self, simulation: bool = False, certs: Any = None, supernode_auth: bool = False) -> None:
-        """A SuperLink on a free loopback port (``certs``: TLS with a
-        :func:`fedcluster.tools.certs.make_certs` bundle), and the connection to it."""
+    def start_superlink(self, simulation: bool = False, certs: Any = None, supernode_auth: bool = False,
+                        port: int | None = None) -> None:
+        """A SuperLink on a free loopback port (or ``port``: the one it had before a
+        restart; ``certs``: TLS with a :func:`fedcluster.tools.certs.make_certs` bundle),
+        and the connection to it. Its state (registered SuperNodes, runs) is in the work
+        folder's database, so a restarted SuperLink knows its SuperNodes."""
         self.home.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = port or free_port()
         security = (["--ssl-ca-certfile", str(certs.ca_cert), "--ssl-certfile", str(certs.superlink_cert),
                      "--ssl-keyfile", str(certs.superlink_key)] if certs else ["--insecure"])
         superlink_dir = self.workdir / "superlink"

@@ -32,6 +32,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from fedcluster.data import DataError, refuse_run_folder
+
 from .certs import make_certs
 from .flower import FlowerError, FlowerProcesses
 
@@ -71,6 +73,14 @@ class LocalCluster(FlowerProcesses):
         super().start_superlink(certs=self.certs, supernode_auth=True)
         self.echo(f"SuperLink on https://127.0.0.1:{self.port} (TLS, SuperNode authentication on); logs in {self.logs}")
 
+    def restart_superlink(self, sig: int = signal.SIGKILL) -> None:
+        """Stop the SuperLink (with its process group: the ServerApp of a run under way) and
+        start it again on the same port, with the same certificates and database: the
+        SuperNodes reconnect by themselves."""
+        self.stop_process("superlink", sig)
+        del self.processes["superlink"]
+        super().start_superlink(certs=self.certs, supernode_auth=True, port=self.port)
+
     def register(self, index: int) -> None:
         """Register SuperNode ``index``'s public key (0-based) with the SuperLink."""
         public = f"{self.certs.supernode_keys[index]}.pub"
@@ -108,6 +118,10 @@ def data_files_from(args) -> list[Path]:
         directory = Path(args.data_dir).expanduser()
         if not directory.is_dir():
             raise ClusterError(f"--data-dir {directory} is not a folder")
+        try:
+            refuse_run_folder(directory)
+        except DataError as exc:
+            raise ClusterError(f"--data-dir: {exc}") from None
         files += sorted(p for p in directory.iterdir() if p.suffix in (".npy", ".txt", ".csv") and p.is_file())
     missing = [str(p) for p in files if not p.is_file()]
     if missing:

@@ -210,6 +210,54 @@ def test_supernodes_that_connect_and_die_mid_run(tmp_path):
     assert result["final"]["num_points"] == 2 * 80  # the survivor and the newcomer
 
 
+def journal_round_trips(folder: Path) -> int:
+    from server_app.journal import NAME, decode, read_frames
+
+    frames, _ = read_frames(folder / NAME)
+    return sum(1 for frame in frames if decode(frame)[0]["kind"] == "round-trip")
+
+
+def test_a_deployment_killed_mid_run_resumes_to_the_uninterrupted_result_spending_epsilon_once(tmp_path):
+    """FedDP-KMeans without server data (a private histogram start, four noisy Lloyd rounds),
+    seeded: run once to the end; run again and kill the SuperLink (with the ServerApp) after
+    two round trips; restart it (the SuperNodes reconnect) and submit the same run config with
+    resume=true. The centers are the uninterrupted run's, no round trip completed before the
+    kill is sent again, and the privacy ledger holds the releases of one run."""
+    from server_app.run_folder import read_marker
+
+    files = node_data(tmp_path / "data")
+    job = (f"algorithm='feddp-kmeans' k=4 init='histogram' dimension=4 clip-norm=30.0 lloyd-rounds=4 epsilon=4.0 "
+           f"noise-seed=3 {QUICK}")
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    with LocalCluster(tmp_path / "cluster", files, echo=lambda *_: None) as cluster:
+        cluster.start()
+        run_id, status = run_to_end(cluster, f"{job} output-dir='{whole}'")
+        assert status == "finished:completed", cluster.run_log(run_id)
+        run_id = cluster.submit(ROOT, f"{job} output-dir='{stopped}'")
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and journal_round_trips(stopped) < 2:
+            time.sleep(0.5)
+        assert journal_round_trips(stopped) >= 2, cluster.run_log(run_id)
+        cluster.restart_superlink()  # SIGKILL: the ServerApp goes with it, mid-run
+        from server_app.run_folder import _held
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _held(stopped):  # the old ServerApp let go of its folder
+            time.sleep(0.5)
+        assert not _held(stopped) and read_marker(stopped)["status"] == "running"
+        done = journal_round_trips(stopped)
+        releases = len((stopped / "privacy-ledger.jsonl").read_text().splitlines())
+        run_id, status = run_to_end(cluster, f"{job} output-dir='{stopped}' resume=true")
+        assert status == "finished:completed", cluster.run_log(run_id)
+    result, first = (json.loads((folder / "result.json").read_text()) for folder in (stopped, whole))
+    np.testing.assert_array_equal(np.load(stopped / "centers.npy"), np.load(whole / "centers.npy"))
+    assert result["resumed"][0]["nodes_back"] == NODES and done >= 2 and releases >= 1
+    assert result["privacy"]["epsilon"] == first["privacy"]["epsilon"]
+    ledger = [json.loads(line) for line in (stopped / "privacy-ledger.jsonl").read_text().splitlines()]
+    assert len(ledger) == len((whole / "privacy-ledger.jsonl").read_text().splitlines()) and not any(e["again"] for e in ledger)
+    assert len(result["phases"]) == len(first["phases"])  # the replayed phases are in the record, as they happened
+
+
 # ------------------------------------------------------------------ graphs: their own cluster
 
 

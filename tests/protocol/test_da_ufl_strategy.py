@@ -54,7 +54,7 @@ def test_bin_variant_refuses_a_huge_grid_and_points_to_som(tmp_path):
     config = {"algorithm": "da-ufl", "k": 3, "weighting": "bin", "dim": 8, "num-points": 300, "output-dir": str(tmp_path)}
     with pytest.raises(FederationError, match=r"bins=10 with d=8.*weighting='som'"):
         run(config, num_nodes=3)
-    result = run({**config, "weighting": "som"}, num_nodes=3)  # the SOM variant runs in any dimension
+    result = run({**config, "weighting": "som", "overwrite": True}, num_nodes=3)  # the SOM variant runs in any dimension
     assert result["da_ufl"]["bins"] == 3 * 16 and result["reference"]["ratio"] < 1.1
 
 

@@ -504,7 +504,7 @@ def test_reply_above_its_clipping_bound_is_dropped_and_never_aggregated(tmp_path
 
     # the init steps of FedDP-Init are guarded the same way (Δ = the server data's radius:
     # at data-point level a sum over n points can only be checked against n·Δ, n·Δ²)
-    overrides.update({"init": "feddp", "lloyd-rounds": 0, "clip-norm": 0.0})
+    overrides.update({"init": "feddp", "lloyd-rounds": 0, "clip-norm": 0.0, "overwrite": True})
     result = run(small(tmp_path, **overrides), num_nodes=NODES, reply_hook=hook)
     init_phases = [p for p in result["phases"] if p["phase"].startswith("init-")]
     assert len(init_phases) == 3

@@ -42,13 +42,59 @@ def test_an_output_dir_inside_the_data_folder_is_refused(tmp_path):
 def test_a_previous_result_is_never_silently_overwritten(tmp_path):
     data, out = blobs(tmp_path), tmp_path / "out"
     first = run(config(data, out, seed=1), num_nodes=3)
-    second = run(config(data, out, seed=2), num_nodes=3)
     assert first["output_dir"] == str(out.resolve())
-    assert second["output_dir"] == str((out / "run-2").resolve())
+    with pytest.raises(FederationError, match="holds a finished run.*overwrite=true"):
+        run(config(data, out, seed=2), num_nodes=3)
     assert json.loads((out / "result.json").read_text())["config"]["seed"] == 1  # untouched
     third = run(config(data, out, seed=3, overwrite=True), num_nodes=3)
     assert third["output_dir"] == str(out.resolve())
     assert json.loads((out / "result.json").read_text())["config"]["seed"] == 3
+
+
+def test_a_folder_holding_files_the_run_did_not_write_is_never_written_into(tmp_path):
+    data, out = blobs(tmp_path), tmp_path / "mine"
+    out.mkdir()
+    np.save(out / "centers.npy", np.arange(4.0))  # the user's own
+    for extra in ({}, {"overwrite": True}):
+        with pytest.raises(FederationError, match="files this run did not write.*centers.npy"):
+            run(config(data, out, **extra), num_nodes=3)
+    assert sorted(p.name for p in out.iterdir()) == ["centers.npy"]
+    np.testing.assert_array_equal(np.load(out / "centers.npy"), np.arange(4.0))
+
+
+def test_a_folder_another_run_is_writing_is_refused(tmp_path):
+    from fedcluster.config import with_defaults
+    from server_app.run_folder import RunFolder
+
+    data, out = blobs(tmp_path), tmp_path / "busy"
+    other = RunFolder.open(with_defaults(config(data, out)))  # another process would hold it the same way
+    try:
+        for extra in ({}, {"overwrite": True}, {"resume": True}):
+            with pytest.raises(FederationError, match="in use by another run"):
+                run(config(data, out, **extra), num_nodes=3)
+    finally:
+        other.close()
+    run(config(data, out, overwrite=True), num_nodes=3)  # once it let go (it never finished: replaced on request)
+
+
+def test_a_results_folder_is_never_read_as_client_data(tmp_path):
+    from fedcluster.data import DataError
+
+    data, out = blobs(tmp_path), tmp_path / "out"
+    run(config(data, out), num_nodes=3)
+    with pytest.raises((FederationError, DataError), match="results of a fedcluster run"):
+        run(config(out, tmp_path / "second"), num_nodes=3)
+
+
+def test_resume_without_an_unfinished_run_is_refused_by_name(tmp_path):
+    data = blobs(tmp_path)
+    with pytest.raises(FederationError, match="resume=true needs output-dir"):
+        run({**config(data, tmp_path / "x", resume=True), "output-dir": ""}, num_nodes=3)
+    with pytest.raises(FederationError, match="holds no unfinished run"):
+        run(config(data, tmp_path / "empty", resume=True), num_nodes=3)
+    run(config(data, tmp_path / "done"), num_nodes=3)
+    with pytest.raises(FederationError, match="finished"):
+        run(config(data, tmp_path / "done", resume=True), num_nodes=3)
 
 
 @pytest.mark.parametrize("scale, words", [(1e160, "overflow"), (1e-160, "underflow")])

@@ -90,9 +90,10 @@ def test_new_device_with_wrong_dimension_is_a_clear_error(tmp_path):
     assert assign_main([str(tmp_path / "nowhere"), str(tmp_path / "bad.npy")]) == 1
 
 
-def test_overwrite_removes_the_earlier_runs_files_and_only_those(tmp_path, capsys):
-    """A k-FED run, then a FedKMeans run into the same folder with overwrite: k-FED's
-    device_*.npy go, a file the user put there stays, and kfed-assign refuses the folder."""
+def test_overwrite_removes_the_earlier_runs_files_and_never_a_users(tmp_path, capsys):
+    """A k-FED run, then a FedKMeans run into the same folder with overwrite: while a file
+    the user put there is in it the folder is refused and nothing goes; without it, k-FED's
+    device_*.npy go and kfed-assign refuses the folder."""
     devices, _ = kfed_mixture(d=5, k=4, k_prime=2, m0=2, points_per_component=20, separation=40.0, seed=0)
     data_dir = write_npy_dir(tmp_path / "data", devices)
     out = tmp_path / "o"
@@ -100,8 +101,13 @@ def test_overwrite_removes_the_earlier_runs_files_and_only_those(tmp_path, capsy
     run({**base, "algorithm": "kfed"}, num_nodes=len(devices))
     assert (out / "device_centers.npy").is_file()
     (out / "notes.npy").write_bytes(b"mine")
+    before = sorted(p.name for p in out.iterdir())
+    with pytest.raises(FederationError, match="files its run did not write \\(notes.npy\\)"):
+        run({**base, "algorithm": "fedkmeans", "num-rounds": 2, "overwrite": True}, num_nodes=len(devices))
+    assert sorted(p.name for p in out.iterdir()) == before and (out / "notes.npy").read_bytes() == b"mine"
+    (out / "notes.npy").unlink()
     result = run({**base, "algorithm": "fedkmeans", "num-rounds": 2, "overwrite": True}, num_nodes=len(devices))
-    assert sorted(p.name for p in out.glob("*.npy")) == sorted(result["files"] + ["notes.npy"])
+    assert sorted(p.name for p in out.glob("*.npy")) == sorted(result["files"])
     assert not any(name.startswith("device_") for name in result["files"])
     np.save(tmp_path / "new.npy", devices[0])
     assert assign_main([str(out), str(tmp_path / "new.npy")]) == 1

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from server_app import base, transport
-from server_app.transport import PULL_AGAIN_S, PULL_PAUSE_S
+from server_app import journal
+from server_app.journal import PULL_AGAIN_S, PULL_PAUSE_S, Journal
 
 
 class _Reply:
@@ -48,10 +48,10 @@ def test_pause_is_flowers_own_pull_interval():
 
 def test_pull_loop_pulls_again_soon_while_replies_arrive(monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(transport, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep, perf_counter=clock.monotonic))
+    monkeypatch.setattr(journal, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep, perf_counter=clock.monotonic))
     grid = _Grid(clock, 0.01, empty={2})
     pending = {f"m{i}" for i in range(4)}
-    out = base.FederatedStrategy._pull(SimpleNamespace(grid=grid), set(pending), deadline=1e9)
+    out = Journal(None).pull(grid, set(pending), deadline=1e9)
     assert {m.metadata.reply_to_message_id for m in out} == pending
     assert grid.calls == [4, 3, 3, 2, 1]  # one reply per pull but the second: the pending set shrinks
     assert clock.sleeps == pytest.approx([PULL_AGAIN_S, PULL_PAUSE_S, PULL_AGAIN_S, PULL_AGAIN_S])
@@ -60,7 +60,7 @@ def test_pull_loop_pulls_again_soon_while_replies_arrive(monkeypatch):
 
 def test_pull_loop_stops_at_the_deadline(monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(transport, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep, perf_counter=clock.monotonic))
+    monkeypatch.setattr(journal, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep, perf_counter=clock.monotonic))
     grid = _Grid(clock, 0.5)
-    out = base.FederatedStrategy._pull(SimpleNamespace(grid=grid), {"a", "b", "c"}, deadline=0.4)
+    out = Journal(None).pull(grid, {"a", "b", "c"}, deadline=0.4)
     assert len(out) == 1 and clock.sleeps == []

@@ -1,0 +1,295 @@
+"""The journal of a run: every exchange with the nodes, written to disk as it completes,
+so that a run whose SuperLink or ServerApp died can continue (``resume = true``).
+
+A strategy's computation is a function of its run config, its seeds and what the nodes
+answered. The journal keeps what the nodes answered — each round trip's replies, in the
+batches they were pulled in, and each answer of the grid to "which nodes are connected" —
+in the order they came. A resumed run executes the same strategy from the start; while the
+journal lasts, every exchange is answered from it instead of the grid (no device is asked
+again for a round trip that completed), and the strategy arrives, bit for bit, at the state
+it had when the first attempt stopped. Then it goes on live.
+
+Flower's node ids are random per run: the journal keeps the ids the strategy knows (its
+*own* ids, those of the first attempt), and a resumed run maps the nodes connected now onto
+them by the partition each states (:mod:`server_app.resume`).
+
+On disk: ``journal.bin`` in the run's folder, a sequence of frames, each
+``length (8 bytes) | crc32 (4 bytes) | payload``; a frame cut short by a crash fails its
+length or checksum and ends the journal there. A payload is a JSON header (its own length
+first) followed by the replies as Flower's protobuf messages. Nothing in it is ever
+unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+import zlib
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from flwr.app import Message
+from flwr.common import serde
+from flwr.proto.message_pb2 import Message as ProtoMessage
+
+from .messages import FederationError
+
+NAME = "journal.bin"
+# Pause between two pulls of a round trip's pending replies: Flower's own pause (the
+# in-memory grid's `pull_interval`) when the last pull brought nothing; a shorter one while
+# replies are arriving. A message and its reply leave the SuperLink's store only when the
+# reply is pulled, and Flower's simulation engine rescans that whole store for every node,
+# so replies left waiting slow down the delivery of the others (bench/flwr_scale.py).
+PULL_PAUSE_S = 0.1
+PULL_AGAIN_S = 0.05
+_FRAME = struct.Struct("<QI")
+_HEADER = struct.Struct("<I")
+
+
+class Diverged(FederationError):
+    """A resumed run asked for something else than the first attempt did at the same point:
+    the journal cannot answer it (the code, the config or the data changed)."""
+
+
+def encode(header: dict[str, Any], blobs: Iterable[bytes] = ()) -> bytes:
+    blobs = list(blobs)
+    text = json.dumps({**header, "blobs": [len(b) for b in blobs]}, separators=(",", ":")).encode()
+    return _HEADER.pack(len(text)) + text + b"".join(blobs)
+
+
+def decode(payload: bytes) -> tuple[dict[str, Any], list[bytes]]:
+    (size,) = _HEADER.unpack_from(payload)
+    header = json.loads(payload[_HEADER.size:_HEADER.size + size])
+    blobs, at = [], _HEADER.size + size
+    for length in header.pop("blobs"):
+        blobs.append(payload[at:at + length])
+        at += length
+    if at != len(payload):
+        raise ValueError("a journal frame's blobs do not fill it")
+    return header, blobs
+
+
+def read_frames(path: Path) -> tuple[list[bytes], int]:
+    """The complete frames of a journal file and the offset where they end (a frame cut
+    short by a crash, or damaged, ends the journal: what follows it is not trusted)."""
+    data = path.read_bytes() if path.exists() else b""
+    frames, at = [], 0
+    while at + _FRAME.size <= len(data):
+        length, crc = _FRAME.unpack_from(data, at)
+        payload = data[at + _FRAME.size:at + _FRAME.size + length]
+        if len(payload) != length or zlib.crc32(payload) != crc:
+            break
+        frames.append(payload)
+        at += _FRAME.size + length
+    return frames, at
+
+
+def message_bytes(message: Message) -> bytes:
+    return serde.message_to_proto(message).SerializeToString()
+
+
+def message_from(blob: bytes) -> Message:
+    return serde.message_from_proto(ProtoMessage.FromString(blob))
+
+
+class Journal:
+    """A run's exchanges with its nodes: recorded as they complete, replayed on resume.
+
+    Parameters
+    ----------
+    folder : the run's folder, or None for a run that keeps no journal (an estimator's
+        temporary run: nothing to resume).
+    resume : read the journal already there and replay it.
+    """
+
+    def __init__(self, folder: Path | None, resume: bool = False) -> None:
+        self.path = folder / NAME if folder is not None else None
+        self.records: list[tuple[dict[str, Any], list[bytes]]] = []
+        end = 0
+        if resume and self.path is not None:
+            frames, end = read_frames(self.path)
+            self.records = [decode(frame) for frame in frames]
+            if not any(blobs for _, blobs in self.records):  # no node ever answered: nothing to replay
+                self.records, end = [], 0
+        self.position = 0
+        self.answers = sum(len(blobs) for _, blobs in self.records)  # replies recorded, replayed or new
+        self.resumed = bool(self.records)
+        self.live_since: int | None = None if self.records else 0  # the record where the run went live
+        self._file = None
+        if self.path is not None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # the devices' replies: the owner's only
+            self._file = os.fdopen(fd, "r+b")
+            self._file.truncate(end)  # a frame cut short by the crash goes (and a fresh run's journal starts empty)
+            self._file.seek(end)
+        # Node ids: the strategy's own (the first attempt's) against the grid's now.
+        self._live_of: dict[int, int] = {}
+        self._own_of: dict[int, int] = {}
+        self._replayed: list[list[Message]] | None = None  # a replayed round trip's reply batches, for its pull
+        self._live: tuple | None = None  # a live round trip's (destinations, types, ids, batches), for the journal
+
+    # ------------------------------------------------------------------ replay
+    @property
+    def replaying(self) -> bool:
+        return self.position < len(self.records)
+
+    @property
+    def recorded(self) -> int:
+        """Records in the journal (replayed and new)."""
+        return len(self.records) if self.replaying else self.position
+
+    def next(self, kind: str) -> tuple[dict[str, Any], list[bytes]]:
+        """The next record of the journal, which must be of ``kind``."""
+        header, blobs = self.records[self.position]
+        if header["kind"] != kind:
+            raise Diverged(f"resume: at exchange {self.position + 1} the run asked for {kind!r} where the first attempt "
+                           f"had {header['kind']!r}: the code, the config or the data changed since; start afresh "
+                           f"(overwrite=true or another output-dir)")
+        self.position += 1
+        if not self.replaying:
+            self.live_since = self.position
+            self.records = []  # replayed: not needed any more
+        return header, blobs
+
+    def lost(self, position: int) -> bool:
+        """Whether what the devices kept from exchange ``position`` on (a secure-aggregation
+        session's keys) is gone: it came before a resumed run went live, in another run."""
+        if self.live_since is None:  # replaying: gone when the next round trip is a live one
+            return not any(header["kind"] == "round-trip" for header, _ in self.records[self.position:])
+        return position < self.live_since
+
+    def ahead(self, message_type: str) -> bool:
+        """Whether a round trip still to be replayed sends ``message_type`` (the devices are
+        then not asked for it again)."""
+        return any(header["kind"] == "round-trip" and message_type in header["types"]
+                   for header, _ in self.records[self.position:])
+
+    # ------------------------------------------------------------------ record
+    def append(self, header: dict[str, Any], blobs: Iterable[bytes] = ()) -> None:
+        """Write one record (durably: flushed and synced) after it completed."""
+        self.position += 1
+        if self._file is None:
+            return
+        payload = encode(header, blobs)
+        self._file.write(_FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def discard(self) -> None:
+        """A finished run's journal goes: the result holds what matters, and the replies
+        it kept are the devices' statistics."""
+        self.close()
+        if self.path is not None and self.path.exists():
+            self.path.unlink()
+
+    # ------------------------------------------------------------------ node ids
+    @property
+    def needs_mapping(self) -> bool:
+        """A resumed run that went live and has not yet matched the grid's nodes to its own."""
+        return self.resumed and not self.replaying and not self._mapped
+
+    _mapped = False
+
+    def map_nodes(self, live_of: dict[int, int], newcomers: Iterable[int]) -> None:
+        """``live_of``: own id -> the grid's id now, for every node recognised; the grid's
+        other nodes (``newcomers``) keep their id unless it is one of the run's own."""
+        self._live_of = dict(live_of)
+        self._own_of = {live: own for own, live in live_of.items()}
+        taken = set(self._live_of) | set(self._own_of)
+        for live in newcomers:
+            own = live
+            while own in taken and own not in self._own_of:  # a fresh id never collides with the run's own
+                own = (own * 6364136223846793005 + 1442695040888963407) % (2**63)
+            self._own_of[live], self._live_of[own] = own, live
+            taken.add(own)
+        self._mapped = True
+
+    def own(self, live: int) -> int:
+        return self._own_of.get(int(live), int(live))
+
+    def live(self, own: int) -> int:
+        return self._live_of.get(int(own), int(own))
+
+    # ------------------------------------------------------------------ the two exchanges
+    def node_ids(self, ask: Callable[[], Iterable[int]]) -> list[int]:
+        """The grid's connected nodes (own ids): from the journal, or asked and recorded."""
+        if self.replaying:
+            return list(self.next("nodes")[0]["ids"])
+        ids = sorted(self.own(node) for node in ask())
+        self.append({"kind": "nodes", "ids": ids})
+        return ids
+
+    def push(self, grid: Any, outgoing: list[Message], destinations: list[int], match: Callable[[], None]) -> list[str]:
+        """Push one round trip's messages (``destinations``: the strategy's own ids) and
+        return their ids; when the journal replays this round trip nothing is sent and the
+        ids are the first attempt's. ``match`` maps the grid's nodes first, if a resumed
+        run goes live here."""
+        types = [message.metadata.message_type for message in outgoing]
+        if self.replaying:
+            ids, self._replayed = self.replayed_round_trip(destinations, types)
+            return ids
+        if self.needs_mapping:
+            match()
+        for message, node in zip(outgoing, destinations):  # the grid's ids (another run's after a resume)
+            message.metadata.dst_node_id = self.live(node)
+        ids = list(grid.push_messages(outgoing)) if outgoing else []
+        self._live = (destinations, types, ids, [])
+        return ids
+
+    def pull(self, grid: Any, pending: set[str], deadline: float,
+             on_batch: Callable[[list[Message]], None] | None = None) -> list[Message]:
+        """The replies to ``pending`` message ids until all came or ``deadline`` (the
+        journal's batches, for a replayed round trip); ``on_batch`` gets each pull's
+        replies as they come. A live round trip is written to the journal once its pull
+        ends."""
+        out: list[Message] = []
+        if self._replayed is not None:
+            batches, self._replayed = self._replayed, None
+            for batch in batches:
+                out.extend(batch)
+                if on_batch is not None:
+                    on_batch(batch)
+            return out
+        while pending:
+            got = list(grid.pull_messages(list(pending)))
+            out.extend(got)
+            pending.difference_update(m.metadata.reply_to_message_id for m in got)
+            if got:
+                if self._live is not None:
+                    self._live[3].append(got)
+                if on_batch is not None:
+                    on_batch(got)
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(PULL_AGAIN_S if got else PULL_PAUSE_S)
+        if self._live is not None:
+            live, self._live = self._live, None
+            self.record_round_trip(*live)
+        return out
+
+    def replayed_round_trip(self, destinations: list[int], types: list[str]) -> tuple[list[str], list[list[Message]]]:
+        """A round trip from the journal: the message ids it had and the reply batches as
+        pulled. The messages must go where the first attempt's went."""
+        header, blobs = self.next("round-trip")
+        if header["to"] != destinations or header["types"] != types:
+            raise Diverged(f"resume: round trip at exchange {self.position} goes to other nodes or asks other tasks "
+                           f"than the first attempt's: the code, the config or the data changed since; start afresh "
+                           f"(overwrite=true or another output-dir)")
+        batches, at = [], 0
+        for size in header["batches"]:
+            batches.append([message_from(blob) for blob in blobs[at:at + size]])
+            at += size
+        return list(header["ids"]), batches
+
+    def record_round_trip(self, destinations: list[int], types: list[str], ids: list[str],
+                          batches: list[list[Message]]) -> None:
+        self.answers += sum(len(batch) for batch in batches)
+        self.append({"kind": "round-trip", "to": destinations, "types": types, "ids": ids,
+                     "batches": [len(batch) for batch in batches]},
+                    (message_bytes(message) for batch in batches for message in batch))

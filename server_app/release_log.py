@@ -1,0 +1,88 @@
+"""The privacy ledger on disk (``privacy-ledger.jsonl`` in the run's folder): every private
+release, written before it leaves the server, so that no crash can lose a release the
+budget paid for."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+LEDGER = "privacy-ledger.jsonl"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class ReleaseLog:
+    """The privacy ledger on disk: one line per private release, appended and synced before
+    the release leaves the server. Lines carry the attempt that made them and the chain of
+    attempts they belong to (a resumed attempt continues its chain; ``overwrite`` starts a
+    new one): replaying a chain re-makes its releases with the same values, which are not
+    spent again; a release made again with other values (the devices' own noise, drawn
+    afresh) or in another chain is."""
+
+    def __init__(self, path: Path, chain: int = 0, attempt: int = 0) -> None:
+        self.path, self.chain, self.attempt = path, chain, attempt
+        self.lines = self._read()
+        self._index = 0  # releases made by this run so far (its chain's order)
+
+    def _read(self) -> list[dict[str, Any]]:
+        try:
+            text = self.path.read_text()
+        except OSError:
+            return []
+        lines = []
+        for line in text.splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                break  # a line cut short by a crash ends the ledger
+            if isinstance(entry, dict):
+                lines.append(entry)
+        return lines
+
+    def chain_entries(self) -> list[dict[str, Any]]:
+        return [entry for entry in self.lines if entry.get("chain") == self.chain and not entry.get("superseded")]
+
+    def release(self, step: str, what: Mapping[str, Any], value: np.ndarray | None) -> bool:
+        """Record release number i of this run (``what``: the step's mechanism and its
+        numbers; ``value``: the released value, None when the devices add the noise).
+        Returns whether it was new (False: a replayed release of the same value)."""
+        index, self._index = self._index, self._index + 1
+        digest = None if value is None else hashlib.sha256(np.asarray(value, dtype=np.float64).tobytes()).hexdigest()
+        earlier = [e for e in self.chain_entries() if e.get("index") == index]
+        if earlier and earlier[-1].get("step") == step and digest is not None and earlier[-1].get("digest") == digest:
+            return False
+        entry = {"chain": self.chain, "attempt": self.attempt, "index": index, "step": step, **dict(what),
+                 "digest": digest, "time": now(), "again": bool(earlier)}
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(entry, default=float) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.lines.append(entry)
+        return True
+
+    def matches_replay(self, step: str) -> bool:
+        """A release of the devices' noise whose sum the journal replays: the chain's entry
+        at this index stands for it (the devices were not asked again)."""
+        index = self._index
+        earlier = [e for e in self.chain_entries() if e.get("index") == index]
+        if earlier and earlier[-1].get("step") == step:
+            self._index += 1
+            return True
+        return False
+
+    def extra(self) -> list[dict[str, Any]]:
+        """Releases from this folder that the run's own ledger does not count: those of
+        other chains (discarded attempts, earlier finished runs) and those made again."""
+        return [e for e in self.lines if e.get("chain") != self.chain or e.get("again")]
+
+    def describe(self) -> str:
+        return f", {len(self.lines)} private release(s) already made from it" if self.lines else ""
