@@ -505,6 +505,9 @@ TASKS: dict[str, Task] = {
 # Shamir shares) travel as uint8 rows, right-padded with zero bytes.
 PUBLIC_KEY_BYTES = 215  # a P-384 public key as PEM SubjectPublicKeyInfo (flwr's public_key_to_bytes)
 SEED_BYTES = 32  # a self-mask seed b_s
+HASH_BYTES = 32  # a SHA-256 commitment
+SCALAR_BYTES = 48  # a P-384 private scalar
+POINT_BYTES = 49  # a P-384 public key as a compressed point (a share token's ephemeral key)
 _SESSION = Param("session", int, allowed=Interval(int, 0), doc="the session's number in the run")
 SECURE_TASKS = ("feddp_candidates", "feddp_lloyd", "power_step")  # tasks whose server step needs only the sum of their replies
 
@@ -522,6 +525,8 @@ def _secure_variant(spec: Task) -> Task:
         request=spec.request + (
             ArrayField("secagg-sources", ("e",), "positions whose encrypted shares follow", integer=True, nonnegative=True),
             ArrayField("secagg-ciphertexts", ("e", "*"), "their Fernet tokens for this device", nonnegative=True),
+            ArrayField("secagg-ephemeral", ("e", POINT_BYTES), "each token's ephemeral public key", integer=True, nonnegative=True),
+            ArrayField("secagg-digests", ("e", HASH_BYTES), "each sender's commitments to the shares in its token, hashed", integer=True, nonnegative=True),
             ArrayField("secagg-ranges", ("a",), "public clipping range of each summed reply array, in declared order", nonnegative=True),
             ArrayField("secagg-levels", ("a",), "grid steps per range of each summed array (at most 2^40)", nonnegative=True),
             ArrayField("secagg-noise", ("a",), "variance of the Skellam noise this device adds to each summed array, per coordinate, in grid steps", nonnegative=True),
@@ -552,12 +557,15 @@ TASKS.update({
             metrics=(), used_by=("feddp-kmeans", "fedspectral-plus"),
         ),
         Task(
-            "secagg_share_keys", "query", "secure aggregation stage 1 (once per session): Shamir shares of a mask seed and of the mask key of every sum, encrypted per participant",
+            "secagg_share_keys", "query", "secure aggregation stage 1 (once per session): Shamir shares of a mask seed and of the mask key of every sum, encrypted per participant under an ephemeral key; commitments to the seeds and shares",
             request=(ArrayField("positions", ("c",), integer=True, nonnegative=True),
                      ArrayField("pk1", ("c", "*"), nonnegative=True), ArrayField("pk2", ("c", "*"), nonnegative=True)),
             config=(_SESSION,),
             reply=(ArrayField("destinations", ("e",), integer=True, nonnegative=True),
-                   ArrayField("ciphertexts", ("e", "*"), nonnegative=True)),
+                   ArrayField("ciphertexts", ("e", "*"), nonnegative=True),
+                   ArrayField("ephemeral", ("e", POINT_BYTES), "each token's ephemeral public key", integer=True, nonnegative=True),
+                   ArrayField("commitments", ("e", "h", 2 * HASH_BYTES), "per destination and sum, the hashes of its seed share and mask-key share", integer=True, nonnegative=True),
+                   ArrayField("seed-commitments", ("h", HASH_BYTES), "the hash of each sum's mask seed", integer=True, nonnegative=True)),
             metrics=(), used_by=("feddp-kmeans", "fedspectral-plus"),
         ),
         Task(
@@ -570,11 +578,19 @@ TASKS.update({
                    ArrayField("sk-positions", ("v",), integer=True, nonnegative=True), ArrayField("sk-shares", ("v", "*"), nonnegative=True)),
             metrics=(), used_by=("feddp-kmeans", "fedspectral-plus"),
         ),
+        Task(
+            "secagg_prove", "query", "secure aggregation, after refused shares: the ephemeral keys of its share tokens to the devices that refused them (the server opens those tokens)",
+            request=(ArrayField("positions", ("v",), "positions that refused its share", integer=True, nonnegative=True),),
+            config=(_SESSION,),
+            reply=(ArrayField("scalars", ("v", SCALAR_BYTES), "each token's ephemeral private key", integer=True, nonnegative=True),),
+            metrics=(), used_by=("feddp-kmeans", "fedspectral-plus"),
+        ),
     )
 })
 TASKS.update({secure_name(name): _secure_variant(TASKS[name]) for name in SECURE_TASKS})
 # the tasks whose device state (keys, seed, shares) must outlive the message
-SECURE_STAGES = frozenset({"secagg_setup", "secagg_share_keys", "secagg_unmask"} | {secure_name(n) for n in SECURE_TASKS})
+SECURE_STAGES = frozenset({"secagg_setup", "secagg_share_keys", "secagg_unmask", "secagg_prove"}
+                          | {secure_name(n) for n in SECURE_TASKS})
 
 
 def part(record: str, index: int) -> str:

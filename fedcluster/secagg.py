@@ -1,9 +1,11 @@
 """Secure aggregation (SecAgg, Bonawitz et al. 2017, full graph: every participant a
 neighbour of every other), a prototype built on Flower's primitives, not on its SecAgg+
 workflow (which needs the legacy strategy API). The device stages are kernels of the declared
-tasks ``secagg_setup``, ``secagg_share_keys``, ``secure_<task>`` and ``secagg_unmask``
-(:mod:`fedcluster.protocol`); the server's side is pure functions here
-(:func:`masked_total`, :func:`unmasked_sum`), orchestrated by ``server_app/secagg.py``.
+tasks ``secagg_setup``, ``secagg_share_keys``, ``secure_<task>`` and ``secagg_unmask``, and
+``secagg_prove`` after a refusal (:mod:`fedcluster.protocol`); the server's side is pure
+functions here (:func:`masked_total`, :func:`unmasked_sum`), orchestrated by
+``server_app/secagg.py``. The commitments that let the server check what a device reveals,
+and the share encryption under ephemeral keys, are :mod:`fedcluster.secagg_checks`.
 
 Fixed point and modulus (bounds agreed before the round, never learnt from the data):
 
@@ -19,7 +21,8 @@ Fixed point and modulus (bounds agreed before the round, never learnt from the d
 Masks: PRG(seed) is ChaCha20 (the ``cryptography`` package, a dependency of flwr) keyed by
 SHA-256 of a label, the session and the seed, instead of flwr's ``pseudo_rand_gen``, whose
 32-byte seed is XOR-folded to 32 bits for NumPy's MT19937. Key agreement (ECDH P-384 + HKDF),
-encryption of the shares (Fernet) and Shamir (GF(2^128)) are Flower's. Device state lives in
+encryption of the shares (Fernet, under an ephemeral key per token) and Shamir (GF(2^128))
+are Flower's. Device state lives in
 ``data.extra[STATE]``, one session at a time; the ClientApp saves it in Flower's
 ``context.state`` after every stage and restores it before the next (:func:`export_state`,
 :func:`import_state`), because a deployment starts one process per message and a simulation
@@ -38,7 +41,7 @@ from typing import Any, Iterable, Mapping, MutableMapping
 import numpy as np
 
 from .device import KERNELS, DeviceData, device_task
-from . import protocol
+from . import protocol, secagg_checks as checks
 from .privacy.skellam import noise
 
 MODULUS_BITS = 62
@@ -47,8 +50,8 @@ HALF_LEVELS = 2**40
 MAX_PARTICIPANTS = 2**21 - 1  # n · HALF_LEVELS < R / 2: the signed sum is read back exactly
 STATE = "secagg-state"  # data.extra key of the device's session store
 RANGE_POINTS = 2**20  # without a cap on a device's points, its sums' public range: this many points
-_LISTS = ("positions", "peers", "masked-with", "unmask-dropped", "refused")  # list[int] entries; "sk1", "pk1", "peer-pk*", "seeds": list[bytes]
-_MAPS = ("b-shares", "sk-shares", "pair-keys")  # dict[int, bytes] entries
+_LISTS = ("positions", "peers", "masked-with", "unmask-dropped", "unmask-recovered", "refused", "revealed")  # list[int] entries; "sk1", "pk1", "peer-pk*", "seeds": list[bytes]
+_MAPS = ("b-shares", "sk-shares", "pair-keys", "ephemeral")  # dict[int, bytes] entries
 
 
 # ==================================================================== helpers (both sides)
@@ -295,7 +298,9 @@ def secagg_setup(data: DeviceData, arrays: dict, config: dict):
 @device_task("secagg_share_keys")
 def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
     """Stage 1: Shamir shares of one fresh mask seed b_s and of the mask key sk1_s per sum,
-    one per participant, Fernet-encrypted for each other participant under ECDH(sk2, pk2_j)."""
+    one per participant, each participant's encrypted under a fresh ephemeral key and its
+    pk2 (:mod:`fedcluster.secagg_checks`); with them the commitments the server keeps: the
+    hash of each seed, and per participant and sum the hashes of its two shares."""
     f = _flwr()
     store = _session(data, config["session"])
     if store["stage"] != "setup":
@@ -303,7 +308,7 @@ def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
     positions = [int(p) for p in arrays["positions"]]
     pk1 = [row_bytes(row, strip=False) for row in arrays["pk1"]]
     pk2 = [row_bytes(row) for row in arrays["pk2"]]
-    me, sums, t = store["position"], store["sums"], store["threshold"]
+    me, sums, t, session = store["position"], store["sums"], store["threshold"], store["session"]
     if len(set(positions)) != len(positions) or len(set(pk1)) != len(pk1) or len(set(pk2)) != len(pk2):
         raise ValueError("secure aggregation: repeated positions or public keys")
     if len(positions) < t or me not in positions:
@@ -316,51 +321,56 @@ def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
     seeds = [os.urandom(protocol.SEED_BYTES) for _ in range(sums)]
     b_shares = [f["create_shares"](seed, t, len(positions)) for seed in seeds]
     sk_shares = [f["create_shares"](private_scalar(sk), t, len(positions)) for sk in store["sk1"]]
-    destinations, ciphertexts = [], []
+    destinations, ciphertexts, points, hashes, ephemeral = [], [], [], [], {}
     for index, position in enumerate(positions):
         if position == me:
             continue
-        key = shared_key(store["sk2"], pk2[index])
-        b_joined = b"".join(shares[index] for shares in b_shares)  # one share per sum, of equal lengths
-        sk_joined = b"".join(shares[index] for shares in sk_shares)
+        b_parts, sk_parts = [shares[index] for shares in b_shares], [shares[index] for shares in sk_shares]
+        scalar, point = checks.ephemeral_pair()  # this token's key only: revealed if the token is disputed
+        plaintext = f["share_keys_plaintext_concat"](me, position, b"".join(b_parts), b"".join(sk_parts))
         destinations.append(position)
-        ciphertexts.append(f["encrypt"](key, f["share_keys_plaintext_concat"](me, position, b_joined, sk_joined)))
+        ciphertexts.append(f["encrypt"](checks.sender_key(scalar, pk2[index]), plaintext))
+        points.append(point)
+        hashes.append(np.frombuffer(checks.share_hashes(b_parts, sk_parts, session, me, position), np.uint8).reshape(sums, -1))
+        ephemeral[position] = scalar
     store.update({"stage": "shared", "seeds": seeds, "positions": positions,
-                  "peer-pk1": pk1, "peer-pk2": pk2,
+                  "peer-pk1": pk1, "peer-pk2": pk2, "ephemeral": ephemeral, "revealed": [],
                   "b-shares": {me: b"".join(shares[mine] for shares in b_shares)},
                   "sk-shares": {me: b"".join(shares[mine] for shares in sk_shares)}, "peers": [], "pair-keys": {}})
-    return {"destinations": np.array(destinations, dtype=np.int64), "ciphertexts": stack_bytes(ciphertexts)}, {}
+    committed = [checks.seed_commitment(seed, session, me, i) for i, seed in enumerate(seeds, start=1)]
+    return {"destinations": np.array(destinations, dtype=np.int64), "ciphertexts": stack_bytes(ciphertexts),
+            "ephemeral": np.array([list(p) for p in points], dtype=np.uint8).reshape(len(points), checks.POINT_BYTES),
+            "commitments": np.stack(hashes) if hashes else np.zeros((0, sums, 2 * checks.HASH_BYTES), np.uint8),
+            "seed-commitments": np.array([list(c) for c in committed], dtype=np.uint8)}, {}
 
 
 def _receive_shares(store: MutableMapping[str, Any], arrays: dict) -> list[int]:
-    """The first masked reply of a session: decrypt the shares forwarded to this device;
-    the participants they came from are the ones it may mask with. A share that does not
-    decrypt, is addressed to someone else or has the wrong length, or whose sender's mask
-    keys do not agree with this device's, is refused: this device does not mask with its
-    sender, and says so (the server then leaves one of the two out and sets the sum up
-    again). Returns the refused positions."""
+    """The first masked reply of a session: open the shares forwarded to this device
+    (:func:`fedcluster.secagg_checks.opened_share`: they decrypt, are addressed to it, and
+    match the digest of their dealer's commitments); the participants they came from are
+    the ones it may mask with. A share that fails is refused: this device does not mask
+    with its sender, and says so (the server then asks the sender to prove the share right,
+    and leaves out whichever of the two lies). Returns the refused positions."""
     f = _flwr()
-    me, positions = store["position"], store["positions"]
+    me, positions, session, sums = store["position"], store["positions"], store["session"], store["sums"]
     sources = [int(s) for s in arrays["secagg-sources"]]
     if len(set(sources)) != len(sources) or not set(sources) <= set(positions) - {me}:
         raise ValueError("secure aggregation: shares from unknown or repeated participants")
     own = [f["bytes_to_private_key"](key) for key in store["sk1"]]
     refused = []
-    for source, row in zip(sources, arrays["secagg-ciphertexts"]):
+    for source, row, point, digest in zip(sources, arrays["secagg-ciphertexts"], arrays["secagg-ephemeral"],
+                                          arrays["secagg-digests"]):
         try:
-            key = shared_key(store["sk2"], store["peer-pk2"][positions.index(source)])
-            src, dst, b_share, sk_share = f["share_keys_plaintext_separate"](f["decrypt"](key, row_bytes(row)))
-            if (src, dst) != (source, me) or len(b_share) != len(store["b-shares"][me]) \
-                    or len(sk_share) != len(store["sk-shares"][me]):
-                raise ValueError("a share addressed to someone else, or of the wrong length")
+            key = checks.holder_key(store["sk2"], row_bytes(point, strip=False))
+            b_parts, sk_parts = checks.opened_share(row_bytes(row), key, session, source, me, row_bytes(digest, strip=False), sums)
             # the pairwise keys of every sum, once: ECDH(sk1_s, pk1_s of the peer), sums joined
-            public = split_keys(store["peer-pk1"][positions.index(source)], store["sums"])
+            public = split_keys(store["peer-pk1"][positions.index(source)], sums)
             pair = b"".join(f["generate_shared_key"](mine, f["bytes_to_public_key"](theirs))
                             for mine, theirs in zip(own, public))
         except Exception:  # noqa: BLE001 -- whatever a hostile sender put in its share: refuse it
             refused.append(source)
             continue
-        store["b-shares"][source], store["sk-shares"][source], store["pair-keys"][source] = b_share, sk_share, pair
+        store["b-shares"][source], store["sk-shares"][source], store["pair-keys"][source] = b"".join(b_parts), b"".join(sk_parts), pair
     store["peers"], store["stage"] = [p for p in sources if p not in refused], "ready"
     return refused
 
@@ -423,17 +433,22 @@ def secagg_unmask(data: DeviceData, arrays: dict, config: dict):
     rebuild b_s from the shares anyway), shares of b_s for the participants in the sum that
     did not answer (``recover``, asked in a second call when needed), and of sk1_s for those
     it masked with that sent no vector (``dropped``; everyone else it masked with is in the
-    sum). Every call for one sum states the same dropped; never both shares of one sum for
-    one participant, never below the threshold."""
+    sum). A later call for the same sum may add to ``dropped`` (a participant whose revealed
+    seed failed its commitment: its vector is taken out of the sum) but never drops one
+    from it, nor adds one whose b share it sent: never both shares of one sum for one
+    participant, never below the threshold."""
     store = _session(data, config["session"])
     index = int(config["sum"])
     dropped, recover = [int(p) for p in arrays["dropped"]], [int(p) for p in arrays["recover"]]
     me, masked_with = store["position"], set(store.get("masked-with", []))
-    if store["stage"] == "unmasked" and index == store["sum"]:  # a second call: the same sum, the same sets
-        if dropped != store["unmask-dropped"]:
+    recovered = set(store.get("unmask-recovered", []))
+    if store["stage"] == "unmasked" and index == store["sum"]:  # a later call: the same sum, the dropped kept
+        if not set(store["unmask-dropped"]) <= set(dropped) or set(dropped) & recovered:
             raise ValueError("secure aggregation: another set of dropped participants for the same sum")
     elif store["stage"] != "masked" or index != store["sum"]:
         raise ValueError("secure aggregation: unmask before this device's masked reply, or for another sum")
+    else:
+        recovered = set()
     if not set(dropped) <= masked_with or len(set(dropped)) != len(dropped):
         raise ValueError("secure aggregation: asked about a participant this device did not mask with")
     alive = masked_with - set(dropped) | {me}  # everyone it masked with that sent a vector, and itself
@@ -449,8 +464,25 @@ def secagg_unmask(data: DeviceData, arrays: dict, config: dict):
         "sk-positions": np.array(dropped, dtype=np.int64),
         "sk-shares": stack_bytes(split_keys(store["sk-shares"][p], sums)[index - 1] for p in dropped),
     }
-    store.update({"stage": "unmasked", "unmask-dropped": dropped})
+    store.update({"stage": "unmasked", "unmask-dropped": dropped, "unmask-recovered": sorted(recovered | set(recover))})
     return reply, {}
+
+
+@device_task("secagg_prove")
+def secagg_prove(data: DeviceData, arrays: dict, config: dict):
+    """After a refusal: the ephemeral private keys of this device's share tokens to the
+    ``positions`` that refused them, so that the server opens those tokens as their holders
+    do and sees who lies. Each key opens one token only; fewer than the threshold in all of
+    a session (more would let a server that asked rebuild this device's secrets)."""
+    store = _session(data, config["session"])
+    positions = [int(p) for p in arrays["positions"]]
+    ephemeral, revealed = store.get("ephemeral", {}), set(store.get("revealed", []))
+    if len(set(positions)) != len(positions) or not set(positions) <= set(ephemeral):
+        raise ValueError("secure aggregation: asked to prove shares this device did not send")
+    if len(revealed | set(positions)) >= store["threshold"]:
+        raise ValueError("secure aggregation: asked to prove as many shares as the threshold")
+    store["revealed"] = sorted(revealed | set(positions))
+    return {"scalars": np.array([list(ephemeral[p]) for p in positions], dtype=np.uint8).reshape(len(positions), checks.SCALAR_BYTES)}, {}
 
 
 for _name in protocol.SECURE_TASKS:
@@ -488,11 +520,16 @@ def destinations_problem(destinations: np.ndarray, participants: list[int], send
     return None
 
 
-def forwarded(mail: list[tuple[int, np.ndarray]]) -> dict[str, np.ndarray]:
+def forwarded(mail: list[tuple[int, np.ndarray, np.ndarray, bytes]]) -> dict[str, np.ndarray]:
     """The shares the server forwards to one device with its first masked request: the
-    senders' positions and their ciphertext rows (none: zero rows)."""
-    return {"secagg-sources": np.array([source for source, _ in mail], dtype=np.int64),
-            "secagg-ciphertexts": np.stack([row for _, row in mail]) if mail else np.zeros((0, 1), np.uint8)}
+    senders' positions, their tokens, ephemeral points and the digests of their share
+    commitments for this device (none: zero rows)."""
+    return {"secagg-sources": np.array([source for source, *_ in mail], dtype=np.int64),
+            "secagg-ciphertexts": np.stack([row for _, row, _, _ in mail]) if mail else np.zeros((0, 1), np.uint8),
+            "secagg-ephemeral": np.array([list(bytes(point)) for _, _, point, _ in mail], dtype=np.uint8).reshape(
+                len(mail), checks.POINT_BYTES),
+            "secagg-digests": np.array([list(digest) for *_, digest in mail], dtype=np.uint8).reshape(
+                len(mail), checks.HASH_BYTES)}
 
 
 def within_ranges(total: Mapping[str, np.ndarray], ranges: Mapping[str, float], devices: int,
@@ -521,31 +558,10 @@ def refused_positions(flags: np.ndarray) -> list[int]:
 
 def refusals_problem(flags: np.ndarray, positions: set[int], sender: int) -> str | None:
     """What is wrong with a device's refusal flags (0 or 1, set only for ``positions``, the
-    others it may have shares from: its neighbours), or None."""
+    others whose shares the server forwarded to it), or None."""
     if not np.isin(np.asarray(flags), (0, 1)).all() or not set(refused_positions(flags)) <= positions - {sender}:
         return "refusal flags other than 0/1, or set for itself or for positions outside the session"
     return None
-
-
-def left_out(refusals: Mapping[int, Iterable[int]]) -> set[int]:
-    """Who sits out after a sum in which devices named refused shares (``refusals``:
-    position -> the positions whose share it refused): a position refused by at least two
-    others (its shares did not decrypt: most likely it sent them so); an accuser whose lone
-    accusations (no one else names those positions) are two or more, alone (most likely it
-    lies); and both sides of a single lone accusation, which nothing settles (so that one
-    device cannot take honest devices out one after another, each time staying in)."""
-    accusers: dict[int, set[int]] = {}
-    for accuser, accused in refusals.items():
-        for position in accused:
-            accusers.setdefault(int(position), set()).add(int(accuser))
-    out = {position for position, by in accusers.items() if len(by) >= 2}
-    lone: dict[int, set[int]] = {}
-    for position, by in accusers.items():
-        if len(by) == 1 and position not in out and not by <= out:  # the claims of one already out do not count
-            lone.setdefault(next(iter(by)), set()).add(position)
-    for accuser, accused in lone.items():
-        out |= {accuser} if len(accused) >= 2 else {accuser, *accused}
-    return out
 
 
 def masked_total(replies: Iterable[Mapping[str, np.ndarray]], names: Iterable[str]) -> dict[str, np.ndarray]:
@@ -558,14 +574,13 @@ def masked_total(replies: Iterable[Mapping[str, np.ndarray]], names: Iterable[st
     return {name: value & np.uint64(MODULUS - 1) for name, value in total.items()}
 
 
-def combined(shares: Mapping[int, list[bytes]], threshold: int) -> dict[int, bytes]:
-    """The secrets rebuilt from at least ``threshold`` Shamir shares each (Flower's)."""
-    f = _flwr()
-    few = [p for p, got in shares.items() if len(got) < threshold]
-    if few:
-        raise ValueError(f"secure aggregation: fewer than {threshold} shares to unmask positions {few} (too few of "
-                         "their neighbours answered the unmasking)")
-    return {p: f["combine_shares"](list(got)) for p, got in shares.items()}
+def without(total: Mapping[str, np.ndarray], replies: Iterable[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """A masked total mod R with the masked replies ``replies`` taken out of it."""
+    out = {name: np.asarray(value).astype(np.uint64) for name, value in total.items()}
+    for arrays in replies:
+        for name in out:
+            out[name] = out[name] - np.asarray(arrays[name]).astype(np.uint64)  # uint64 wraps mod 2^64, a multiple of R
+    return {name: value & np.uint64(MODULUS - 1) for name, value in out.items()}
 
 
 def unmasked_sum(

@@ -178,9 +178,8 @@ class FedSpectralPlus(SecureAggregation, GraphStrategy):
                                     {"Q": product_range(X, weight, first)})
         for node in sorted(set(asked) - set(summed)):
             self.exclude(node, "no masked product in the secure sum (a graph run goes on without its edges)")
-        if total is None:
-            raise FederationError(f"phase {phase!r}: the secure sum of {len(summed)} clients' products lies outside "
-                                  "their public ranges (a client sent something else; secure aggregation hides which)")
+        if total is None:  # a product cannot be skipped
+            raise FederationError(f"phase {phase!r}: {self.secagg_failure}")
         return total["Q"], len(summed)
 
     # ------------------------------------------------------------------ paper mode

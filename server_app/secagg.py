@@ -1,10 +1,11 @@
 """Secure aggregation, the server's side: a session (two round trips of declared tasks,
 ``secagg_setup`` and ``secagg_share_keys``) serves the run's planned secure sums, each two
 more round trips (``secure_<task>``, ``secagg_unmask``), with the unmasking done by
-:mod:`fedcluster.secagg`. The server routes
-public keys and encrypted shares, sums masked integer vectors, and learns only the sum of
-the participants whose masked reply arrived (U3); a participant that drops after that is
-still in the sum, recovered from the others' shares while at least t of them answer.
+:mod:`fedcluster.secagg`. The server routes public keys and encrypted shares (keeping what
+each device committed to), sums masked integer vectors, and learns only the sum of the
+participants whose masked reply arrived (U3); a participant that drops after that is
+still in the sum, recovered from the others' shares while at least t of them answer. What
+devices reveal is checked, and refusals settled, in ``server_app/secagg_checks.py``.
 
 A mixin of :class:`server_app.base.FederatedStrategy` (state: ``config``)."""
 
@@ -17,15 +18,16 @@ from typing import Any, Callable
 import numpy as np
 from flwr.common.logger import log
 
-from fedcluster import protocol, secagg
+from fedcluster import protocol, secagg, secagg_checks as checks
 
 from .messages import FederationError, Reply
+from .secagg_checks import SecaggChecks
 
 
 FULL_GRAPH_NOTE = 200  # more devices than this on the full graph: a warning names secagg-neighbours
 
 
-class SecureAggregation:
+class SecureAggregation(SecaggChecks):
     """``summed``: the sum of a summable task's replies, in the clear or securely."""
 
     secagg_sessions = 0
@@ -33,7 +35,6 @@ class SecureAggregation:
     secagg_session: "Session | None" = None  # the current one
     secagg_history: tuple["Session", ...] = ()  # every session of the run
     secagg_rejected: tuple[str, ...] = ()  # phases whose secure sum lay outside every device's range
-    secagg_refused: tuple[int, ...] = ()  # nodes left out of a session over refused shares (secagg.left_out)
 
     @property
     def secure(self) -> bool:
@@ -44,7 +45,7 @@ class SecureAggregation:
         return {"sessions": self.secagg_sessions, "sums": sum(s.used for s in self.secagg_history),
                 "threshold_fraction": self.config["secagg-threshold"],
                 "neighbours": self.config["secagg-neighbours"] or "all",
-                "out_of_range": list(self.secagg_rejected), "left_out_over_refused_shares": list(self.secagg_refused),
+                "out_of_range": list(self.secagg_rejected), **self.secagg_check_record(),
                 "threat_model": "the server sees each secured step's sum over at least the threshold of devices, never one "
                                 "device's; " + self.secagg_noise_model()
                                 + "; honest-but-curious server: it follows the protocol (its random masking graph "
@@ -63,27 +64,31 @@ class SecureAggregation:
         devices in it (node ids). Secure mode: no reply check beyond the masked shapes is possible
         (``check`` is not used), ``ranges`` (public, fixed before the round) clip every
         coordinate on the device, ``noise`` gives each array's (variance in grid steps, grid
-        levels) when the devices add the noise, and a sum outside what that many devices'
-        ranges allow (some device added something else) is None: the caller skips the
-        update, and the phase is listed, as the culprit cannot be named."""
+        levels) when the devices add the noise. The sum is None when it lies outside what
+        that many devices' ranges allow (some device masked something else: secure
+        aggregation hides which), or when a liar's shares keep it masked (the liar named):
+        the phase is listed, ``secagg_failure`` says why, and the caller skips the update
+        or stops."""
         if not self.secure:
             replies = self.broadcast(task, nodes, arrays=arrays, config=config, sizes=sizes, check=check, phase=phase)
             return {name: sum(r.arrays[name] for r in replies) for name in ranges}, [r.node_id for r in replies]
         noise = noise or {}
         total, summed = self.secure_sum(task, nodes, arrays, config, sizes, phase, ranges, noise)
-        if secagg.within_ranges(total, ranges, len(summed), noise, self.secagg_session.threshold):
+        if total is None or secagg.within_ranges(total, ranges, len(summed), noise, self.secagg_session.threshold):
             return total, summed
         self.secagg_rejected = (*self.secagg_rejected, phase)
-        log(WARNING, "[fedcluster] %s: the secure sum of %d devices lies outside their public ranges (a device sent "
-            "something else; secure aggregation hides which): this update is skipped", phase, len(summed))
+        self.secagg_failure = (f"the secure sum of {len(summed)} devices lies outside their public ranges (a device masked "
+                               "something else; secure aggregation hides which)")
+        log(WARNING, "[fedcluster] %s: %s: this update is skipped", phase, self.secagg_failure)
         return None, summed
 
     def secure_sum(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
                    sizes: dict[str, int], phase: str, ranges: dict[str, float],
-                   noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], list[int]]:
+                   noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray] | None, list[int]]:
         """The sum and the devices in it, set up again in a new session as long as an attempt
-        abandons it before its unmasking (refused shares: without the devices
-        :func:`fedcluster.secagg.left_out` names; a graph too thin or split to unmask)."""
+        abandons it before its unmasking (refused shares: without the accusers that lied
+        or the senders whose shares did not open, :meth:`secagg_disputes`; a graph too thin
+        or split to unmask). None for a sum a liar's shares keep masked."""
         while True:
             outcome = self.secure_attempt(task, nodes, arrays, config, sizes, phase, ranges, noise)
             if not isinstance(outcome, set):
@@ -92,7 +97,7 @@ class SecureAggregation:
 
     def secure_attempt(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
                        sizes: dict[str, int], phase: str, ranges: dict[str, float],
-                       noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray], list[int]] | set[int]:
+                       noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray] | None, list[int]] | set[int]:
         session = self.secagg_session
         if session is None or session.used == session.sums or self.journal.lost(session.opened_at) \
                 or session.short({session.position[n] for n in nodes if n in session.members}):
@@ -105,7 +110,7 @@ class SecureAggregation:
         levels = {name: noise.get(name, (0.0, secagg.HALF_LEVELS))[1] for name in ranges}
 
         def forwarded(node: int) -> tuple[dict[str, np.ndarray], None]:  # the shares, until its first masked reply came
-            return secagg.forwarded(session.inbox.get(position[node], []) if position[node] not in session.delivered else []), None
+            return secagg.forwarded(session.inbox(position[node]) if position[node] not in session.delivered else []), None
 
         # masked replies (U3): the sum is over exactly these; each device masks with the others asked
         request = {**arrays, "secagg-ranges": np.array(list(ranges.values())),
@@ -114,19 +119,15 @@ class SecureAggregation:
                    "secagg-absent": np.array(sorted(session.shared - asked), dtype=np.int64)}
         replies = self.broadcast(protocol.secure_name(task), nodes, per_node=forwarded, sizes={**sizes, "i": len(position)}, phase=phase,
                                  arrays=request, config={**config, "secagg-session": session.number, "secagg-sum": index},
-                                 min_replies=max(t, self.required_replies(len(nodes))), check=lambda r: secagg.refusals_problem(  # only its neighbours' shares reach it
-                                     r.arrays["secagg-refused"], session.graph[position[r.node_id]], position[r.node_id]))
+                                 min_replies=max(t, self.required_replies(len(nodes))), check=lambda r: secagg.refusals_problem(  # only shares forwarded to it
+                                     r.arrays["secagg-refused"], session.sources(position[r.node_id]), position[r.node_id]))
         session.delivered |= {position[r.node_id] for r in replies}
         refusals = {position[r.node_id]: refused for r in replies if (refused := secagg.refused_positions(r.arrays["secagg-refused"]))}
-        if refusals:  # masks that do not cancel: this sum is never unmasked, the session starts again without them
-            out = {node for node in nodes if position[node] in secagg.left_out(refusals)}
-            log(WARNING, "[fedcluster] %s: shares refused (they did not decrypt): %d device(s) sit secure aggregation "
-                "out and a new session starts", phase, len(out))
-            self.secagg_refused = (*self.secagg_refused, *sorted(out))
+        if refusals:  # masks that do not cancel: this sum is never unmasked, the session starts again without the liars
+            out = self.secagg_disputes(session, refusals, phase)
             session.members -= out
             self.secagg_again(session, [node for node in nodes if node not in out], phase, "after refused shares")
             return out
-        total = secagg.masked_total((r.arrays for r in replies), ranges)
         alive, in_sum = [position[r.node_id] for r in replies], [r.node_id for r in replies]
         if self.journal.lost(session.opened_at):  # a resumed run: the devices no longer hold this session's seeds
             log(WARNING, "[fedcluster] %s: the run was resumed between masking and unmasking; the sum is set up "
@@ -140,37 +141,9 @@ class SecureAggregation:
                 "or the graph split: a new session sets it up again among them", phase, len(in_sum))
             self.secagg_again(session, in_sum, phase, "after dropouts")
             return set()
-
-        # unmasking: each survivor's own seed, its dropped neighbours' mask key shares (then, for a survivor that did
-        # not answer, its neighbours' shares of its seed); never set up again once it began (below)
-        def unmask(targets: list[int], recover: list[int], suffix: str) -> list[Reply]:
-            def among_neighbours(node: int) -> tuple[dict[str, np.ndarray], None]:
-                near = session.graph[position[node]]
-                return {"dropped": np.array([p for p in dropped if p in near], dtype=np.int64),
-                        "recover": np.array([p for p in recover if p in near], dtype=np.int64)}, None
-
-            return self.broadcast("secagg_unmask", targets, phase=f"{phase}-{suffix}", min_replies=0,
-                                  config={"session": session.number, "sum": index}, per_node=among_neighbours)
-
-        replies = unmask([r.node_id for r in replies], [], "unmask")
-        seeds = {position[r.node_id]: secagg.row_bytes(r.arrays["seed"], strip=False) for r in replies}
-        sk_shares = {p: [secagg.row_bytes(row, strip=False) for r in replies
-                         for q, row in zip(r.arrays["sk-positions"], r.arrays["sk-shares"]) if int(q) == p] for p in dropped}
-        missing = [p for p in alive if p not in seeds]  # in the sum, but gone before the unmasking
-        try:
-            if missing:
-                replies = unmask([r.node_id for r in replies], missing, "recover")
-                b_shares = {p: [secagg.row_bytes(row, strip=False) for r in replies
-                                for q, row in zip(r.arrays["b-positions"], r.arrays["b-shares"]) if int(q) == p] for p in missing}
-                seeds.update(secagg.combined(b_shares, session.share_threshold))
-            total = secagg.unmasked_sum(total, ranges, secagg.stream_name(session.number, index),
-                                        {p: session.pk1[p][index - 1] for p in alive}, seeds,
-                                        secagg.combined(sk_shares, session.share_threshold), levels, session.graph)
-        except ValueError as exc:  # a seed or a mask key it cannot rebuild: the sum stays masked and the run stops.
-            # Never set up again: with shares a device withheld, the server could unmask this sum later and subtract
-            # the sum set up again among fewer devices.
-            raise FederationError(f"phase {phase!r}: {exc}") from None
-        return total, in_sum
+        # the unmasking, every seed and share checked; never set up again once it began: with shares a device
+        # withheld, the server could unmask this sum later and subtract the sum set up again among fewer devices
+        return self.secagg_unmasked(session, index, replies, dropped, ranges, levels, phase)
 
     def secagg_again(self, session: "Session", rest: list[int], phase: str, why: str) -> None:
         """The current sum, abandoned (never unmasked; the session's earlier sums stand), set
@@ -223,7 +196,7 @@ class SecureAggregation:
         replies = self.broadcast("secagg_share_keys", [r.node_id for r in replies], config=common,
                                  arrays=keys_of(order) if full else None,
                                  per_node=None if full else lambda node: (keys_of(near[position[node]]), None),
-                                 phase=f"{phase}-share-keys", min_replies=t,
+                                 phase=f"{phase}-share-keys", min_replies=t, sizes={"h": sums},
                                  check=lambda r: secagg.destinations_problem(r.arrays["destinations"], near[position[r.node_id]],
                                                                              position[r.node_id]))
         shared = {position[r.node_id] for r in replies}
@@ -231,14 +204,20 @@ class SecureAggregation:
             log(WARNING, "[fedcluster] %s: %d of %d devices sit this secure-aggregation session out (no reply, keys that "
                 "do not parse or repeat another device's, or shares not addressed to everyone once)", phase,
                 len(nodes) - len(shared), len(nodes))
-        inbox: dict[int, list[tuple[int, np.ndarray]]] = {p: [] for p in shared}
+        mail, hashes, commitments = {}, {}, {}  # what each dealer sent and committed to
         for r in replies:
-            for destination, row in zip(r.arrays["destinations"], r.arrays["ciphertexts"]):
-                if int(destination) in shared:
-                    inbox[int(destination)].append((position[r.node_id], row))
-        pk1 = {p: secagg.split_keys(bytes(keys[p][0].tobytes()), sums) for p in shared}
+            dealer = position[r.node_id]
+            commitments[dealer] = [secagg.row_bytes(row, strip=False) for row in r.arrays["seed-commitments"]]
+            for to, row, point, rows in zip(r.arrays["destinations"], r.arrays["ciphertexts"], r.arrays["ephemeral"],
+                                            r.arrays["commitments"]):
+                hashes[(dealer, int(to))] = secagg.row_bytes(rows, strip=False)
+                if int(to) in shared:
+                    mail[(dealer, int(to))] = (row, point, checks.share_digest(hashes[(dealer, int(to))], common["session"],
+                                                                              dealer, int(to)))
         session = Session(self.secagg_sessions, {n for n in nodes if position[n] in shared}, position, t, sums, shared,
-                          pk1, inbox, graph, share_t, floor=floor, opened_at=self.journal.position)
+                          {p: secagg.split_keys(bytes(keys[p][0].tobytes()), sums) for p in shared},
+                          {p: secagg.row_bytes(keys[p][1]) for p in shared}, mail, hashes, commitments, graph, share_t,
+                          floor=floor, opened_at=self.journal.position)
         self.secagg_history = (*self.secagg_history, session)
         self.secagg_session = session
         return session
@@ -248,8 +227,8 @@ class SecureAggregation:
 class Session:
     """The server's view of one secure-aggregation session: who shared keys (positions
     1..n), the threshold (the fewest devices a sum may hold), how many sums it serves and
-    has served, each device's public mask keys (one per sum), the shares to forward, and
-    who masks with whom."""
+    has served, each device's public keys (a mask key per sum, an encryption key), the
+    share tokens to forward with what their dealers committed to, and who masks with whom."""
 
     number: int
     members: set[int]  # node ids
@@ -258,13 +237,32 @@ class Session:
     sums: int
     shared: set[int]
     pk1: dict[int, list[bytes]]
-    inbox: dict[int, list[tuple[int, np.ndarray]]]
+    pk2: dict[int, bytes]
+    mail: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, bytes]]  # (dealer, holder) -> token row, ephemeral point, digest
+    share_hashes: dict[tuple[int, int], bytes]  # (dealer, holder) -> per sum the hashes of its two shares
+    seed_commitments: dict[int, list[bytes]]  # dealer -> per sum the hash of its mask seed
     graph: dict[int, set[int]]  # position -> the positions it masks with (secagg.neighbourhoods)
     share_threshold: int  # Shamir's, of each neighbourhood (t on the full graph)
     used: int = 0
     floor: int = 0  # a session set up again (refused shares, dropouts): the threshold of the first one
     delivered: set[int] = field(default_factory=set)  # positions whose masked reply came (the shares reached them)
     opened_at: int = 0  # the journal's exchanges when it opened (server_app.journal: before a resume went live, gone)
+    node_of: dict[int, int] = field(init=False)  # position -> node id
+    inboxes: dict[int, list[tuple[int, np.ndarray, np.ndarray, bytes]]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.node_of = {p: node for node, p in self.position.items()}
+        self.inboxes = {}
+        for (dealer, holder), sent in sorted(self.mail.items()):
+            self.inboxes.setdefault(holder, []).append((dealer, *sent))
+
+    def inbox(self, holder: int) -> list[tuple[int, np.ndarray, np.ndarray, bytes]]:
+        """The tokens forwarded to ``holder``: (dealer, token row, ephemeral point, digest)."""
+        return self.inboxes.get(holder, [])
+
+    def sources(self, holder: int) -> set[int]:
+        """The dealers whose tokens were forwarded to ``holder`` (the only ones it may refuse)."""
+        return {dealer for dealer, *_ in self.inbox(holder)}
 
     def short(self, alive, dropped=()) -> bool:
         """Whether a sum over ``alive`` (positions) cannot be unmasked: fewer than the

@@ -168,13 +168,15 @@ def test_no_mask_key_of_one_sum_unmasks_another(tmp_path, monkeypatch):
             kept["seed"] = secagg.row_bytes(reply.content.array_records["arrays"]["seed"].numpy(), strip=False)
         return reply
 
+    from fedcluster import secagg_checks
+
     rebuilt = []
-    original = secagg.combined
-    monkeypatch.setattr(secagg, "combined", lambda shares, t: rebuilt.append(original(shares, t)) or rebuilt[-1])
+    original = secagg_checks.rebuilt
+    monkeypatch.setattr(secagg_checks, "rebuilt", lambda *a: rebuilt.append(original(*a)) or rebuilt[-1])
     result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}), num_nodes=NODES,
                  reply_hook=hook)
     assert result["privacy"]["secure_aggregation"]["sessions"] == 1
-    [server_key] = [value for found in rebuilt for value in found.values()]  # node 1000's round-2 key, nothing else
+    [server_key] = [found.secret for found in rebuilt]  # node 1000's round-2 key, nothing else
     store = next(d.extra[secagg.STATE] for d in device._DATA_CACHE.values() if d.extra.get("node-id") == 1000)
     true_key = secagg.private_scalar(store["sk1"][0])
 
@@ -453,12 +455,13 @@ def test_one_device_breaking_the_key_exchange_sits_the_session_out_and_the_run_g
 
 @pytest.mark.parametrize("lie", ["garbled shares", "one garbled share", "refuses everyone", "a lost refusal"])
 def test_refused_shares_leave_devices_out_of_a_new_session_and_the_run_goes_on(tmp_path, lie):
-    """Shares that do not decrypt are refused, not fatal. Node 1003 garbles all its shares
-    (it sits out), garbles one share in every session (it and the one it names both sit
-    out, once: it cannot take honest devices out one after another), or refuses everyone
-    (it sits out alone); or its victim's first masked reply is lost, and the refusal comes
-    with the next. The abandoned sum is never unmasked; a new session sets it up again and
-    the run's centers are Lloyd's over the others."""
+    """Shares that do not decrypt are refused, not fatal, and the refused device is asked to
+    prove its shares. Node 1003 garbles all its shares (it cannot prove them: it sits the
+    session out), garbles one share in every session (likewise; its victim stays: before,
+    a lone refusal took out both sides), or refuses everyone (their shares open with the
+    keys they reveal: it lied, and is excluded from the run); or its victim's first masked
+    reply is lost, and the refusal comes with the next. The abandoned sum is never unmasked;
+    a new session sets it up again and the run's centers are Lloyd's over the others."""
     from flwr.app import Array
 
     def hook(node, message, reply):
@@ -489,8 +492,9 @@ def test_refused_shares_leave_devices_out_of_a_new_session_and_the_run_goes_on(t
     result = run(config(tmp_path, "secure", **{"lloyd-rounds": rounds, "secure-aggregation": True}), num_nodes=NODES,
                  reply_hook=hook)
     secure = result["privacy"]["secure_aggregation"]
-    left_out = {1003} if lie in ("garbled shares", "refuses everyone") else {1003, 999 + victims[0]}
-    assert secure["left_out_over_refused_shares"] == sorted(left_out)
+    left_out = {1003}
+    assert secure["left_out_over_refused_shares"] == ([] if lie == "refuses everyone" else [1003])
+    assert secure["excluded_liars"] == ([1003] if lie == "refuses everyone" else [])
     assert secure["sessions"] == 2 and secure["sums"] == rounds and not secure["out_of_range"]
     assert unmasked == ({1, 2} if lie == "a lost refusal" else {2})  # the abandoned sum: no unmasking
     if lie == "a lost refusal":
@@ -508,15 +512,14 @@ def test_refused_shares_leave_devices_out_of_a_new_session_and_the_run_goes_on(t
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)  # atol: the grid
 
 
-def test_left_out_takes_the_accused_of_two_the_lone_accuser_of_many_and_both_of_one():
-    assert secagg.left_out({1: [3], 2: [3], 4: [3]}) == {3}
-    assert secagg.left_out({1: [3]}) == {1, 3}  # nothing settles a lone accusation: both
-    assert secagg.left_out({3: [1, 2, 4, 5]}) == {3}  # lone accusations of many: the accuser
-    assert secagg.left_out({1: [3], 2: [3], 3: [1]}) == {3}  # 3 is out: its own claim counts no more
+def test_refusals_are_grouped_by_the_accused_and_checked_against_the_forwarded_shares():
+    from fedcluster.secagg_checks import accused
+
+    assert accused({1: [3], 2: [3], 4: [3, 5]}) == {3: [1, 2, 4], 5: [4]}
     assert secagg.refused_positions(np.array([0, 1, 0, 1])) == [2, 4]
     assert secagg.refusals_problem(np.array([0, 2, 0]), {1, 2, 3}, 1)  # a flag of 2
     assert secagg.refusals_problem(np.array([1, 0]), {1, 2}, 1)  # itself
-    assert secagg.refusals_problem(np.array([0, 0, 1]), {1, 2}, 1)  # not asked
+    assert secagg.refusals_problem(np.array([0, 0, 1]), {1, 2}, 1)  # no share of 3 was forwarded to it
     assert secagg.refusals_problem(np.array([0, 1, 0]), {1, 2}, 1) is None
 
 

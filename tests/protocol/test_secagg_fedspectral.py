@@ -179,3 +179,29 @@ def test_on_a_sparse_graph_clients_leaving_in_turn_leave_the_plain_runs_result(t
     assert secure["final"]["secure_aggregation"]["sessions"] >= 2
     np.testing.assert_array_equal(outputs(tmp_path, "secure")[0], outputs(tmp_path, "plain")[0])
     np.testing.assert_allclose(outputs(tmp_path, "secure")[1], outputs(tmp_path, "plain")[1], rtol=1e-6, atol=1e-9)
+
+
+def test_a_client_revealing_a_wrong_own_seed_is_named_and_the_run_completes(tmp_path, graph):
+    """Client 1002 sends a wrong value of its own mask seed in every unmasking. Before, the
+    first sum decoded outside the ranges and the run stopped saying the sender could not be
+    named. Now the seed fails 1002's commitment: it is named and excluded, the sum completes
+    without its product, and the run is the plain run without 1002 from the start."""
+    from test_secagg_liars import wrong_seed
+
+    plain = run(config(tmp_path, graph, "plain"), num_nodes=CLIENTS, reply_hook=fail(1002, "train.power_step"))
+    secure = run(config(tmp_path, graph, "secure", **{"secure-aggregation": True}), num_nodes=CLIENTS,
+                 reply_hook=wrong_seed(1002))
+    assert list(secure["nodes"]["excluded"]) == list(plain["nodes"]["excluded"]) == ["1002"]
+    assert "seed" in secure["nodes"]["excluded"]["1002"] and secure["final"]["secure_aggregation"]["excluded_liars"] == [1002]
+    np.testing.assert_array_equal(outputs(tmp_path, "secure")[0], outputs(tmp_path, "plain")[0])
+    np.testing.assert_allclose(outputs(tmp_path, "secure")[1], outputs(tmp_path, "plain")[1], rtol=1e-6, atol=1e-12)
+
+
+def test_a_sum_a_liars_shares_keep_masked_stops_the_run_naming_it(tmp_path, graph, monkeypatch):
+    """A product cannot be skipped: when client 1002's shares rebuild another mask key than
+    its own (and its seed is wrong), the run stops and the error names 1002."""
+    from test_secagg_liars import crafted_shares, wrong_seed
+
+    crafted_shares(monkeypatch, 1002)
+    with pytest.raises(Exception, match=r"degrees-and-first-product.*\[1002\] lied"):
+        run(config(tmp_path, graph, "secure", **{"secure-aggregation": True}), num_nodes=CLIENTS, reply_hook=wrong_seed(1002))
