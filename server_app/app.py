@@ -22,11 +22,12 @@ def run_algorithm(grid: Grid, run_config: dict[str, Any], journal: bool = True) 
     config = validated_config(run_config)
     strategy = strategy_for(config["algorithm"])(grid, config)
     strategy.prepare_output(journal)  # a bad results folder stops the run before any node is waited for
-    failed = True
+    failed = False
     try:
-        result = _run(strategy, config)
-        failed = False
-        return result
+        return _run(strategy, config)
+    except Exception:  # the run stopped itself (not the process dying: that leaves the folder as it was)
+        failed = True
+        raise
     finally:
         strategy.close_output(failed)
 

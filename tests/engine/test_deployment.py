@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedcluster.tools.flower import flower_installed
+from fedcluster.tools.flower import flower_installed, run_config_text
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -219,38 +219,38 @@ def journal_round_trips(folder: Path) -> int:
 
 def test_a_deployment_killed_mid_run_resumes_to_the_uninterrupted_result_spending_epsilon_once(tmp_path):
     """FedDP-KMeans without server data (a private histogram start, four noisy Lloyd rounds),
-    seeded: run once to the end; run again and kill the SuperLink (with the ServerApp) after
-    two round trips; restart it (the SuperNodes reconnect) and submit the same run config with
-    resume=true. The centers are the uninterrupted run's, no round trip completed before the
-    kill is sent again, and the privacy ledger holds the releases of one run."""
-    from server_app.run_folder import read_marker
+    seeded: kill the SuperLink (with the ServerApp) after two round trips; restart it (the
+    SuperNodes reconnect) and submit the same run config with resume=true. The centers are
+    those of the uninterrupted run (in-process over the same files and partitions: the same
+    run, docs/DESIGN.md) and the privacy ledger holds the releases of one run."""
+    from inprocess import run
+    from server_app.run_folder import _held, read_marker
 
     files = node_data(tmp_path / "data")
-    job = (f"algorithm='feddp-kmeans' k=4 init='histogram' dimension=4 clip-norm=30.0 lloyd-rounds=4 epsilon=4.0 "
-           f"noise-seed=3 {QUICK}")
+    job = {"algorithm": "feddp-kmeans", "k": 4, "init": "histogram", "dimension": 4, "clip-norm": 30.0,
+           "lloyd-rounds": 4, "epsilon": 4.0, "noise-seed": 3, "reference": False}
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    first = run({**job, "output-dir": str(whole)},
+                node_configs=[{"data-path": str(path), "partition-id": i} for i, path in enumerate(files)])
+    text = f"{run_config_text({k: v for k, v in job.items() if k != 'reference'})} {QUICK}"
     with LocalCluster(tmp_path / "cluster", files, echo=lambda *_: None) as cluster:
         cluster.start()
-        run_id, status = run_to_end(cluster, f"{job} output-dir='{whole}'")
-        assert status == "finished:completed", cluster.run_log(run_id)
-        run_id = cluster.submit(ROOT, f"{job} output-dir='{stopped}'")
+        run_id = cluster.submit(ROOT, f"{text} output-dir='{stopped}'")
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and journal_round_trips(stopped) < 2:
             time.sleep(0.5)
         assert journal_round_trips(stopped) >= 2, cluster.run_log(run_id)
         cluster.restart_superlink()  # SIGKILL: the ServerApp goes with it, mid-run
-        from server_app.run_folder import _held
-
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and _held(stopped):  # the old ServerApp let go of its folder
             time.sleep(0.5)
         assert not _held(stopped) and read_marker(stopped)["status"] == "running"
         done = journal_round_trips(stopped)
         releases = len((stopped / "privacy-ledger.jsonl").read_text().splitlines())
-        run_id, status = run_to_end(cluster, f"{job} output-dir='{stopped}' resume=true")
+        run_id, status = run_to_end(cluster, f"{text} output-dir='{stopped}' resume=true")
         assert status == "finished:completed", cluster.run_log(run_id)
-    result, first = (json.loads((folder / "result.json").read_text()) for folder in (stopped, whole))
-    np.testing.assert_array_equal(np.load(stopped / "centers.npy"), np.load(whole / "centers.npy"))
+    result = json.loads((stopped / "result.json").read_text())
+    np.testing.assert_allclose(np.load(stopped / "centers.npy"), np.load(whole / "centers.npy"), rtol=0, atol=1e-9)
     assert result["resumed"][0]["nodes_back"] == NODES and done >= 2 and releases >= 1
     assert result["privacy"]["epsilon"] == first["privacy"]["epsilon"]
     ledger = [json.loads(line) for line in (stopped / "privacy-ledger.jsonl").read_text().splitlines()]
