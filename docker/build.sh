@@ -27,7 +27,8 @@
 # network access to Debian's mirror and PyPI.
 # Environment: DEBIAN_MIRROR (default http://deb.debian.org/debian), DEBIAN_SUITE
 # (bookworm), BASE_IMAGE (fedcluster-base), IMAGE (fedcluster), PYTHON (a host python3 with
-# venv, for pip; default python3). Only the build talks to the outside (Debian's mirror,
+# venv, for pip; default python3), FEDCLUSTER_BUILD_LOCK (/tmp/fedcluster-docker-build.lock:
+# builds on one machine take turns on it). Only the build talks to the outside (Debian's mirror,
 # PyPI); the images and the containers never do.
 set -euo pipefail
 
@@ -85,6 +86,18 @@ if [[ $CHECK_ONLY == 1 ]]; then
     exit 0
 fi
 mkdir -p "$BUILD"
+# One build at a time on this machine: builds beside each other (two clones) would prune each
+# other's untagged layers in the middle of a build and race for the shared tags.
+BUILD_LOCK="${FEDCLUSTER_BUILD_LOCK:-/tmp/fedcluster-docker-build.lock}"
+if command -v flock >/dev/null 2>&1; then
+    exec {build_lock}>>"$BUILD_LOCK"
+    if ! flock -n "$build_lock"; then
+        echo "== waiting for another docker/build.sh on this machine to finish ($BUILD_LOCK)"
+        flock "$build_lock"
+    fi
+else
+    echo "== no 'flock' (util-linux): not guarded against another build running beside this one" >&2
+fi
 
 # --- 1. the base image ---------------------------------------------------------------------
 if [[ $FROM_SCRATCH == 1 ]] || ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
@@ -188,7 +201,7 @@ docker tag "$BUILDING" "$IMAGE"
 docker rmi "$BUILDING" >/dev/null  # only the temporary name: the image keeps its two tags
 docker run --rm "$BUILT" python -c 'import flwr, numpy, scipy, sklearn, dp_accounting, fedcluster, server_app, client_app; print("   flwr", flwr.__version__, "| numpy", numpy.__version__, "| scipy", scipy.__version__, "| scikit-learn", sklearn.__version__)'
 echo "$BUILT" > "$BUILD/image-tag"  # written once the image imports: the tests run this build
-for stage in install image; do docker image prune -f --filter "label=fedcluster.stage=$stage" >/dev/null; done  # stale, untagged builds
+for stage in install image; do docker image prune -f --filter "label=fedcluster.stage=$stage" >/dev/null 2>&1 || true; done  # stale, untagged builds (housekeeping: a prune already running is fine)
 for name in "$BASE_IMAGE" "$BUILT"; do echo "   $name: $(docker image inspect -f '{{.Size}}' "$name" | awk '{printf "%.0f MB", $1 / 1e6}')"; done
 echo "   tagged $BUILT (this build, in docker/build/image-tag) and $IMAGE; earlier builds keep their b- tags (docker image ls $IMAGE_REPO)"
 done_step
