@@ -240,7 +240,7 @@ def main() -> int:
     entry["job-seconds"] = round(time.monotonic() - started, 1)
     write_status(status_dir, entry)
     status = entry.get("status")
-    details = f" ({entry['status-details']})" if entry.get("status-details") else ""
+    details = f" ({entry['status-details']})" if entry.get("status-details") not in (None, "", "N/A") else ""
     print(f"[job] run {run_id}: {status}{details} after {entry['job-seconds']} s", flush=True)
     if out is not None and (out / "result.json").exists():
         print(f"[job] {out / 'result.json'}:\n" + summary(json.loads((out / "result.json").read_text())), flush=True)

@@ -85,7 +85,7 @@ def job_status(out: Path, exit_code: int | str, list_runs) -> dict:
             return {**json.loads(path.read_text()), "job-exit-code": exit_code}
         except ValueError as exc:
             return {"status": "unknown", "job-exit-code": exit_code, "note": f"{path} is not JSON: {exc}"}
-    missing = f"no {path.name} from the job (exit code: {exit_code})"
+    missing = f"no {path.name} from the job"
     try:
         flower = json.loads(list_runs())
     except ValueError as exc:
