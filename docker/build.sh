@@ -12,7 +12,10 @@
 #                       wheelhouse (--no-index), the Flower app at /app (what `flwr run /app`
 #                       submits), the demo scripts in /opt/fedcluster. The dependency stage
 #                       is tagged fedcluster-deps: it is the cache that makes a rebuild after
-#                       a code change take seconds.
+#                       a code change take seconds. Each build is also tagged with a name of
+#                       its own, fedcluster:b-<image id>, written to docker/build/image-tag:
+#                       what this clone's tests run, whatever another clone's build does to
+#                       the shared tag fedcluster (the compose files' default) meanwhile.
 #
 # Usage (as root, or `sudo bash docker/build.sh`: step 1 needs root for debootstrap):
 #   bash docker/build.sh [--from-scratch]     # --from-scratch: redo steps 1 and 2 as well
@@ -24,7 +27,8 @@
 # network access to Debian's mirror and PyPI.
 # Environment: DEBIAN_MIRROR (default http://deb.debian.org/debian), DEBIAN_SUITE
 # (bookworm), BASE_IMAGE (fedcluster-base), IMAGE (fedcluster), PYTHON (a host python3 with
-# venv, for pip; default python3). Only the build talks to the outside (Debian's mirror,
+# venv, for pip; default python3), FEDCLUSTER_BUILD_LOCK (/tmp/fedcluster-docker-build.lock:
+# builds on one machine take turns on it). Only the build talks to the outside (Debian's mirror,
 # PyPI); the images and the containers never do.
 set -euo pipefail
 
@@ -36,6 +40,8 @@ DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 DEBIAN_SUITE="${DEBIAN_SUITE:-bookworm}"
 BASE_IMAGE="${BASE_IMAGE:-fedcluster-base}"
 IMAGE="${IMAGE:-fedcluster}"
+IMAGE_REPO="$IMAGE"
+[[ "${IMAGE##*/}" != *:* ]] || IMAGE_REPO="${IMAGE%:*}"  # IMAGE may carry a tag
 PYTHON="${PYTHON:-python3}"
 FROM_SCRATCH=0
 CHECK_ONLY=0
@@ -80,6 +86,18 @@ if [[ $CHECK_ONLY == 1 ]]; then
     exit 0
 fi
 mkdir -p "$BUILD"
+# One build at a time on this machine: builds beside each other (two clones) would prune each
+# other's untagged layers in the middle of a build and race for the shared tags.
+BUILD_LOCK="${FEDCLUSTER_BUILD_LOCK:-/tmp/fedcluster-docker-build.lock}"
+if command -v flock >/dev/null 2>&1; then
+    exec {build_lock}>>"$BUILD_LOCK"
+    if ! flock -n "$build_lock"; then
+        echo "== waiting for another docker/build.sh on this machine to finish ($BUILD_LOCK)"
+        flock "$build_lock"
+    fi
+else
+    echo "== no 'flock' (util-linux): not guarded against another build running beside this one" >&2
+fi
 
 # --- 1. the base image ---------------------------------------------------------------------
 if [[ $FROM_SCRATCH == 1 ]] || ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
@@ -166,15 +184,26 @@ done_step
 step "3/3 image $IMAGE (FROM $BASE_IMAGE, offline pip install from the wheelhouse)"
 : > "$BUILD/docker-build.log"
 # The dependency stage is tagged ($IMAGE-deps) so that it stays the build cache of the next
-# build; older, untagged copies of it are pruned below.
-for target in "--target install -t $IMAGE-deps" "-t $IMAGE"; do
+# build; older, untagged copies of it are pruned below. The image is built under a name no
+# other build uses (so it is never untagged, hence never pruned, by a build running beside
+# this one), then tagged $IMAGE_REPO:b-<its id> (this build's own tag) and $IMAGE.
+BUILDING="$IMAGE_REPO:building-$$-$RANDOM"
+for target in "--target install -t $IMAGE-deps" "-t $BUILDING --iidfile $BUILD/image.id"; do
     # shellcheck disable=SC2086
     docker build --build-arg "BASE_IMAGE=$BASE_IMAGE" -f "$HERE/Dockerfile" $target "$CONTEXT" >> "$BUILD/docker-build.log" 2>&1 \
-        || { tail -30 "$BUILD/docker-build.log" >&2; exit 1; }
+        || { tail -30 "$BUILD/docker-build.log" >&2; docker rmi "$BUILDING" >/dev/null 2>&1 || true; exit 1; }
 done
-docker run --rm "$IMAGE" python -c 'import flwr, numpy, scipy, sklearn, dp_accounting, fedcluster, server_app, client_app; print("   flwr", flwr.__version__, "| numpy", numpy.__version__, "| scipy", scipy.__version__, "| scikit-learn", sklearn.__version__)'
-for stage in install image; do docker image prune -f --filter "label=fedcluster.stage=$stage" >/dev/null; done  # stale, untagged builds
-for name in "$BASE_IMAGE" "$IMAGE"; do echo "   $name: $(docker image inspect -f '{{.Size}}' "$name" | awk '{printf "%.0f MB", $1 / 1e6}')"; done
+IMAGE_ID="$(cat "$BUILD/image.id")"
+IMAGE_ID="${IMAGE_ID#sha256:}"
+BUILT="$IMAGE_REPO:b-${IMAGE_ID:0:12}"
+docker tag "$BUILDING" "$BUILT"
+docker tag "$BUILDING" "$IMAGE"
+docker rmi "$BUILDING" >/dev/null  # only the temporary name: the image keeps its two tags
+docker run --rm "$BUILT" python -c 'import flwr, numpy, scipy, sklearn, dp_accounting, fedcluster, server_app, client_app; print("   flwr", flwr.__version__, "| numpy", numpy.__version__, "| scipy", scipy.__version__, "| scikit-learn", sklearn.__version__)'
+echo "$BUILT" > "$BUILD/image-tag"  # written once the image imports: the tests run this build
+for stage in install image; do docker image prune -f --filter "label=fedcluster.stage=$stage" >/dev/null 2>&1 || true; done  # stale, untagged builds (housekeeping: a prune already running is fine)
+for name in "$BASE_IMAGE" "$BUILT"; do echo "   $name: $(docker image inspect -f '{{.Size}}' "$name" | awk '{printf "%.0f MB", $1 / 1e6}')"; done
+echo "   tagged $BUILT (this build, in docker/build/image-tag) and $IMAGE; earlier builds keep their b- tags (docker image ls $IMAGE_REPO)"
 done_step
 echo
 echo "Built. Next: python3 docker/make_demo_data.py   (or: docker run --rm -v \"\$PWD/docker/data:/data\" $IMAGE python /opt/fedcluster/make_demo_data.py --out /data)"

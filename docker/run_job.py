@@ -14,8 +14,13 @@ Runs inside the compose network (the ``job`` service; image path /opt/fedcluster
    (or ``--status-dir``, default /out) and, when the run wrote a ``result.json`` there, prints
    its summary.
 
-Exit status 0 only when Flower reports ``finished:completed`` (``flwr run`` alone exits 0
-even when the run failed).
+``flwr-run.json`` is written whatever happens: when no run could be submitted its status is
+``not-submitted`` (``superlink-unreachable`` when nothing answered) with the error, so a
+caller always reads what the job did. Exit status 0 only when Flower reports
+``finished:completed`` (``flwr run`` alone exits 0 even when the run failed).
+
+With ``--list-runs`` it prints Flower's record of every run on the SuperLink (``flwr ls
+--format json``) and exits: what a caller asks when the job itself left nothing.
 
 With ``--register KEY.pub ...`` it instead registers those SuperNode public keys with the
 SuperLink (``flwr supernode register``; the ``register`` service of
@@ -40,8 +45,20 @@ from pathlib import Path
 CONNECTION = "demo"
 
 
+class JobError(Exception):
+    """The job could not do its part; ``status`` is what flwr-run.json records."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def flwr(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["flwr", *args], capture_output=True, text=True, timeout=timeout)
+    """``flwr ARGS``; one that does not return within ``timeout`` is a failure (rc 124)."""
+    try:
+        return subprocess.run(["flwr", *args], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(["flwr", *args], 124, "", f"flwr {args[0]}: no answer within {timeout:.0f} s")
 
 
 def json_payload(stdout: str) -> dict:
@@ -87,7 +104,7 @@ def wait_for(address: str, timeout: float) -> None:
             return
         except OSError as exc:
             if time.monotonic() > deadline:
-                sys.exit(f"[job] the SuperLink at {address} does not answer after {timeout:.0f} s: {exc}")
+                raise JobError("superlink-unreachable", f"the SuperLink at {address} does not answer after {timeout:.0f} s: {exc}") from None
             time.sleep(1)
 
 
@@ -103,7 +120,7 @@ def submit(app: str, run_config: str, attempts: int = 4) -> str:
             return str(payload["run-id"])
         if attempt < attempts - 1:
             time.sleep(3)
-    sys.exit(f"[job] flwr run failed:\n{done.stdout}\n{done.stderr}")
+    raise JobError("not-submitted", f"flwr run failed {attempts} times (rc {done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}")
 
 
 def wait_for_run(run_id: str, timeout: float) -> dict:
@@ -121,6 +138,25 @@ def wait_for_run(run_id: str, timeout: float) -> dict:
                 return entry
         time.sleep(2)
     return {**entry, "status": entry.get("status", "unknown"), "job-timeout": f"not finished after {timeout:.0f} s"}
+
+
+def list_runs() -> int:
+    """Print Flower's record of every run (``flwr ls --format json``); 0 when it answered."""
+    done = flwr("ls", CONNECTION, "--format", "json")
+    try:
+        payload = json_payload(done.stdout)
+    except ValueError:
+        payload = {}
+    if done.returncode != 0 or "runs" not in payload:
+        print(json.dumps({"error": f"flwr ls failed (rc {done.returncode}): {(done.stdout + done.stderr)[-2000:]}"}))
+        return 1
+    print(json.dumps({"runs": payload["runs"]}))
+    return 0
+
+
+def write_status(status_dir: Path, entry: dict) -> None:
+    status_dir.mkdir(parents=True, exist_ok=True)
+    (status_dir / "flwr-run.json").write_text(json.dumps(entry, indent=2) + "\n")
 
 
 def output_dir(run_config: str) -> Path | None:
@@ -148,17 +184,29 @@ def main() -> int:
     parser.add_argument("--superlink", default=os.environ.get("SUPERLINK", "superlink:8000"))
     parser.add_argument("--app", default="/app")
     parser.add_argument("--status-dir", type=Path, default=None, help="where flwr-run.json is written (default: the output-dir, else /out)")
+    parser.add_argument("--connect-timeout", type=float, default=180.0, help="seconds to wait for the SuperLink to answer")
     parser.add_argument("--timeout", type=float, default=float(os.environ.get("RUN_TIMEOUT", "900")), help="seconds to wait for the run")
     parser.add_argument("--root-certificates", type=Path, default=os.environ.get("ROOT_CERTIFICATES") or None,
                         help="CA certificate of a TLS SuperLink (default: $ROOT_CERTIFICATES; none: insecure)")
     parser.add_argument("--register", type=Path, nargs="+", metavar="KEY.pub", help="register these SuperNode public keys and exit")
     parser.add_argument("--then-wait", action="store_true", help="after --register: write /tmp/registered and wait until stopped")
+    parser.add_argument("--list-runs", action="store_true", help="print every run the SuperLink knows (flwr ls, JSON) and exit")
     args = parser.parse_args()
 
     started = time.monotonic()
     write_connection(args.superlink, args.root_certificates)
-    wait_for(args.superlink, timeout=180)
+    if args.list_runs:
+        try:
+            wait_for(args.superlink, timeout=min(30.0, args.connect_timeout))
+        except JobError as exc:
+            print(json.dumps({"error": str(exc)}))
+            return 1
+        return list_runs()
     if args.register:
+        try:
+            wait_for(args.superlink, timeout=args.connect_timeout)
+        except JobError as exc:
+            sys.exit(f"[register] {exc}")
         register(args.register)
         if args.then_wait:
             Path("/tmp/registered").write_text("ok\n")
@@ -166,10 +214,19 @@ def main() -> int:
                 time.sleep(3600)
         return 0
     out = output_dir(args.run_config)
-    if out is not None and (out / "result.json").exists():
-        (out / "result.json").unlink()  # a result.json seen later is this run's
-    print(f"[job] submitting {args.app} to {args.superlink} with --run-config \"{args.run_config}\"", flush=True)
-    run_id = submit(args.app, args.run_config)
+    status_dir = args.status_dir or out or Path("/out")
+    for stale in (status_dir / "flwr-run.json", *([out / "result.json"] if out is not None else [])):
+        if stale.exists():
+            stale.unlink()  # a flwr-run.json or result.json seen later is this job's
+    try:
+        wait_for(args.superlink, timeout=args.connect_timeout)
+        print(f"[job] submitting {args.app} to {args.superlink} with --run-config \"{args.run_config}\"", flush=True)
+        run_id = submit(args.app, args.run_config)
+    except JobError as exc:
+        entry = {"status": exc.status, "error": str(exc), "job-seconds": round(time.monotonic() - started, 1)}
+        write_status(status_dir, entry)
+        print(f"[job] {exc.status}: {exc}", file=sys.stderr, flush=True)
+        return 1
     print(f"[job] run {run_id} submitted; streaming its log", flush=True)
     log = subprocess.Popen(["flwr", "log", run_id, CONNECTION, "--stream"])
     try:
@@ -181,11 +238,10 @@ def main() -> int:
             log.terminate()
             log.wait(timeout=10)
     entry["job-seconds"] = round(time.monotonic() - started, 1)
-    status_dir = args.status_dir or out or Path("/out")
-    status_dir.mkdir(parents=True, exist_ok=True)
-    (status_dir / "flwr-run.json").write_text(json.dumps(entry, indent=2) + "\n")
+    write_status(status_dir, entry)
     status = entry.get("status")
-    print(f"[job] run {run_id}: {status} after {entry['job-seconds']} s", flush=True)
+    details = f" ({entry['status-details']})" if entry.get("status-details") not in (None, "", "N/A") else ""
+    print(f"[job] run {run_id}: {status}{details} after {entry['job-seconds']} s", flush=True)
     if out is not None and (out / "result.json").exists():
         print(f"[job] {out / 'result.json'}:\n" + summary(json.loads((out / "result.json").read_text())), flush=True)
     return 0 if status == "finished:completed" else 1

@@ -5,8 +5,10 @@ Run with ``--check`` and a PATH holding only what the test puts there: stand-in 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +30,7 @@ def run_check(tmp_path: Path, *, docker: str | None = None, compose_v1: bool = F
     """docker: None (absent), "dead" (no engine answers), "nocompose" (engine, no v2 plugin), "ok"."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("bash", "dirname", "sed"):
+    for tool in ("bash", "dirname", "sed", "mkdir", "flock"):
         os.symlink(shutil.which(tool), bin_dir / tool)
     _script(bin_dir / "id", f"echo {uid}")
     if docker == "dead":
@@ -83,3 +85,21 @@ def test_everything_present_passes_the_check(tmp_path):
     done = run_check(tmp_path, docker="ok", debootstrap=True)
     assert done.returncode == 0, done.stderr
     assert "prerequisites present" in done.stdout
+
+
+def test_a_build_waits_for_another_build_on_the_machine(tmp_path):
+    # builds beside each other would prune each other's untagged layers mid-build
+    lock = tmp_path / "build.lock"
+    run_check(tmp_path, docker="ok", debootstrap=True)  # makes the stand-ins in tmp_path/bin
+    env = {"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path), "PYTHON": sys.executable, "FEDCLUSTER_BUILD_LOCK": str(lock)}
+    with open(lock, "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)  # another build holds it
+        build = subprocess.Popen([str(tmp_path / "bin" / "bash"), str(BUILD)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, env=env, start_new_session=True)
+        try:
+            out, _ = build.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(build.pid, signal.SIGKILL)
+            out, _ = build.communicate()
+    assert "waiting for another docker/build.sh" in out
+    assert "1/3" not in out  # nothing built while the other build runs
