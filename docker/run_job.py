@@ -2,7 +2,7 @@
 
 Runs inside the compose network (the ``job`` service; image path /opt/fedcluster):
 
-    python /opt/fedcluster/run_job.py "k=4 num-rounds=10 min-nodes=3 output-dir='/out'"
+    python /opt/fedcluster/run_job.py "k=4 num-rounds=10 min-nodes=3"
 
 1. waits until the SuperLink answers on its address (``--superlink``, default
    ``superlink:8000``; the connection ``demo`` in $FLWR_HOME/config.toml is written to match:
@@ -10,9 +10,10 @@ Runs inside the compose network (the ``job`` service; image path /opt/fedcluster
    insecure),
 2. ``flwr run /app demo --run-config ...`` (a few attempts, for a SuperLink still starting),
 3. streams the run's log (``flwr log``) while polling ``flwr ls`` until the run is finished,
-4. writes the final ``flwr ls`` entry to ``flwr-run.json`` in the run config's ``output-dir``
-   (or ``--status-dir``, default /out) and, when the run wrote a ``result.json`` there, prints
-   its summary.
+4. writes the final ``flwr ls`` entry, with the run's ``output-dir``, to ``flwr-run.json`` in
+   ``--status-dir`` (default /out) and, when the run wrote a ``result.json``, prints its
+   summary. Without an ``output-dir`` in the run config the run gets a folder of its own,
+   ``/out/run-<UTC time>``: the server never writes into another run's folder.
 
 ``flwr-run.json`` is written whatever happens: when no run could be submitted its status is
 ``not-submitted`` (``superlink-unreachable`` when nothing answered) with the error, so a
@@ -180,10 +181,10 @@ def summary(result: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="Submit a fedcluster run to the demo SuperLink and wait for it.")
-    parser.add_argument("run_config", nargs="?", default="k=4 min-nodes=3 output-dir='/out'", help="--run-config string (TOML values)")
+    parser.add_argument("run_config", nargs="?", default="k=4 min-nodes=3", help="--run-config string (TOML values)")
     parser.add_argument("--superlink", default=os.environ.get("SUPERLINK", "superlink:8000"))
     parser.add_argument("--app", default="/app")
-    parser.add_argument("--status-dir", type=Path, default=None, help="where flwr-run.json is written (default: the output-dir, else /out)")
+    parser.add_argument("--status-dir", type=Path, default=None, help="where flwr-run.json is written (default: /out)")
     parser.add_argument("--connect-timeout", type=float, default=180.0, help="seconds to wait for the SuperLink to answer")
     parser.add_argument("--timeout", type=float, default=float(os.environ.get("RUN_TIMEOUT", "900")), help="seconds to wait for the run")
     parser.add_argument("--root-certificates", type=Path, default=os.environ.get("ROOT_CERTIFICATES") or None,
@@ -214,16 +215,20 @@ def main() -> int:
                 time.sleep(3600)
         return 0
     out = output_dir(args.run_config)
-    status_dir = args.status_dir or out or Path("/out")
-    for stale in (status_dir / "flwr-run.json", *([out / "result.json"] if out is not None else [])):
-        if stale.exists():
-            stale.unlink()  # a flwr-run.json or result.json seen later is this job's
+    if out is None:  # each job its own results folder (a run never writes into another's)
+        out = Path("/out") / time.strftime("run-%Y%m%d-%H%M%S", time.gmtime())
+        args.run_config = f"{args.run_config} output-dir='{out}'"
+    status_dir = args.status_dir or Path("/out")
+    stale = status_dir / "flwr-run.json"
+    if stale.exists():
+        stale.unlink()  # a flwr-run.json seen later is this job's
     try:
         wait_for(args.superlink, timeout=args.connect_timeout)
         print(f"[job] submitting {args.app} to {args.superlink} with --run-config \"{args.run_config}\"", flush=True)
         run_id = submit(args.app, args.run_config)
     except JobError as exc:
-        entry = {"status": exc.status, "error": str(exc), "job-seconds": round(time.monotonic() - started, 1)}
+        entry = {"status": exc.status, "error": str(exc), "job-seconds": round(time.monotonic() - started, 1),
+                 "output-dir": str(out)}
         write_status(status_dir, entry)
         print(f"[job] {exc.status}: {exc}", file=sys.stderr, flush=True)
         return 1
@@ -238,11 +243,12 @@ def main() -> int:
             log.terminate()
             log.wait(timeout=10)
     entry["job-seconds"] = round(time.monotonic() - started, 1)
+    entry["output-dir"] = str(out)
     write_status(status_dir, entry)
     status = entry.get("status")
     details = f" ({entry['status-details']})" if entry.get("status-details") not in (None, "", "N/A") else ""
     print(f"[job] run {run_id}: {status}{details} after {entry['job-seconds']} s", flush=True)
-    if out is not None and (out / "result.json").exists():
+    if (out / "result.json").exists():
         print(f"[job] {out / 'result.json'}:\n" + summary(json.loads((out / "result.json").read_text())), flush=True)
     return 0 if status == "finished:completed" else 1
 

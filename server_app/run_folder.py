@@ -44,7 +44,7 @@ MARKER = RUN_MARKER
 SECRET = "server-secret"
 RESULT = "result.json"
 JOURNAL = "journal.bin"
-STATE_FILES = frozenset({MARKER, SECRET, LEDGER, JOURNAL})
+STATE_FILES = frozenset({MARKER, SECRET, LEDGER, JOURNAL, "flwr-run.json"})  # (the Docker job's record of the run)
 # Keys that say where and how a run writes, not what it computes.
 NOT_THE_JOB = ("output-dir", "resume", "overwrite")
 

@@ -165,7 +165,7 @@ def test_compose_file_gives_each_supernode_its_own_file_and_a_valid_job():
     (run_config,) = job["command"]
     config = with_defaults(parse_run_config(run_config))
     assert config["min-nodes"] == len(SUPERNODES)
-    assert config["output-dir"] == "/out"
+    assert config["output-dir"] == ""  # the job gives each run a folder of its own under /out (run_job.py)
     assert mounts(job)["/out"] == mounts(services["superexec-serverapp"])["/out"]
     assert services["superlink"]["command"][:1] == ["flower-superlink"]
 
@@ -335,11 +335,12 @@ def test_docker_compose_cluster_runs_a_job_to_completion(tmp_path, variant):
         status = job_status(cluster.out, exit_code, cluster.list_runs)
         failure = job_failure(status, cluster.logs)
         assert failure is None, failure
-        result = json.loads((cluster.out / "result.json").read_text())
+        run_dir = cluster.out / Path(status["output-dir"]).name  # /out/run-<time> in the job's container
+        result = json.loads((run_dir / "result.json").read_text())
         assert result["nodes"]["connected"] == 3
         assert result["final"]["num_points"] == manifest["num_points"] == 1250
         assert math.isfinite(result["final"]["cost"])
-        centers = np.load(cluster.out / "centers.npy")
+        centers = np.load(run_dir / "centers.npy")
         assert centers.shape == (4, 2) and np.isfinite(centers).all()
         # the federated centers are as good as central k-means on the pooled files
         from sklearn.cluster import KMeans

@@ -64,7 +64,7 @@ def superlink():
 def test_a_run_flower_refuses_leaves_its_status_and_flowers_words(run_job, monkeypatch, tmp_path, superlink):
     stand_in_flwr(monkeypatch, tmp_path, run="Error: runtime task-token authentication failed")
     out = tmp_path / "out"
-    code = job(run_job, monkeypatch, f"k=4 output-dir='{out}'", "--superlink", superlink)
+    code = job(run_job, monkeypatch, f"k=4 output-dir='{out}'", "--superlink", superlink, "--status-dir", str(out))
     assert code == 1
     status = json.loads((out / "flwr-run.json").read_text())
     assert status["status"] == "not-submitted"
@@ -89,7 +89,7 @@ def test_a_failed_run_is_its_status_with_flowers_details_and_exit_1(run_job, mon
     out = tmp_path / "out"
     out.mkdir()
     (out / "flwr-run.json").write_text('{"status": "finished:completed"}')  # an earlier job's
-    assert job(run_job, monkeypatch, f"output-dir='{out}'", "--superlink", superlink) == 1
+    assert job(run_job, monkeypatch, f"output-dir='{out}'", "--superlink", superlink, "--status-dir", str(out)) == 1
     status = json.loads((out / "flwr-run.json").read_text())
     assert status["status"] == "finished:failed" and status["status-details"] == ls["runs"][0]["status-details"]
 
