@@ -19,14 +19,8 @@ from fedcluster import protocol
 from fedcluster.da_ufl import bin_weights
 from fedcluster.point_tasks import bounding_box
 
+from .base import SETUP_RETRIES
 from .messages import FederationError, Reply
-
-# The setup (data summaries with SOM codebooks, then bin counts) asks the agents away when
-# it was first sent again in up to this many round trips before the start is drawn from
-# it: a start drawn from the bins of a few agents can miss clusters the others hold, and
-# the dual averaging, a local method, does not find them later (the default of
-# max-missed-phases: how many phases a node may miss).
-SETUP_RETRIES = 3
 
 
 @dataclass
@@ -85,7 +79,8 @@ class Agents:
         round trips (an agent still missing then is asked with the steps)."""
         self.take_counts(self.broadcast(**count_request, nodes=nodes))
         for _ in range(SETUP_RETRIES):
-            missing = [node for node in self.active_nodes if node not in self.bin_counts and node not in self.without_summary()]
+            boxless = set(self.without_summary())
+            missing = [node for node in self.active_nodes if node not in self.bin_counts and node not in boxless]
             if not missing:
                 break
             self.take_counts(self.broadcast(**count_request, nodes=missing, min_replies=0))
@@ -95,8 +90,10 @@ class Agents:
             self.bin_counts[reply.node_id] = reply.arrays["counts"]
 
     def counted(self) -> list[int]:
-        """The active agents whose bin counts the server holds, in node order."""
-        return [node for node in self.active_nodes if node in self.bin_counts]
+        """The active agents whose bin counts and data summary (the box its step replies are
+        checked against) the server holds, in node order."""
+        boxless = set(self.without_summary())
+        return [node for node in self.active_nodes if node in self.bin_counts and node not in boxless]
 
     def renew_weights(self, uniform: bool) -> None:
         """The weights of this outer iteration (fixed during it: an agent's labels and

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from flwr.app import Array
 
+from conftest import central_cost, spread_clusters, write_npy_dir
 from fedcluster.config import with_defaults
 from inprocess import run
 from server_app.base import FederationError
@@ -164,34 +165,14 @@ def test_a_codebook_outside_the_agents_box_is_dropped_and_the_run_goes_on(tmp_pa
 
 
 # ---------------------------------------------------------------- agents that come and go
-def central_cost(X, k):
-    from sklearn.cluster import KMeans
-
-    return KMeans(k, n_init=10, random_state=0).fit(X).inertia_
-
-
 def cost_of_run(X, out):
     from fedcluster.lloyd import kmeans_cost
 
     return kmeans_cost(X, np.load(out / "centers.npy"))
 
 
-def spread_agents(tmp_path, seed):
-    """Ten agents, five clusters in 3-D: agent i holds 60 points of cluster i mod 5 and 15
-    of the next (each cluster mostly on two agents)."""
-    from conftest import write_npy_dir
-
-    rng = np.random.default_rng(seed)
-    means = rng.normal(scale=10.0, size=(5, 3))
-    parts = [np.vstack([means[i % 5] + rng.normal(size=(60, 3)), means[(i + 1) % 5] + rng.normal(size=(15, 3))])
-             for i in range(10)]
-    return write_npy_dir(tmp_path / "data", parts), np.vstack(parts)
-
-
 def three_hold_a_cluster(tmp_path, seed):
     """Ten agents, four clusters in 2-D: agents 1, 2 and 3 alone hold cluster 0."""
-    from conftest import write_npy_dir
-
     rng = np.random.default_rng(seed)
     means = rng.normal(scale=8.0, size=(4, 2))
     parts = [np.vstack([means[0] + rng.normal(size=(80, 2)), means[1] + rng.normal(size=(10, 2))]) if i in (1, 2, 3)
@@ -213,7 +194,7 @@ def test_agents_offline_at_random_are_never_excluded_and_the_run_lands_near_cent
     gradients of some agents with the weights of others."""
     from inprocess import Availability
 
-    data, X = spread_agents(tmp_path, seed)
+    data, X = spread_clusters(tmp_path, seed)
     config = {"algorithm": "da-ufl", "k": 5, "weighting": weighting, "dataset": "npy-dir", "data-dir": str(data),
               "seed": seed, "reference": False, "output-dir": str(tmp_path / "o")}
     result = run(config, num_nodes=10, availability=Availability(offline=0.2, seed=seed))
