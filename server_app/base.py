@@ -130,6 +130,9 @@ class FederatedStrategy(Membership, Transport, Results):
     def vote_dimension(self, replies: list[Reply], dimension_of: Callable[[Reply], int]) -> list[Reply]:
         """Set the federation's dimension to the one most replies report (ties: the
         smaller); exclude the nodes with another. Returns the replies that agree."""
+        if not replies:
+            raise FederationError(f"phase {self._phase!r}: no node answered (every one away, late or its reply dropped): "
+                                  "the federation's dimension is unknown")
         dims = [int(dimension_of(reply)) for reply in replies]
         self.dimension = majority_value(dims)
         kept = []
@@ -219,6 +222,8 @@ class FederatedStrategy(Membership, Transport, Results):
         replies = self.broadcast(
             "lloyd_stats", self.active_nodes, arrays={"centers": centers}, sizes={"k": centers.shape[0]}, phase=phase
         )
+        if not replies:
+            raise FederationError(f"phase {phase!r}: no node answered (every one away): the cost of the centers is unknown")
         return float(sum_arrays(replies, "cost")[0]), int(sum_arrays(replies, "counts").sum())
 
     def run(self) -> dict[str, Any]:

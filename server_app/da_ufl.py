@@ -107,7 +107,11 @@ class DAUFL(Agents, FederatedStrategy):
         if candidates.shape[0] == 1:
             return candidates[0], {"candidates": 1, "chosen": 0}
         totals, points = self.score_candidates(candidates, phase="init-scoring")
-        costs = totals / max(points, 1)
+        if points == 0:  # every agent away: the cheapest on the bins
+            log(INFO, "[fedcluster] da-ufl init: no agent connected to score the %d candidates; the cheapest on the bins starts",
+                candidates.shape[0])
+            return candidates[0], {"candidates": int(candidates.shape[0]), "chosen": 0}
+        costs = totals / points
         chosen = int(np.argmin(costs))
         log(INFO, "[fedcluster] da-ufl init: %d candidates scored by the agents, the cheapest on the bins is %s",
             candidates.shape[0], "chosen" if chosen == 0 else f"{costs[0] / costs[chosen]:.4g}× the chosen one")

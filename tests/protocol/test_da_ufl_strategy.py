@@ -274,3 +274,22 @@ def test_three_hostile_agents_whose_lies_are_dropped_do_not_stop_the_run(tmp_pat
     assert all("gradient" in f["reason"] for f in dropped) and result["nodes"]["excluded"] == {}
     assert result["da_ufl"]["converged"] and result["da_ufl"]["outer_iterations"] < 100
     assert cost_of_run(X, tmp_path / "o") <= 1.05 * central_cost(X, 4)
+
+
+@pytest.mark.parametrize("trip", [3, 5])
+def test_every_agent_away_in_a_round_trip_stops_the_run_by_phase_or_not_at_all(tmp_path, trip):
+    """Every agent away in one round trip of the steps: once a raw IndexError (the sum of
+    no step replies). Now the run completes near central, or stops with a FederationError
+    whose one line names the phase (in-process, a round trip that sends nothing does not
+    advance the availability model's clock: everyone stays away)."""
+    from inprocess import Availability
+
+    data, X = spread_clusters(tmp_path, 0)
+    config = {"algorithm": "da-ufl", "k": 5, "dataset": "npy-dir", "data-dir": str(data), "seed": 0,
+              "reference": False, "output-dir": str(tmp_path / "o")}
+    try:
+        run(config, num_nodes=10, availability=Availability(away={node: {trip} for node in range(1000, 1010)}))
+    except FederationError as exc:
+        assert str(exc).startswith("phase '") and "\n" not in str(exc), exc
+    else:
+        assert cost_of_run(X, tmp_path / "o") <= 1.05 * central_cost(X, 5)
