@@ -116,10 +116,12 @@ class Agents:
         of agents without one, and the bin counts of agents with a summary but no counts.
         None of it is required (an agent away stays out until it answers)."""
         requests = {}
-        joining = self.newcomers() + self.without_summary()
+        present = self.present(self.active_nodes)  # an agent away now is asked when it is back
+        joining = self.newcomers() + [node for node in self.without_summary() if node in present]
         if joining:
             requests["join"] = self.join_request(joining)
-        missing = [node for node in self.active_nodes if node not in self.bin_counts and node not in joining]
+        missing = [node for node in self.active_nodes if node in present and node not in self.bin_counts
+                   and node not in joining]
         if missing:
             requests["counts"] = dict(count_request, nodes=missing, min_replies=0)
         return requests
