@@ -47,6 +47,9 @@ def test_availability_is_a_fixed_schedule_with_the_asked_share_offline():
     assert not any(model.online(1001, trip) for trip in range(4, 50))
     assert not any(model.online(1002, trip) for trip in range(3))
     assert all(Availability().online(node, trip) for node in range(5) for trip in range(5))
+    every_other = Availability(away={7: range(1, 100, 2)})
+    assert [every_other.online(7, trip) for trip in range(4)] == [True, False, True, False]
+    assert all(every_other.online(8, trip) for trip in range(4))
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -56,6 +59,7 @@ def test_availability_is_a_fixed_schedule_with_the_asked_share_offline():
     ({"leave": {1000: -1}}, r"leave\[1000\] must be a round trip"),
     ({"join": {1000: 2.5}}, r"join\[1000\] must be a round trip"),
     ({"seed": -3}, "seed must be an integer"),
+    ({"away": {1000: 3}}, r"away\[1000\] must be a container"),
 ])
 def test_availability_refuses_what_it_cannot_mean(bad, match):
     with pytest.raises(ValueError, match=match):
