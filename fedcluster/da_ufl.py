@@ -330,6 +330,57 @@ def diagonal(low: np.ndarray, high: np.ndarray) -> float:
     return float(np.sqrt(np.sum((high - low) ** 2)))
 
 
+# ------------------------------------------------------------------------------- agents that come and go
+
+
+def gradients_at(centers: np.ndarray, gradients: np.ndarray, weights: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Every agent's gradient (m, k, d) at ``centers`` from the one it sent at ``at``
+    (m, k, d): with its labels fixed (one outer iteration), g_j(m) = W_j m − S_j is affine
+    in m, so g_j(m) = g_j(m_r) + W_j (m − m_r) — exact, and without the cancellation of
+    forming W_j m − S_j from S_j."""
+    return gradients + weights[..., None] * (centers[None] - at)
+
+
+def inner_step(
+    origin: np.ndarray, z: np.ndarray, centers: np.ndarray, gradients: np.ndarray, weights: np.ndarray,
+    at: np.ndarray, eta: float, method: str = "mean", trim: float = 0.1,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One dual-averaging step (docs/ALGORITHMS.md §2) over every agent the server holds
+    statistics of: the gradients (m, k, d) each agent sent at ``at`` moved to ``centers``
+    (:func:`gradients_at`), combined (:func:`combine_gradients`), added to ``z``; the new
+    centers from ``origin``, the regularizer's centre. Returns ``(z, centers)``."""
+    g, w = combine_gradients(centers, gradients_at(centers, gradients, weights, at), weights, method, trim)
+    z = z + g
+    return z, dual_averaging_update(origin, z, w, eta)
+
+
+# An implied mean may lie this far (relative to the size of its coordinates) outside the
+# box: the device forms g = W m − S and the server m − g / W, each with rounding.
+IMPLIED_SLACK = 1e-8
+
+
+def implied_mean_violation(
+    centers: np.ndarray, gradient: np.ndarray, weight: np.ndarray, low: np.ndarray, high: np.ndarray
+) -> str | None:
+    """Why an agent's step reply cannot come from points inside the box ``[low, high]`` it
+    declared, or None. Its weights are nonnegative, so each cluster's implied mean
+    S_k / W_k = m_k − g_k / W_k is a weighted mean of its points and lies in that box; a
+    cluster with no weight has no gradient. Whatever a reply passing this says, a step
+    over such replies keeps every center in the federation's box."""
+    empty = weight <= 0
+    if np.any(gradient[empty] != 0):
+        return (f"it sends a gradient for cluster {int(np.flatnonzero(empty & np.any(gradient != 0, axis=1))[0])} "
+                "that holds none of its points (weight 0)")
+    live = ~empty
+    means = centers[live] - gradient[live] / weight[live, None]
+    slack = IMPLIED_SLACK * (np.abs(centers[live]) + np.maximum(np.abs(low), np.abs(high)))
+    outside = ~np.all((means >= low - slack) & (means <= high + slack), axis=1)  # NaN counts as outside
+    if np.any(outside):
+        return (f"the mean its gradient implies for cluster {int(np.flatnonzero(live)[np.argmax(outside)])} lies "
+                "outside the bounding box its data summary declared (a step no points of its produce)")
+    return None
+
+
 # ------------------------------------------------------------------------------- kernels
 
 

@@ -39,6 +39,12 @@ from .run_folder import RunFolder
 from .transport import Transport
 
 
+# A one-time collection (k-FED's local centers, DA-UFL's setup) asks the nodes away when it
+# was sent, late, or connected since, again in up to this many round trips: what it
+# gathers is all the run will know of them (the default of max-missed-phases).
+SETUP_RETRIES = 3
+
+
 class FederatedStrategy(Membership, Transport, Results):
     """Base of every fedcluster strategy. Subclasses implement :meth:`run`.
 
@@ -112,9 +118,35 @@ class FederatedStrategy(Membership, Transport, Results):
                                  sizes={"m": candidates.shape[0], "k": candidates.shape[1]}, phase=phase, check=check)
         return sum_arrays(replies, "costs"), int(sum_metric(replies))
 
+    def ask_again(self, request: dict[str, Any], replies: list[Reply], admit: bool = True) -> list[Reply]:
+        """``replies`` to a one-time query (``request``: :meth:`broadcast` arguments without
+        ``nodes``) with those of the nodes of the run that were away or did not answer in
+        time, and (``admit``) of newcomers (admitted with their data summary,
+        :meth:`join_request`), asked again in up to :data:`SETUP_RETRIES` round trips while
+        any is missing. A node whose reply was dropped is not asked again."""
+        replies, first = list(replies), len(self.phases) - 1
+        for _ in range(SETUP_RETRIES):
+            answered = {r.node_id for r in replies}
+            dropped = {f["node"] for p in self.phases[first:] if p["phase"] == request.get("phase")
+                       for f in p["failures"] if f["kind"] in ("invalid", "inconsistent")}
+            missing = [node for node in self.active_nodes if node not in answered and node not in dropped]
+            joining = self.newcomers() if admit else []
+            if not missing and not joining:
+                break
+            requests = [dict(request, nodes=missing + joining, min_replies=0)]
+            if joining:
+                requests.append(self.join_request(joining))
+            got = self.broadcast_together(*requests)
+            admitted = set(self.admit_newcomers(got[1])) if joining else set()
+            replies += [r for r in got[0] if r.node_id in admitted or r.node_id in missing]
+        return replies
+
     def vote_dimension(self, replies: list[Reply], dimension_of: Callable[[Reply], int]) -> list[Reply]:
         """Set the federation's dimension to the one most replies report (ties: the
         smaller); exclude the nodes with another. Returns the replies that agree."""
+        if not replies:
+            raise FederationError(f"phase {self._phase!r}: no node answered (every one away, late or its reply dropped): "
+                                  "the federation's dimension is unknown")
         dims = [int(dimension_of(reply)) for reply in replies]
         self.dimension = majority_value(dims)
         kept = []
@@ -204,6 +236,8 @@ class FederatedStrategy(Membership, Transport, Results):
         replies = self.broadcast(
             "lloyd_stats", self.active_nodes, arrays={"centers": centers}, sizes={"k": centers.shape[0]}, phase=phase
         )
+        if not replies:
+            raise FederationError(f"phase {phase!r}: no node answered (every one away): the cost of the centers is unknown")
         return float(sum_arrays(replies, "cost")[0]), int(sum_arrays(replies, "counts").sum())
 
     def run(self) -> dict[str, Any]:

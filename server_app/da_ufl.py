@@ -15,6 +15,7 @@ weighted by total counts; outer loop t1 (perturbed labels, fixed during the iter
 stop when no agent changed a label) around the inner dual-averaging loop t2 (z ← z + Σ_j
 g_j, m = m^(0) − η z / W, stop when no center moves more than ε_glo × the bounding-box
 diagonal). Each agent gets its own ξ seed per outer iteration; the device is stateless.
+An agent that misses a step counts as it last answered (:mod:`server_app.da_ufl_agents`).
 """
 
 from __future__ import annotations
@@ -28,27 +29,27 @@ from flwr.common.logger import log
 from fedcluster.bounds import declared_scatter, moments_violation, voronoi_violation
 from fedcluster.point_tasks import bounding_box
 from fedcluster.da_ufl import (
+    implied_mean_violation,
     implied_statistics,
     TooManyBins,
-    bin_weights,
-    box_overshoot,
     centers_problem,
-    combine_gradients,
     diagonal,
-    dual_averaging_update,
     frobenius,
     grid_cells,
     grid_centers,
     init_candidates,
+    inner_step,
     is_grid,
     max_move,
     som_grid,
 )
 
-from .base import FederatedStrategy, FederationError, sum_arrays
+from .base import FederatedStrategy, FederationError
+from .da_ufl_agents import Agents
+from .messages import Inconsistent
 
 
-class DAUFL(FederatedStrategy):
+class DAUFL(Agents, FederatedStrategy):
     """DA-UFL (Servetnyk et al. 2020): UFLBin, UFLSOM, UFLUni.
 
     Run-config parameters: ``k``, ``weighting`` (bin | som | uniform), ``xi-max`` (ξ_max),
@@ -66,12 +67,16 @@ class DAUFL(FederatedStrategy):
             summaries, soms = self.discover_dimension(), None
         else:  # the SOM codebooks need nothing from the server: they travel with the data summary
             summaries, (soms,) = self.survey(self.som_request())
-        low, high = bounding_box([r.arrays["min"] for r in summaries], [r.arrays["max"] for r in summaries])
-        nodes = [r.node_id for r in summaries]
+        summaries, soms = self.gather_summaries(summaries, soms)
+        boxes = [self.declared[r.node_id] for r in summaries]  # in the run's units (standardize)
+        low, high = bounding_box([b.low for b in boxes], [b.high for b in boxes])
+        self.start_agents((low, high))
         # Phases 1 and 2 (Algorithm 1, steps 1-3): bins and the agents' weights.
         binning, bin_arrays, representatives = self.make_bins(low, high, soms)
-        counts, agents = self.count_bins(nodes, binning, bin_arrays, representatives.shape[0])
-        weights = bin_weights(counts) if cfg.weighting != "uniform" else None
+        count_request = self.count_request(binning, bin_arrays, representatives.shape[0])
+        self.gather_counts(count_request, [r.node_id for r in summaries if r.node_id not in self.excluded])
+        counts = self.counts_array()
+        self.point_weight = 1.0 / counts.shape[0]  # uniform: w_j = 1/J of the agents counted first
         # Step 4: k-means++ on the bin representatives weighted by total counts; the
         # agents' own points choose among the distinct optima found there (one round).
         try:
@@ -79,19 +84,19 @@ class DAUFL(FederatedStrategy):
         except ValueError as exc:
             raise FederationError(f"initialization: {exc}") from None
         initial, init_record = self.choose_start(candidates)
-        centers, outer_done = self.train(agents, initial, binning, bin_arrays, weights, (low, high))
+        centers, outer_done, settled = self.train(initial, count_request, binning, bin_arrays)
         total_cost, num_points = self.evaluate(centers, phase="final-evaluation")
         log(INFO, "[fedcluster] da-ufl (%s) converged in %d outer iterations; cost/pt %.6g", cfg.weighting, outer_done, total_cost / num_points)
         return {
             "centers": centers,
-            "arrays": {"init_centers": initial, "bin_counts": counts, "bin_representatives": representatives},
+            "arrays": {"init_centers": initial, "bin_counts": self.counts_array(), "bin_representatives": representatives},
             "init": init_record,
             "da_ufl": {
                 "weighting": cfg.weighting,
                 "bins": int(representatives.shape[0]),
-                "agents": len(nodes),
+                "agents": len(self.counted()),
                 "outer_iterations": outer_done,
-                "converged": bool(self.rounds and self.rounds[-1]["labels_changed"] == 0),
+                "converged": settled,
             },
             "final": {"cost": total_cost / num_points, "total_cost": total_cost, "num_points": num_points},
         }
@@ -102,49 +107,33 @@ class DAUFL(FederatedStrategy):
         if candidates.shape[0] == 1:
             return candidates[0], {"candidates": 1, "chosen": 0}
         totals, points = self.score_candidates(candidates, phase="init-scoring")
-        costs = totals / max(points, 1)
+        if points == 0:  # every agent away: the cheapest on the bins
+            log(INFO, "[fedcluster] da-ufl init: no agent connected to score the %d candidates; the cheapest on the bins starts",
+                candidates.shape[0])
+            return candidates[0], {"candidates": int(candidates.shape[0]), "chosen": 0}
+        costs = totals / points
         chosen = int(np.argmin(costs))
         log(INFO, "[fedcluster] da-ufl init: %d candidates scored by the agents, the cheapest on the bins is %s",
             candidates.shape[0], "chosen" if chosen == 0 else f"{costs[0] / costs[chosen]:.4g}× the chosen one")
         return candidates[chosen], {"candidates": int(candidates.shape[0]), "chosen": chosen, "costs": costs.tolist()}
 
-    def step(self, replies: list, centers: np.ndarray, anchor: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The dual-averaging step from ``replies``: the new z and centers."""
-        if not replies:
-            return z, centers
-        gradient, weight = combine_gradients(centers, np.stack([r.arrays["gradient"] for r in replies]),
-                                             np.stack([r.arrays["weight"] for r in replies]),
-                                             self.config.aggregation, self.config.trim_fraction)
-        return z + gradient, dual_averaging_update(anchor, z + gradient, weight, self.config.eta)
+    def step_check(self, centers: np.ndarray, anchor: np.ndarray, uniform: bool, ratio: float):
+        """A step reply's check. Its implied means must lie in the box its sender declared
+        (:func:`fedcluster.da_ufl.implied_mean_violation`): no points of its produce
+        another, so a reply outside proves a lie and takes the sender out. With
+        ``uniform`` weights also :meth:`moments_check`."""
+        moments = self.moments_check(centers, anchor, self.point_weight, ratio) if uniform else None
 
-    def checked_step(self, replies: list, centers: np.ndarray, anchor: np.ndarray, z: np.ndarray,
-                     box: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`step`, with the server's own state checked after it
-        (:func:`fedcluster.da_ufl.centers_problem`). When the step would break it, the
-        replies that caused it are found by leaving them out one at a time (the one whose
-        absence helps most, until the step is sound: at most half of them), dropped, and
-        their senders taken out of the run; honest senders are never blamed, since a step
-        without the culprits is sound by the same test."""
-        new_z, new = self.step(replies, centers, anchor, z)
-        problem = centers_problem(new, *box)
-        culprits: list[int] = []
-        while problem and len(culprits) < len(replies) // 2:
-            rest = [r for r in replies if r.node_id not in culprits]
-            scored = []
-            for reply in rest:
-                _, trial = self.step([r for r in rest if r is not reply], centers, anchor, z)
-                sound = centers_problem(trial, *box) is None
-                scored.append((not sound, box_overshoot(trial, *box), reply.node_id))
-            culprits.append(min(scored)[2])
-            new_z, new = self.step([r for r in replies if r.node_id not in culprits], centers, anchor, z)
-            problem = centers_problem(new, *box)
-        if problem:
-            raise FederationError(f"the daufl-step replies move the centers {problem} even without "
-                                  f"{len(culprits)} of them: no sound step is left")
-        for node in culprits:
-            self.exclude(node, "its daufl-step reply would have moved the centers outside the federation's "
-                               "bounding box (a step no points produce)")
-        return new_z, new
+        def check(reply) -> str | None:
+            declared = self.declared.get(reply.node_id)
+            if declared is not None and declared.low is not None:
+                reason = implied_mean_violation(centers, reply.arrays["gradient"], reply.arrays["weight"],
+                                                declared.low, declared.high)
+                if reason:
+                    return Inconsistent(reason)
+            return moments(reply) if moments is not None else None
+
+        return check
 
     # -------------------------------------------------------------- phases 1 and 2
     def moments_check(self, centers: np.ndarray, anchor: np.ndarray, point_weight: float, ratio: float):
@@ -193,76 +182,87 @@ class DAUFL(FederatedStrategy):
         codebook = np.concatenate([r.arrays["codebook"] for r in soms])
         return "codebook", {"codebook": codebook}, codebook
 
-    def count_bins(self, nodes: list[int], binning: str, bin_arrays: dict, cells: int) -> tuple[np.ndarray, list[int]]:
-        """Every agent's points per bin, (J, q) in node order, and those agents; a node
-        that fails here is excluded (its weights would be unknown)."""
-        replies = self.broadcast(
-            "bin_counts",
-            nodes,
-            arrays=bin_arrays,
-            config={"binning": binning, "bins": self.config.bins},
-            sizes={"q": cells},
-            phase="bin-counts",
-        )
-        answered = {r.node_id for r in replies}
-        for node in nodes:
-            if node not in answered:
-                self.exclude(node, "its bin counts are missing (no valid reply, or away when they were collected): "
-                                   "the weights of every step need them")
-        return np.stack([r.arrays["counts"] for r in replies]), [r.node_id for r in replies]
+    def count_request(self, binning: str, bin_arrays: dict, cells: int) -> dict[str, Any]:
+        """The bin-counts query (a :meth:`broadcast` request without ``nodes``): every
+        agent's points per bin. An agent away when it is first sent is asked again with
+        the steps (``catch_up_requests``) and takes part once its counts are in."""
+        return dict(task="bin_counts", arrays=bin_arrays, config={"binning": binning, "bins": self.config.bins},
+                    sizes={"q": cells}, phase="bin-counts")
 
     # -------------------------------------------------------------- outer and inner loops
-    def train(
-        self,
-        agents: list[int],
-        centers: np.ndarray,
-        binning: str,
-        bin_arrays: dict,
-        weights: np.ndarray | None,
-        box: tuple[np.ndarray, np.ndarray],
-    ) -> tuple[np.ndarray, int]:
+    def train(self, centers: np.ndarray, count_request: dict[str, Any], binning: str,
+              bin_arrays: dict) -> tuple[np.ndarray, int, bool]:
+        """The outer loop (labels, t1) around the inner dual-averaging loop (t2). Every
+        step's update uses every agent's statistics the server holds (``remember``): an
+        agent that did not answer this step counts as it last answered (docs/ALGORITHMS.md
+        §2, "Agents that come and go"). Returns the centers, the outer iterations run and
+        whether the labels settled."""
         cfg = self.config
-        row = {node: i for i, node in enumerate(agents)}  # the rows of ``weights``
-        k = centers.shape[0]
-        eps = cfg.eps_glo * diagonal(*box)
-        step_binning = "uniform" if weights is None else binning
-        uniform = np.full(1, 1.0 / len(agents))
-
-        def bin_weight_of(node: int) -> np.ndarray:
-            return uniform if weights is None else weights[row[node]]
-
-        previous, previous_seed = None, 0
-        t1 = 0
+        eps = cfg.eps_glo * diagonal(*self.box)
+        step_binning = "uniform" if cfg.weighting == "uniform" else binning
+        shared = bin_arrays if step_binning != "uniform" else {}
+        t1, settled = 0, False
         for t1 in range(1, cfg.outer_iterations + 1):
             self.begin_round(t1)
             seed = self.phase_seed()  # ξ of this outer iteration (each agent mixes in its partition)
-            anchor, z = centers, np.zeros_like(centers)
-            changed, move, t2 = None, None, 0
+            self.renew_weights(cfg.weighting == "uniform")
+            anchor = origin = centers
+            z = np.zeros_like(centers)
+            changed, reported, move, t2 = 0, 0, None, 0
             for t2 in range(1, cfg.inner_iterations + 1):
-                first = t2 == 1 and previous is not None
-                replies = self.broadcast(
-                    "daufl_step",
-                    [node for node in agents if node not in self.excluded],
-                    arrays={"centers": centers, "anchor": anchor, **({"previous": previous} if first else {}),
-                            **(bin_arrays if step_binning != "uniform" else {})},
-                    config={"binning": step_binning, "bins": cfg.bins, "outer": t1, "xi-max": cfg.xi_max, "seed": seed,
-                            **({"previous-outer": t1 - 1, "previous-seed": previous_seed} if first else {})},
-                    per_node=lambda node: ({"weights": bin_weight_of(node)}, None),
-                    sizes={"k": k},
-                    check=self.moments_check(centers, anchor, uniform[0], 1.0 + cfg.xi_max / t1)
-                    if step_binning == "uniform" else None,
-                    phase="daufl-step",
-                )
-                if first:
-                    changed = sum_arrays(replies, "changed")[0]
-                z, new = self.checked_step(replies, centers, anchor, z, box)
-                move = max_move(new, centers)
-                centers = new
-                if move <= eps or changed == 0:
+                replies, left = self.step_round(centers, anchor, shared, step_binning, t1, seed, count_request)
+                now, entered = self.remember(replies, centers, t1, anchor, seed)
+                changed, reported = changed + now + left, reported + entered
+                if entered or left:  # the objective changed: the dual averaging starts again from here
+                    origin, z = centers, np.zeros_like(centers)
+                new = self.inner_update(origin, z, centers, t1, t2)
+                if new is not None:
+                    z, new = new
+                    move, centers = max_move(new, centers), new
+                settled = changed == 0 and reported >= max(1, self.required_replies(len(self.table)))
+                if move is None or move <= eps or settled:
                     break
-            self.end_round(inner_iterations=t2, labels_changed=changed, last_move=move, z_norm=frobenius(z))
-            log(INFO, "[fedcluster] da-ufl outer %d: %d inner steps, labels changed %s, last move %.3g", t1, t2, changed, move)
-            if changed == 0:
+            self.end_round(inner_iterations=t2, labels_changed=changed, agents_reported=reported, last_move=move,
+                           z_norm=frobenius(z))
+            log(INFO, "[fedcluster] da-ufl outer %d: %d inner steps, labels changed %s, last move %s", t1, t2, changed, move)
+            if settled:
                 break
-            previous, previous_seed = anchor, seed
-        return centers, t1
+        return centers, t1, settled
+
+    def step_round(self, centers: np.ndarray, anchor: np.ndarray, shared: dict, step_binning: str, outer: int,
+                   seed: int, count_request: dict[str, Any]) -> tuple[list, int]:
+        """One inner step's round trip: the step to every agent weighted in this outer
+        iteration, with the catch-up requests (``catch_up_requests``). Returns the valid
+        step replies and the points whose statistics left the objective (their agent out
+        of the run). A dropped reply is an absence: its agent's last statistics stay."""
+        cfg = self.config
+        step = dict(
+            task="daufl_step",
+            nodes=[node for node in self.active_nodes if node in self.table],
+            arrays={"centers": centers, "anchor": anchor, **shared},
+            config={"binning": step_binning, "bins": cfg.bins, "outer": outer, "xi-max": cfg.xi_max, "seed": seed},
+            per_node=lambda node: self.step_request(node, outer),
+            sizes={"k": centers.shape[0]},
+            check=self.step_check(centers, anchor, step_binning == "uniform", 1.0 + cfg.xi_max / outer),
+            phase="daufl-step",
+        )
+        requests = {"step": step, **self.catch_up_requests(count_request)}
+        got = dict(zip(requests, self.broadcast_together(*requests.values())))
+        self.catch_up(got)
+        return got["step"], self.forget({node for node in self.statistics if node in self.excluded})
+
+    def inner_update(self, origin: np.ndarray, z: np.ndarray, centers: np.ndarray, outer: int,
+                     step: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The dual-averaging step over the held statistics (``(z, centers)``; None when
+        the server holds none yet). Each one passed ``step_check``, so the new centers are
+        weighted means of points inside the federation's box; should they not be, the run
+        stops saying so, blaming no agent."""
+        held = self.held()
+        if held is None:
+            return None
+        z, new = inner_step(origin, z, centers, *held, self.config.eta, self.config.aggregation, self.config.trim_fraction)
+        problem = centers_problem(new, *self.box)
+        if problem:
+            raise FederationError(f"phase 'daufl-step' (outer iteration {outer}, step {step}): the agents' statistics, "
+                                  f"each within its agent's box, move the centers {problem}")
+        return z, new

@@ -11,8 +11,10 @@ working specification docs/ALGORITHMS.md section 4. One round of communication:
    ``fedcluster.kfed.kfed_merge``);
 3. the induced clustering: a point takes the global cluster of its local center.
 
-Devices that fail or time out are simply absent. A device that was not part of the run
-joins later for free: it runs step 1 on its own data and maps its local centers to the
+Devices away, late or connected since step 1 was sent are asked again in up to three
+round trips (still one message of local centers each), and so are the devices away or
+late for the evaluation; a device still absent then, or whose reply was dropped, is simply
+absent. A device that was not part of the run joins later for free: it runs step 1 on its own data and maps its local centers to the
 nearest stored global centers (``fedcluster-kfed-assign``), O(k·k') distances, nobody
 else involved. The run stores ``centers.npy`` (k x d), ``device_centers.npy`` (all device
 centers stacked), ``device_counts.npy``, ``device_nodes.npy`` (the node each row came
@@ -37,7 +39,7 @@ from flwr.common.logger import log
 from fedcluster.kfed import (TooFewCenters, default_k_prime, induced_over_nearest, kfed_merge, left_out_by_node,
                              score_bounds, score_violation)
 
-from .base import FederatedStrategy, FederationError
+from .base import FederatedStrategy, FederationError, sum_arrays, sum_metric
 
 
 # A given k-prime is called too small when k-FED's induced clustering costs this much more
@@ -50,21 +52,20 @@ def collect_device_centers(strategy: FederatedStrategy, phase: str = "kfed-local
     """The k-FED device phase: every active node's local centers and counts.
 
     Works with or without a preceding ``discover_dimension``: the federation's dimension
-    is then the one most replies have, and nodes with another are excluded.
+    is then the one most replies have, and nodes with another are excluded. Devices away
+    when it is sent, late, or connected since are asked again (``ask_again``): each still
+    sends its local centers once.
     Returns ``(nodes, centers, counts)`` lists, one entry per valid device.
     """
     config = strategy.config
-    replies = strategy.broadcast(
-        "kfed_local",
-        strategy.active_nodes,
-        config={"k-prime": config.k_prime, "k": config.k, "n-init": config.kfed_device_restarts},
-        seeded=True,
-        phase=phase,
-    )
+    request = dict(task="kfed_local", config={"k-prime": config.k_prime, "k": config.k, "n-init": config.kfed_device_restarts},
+                   seeded=True, phase=phase)
+    replies = strategy.broadcast(**request, nodes=strategy.active_nodes)
     if not replies:
-        raise FederationError("no device returned local centers")
+        raise FederationError(f"phase {phase!r}: no device returned local centers (every one away)")
     if strategy.dimension is None:
         replies = strategy.vote_dimension(replies, lambda reply: reply.arrays["centers"].shape[1])
+    replies = strategy.ask_again(request, replies)  # devices away, late or newly connected: one shot each
     if costs is not None:
         costs.extend(float(r.arrays["cost"][0]) for r in replies)
     return (
@@ -156,7 +157,7 @@ class KFed(FederatedStrategy):
                     return None
                 return score_violation(reply.arrays["costs"], score_bounds(*declared[reply.node_id], stacked))
 
-            candidate_costs, points = self.score_candidates(stacked, phase="evaluation", check=within_declaration)
+            candidate_costs, points = self.score_merges(stacked, within_declaration)
             chosen = int(np.argmin(candidate_costs))
             global_centers, assignment = merged[chosen]
             total = float(candidate_costs[chosen])
@@ -189,6 +190,19 @@ class KFed(FederatedStrategy):
                           f"centers cost with every point at its nearest, so local clusters span several global ones. "
                           f"Leave k-prime unset (each device then chooses, up to k={k}) or raise it")
         return outcome
+
+    def score_merges(self, stacked: np.ndarray, check) -> tuple[np.ndarray, int]:
+        """Every device's total cost of every candidate (``score_candidates``) and their
+        points; the devices away or late are asked again (``ask_again``): the choice must
+        be made on every merged device's points, else a merge that misses the clusters of
+        the devices away looks cheapest on the others. (A device that stays silent is left
+        out, never counted by what it declared: a liar could then inflate it.)"""
+        request = dict(task="score_candidates", arrays={"candidates": stacked},
+                       sizes={"m": stacked.shape[0], "k": stacked.shape[1]}, phase="evaluation", check=check)
+        replies = self.ask_again(request, self.broadcast(**request, nodes=self.active_nodes), admit=False)
+        if not replies:
+            raise FederationError("phase 'evaluation': no device answered (every one away): the merges' costs are unknown")
+        return sum_arrays(replies, "costs"), int(sum_metric(replies))
 
     def guarded_groupings(self, centers: list, counts: list, k: int) -> list[tuple[np.ndarray, list]]:
         """Two more candidates for the devices to score, merged as if the robust options

@@ -90,6 +90,24 @@ def write_npy_dir(directory: Path, arrays: list[np.ndarray]) -> Path:
     return directory
 
 
+def spread_clusters(tmp_path: Path, seed: int) -> tuple[Path, np.ndarray]:
+    """Ten devices, five clusters in 3-D: device i holds 60 points of cluster i mod 5 and 15
+    of the next (each cluster mostly on two devices: losing a few devices loses clusters).
+    Returns the data folder and the pooled points."""
+    rng = np.random.default_rng(seed)
+    means = rng.normal(scale=10.0, size=(5, 3))
+    parts = [np.vstack([means[i % 5] + rng.normal(size=(60, 3)), means[(i + 1) % 5] + rng.normal(size=(15, 3))])
+             for i in range(10)]
+    return write_npy_dir(tmp_path / "data", parts), np.vstack(parts)
+
+
+def central_cost(X: np.ndarray, k: int) -> float:
+    """The bar of the churn tests: scikit-learn's KMeans(n_init=10) on the pooled points."""
+    from sklearn.cluster import KMeans
+
+    return float(KMeans(k, n_init=10, random_state=0).fit(X).inertia_)
+
+
 @pytest.fixture
 def blobs():
     """Three well separated 2-D blobs split over 4 clients (non-IID)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import write_npy_dir
+from conftest import central_cost, spread_clusters, write_npy_dir
 from fedcluster.lloyd import kmeans_cost
 from inprocess import Availability, run
 
@@ -47,6 +47,9 @@ def test_availability_is_a_fixed_schedule_with_the_asked_share_offline():
     assert not any(model.online(1001, trip) for trip in range(4, 50))
     assert not any(model.online(1002, trip) for trip in range(3))
     assert all(Availability().online(node, trip) for node in range(5) for trip in range(5))
+    every_other = Availability(away={7: range(1, 100, 2)})
+    assert [every_other.online(7, trip) for trip in range(4)] == [True, False, True, False]
+    assert all(every_other.online(8, trip) for trip in range(4))
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -56,6 +59,7 @@ def test_availability_is_a_fixed_schedule_with_the_asked_share_offline():
     ({"leave": {1000: -1}}, r"leave\[1000\] must be a round trip"),
     ({"join": {1000: 2.5}}, r"join\[1000\] must be a round trip"),
     ({"seed": -3}, "seed must be an integer"),
+    ({"away": {1000: 3}}, r"away\[1000\] must be a container"),
 ])
 def test_availability_refuses_what_it_cannot_mean(bad, match):
     with pytest.raises(ValueError, match=match):
@@ -125,11 +129,26 @@ def test_every_point_algorithm_runs_with_devices_offline_at_random(algorithm, ex
               "output-dir": str(tmp_path / "o"), **extra}
     result = run(config, num_nodes=NODES, availability=Availability(offline=0.2, seed=4))
     assert failures(result, "unavailable") == []
-    # DA-UFL's weights need every agent's bin counts: an agent away then cannot take part
-    excluded = result["nodes"]["excluded"].values()
-    assert all(algorithm == "da-ufl" and "away when they were collected" in reason for reason in excluded)
-    assert sum(p["away"] for p in result["phases"]) > 0
+    assert result["nodes"]["excluded"] == {}  # an agent away is never held to account (DA-UFL's once were)
+    assert sum(p["away"] for p in result["phases"]) + len(result["nodes"]["joined"]) > 0
     assert (tmp_path / "o" / "centers.npy").is_file()
+
+
+@pytest.mark.parametrize("seed, model", [
+    (2, Availability(offline=0.4, seed=2)),  # three devices away at the evaluation: 4.6x central's cost
+    (1, Availability(offline=0.2, seed=1, leave={1002: 4}, join={1006: 3})),  # four away at the start: 1.05x
+])
+def test_kfed_asks_devices_away_again_and_lands_near_central(tmp_path, seed, model):
+    """k-FED's one shot and its evaluation asked only the devices connected then: a merge
+    was chosen on the points of the others (one that drops the clusters of the devices away
+    looks cheapest there), and devices away at the start never sent their centers. Both are
+    asked again (each device still sends its local centers once)."""
+    data, X = spread_clusters(tmp_path, seed)
+    config = {"algorithm": "kfed", "k": 5, "dataset": "npy-dir", "data-dir": str(data), "seed": seed,
+              "reference": False, "output-dir": str(tmp_path / "o")}
+    result = run(config, num_nodes=NODES, availability=model)
+    assert result["nodes"]["excluded"] == {} and result["kfed"]["devices"] >= NODES - 1
+    assert kmeans_cost(X, np.load(tmp_path / "o" / "centers.npy")) <= 1.05 * central_cost(X, 5)
 
 
 def test_a_graph_run_asks_a_client_away_and_takes_it_out_saying_so(tmp_path):

@@ -275,3 +275,85 @@ def test_one_lying_agent_in_ten_cannot_move_a_daufl_step_outside_the_honest_rang
         step = dual_averaging_update(centers, z, w, 1.0)
         inside = np.all((step >= honest.min(axis=0) - 1e-9) & (step <= honest.max(axis=0) + 1e-9))
         assert inside == (how != "mean"), how
+
+
+# ---------------------------------------------------------------- agents that come and go
+def agents_with_labels(seed=3, num_agents=4, k=3, d=2, offset=0.0):
+    """Agents' points, bin weights and FIXED labels (an outer iteration), and a naive
+    gradient at any centers by loops: g_k = Σ_{label k} w (m_k − x), W_k = Σ_{label k} w."""
+    rng = np.random.default_rng(seed)
+    agents = [(offset + rng.normal(scale=3.0, size=(30, d)), rng.uniform(0.1, 2.0, size=30), rng.integers(k, size=30))
+              for _ in range(num_agents)]
+
+    def naive(agent, centers):
+        X, w, labels = agent
+        gradient, weight = np.zeros((k, d)), np.zeros(k)
+        for x, wn, label in zip(X, w, labels):
+            gradient[label] += wn * (centers[label] - x)
+            weight[label] += wn
+        return gradient, weight
+
+    return agents, naive
+
+
+def test_a_gradient_sent_at_other_centers_moves_to_these_exactly():
+    agents, naive = agents_with_labels()
+    rng = np.random.default_rng(4)
+    sent_at, now = rng.normal(size=(3, 2)), rng.normal(size=(3, 2))
+    for agent in agents:
+        gradient, weight = naive(agent, sent_at)
+        moved = da_ufl.gradients_at(now, gradient[None], weight[None], sent_at[None])[0]
+        np.testing.assert_allclose(moved, naive(agent, now)[0], rtol=1e-12, atol=1e-12)
+
+
+def test_a_step_over_held_statistics_is_the_step_with_every_agent_answering():
+    """Agents 1 and 2 answer only every other step; the server steps with what each last
+    sent (moved to the current centers): z and the centers are those of the run in which
+    every agent answers every step (labels fixed within the outer iteration)."""
+    agents, naive = agents_with_labels()
+    anchor = np.random.default_rng(5).normal(size=(3, 2))
+    full = (anchor, np.zeros_like(anchor))  # (centers, z) with every agent answering
+    held = {}
+    centers, z = anchor, np.zeros_like(anchor)
+    for t in range(1, 8):
+        stats = [naive(agent, full[0]) for agent in agents]
+        full_z = full[1] + sum(g for g, _ in stats)
+        full = (da_ufl.dual_averaging_update(anchor, full_z, sum(w for _, w in stats), 0.6), full_z)
+        for j, agent in enumerate(agents):
+            if j in (1, 2) and t % 2 == 0 and j in held:
+                continue  # away: the server keeps what it sent last
+            held[j] = (*naive(agent, centers), centers)
+        rows = [held[j] for j in sorted(held)]
+        z, centers = da_ufl.inner_step(anchor, z, centers, np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]),
+                                       np.stack([r[2] for r in rows]), 0.6)
+        np.testing.assert_allclose(centers, full[0], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(z, full[1], rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e6, 1e9])
+def test_an_honest_step_reply_is_never_called_outside_its_box(offset):
+    """The liar test of a step reply must be sound: no honest agent's reply fails it, with
+    any weights, labels and centers, near the origin or far from it."""
+    for seed in range(40):
+        agents, naive = agents_with_labels(seed, offset=offset)
+        centers = offset + np.random.default_rng(seed).normal(scale=20.0, size=(3, 2))
+        for X, w, labels in agents:
+            sums, weight = np.zeros((3, 2)), np.zeros(3)
+            np.add.at(sums, labels, w[:, None] * X)
+            np.add.at(weight, labels, w)
+            gradient = weight[:, None] * centers - sums  # as the device forms it
+            assert da_ufl.implied_mean_violation(centers, gradient, weight, X.min(axis=0), X.max(axis=0)) is None
+
+
+def test_a_step_reply_no_points_in_its_box_produce_is_named():
+    agents, naive = agents_with_labels()
+    X, w, labels = agents[0]
+    centers = X[:3] + 0.5
+    gradient, weight = naive(agents[0], centers)
+    low, high = X.min(axis=0), X.max(axis=0)
+    assert da_ufl.implied_mean_violation(centers, gradient, weight, low, high) is None
+    reason = da_ufl.implied_mean_violation(centers, 50.0 * gradient, weight, low, high)  # its gradient inflated
+    assert reason is not None and "outside the bounding box its data summary declared" in reason
+    empty = weight.copy()
+    empty[1] = 0.0
+    assert "weight 0" in da_ufl.implied_mean_violation(centers, gradient, empty, low, high)
