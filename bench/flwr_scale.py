@@ -101,7 +101,7 @@ def measure(keep: bool, supernodes: int, points_per_client: int, rounds: int) ->
     """Echo, fedcluster, echo again (machine noise shows as the two echo runs disagreeing;
     the baseline is their mean)."""
     output_dir = tempfile.mkdtemp(prefix=f"fedcluster-bench-scale-{supernodes}-")
-    # FedKMeans' round payload, from its protocol: centers (k, d) down; centers, sumsq (k, d),
+    # FedKMeans' round payload, from its protocol: centers (k, d) down; centers, scatter (k, d),
     # counts (k,), cost (1,) up, each .npy with a 128-byte header; the echo sends one array
     # each way, of the same bytes. Checked against the run's own count below.
     k, d = 8, 8

@@ -8,12 +8,12 @@ The hostile device (node 1000) lies as far as the declared-size bounds let it
 - ``moved center``: in every training reply it puts ALL its points on one cluster and
   moves that cluster's center to a corner of its own bounding box: the corner farthest
   from its nearest received center, and that center's cluster (counts add up to its
-  declared n; the center lies in its box; sums of squares and the reported cost are those
+  declared n; the center lies in its box; scatter and the reported cost are those
   of all its points sitting at that corner, so every check of the reply holds);
 - ``lying evaluation``: in the final evaluation it reports the smallest cost its own
   sums and counts allow (it hides its points' scatter);
 - ``wrong cluster``: the lie that stays consistent with everything it declared, its sum and
-  sum of squares included: in every training reply it puts ALL its real points in the
+  scatter included: in every training reply it puts ALL its real points in the
   cluster of the received center farthest from their mean (true statistics of a false
   partition; the cost of the received centers under that partition);
 - ``cell edge``: the strongest false partition of its real points that every per-reply
@@ -112,7 +112,7 @@ ATTACKS = {
 
 def other_data(X: np.ndarray, parts: list[np.ndarray], k: int, seed: int) -> np.ndarray:
     """The points ``other data`` answers for (see the docstring): n₁ = ⌊n/2⌋ at μ + s∘σ√(n₂/n₁)
-    and n₂ = n − n₁ at μ − s∘σ√(n₁/n₂), which have the device's count, sum and sum of squares
+    and n₂ = n − n₁ at μ − s∘σ√(n₁/n₂), which have the device's count, sum and scatter
     per feature; s the sign pattern (first sign +) of the costliest central result."""
     import itertools
 
@@ -172,7 +172,7 @@ def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray], data_mean: np.n
             # every center set trained side by side (n-init) is attacked the same way
             sent_sets = message.content.array_records["arrays"]["centers"].numpy()
             all_centers, all_counts = record["centers"].numpy().copy(), record["counts"].numpy().copy()
-            all_sumsq, all_cost = np.zeros_like(all_centers), np.zeros(sent_sets.shape[0])
+            all_scatter, all_cost = np.zeros_like(all_centers), np.zeros(sent_sets.shape[0])
             corners = np.array(np.meshgrid(*zip(low, high))).reshape(len(low), -1).T
             for s, sent in enumerate(sent_sets):
                 centers, counts = all_centers[s], all_counts[s]
@@ -185,34 +185,34 @@ def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray], data_mean: np.n
                 total = counts.sum()
                 counts[:] = 0
                 counts[j] = total
-                all_sumsq[s, j] = total * corner**2
+                all_scatter[s, j] = 0.0  # every point at the corner: no scatter
                 # and the cost of the received centers its forged statistics imply (else the
                 # train_cost_mismatch check drops the reply): all its points at the corner
                 all_cost[s] = total * float(np.sum((corner - sent[j]) ** 2))
-            record["centers"], record["counts"], record["sumsq"] = Array(all_centers), Array(all_counts), Array(all_sumsq)
+            record["centers"], record["counts"], record["scatter"] = Array(all_centers), Array(all_counts), Array(all_scatter)
             record["cost"] = Array(all_cost)
         if attack == "wrong cluster" and kind == "train.fedkmeans_train":
             sent_sets = message.content.array_records["arrays"]["centers"].numpy()
             counts, centers = np.zeros(sent_sets.shape[:2]), sent_sets.copy()
-            sumsq, cost = np.zeros_like(sent_sets), np.zeros(sent_sets.shape[0])
+            scatter, cost = np.zeros_like(sent_sets), np.zeros(sent_sets.shape[0])
             for s, sent in enumerate(sent_sets):  # full batch, client-lr 1: the new center is the mean
                 j = int(np.argmax(((sent - own_mean) ** 2).sum(1)))
-                counts[s, j], centers[s, j], sumsq[s, j] = len(own), own_mean, (own**2).sum(0)
+                counts[s, j], centers[s, j], scatter[s, j] = len(own), own_mean, ((own - own_mean) ** 2).sum(0)
                 cost[s] = float(((own - sent[j]) ** 2).sum())
-            record["centers"], record["counts"], record["sumsq"], record["cost"] = (
-                Array(centers), Array(counts), Array(sumsq), Array(cost))
+            record["centers"], record["counts"], record["scatter"], record["cost"] = (
+                Array(centers), Array(counts), Array(scatter), Array(cost))
         if attack.startswith("cell edge") and kind == "train.fedkmeans_train":
             sent_sets = message.content.array_records["arrays"]["centers"].numpy()
             counts, centers = np.zeros(sent_sets.shape[:2]), sent_sets.copy()
-            sumsq, cost = np.zeros_like(sent_sets), np.zeros(sent_sets.shape[0])
+            scatter, cost = np.zeros_like(sent_sets), np.zeros(sent_sets.shape[0])
             for s, sent in enumerate(sent_sets):  # full batch, client-lr 1: the new center is the mean
                 labels = cell_edge_partition(own, sent, low, high)
                 for j in np.unique(labels):
                     mine = own[labels == j]
-                    counts[s, j], centers[s, j], sumsq[s, j] = len(mine), mine.mean(0), (mine**2).sum(0)
+                    counts[s, j], centers[s, j], scatter[s, j] = len(mine), mine.mean(0), ((mine - mine.mean(0)) ** 2).sum(0)
                 cost[s] = float(((own - sent[labels]) ** 2).sum())
-            record["centers"], record["counts"], record["sumsq"], record["cost"] = (
-                Array(centers), Array(counts), Array(sumsq), Array(cost))
+            record["centers"], record["counts"], record["scatter"], record["cost"] = (
+                Array(centers), Array(counts), Array(scatter), Array(cost))
         if attack == "cell edge, same evaluation" and kind == "query.lloyd_stats":
             sent = message.content.array_records["arrays"]["centers"].numpy()
             labels = cell_edge_partition(own, sent, low, high)

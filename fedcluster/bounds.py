@@ -8,21 +8,29 @@ checked against them, with the roles the protocol table gives its arrays
 - ``num-examples`` must equal ``n``; per-cluster ``count`` arrays must add up to ``n``
   (``Task.counts = "all"``) or to at most ``n`` (``"at-most"``: suppressed or filtered);
 - a per-cluster ``sum`` lies within what its count of points inside the box can produce,
-  ``count·low <= sum <= count·high``; a ``sumsq`` within ``[sum²/count, count·max(low², high²)]``;
+  ``count·low <= sum <= count·high``; a ``scatter`` (squared deviations from the cluster's
+  mean) within ``count·width²/4`` per coordinate (no points in an interval spread more);
 - a ``mean`` (a center computed from the device's points) lies inside the box, or inside
   the box widened by the centers it was sent (``of``: ClientKMeans moves a received center
   towards its points, never beyond them);
 - a ``cost`` of given centers lies within ``n`` times the largest squared distance from the
-  box to the nearest center, and, with sums and counts, above ``Σ ||sum − count·c||²/count``
+  box to the nearest center, and, with sums and counts, above ``Σ count·||mean − c||²``
   (Jensen: no cluster scatters less than its mean's distance says).
 
-A data summary with ``moments`` also fixes the device's per-feature sum ``S`` and sum of
-squares ``Q`` (:func:`moments_violation`): later per-cluster statistics over all its points
-must add up to them (sums to ``S``, sums of squares to ``Q``, counts times means to ``S``),
-and a cost they determine must be that one: the cost of centers ``c`` is
-``ΣQ − Σ_j (2 c_j·sum_j − count_j ||c_j||²)``, a local k-means cost ``ΣQ − Σ_j count_j ||mean_j||²``.
+A data summary with ``moments`` also fixes the device's per-feature sum ``S`` (mean ``m``)
+and scatter ``V`` about that mean (:func:`moments_violation`): later per-cluster statistics
+over all its points must add up to them (sums to ``S``; scatters, by the parallel axis
+theorem, ``Σ_j V_j + Σ_j n_j (μ_j − m)² = V``; counts times means to ``S``), and a cost they
+determine must be that one: the cost of centers ``c`` is
+``ΣV + Σ_j n_j (||μ_j − c_j||² − ||μ_j − m||²)``, a local k-means cost ``ΣV − Σ_j n_j ||μ_j − m||²``.
 Statistics of given centers by nearest-center assignment put each cluster's mean in its
 center's Voronoi cell (:func:`voronoi_violation`): the cell is convex.
+
+Every check is of differences between nearby points (a mean and a center, a mean and the
+device's mean), so it is the same check wherever the data lie; its slack is relative to
+the data's spread (the box's width, the scatter) plus what rounding the coordinates' own
+size causes (:func:`coordinate_rounding`: far from the origin a coordinate is known only to
+a few units in its last place), never relative to the squares of the coordinates.
 
 What a device can still do inside these bounds: declare a false ``n``, box or moments in
 its first replies (behave as a device holding other data), and report any statistic that
@@ -33,6 +41,7 @@ limits the effect of that on the result.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -40,11 +49,15 @@ import numpy as np
 
 from .protocol import NUM_EXAMPLES, Task
 
-# Relative slack for rounding (sums of up to millions of float64 values).
+# Relative slack for rounding, on the data's spread (sums of up to millions of float64 values).
 RELATIVE_SLACK = 1e-8
-# Relative slack of the moments checks, on n × the size of a coordinate (squared for sums of
-# squares and costs): the device adds its points up in another order for each statistic.
+# Relative slack of the moments checks, on the scatters and costs they compare.
 MOMENT_SLACK = 1e-8
+# Units in the last place a coordinate (and a mean or a difference of coordinates) may be off
+# by rounding alone, at the size of the data's coordinates: what the data's offset from the
+# origin costs in precision (a point at 1e9 is known to about 1e-7).
+OFFSET_ULPS = 64
+_EPS = float(np.finfo(np.float64).eps)
 
 
 @dataclass
@@ -57,8 +70,55 @@ class Declared:
     high: np.ndarray | None = None
     scaled: bool = False  # the box is in a standardized run's units (fedcluster.scaling)
     moment_sum: np.ndarray | None = None  # S, per feature (a data summary with moments)
-    moment_sumsq: np.ndarray | None = None  # Q, per feature
-    moment_scale: np.ndarray | None = None  # per feature, the size of a coordinate (for rounding slack)
+    moment_scatter: np.ndarray | None = None  # V, per feature: Σ (x − S/n)²
+    rounding: np.ndarray | None = None  # per feature, how far a coordinate may be off by rounding alone
+
+    @property
+    def moment_mean(self) -> np.ndarray | None:
+        return None if self.moment_sum is None else self.moment_sum / max(self.points, 1.0)
+
+    def coordinate_rounding(self) -> np.ndarray:
+        """:attr:`rounding`, or from the box when unset."""
+        if self.rounding is not None:
+            return self.rounding
+        return coordinate_rounding(self.low, self.high)
+
+
+def coordinate_rounding(*arrays: np.ndarray | None) -> np.ndarray:
+    """Per coordinate, how far a coordinate of the size of ``arrays`` (points, boxes,
+    centers: the last axis is the coordinate) may be off by rounding alone, a mean or a
+    difference of such coordinates included: ``OFFSET_ULPS`` units in the last place of the
+    largest of them."""
+    sizes = [np.abs(np.asarray(a, dtype=np.float64)).reshape(-1, np.shape(a)[-1]).max(axis=0)
+             for a in arrays if a is not None and np.size(a)]
+    return OFFSET_ULPS * _EPS * np.maximum.reduce(sizes) if sizes else np.zeros(1)
+
+
+def deviation_rounding(points: float, total: float, rounding: np.ndarray | float) -> float:
+    """How far a sum of ``points`` squared distances whose total is ``total`` may be off when
+    every coordinate difference is off by at most ``rounding`` (per coordinate, or one number):
+    Σ ||a_i + e_i||² − ||a_i||² ≤ 2 ||e|| Σ ||a_i|| + n ||e||² ≤ 2 ||e|| √(n · total) + n ||e||²."""
+    e = float(np.sqrt(np.sum(np.square(rounding))))
+    return 2.0 * e * math.sqrt(max(float(points), 0.0)) * math.sqrt(max(float(total), 0.0)) + float(points) * e * e
+
+
+def expansion_rounding(counts: np.ndarray, means: np.ndarray, centers: np.ndarray) -> float:
+    """How far ``Σ_p counts_p min_i ||means_p − centers_i||²`` may be off when the squared
+    distances come from the BLAS form about the centers' reference r
+    (:func:`fedcluster.lloyd.squared_distances`): each rounds relative to
+    ``||μ − r||² + ||c − r||²``, not to the distance (far from the origin r is the centers'
+    mean, so this is the data's spread, never the offset's square)."""
+    from .lloyd import reference
+
+    centers = np.asarray(centers, dtype=np.float64).reshape(-1, np.shape(centers)[-1])
+    if not centers.size:
+        return 0.0
+    r = reference(centers)
+    r = np.zeros(centers.shape[1]) if r is None else r
+    counts = np.asarray(counts, dtype=np.float64)
+    spread = float(np.sum(counts * np.sum((np.asarray(means) - r) ** 2, axis=-1)))
+    reach = float(np.max(np.sum((centers - r) ** 2, axis=1)))
+    return (centers.shape[1] + OFFSET_ULPS) * _EPS * (spread + float(np.sum(counts)) * reach)
 
 
 def declaration(task: Task, arrays: Mapping[str, np.ndarray], metrics: Mapping[str, Any]) -> Declared | None:
@@ -69,37 +129,55 @@ def declaration(task: Task, arrays: Mapping[str, np.ndarray], metrics: Mapping[s
     boxed = {f.role: arrays[f.name] for f in task.reply if f.role in ("box-min", "box-max") and f.name in arrays}
     if len(boxed) == 2:
         declared.low, declared.high = np.asarray(boxed["box-min"], float), np.asarray(boxed["box-max"], float)
-        moments = {f.role: arrays[f.name] for f in task.reply if f.role in ("moment-sum", "moment-sumsq") and f.name in arrays}
+        declared.rounding = coordinate_rounding(declared.low, declared.high)
+        moments = {f.role: arrays[f.name] for f in task.reply if f.role in ("moment-sum", "moment-scatter") and f.name in arrays}
         if len(moments) == 2:
             declared.moment_sum = np.asarray(moments["moment-sum"], float)
-            declared.moment_sumsq = np.asarray(moments["moment-sumsq"], float)
-            declared.moment_scale = np.maximum(np.abs(declared.low), np.abs(declared.high))
+            declared.moment_scatter = np.asarray(moments["moment-scatter"], float)
     return declared
 
 
+def sums_rounding(counts: np.ndarray, declared: Declared) -> np.ndarray:
+    """Per cluster and coordinate (or per coordinate for a total), how far a sum of
+    ``counts`` of a device's points may be off: relative to the box's width, plus each
+    point's coordinate rounding, which a sum of n of them accumulates like √n (a device that
+    adds its points about the origin, its centers near it and its own box far from it)."""
+    counts = np.asarray(counts, dtype=np.float64)[..., None]
+    rounding = counts * np.maximum(1.0, np.sqrt(counts)) * declared.coordinate_rounding()
+    return RELATIVE_SLACK * counts * (declared.high - declared.low) + rounding + 1e-300
+
+
+def scatter_rounding(declared: Declared) -> np.ndarray:
+    """Per feature, how far a scatter over all of a device's points may differ from the
+    declared one by rounding alone (the points added in another order, about other means)."""
+    scatter = np.maximum(declared.moment_scatter, 0.0)
+    n = max(float(declared.points), 1.0)
+    delta = declared.coordinate_rounding()
+    return MOMENT_SLACK * scatter + np.array([deviation_rounding(n, v, e) for v, e in zip(scatter, delta)])
+
+
 def moments_violation(
-    sums: np.ndarray, sumsq: np.ndarray | None, declared: Declared, what: str = "its per-cluster statistics"
+    sums: np.ndarray, scatter: np.ndarray | None, declared: Declared, what: str = "its per-cluster statistics",
+    counts: np.ndarray | None = None,
 ) -> str | None:
-    """Per-cluster sums (k, d) (and sums of squares) over ALL of a device's points that do
-    not add up to the moments it declared (None when they do, up to rounding, or when it
-    declared none)."""
+    """Per-cluster sums (k, d) (and scatters about each cluster's mean, with ``counts``) over
+    ALL of a device's points that do not add up to the moments it declared (None when they
+    do, up to rounding, or when it declared none): the sums to its sum, the scatters with
+    the clusters' spread about its mean (parallel axis) to its scatter."""
     if declared.moment_sum is None:
         return None
-    n, scale = max(declared.points, 1.0), declared.moment_scale
     gap = np.abs(np.sum(sums, axis=0) - declared.moment_sum)
-    if np.any(gap > MOMENT_SLACK * n * scale + 1e-300):
+    if np.any(gap > sums_rounding(np.array(max(declared.points, 1.0)), declared)):
         return f"{what} add up to another sum of its points than the one its data summary declared"
-    if sumsq is not None and np.any(np.abs(np.sum(sumsq, axis=0) - declared.moment_sumsq) > sumsq_rounding(declared) + 1e-300):
-        return f"{what} add up to another sum of squares of its points than the one its data summary declared"
+    if scatter is None or counts is None:
+        return None
+    seen = counts > 0
+    between = counts[seen, None] * (sums[seen] / counts[seen, None] - declared.moment_mean) ** 2
+    pooled = np.sum(scatter[seen], axis=0) + np.sum(between, axis=0)
+    slack = scatter_rounding(declared) + MOMENT_SLACK * pooled
+    if np.any(np.abs(pooled - declared.moment_scatter) > slack + 1e-300):
+        return f"{what} add up to another scatter of its points than the one its data summary declared"
     return None
-
-
-def sumsq_rounding(declared: Declared) -> np.ndarray:
-    """Per feature, how far a sum of squares over all of a device's points may differ from
-    the declared one by rounding alone (the points added in another order; in a standardized
-    run the declared one is a difference of large numbers)."""
-    scale = declared.moment_scale if declared.moment_scale is not None else 0.0
-    return MOMENT_SLACK * max(float(declared.points), 1.0) * np.square(scale)
 
 
 def voronoi_violation(means: np.ndarray, counts: np.ndarray, centers: np.ndarray, ratio: float = 1.0,
@@ -117,9 +195,12 @@ def voronoi_violation(means: np.ndarray, counts: np.ndarray, centers: np.ndarray
     mu = means[seen]
     gaps = ((mu[:, None, :] - centers[None, :, :]) ** 2).sum(axis=2)  # (seen, k)
     own = gaps[np.arange(seen.size), seen]
-    size = (mu**2).sum(axis=1)[:, None] + (centers**2).sum(axis=1)[None, :]
     allowed = ratio**2 * gaps + (ratio**2 - 1.0) * scatter / counts[seen][:, None]
-    nearer = allowed + RELATIVE_SLACK * (size + gaps + allowed) + 1e-300 < own[:, None]
+    # rounding: relative to the distances compared, and each coordinate's own (a mean and a
+    # center far from the origin are known to a few units in their last place)
+    e = float(np.sqrt(np.sum(np.square(coordinate_rounding(mu, centers)))))
+    rounding = 2.0 * e * (np.sqrt(own)[:, None] + ratio**2 * np.sqrt(gaps)) + (1.0 + ratio**2) * e * e
+    nearer = allowed + RELATIVE_SLACK * (gaps + own[:, None] + allowed) + rounding + 1e-300 < own[:, None]
     if np.any(nearer):
         row = int(np.flatnonzero(nearer.any(axis=1))[0])
         return (f"the mean of the points it assigned to center {int(seen[row])} lies nearer center "
@@ -131,17 +212,14 @@ def declared_scatter(declared: Declared) -> float | None:
     """Σ ||x − mean||² over the device's points, from its declared moments (None without)."""
     if declared.moment_sum is None:
         return None
-    return max(float(np.sum(declared.moment_sumsq - declared.moment_sum**2 / max(declared.points, 1.0))), 0.0)
+    return max(float(np.sum(declared.moment_scatter)), 0.0)
 
 
-def implied_cost_violation(cost: float, implied_minus_q: float, declared: Declared) -> str | None:
-    """A cost that the declared sum of squares and the reply's own statistics fix
-    (``ΣQ + implied_minus_q``) but that is another number."""
-    if declared.moment_sumsq is None:
-        return None
-    implied = float(np.sum(declared.moment_sumsq)) + implied_minus_q
-    if abs(cost - implied) > float(np.sum(sumsq_rounding(declared))) + 1e-300:
-        return f"its cost {cost:.10g} is not the one its statistics and declared sum of squares imply ({implied:.10g})"
+def implied_cost_violation(cost: float, implied: float, slack: float) -> str | None:
+    """A cost that the declared moments and the reply's own statistics fix (``implied``, up
+    to ``slack``) but that is another number."""
+    if abs(cost - implied) > slack + 1e-300:
+        return f"its cost {cost:.10g} is not the one its statistics and declared moments imply ({implied:.10g})"
     return None
 
 
@@ -198,10 +276,10 @@ def _violation(fields: dict, task_counts: str, arrays: Mapping[str, np.ndarray],
     # Only arrays in the box's own space are bound by it (not, e.g., projected ones).
     fields = {role: f for role, f in fields.items() if role == "count" or arrays[f.name].shape[-1:] == low.shape
               or (role == "cost" and request.get(f.of, np.zeros(0)).shape[-1:] == low.shape)}
-    magnitude = np.maximum(np.abs(low), np.abs(high))
+    width = high - low
     if "sum" in fields and counts is not None:
         sums = arrays[fields["sum"].name]
-        slack = RELATIVE_SLACK * counts[:, None] * magnitude + 1e-300
+        slack = sums_rounding(counts, declared)
         outside = (sums < counts[:, None] * low - slack) | (sums > counts[:, None] * high + slack)
         if np.any(outside):
             row = int(np.flatnonzero(outside.any(axis=1))[0])
@@ -209,19 +287,22 @@ def _violation(fields: dict, task_counts: str, arrays: Mapping[str, np.ndarray],
                 f"array {fields['sum'].name!r} row {row} lies outside what {counts[row]:g} points inside "
                 f"the node's declared bounding box can add up to"
             )
-    if "sumsq" in fields and counts is not None:
-        sumsq = arrays[fields["sumsq"].name]
-        top = counts[:, None] * magnitude**2
-        if np.any(sumsq > top * (1 + RELATIVE_SLACK) + 1e-300):
-            row = int(np.flatnonzero((sumsq > top * (1 + RELATIVE_SLACK) + 1e-300).any(axis=1))[0])
-            return f"array {fields['sumsq'].name!r} row {row} is larger than {counts[row]:g} points inside the declared box allow"
+    if "scatter" in fields and counts is not None:
+        scatter = arrays[fields["scatter"].name]
+        top = counts[:, None] * width**2 / 4.0  # Popoviciu: no values in [low, high] spread more
+        delta = declared.coordinate_rounding()
+        slack = RELATIVE_SLACK * top + 2.0 * delta * np.sqrt(counts[:, None] * top) + counts[:, None] * delta**2
+        over = scatter > top + slack + 1e-300
+        if np.any(over):
+            row = int(np.flatnonzero(over.any(axis=1))[0])
+            return f"array {fields['scatter'].name!r} row {row} spreads more than {counts[row]:g} points inside the declared box can"
     if "mean" in fields:
         means = arrays[fields["mean"].name]
         lo, hi = low, high
         source = fields["mean"].of
         if source and source in request:
             lo, hi = np.minimum(low, request[source]), np.maximum(high, request[source])
-        slack = RELATIVE_SLACK * np.maximum(np.abs(lo), np.abs(hi)) + 1e-300
+        slack = RELATIVE_SLACK * (hi - lo) + coordinate_rounding(lo, hi) + 1e-300
         rows = np.ones(means.shape[0], dtype=bool) if counts is None else counts > 0
         outside = ((means < lo - slack) | (means > hi + slack)).any(axis=1) & rows
         if np.any(outside):
@@ -232,8 +313,9 @@ def _violation(fields: dict, task_counts: str, arrays: Mapping[str, np.ndarray],
         centers = request[fields["cost"].of]
         sets = centers[None] if centers.ndim == 2 else centers
         far = np.maximum((low - sets) ** 2, (high - sets) ** 2).sum(axis=2).min(axis=1)  # per center set
-        slack = RELATIVE_SLACK * n * float(np.sum(magnitude**2)) + 1e-300
-        above = costs > n * far * (1 + RELATIVE_SLACK) + slack
+        delta = coordinate_rounding(low, high, sets)
+        slack = np.array([RELATIVE_SLACK * n * f + deviation_rounding(n, n * f, delta) for f in far]) + 1e-300
+        above = costs > n * far + slack
         if np.any(above):
             index = int(np.flatnonzero(above)[0])
             return (
@@ -243,8 +325,10 @@ def _violation(fields: dict, task_counts: str, arrays: Mapping[str, np.ndarray],
         if "sum" in fields and counts is not None and centers.ndim == 2:
             sums = arrays[fields["sum"].name]
             used = counts > 0
-            floor = float(np.sum(np.sum((sums[used] - counts[used, None] * centers[used]) ** 2, axis=1) / counts[used]))
-            if costs[0] < floor * (1 - RELATIVE_SLACK) - slack:
+            means = sums[used] / counts[used, None]
+            floor = float(np.sum(counts[used] * np.sum((means - centers[used]) ** 2, axis=1)))
+            rounding = deviation_rounding(float(np.sum(counts[used])), floor, coordinate_rounding(low, high, centers))
+            if costs[0] < floor * (1 - RELATIVE_SLACK) - rounding - 1e-300:
                 return (
                     f"array {fields['cost'].name!r} ({costs[0]:g}) is below what its own sums and counts imply "
                     f"({floor:g}): the cost was under-reported"
@@ -264,7 +348,7 @@ def _violation(fields: dict, task_counts: str, arrays: Mapping[str, np.ndarray],
 def _moments(fields: dict, arrays: Mapping[str, np.ndarray], request: Mapping[str, np.ndarray], counts: np.ndarray,
              declared: Declared) -> str | None:
     """Statistics over all of a device's points against its declared moments: sums (or
-    counts × means of its own points) and sums of squares add up to them; the cost of given
+    counts × means of its own points) and scatters add up to them; the cost of given
     centers (with sums) or of its own means is the one they fix."""
     if declared.moment_sum.shape != declared.low.shape:
         return None
@@ -274,19 +358,27 @@ def _moments(fields: dict, arrays: Mapping[str, np.ndarray], request: Mapping[st
         sums = counts[:, None] * means
     if sums is None:
         return None
-    sumsq = arrays[fields["sumsq"].name] if "sumsq" in fields else None
-    reason = moments_violation(sums, sumsq, declared)
+    scatter = arrays[fields["scatter"].name] if "scatter" in fields else None
+    reason = moments_violation(sums, scatter, declared, counts=counts)
     if reason or "cost" not in fields:
         return reason
     cost = float(np.atleast_1d(arrays[fields["cost"].name])[0])
     centers = request.get(fields["cost"].of) if fields["cost"].of else None
+    seen = counts > 0
+    mu = sums[seen] / counts[seen, None]
+    away = float(np.sum(counts[seen] * np.sum((mu - declared.moment_mean) ** 2, axis=1)))  # Σ n_j ||μ_j − m||²
     if centers is not None and centers.ndim == 2 and "sum" in fields and centers.shape == sums.shape:
-        rest = -float(np.sum(2 * np.einsum("jd,jd->j", centers, sums) - counts * np.einsum("jd,jd->j", centers, centers)))
+        to_centers = float(np.sum(counts[seen] * np.sum((mu - centers[seen]) ** 2, axis=1)))
     elif not fields["cost"].of and means is not None:
-        rest = -float(np.sum(counts * np.einsum("jd,jd->j", means, means)))
+        to_centers = 0.0
     else:
         return None
-    return implied_cost_violation(cost, rest, declared)
+    total = float(np.sum(declared.moment_scatter))
+    implied = total + to_centers - away
+    delta = coordinate_rounding(declared.low, declared.high, centers)
+    slack = (float(np.sum(scatter_rounding(declared))) + MOMENT_SLACK * (total + to_centers + away)
+             + deviation_rounding(declared.points, to_centers + away, delta))
+    return implied_cost_violation(cost, implied, slack)
 
 
 def _active(field, config: Mapping[str, Any] | None) -> bool:

@@ -1,8 +1,8 @@
-"""Could a cluster's count, mean and per-coordinate sums of squares come from points inside
+"""Could a cluster's count, mean and per-coordinate scatter come from points inside
 its center's Voronoi cell and the device's declared box? (server side, SciPy)
 
 A full-batch FedKMeans training reply states, for every cluster j of the centers it
-received, its count n, mean μ and per-coordinate sum of squares, hence per-coordinate
+received, its count n, mean μ and per-coordinate scatter about μ, hence per-coordinate
 variances v. Nearest-center points of cluster j lie in K_j = {x in [low, high] : x nearer
 c_j than every other center}, a polytope with vertex set V. Each point is a convex
 combination of vertices and (t − μ_d)² is convex in t, so some probability vector p on V has
@@ -17,10 +17,12 @@ nearest-center assignment, whatever the device's data. It catches what the mean-
 test (:func:`fedcluster.bounds.voronoi_violation`) cannot: a device claiming points of other
 clusters for one cluster whose mean stays in its cell, more scattered than the cell can hold.
 Honest replies pass by the argument above, which holds in exact arithmetic; for rounding,
-the cell and box are widened (``SLACK``, relative to the distances; ``KERNEL`` × (‖x‖ + ‖c‖)²,
-because a device's nearest-center test errs in absolute terms), the variances tested are
-the smallest rounding could have produced (``ROUNDING``), and a mean that rounds outside the
-box gets no verdict.
+the cell and box are widened (``SLACK``, relative to the distances; ``KERNEL`` × (‖x − r‖ +
+‖c − r‖)(‖x − r‖ + ‖c − r‖ + ‖r‖) about the centers' reference r, because a device's
+nearest-center test errs in absolute terms, at the size of its coordinates), the variances
+tested are the smallest rounding could have produced (``ROUNDING``, and each coordinate's
+own rounding far from the origin), and a mean that rounds outside the box gets no verdict.
+Everything is a difference of nearby points: the same check wherever the data lie.
 
 The vertices are enumerated, which is cheap only in low dimension: above ``MAX_DIM``, or
 when a solver cannot decide, the check says nothing (never a rejection).
@@ -30,21 +32,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from .bounds import coordinate_rounding
+
 MAX_DIM = 6  # vertex enumeration beyond this costs too much: no check (no rejection either)
 SLACK = 1e-7  # cells and box widened by this, relative: rounding, points on a bisector
 TOLERANCE = 1e-6  # a variance may exceed the largest achievable by this share of the box width²
-ROUNDING = 1e-9  # variances are tested lowered by this share of Σx²/n: sumsq/n − μ² cancels
-KERNEL = 1e-12  # walls widened by this × (‖x‖ + ‖c‖)²: a device's distances round in absolute terms
+ROUNDING = 1e-9  # variances are tested lowered by this share of themselves and of (μ − c)²: scatter about c, less n(μ − c)²
+KERNEL = 1e-12  # walls widened by this × the size of a device's distance terms: they round in absolute terms
 SOLVED = 2  # per reply, at most this many clusters the certificates cannot pass go to the solver
 BRUTE_FORCE = 4000  # vertices by solving every choice of d walls when there are at most this many
 
 
-def cell_moments_violation(means: np.ndarray, counts: np.ndarray, sumsq: np.ndarray, centers: np.ndarray,
+def cell_moments_violation(means: np.ndarray, counts: np.ndarray, scatter: np.ndarray, centers: np.ndarray,
                            low: np.ndarray | None, high: np.ndarray | None,
                            rng: np.random.Generator | None = None) -> tuple[int, str] | None:
-    """For center sets side by side (``centers`` (m, k, d); ``means``, ``sumsq`` (m, k, d) and
+    """For center sets side by side (``centers`` (m, k, d); ``means``, ``scatter`` (m, k, d) and
     ``counts`` (m, k) of a reply to them): a set with a cluster whose (count, mean,
-    per-coordinate sum of squares) cannot come from points inside its center's Voronoi cell
+    per-coordinate scatter about the mean) cannot come from points inside its center's Voronoi cell
     and the box ``[low, high]``, and why. None when every one checked can, and when the
     dimension is above ``MAX_DIM``, no box was declared or a solver cannot tell. Of the
     clusters no certificate passes, the solver takes the farthest from passing and
@@ -56,8 +60,13 @@ def cell_moments_violation(means: np.ndarray, counts: np.ndarray, sumsq: np.ndar
     sets, parts = np.nonzero(counts > 1)
     if parts.size == 0:
         return None
-    mean, square = means[sets, parts], sumsq[sets, parts] / counts[sets, parts][:, None]
-    var = np.maximum(square - mean**2 - ROUNDING * (square + mean**2), 0.0)
+    mean, n = means[sets, parts], counts[sets, parts][:, None]
+    var = scatter[sets, parts] / n
+    # the smallest variance rounding could have produced: the device's scatter about the
+    # center less n(μ − c)², and each coordinate's rounding at its size
+    apart = (mean - centers[sets, parts]) ** 2
+    delta = coordinate_rounding(centers, low, high)
+    var = np.maximum(var - ROUNDING * (var + apart) - 2.0 * delta * (np.sqrt(var) + np.sqrt(apart)) - delta**2, 0.0)
     passed, need = _axis_certificate(mean, var, centers[sets], parts, low, high)
     undecided = np.flatnonzero(~passed)
     ranked = undecided[np.argsort(-need[undecided], kind="stable")]
@@ -87,10 +96,15 @@ def _cached_gap(mean, var, centers, j, low, high) -> float | None:
 
 def _rounding(centers: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
     """How far a device's nearest-center test may err, in the walls' units, for a center set
-    (k, d) or one per part (P, k, d): it rounds in absolute terms, about (d + 2)·eps·(‖x‖ + ‖c‖)²,
-    whatever the distances between them."""
-    reach = np.sqrt((np.maximum(np.abs(low), np.abs(high)) ** 2).sum())
-    return KERNEL * (reach + np.sqrt((centers**2).sum(-1).max(-1))) ** 2
+    (k, d) or one per part (P, k, d): it compares terms about the centers' mean r
+    (:func:`fedcluster.lloyd.reference`) of the size (‖x − r‖ + ‖c − r‖)(‖x − r‖ + ‖c − r‖ + ‖r‖),
+    and rounds in absolute terms, about (d + 2)·eps times that, whatever the distances between
+    them."""
+    middle = centers.mean(axis=-2, keepdims=True)  # r (the origin's rounding is no better)
+    reach = np.sqrt((np.maximum(np.abs(low - middle), np.abs(high - middle)) ** 2).sum(-1)).max(-1)
+    spread = np.sqrt(((centers - middle) ** 2).sum(-1).max(-1))
+    size = np.sqrt((middle[..., 0, :] ** 2).sum(-1))
+    return KERNEL * (reach + spread) * (reach + spread + size)
 
 
 def _walls(centers: np.ndarray, j: int, mean: np.ndarray, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -135,7 +149,7 @@ def largest_variance_gap(mean: np.ndarray, var: np.ndarray, centers: np.ndarray,
     Negative: no points in the cell have these variances. None: no verdict. A value ≥ 0 from a
     certificate is a pass, not the maximum."""
     width = high - low
-    free = width > 1e-12 * np.maximum(1.0, np.abs(high) + np.abs(low))
+    free = width > np.maximum(1e-12, coordinate_rounding(low, high))  # wider than its coordinates' rounding
     if not free.any():
         return None
     # y = (x − mean) / width on the free coordinates; a flat box side fixes its coordinate

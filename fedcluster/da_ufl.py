@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from .point_tasks import matching_dimension
-from .lloyd import kmeans_plus_plus, label_sums, lloyd, nearest, squared_distances
+from .bounds import coordinate_rounding
+from .lloyd import kmeans_plus_plus, label_sums, lloyd, nearest, reference, squared_distances
 from .device import DeviceData, device_task
 from .robust import aggregate_centers
 from .checks import Interval, StrOptions
@@ -186,7 +187,8 @@ def start_support(points: np.ndarray, counts: np.ndarray, k: int) -> tuple[np.nd
         return points[keep], weights[keep]
     distinct = np.unique(points, axis=0).shape[0]
     if distinct < k:
-        raise ValueError(f"only {distinct} distinct bin representatives ({int(keep.sum())} populated) for k={k} clusters")
+        raise ValueError(f"only {distinct} distinct bin representatives ({int(keep.sum())} populated) for k={k} clusters: "
+                         f"the agents' points hold too few distinct values for k={k} (lower k)")
     filler = 1e-6 * float(weights[keep].min()) if keep.any() else 1.0
     return points, np.where(keep, weights, filler)
 
@@ -246,7 +248,12 @@ def perturbed_labels(X: np.ndarray, centers: np.ndarray, outer: int, xi_max: flo
 def weighted_gradient(
     X: np.ndarray, labels: np.ndarray, weights: np.ndarray, centers: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """g_k = Σ_n μ_nk w_n (m_k − x_n) = W_k m_k − S_k and W_k = Σ_n μ_nk w_n."""
+    """g_k = Σ_n μ_nk w_n (m_k − x_n) = W_k m_k − S_k and W_k = Σ_n μ_nk w_n, far from the
+    origin about the centers' reference r (W_k (m_k − r) − Σ w (x_n − r): no difference of
+    two sums of the offset)."""
+    origin = reference(centers)
+    if origin is not None:
+        X, centers = X - origin, centers - origin
     sums, weight = label_sums(X, labels, centers.shape[0], weights)
     return weight[:, None] * centers - sums, weight
 
@@ -294,8 +301,12 @@ def combine_gradients(
 
 
 def max_move(new: np.ndarray, old: np.ndarray) -> float:
-    """max_k ||m_k^new − m_k^old||, the inner loop's ε_glo test."""
-    return float(np.sqrt(np.max(np.sum((new - old) ** 2, axis=1))))
+    """max_k ||m_k^new − m_k^old||, the inner loop's ε_glo test, less what the coordinates'
+    own rounding moves them (far from the origin a center is known to a few units in its
+    last place: a step that moves it no further has not moved it; else ε_glo × the box's
+    diagonal would be out of reach there)."""
+    move = float(np.sqrt(np.max(np.sum((new - old) ** 2, axis=1))))
+    return max(move - float(np.linalg.norm(coordinate_rounding(new, old))), 0.0)
 
 
 def frobenius(z: np.ndarray) -> float:

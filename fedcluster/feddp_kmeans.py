@@ -355,7 +355,28 @@ def step_names(config: Mapping[str, Any]) -> tuple[str, ...]:
     return steps + (LLOYD_STEPS if config["lloyd-rounds"] > 0 else ())
 
 
+CLIP_CENTERS = ("auto", "server-mean", "origin")
+
+
+def clip_center_point(text: str) -> np.ndarray | None:
+    """``clip-center`` as a public point (None for one of :data:`CLIP_CENTERS`); a
+    ConfigError naming the key for anything else."""
+    if text in CLIP_CENTERS:
+        return None
+    try:
+        point = np.array([float(item) for item in text.split(",")], dtype=np.float64)
+    except ValueError:
+        raise ConfigError(f"run-config clip-center must be one of {', '.join(CLIP_CENTERS)} or a point 'x1,...,xd' "
+                          f"of comma-separated numbers, got {text!r}") from None
+    if not np.all(np.isfinite(point)) or np.max(np.abs(point)) > 1e150:
+        raise ConfigError(f"run-config clip-center must be a point of finite coordinates at most 1e150 in size, got {text!r}")
+    return point
+
+
 def _rules(c: Mapping[str, Any]) -> None:
+    point = clip_center_point(c["clip-center"])
+    if point is not None and c["dimension"] and point.size != c["dimension"]:
+        raise ConfigError(f"run-config clip-center is a point of {point.size} coordinates but dimension={c['dimension']}")
     if c["client-sampling-rate"] < 1 and c["privacy-level"] != CLIENT:
         raise ConfigError("client-sampling-rate < 1 is only accounted at privacy-level = 'client'")
     if c["budget-split"] and len(number_list(c["budget-split"], "budget-split")) != 4:
@@ -411,8 +432,8 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
         "rounds rule sets it); listed in privacy.not_covered; 0 = none", allowed=Interval(int, 0, MANY)),
     Key("clip-norm", 0.0, "Δ, point norm bound around clip-center (0 = the server data's radius around it)", allowed=Interval(float, 0)),
     Key("clip-center", "auto", "the public point devices take their points around and clip them within clip-norm of: "
-        "server-mean (the server data's mean), origin (the paper), auto = server-mean with server data, origin without",
-        allowed=StrOptions(("auto", "server-mean", "origin"))),
+        "server-mean (the server data's mean), origin (the paper), auto = server-mean with server data, origin without, "
+        "or a point 'x1,...,xd' (public: without server data, data far from the origin need one near them)"),
     Key("dimension", 0, "the data's dimension, public and agreed in advance (0 = the server data's); without "
         "server data the run starts from init='histogram' (or 'sphere-packing') in the cube inscribed in the ball of radius "
         "clip-norm", allowed=Interval(int, 0, 10**6)),
@@ -643,12 +664,25 @@ def clip_origin(center: str, server: np.ndarray | None) -> tuple[np.ndarray | No
     the origin, and what stops the run: the server data's mean (``server-mean``, and
     ``auto`` with server data) costs no privacy (the server data is the server's own), and
     data far from the origin no longer pays its offset in the clipping radius, hence in
-    the noise."""
+    the noise; a point given (public) does the same without server data."""
+    point = clip_center_point(center)
+    if point is not None:
+        if server is not None and server.shape[1] != point.size:
+            return None, f"clip-center is a point of {point.size} coordinates, the server data has dimension {server.shape[1]}"
+        return point, None
     if center == "origin" or (center == "auto" and server is None):
         return None, None
     if server is None:
         return None, "clip-center='server-mean' needs server-side data (run-config server-data)"
     return server.mean(axis=0), None
+
+
+def clip_center_name(center: str, origin: np.ndarray | None) -> str:
+    """What ``result.json`` calls the clip center the run used (``init.clip_center``):
+    origin, server-mean, or point (a public point given as ``clip-center``)."""
+    if origin is None:
+        return "origin"
+    return "point" if clip_center_point(center) is not None else "server-mean"
 
 
 def data_radius(points: np.ndarray) -> float:

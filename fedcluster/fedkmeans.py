@@ -2,9 +2,9 @@
 
 Device (NumPy only): ClientKMeans (:func:`client_kmeans`, task ``fedkmeans_train``)
 starts from the global centers, runs E passes of mini-batch k-means with learning rate β
-and returns its last epoch's per-cluster counts, its updated centers, per-cluster sums of
-squared coordinates (the server's spread estimate for reassignment: no point leaves the
-device) and the cost of the centers it RECEIVED (the federated cost of the previous
+and returns its last epoch's per-cluster counts, its updated centers, per-cluster scatter
+(squared deviations from each cluster's mean, per coordinate: the server's spread estimate
+for reassignment, no point leaves the device) and the cost of the centers it RECEIVED (the federated cost of the previous
 global model without an extra round trip). Initialization tasks: ``local_summary`` (a
 small local k-means whose clusters under ``min-count`` points are suppressed) and
 ``score_candidates`` (the cost of m candidate center sets in one pass).
@@ -25,13 +25,14 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .point_tasks import center_shift, matching_dimension
-from .lloyd import assign, kmeans, kmeans_cost, kmeans_plus_plus, lloyd, lloyd_statistics, rows_per_chunk, squared_distances
+from .lloyd import (assign, kmeans, kmeans_cost, kmeans_plus_plus, lloyd, lloyd_statistics, pooled_scatter, rows_per_chunk,
+                    squared_distances)
 from .device import DeviceData, device_task
 from .config import (AGGREGATION, INIT_CANDIDATES, MANY, SERVER_DATA, STANDARDIZE, TRIM_FRACTION, WRITE_LABELS, ConfigError,
                      Key, Section, k_range)
 from .checks import Interval, StrOptions
 from . import kfed
-from .bounds import sumsq_rounding
+from .bounds import RELATIVE_SLACK, coordinate_rounding, deviation_rounding, expansion_rounding, scatter_rounding
 from .robust import aggregate_centers
 
 INITS = ("auto", "local-summaries", "kfed", "random-box", "server-kmeans++")
@@ -113,8 +114,9 @@ def client_kmeans(
         counts_j += batch_counts_j
         centers_j += learning_rate * (batch_counts_j / counts_j) * (batch_mean_j - centers_j)
 
-    Returns ``(counts, centers, sumsq)`` of the LAST epoch, where ``sumsq`` (k x d) is the
-    per-cluster sum of squared coordinates of the points assigned in that epoch.
+    Returns ``(counts, centers, scatter)`` of the LAST epoch, where ``scatter`` (k x d) is the
+    per-cluster sum of squared deviations of the points assigned in that epoch from their
+    mean (the batches' scatters pooled by the parallel axis theorem).
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
@@ -127,38 +129,40 @@ def client_kmeans(
     full_batch = batch_size is None or batch_size <= 0 or batch_size >= n
     rng = rng if rng is not None else np.random.default_rng()
     counts = np.zeros(k)
-    sumsq = np.zeros_like(centers)
+    scatter = np.zeros_like(centers)
     for _ in range(epochs):
         counts = np.zeros(k)
-        sumsq = np.zeros_like(centers)
+        scatter, sums = np.zeros_like(centers), np.zeros_like(centers)
         if full_batch:
             batches = [X]
         else:
             order = rng.permutation(n)
             batches = [X[order[s : s + batch_size]] for s in range(0, n, batch_size)]
         for batch in batches:
-            stats = lloyd_statistics(batch, centers, with_sumsq=True)
+            stats = lloyd_statistics(batch, centers, with_scatter=True)
             seen = stats.counts > 0
+            scatter = pooled_scatter(np.stack([counts, stats.counts]), np.stack([sums, stats.sums]),
+                                     np.stack([scatter, stats.scatter])) if len(batches) > 1 else stats.scatter
+            sums += stats.sums
             counts[seen] += stats.counts[seen]
             batch_means = stats.sums[seen] / stats.counts[seen, None]
             step = learning_rate * (stats.counts[seen] / counts[seen])
             centers[seen] += step[:, None] * (batch_means - centers[seen])
-            sumsq += stats.sumsq
-    return counts, centers, sumsq
+    return counts, centers, scatter
 
 
 # ------------------------------------------------------------------------ device tasks
 @device_task("fedkmeans_train")
 def fedkmeans_train(data: DeviceData, arrays: dict, config: dict):
     """ClientKMeans from every set of global centers (m, k, d) in the request; per set its
-    counts, updated centers, sums of squares and the cost of the centers received."""
+    counts, updated centers, scatters and the cost of the centers received."""
     X = data.require_points()
     incoming = matching_dimension(X, arrays["centers"])
     rng = np.random.default_rng(config["seed"])
-    out = {"centers": np.empty_like(incoming), "counts": np.empty(incoming.shape[:2]), "sumsq": np.empty_like(incoming),
+    out = {"centers": np.empty_like(incoming), "counts": np.empty(incoming.shape[:2]), "scatter": np.empty_like(incoming),
            "cost": np.empty(incoming.shape[0])}
     for s, centers in enumerate(incoming):
-        out["counts"][s], out["centers"][s], out["sumsq"][s] = client_kmeans(
+        out["counts"][s], out["centers"][s], out["scatter"][s] = client_kmeans(
             X, centers, epochs=config["local-epochs"], batch_size=config["batch-size"],
             learning_rate=config["client-lr"], rng=rng,
         )
@@ -171,13 +175,17 @@ def score_candidates(data: DeviceData, arrays: dict, config: dict):
     X = data.require_points()
     candidates = matching_dimension(X, arrays["candidates"], "candidate centers")
     m, k, d = candidates.shape
-    # One distance pass against all m*k centers, then the minimum within each candidate.
+    # One distance pass against all m*k centers for the nearest center within each
+    # candidate, then each row's own difference from it (a point on its center costs 0).
     costs = np.zeros(m)
     flat = candidates.reshape(m * k, d)
-    step = rows_per_chunk(X.shape[0], m * k)
+    step = rows_per_chunk(X.shape[0], m * k * max(1, d // k))
+    sets = np.arange(m)
     for start in range(0, X.shape[0], step):
-        block = squared_distances(X[start : start + step], flat).reshape(-1, m, k)
-        costs += block.min(axis=2).sum(axis=0)
+        Xc = X[start : start + step]
+        labels = squared_distances(Xc, flat).reshape(-1, m, k).argmin(axis=2)  # (rows, m)
+        deviation = Xc[:, None, :] - candidates[sets[None, :], labels]  # (rows, m, d)
+        costs += np.einsum("rmd,rmd->m", deviation, deviation)
     return {"costs": costs}, {"num-examples": int(X.shape[0])}
 
 
@@ -241,8 +249,7 @@ def server_update(
 def reassign_starved(
     centers: np.ndarray,
     counts: np.ndarray,
-    sumsq: np.ndarray,
-    means: np.ndarray,
+    scatter: np.ndarray,
     state: ServerState,
     threshold: float,
     patience: int,
@@ -254,7 +261,7 @@ def reassign_starved(
     consecutive rounds is re-seeded by
     SPLITTING the currently largest cluster along its coordinate axis of largest variance
     e: the two centers move to ``c ± SPLIT_OFFSET·σ·e``. The variance comes from the
-    reported per-cluster sums of squares ``sumsq`` and the cluster ``means``. An
+    per-cluster ``scatter`` about each cluster's mean (the devices' pooled). An
     ``orphaned`` cluster (:meth:`Memory.orphaned`) below the threshold is re-seeded at
     once. ``allowed`` (k bools): the clusters that may be re-seeded now (the others keep
     counting their starved rounds). Works on ``centers`` and ``state.starved_rounds`` in
@@ -276,7 +283,7 @@ def reassign_starved(
         big = int(np.argmax(sizes))
         if sizes[big] <= 0 or big == j:
             continue
-        variance = np.maximum(sumsq[big] / sizes[big] - means[big] ** 2, 0.0)
+        variance = scatter[big] / counts[big]
         axis = int(np.argmax(variance))
         offset = SPLIT_OFFSET * np.sqrt(variance[axis])
         base = centers[big].copy()
@@ -311,33 +318,45 @@ def train_cost_mismatch(
     incoming: np.ndarray,
     centers: np.ndarray,
     counts: np.ndarray,
-    sumsq: np.ndarray,
+    scatter: np.ndarray,
     cost: float,
     learning_rate: float,
     relative: float = 1e-8,
 ) -> str | None:
     """A full-batch, one-epoch training reply fixes the cost of the centers it received:
-    every seen cluster's mean is μ_j = Γ_j + (c_j − Γ_j)/β (ClientKMeans' one step), and
+    every seen cluster's mean is μ_j = Γ_j + (c_j − Γ_j)/β (ClientKMeans' one step), and by
+    the parallel axis theorem
 
-        cost = Σ_j [ Σ_d sumsq_jd − 2 n_j Γ_j·μ_j + n_j ||Γ_j||² ].
+        cost = Σ_j [ Σ_d scatter_jd + n_j ||μ_j − Γ_j||² ].
 
-    Returns why the reported ``cost`` is not that (None when it is, up to rounding).
-    A device can still lower its cost only by lowering its sums of squares too, which the
-    declared bounds keep at or above n_j μ_j² (no scatter): the lowest cost it can claim
-    is Σ_j n_j ||μ_j − Γ_j||²."""
+    Returns why the reported ``cost`` is not that (None when it is, up to rounding: relative
+    to the terms, plus what the coordinates' own size costs far from the origin). A device
+    can still lower its cost only by lowering its scatters too, which are at least 0: the
+    lowest cost it can claim is Σ_j n_j ||μ_j − Γ_j||²."""
     seen = counts > 0
     if not np.any(seen):
         return None if cost == 0 else f"cost {cost:.6g} reported for no assigned point"
     gamma = incoming[seen]
     means = implied_means(gamma, centers[seen], learning_rate)
     n = counts[seen]
-    terms = sumsq[seen].sum(axis=1) + n * np.einsum("ij,ij->i", gamma, gamma)
-    implied = float(np.sum(terms - 2 * n * np.einsum("ij,ij->i", gamma, means)))
-    scale = float(np.sum(terms)) + abs(cost)
-    if abs(cost - implied) > relative * scale:
-        return (f"cost {cost:.10g} of the received centers does not match its counts, centers and sums of "
-                f"squares ({implied:.10g})")
+    moved = n * np.sum((means - gamma) ** 2, axis=1)
+    implied = float(np.sum(scatter[seen]) + np.sum(moved))
+    # the implied means carry the centers' rounding over β
+    rounding = deviation_rounding(float(n.sum()), implied, coordinate_rounding(incoming, centers) / learning_rate)
+    if abs(cost - implied) > relative * (implied + abs(cost)) + rounding:
+        return (f"cost {cost:.10g} of the received centers does not match its counts, centers and scatters "
+                f"({implied:.10g})")
     return None
+
+
+def replies_scatter(replies: Sequence[Any], incoming: np.ndarray | None, learning_rate: float) -> np.ndarray:
+    """Per cluster and coordinate, the scatter of the replying nodes' points about their
+    pooled mean (parallel axis), each node's clusters at its full-batch reply's implied
+    means (``incoming``: the centers sent), else at its centers."""
+    centers = np.stack([r.arrays["centers"] for r in replies])
+    counts = np.stack([r.arrays["counts"] for r in replies])
+    means = centers if incoming is None else implied_means(incoming[None], centers, learning_rate)
+    return pooled_scatter(counts, counts[..., None] * means, np.stack([r.arrays["scatter"] for r in replies]))
 
 
 def coarse_summary_k(k: int) -> int:
@@ -436,19 +455,54 @@ def cheapest_estimates(pool: list[tuple], entry: tuple, size: int) -> list[tuple
 
 
 def last_versus_best(last_cost: float, last_round: int, last_set: int, cost: float, best_round: int, best_set: int,
-                     several_sets: bool, warn_above: float) -> tuple[dict[str, Any] | None, str, bool]:
+                     several_sets: bool, warn_above: float, last_centers: np.ndarray | None = None,
+                     best_centers: np.ndarray | None = None, tie: float = 0.0) -> tuple[dict[str, Any] | None, str, bool]:
     """When the centers returned (the cheapest measured) are not the last ones: the
     ``last`` and ``best_seen`` records of result.json, the sentence that says so, and
-    whether the last cost so much more (``warn_above``, relative) that it is a warning."""
-    if best_round == last_round and best_set == last_set:
+    whether the last cost so much more (``warn_above``, relative) that it is a warning.
+    The same centers (``last_centers`` equal to ``best_centers``: they did not move since)
+    are the same result, whatever rounds measured them; costs within ``tie`` (per point,
+    :func:`cost_tie`) are the same cost: no warning."""
+    same = last_centers is not None and best_centers is not None and np.array_equal(last_centers, best_centers)
+    if (best_round == last_round and best_set == last_set) or same:
         return None, "", False
     extras = {"last": {"cost": last_cost, "round": last_round, "set": last_set},
               "best_seen": {"round": best_round, "cost": cost, "set": best_set, "returned": "centers.npy"}}
     text = (f"the last centers (round {last_round}) cost {last_cost:.6g} per point, "
-            f"{100 * (last_cost / cost - 1):.2f} % more than those of round {best_round}"
-            f"{f' (set {best_set})' if several_sets else ''}: centers.npy holds the cheaper ones, "
+            f"{how_much_more(last_cost, cost)} those of round {best_round}"
+            f"{f' (set {best_set})' if several_sets else ''}{'' if cost > 0 else ', which cost 0'}: centers.npy holds the "
+            "cheaper ones, "
             "last_centers.npy the last")
-    return extras, text, last_cost > (1 + warn_above) * cost
+    return extras, text, last_cost > (1 + warn_above) * cost + tie
+
+
+# Costs per point closer than this share of the data's spread per point are the same cost:
+# centers rounded to their last place (points that coincide with them cost 0 or a rounding).
+COST_TIE = 1e-12
+
+
+def cost_tie(declared: Sequence[Any]) -> float:
+    """How close two costs per point must be to be the same cost (ties go to the later
+    measurement): ``COST_TIE`` times the devices' points' scatter per point about their
+    pooled mean, from what they declared (:class:`fedcluster.bounds.Declared`; 0 without)."""
+    known = [d for d in declared if d is not None and d.moment_sum is not None]
+    if not known:
+        return 0.0
+    counts = np.array([d.points for d in known], dtype=np.float64)
+    scatter = pooled_scatter(counts, np.stack([d.moment_sum for d in known]), np.stack([d.moment_scatter for d in known]))
+    return COST_TIE * float(np.sum(scatter)) / max(float(counts.sum()), 1.0)
+
+
+def how_much_more(cost: float, reference: float) -> str:
+    """``cost`` against a lower ``reference``, as words that read before "those": a
+    percentage up to 100 % more, a ratio beyond (never a number of hundreds of digits), and
+    plain "more than" when the reference is 0."""
+    if not reference > 0:
+        return "more than"
+    ratio = cost / reference
+    if ratio <= 2.0:
+        return f"{100 * (ratio - 1):.2f} % more than"
+    return f"{ratio:.3g} times as much as"
 
 
 def keep_sets(costs: Sequence[float], stalled: Sequence[bool], finished: bool) -> list[int]:
@@ -526,8 +580,9 @@ def k_range_report(ks: Sequence[int], count: int, costs: np.ndarray, num_points:
 # object with ``node_id`` and ``arrays``).
 class Memory:
     """Every node's latest statistics for one center set (``server-memory``): its centers,
-    counts and per-cluster sums of squares, and the partition of its points a full-batch
-    reply states, as rows of dense arrays, one row per node. A round's server step over
+    counts, per-cluster scatters and means (a full-batch reply's implied means, else its
+    centers), and whether the reply states the partition of its points (a full-batch one
+    does: its clusters' counts, means and scatters), as rows of dense arrays, one row per node. A round's server step over
     every node's memory is then a few array operations, not a loop over the nodes: its
     cost follows the nodes sampled, not the population. Rows follow :meth:`reserve`'s
     order (the strategy's node order), then the order nodes first report (newcomers:
@@ -548,12 +603,12 @@ class Memory:
         old = {name: getattr(self, name) for name in self._ARRAYS} if hasattr(self, "present") else {}
         self.present = np.zeros(capacity, dtype=bool)
         self.stated = np.zeros(capacity, dtype=bool)  # its latest reply stated a partition
-        self.centers, self.counts, self.sumsq = np.zeros((capacity, k, d)), np.zeros((capacity, k)), np.zeros((capacity, k, d))
-        self.part_n, self.part_sums, self.part_squares = np.zeros((capacity, k)), np.zeros((capacity, k, d)), np.zeros((capacity, k))
+        self.centers, self.counts, self.scatter = np.zeros((capacity, k, d)), np.zeros((capacity, k)), np.zeros((capacity, k, d))
+        self.means = np.zeros((capacity, k, d))  # of its clusters: implied by a full-batch reply, else its centers
         for name, values in old.items():
             getattr(self, name)[:len(values)] = values
 
-    _ARRAYS = ("present", "stated", "centers", "counts", "sumsq", "part_n", "part_sums", "part_squares")
+    _ARRAYS = ("present", "stated", "centers", "counts", "scatter", "means")
 
     def _row(self, node: int) -> int:
         row = self.rows.get(node)
@@ -610,15 +665,10 @@ class Memory:
         for r in replies:
             row = self._row(r.node_id)
             self._save(row)
-            counts = r.arrays["counts"]
             self.present[row] = True
-            self.centers[row], self.counts[row], self.sumsq[row] = r.arrays["centers"], counts, r.arrays["sumsq"]
+            self.centers[row], self.counts[row], self.scatter[row] = r.arrays["centers"], r.arrays["counts"], r.arrays["scatter"]
             self.stated[row] = incoming is not None
-            self.part_n[row], self.part_sums[row], self.part_squares[row] = 0.0, 0.0, 0.0
-            if incoming is not None:  # its parts in the rows of the clusters it saw
-                seen = counts > 0
-                part = partition_of_reply(incoming, r.arrays["centers"], counts, r.arrays["sumsq"], learning_rate)
-                self.part_n[row][seen], self.part_sums[row][seen], self.part_squares[row][seen] = part
+            self.means[row] = r.arrays["centers"] if incoming is None else implied_means(incoming, r.arrays["centers"], learning_rate)
 
     def forget(self, nodes: Iterable[int]) -> None:
         for node in nodes:
@@ -641,8 +691,12 @@ class Memory:
         present = self.present[used]
         return aggregate_centers(self.centers[used][present], self.counts[used][present], method, trim)
 
-    def total_sumsq(self) -> np.ndarray:
-        return np.sum(self.sumsq[self._used()], axis=0)
+    def total_scatter(self) -> np.ndarray:
+        """Per cluster and coordinate, the scatter of every node's points in memory about
+        their pooled mean (parallel axis: no sum of squared coordinates)."""
+        used = self._used()
+        counts = self.counts[used]
+        return pooled_scatter(counts, counts[..., None] * self.means[used], self.scatter[used])
 
     def orphaned(self, left: Iterable[int]) -> list[int]:
         """The clusters that, in the counts every node last reported, only nodes that have
@@ -666,9 +720,9 @@ class Memory:
         present = self.present[used]
         if not present.any() or not np.array_equal(self.stated[used], present):
             return None
-        n = self.part_n[used].reshape(-1)
+        n = self.counts[used].reshape(-1)
         parts = n > 0  # the parts of the stated partitions (a cluster a node did not see has none)
-        every = (n[parts], self.part_sums[used].reshape(-1, self.d)[parts], self.part_squares[used].reshape(-1)[parts])
+        every = (n[parts], self.means[used].reshape(-1, self.d)[parts], self.scatter[used].sum(axis=-1).reshape(-1)[parts])
         return partition_bound(every, centers)[0] / max(float(every[0].sum()), 1.0)
 
 
@@ -758,62 +812,74 @@ class CenterSet:
                 **({"reseed_undone": self.undone} if self.undone else {})}
 
 
-def partition_of_reply(incoming: np.ndarray, centers: np.ndarray, counts: np.ndarray, sumsq: np.ndarray,
+def partition_of_reply(incoming: np.ndarray, centers: np.ndarray, counts: np.ndarray, scatter: np.ndarray,
                        learning_rate: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The partition of its points a full-batch training reply states, as ``(n, sums,
-    squares)`` of its non-empty clusters (counts, per-cluster sums, per-cluster Σ‖x‖²)."""
+    """The partition of its points a full-batch training reply states, as ``(n, means,
+    scatters)`` of its non-empty clusters (counts, implied means, each cluster's scatter
+    about its mean summed over the coordinates)."""
     seen = counts > 0
-    n = counts[seen]
-    return n, n[:, None] * implied_means(incoming[seen], centers[seen], learning_rate), sumsq[seen].sum(axis=1)
+    return counts[seen], implied_means(incoming[seen], centers[seen], learning_rate), scatter[seen].sum(axis=1)
 
 
-def part_costs(partition: tuple[np.ndarray, np.ndarray, np.ndarray], centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every part of ``partition`` (n, sums, squares) sent whole to every center:
-    ``Q_p − 2 c_i·S_p + n_p ‖c_i‖²`` (parts x centers), and the centers' squared norms."""
-    n, sums, squares = partition
-    norms = np.einsum("ij,ij->i", centers, centers)
-    return squares[:, None] - 2.0 * sums @ centers.T + n[:, None] * norms[None, :], norms
+def part_costs(partition: tuple[np.ndarray, np.ndarray, np.ndarray], centers: np.ndarray) -> np.ndarray:
+    """Every part of ``partition`` (n, means, scatters) sent whole to every center:
+    ``V_p + n_p ‖μ_p − c_i‖²`` (parts x centers; parallel axis, about the centers' reference)."""
+    n, means, scatter = partition
+    return scatter[:, None] + n[:, None] * squared_distances(means, centers)
+
+
+def partition_rounding(points: float, bound: float, means: np.ndarray, centers: np.ndarray) -> float:
+    """How far a bound of ``points`` points' cost near ``bound`` may be off by the rounding
+    of the coordinates' own size (the means stated, the centers): nothing near the origin,
+    what an offset costs far from it."""
+    return deviation_rounding(points, max(bound, 0.0), coordinate_rounding(means, centers))
 
 
 def partition_bound(partition: tuple[np.ndarray, np.ndarray, np.ndarray], centers: np.ndarray) -> tuple[float, float]:
     """What a partition of a device's points says about the cost of ``centers`` on them:
-    every part sent whole to its cheapest center costs ``Σ_p min_i (Q_p − 2 c_i·S_p +
-    n_p ‖c_i‖²)``, which nearest-center labels can only undercut. Returns that bound and
-    the scale of its terms (for a rounding tolerance)."""
-    n, sums, squares = partition
+    every part sent whole to its cheapest center costs ``Σ_p min_i (V_p + n_p ‖μ_p − c_i‖²)``,
+    which nearest-center labels can only undercut. Returns that bound and its rounding
+    (:func:`partition_rounding`)."""
+    n, means, scatter = partition
     if n.size == 0:
         return 0.0, 0.0
-    costs, norms = part_costs(partition, centers)
-    cheapest = costs.argmin(axis=1)
-    return float(costs.min(axis=1).sum()), float(squares.sum() + (n * norms[cheapest]).sum())
+    bound = float(part_costs(partition, centers).min(axis=1).sum())
+    return bound, partition_rounding(float(n.sum()), bound, means, centers) + expansion_rounding(n, means, centers)
 
 
 Stated = tuple[float, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]  # (cost, centers, partition)
 
 
 def partitions_violation(stated: list[Stated], earlier: Sequence[Stated] = (), whole: Stated | None = None,
-                         relative: float = 1e-8, names: Sequence[str] = ()) -> str | None:
+                         relative: float = RELATIVE_SLACK, names: Sequence[str] = ()) -> str | None:
     """Why the center sets of one training reply (``stated``: each set's cost of its
     received centers and the partition it states; ``names``: what to call them, default
     "set s"), the node's earlier accepted replies (``earlier``) and its declared moments
     (``whole``: all its points as one part, cost 0) cannot all come from one fixed set of
     points: some cost exceeds what another of these partitions costs with the same centers
     (:func:`partition_bound`, every pair at once; up to a rounding slack relative to the
-    terms' scale). None when they can. Honest replies never fail it: nearest-center labels
-    cost least for any fixed data."""
+    costs compared, plus the coordinates' own rounding far from the origin). None when they
+    can. Honest replies never fail it: nearest-center labels cost least for any fixed data."""
     every = [s for s in stated + list(earlier) + ([whole] if whole is not None else []) if s[2][0].size]
     if len(every) < 2:
         return None
     columns = np.cumsum([0] + [len(centers) for _, centers, _ in every[:-1]])
     rows = np.cumsum([0] + [part[0].size for _, _, part in every[:-1]])
     centers = np.concatenate([c for _, c, _ in every])
-    n, sums, squares = (np.concatenate([part[f] for _, _, part in every]) for f in range(3))
-    costs_of_parts, norms = part_costs((n, sums, squares), centers)  # every part, every center
+    n, means, scatter = (np.concatenate([part[f] for _, _, part in every]) for f in range(3))
+    costs_of_parts = part_costs((n, means, scatter), centers)  # every part, every center
     # bounds[j, i]: partition j, each part whole to its cheapest center of set i
     bounds = np.add.reduceat(np.minimum.reduceat(costs_of_parts, columns, axis=1), rows, axis=0)
     costs = np.array([cost for cost, _, _ in every])
-    slack = relative * (np.add.reduceat(squares, rows)[:, None] + np.add.reduceat(n, rows)[:, None]
-                        * np.maximum.reduceat(norms, columns)[None, :] + np.abs(costs)[None, :])
+    points = np.add.reduceat(n, rows)[:, None]
+    # each pair's rounding: of the coordinates of partition j's means and set i's centers
+    of_means = np.stack([coordinate_rounding(part[1]) for _, _, part in every])
+    of_centers = np.stack([coordinate_rounding(c) for _, c, _ in every])
+    e = np.sqrt(np.sum(np.maximum(of_means[:, None, :], of_centers[None, :, :]) ** 2, axis=2))
+    # and the rounding of bound (j, i)'s own squared distances
+    expansion = np.array([[expansion_rounding(pj[0], pj[1], ci) for _, ci, _ in every] for _, _, pj in every])
+    slack = (relative * (np.abs(bounds) + np.abs(costs)[None, :]) + 2.0 * e * np.sqrt(points * np.maximum(bounds, 0.0))
+             + points * e * e + expansion)
     new = np.array([any(e is s for s in stated) for e in every])
     bad = (costs[None, :] > bounds + slack) & ~np.eye(len(every), dtype=bool) & (new[:, None] | new[None, :])
     if bad.any():
@@ -829,15 +895,15 @@ def partitions_violation(stated: list[Stated], earlier: Sequence[Stated] = (), w
 
 def whole_partition(declared: Any) -> Stated | None:
     """A device's declared moments (a :class:`fedcluster.bounds.Declared`) as a stated
-    partition: all its points in one part (its cost, 0, is never checked); None without.
-    Its sum of squares carries the rounding :func:`fedcluster.bounds.sumsq_rounding`
-    grants it (a standardized run's moments are differences of large numbers), which only
-    raises the bounds taken from it."""
+    partition: all its points in one part, at its mean with its scatter (its cost, 0, is
+    never checked). Its scatter carries the rounding :func:`fedcluster.bounds.scatter_rounding`
+    grants it, which only raises the bounds taken from it."""
     if declared is None or declared.moment_sum is None:
         return None
-    part = (np.array([declared.points]), declared.moment_sum[None, :],
-            np.array([declared.moment_sumsq.sum() + float(np.sum(sumsq_rounding(declared)))]))
-    return 0.0, np.zeros((1, declared.moment_sum.size)), part
+    mean = declared.moment_mean[None, :]
+    part = (np.array([declared.points]), mean,
+            np.array([float(np.sum(declared.moment_scatter)) + float(np.sum(scatter_rounding(declared)))]))
+    return 0.0, mean, part
 
 
 def evaluation_statement(arrays: Mapping[str, np.ndarray], centers: np.ndarray, declared: Any,
@@ -845,26 +911,32 @@ def evaluation_statement(arrays: Mapping[str, np.ndarray], centers: np.ndarray, 
     """An evaluation reply (``lloyd_stats``: the counts, sums and cost of its points'
     nearest-center partition for ``centers``) as a stated partition, so that
     :func:`partitions_violation` holds it against the device's training replies. Its parts'
-    sums of squares are not sent, but a partition bound needs only their total (each part's
-    term is constant across centers): the one its last training statement (``earlier``)
-    stated, computed by the device in the run's units, else the declared one with its
-    rounding margin. It sits on the first part. None without either."""
-    if earlier and earlier[0][2][2].size:
-        total = float(earlier[0][2][2].sum())
-    elif declared is not None and declared.moment_sumsq is not None:
-        total = float(np.sum(declared.moment_sumsq)) + float(np.sum(sumsq_rounding(declared)))
+    scatters are not sent, but a partition bound needs only their total: the scatter of all
+    its points about their mean, less its parts' spread about that mean (parallel axis),
+    with that total scatter and mean from its last training statement (``earlier``, in the
+    run's units), else from its declared moments with their rounding margin. It sits on the
+    first part. None without either."""
+    if earlier and earlier[0][2][0].size:
+        n, means, scatter = earlier[0][2]
+        mean = (n[:, None] * means).sum(axis=0) / n.sum()
+        total = float(scatter.sum() + np.sum(n * np.sum((means - mean) ** 2, axis=1)))
+    elif declared is not None and declared.moment_sum is not None:
+        mean = declared.moment_mean
+        total = float(np.sum(declared.moment_scatter)) + float(np.sum(scatter_rounding(declared)))
     else:
         return None
     counts = np.asarray(arrays["counts"], dtype=np.float64)
     seen = counts > 0
-    squares = np.zeros(int(seen.sum()))
-    if squares.size:
-        squares[0] = total
-    return float(arrays["cost"][0]), centers, (counts[seen], np.asarray(arrays["sums"], dtype=np.float64)[seen], squares)
+    n = counts[seen]
+    means = np.asarray(arrays["sums"], dtype=np.float64)[seen] / n[:, None]
+    within = np.zeros(n.size)
+    if within.size:
+        within[0] = total - float(np.sum(n * np.sum((means - mean) ** 2, axis=1)))
+    return float(arrays["cost"][0]), centers, (n, means, within)
 
 
 def scores_violation(costs: np.ndarray, candidates: np.ndarray, earlier: Sequence[Stated], whole: Stated | None,
-                     relative: float = 1e-8) -> str | None:
+                     relative: float = RELATIVE_SLACK) -> str | None:
     """Why a device's costs of candidate center sets (``score_candidates``) cannot come from
     the points its stated partitions (``earlier``, ``whole``) describe: a cost above what
     one of those partitions costs with the same centers (:func:`partition_bound`), which
@@ -872,8 +944,8 @@ def scores_violation(costs: np.ndarray, candidates: np.ndarray, earlier: Sequenc
     statements = [s for s in list(earlier) + ([whole] if whole is not None else []) if s[2][0].size]
     for m, (cost, centers) in enumerate(zip(np.asarray(costs, dtype=np.float64), candidates)):
         for statement in statements:
-            bound, scale = partition_bound(statement[2], centers)
-            if cost > bound + relative * (scale + abs(cost)):
+            bound, rounding = partition_bound(statement[2], centers)
+            if cost > bound + relative * (abs(bound) + abs(cost)) + rounding:
                 source = "its declared moments" if statement is whole else "an earlier reply"
                 return (f"candidate {m}: cost {cost:.10g} exceeds {bound:.10g}, what {source} costs with these centers: "
                         f"its statistics do not come from one fixed set of points")
@@ -898,5 +970,5 @@ def stated_in_reply(incoming: np.ndarray, arrays: Mapping[str, np.ndarray], lear
     """Each center set of a full-batch training reply: its cost of the centers it received,
     those centers and the partition it states (:func:`partition_of_reply`)."""
     return [(float(arrays["cost"][s]), incoming[s],
-             partition_of_reply(incoming[s], arrays["centers"][s], arrays["counts"][s], arrays["sumsq"][s], learning_rate))
+             partition_of_reply(incoming[s], arrays["centers"][s], arrays["counts"][s], arrays["scatter"][s], learning_rate))
             for s in range(incoming.shape[0])]

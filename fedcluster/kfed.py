@@ -1,8 +1,10 @@
 """k-FED: one-shot federated clustering (Dennis, Li & Smith, ICML 2021; docs/ALGORITHMS.md §4).
 
 Device (:func:`local_kprime_means`, task ``kfed_local``): the Awasthi-Sheffet local
-k'-means. At most k' distinct points are their own centers; otherwise project onto the top
-k' right singular vectors (from the small Gram matrix, :func:`fedcluster.linalg.top_eigenpairs`),
+k'-means. At most k' distinct points are their own centers; otherwise project the points
+about their mean onto the top k' right singular vectors (from the small Gram matrix,
+:func:`fedcluster.linalg.top_eigenpairs`; about the mean, unlike the paper, so that the step
+is the same wherever the data lie: far from the origin the top direction is the offset),
 seed by k-means++ and run Lloyd in the projection, lift to the original space by the
 1/3-distance core sets, and run Lloyd there until the assignment is stable. Only non-empty
 clusters are sent, with their counts.
@@ -99,11 +101,11 @@ def _as_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
     return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
 
 
-def _core_set_seeds(A: np.ndarray, d2: np.ndarray, nu: np.ndarray, V: np.ndarray) -> np.ndarray:
+def _core_set_seeds(A: np.ndarray, d2: np.ndarray, nu: np.ndarray, V: np.ndarray, mean: np.ndarray) -> np.ndarray:
     """Step 3: θ_r = mean of the 1/3-distance core set S_r in the original space.
 
-    Fallbacks: Voronoi cell of ν_r when S_r is empty; lifted ν_r (ν_r V^T) when that cell
-    is empty too.
+    Fallbacks: Voronoi cell of ν_r when S_r is empty; lifted ν_r (ν_r V^T + the points'
+    ``mean`` the projection is about) when that cell is empty too.
     """
     k = nu.shape[0]  # d2: (n, k) squared distances to ν in the projected space
     closest = np.argmin(d2, axis=1)
@@ -113,7 +115,7 @@ def _core_set_seeds(A: np.ndarray, d2: np.ndarray, nu: np.ndarray, V: np.ndarray
         in_core = 9.0 * two[:, 0] <= two[:, 1]
     else:
         in_core = np.ones(A.shape[0], dtype=bool)
-    lifted = nu @ V.T  # (k, d): ν_r lifted back to the original space
+    lifted = nu @ V.T + mean  # (k, d): ν_r lifted back to the original space
     theta, core_counts = label_means(A[in_core], closest[in_core], lifted)
     empty_core = core_counts == 0
     if np.any(empty_core):
@@ -122,10 +124,10 @@ def _core_set_seeds(A: np.ndarray, d2: np.ndarray, nu: np.ndarray, V: np.ndarray
     return theta
 
 
-def _voronoi_seeds(A: np.ndarray, d2: np.ndarray, nu: np.ndarray, V: np.ndarray) -> np.ndarray:
+def _voronoi_seeds(A: np.ndarray, d2: np.ndarray, nu: np.ndarray, V: np.ndarray, mean: np.ndarray) -> np.ndarray:
     """Means in the original space of ν's Voronoi cells in the projected space (lifted ν_r
     for an empty cell): the Kumar-Kannan seeding."""
-    theta, _ = label_means(A, np.argmin(d2, axis=1), nu @ V.T)
+    theta, _ = label_means(A, np.argmin(d2, axis=1), nu @ V.T + mean)
     return theta
 
 
@@ -184,9 +186,12 @@ def local_kprime_means(
         centers, labels, counts = np.unique(A, axis=0, return_inverse=True, return_counts=True)
         return centers, counts.astype(np.int64), labels.reshape(-1).astype(np.int64)
 
-    # Step 1b: project onto the top k' right singular vectors (no centring).
-    V = _top_right_singular_vectors(A, k_prime)  # (d, r), r = min(k', n, d)
-    A_hat = A @ V
+    # Step 1b: project the points about their mean onto the top k' right singular vectors
+    # (the paper does not centre: far from the origin its top direction is the offset).
+    mean = A.mean(axis=0)
+    centred = A - mean
+    V = _top_right_singular_vectors(centred, k_prime)  # (d, r), r = min(k', n, d)
+    A_hat = centred @ V
 
     best: tuple[np.ndarray, np.ndarray, float] | None = None
     seen: dict[bytes, float] = {}  # projected partition -> best cost of its steps 3-4
@@ -208,9 +213,9 @@ def local_kprime_means(
         d2_hat = squared_distances(A_hat, nu)
         starts = []
         if seeding in ("best", "core"):
-            starts.append(_core_set_seeds(A, d2_hat, nu, V))
+            starts.append(_core_set_seeds(A, d2_hat, nu, V, mean))
         if seeding in ("best", "voronoi"):
-            starts.append(_voronoi_seeds(A, d2_hat, nu, V))
+            starts.append(_voronoi_seeds(A, d2_hat, nu, V, mean))
         # Step 4: Lloyd in the original space until the assignment is stable. Two starts
         # with the same first assignment follow the same Lloyd path: run it once.
         first_labels: list[np.ndarray] = []
@@ -438,12 +443,24 @@ def score_bounds(centers: np.ndarray, counts: np.ndarray, cost: float, candidate
     clusters its points form around them, and their total cost L. Every point may go to
     the candidate nearest its own center, at distance ≤ ‖x − c_j‖ + ‖c_j − c*‖, so by the
     triangle inequality over each cluster's points and Cauchy–Schwarz over the clusters,
-    cost ≤ (√L + √(Σ_j n_j min_c ‖c_j − c‖²))². A ``score_candidates`` reply above it
-    contradicts the device's own declaration."""
+    cost ≤ (√L + √(Σ_j n_j min_c ‖c_j − c‖²))², up to the rounding of the coordinates' own
+    size (nothing near the origin; far from it a coordinate is known to a few units in its
+    last place: :func:`fedcluster.bounds.deviation_rounding`). A ``score_candidates`` reply
+    above it contradicts the device's own declaration."""
+    from .bounds import coordinate_rounding, deviation_rounding, expansion_rounding
+
     centers, counts = np.asarray(centers, dtype=np.float64), np.asarray(counts, dtype=np.float64)
-    moved = np.array([float(counts @ squared_distances(centers, np.asarray(c, dtype=np.float64)).min(axis=1))
-                      for c in candidates])
-    return (math.sqrt(max(float(cost), 0.0)) + np.sqrt(moved)) ** 2
+    candidates = np.asarray(candidates, dtype=np.float64)
+    moved = np.array([float(counts @ squared_distances(centers, c).min(axis=1)) for c in candidates])
+    bounds = (math.sqrt(max(float(cost), 0.0)) + np.sqrt(moved)) ** 2
+    if not centers.size:
+        return bounds
+    # rounding: of the coordinates' own size, and of the squared distances taken here (Δ in
+    # the moved mass moves the bound by at most 2√(LΔ) + Δ)
+    delta = coordinate_rounding(centers, candidates)
+    moved_rounding = np.array([expansion_rounding(counts, centers, c) for c in candidates])
+    return (bounds + np.array([deviation_rounding(float(counts.sum()), b, delta) for b in bounds])
+            + 2.0 * math.sqrt(max(float(cost), 0.0)) * np.sqrt(moved_rounding) + moved_rounding)
 
 
 def score_violation(costs: np.ndarray, bounds: np.ndarray) -> str | None:

@@ -3,7 +3,7 @@
 * assignment: :func:`nearest` (labels), :func:`assign` (labels and distances),
   :func:`squared_distances`;
 * sufficient statistics of one Lloyd step: :func:`lloyd_statistics` (sums, counts, cost,
-  optionally sums of squares); of a given grouping: :func:`label_sums`, :func:`label_means`;
+  optionally scatters about the clusters' means); of a given grouping: :func:`label_sums`, :func:`label_means`;
 * Lloyd: :func:`lloyd_until_stable` (until the assignment is stable, weighted or not;
   k-FED's device and server steps), :func:`lloyd` (until the centers stop moving) and
   :func:`kmeans` (restarts);
@@ -11,9 +11,12 @@
   :func:`kmeans_cost`.
 
 Everything here is NumPy only, so it runs on a phone-class device as well as on the
-server. Distances use the BLAS form ``||x||^2 - 2 x.c + ||c||^2`` and the data are
-processed in row chunks so that memory stays bounded (``chunk_rows * max(k, d)`` floats)
-however large ``n`` is.
+server. Distances use the BLAS form ``||x||^2 - 2 x.c + ||c||^2`` about a reference point
+(:func:`reference`): the centers' mean when the data lie far from the origin, where the form
+about the origin cancels (at 1e9 every term is 1e18 and a distance of 1 is rounding), so
+that a shift of the data changes no assignment and no cost; the origin otherwise. The data
+are processed in row chunks so that memory stays bounded (``chunk_rows * max(k, d)``
+floats) however large ``n`` is.
 
 Naming follows scikit-learn: ``centers`` (k x d), ``labels`` (n,), ``inertia``/``cost``
 (sum of squared distances to the nearest center).
@@ -60,22 +63,25 @@ class LloydStatistics:
     sums : (k, d) per-cluster (weighted) sums of the points assigned to each center.
     counts : (k,) per-cluster (weighted) counts.
     cost : float, sum over points of (weight times) the squared distance to the nearest center.
-    sumsq : (k, d) per-cluster sums of squared coordinates, or None when not requested.
-        With ``sums`` and ``counts`` it gives the per-dimension spread of every cluster
-        without any single point leaving the data's owner.
+    scatter : (k, d) per-cluster, per-coordinate (weighted) sums of squared deviations from
+        the cluster's own mean, or None when not requested: the per-dimension spread of
+        every cluster without any single point leaving the data's owner, and the same
+        numbers wherever the data lie (a sum of squared coordinates is not: far from the
+        origin it is the square of the offset plus rounding).
     """
 
     sums: np.ndarray
     counts: np.ndarray
     cost: float
-    sumsq: np.ndarray | None = None
+    scatter: np.ndarray | None = None
 
     def __add__(self, other: "LloydStatistics") -> "LloydStatistics":
-        sumsq = None
-        if self.sumsq is not None and other.sumsq is not None:
-            sumsq = self.sumsq + other.sumsq
+        scatter = None
+        if self.scatter is not None and other.scatter is not None:
+            scatter = pooled_scatter(np.stack([self.counts, other.counts]), np.stack([self.sums, other.sums]),
+                                     np.stack([self.scatter, other.scatter]))
         return LloydStatistics(
-            self.sums + other.sums, self.counts + other.counts, self.cost + other.cost, sumsq
+            self.sums + other.sums, self.counts + other.counts, self.cost + other.cost, scatter
         )
 
     def centers(self, previous: np.ndarray) -> np.ndarray:
@@ -86,9 +92,45 @@ class LloydStatistics:
         return out
 
 
+def reference(points: np.ndarray) -> np.ndarray | None:
+    """The point squared distances to ``points`` (centers, or data) are computed about: their
+    mean when their bounding box lies farther from the origin than it is wide (data far from
+    the origin, where the form about the origin cancels: at 1e9 its terms are 1e18 and a
+    distance of 1 is rounding), else None: about the origin, whose rounding is then within a
+    small factor of the centered form's, with no pass that subtracts (ordinary data run
+    exactly the arithmetic they always did)."""
+    if points.shape[0] == 0:
+        return None
+    low, high = points.min(0), points.max(0)
+    middle, width = low + high, high - low  # the middle, doubled
+    if middle.dot(middle) <= 4.0 * width.dot(width):
+        return None
+    return points.mean(axis=0)
+
+
+def pooled_scatter(counts: np.ndarray, sums: np.ndarray, scatter: np.ndarray) -> np.ndarray:
+    """Per-coordinate scatter about the pooled mean of groups given by their (weighted)
+    counts (g, ...), sums (g, ..., d) and scatters about their own means (g, ..., d): the
+    parallel-axis (Chan et al.) combination ``Σ V_g + Σ n_g (μ_g − μ)²``, each term a
+    difference of nearby means (no cancellation of large squares). An empty group adds
+    nothing."""
+    counts = np.asarray(counts, dtype=np.float64)
+    total = counts.sum(axis=0)
+    safe = np.where(counts > 0, counts, 1.0)[..., None]
+    means = np.asarray(sums, dtype=np.float64) / safe
+    pooled_mean = np.asarray(sums, dtype=np.float64).sum(axis=0) / np.where(total > 0, total, 1.0)[..., None]
+    return np.asarray(scatter, dtype=np.float64).sum(axis=0) + (counts[..., None] * (means - pooled_mean) ** 2).sum(axis=0)
+
+
 def squared_distances(X: np.ndarray, centers: np.ndarray, x_sq: np.ndarray | None = None) -> np.ndarray:
-    """(n, k) squared Euclidean distances, computed with one matrix product, clipped at 0."""
+    """(n, k) squared Euclidean distances, computed with one matrix product about
+    :func:`reference` of the centers, clipped at 0. With ``x_sq`` (the rows' squared norms)
+    the caller has put ``X`` and ``centers`` in coordinates of its own (already about a
+    reference) and they are used as given."""
     if x_sq is None:
+        origin = reference(centers)
+        if origin is not None:
+            X, centers = X - origin, centers - origin
         x_sq = np.einsum("ij,ij->i", X, X)
     c_sq = np.einsum("ij,ij->i", centers, centers)
     d2 = X @ centers.T
@@ -117,7 +159,9 @@ def farthest_first(points: np.ndarray, start: np.ndarray, k: int) -> np.ndarray:
 
 
 def assign(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest center of every row of ``X``: ``(labels, squared_distance)``, chunked."""
+    """Nearest center of every row of ``X``: ``(labels, squared_distance)``, chunked; the
+    distance is the row's own difference from its center (no cancellation: a point on its
+    center is at 0)."""
     X = np.asarray(X, dtype=np.float64)
     centers = np.asarray(centers, dtype=np.float64)
     n = X.shape[0]
@@ -126,18 +170,21 @@ def assign(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) ->
     mind = np.empty(n, dtype=np.float64)
     step = rows_per_chunk(n, k, chunk_rows)
     for start in range(0, n, step):
-        block = squared_distances(X[start : start + step], centers)
-        lab = np.argmin(block, axis=1)
+        Xc = X[start : start + step]
+        lab = np.argmin(squared_distances(Xc, centers), axis=1)
         labels[start : start + step] = lab
-        mind[start : start + step] = block[np.arange(block.shape[0]), lab]
+        deviation = Xc - centers[lab]
+        mind[start : start + step] = np.einsum("ij,ij->i", deviation, deviation)
     return labels, mind
 
 
 def _nearest_form(centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(-2 centersᵀ, ||c||²)``: argmin_j ||x - c_j||² = argmin_j (||c_j||² - 2 x·c_j), so
     the nearest center needs one (rows x d) @ (d x k) product; ||x||² only enters the cost.
-    The (d x k) factor is C-contiguous: BLAS is markedly faster on it than on the
-    transposed view (bench/speed.py)."""
+    Callers take the rows and the centers about :func:`reference` first (far from the origin
+    these terms would be the offset's square, and a distance its rounding). The (d x k)
+    factor is C-contiguous: BLAS is markedly faster on it than on the transposed view
+    (bench/speed.py)."""
     return np.ascontiguousarray(-2.0 * centers.T), np.einsum("ij,ij->i", centers, centers)
 
 
@@ -199,10 +246,12 @@ def nearest(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) -
     centers = np.asarray(centers, dtype=np.float64)
     n = X.shape[0]
     labels = np.empty(n, dtype=np.int64)
-    minus_two_centers_t, c_sq = _nearest_form(centers)
+    origin = reference(centers)  # far from the origin: rows and centers about the centers' mean
+    minus_two_centers_t, c_sq = _nearest_form(centers if origin is None else centers - origin)
     step = rows_per_chunk(n, centers.shape[0], chunk_rows)
     for start in range(0, n, step):
-        labels[start : start + step] = _nearest_block(X[start : start + step], minus_two_centers_t, c_sq, with_values=False)
+        Xc = X[start : start + step] if origin is None else X[start : start + step] - origin
+        labels[start : start + step] = _nearest_block(Xc, minus_two_centers_t, c_sq, with_values=False)
     return labels
 
 
@@ -260,6 +309,10 @@ def lloyd_until_stable(
     """
     X = np.asarray(X, dtype=np.float64)
     centers = np.asarray(centers, dtype=np.float64)
+    origin = reference(centers)
+    if origin is not None:  # far from the origin: the whole loop about the start's mean
+        centers, labels, cost = lloyd_until_stable(X - origin, centers - origin, max_iter, weights, labels)
+        return centers + origin, labels, cost
     w = None if weights is None else np.asarray(weights, dtype=np.float64)
     n = X.shape[0]
     k = centers.shape[0]
@@ -341,7 +394,7 @@ def lloyd_statistics(
     centers: np.ndarray,
     weights: np.ndarray | None = None,
     *,
-    with_sumsq: bool = False,
+    with_scatter: bool = False,
     chunk_rows: int | None = None,
 ) -> LloydStatistics:
     """Assignment, per-cluster sums and counts, and cost of ``centers`` on ``X``.
@@ -351,8 +404,14 @@ def lloyd_statistics(
     X : (n, d) data.
     centers : (k, d) current centers.
     weights : optional (n,) non-negative point weights (default 1).
-    with_sumsq : also return per-cluster sums of squared coordinates.
+    with_scatter : also return the per-cluster scatter (sums of squared deviations from
+        each cluster's mean, per coordinate).
     chunk_rows : rows per chunk (default: about 2^15 / max(k, d)).
+
+    Far from the origin (:func:`reference`) every chunk is taken about the centers' mean
+    before the products, so the statistics and the cost are those of the data about it:
+    the same numbers, up to the rounding of the data's own coordinates, wherever the data
+    lie. Ordinary data skip that subtraction.
     """
     X = np.asarray(X, dtype=np.float64)
     centers = np.asarray(centers, dtype=np.float64)
@@ -363,23 +422,30 @@ def lloyd_statistics(
     n, d = X.shape
     k = centers.shape[0]
     w_all = None if weights is None else np.asarray(weights, dtype=np.float64)
+    origin = reference(centers)
+    about = centers if origin is None else centers - origin
     counts = np.zeros(k)
-    sumsq = np.zeros((k, d)) if with_sumsq else None
-    x_sq = 0.0  # sum of (weighted) ||x||^2
+    labelled = np.empty(n, dtype=np.int64) if with_scatter else None  # every row's cluster, for the scatter
+    x_sq = 0.0  # sum of (weighted) ||x − origin||^2
     # The chunk holds both the distance block (k x rows) and the rows of X (rows x d):
     # sized by the wider one so that both stay in cache.
     step = rows_per_chunk(n, max(k, d), chunk_rows)
-    minus_two_centers_t, c_sq = _nearest_form(centers)
+    minus_two_centers_t, c_sq = _nearest_form(about)
     sums_t = np.zeros((d, k))  # accumulated transposed: (d x rows) @ (rows x k) is the faster product
     membership = np.empty((k, min(step, n)))  # 1 where the center is the row's nearest, else 0
     ones = np.ones(membership.shape[1])
     scratch = None
+    shifted = None if origin is None else np.empty((min(step, n), d))  # the chunk about the origin chosen
     for start in range(0, n, step):
         Xc = X[start : start + step]
         rows = Xc.shape[0]
         if rows != membership.shape[1]:
             membership, ones, scratch = np.empty((k, rows)), np.ones(rows), None
+        if shifted is not None:
+            Xc = np.subtract(Xc, origin, out=shifted[:rows])
         row_counts, scratch = _membership_block(Xc, minus_two_centers_t, c_sq, membership, ones, scratch)
+        if labelled is not None:
+            labelled[start : start + rows] = np.argmax(membership, axis=0)  # exactly one 1 per row (ties resolved)
         if w_all is None:
             counts += row_counts
             x_sq += float(np.vdot(Xc, Xc))
@@ -391,14 +457,49 @@ def lloyd_statistics(
         # Per-cluster sums as one matrix product: the (k x rows) membership matrix (holding
         # the weights) times the chunk -- BLAS instead of a scatter.
         sums_t += Xc.T @ membership.T
-        if sumsq is not None:
-            sumsq += membership @ (Xc * Xc)
-    sums = np.ascontiguousarray(sums_t.T)
-    # cost = sum_i w_i ||x_i - c_{l_i}||^2 = sum_i w_i ||x_i||^2 + sum_j (W_j ||c_j||^2 - 2 c_j . S_j):
-    # from the statistics, without a per-row distance (rounding: the same cancellation as
-    # the per-row form ||x||^2 - 2 x.c + ||c||^2; never below 0).
-    cost = max(x_sq + float(counts @ c_sq) - 2.0 * float(np.vdot(centers, sums)), 0.0)
-    return LloydStatistics(sums=sums, counts=counts, cost=cost, sumsq=sumsq)
+    sums = np.ascontiguousarray(sums_t.T)  # about the origin chosen
+    # cost = sum_i w_i ||x_i - c_{l_i}||^2 = sum_i w_i ||x_i||^2 + sum_j (W_j ||c_j||^2 - 2 c_j . S_j),
+    # all about the origin chosen: from the statistics, without a per-row distance. It rounds
+    # relative to its terms; when they cancel to (nearly) nothing (points on their centers)
+    # the cost is taken again from each row's own distance.
+    cost = max(x_sq + float(counts @ c_sq) - 2.0 * float(np.vdot(about, sums)), 0.0)
+    if cost <= CANCELLED * x_sq:
+        cost = _exact_cost(X, about, origin, w_all, step, minus_two_centers_t, c_sq)
+    scatter = None
+    if labelled is not None:  # a second pass: the deviations from each cluster's mean, exactly
+        means = LloydStatistics(sums, counts, 0.0).centers(about)
+        if step >= n:  # one chunk: its rows (about the origin chosen) and membership are still at hand
+            deviation = Xc - means[labelled]
+            scatter = membership @ (deviation * deviation)
+        else:
+            scatter = np.zeros((k, d))
+            for start in range(0, n, step):
+                lab = labelled[start : start + step]
+                deviation = X[start : start + step] - (means[lab] if origin is None else means[lab] + origin)
+                indicator = np.zeros((k, lab.size))
+                indicator[lab, np.arange(lab.size)] = 1.0 if w_all is None else w_all[start : start + step]
+                scatter += indicator @ (deviation * deviation)
+    if origin is not None:
+        sums += counts[:, None] * origin
+    return LloydStatistics(sums=sums, counts=counts, cost=cost, scatter=scatter)
+
+
+# A cost below this share of the squared norms it is the difference of (about the origin
+# chosen) has lost most of its digits to rounding: it is taken again row by row.
+CANCELLED = 1e-6
+
+
+def _exact_cost(X, about, origin, weights, step, minus_two_centers_t, c_sq) -> float:
+    """Σ w ||x − c_label||² by each row's own difference from its center (the labels as
+    :func:`lloyd_statistics` finds them: the same products, the lowest index among ties)."""
+    cost = 0.0
+    for start in range(0, X.shape[0], step):
+        Xc = X[start : start + step] if origin is None else X[start : start + step] - origin
+        labels = np.argmin(Xc @ minus_two_centers_t + c_sq, axis=1)
+        deviation = Xc - about[labels]
+        row_cost = np.einsum("ij,ij->i", deviation, deviation)
+        cost += float(row_cost.sum() if weights is None else row_cost @ weights[start : start + step])
+    return cost
 
 
 def kmeans_cost(X: np.ndarray, centers: np.ndarray, weights: np.ndarray | None = None) -> float:
@@ -436,6 +537,10 @@ def kmeans_plus_plus(
         raise ValueError("k-means++ weights sum to zero")
     if n_local_trials is None:
         n_local_trials = 2 + int(np.log(k))
+    points = X
+    origin = reference(X)
+    if origin is not None:  # far from the origin: every distance about the points' mean
+        X = X - origin
     x_sq = np.einsum("ij,ij->i", X, X)
     chosen = [int(rng.choice(n, p=w / w.sum()))]
     closest = squared_distances(X, X[chosen], x_sq)[:, 0]
@@ -454,7 +559,7 @@ def kmeans_plus_plus(
         chosen.append(int(cand[best]))
         closest = d_cand[:, best]
     rows = np.asarray(chosen, dtype=np.int64)
-    return rows if indices else X[rows].copy()
+    return rows if indices else points[rows].copy()
 
 
 def lloyd(
@@ -466,13 +571,15 @@ def lloyd(
     tol: float = 1e-6,
 ) -> tuple[np.ndarray, float, int]:
     """Weighted Lloyd iterations from ``centers`` until the centers move less than ``tol``
-    (relative to the data's mean squared norm) or the assignment is stable.
+    (relative to the data's mean squared distance from their mean, as scikit-learn's tol
+    is relative to their variance: the same iterations wherever the data lie) or the
+    assignment is stable.
 
     Empty clusters keep their center. Returns ``(centers, cost, iterations)``.
     """
     X = np.asarray(X, dtype=np.float64)
     centers = np.array(centers, dtype=np.float64, copy=True)
-    scale = float(np.mean(np.einsum("ij,ij->i", X, X))) if X.size else 1.0
+    scale = float(np.sum(np.var(X, axis=0))) if X.size else 1.0
     threshold = tol * max(scale, 1e-300)
     it = 0
     for it in range(1, max_iter + 1):

@@ -2,12 +2,13 @@
 
 Device tasks (declared in :mod:`fedcluster.protocol`):
 
-``data_summary``  size, dimension and bounding box of the device's points.
+``data_summary``  size, dimension and bounding box of the device's points (with
+                  ``moments``: their per-feature sums and scatter about their mean).
 ``lloyd_stats``   per-cluster sums, counts and cost of given centers (federated
                   evaluation, FedDP-Init step 3's cost report, ...).
 
 Server helpers: :func:`majority_value` (the federation's dimension is the one most
-nodes report), :func:`bounding_box`, :func:`center_shift`.
+nodes report), :func:`bounding_box`, :func:`center_shift`, :func:`duplicate_warning`.
 """
 
 from __future__ import annotations
@@ -45,9 +46,33 @@ def bounding_box(lows: Sequence[np.ndarray], highs: Sequence[np.ndarray]) -> tup
     return np.min(lows, axis=0), np.max(highs, axis=0)
 
 
+def duplicate_warning(centers: np.ndarray) -> str | None:
+    """What to say when some of the centers a run returns are the same point (the devices'
+    points hold fewer distinct values than k: at 1e150 a spread of 1e134 is one value), or
+    None when every center is its own."""
+    k = centers.shape[0]
+    duplicates = k - np.unique(centers, axis=0).shape[0]
+    if not duplicates:
+        return None
+    return (f"{duplicates} of the k={k} centers coincide with another one: the devices' points hold fewer distinct "
+            f"values than k (centers.npy keeps the duplicates; k={k - duplicates} describes these data as well)")
+
+
 def center_shift(new: np.ndarray, old: np.ndarray) -> float:
     """How far a round moved the centers: the Frobenius norm of ``new - old``."""
     return float(np.sqrt(np.sum((new - old) ** 2)))
+
+
+def feature_moments(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per feature, the sum of the rows of ``X`` and the sum of their squared deviations from
+    their mean, both taken about the first row (exact differences for data far from the
+    origin, then the mean of those, then the deviations: the same numbers wherever the data
+    lie, the sum rounded once at the size of the offset)."""
+    shift = X[0]
+    about = X - shift
+    mean = about.mean(axis=0)
+    deviation = about - mean
+    return about.sum(axis=0) + X.shape[0] * shift, np.einsum("ij,ij->j", deviation, deviation)
 
 
 @device_task("data_summary")
@@ -58,7 +83,7 @@ def data_summary(data: DeviceData, arrays: dict, config: dict):
         raise ValueError(f"the device holds no points ({data.source})")
     arrays = {"min": X.min(axis=0), "max": X.max(axis=0)}
     if config["moments"]:
-        arrays.update(sum=X.sum(axis=0), sumsq=np.einsum("ij,ij->j", X, X))
+        arrays["sum"], arrays["scatter"] = feature_moments(X)
     return arrays, {"num-examples": int(n), "dim": int(d)}
 
 

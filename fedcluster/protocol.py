@@ -127,9 +127,12 @@ class ArrayField:
     arrays hold whole numbers (labels); ``nonnegative`` ones no negative entry.
     ``when = (key, value)``: present only when the request's config has that value.
     ``role`` says what the array means for the bounds a device's declarations put on its
-    replies (:mod:`fedcluster.bounds`): ``count``, ``sum``, ``sumsq``, ``mean``, ``cost``,
-    ``box-min``, ``box-max``; ``of`` names the request array a ``cost`` is of, or whose
-    centers a ``mean`` may start from.
+    replies (:mod:`fedcluster.bounds`): ``count``, ``sum``, ``scatter`` (per cluster and
+    coordinate, the sum of squared deviations of its points from their mean), ``mean``,
+    ``cost``, ``box-min``, ``box-max``, ``moment-sum``, ``moment-scatter`` (the same over all
+    the device's points); ``of`` names the request array a ``cost`` is of, or whose centers a
+    ``mean`` may start from. Second moments travel about a mean, never as sums of squared
+    coordinates: those are the square of the data's offset from the origin plus rounding.
     """
 
     name: str
@@ -286,11 +289,12 @@ TASKS: dict[str, Task] = {
     task.name: task
     for task in (
         Task(
-            "data_summary", "query", "size, dimension and bounding box of the device's points (with `moments`: their sums and sums of squares)",
-            config=(Param("moments", bool, False, doc="also the per-feature sums and sums of squares (they bind its later statistics; standardize)"),),
+            "data_summary", "query", "size, dimension and bounding box of the device's points (with `moments`: their sums and scatter about their mean)",
+            config=(Param("moments", bool, False, doc="also the per-feature sums and scatter (they bind its later statistics; standardize)"),),
             reply=(ArrayField("min", ("d",), role="box-min"), ArrayField("max", ("d",), role="box-max"),
                    ArrayField("sum", ("d",), when=("moments", True), role="moment-sum"),
-                   ArrayField("sumsq", ("d",), nonnegative=True, when=("moments", True), role="moment-sumsq")),
+                   ArrayField("scatter", ("d",), "per feature, the sum of squared deviations of its points from their mean",
+                              nonnegative=True, when=("moments", True), role="moment-scatter")),
             metrics=(NUM_EXAMPLES, DIM),
             used_by=("fedkmeans", "feddp-kmeans", "da-ufl"),
         ),
@@ -350,7 +354,8 @@ TASKS: dict[str, Task] = {
             reply=(
                 ArrayField("centers", ("m", "k", "d"), role="mean", of="centers"),
                 ArrayField("counts", ("m", "k"), nonnegative=True, role="count"),
-                ArrayField("sumsq", ("m", "k", "d"), nonnegative=True, role="sumsq"),
+                ArrayField("scatter", ("m", "k", "d"), "per cluster and coordinate, the sum of squared deviations of the "
+                           "points it assigned (last epoch) from their mean", nonnegative=True, role="scatter"),
                 ArrayField("cost", ("m",), nonnegative=True, role="cost", of="centers"),
             ),
             used_by=("fedkmeans",),

@@ -1,8 +1,9 @@
 """``standardize``: every feature to mean 0 and variance 1, federated (NumPy only).
 
 The server learns each feature's mean and variance from one round of per-device sums and
-sums of squares (the data summary with ``moments``: :meth:`Scaling.from_moments`, as
-scikit-learn's ``StandardScaler``: a feature with variance 0 keeps scale 1). From then on
+scatters about each device's mean (the data summary with ``moments``, pooled by the parallel
+axis theorem: :meth:`Scaling.from_summaries`, as scikit-learn's ``StandardScaler``: a feature
+with variance 0 keeps scale 1): the same scaling wherever the data lie. From then on
 every request to a device carries the two (d,) arrays ``scale-shift`` and ``scale-factor``
 and the device clusters ``(x − shift) / factor`` of its own points (:func:`scaled`); the
 device stays stateless. Results are written in the original units (:meth:`Scaling.undo`);
@@ -29,25 +30,54 @@ class Scaling:
     scale: np.ndarray
 
     @classmethod
-    def from_moments(cls, points: float, sums: np.ndarray, sumsq: np.ndarray) -> "Scaling":
-        """From the federation's point count and per-feature sums and sums of squares."""
+    def from_summaries(cls, counts: np.ndarray, sums: np.ndarray, scatters: np.ndarray) -> "Scaling":
+        """From every device's point count (J,), per-feature sum (J, d) and scatter about its
+        own mean (J, d): the pooled mean, and the pooled variance by the parallel-axis
+        (Chan et al.) combination, so that it is the same wherever the data lie (a pooled
+        Σx²/n − mean² is the square of the offset minus itself: at 1e9, rounding)."""
+        from .lloyd import pooled_scatter
+
+        counts = np.asarray(counts, dtype=np.float64)
+        points = float(counts.sum())
         if points <= 0:
             raise ValueError("standardize needs at least one point")
-        mean = np.asarray(sums, dtype=np.float64) / points
-        variance = np.maximum(np.asarray(sumsq, dtype=np.float64) / points - mean**2, 0.0)
+        mean = np.asarray(sums, dtype=np.float64).sum(axis=0) / points
+        variance = np.maximum(pooled_scatter(counts, sums, scatters) / points, 0.0)
         scale = np.sqrt(variance)
-        # a constant feature (or one whose spread is rounding) keeps its unit, as StandardScaler
-        scale[scale <= 1e-12 * np.maximum(np.abs(mean), 1.0)] = 1.0
+        # a constant feature (or one whose spread is rounding: below a coordinate's own rounding
+        # at its mean, fedcluster.bounds.coordinate_rounding) keeps its unit, as StandardScaler
+        from .bounds import coordinate_rounding
+
+        scale[scale <= np.maximum(coordinate_rounding(mean), 1e-300)] = 1.0
         return cls(mean, scale)
 
-    def apply_moments(self, points: float, sums: np.ndarray, sumsq: np.ndarray,
-                      size: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per-feature sum and sum of squares of ``points`` points in standardized units,
-        and the size of a coordinate for rounding slack (the offset counts: the
-        standardized moments come from the original ones by subtraction)."""
+    def apply_moments(self, points: float, sums: np.ndarray, scatter: np.ndarray,
+                      rounding: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A device's per-feature sum and scatter about its mean, and how far one of its
+        coordinates may be off by rounding (``rounding``), in standardized units: the sum of
+        ``points`` points ``(x − mean)/scale`` is ``(S − n·mean)/scale``; the scatter scales by
+        ``1/scale²`` (a shift changes no scatter); the rounding is the original one, the
+        shift's own and the standardized coordinates', over the scale."""
+        from .bounds import coordinate_rounding
+
         mean, scale = self.mean, self.scale
-        return ((sums - points * mean) / scale, (sumsq - 2 * mean * sums + points * mean**2) / scale**2,
-                (size + np.abs(mean)) / scale)
+        return ((sums - points * mean) / scale, scatter / scale**2,
+                (rounding + coordinate_rounding(mean)) / scale)
+
+    def scale_declared(self, declared: Any) -> None:
+        """A device's declaration (:class:`fedcluster.bounds.Declared`: box, moments and
+        coordinate rounding) in standardized units, in place."""
+        from .bounds import coordinate_rounding
+
+        rounding = declared.coordinate_rounding()
+        declared.low, declared.high = self.apply(declared.low), self.apply(declared.high)
+        if declared.moment_sum is not None:
+            declared.moment_sum, declared.moment_scatter, rounding = self.apply_moments(
+                declared.points, declared.moment_sum, declared.moment_scatter, rounding)
+        else:
+            rounding = (rounding + coordinate_rounding(self.mean)) / self.scale
+        declared.rounding = np.maximum(rounding, coordinate_rounding(declared.low, declared.high))
+        declared.scaled = True
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> "Scaling | None":

@@ -199,10 +199,12 @@ class FederatedStrategy(Membership, Transport, Results):
 
     def standardize(self, summaries: list[Reply]) -> None:
         """``standardize``: the federation's per-feature mean and variance from the data
-        summaries' sums; from now on every request carries the scaling, and the summaries'
-        boxes (and what each node declared) are in standardized units."""
-        points = sum(r.num_examples for r in summaries)
-        self.scaling = Scaling.from_moments(points, sum_arrays(summaries, "sum"), sum_arrays(summaries, "sumsq"))
+        summaries' sums and scatters (pooled about the federation's mean); from now on every
+        request carries the scaling, and the summaries' boxes (and what each node declared)
+        are in standardized units."""
+        self.scaling = Scaling.from_summaries(np.array([r.num_examples for r in summaries], dtype=np.float64),
+                                              np.stack([r.arrays["sum"] for r in summaries]),
+                                              np.stack([r.arrays["scatter"] for r in summaries]))
         for reply in summaries:
             reply.arrays["min"], reply.arrays["max"] = self.scaling.apply(reply.arrays["min"]), self.scaling.apply(reply.arrays["max"])
         for declared in self.declared.values():
@@ -211,13 +213,9 @@ class FederatedStrategy(Membership, Transport, Results):
             float(self.scaling.scale.min()), float(self.scaling.scale.max()))
 
     def _scale_box(self, declared: bounds.Declared) -> None:
-        """A node's declared box and moments in standardized units."""
+        """A node's declared box, moments and rounding in standardized units."""
         if declared.low is not None and not declared.scaled:
-            declared.low, declared.high = self.scaling.apply(declared.low), self.scaling.apply(declared.high)
-            if declared.moment_sum is not None:
-                declared.moment_sum, declared.moment_sumsq, declared.moment_scale = self.scaling.apply_moments(
-                    declared.points, declared.moment_sum, declared.moment_sumsq, declared.moment_scale)
-            declared.scaled = True
+            self.scaling.scale_declared(declared)
 
     def write_device_labels(self, centers: np.ndarray) -> dict[str, Any]:
         """``write-labels``: every active device saves its points' nearest-center labels

@@ -54,7 +54,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         self.origin, problem = feddp_kmeans.clip_origin(cfg.clip_center, server)
         if problem:
             raise FederationError(problem)
-        if self.origin is not None:  # every party works around it: devices on x - origin, the server on its data too
+        if self.origin is not None and server is not None:  # every party works around it: devices on x - origin, the server on its data too
             server = server - self.origin
         self.server = server
         self.init_method = feddp_kmeans.start_method(cfg.init, server is not None, self.level, self.lloyd_rounds)
@@ -107,7 +107,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
             centers, initial = centers + self.origin, initial + self.origin
             if "candidates" in arrays:
                 arrays["candidates"] = arrays["candidates"] + self.origin
-        init_record["clip_center"] = "origin" if self.origin is None else "server-mean"
+        init_record["clip_center"] = feddp_kmeans.clip_center_name(cfg.clip_center, self.origin)
         outcome: dict[str, Any] = {
             "centers": centers,
             "arrays": {"init_centers": initial, **arrays},

@@ -26,11 +26,11 @@ from flwr.common.logger import log
 
 from fedcluster.bounds import moments_violation, voronoi_violation
 from fedcluster.cell_moments import cell_moments_violation
-from fedcluster.point_tasks import bounding_box, center_shift
+from fedcluster.point_tasks import bounding_box, center_shift, duplicate_warning
 from fedcluster.fedkmeans import (
-    CenterSet, Memory, ServerState, Undo, coarse_summary_k, last_versus_best, implied_means,
-    partitions_violation, reassign_starved, keep_sets, reseed_allowed, server_update, stated_in_reply, train_cost_mismatch,
-    whole_partition)
+    CenterSet, Memory, ServerState, Undo, coarse_summary_k, cost_tie, last_versus_best, implied_means,
+    partitions_violation, reassign_starved, keep_sets, replies_scatter, reseed_allowed, server_update, stated_in_reply,
+    train_cost_mismatch, whole_partition)
 from fedcluster.config import k_range
 from fedcluster.robust import aggregate_centers
 
@@ -66,6 +66,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         else:
             summaries = self.discover_dimension()
         total = sum(r.num_examples for r in summaries)
+        self.cost_tie = cost_tie([self.declared.get(r.node_id) for r in summaries])  # rounding: the same cost
         low, high = bounding_box([r.arrays["min"] for r in summaries], [r.arrays["max"] for r in summaries])
         if bounds:
             return self.choose_k(bounds, total, low, high, local)
@@ -94,11 +95,15 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         if self.recovered:
             outcome["recovery"] = self.recovered
         extras, text, loud = last_versus_best(total_cost / num_points, final_round, last.index, cost, best_round,
-                                              best_set, len(self.starts) > 1, LAST_WORSE_WARNING)
+                                              best_set, len(self.starts) > 1, LAST_WORSE_WARNING,
+                                              last_centers=last.centers, best_centers=centers, tie=self.cost_tie)
         if extras:  # the centers returned are the cheapest measured, not the last: say so, keep the last
             outcome["arrays"]["last_centers"] = last.centers
             outcome.update(extras)
             self.warn(text) if loud else log(INFO, "[fedcluster] %s", text)
+        duplicates = duplicate_warning(centers)
+        if duplicates:
+            self.warn(duplicates)
         return outcome
 
     def cost_check(self, incoming: np.ndarray, sent: dict[str, Any]):
@@ -116,16 +121,17 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             a = reply.arrays
             declared = self.declared.get(reply.node_id)
             for s in range(incoming.shape[0]):
-                reason = train_cost_mismatch(incoming[s], a["centers"][s], a["counts"][s], a["sumsq"][s], float(a["cost"][s]), beta)
+                reason = train_cost_mismatch(incoming[s], a["centers"][s], a["counts"][s], a["scatter"][s], float(a["cost"][s]), beta)
                 means = implied_means(incoming[s], a["centers"][s], beta)
                 reason = reason or voronoi_violation(means, a["counts"][s], incoming[s])
                 if not reason and declared is not None:
-                    reason = moments_violation(a["counts"][s][:, None] * means, a["sumsq"][s], declared)
+                    reason = moments_violation(a["counts"][s][:, None] * means, a["scatter"][s], declared,
+                                               counts=a["counts"][s])
                 if reason:
                     return f"set {s}: {reason}" if incoming.shape[0] > 1 else reason
             if declared is not None:  # every set at once: cheap certificates pass most clusters together
                 means = np.stack([implied_means(incoming[s], a["centers"][s], beta) for s in range(incoming.shape[0])])
-                found = cell_moments_violation(means, a["counts"], a["sumsq"], incoming, declared.low, declared.high)
+                found = cell_moments_violation(means, a["counts"], a["scatter"], incoming, declared.low, declared.high)
                 if found:
                     return f"set {found[0]}: {found[1]}" if incoming.shape[0] > 1 else found[1]
             stated = stated_in_reply(incoming, a, beta)
@@ -257,12 +263,12 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         # reported (incremental Lloyd); with every node sampled, exactly this round's.
         if cfg.server_memory:
             counts, weighted = center_set.memory.aggregate(cfg.aggregation, cfg.trim_fraction)
-            sumsq = center_set.memory.total_sumsq()
+            scatter = center_set.memory.total_scatter()
         else:
             counts, weighted = aggregate_centers(np.stack([r.arrays["centers"] for r in replies]),
                                                  np.stack([r.arrays["counts"] for r in replies]),
                                                  cfg.aggregation, cfg.trim_fraction)
-            sumsq = sum_arrays(replies, "sumsq")
+            scatter = replies_scatter(replies, center_set.centers if full else None, cfg.client_lr)
         old = center_set.centers
         new, target = server_update(old, counts, weighted, center_set.state, cfg.server_lr, cfg.momentum)
         # A re-seed needs a later round to measure it: never in the last round, and a
@@ -270,7 +276,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         measurable = t < rounds and (cfg.fraction >= 1.0 or (cfg.eval_every > 0 and t % cfg.eval_every == 0))
         allowed = reseed_allowed(counts, center_set.protected, t < rounds, measurable)
         before = new.copy()
-        moved = reassign_starved(new, counts, sumsq, target, center_set.state,
+        moved = reassign_starved(new, counts, scatter, center_set.state,
                                  cfg.reassign_threshold, cfg.reassign_patience, orphans, allowed)
         if moved:
             center_set.hold(Undo(before, report["cost"] if report["exact"] else float("inf"), moved))

@@ -150,6 +150,7 @@ class FedKMeansMeasure:
         lost covers fewer points and is not comparable (it could look cheaper than it is).
         ``centers``: the centers measured (default: the set's current ones)."""
         best = self.best_seen  # a tie goes to the later measurement: the last centers, unless others are cheaper
-        if best is None or points > best[3] or (points == best[3] and cost <= best[0] * (1 + 1e-12)):
+        tie = getattr(self, "cost_tie", 0.0)  # costs within rounding of the data's spread are one cost
+        if best is None or points > best[3] or (points == best[3] and cost <= best[0] * (1 + 1e-12) + tie):
             measured = center_set.centers if centers is None else centers
             self.best_seen = (cost, round_number, center_set.index, points, measured.copy())

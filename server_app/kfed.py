@@ -38,6 +38,7 @@ from flwr.common.logger import log
 
 from fedcluster.kfed import (TooFewCenters, default_k_prime, induced_over_nearest, kfed_merge, left_out_by_node,
                              score_bounds, score_violation)
+from fedcluster.point_tasks import duplicate_warning
 
 from .base import FederatedStrategy, FederationError, sum_arrays, sum_metric
 
@@ -189,6 +190,9 @@ class KFed(FederatedStrategy):
                           f"clustering (each point takes its local center's cluster) costs {ratio:.2f}× what the same "
                           f"centers cost with every point at its nearest, so local clusters span several global ones. "
                           f"Leave k-prime unset (each device then chooses, up to k={k}) or raise it")
+        duplicates = duplicate_warning(global_centers)
+        if duplicates:
+            self.warn(duplicates)
         return outcome
 
     def score_merges(self, stacked: np.ndarray, check) -> tuple[np.ndarray, int]:

@@ -71,15 +71,15 @@ def state_partition(record, sent, own, labels_of) -> bool:
     if any(labels is None for labels in labelling):
         return False
     centers, counts = record["centers"].numpy().copy(), record["counts"].numpy().copy()
-    sumsq, cost = np.zeros_like(centers), np.zeros(sent.shape[0])
+    scatter, cost = np.zeros_like(centers), np.zeros(sent.shape[0])
     for s, labels in enumerate(labelling):
-        counts[s], centers[s], sumsq[s] = 0, sent[s], 0
+        counts[s], centers[s], scatter[s] = 0, sent[s], 0
         for j in np.unique(labels):
             mine = own[labels == j]
-            counts[s, j], centers[s, j], sumsq[s, j] = len(mine), mine.mean(0), (mine ** 2).sum(0)
+            counts[s, j], centers[s, j], scatter[s, j] = len(mine), mine.mean(0), ((mine - mine.mean(0)) ** 2).sum(0)
         cost[s] = float(((own - sent[s][labels]) ** 2).sum())
-    record["centers"], record["counts"], record["sumsq"], record["cost"] = (
-        Array(centers), Array(counts), Array(sumsq), Array(cost))
+    record["centers"], record["counts"], record["scatter"], record["cost"] = (
+        Array(centers), Array(counts), Array(scatter), Array(cost))
     return True
 
 

@@ -59,16 +59,36 @@ CASES = {
 }
 
 
+def shifted(config, folder, offset):
+    """``config``'s generated points moved by ``offset`` (1e9: a Unix-time feature), as files."""
+    from conftest import write_npy_dir
+    from fedcluster.config import with_defaults
+    from fedcluster.node_data import generated_partition
+
+    full = dict(with_defaults(config))
+    parts = [generated_partition(full, i, 3)[0] + offset for i in range(3)]
+    return {**config, "dataset": "npy-dir", "data-dir": str(write_npy_dir(folder, parts))}
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e9], ids=["near", "far"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_one_lying_device_is_dropped_and_the_result_stays_honest(tmp_path, case):
+def test_one_lying_device_is_dropped_and_the_result_stays_honest(tmp_path, case, offset):
+    """Also with every point 1e9 from the origin: the checks' slack is the data's spread and
+    the coordinates' rounding, so the same lies are caught and nothing else is."""
     task, arrays, metrics, reason = CASES[case]
-    absent = run({**CONFIG, "output-dir": str(tmp_path / "absent")}, num_nodes=3, reply_hook=fail(1001, task))
-    hostile = run({**CONFIG, "output-dir": str(tmp_path / "hostile")}, num_nodes=3, reply_hook=lie(1001, task, arrays, metrics))
+    config = shifted(CONFIG, tmp_path / "data", offset) if offset else CONFIG
+    absent = run({**config, "output-dir": str(tmp_path / "absent")}, num_nodes=3, reply_hook=fail(1001, task))
+    hostile = run({**config, "output-dir": str(tmp_path / "hostile")}, num_nodes=3, reply_hook=lie(1001, task, arrays, metrics))
     found = reasons(hostile)
     assert found and all(reason in r for r in found), found
     # the lie changed nothing: the run is exactly the one in which that device failed the task
     assert hostile["final"] == absent["final"]
-    assert np.array_equal(np.load(tmp_path / "hostile" / "centers.npy"), np.load(tmp_path / "absent" / "centers.npy"))
+    centers = np.load(tmp_path / "hostile" / "centers.npy")
+    assert np.array_equal(centers, np.load(tmp_path / "absent" / "centers.npy"))
+    if offset:  # and that run is right: its cost is its centers' (about the offset, no cancellation)
+        X = np.concatenate([np.load(f) for f in sorted((tmp_path / "data").glob("*.npy"))]) - offset
+        true = float(((X[:, None] - (centers - offset)[None]) ** 2).sum(-1).min(1).sum())
+        assert hostile["final"]["total_cost"] == pytest.approx(true, rel=1e-9)
 
 
 def test_kfed_device_with_counts_of_a_billion_is_dropped(tmp_path):

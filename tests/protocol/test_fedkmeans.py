@@ -594,7 +594,7 @@ def test_a_training_reply_whose_cost_disagrees_with_its_statistics_is_dropped(tm
 def corner_liar(low, high):
     """Device 1000 within every per-reply bound: in every training reply all its points on
     one cluster, whose center it moves to the corner of its box farthest from the centers it
-    received (sums of squares and cost as if its points sat there); in every evaluation the
+    received (scatter and cost as if its points sat there); in every evaluation the
     least cost its sums and counts allow (its points' scatter hidden)."""
     corners = np.array(np.meshgrid(*zip(low, high))).reshape(len(low), -1).T
 
@@ -605,17 +605,17 @@ def corner_liar(low, high):
         if kind == "train.fedkmeans_train":
             sent_sets = message.content.array_records["arrays"]["centers"].numpy()
             centers, counts = record["centers"].numpy().copy(), record["counts"].numpy().copy()
-            sumsq, cost = np.zeros_like(centers), np.zeros(len(sent_sets))
+            scatter, cost = np.zeros_like(centers), np.zeros(len(sent_sets))
             for s, sent in enumerate(sent_sets):
                 gaps = ((corners[:, None, :] - sent[None]) ** 2).sum(-1)
                 far = int(np.argmax(gaps.min(1)))
                 j, total = int(np.argmin(gaps[far])), counts[s].sum()
                 centers[s, j], counts[s] = corners[far], 0
                 counts[s, j] = total
-                sumsq[s, j] = total * corners[far] ** 2
+                scatter[s, j] = 0.0  # every point at the corner
                 cost[s] = total * gaps[far, j]
-            record["centers"], record["counts"], record["sumsq"], record["cost"] = (
-                Array(centers), Array(counts), Array(sumsq), Array(cost))
+            record["centers"], record["counts"], record["scatter"], record["cost"] = (
+                Array(centers), Array(counts), Array(scatter), Array(cost))
         if kind == "query.lloyd_stats":
             sent = message.content.array_records["arrays"]["centers"].numpy()
             sums, counts = record["sums"].numpy(), record["counts"].numpy()
@@ -626,15 +626,18 @@ def corner_liar(low, high):
     return hook
 
 
-def test_a_device_whose_statistics_contradict_its_declared_moments_cannot_move_the_result(tmp_path):
+@pytest.mark.parametrize("offset", [0.0, 1e9], ids=["near", "far"])
+def test_a_device_whose_statistics_contradict_its_declared_moments_cannot_move_the_result(tmp_path, offset):
     """One device of ten moves a center and hides its scatter within every per-reply bound
     (with the paper's mean 1.5-3x the cost before moments were declared): its replies do
-    not add up to the sum and sum of squares its data summary declared, so each is dropped,
-    named, and the result is the honest one's within 1 %."""
+    not add up to the sum and scatter its data summary declared, so each is dropped,
+    named, and the result is the honest one's within 1 %. Also with every point 1e9 from
+    the origin (the checks' slack is the data's spread, not the offset's square)."""
     from fedcluster.data import gaussian_mixture, partition_dirichlet
     from fedcluster.lloyd import kmeans_cost
 
     X, labels = gaussian_mixture(2000, 5, 5, 1, separation=8.0)
+    X = X + offset
     parts = [X[p] for p in partition_dirichlet(labels, 10, 0.5, 1)]
     folder = write_npy_dir(tmp_path / "data", parts)
     base = {"k": 5, "seed": 1, "reference": False, "dataset": "npy-dir", "data-dir": str(folder), "n-init": 2}
@@ -644,7 +647,7 @@ def test_a_device_whose_statistics_contradict_its_declared_moments_cannot_move_t
     failures = [f for p in hostile["phases"] for f in p["failures"]]
     assert failures and all(f["node"] == 1000 for f in failures), failures
     assert any("sum of its points than the one its data summary declared" in f["reason"] for f in failures), failures
-    assert any("declared sum of squares imply" in f["reason"] for f in failures), failures  # the hidden scatter
+    assert any("declared moments imply" in f["reason"] for f in failures), failures  # the hidden scatter
     true = {name: kmeans_cost(X, np.load(tmp_path / name / "centers.npy")) for name in ("honest", "hostile")}
     assert true["hostile"] <= 1.01 * true["honest"], true
     assert honest["phases"] and not [f for p in honest["phases"] for f in p["failures"]]

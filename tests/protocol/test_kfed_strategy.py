@@ -267,17 +267,19 @@ def test_min_devices_stops_a_device_that_claims_a_cluster_far_from_everyone(tmp_
     assert left_out == [{"node": 1000, "centers": 1}]
 
 
+@pytest.mark.parametrize("offset", [0.0, 1e9], ids=["near", "far"])
 @pytest.mark.parametrize("split", ["iid", "dirichlet"])
-def test_one_device_with_moved_centers_and_inflated_counts_cannot_move_the_defaults(tmp_path, split):
+def test_one_device_with_moved_centers_and_inflated_counts_cannot_move_the_defaults(tmp_path, split, offset):
     """Device 1003 of ten moves its centers halfway to a point far outside the data and
     multiplies its counts by a million: with the paper's merge it owns the result (7.9x
     the cost once). The devices also score the merge done with capped counts (and with
-    clusters of two or more devices): their own points pick it, with every default."""
+    clusters of two or more devices): their own points pick it, with every default. Also
+    with every point 1e9 from the origin: the honest devices' scores pass the same check."""
     from flwr.app import Array
 
     rng = np.random.default_rng(0)
     means = rng.normal(scale=6.0, size=(5, 3))
-    X = np.concatenate([rng.normal(size=(300, 3)) + m for m in means])
+    X = np.concatenate([rng.normal(size=(300, 3)) + m for m in means]) + offset
     y = np.repeat(np.arange(5), 300)
     if split == "iid":
         parts = np.array_split(rng.permutation(len(X)), 10)
@@ -297,8 +299,8 @@ def test_one_device_with_moved_centers_and_inflated_counts_cannot_move_the_defau
         return reply
 
     def cost(out):
-        C = np.load(out / "centers.npy")
-        return ((X[:, None] - C[None]) ** 2).sum(-1).min(1).sum()
+        C = np.load(out / "centers.npy") - offset
+        return (((X - offset)[:, None] - C[None]) ** 2).sum(-1).min(1).sum()
 
     def lying_scores(node, message, reply):
         """The same liar also scores the candidates: cost 0 for the plain merge (its

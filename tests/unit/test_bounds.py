@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedcluster import protocol
-from fedcluster.bounds import Declared, box_violation, declaration, violation
+from fedcluster.bounds import Declared, box_violation, coordinate_rounding, declaration, violation
 
 LLOYD = protocol.task("lloyd_stats")
 TRAIN = protocol.task("fedkmeans_train")
@@ -62,13 +62,16 @@ def test_cost_bound_is_the_farthest_box_corner_from_the_nearest_center():
 def test_client_kmeans_centers_may_lie_between_the_box_and_the_received_centers():
     declared = Declared(10, np.array([0.0, 0.0]), np.array([2.0, 4.0]))
     received = np.array([[[-5.0, 1.0], [1.0, 1.0]]])  # one center set
-    base = {"counts": np.array([[5.0, 5.0]]), "sumsq": np.array([[[1.0, 1.0], [1.0, 1.0]]]), "cost": np.array([1.0])}
+    base = {"counts": np.array([[5.0, 5.0]]), "scatter": np.array([[[1.0, 1.0], [1.0, 1.0]]]), "cost": np.array([1.0])}
     inside = {**base, "centers": np.array([[[-4.0, 1.0], [1.5, 3.9]]])}  # moved from -5 towards the box
     assert violation(TRAIN, inside, {"num-examples": 10}, {"centers": received}, declared) is None
     beyond = {**base, "centers": np.array([[[-6.0, 1.0], [1.5, 3.9]]])}  # further away than it was sent
     assert "'centers' row 0 lies outside" in violation(TRAIN, beyond, {"num-examples": 10}, {"centers": received}, declared)
-    squares = {**inside, "sumsq": np.array([[[1.0, 1.0], [1.0, 81.0]]])}  # 5 points with |y| <= 4: <= 80
-    assert "'sumsq' row 1" in violation(TRAIN, squares, {"num-examples": 10}, {"centers": received}, declared)
+    # 5 points with y in [0, 4] scatter at most 5 · 4²/4 = 20 about their mean
+    spread = {**inside, "scatter": np.array([[[1.0, 1.0], [1.0, 20.0]]])}
+    assert violation(TRAIN, spread, {"num-examples": 10}, {"centers": received}, declared) is None
+    spread["scatter"] = np.array([[[1.0, 1.0], [1.0, 20.1]]])
+    assert "'scatter' row 1 spreads more" in violation(TRAIN, spread, {"num-examples": 10}, {"centers": received}, declared)
 
 
 def test_every_center_set_of_a_training_reply_is_bound_on_its_own():
@@ -76,7 +79,7 @@ def test_every_center_set_of_a_training_reply_is_bound_on_its_own():
     points, each set's centers lie between the box and the centers of THAT set."""
     declared = Declared(10, np.array([0.0, 0.0]), np.array([2.0, 4.0]))
     received = np.array([[[-5.0, 1.0], [1.0, 1.0]], [[1.0, 1.0], [1.0, 3.0]]])
-    honest = {"counts": np.array([[5.0, 5.0], [4.0, 6.0]]), "sumsq": np.ones((2, 2, 2)), "cost": np.array([1.0, 2.0]),
+    honest = {"counts": np.array([[5.0, 5.0], [4.0, 6.0]]), "scatter": np.ones((2, 2, 2)), "cost": np.array([1.0, 2.0]),
               "centers": np.array([[[-4.0, 1.0], [1.5, 3.9]], [[1.0, 0.5], [1.5, 3.5]]])}
     assert violation(TRAIN, honest, {"num-examples": 10}, {"centers": received}, declared) is None
     # -4 is allowed for set 0 (sent -5) but not for set 1 (sent 1: the box bounds it)
@@ -113,17 +116,17 @@ def test_without_a_box_only_the_point_count_binds():
 
 # ------------------------------------------------------------- declared moments, Voronoi
 def with_moments(X, declared):
-    return Declared(declared.points, declared.low, declared.high, moment_sum=X.sum(0), moment_sumsq=(X**2).sum(0),
-                    moment_scale=np.maximum(np.abs(declared.low), np.abs(declared.high)))
+    return Declared(declared.points, declared.low, declared.high, moment_sum=X.sum(0),
+                    moment_scatter=((X - X.mean(0)) ** 2).sum(0))
 
 
 def test_a_data_summary_with_moments_declares_them():
     X = honest_device()[0]
     summary = protocol.task("data_summary")
-    arrays = {"min": X.min(0), "max": X.max(0), "sum": X.sum(0), "sumsq": (X**2).sum(0)}
+    arrays = {"min": X.min(0), "max": X.max(0), "sum": X.sum(0), "scatter": ((X - X.mean(0)) ** 2).sum(0)}
     declared = declaration(summary, arrays, {"num-examples": 10})
     np.testing.assert_array_equal(declared.moment_sum, X.sum(0))
-    np.testing.assert_array_equal(declared.moment_sumsq, (X**2).sum(0))
+    np.testing.assert_array_equal(declared.moment_scatter, ((X - X.mean(0)) ** 2).sum(0))
     assert declaration(summary, {"min": X.min(0), "max": X.max(0)}, {"num-examples": 10}).moment_sum is None
 
 
@@ -132,9 +135,9 @@ def test_a_data_summary_with_moments_declares_them():
     [
         # every point moved by +0.1 on x: a statistic of other points than declared
         (lambda r, X: {**r, "sums": r["sums"] + np.array([[0.5, 0], [0, 0]])}, "another sum of its points"),
-        # the scatter hidden: the cost its sums, counts and declared sum of squares fix is larger
-        (lambda r, X: {**r, "cost": r["cost"] * 0.9}, "declared sum of squares imply"),
-        (lambda r, X: {**r, "cost": r["cost"] * 1.1}, "declared sum of squares imply"),
+        # the scatter hidden: the cost its sums, counts and declared moments fix is larger
+        (lambda r, X: {**r, "cost": r["cost"] * 0.9}, "declared moments imply"),
+        (lambda r, X: {**r, "cost": r["cost"] * 1.1}, "declared moments imply"),
     ],
 )
 def test_lloyd_statistics_must_add_up_to_the_declared_moments(change, reason):
@@ -194,8 +197,9 @@ def test_standardized_moments_are_the_moments_of_the_standardized_points():
     rng = np.random.default_rng(1)
     X = rng.normal(size=(50, 3)) * [1, 10, 0.1] + [1e4, -3, 0]
     scaling = Scaling(np.array([9e3, -2.0, 0.5]), np.array([2.0, 5.0, 0.2]))
-    S, Q, size = scaling.apply_moments(50, X.sum(0), (X**2).sum(0), np.abs(X).max(0))
+    rounding = coordinate_rounding(X)
+    S, V, scaled_rounding = scaling.apply_moments(50, X.sum(0), ((X - X.mean(0)) ** 2).sum(0), rounding)
     Z = scaling.apply(X)
     np.testing.assert_allclose(S, Z.sum(0), rtol=1e-9, atol=1e-6)
-    np.testing.assert_allclose(Q, (Z**2).sum(0), rtol=1e-9)
-    assert np.all(size >= np.abs(Z).max(0))
+    np.testing.assert_allclose(V, ((Z - Z.mean(0)) ** 2).sum(0), rtol=1e-9)
+    assert np.all(scaled_rounding >= rounding / scaling.scale)

@@ -10,14 +10,14 @@ from fedcluster.cell_moments import MAX_DIM, TOLERANCE, cell_moments_violation, 
 
 
 def _statistics(X, labels, k):
-    """means, counts and per-coordinate sums of squares of a labelling (one center set)."""
+    """means, counts and per-coordinate scatters about the means of a labelling (one center set)."""
     d = X.shape[1]
-    counts, sums, sumsq = np.zeros(k), np.zeros((k, d)), np.zeros((k, d))
+    counts, sums, scatter = np.zeros(k), np.zeros((k, d)), np.zeros((k, d))
     np.add.at(counts, labels, 1.0)
     np.add.at(sums, labels, X)
-    np.add.at(sumsq, labels, X**2)
     means = np.divide(sums, np.maximum(counts, 1.0)[:, None])
-    return means[None], counts[None], sumsq[None]
+    np.add.at(scatter, labels, (X - means[labels]) ** 2)
+    return means[None], counts[None], scatter[None]
 
 
 def _nearest(X, C):
@@ -39,12 +39,12 @@ def test_all_points_claimed_for_the_middle_cell_scatter_more_than_it_holds():
     X = np.concatenate([c + rng.normal(size=(20, 2)) for c in C])
     low, high = X.min(0), X.max(0)
     middle = np.full(len(X), 4)
-    means, counts, sumsq = _statistics(X, middle, 5)
+    means, counts, scatter = _statistics(X, middle, 5)
     assert voronoi_violation(means[0], counts[0], C) is None
-    declared = Declared(100.0, low, high, moment_sum=X.sum(0), moment_sumsq=(X**2).sum(0))
-    part = (np.array([100.0]), X.sum(0)[None], np.array([(X**2).sum()]))
+    declared = Declared(100.0, low, high, moment_sum=X.sum(0), moment_scatter=((X - X.mean(0)) ** 2).sum(0))
+    part = (np.array([100.0]), X.mean(0)[None], np.array([((X - X.mean(0)) ** 2).sum()]))
     assert partitions_violation([(float(((X - C[4]) ** 2).sum()), C, part)], [], whole_partition(declared)) is None
-    found = cell_moments_violation(means, counts, sumsq, C[None], low, high)
+    found = cell_moments_violation(means, counts, scatter, C[None], low, high)
     assert found is not None and found[0] == 0 and "center 4" in found[1], found
     assert cell_moments_violation(*_statistics(X, _nearest(X, C), 5), C[None], low, high) is None
 
@@ -84,12 +84,11 @@ def test_nearest_center_statistics_always_pass(seed):
         if kind == 1:
             sets = np.round(sets) + 0.5
         stats = [_statistics(X, _nearest(X, C), k) for C in sets]
-        means, counts, sumsq = (np.concatenate([s[i] for s in stats]) for i in range(3))
-        assert cell_moments_violation(means, counts, sumsq, sets, low, high) is None
+        means, counts, scatter = (np.concatenate([s[i] for s in stats]) for i in range(3))
+        assert cell_moments_violation(means, counts, scatter, sets, low, high) is None
         for s, j in zip(*np.nonzero(counts > 1)):  # every cluster through the solver, not only the two it takes
-            var = sumsq[s, j] / counts[s, j] - means[s, j] ** 2
-            gap = largest_variance_gap(means[s, j], np.maximum(var - 1e-9 * sumsq[s, j] / counts[s, j], 0.0),
-                                       sets[s], int(j), low, high)
+            var = scatter[s, j] / counts[s, j]
+            gap = largest_variance_gap(means[s, j], var * (1 - 1e-9), sets[s], int(j), low, high)
             assert gap is None or gap >= -TOLERANCE, (s, j, gap)
 
 
@@ -125,10 +124,10 @@ def test_vertices_solved_at_once_are_qhulls(seed):
 
 @pytest.mark.parametrize("offset, beta", [(1e8, 1.0), (1.7e9, 1.0), (1.7e9, 0.5)])
 def test_replies_of_the_device_kernel_pass_at_large_offsets(offset, beta):
-    """A device's own kernel (client_kmeans) decides nearest centers with ‖c‖² − 2x·c, which
-    rounds in absolute terms: with a coordinate near 1e8–1e9 (epoch seconds) points near a
-    bisector land on either side. Such honest replies, checked as FedKMeans checks them
-    (means implied by the moved centers), still pass."""
+    """A device's own kernel (client_kmeans) decides nearest centers with terms that round in
+    absolute terms: with a coordinate near 1e8–1e9 (epoch seconds) points near a bisector
+    land on either side. Such honest replies, checked as FedKMeans checks them (means implied
+    by the moved centers), still pass."""
     from fedcluster.fedkmeans import client_kmeans, implied_means
 
     rng = np.random.default_rng(1)
@@ -138,9 +137,9 @@ def test_replies_of_the_device_kernel_pass_at_large_offsets(offset, beta):
         pool[:, 0] += offset
         X = pool[rng.choice(200, size=n, replace=False)]
         C = pool[rng.choice(200, size=k, replace=False)] + rng.normal(size=(k, d)) * 0.3
-        counts, centers, sumsq = client_kmeans(X, C, learning_rate=beta)
+        counts, centers, scatter = client_kmeans(X, C, learning_rate=beta)
         means = implied_means(C, centers, beta)
-        assert cell_moments_violation(means[None], counts[None], sumsq[None], C[None], X.min(0), X.max(0)) is None
+        assert cell_moments_violation(means[None], counts[None], scatter[None], C[None], X.min(0), X.max(0)) is None
 
 
 def test_a_mean_rounded_outside_a_thin_box_gets_no_verdict():
@@ -163,13 +162,13 @@ def test_decoys_do_not_shield_a_cluster_the_solver_rejects():
     C = np.array([[5.7823471645833795, 0.5435513025992644], [3.3827675543327276, 6.515112480817679], [1.1005475194045322, 4.189591313359542], [8.25674592180239, 6.348336490322925], [6.5463586926091475, 5.015320189175555], [5.674000722759067, 0.4965075258279361]])
     X = np.array([[3.5588414189508266, 3.416953657349835], [4.971217518645812, 6.957055433175363], [2.339962194257078, 8.548303732080004], [4.516507305428965, 6.28388180665981], [8.32943526909322, 1.0277250208250244], [7.939072615369124, 6.276389599558652], [3.036832547007232, 2.432262419987855], [7.865295782204682, 2.3839874292729855], [6.881566841389749, 6.560720332996585], [5.640424743251918, 0.5950197132502966], [4.734662278151726, 2.1942346238886454], [9.686310626102584, 1.1690409076515063], [8.975651480657822, 5.423074387238087], [7.700880027246164, 4.476083533628734], [6.236999099396617, 9.553659956591172], [0.46611570372969147, 9.45196015672112]])
     labels = np.array([4, 1, 1, 1, 0, 3, 4, 0, 3, 5, 5, 0, 3, 4, 3, 1])
-    means, counts, sumsq = _statistics(X, labels, len(C))
+    means, counts, scatter = _statistics(X, labels, len(C))
     low, high = X.min(0), X.max(0)
-    var = np.maximum(sumsq[0] / np.maximum(counts[0], 1)[:, None] - means[0] ** 2, 0.0)
+    var = scatter[0] / np.maximum(counts[0], 1)[:, None]
     false = [j for j in range(len(C)) if counts[0, j] > 1
              and (largest_variance_gap(means[0, j], var[j] * (1 - 1e-6), C, j, low, high) or 0.0) < -cell_moments.TOLERANCE]
     assert len(false) == 1
     passed, need = cell_moments._axis_certificate(means[0], var, np.repeat(C[None], len(C), 0), np.arange(len(C)), low, high)
     assert (need[~passed] > need[false[0]]).sum() >= 1  # not the one farthest from passing
-    caught = [cell_moments_violation(means, counts, sumsq, C[None], low, high, np.random.default_rng(seed)) for seed in range(40)]
+    caught = [cell_moments_violation(means, counts, scatter, C[None], low, high, np.random.default_rng(seed)) for seed in range(40)]
     assert any(found is not None and f"center {false[0]}" in found[1] for found in caught)

@@ -124,12 +124,11 @@ def starved_after(counts, rounds, threshold=0.01, patience=3):
     counts = np.asarray(counts, dtype=float)
     k = counts.size
     centers = np.arange(k * 2, dtype=float).reshape(k, 2)
-    means = centers.copy()
-    sumsq = counts[:, None] * (means**2 + 1.0)  # unit variance per coordinate
+    scatter = counts[:, None] * np.ones(2)  # unit variance per coordinate
     state = ServerState.start(centers)
     moved = []
     for _ in range(rounds):
-        moved += reassign_starved(centers, counts, sumsq, means, state, threshold, patience)
+        moved += reassign_starved(centers, counts, scatter, state, threshold, patience)
     return moved
 
 
@@ -153,15 +152,14 @@ def test_train_cost_is_fixed_by_the_rest_of_a_full_batch_reply(beta, offset):
     X = rng.normal(size=(300, 4)) + offset
     incoming = X[rng.choice(300, 5, replace=False)] + 0.3
     incoming[4] = offset + 1e4  # a cluster nobody joins
-    counts, centers, sumsq = client_kmeans(X, incoming, learning_rate=beta)
+    counts, centers, scatter = client_kmeans(X, incoming, learning_rate=beta)
     cost = float(np.sum(np.min(((X[:, None, :] - incoming[None]) ** 2).sum(axis=2), axis=1)))  # by hand
-    assert train_cost_mismatch(incoming, centers, counts, sumsq, cost, beta) is None
-    reason = train_cost_mismatch(incoming, centers, counts, sumsq, 0.9 * cost, beta)
+    assert train_cost_mismatch(incoming, centers, counts, scatter, cost, beta) is None
+    reason = train_cost_mismatch(incoming, centers, counts, scatter, 0.9 * cost, beta)
     assert reason is not None and "does not match" in reason
-    # the lowest cost a device can claim: its sums of squares at the Jensen floor
-    floor_sumsq = counts[:, None] * (incoming + (centers - incoming) / beta) ** 2
+    # the lowest cost a device can claim: no scatter at all (the Jensen floor)
     floor = float(np.sum(counts[:, None] * ((centers - incoming) / beta) ** 2))
-    assert train_cost_mismatch(incoming, centers, counts, floor_sumsq, floor, beta) is None
+    assert train_cost_mismatch(incoming, centers, counts, np.zeros_like(scatter), floor, beta) is None
 
 
 # --- init-server-starts: more starts on the summary, the same number scored on the devices ----
@@ -206,10 +204,10 @@ def test_server_starts_at_most_the_candidates_is_the_plain_draw():
 
 
 def _stated(X, labels, k):
-    """(n, sums, squares) of the non-empty parts of a labelling: a partition as a reply states it."""
+    """(n, means, scatters) of the non-empty parts of a labelling: a partition as a reply states it."""
     parts = [X[labels == j] for j in range(k) if np.any(labels == j)]
-    return (np.array([len(p) for p in parts], dtype=float), np.array([p.sum(0) for p in parts]),
-            np.array([(p ** 2).sum() for p in parts]))
+    return (np.array([len(p) for p in parts], dtype=float), np.array([p.mean(0) for p in parts]),
+            np.array([((p - p.mean(0)) ** 2).sum() for p in parts]))
 
 
 def _violates(cost, centers, partition, relative=1e-8):
@@ -217,8 +215,8 @@ def _violates(cost, centers, partition, relative=1e-8):
     whole to its cheapest center) costs with them, beyond rounding."""
     from fedcluster.fedkmeans import partition_bound
 
-    bound, scale = partition_bound(partition, centers)
-    return cost > bound + relative * (scale + abs(cost))
+    bound, rounding = partition_bound(partition, centers)
+    return cost > bound + relative * (abs(bound) + abs(cost)) + rounding
 
 
 def _nearest(X, C):
@@ -258,7 +256,7 @@ def test_declared_moments_bound_a_first_reply_and_name_what_it_contradicts():
 
     rng = np.random.default_rng(5)
     X, C = rng.normal(size=(100, 2)) + 3.0, np.array([[3.0, 3.0], [30.0, 30.0]])
-    declared = Declared(100.0, moment_sum=X.sum(0), moment_sumsq=(X ** 2).sum(0))
+    declared = Declared(100.0, X.min(0), X.max(0), moment_sum=X.sum(0), moment_scatter=((X - X.mean(0)) ** 2).sum(0))
     labels, cost = _nearest(X, C)
     honest = [(cost, C, _stated(X, labels, 2))]
     assert partitions_violation(honest, [], whole_partition(declared)) is None
@@ -290,16 +288,16 @@ class _Reply:
 
 def _train_reply(node, X, sent, lr=1.0):
     """A full-batch training reply of a device holding X: counts, centers moved by lr towards
-    the cluster means, per-cluster sums of squares."""
+    the cluster means, per-cluster scatters about the means."""
     labels, _ = _nearest(X, sent)
     k, d = sent.shape
-    counts, centers, sumsq = np.zeros(k), sent.copy(), np.zeros((k, d))
+    counts, centers, scatter = np.zeros(k), sent.copy(), np.zeros((k, d))
     for j in range(k):
         part = X[labels == j]
         if len(part):
-            counts[j], sumsq[j] = len(part), (part ** 2).sum(0)
+            counts[j], scatter[j] = len(part), ((part - part.mean(0)) ** 2).sum(0)
             centers[j] = sent[j] + lr * (part.mean(0) - sent[j])
-    return _Reply(node, {"counts": counts, "centers": centers, "sumsq": sumsq})
+    return _Reply(node, {"counts": counts, "centers": centers, "scatter": scatter})
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -358,7 +356,7 @@ def test_the_vectorized_check_finds_exactly_the_pairs_the_one_pair_oracle_finds(
 def _declared(X):
     from fedcluster.bounds import Declared
 
-    return Declared(float(len(X)), X.min(0), X.max(0), moment_sum=X.sum(0), moment_sumsq=(X ** 2).sum(0))
+    return Declared(float(len(X)), X.min(0), X.max(0), moment_sum=X.sum(0), moment_scatter=((X - X.mean(0)) ** 2).sum(0))
 
 
 def _evaluation(X, C):
@@ -457,7 +455,7 @@ def test_a_lloyd_step_from_evaluation_replies_is_the_pooled_mean_and_keeps_unsee
 def test_the_dense_memory_gives_what_every_nodes_latest_reply_gives(seed):
     """The server's memory of every node's latest statistics is kept as dense rows (so a
     round's step costs array operations over the population, no loop over it): its
-    aggregates, total sums of squares, orphaned clusters and bound must be those computed
+    aggregates, total scatters, orphaned clusters and bound must be those computed
     from the latest replies themselves, in node order, through growth, overwrites and
     forgetting."""
     from fedcluster.fedkmeans import Memory, partition_bound, partition_of_reply
@@ -466,7 +464,7 @@ def test_the_dense_memory_gives_what_every_nodes_latest_reply_gives(seed):
     k, d = 3, 2
     data = {node: rng.normal(size=(int(rng.integers(3, 30)), d)) + rng.uniform(-4, 4, size=d) for node in range(40)}
     order = list(range(40))
-    memory, latest, parts = Memory(k, d), {}, {}
+    memory, latest, parts, implied = Memory(k, d), {}, {}, {}
     memory.reserve(order[:25])  # the rest take rows as they first report
     for step in range(12):
         sent = rng.normal(size=(k, d)) * 3
@@ -477,7 +475,8 @@ def test_the_dense_memory_gives_what_every_nodes_latest_reply_gives(seed):
         memory.remember(replies, sent if stated else None, lr)
         for r in replies:
             latest[r.node_id] = r
-            parts[r.node_id] = partition_of_reply(sent, r.arrays["centers"], r.arrays["counts"], r.arrays["sumsq"], lr) if stated else None
+            implied[r.node_id] = sent + (r.arrays["centers"] - sent) / lr if stated else r.arrays["centers"]
+            parts[r.node_id] = partition_of_reply(sent, r.arrays["centers"], r.arrays["counts"], r.arrays["scatter"], lr) if stated else None
         left = set(rng.choice(40, size=int(rng.integers(0, 4)), replace=False).tolist()) if step % 3 == 2 else set()
         staying = sum((latest[n].arrays["counts"] for n in latest if n not in left), np.zeros(k))
         leaving = sum((latest[n].arrays["counts"] for n in latest if n in left), np.zeros(k))
@@ -493,7 +492,13 @@ def test_the_dense_memory_gives_what_every_nodes_latest_reply_gives(seed):
             got = memory.aggregate(method, 0.2)
             np.testing.assert_allclose(got[0], expected[0], rtol=1e-12, atol=1e-12)
             np.testing.assert_allclose(got[1], expected[1], rtol=1e-12, atol=1e-9)
-        np.testing.assert_allclose(memory.total_sumsq(), np.sum([r.arrays["sumsq"] for r in pool], axis=0), rtol=1e-12)
+        # the pooled scatter about each cluster's pooled mean, by hand from the replies (their
+        # implied means, or their centers when they state no partition)
+        pooled_counts = np.sum([r.arrays["counts"] for r in pool], axis=0)
+        means = [implied[r.node_id] for r in pool]
+        pooled_mean = np.sum([r.arrays["counts"][:, None] * m for r, m in zip(pool, means)], axis=0) / np.maximum(pooled_counts, 1)[:, None]
+        expected = np.sum([r.arrays["scatter"] + r.arrays["counts"][:, None] * (m - pooled_mean) ** 2 for r, m in zip(pool, means)], axis=0)
+        np.testing.assert_allclose(memory.total_scatter(), expected, rtol=1e-9, atol=1e-9)
         centers = rng.normal(size=(k, d)) * 3
         if any(parts[n] is None for n in latest):
             assert memory.bound(centers) is None
@@ -567,7 +572,7 @@ def test_a_node_that_leaves_in_the_round_that_undoes_a_re_seed_leaves_the_memory
 
     def reply(node, centers, counts):
         return _Reply(node, {"centers": np.asarray(centers, float), "counts": np.asarray(counts, float),
-                             "sumsq": np.ones((k, d))})
+                             "scatter": np.ones((k, d))})
 
     start = np.array([[0.0, 0.0], [10.0, 10.0]])
     center_set = CenterSet(0, start.copy(), ServerState.start(start))

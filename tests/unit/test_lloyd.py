@@ -22,8 +22,9 @@ def naive_statistics(X, C, w=None):
     k = C.shape[0]
     sums = np.stack([(X[labels == j] * w[labels == j, None]).sum(0) for j in range(k)])
     counts = np.array([w[labels == j].sum() for j in range(k)])
-    sumsq = np.stack([(X[labels == j] ** 2 * w[labels == j, None]).sum(0) for j in range(k)])
-    return sums, counts, float((d2.min(1) * w).sum()), sumsq, labels
+    means = sums / np.maximum(counts, 1e-300)[:, None]
+    scatter = np.stack([((X[labels == j] - means[j]) ** 2 * w[labels == j, None]).sum(0) for j in range(k)])
+    return sums, counts, float((d2.min(1) * w).sum()), scatter, labels
 
 
 @pytest.mark.parametrize("chunk", [1, 7, None])
@@ -34,11 +35,11 @@ def test_lloyd_statistics_match_naive(chunk, weighted, k):
     X = rng.normal(size=(300, 4)) * 3
     C = rng.normal(size=(k, 4)) * 3
     w = rng.uniform(0.1, 2.0, size=300) if weighted else None
-    stats = lloyd_statistics(X, C, w, with_sumsq=True, chunk_rows=chunk)
-    sums, counts, cost, sumsq, labels = naive_statistics(X, C, w)
+    stats = lloyd_statistics(X, C, w, with_scatter=True, chunk_rows=chunk)
+    sums, counts, cost, scatter, labels = naive_statistics(X, C, w)
     np.testing.assert_allclose(stats.sums, sums, rtol=1e-12, atol=1e-10)
     np.testing.assert_allclose(stats.counts, counts, rtol=1e-12)
-    np.testing.assert_allclose(stats.sumsq, sumsq, rtol=1e-12, atol=1e-10)
+    np.testing.assert_allclose(stats.scatter, scatter, rtol=1e-9, atol=1e-9)
     assert stats.cost == pytest.approx(cost, rel=1e-10)
     assert np.array_equal(assign(X, C, chunk_rows=chunk)[0], labels)
 

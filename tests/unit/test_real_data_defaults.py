@@ -131,7 +131,8 @@ def test_federated_moments_give_standard_scalers_mean_and_scale():
     rng = np.random.default_rng(4)
     parts = [rng.normal(size=(50 + 10 * i, 3)) * [1.0, 100.0, 0.0] + [5.0, -3.0, 7.0] for i in range(4)]
     X = np.concatenate(parts)
-    scaling = Scaling.from_moments(len(X), sum(p.sum(0) for p in parts), sum((p * p).sum(0) for p in parts))
+    scaling = Scaling.from_summaries(np.array([len(p) for p in parts]), np.stack([p.sum(0) for p in parts]),
+                                     np.stack([((p - p.mean(0)) ** 2).sum(0) for p in parts]))
     reference = StandardScaler().fit(X)
     np.testing.assert_allclose(scaling.mean, reference.mean_, rtol=1e-9)
     np.testing.assert_allclose(scaling.scale, reference.scale_, rtol=1e-6)  # constant feature: scale 1, as StandardScaler
