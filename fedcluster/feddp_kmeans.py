@@ -355,7 +355,27 @@ def step_names(config: Mapping[str, Any]) -> tuple[str, ...]:
     return steps + (LLOYD_STEPS if config["lloyd-rounds"] > 0 else ())
 
 
+# Ranges of the privacy keys. A target epsilon is calibrated within EPSILON (above, epsilon =
+# inf runs without noise; below, no noise multiplier reaches it), a δ within DELTA and a
+# sampling rate within SAMPLING_RATE (the privacy loss distributions of smaller ones take
+# minutes and gigabytes to account). A bound Δ (clip-norm, and
+# the client-level bounds of first-power statistics) enters the statistics squared, and step
+# 1's eigensolver squares those again: Δ⁴ times the noise and the point count stay within
+# float64. A device sends d(d+1)/2 numbers of XᵀX and the server solves a d × d eigenproblem.
+EPSILON = Interval(float, 1e-3, 100, allow_inf=True)
+DELTA = Interval(float, 1e-12, 1, closed="left")
+SAMPLING_RATE = Interval(float, 1e-4, 1)
+CLIP_MAX = 1e60
+DIMENSION_MAX = 2048
+
+
 def _rules(c: Mapping[str, Any]) -> None:
+    generated = c["dataset"] in ("gaussian-mixture", "feddp-mixture")
+    if generated and c["dim"] > DIMENSION_MAX:
+        raise ConfigError(f"run-config dim must be at most {DIMENSION_MAX} for feddp-kmeans, got {c['dim']}: every device "
+                          "sends the d(d+1)/2 numbers of its XᵀX and the server solves a d × d eigenproblem")
+    if c["step-epsilons"] and not all(value in EPSILON for value in number_list(c["step-epsilons"], "step-epsilons")):
+        raise ConfigError(f"run-config step-epsilons must each be {EPSILON}, got {c['step-epsilons']!r}")
     if c["client-sampling-rate"] < 1 and c["privacy-level"] != CLIENT:
         raise ConfigError("client-sampling-rate < 1 is only accounted at privacy-level = 'client'")
     if c["budget-split"] and len(number_list(c["budget-split"], "budget-split")) != 4:
@@ -391,8 +411,8 @@ def _rules(c: Mapping[str, Any]) -> None:
 
 RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("privacy-level", DATA_POINT, "unit of privacy", allowed=StrOptions(LEVELS)),
-    Key("epsilon", 1.0, "target total ε (inf = no noise)", allowed=Interval(float, 0, closed="right", allow_inf=True)),
-    Key("delta", 1e-6, "δ", allowed=Interval(float, 0, 1, closed="neither")),
+    Key("epsilon", 1.0, "target total ε (inf = no noise)", allowed=EPSILON),
+    Key("delta", 1e-6, "δ", allowed=DELTA),
     Key("step-epsilons", "", "per-step ε 'e1,e2,...' instead of a target total; their PLD total must not exceed epsilon"),
     Key("budget-split", "", "relative shares of the budget (of ε; of ρ for the devices' noise) 'w1,w2,w3g,w3l' (default: "
         "the paper's rule of thumb; the devices' noise splits the Lloyd rounds' share between sums and counts as 2√d : 1)"),
@@ -406,27 +426,27 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
         "center moves at most that far per round); auto = relative at data-point level after init histogram or "
         "sphere-packing, else absolute",
         allowed=StrOptions(("auto", "absolute", "relative"))),
-    Key("lloyd-radius", 0.0, "relative updates: the radius r (0 = 0.5·Δ/k^(1/d), at most Δ)", allowed=Interval(float, 0)),
+    Key("lloyd-radius", 0.0, "relative updates: the radius r (0 = 0.5·Δ/k^(1/d), at most Δ)", allowed=Interval(float, 0, CLIP_MAX)),
     Key("public-points", 0, "the number of points lloyd-rounds was chosen from, treated as public (the estimator's "
         "rounds rule sets it); listed in privacy.not_covered; 0 = none", allowed=Interval(int, 0, MANY)),
-    Key("clip-norm", 0.0, "Δ, point norm bound around clip-center (0 = the server data's radius around it)", allowed=Interval(float, 0)),
+    Key("clip-norm", 0.0, "Δ, point norm bound around clip-center (0 = the server data's radius around it)", allowed=Interval(float, 0, CLIP_MAX)),
     Key("clip-center", "auto", "the public point devices take their points around and clip them within clip-norm of: "
         "server-mean (the server data's mean), origin (the paper), auto = server-mean with server data, origin without",
         allowed=StrOptions(("auto", "server-mean", "origin"))),
     Key("dimension", 0, "the data's dimension, public and agreed in advance (0 = the server data's); without "
         "server data the run starts from init='histogram' (or 'sphere-packing') in the cube inscribed in the ball of radius "
-        "clip-norm", allowed=Interval(int, 0, 10**6)),
+        "clip-norm", allowed=Interval(int, 0, DIMENSION_MAX)),
     Key("max-device-points", 0, "data-point level: points one device may contribute (0 = no cap); a device "
         "with more uses the same subset of them in every step, a reply declaring more is dropped; a cap doubles the noise "
         "(neighbours then differ by a swapped point)", allowed=Interval(int, 0, 10**9)),
     Key("client-max-points", 50, "m, points per client assumed by derived client-level bounds", allowed=Interval(int, 1, 10**9)),
-    Key("clip-outer", 0.0, "client level: bound of XᵀX (0 = each client's XᵀX scaled to Frobenius norm 1)", allowed=Interval(float, 0)),
-    Key("clip-histogram", 0.0, "client level: bound of the histogram (0 = derived)", allowed=Interval(float, 0)),
-    Key("clip-means", 0.0, "client level: bound of the step-3 means (0 = √k times the server data's root-mean-square norm, at most √k·Δ)", allowed=Interval(float, 0)),
-    Key("clip-nonempty", 0.0, "client level: bound of the non-empty vector (0 = derived)", allowed=Interval(float, 0)),
-    Key("clip-sums", 0.0, "client level: bound of the Lloyd sums (0 = derived)", allowed=Interval(float, 0)),
-    Key("clip-counts", 0.0, "client level: bound of the Lloyd counts (0 = derived)", allowed=Interval(float, 0)),
-    Key("client-sampling-rate", 1.0, "q, Poisson sampling of clients per step", allowed=Interval(float, 0, 1, closed="right")),
+    Key("clip-outer", 0.0, "client level: bound of XᵀX (0 = each client's XᵀX scaled to Frobenius norm 1)", allowed=Interval(float, 0, CLIP_MAX**2)),
+    Key("clip-histogram", 0.0, "client level: bound of the histogram (0 = derived)", allowed=Interval(float, 0, CLIP_MAX)),
+    Key("clip-means", 0.0, "client level: bound of the step-3 means (0 = √k times the server data's root-mean-square norm, at most √k·Δ)", allowed=Interval(float, 0, CLIP_MAX)),
+    Key("clip-nonempty", 0.0, "client level: bound of the non-empty vector (0 = derived)", allowed=Interval(float, 0, CLIP_MAX)),
+    Key("clip-sums", 0.0, "client level: bound of the Lloyd sums (0 = derived)", allowed=Interval(float, 0, CLIP_MAX)),
+    Key("clip-counts", 0.0, "client level: bound of the Lloyd counts (0 = derived)", allowed=Interval(float, 0, CLIP_MAX)),
+    Key("client-sampling-rate", 1.0, "q, Poisson sampling of clients per step", allowed=SAMPLING_RATE),
     Key("margin", 1.0, "step-3 margin filter (1 = off)", allowed=Interval(float, 0, closed="right")),
     Key("min-server-weight", 5.0, "server points lighter than this are dropped in step 2", allowed=Interval(float, 0)),
     Key("server-n-init", 10, "k-means restarts on the server's weighted points", allowed=Interval(int, 1, 10_000)),

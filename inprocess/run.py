@@ -44,6 +44,7 @@ def run(
 
     config = validated_config(run_config or {})
     if node_configs is None:
+        _check_data_dir(config)  # every node reads it here, in this process: checked before any is made
         node_configs = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
     run_id = next(_RUN_IDS)
     set_task_identity(run_id=run_id, node_id=InProcessGrid.SERVER_NODE_ID)
@@ -55,6 +56,19 @@ def run(
     if labels:
         result["labels"] = node_labels(result, node_configs)
     return result
+
+
+def _check_data_dir(config) -> None:
+    """The folder of per-node files a folder dataset reads, or ConfigError naming data-dir."""
+    from fedcluster.config import ConfigError
+    from fedcluster.data import DataError, list_client_files
+
+    pattern = {"npy-dir": "*.npy", "edge-dir": "*.txt"}.get(config["dataset"])
+    if pattern is not None:
+        try:
+            list_client_files(config["data-dir"], pattern)
+        except DataError as exc:
+            raise ConfigError(f"run-config data-dir: {exc}") from None
 
 
 def node_labels(result: dict[str, Any], node_configs: list[dict[str, Any]]) -> list:
