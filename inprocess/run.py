@@ -3,7 +3,6 @@ the shell. Same ServerApp, same ClientApp, same results folder as ``flwr run``."
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import time
 import json
@@ -88,14 +87,22 @@ def node_labels(result: dict[str, Any], node_configs: list[dict[str, Any]]) -> l
     return [assign(device_data(result["config"], dict(node)).require_points(), centers) for node in node_configs]
 
 
-def main(argv: list[str] | None = None) -> int:
-    from fedcluster.config import parse_run_config
+# The most nodes the command runs: every node is a Flower Context in this one process (the
+# largest in-process populations the benchmarks run are 10^5).
+NUM_NODES_MAX = 100_000
 
-    parser = argparse.ArgumentParser(
+
+def main(argv: list[str] | None = None) -> int:
+    from fedcluster.config import ConfigError, parse_run_config
+    from fedcluster.tools.cli import ToolParser, integer, refuse
+    from server_app.algorithms import validated_config
+
+    parser = ToolParser(
         prog="fedcluster-run",
         description="Run a fedcluster federation in one process (no Ray, no network).",
     )
-    parser.add_argument("--num-nodes", type=int, default=10, help="number of simulated nodes (default 10)")
+    parser.add_argument("--num-nodes", type=integer(1, NUM_NODES_MAX), default=10,
+                        help=f"number of simulated nodes, 1 to {NUM_NODES_MAX} (default 10)")
     parser.add_argument("--run-config", default="", help="overrides, Flower syntax: \"k=8 dataset='npy-dir'\"")
     parser.add_argument(
         "--data-path",
@@ -104,13 +111,19 @@ def main(argv: list[str] | None = None) -> int:
         help="one node per file (repeatable): the node's data-path, as in a deployment",
     )
     args = parser.parse_args(argv)
-    overrides = parse_run_config(args.run_config)
+    try:
+        overrides = parse_run_config(args.run_config)
+        validated_config(overrides)  # every key checked before any node is made
+    except ConfigError as exc:
+        parser.error(f"argument --run-config: {' '.join(str(exc).split())}")
+    missing = [p for p in args.data_path if not Path(p).is_file()]
+    if missing:
+        parser.error(f"argument --data-path: {missing[0]} is not a file")
     node_configs = [{"data-path": str(Path(p).resolve())} for p in args.data_path] or None
     try:
         result = run(overrides, args.num_nodes, node_configs=node_configs)
     except Exception as exc:
-        print(f"fedcluster-run: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return refuse("fedcluster-run", f"{type(exc).__name__}: {exc}")
     print(json.dumps({"output_dir": result["output_dir"], "final": result.get("final")}, indent=None))
     return 0
 
