@@ -150,7 +150,8 @@ FEDERATION = Section("federation", (
     Key("min-nodes", 0, "nodes to wait for (0 = until the count is stable)", allowed=Interval(int, 0, 10**9)),
     Key("node-wait-s", 120.0, "longest wait for nodes, seconds", allowed=Interval(float, 0, 10**7)),
     Key("node-settle-s", 3.0, "seconds the node count must be stable (min-nodes = 0)", allowed=Interval(float, 0, 10**5)),
-    Key("round-timeout", 600.0, "longest wait for the replies of one phase, seconds", allowed=Interval(float, 0, 10**7, closed="right")),
+    Key("round-timeout", 600.0, "longest wait for the replies of one phase, seconds (at least one pause between "
+        "two pulls of the replies, 0.1 s)", allowed=Interval(float, 0.1, 10**7)),
     Key("min-replies", 1, "fewest valid replies a phase needs", allowed=Interval(int, 1, 10**9)),
     Key("min-reply-fraction", 0.5, "fewest valid replies a phase needs, as a share of those sent", allowed=Interval(float, 0, 1)),
     Key("max-missed-phases", 3, "a node that sent no reply in this many consecutive phases leaves the run", allowed=Interval(int, 1, 10**6)),

@@ -45,6 +45,7 @@ def run(
     if node_configs is None:
         _check_data_dir(config)  # every node reads it here, in this process: checked before any is made
         node_configs = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
+    _check_here(config, len(node_configs))
     run_id = next(_RUN_IDS)
     set_task_identity(run_id=run_id, node_id=InProcessGrid.SERVER_NODE_ID)
     grid = InProcessGrid(client_app, config, node_configs, run_id=run_id, reply_hook=reply_hook, node_ids=node_ids,
@@ -68,6 +69,20 @@ def _check_data_dir(config) -> None:
             list_client_files(config["data-dir"], pattern)
         except DataError as exc:
             raise ConfigError(f"run-config data-dir: {exc}") from None
+
+
+def _check_here(config, nodes: int) -> None:
+    """What only this process can check before the run: the nodes there will be, the server's file."""
+    from fedcluster.config import ConfigError
+    from fedcluster.data import DataError, load_points
+
+    if config["min-nodes"] > nodes:
+        raise ConfigError(f"run-config min-nodes = {config['min-nodes']} can never be met: this run has {nodes} nodes")
+    if config["server-data"]:
+        try:
+            load_points(config["server-data"])
+        except DataError as exc:
+            raise ConfigError(f"run-config server-data: {exc}") from None
 
 
 def node_labels(result: dict[str, Any], node_configs: list[dict[str, Any]]) -> list:

@@ -76,3 +76,22 @@ def test_the_largest_separation_works(tmp_path, algorithm):
 def test_feddp_at_the_edges_of_its_ranges_works(tmp_path, extra):
     result = run({**FEDDP, **extra, "output-dir": str(tmp_path)}, num_nodes=3)
     assert np.isfinite(result["final"]["cost"]) and result["privacy"]["epsilon"] <= result["config"]["epsilon"]
+
+
+# Found by sweeping every key with extreme values: refused before any node, by key.
+SWEPT = [
+    ("round-timeout", {**SMALL, "round-timeout": 1e-300}, r"run-config round-timeout must be in \[0.1, "),
+    ("client-lr", {**SMALL, "client-lr": 1e-9}, r"run-config client-lr must be in \[1e-06, 1\]"),
+    ("separation integer", {**SMALL, "separation": 10**400}, r"run-config separation must be a finite number, got an integer of 401 digits"),
+    ("delta", {**FEDDP, "delta": 1e-20}, r"run-config delta must be in \[1e-12, 1\)"),
+    ("sampling rate", {**FEDDP, "privacy-level": "client", "client-sampling-rate": 1e-6}, r"client-sampling-rate must be in \[0.0001, 1\]"),
+    ("step-epsilons", {**FEDDP, "init": "histogram", "step-epsilons": "1e300,1e300,1e300"}, r"step-epsilons must each be in \[0.001, 100\]"),
+    ("min-nodes", {**SMALL, "min-nodes": 4, "node-wait-s": 1.0}, r"run-config min-nodes = 4 can never be met: this run has 3 nodes"),
+    ("server-data", {**FEDDP, "dataset": "gaussian-mixture", "server-data": "no-such-file.npy"}, r"run-config server-data: data file no-such-file.npy does not exist"),
+]
+
+
+@pytest.mark.parametrize("config, words", [pytest.param(c, w, id=name) for name, c, w in SWEPT])
+def test_a_value_the_sweep_found_fatal_is_refused_before_any_node(tmp_path, config, words):
+    with pytest.raises(ConfigError, match=words):
+        run({**config, "output-dir": str(tmp_path / "out")}, num_nodes=3)
