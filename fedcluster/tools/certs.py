@@ -242,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         hosts = tuple(_checked_host(host) for host in args.host or DEFAULT_HOSTS)
-        out = output_folder(args.out, "--out")
+        keys = [f"supernode-{i}.key{end}" for i in range(1, args.supernodes + 1) for end in ("", ".pub")]
+        out = output_folder(args.out, "--out", writes=("ca.crt", "ca.key", "superlink.crt", "superlink.key", *keys),
+                            overwrite=args.force, overwrite_flag="--force")
     except ValueError as exc:
         parser.error(str(exc) if str(exc).startswith("argument") else f"argument {exc}")
     try:

@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         edges = canonical_edges(raw)
         existing = sorted(out.glob("client_*.txt")) if out.is_dir() else []
         if existing and not args.force:
-            raise ValueError(
-                f"{out} already holds {len(existing)} client_*.txt file(s); choose an empty directory or pass --force"
+            raise UsageError(
+                f"argument --out: {out} already holds {len(existing)} client_*.txt file(s); choose an empty directory or pass --force"
             )
         for path in existing:
             path.unlink()

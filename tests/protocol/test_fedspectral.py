@@ -423,7 +423,7 @@ def test_split_graph_cli_writes_clients_and_prints_the_run_config(tmp_path, caps
     held = np.concatenate([load_edge_list(f) for f in files])
     assert held.shape[0] == 3 * 2  # 3 undirected edges, each on 2 clients
     # refuses to mix with an earlier split, unless --force
-    assert split_main([str(source), "--clients", "2", "--copies", "1", "--out", str(out)]) == 1
+    assert split_main([str(source), "--clients", "2", "--copies", "1", "--out", str(out)]) == 2
     assert "already holds" in capsys.readouterr().err
     assert split_main([str(source), "--clients", "2", "--copies", "1", "--out", str(out), "--force"]) == 0
     assert len(list(out.glob("client_*.txt"))) == 2

@@ -55,9 +55,10 @@ def test_existing_files_are_not_overwritten_without_force(tmp_path, capsys):
     assert main(["--out", str(tmp_path), "--supernodes", "1"]) == 0
     first = (tmp_path / "ca.crt").read_bytes()
     capsys.readouterr()
-    assert main(["--out", str(tmp_path), "--supernodes", "1"]) == 1
+    with pytest.raises(SystemExit) as refused:
+        main(["--out", str(tmp_path), "--supernodes", "1"])
     err = capsys.readouterr().err
-    assert "already holds" in err and "--force" in err
+    assert refused.value.code == 2 and "already holds" in err and "--force" in err
     assert (tmp_path / "ca.crt").read_bytes() == first
     assert main(["--out", str(tmp_path), "--supernodes", "1", "--force"]) == 0
     assert (tmp_path / "ca.crt").read_bytes() != first
