@@ -137,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     node_configs = [{"data-path": str(Path(p).resolve())} for p in args.data_path] or None
     try:
         result = run(overrides, args.num_nodes, node_configs=node_configs)
+    except ConfigError as exc:  # what only the run can check before any node (its data-dir, min-nodes, ...)
+        parser.error(f"argument --run-config: {' '.join(str(exc).split())}")
     except Exception as exc:
         return refuse("fedcluster-run", f"{type(exc).__name__}: {exc}")
     print(json.dumps({"output_dir": result["output_dir"], "final": result.get("final")}, indent=None))

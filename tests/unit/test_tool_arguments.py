@@ -177,3 +177,10 @@ def test_every_console_script_answers_help():
         module = target.split(":")[0]
         done = tool(module, ["--help"])
         assert done.returncode == 0 and name in done.stdout, (name, done.stderr[-500:])
+
+
+def test_run_refuses_a_data_dir_it_cannot_read_as_an_argument(capsys, tmp_path):
+    from inprocess.run import main
+
+    line = refused(capsys, main, ["--run-config", f"dataset='npy-dir' data-dir='{tmp_path / 'nowhere'}'"], 2)
+    assert "argument --run-config: run-config data-dir: data directory" in line and "nowhere does not exist" in line
