@@ -47,7 +47,8 @@ class Interval:
     def __str__(self) -> str:
         low_open, high_open = self.closed in ("right", "neither"), self.closed in ("left", "neither")
         if self.low is not None and self.high is not None:
-            return f"in {'(' if low_open else '['}{_num(self.low)}, {_num(self.high)}{')' if high_open else ']'}"
+            text = f"in {'(' if low_open else '['}{_num(self.low)}, {_num(self.high)}{')' if high_open else ']'}"
+            return text + " or inf" if self.allow_inf else text
         if self.low is not None:
             return f"{'>' if low_open else '>='} {_num(self.low)}"
         return f"{'<' if high_open else '<='} {_num(self.high)}"
@@ -88,7 +89,10 @@ def typed(label: str, value: Any, kind: type, allowed: Interval | StrOptions | N
                                                                                     and allowed.allow_inf))):
         raise error(f"{label} must be a finite number, got {value!r}")
     if kind is float:
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond float64
+            raise error(f"{label} must be a finite number, got an integer of {len(str(abs(value)))} digits") from None
     if isinstance(value, float) and not value.is_integer():
         raise error(f"{label} must be an integer, got {value!r}")
     return int(value)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from . import checks
 from .checks import Interval, StrOptions
+from .data import GENERATED_DIM_MAX, GENERATED_VALUES_MAX, SEPARATION_MAX
 
 
 class ConfigError(ValueError):
@@ -118,6 +119,9 @@ SECAGG_NEIGHBOURS = Key("secagg-neighbours", 0, "secure aggregation: how many ot
 def _data_rules(c: Mapping[str, Any]) -> None:
     if c["dataset"] in ("npy-dir", "edge-dir") and not c["data-dir"]:
         raise ConfigError(f"dataset {c['dataset']!r} needs run-config data-dir")
+    if c["dataset"] in ("gaussian-mixture", "feddp-mixture") and c["num-points"] * c["dim"] > GENERATED_VALUES_MAX:
+        raise ConfigError(f"run-config num-points × dim = {c['num-points']} × {c['dim']} must be at most "
+                          f"{GENERATED_VALUES_MAX}: every simulated device generates the whole data set")
 
 
 COMMON = Section("common", (
@@ -131,10 +135,11 @@ COMMON = Section("common", (
 DATA = Section("data", (
     Key("dataset", "gaussian-mixture", "where the devices' data come from", allowed=StrOptions(DATASETS)),
     Key("data-dir", "", "folder of per-device files (npy-dir, edge-dir)"),
-    Key("num-points", 3000, "generated points in total", allowed=Interval(int, 1, 10**9)),
-    Key("dim", 4, "generated dimension", allowed=Interval(int, 1, MANY)),
+    Key("num-points", 3000, f"generated points in total (num-points × dim at most {GENERATED_VALUES_MAX})",
+        allowed=Interval(int, 1, GENERATED_VALUES_MAX)),
+    Key("dim", 4, "generated dimension", allowed=Interval(int, 1, GENERATED_DIM_MAX)),
     Key("components", 0, "generated mixture components (0 = k)", allowed=Interval(int, 0, MANY)),
-    Key("separation", 8.0, "distance scale between generated means", allowed=Interval(float, 0)),
+    Key("separation", 8.0, "distance scale between generated means, in standard deviations", allowed=Interval(float, 0, SEPARATION_MAX)),
     Key("partition", "dirichlet", "how generated points are split over devices", allowed=StrOptions(PARTITIONS)),
     Key("dirichlet-alpha", 0.3, "Dirichlet concentration (small = skewed)", allowed=Interval(float, 0, closed="right")),
     Key("classes-per-client", 2, "components per device (partition=components)", allowed=Interval(int, 1, MANY)),
@@ -145,7 +150,8 @@ FEDERATION = Section("federation", (
     Key("min-nodes", 0, "nodes to wait for (0 = until the count is stable)", allowed=Interval(int, 0, 10**9)),
     Key("node-wait-s", 120.0, "longest wait for nodes, seconds", allowed=Interval(float, 0, 10**7)),
     Key("node-settle-s", 3.0, "seconds the node count must be stable (min-nodes = 0)", allowed=Interval(float, 0, 10**5)),
-    Key("round-timeout", 600.0, "longest wait for the replies of one phase, seconds", allowed=Interval(float, 0, 10**7, closed="right")),
+    Key("round-timeout", 600.0, "longest wait for the replies of one phase, seconds (at least one pause between "
+        "two pulls of the replies, 0.1 s)", allowed=Interval(float, 0.1, 10**7)),
     Key("min-replies", 1, "fewest valid replies a phase needs", allowed=Interval(int, 1, 10**9)),
     Key("min-reply-fraction", 0.5, "fewest valid replies a phase needs, as a share of those sent", allowed=Interval(float, 0, 1)),
     Key("max-missed-phases", 3, "a node that sent no reply in this many consecutive phases leaves the run", allowed=Interval(int, 1, 10**6)),

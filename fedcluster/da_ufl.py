@@ -43,6 +43,8 @@ from .robust import aggregate_centers
 from .checks import Interval, StrOptions
 from .config import AGGREGATION, INIT_CANDIDATES, MANY, STANDARDIZE, TRIM_FRACTION, WRITE_LABELS, Key, Section
 
+MAX_BINS = 10**6  # grid cells: every agent's weights and counts, and the server's cell centers, are arrays of them
+
 RUN_CONFIG = Section("da-ufl", (  # docs/ALGORITHMS.md section 2
     Key("weighting", "uniform", "UFLUni (w_j = 1/J; the SOM codebooks still start the centers), UFLSOM (SOM-codebook "
         "bins) or UFLBin (grid bins): the bin weights count an observation several agents share once, and re-weight "
@@ -51,7 +53,8 @@ RUN_CONFIG = Section("da-ufl", (  # docs/ALGORITHMS.md section 2
     Key("eta", 1.0, "η of the dual-averaging step (1 = one inner step is a weighted Lloyd step)", allowed=Interval(float, 0, 1, closed="right")),
     Key("eps-glo", 1e-6, "ε_glo: inner loop stops when no center moves more than this × the bounding-box diagonal", allowed=Interval(float, 0, 1)),
     Key("bins", 10, "UFLBin: grid cells per dimension (b^d cells)", allowed=Interval(int, 1, 10_000)),
-    Key("max-bins", 100_000, "UFLBin: refuse a grid of more cells than this (b^d grows with d)", allowed=Interval(int, 1, 10**8)),
+    Key("max-bins", 100_000, "UFLBin: refuse a grid of more cells than this (b^d grows with d; the server holds a weight "
+        "of every cell for every agent)", allowed=Interval(int, 1, MAX_BINS)),
     Key("som-grid", 0, "UFLSOM: SOM of som-grid × som-grid units per device (0: about 4k units, at least 4 × 4; "
         "a device with fewer points uses fewer units)", allowed=Interval(int, 0, 100)),
     Key("som-epochs", 30, "UFLSOM: batch SOM passes over each device's points", allowed=Interval(int, 1, 10_000)),

@@ -90,9 +90,13 @@ def load_points(path: str | os.PathLike) -> np.ndarray:
         or 2-D, empty, or holds NaN/inf values. The message names the file.
     """
     path = Path(path)
-    if not path.exists():
+    try:
+        exists, regular = path.exists(), path.is_file()
+    except OSError as exc:  # a name too long for the file system, ...
+        raise DataError(f"data file {str(path)[:200]} cannot be looked up: {exc.strerror}") from None
+    if not exists:
         raise DataError(f"data file {path} does not exist")
-    if not path.is_file():
+    if not regular:
         raise DataError(f"data file {path} is not a regular file")
     suffix = path.suffix.lower()
     if suffix == ".npy":
@@ -183,6 +187,15 @@ def _validate_points(array: np.ndarray, path: Path) -> np.ndarray:
 LARGEST_VALUE = 1e150
 SMALLEST_SCALE = 1e-150
 
+# Generated data sets (run-config num-points, dim, separation): every simulated device
+# builds the whole set and the server its pooled reference, a few copies of num-points × dim
+# numbers of 8 bytes each; component means a separation of standard deviations apart, beyond
+# which the points of one component are a far point plus noise the arithmetic of later
+# statistics no longer resolves (docs: the offsets such data behave like).
+GENERATED_VALUES_MAX = 10**8
+GENERATED_DIM_MAX = 100_000
+SEPARATION_MAX = 1e6
+
 
 def check_scale(points: np.ndarray, source: str) -> np.ndarray:
     """Refuse points whose squared norms overflow or underflow float64, with a hint."""
@@ -230,9 +243,13 @@ def list_client_files(data_dir: str | os.PathLike, pattern: str = "*.npy") -> li
         If ``data_dir`` is missing or not a directory, or no file matches.
     """
     directory = Path(data_dir)
-    if not directory.exists():
+    try:
+        exists, folder = directory.exists(), directory.is_dir()
+    except OSError as exc:  # a name too long for the file system, ...
+        raise DataError(f"data directory {str(directory)[:200]} cannot be looked up: {exc.strerror}") from None
+    if not exists:
         raise DataError(f"data directory {directory} does not exist")
-    if not directory.is_dir():
+    if not folder:
         raise DataError(f"data directory {directory} is not a directory")
     refuse_run_folder(directory)
     files = [path for path in directory.glob(pattern) if path.is_file()]

@@ -373,10 +373,25 @@ def clip_center_point(text: str) -> np.ndarray | None:
     return point
 
 
+# Ranges of the privacy keys. A target epsilon is calibrated within EPSILON (above, epsilon =
+# inf runs without noise; below, no noise multiplier reaches it), a δ within DELTA and a
+# sampling rate within SAMPLING_RATE (the privacy loss distributions of smaller ones take
+# minutes and gigabytes to account). A bound Δ (clip-norm, and
+# the client-level bounds of first-power statistics) enters the statistics squared, and step
+# 1's eigensolver squares those again: Δ⁴ times the noise and the point count stay within
+# float64. (The data's dimension is held to each start's own limit: start_problem.)
+EPSILON = Interval(float, 1e-3, 100, allow_inf=True)
+DELTA = Interval(float, 1e-12, 1, closed="left")
+SAMPLING_RATE = Interval(float, 1e-4, 1)
+CLIP_MAX = 1e60
+
+
 def _rules(c: Mapping[str, Any]) -> None:
     point = clip_center_point(c["clip-center"])
     if point is not None and c["dimension"] and point.size != c["dimension"]:
         raise ConfigError(f"run-config clip-center is a point of {point.size} coordinates but dimension={c['dimension']}")
+    if c["step-epsilons"] and max(number_list(c["step-epsilons"], "step-epsilons")) > EPSILON.high:
+        raise ConfigError(f"run-config step-epsilons must each be at most {EPSILON.high:g} (as epsilon), got {c['step-epsilons']!r}")
     if c["client-sampling-rate"] < 1 and c["privacy-level"] != CLIENT:
         raise ConfigError("client-sampling-rate < 1 is only accounted at privacy-level = 'client'")
     if c["budget-split"] and len(number_list(c["budget-split"], "budget-split")) != 4:
@@ -412,8 +427,8 @@ def _rules(c: Mapping[str, Any]) -> None:
 
 RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("privacy-level", DATA_POINT, "unit of privacy", allowed=StrOptions(LEVELS)),
-    Key("epsilon", 1.0, "target total ε (inf = no noise)", allowed=Interval(float, 0, closed="right", allow_inf=True)),
-    Key("delta", 1e-6, "δ", allowed=Interval(float, 0, 1, closed="neither")),
+    Key("epsilon", 1.0, "target total ε (inf = no noise)", allowed=EPSILON),
+    Key("delta", 1e-6, "δ", allowed=DELTA),
     Key("step-epsilons", "", "per-step ε 'e1,e2,...' instead of a target total; their PLD total must not exceed epsilon"),
     Key("budget-split", "", "relative shares of the budget (of ε; of ρ for the devices' noise) 'w1,w2,w3g,w3l' (default: "
         "the paper's rule of thumb; the devices' noise splits the Lloyd rounds' share between sums and counts as 2√d : 1)"),
@@ -427,10 +442,10 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
         "center moves at most that far per round); auto = relative at data-point level after init histogram or "
         "sphere-packing, else absolute",
         allowed=StrOptions(("auto", "absolute", "relative"))),
-    Key("lloyd-radius", 0.0, "relative updates: the radius r (0 = 0.5·Δ/k^(1/d), at most Δ)", allowed=Interval(float, 0)),
+    Key("lloyd-radius", 0.0, "relative updates: the radius r (0 = 0.5·Δ/k^(1/d), at most Δ)", allowed=Interval(float, 0, CLIP_MAX)),
     Key("public-points", 0, "the number of points lloyd-rounds was chosen from, treated as public (the estimator's "
         "rounds rule sets it); listed in privacy.not_covered; 0 = none", allowed=Interval(int, 0, MANY)),
-    Key("clip-norm", 0.0, "Δ, point norm bound around clip-center (0 = the server data's radius around it)", allowed=Interval(float, 0)),
+    Key("clip-norm", 0.0, "Δ, point norm bound around clip-center (0 = the server data's radius around it)", allowed=Interval(float, 0, CLIP_MAX)),
     Key("clip-center", "auto", "the public point devices take their points around and clip them within clip-norm of: "
         "server-mean (the server data's mean), origin (the paper), auto = server-mean with server data, origin without, "
         "or a point 'x1,...,xd' (public: without server data, data far from the origin need one near them)"),
@@ -441,13 +456,13 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
         "with more uses the same subset of them in every step, a reply declaring more is dropped; a cap doubles the noise "
         "(neighbours then differ by a swapped point)", allowed=Interval(int, 0, 10**9)),
     Key("client-max-points", 50, "m, points per client assumed by derived client-level bounds", allowed=Interval(int, 1, 10**9)),
-    Key("clip-outer", 0.0, "client level: bound of XᵀX (0 = each client's XᵀX scaled to Frobenius norm 1)", allowed=Interval(float, 0)),
-    Key("clip-histogram", 0.0, "client level: bound of the histogram (0 = derived)", allowed=Interval(float, 0)),
-    Key("clip-means", 0.0, "client level: bound of the step-3 means (0 = √k times the server data's root-mean-square norm, at most √k·Δ)", allowed=Interval(float, 0)),
-    Key("clip-nonempty", 0.0, "client level: bound of the non-empty vector (0 = derived)", allowed=Interval(float, 0)),
-    Key("clip-sums", 0.0, "client level: bound of the Lloyd sums (0 = derived)", allowed=Interval(float, 0)),
-    Key("clip-counts", 0.0, "client level: bound of the Lloyd counts (0 = derived)", allowed=Interval(float, 0)),
-    Key("client-sampling-rate", 1.0, "q, Poisson sampling of clients per step", allowed=Interval(float, 0, 1, closed="right")),
+    Key("clip-outer", 0.0, "client level: bound of XᵀX (0 = each client's XᵀX scaled to Frobenius norm 1)", allowed=Interval(float, 0, CLIP_MAX**2)),
+    Key("clip-histogram", 0.0, "client level: bound of the histogram (0 = derived)", allowed=Interval(float, 0, CLIP_MAX)),
+    Key("clip-means", 0.0, "client level: bound of the step-3 means (0 = √k times the server data's root-mean-square norm, at most √k·Δ)", allowed=Interval(float, 0, CLIP_MAX)),
+    Key("clip-nonempty", 0.0, "client level: bound of the non-empty vector (0 = derived)", allowed=Interval(float, 0, CLIP_MAX)),
+    Key("clip-sums", 0.0, "client level: bound of the Lloyd sums (0 = derived)", allowed=Interval(float, 0, CLIP_MAX)),
+    Key("clip-counts", 0.0, "client level: bound of the Lloyd counts (0 = derived)", allowed=Interval(float, 0, CLIP_MAX)),
+    Key("client-sampling-rate", 1.0, "q, Poisson sampling of clients per step", allowed=SAMPLING_RATE),
     Key("margin", 1.0, "step-3 margin filter (1 = off)", allowed=Interval(float, 0, closed="right")),
     Key("min-server-weight", 5.0, "server points lighter than this are dropped in step 2", allowed=Interval(float, 0)),
     Key("server-n-init", 10, "k-means restarts on the server's weighted points", allowed=Interval(int, 1, 10_000)),

@@ -59,7 +59,9 @@ RUN_CONFIG = Section("fedkmeans", (  # docs/ALGORITHMS.md section 1
     Key("fraction", 1.0, "C, fraction of nodes sampled per round", allowed=Interval(float, 0, 1, closed="right")),
     Key("local-epochs", 1, "E, local epochs", allowed=Interval(int, 1, MANY)),
     Key("batch-size", 0, "B, local mini-batch size (0 = full batch)", allowed=Interval(int, 0, 10**9)),
-    Key("client-lr", 1.0, "β, client learning rate", allowed=Interval(float, 0, 1, closed="right")),
+    Key("client-lr", 1.0, "β, client learning rate (the server recovers a device's means by dividing its centers' move "
+        "by β: below 1e-6 float64 rounding, so amplified, would make honest replies look inconsistent)",
+        allowed=Interval(float, 1e-6, 1)),
     Key("server-lr", 1.0, "α, server learning rate", allowed=Interval(float, 0, 2, closed="right")),
     Key("momentum", 0.0, "μ, server momentum", allowed=Interval(float, 0, 1, closed="left")),
     Key("reassign-threshold", 0.01, "ρ, a cluster below this share of the largest cluster's count is starved", allowed=Interval(float, 0, 1)),

@@ -86,6 +86,8 @@ def load_edge_list(path: str | os.PathLike, num_nodes: int | None = None) -> np.
             for node in (u, v):
                 if node < 0:
                     raise GraphError(f"{path}: line {line_number}: negative node id {node}")
+                if node >= 2**63:
+                    raise GraphError(f"{path}: line {line_number}: node id {node} does not fit a 64-bit integer")
                 if num_nodes is not None and node >= num_nodes:
                     raise GraphError(
                         f"{path}: line {line_number}: node id {node} is out of range "
@@ -198,11 +200,14 @@ def split_edges(
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     graph = canonical_edges(edges)
     m = graph.shape[0]
-    # r distinct clients per edge: the first r of a random permutation of the J clients.
-    holders = np.argsort(rng.random((m, num_clients)), axis=1)[:, :overlap_clients]
-    member = np.zeros((m, num_clients), dtype=bool)
-    member[np.arange(m)[:, None], holders] = True
-    return [graph[member[:, j]] for j in range(num_clients)]
+    # r distinct clients per edge: the first r of a random permutation of the J clients,
+    # drawn a block of edges at a time (the same stream as one m x J draw, in bounded memory).
+    rows = max(1, 2**20 // num_clients)
+    holders = np.concatenate([np.argsort(rng.random((min(rows, m - start), num_clients)), axis=1)[:, :overlap_clients]
+                              for start in range(0, m, rows)] or [np.zeros((0, overlap_clients), dtype=np.int64)])
+    edge_of = np.argsort(holders.ravel(), kind="stable") // overlap_clients  # each client's edges, in order
+    bounds = np.searchsorted(np.sort(holders.ravel()), np.arange(num_clients + 1))
+    return [graph[edge_of[bounds[j]:bounds[j + 1]]] for j in range(num_clients)]
 
 
 def write_client_edge_files(parts: Sequence[np.ndarray], out_dir: str | os.PathLike) -> list[Path]:

@@ -17,9 +17,15 @@ arrays) and ``config`` (its scalar parameters); the device runs the kernel regis
 Shapes are tuples of ints and symbols. A symbol the server binds (``k`` clusters, ``d``
 the federation's dimension, ``m`` candidates, ``n`` graph nodes, ``b`` block columns,
 ``s`` server points, ``r`` projected dimension, ``p`` packed triangle size, ``u`` SOM units
-per device, ``q`` bins, ``i`` participants of a secure-aggregation session) must match
-the bound value; an unbound symbol (``c``, a count the device chooses) must agree between
-the arrays of one reply. ``*`` is any size.
+per device, ``q`` bins, ``i`` participants of a secure-aggregation session, ``y`` bytes of
+joined public keys) must match the bound value, as must a symbol the request's arrays bind
+(a reply's ``k`` is its request's centers'); an unbound symbol (``c``, a count the device
+chooses) must agree between the arrays of one reply and stay within its task's
+:class:`Limit` (``c`` ≤ the request's ``k``; :data:`FREE_MAX` where none is declared).
+``*`` is any size (within the task's limit for ``*``). Every reply array also
+declares what its dtype may be (``real``, ``integer`` or ``byte``): a reply is refused by
+these sizes from its arrays' metadata alone, before any of its data is decoded
+(:meth:`Task.check_layout`).
 
 Seeds and order: a request's ``seed`` (and ``previous-seed``) is the same for every node
 of a phase; each device mixes it with its own identity (:func:`device_seed`: its
@@ -46,7 +52,7 @@ NumPy only: a device imports this.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -84,6 +90,7 @@ def partition_of(metrics: Mapping[str, Any]) -> int | None:
 
 
 REQUIRED = object()  # a Param without a default
+NODE_K_PRIME_MAX = 10_000  # k-FED: the most local clusters a node's own k-prime may ask for
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,7 @@ class ArrayField:
     the device's points); ``of`` names the request array a ``cost`` is of, or whose centers a
     ``mean`` may start from. Second moments travel about a mean, never as sums of squared
     coordinates: those are the square of the data's offset from the origin plus rounding.
+    ``dtype``: what a reply array's dtype may be (:data:`DTYPES`).
     """
 
     name: str
@@ -144,10 +152,13 @@ class ArrayField:
     when: tuple[str, str] | None = None
     role: str = ""
     of: str = ""
+    dtype: str = "real"
 
     def describe(self) -> str:
         dims = ", ".join(str(s) for s in self.shape)
         text = f"`{self.name}` ({dims}{',' if len(self.shape) == 1 else ''})"
+        if self.dtype != "real":
+            text += f" {self.dtype}"
         if self.when:
             text += f" if {self.when[0]}={self.when[1]}"
         elif self.optional:
@@ -204,6 +215,79 @@ def check_arrays(
     return None
 
 
+# What a reply array's dtype may be (ArrayField.dtype): NumPy dtype kinds, and the largest item in bytes.
+DTYPES: dict[str, tuple[str, int]] = {"real": ("biuf", 8), "integer": ("iu", 8), "byte": ("u", 1)}
+# The most a reply dimension the device chooses may be when its task declares no limit for it.
+FREE_MAX = 1_000_000
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The most a reply symbol the device chooses (``c``, ``u``, ``e``, ... or ``*``) may be:
+    ``at_most(config, sizes)`` of the request's config and the sizes bound so far (the
+    server's and the request arrays'); ``doc`` says it in the task table."""
+
+    symbol: str
+    doc: str
+    at_most: Callable[[Mapping[str, Any], Mapping[str, int | None]], int | None]
+
+
+def _dtype_problem(field: ArrayField, dtype: np.dtype) -> str | None:
+    kinds, itemsize = DTYPES[field.dtype]
+    if dtype.kind not in kinds or dtype.itemsize > itemsize or dtype.shape != ():
+        return f"array {field.name!r} has dtype {dtype}, the protocol declares {field.dtype} (kind {'/'.join(kinds)}, at most {itemsize} byte{'s' if itemsize > 1 else ''} an item)"
+    return None
+
+
+def _declared(fields: tuple[ArrayField, ...], config: Mapping[str, Any]) -> dict[str, ArrayField]:
+    return {f.name: f for f in fields if f.when is None or config.get(f.when[0]) == f.when[1]}
+
+
+def undeclared_array(fields: tuple[ArrayField, ...], names, config: Mapping[str, Any] | None = None) -> str | None:
+    """The reason ``names`` hold an array ``fields`` do not declare for this ``config``, or None."""
+    declared = _declared(fields, config or {})
+    for name in names:
+        if name not in declared:
+            return f"holds undeclared array {str(name)[:80]!r} (the reply declares {', '.join(map(repr, declared)) or 'none'})"
+    return None
+
+
+def check_layout(
+    fields: tuple[ArrayField, ...],
+    layouts: Mapping[str, tuple[np.dtype, tuple[int, ...]]],
+    sizes: Mapping[str, int | None],
+    config: Mapping[str, Any] | None = None,
+    limits: tuple[Limit, ...] = (),
+) -> str | None:
+    """The reason arrays of these ``(dtype, shape)`` (as their metadata says, before any is
+    decoded) do not match ``fields``, or None: only declared names, declared dtypes and
+    shapes, symbols bound in ``sizes`` equal to them, the others within their limits."""
+    config = config or {}
+    declared = _declared(fields, config)
+    reason = undeclared_array(fields, layouts, config)
+    if reason:
+        return reason
+    bound = dict(sizes)
+    for name, (dtype, shape) in layouts.items():
+        field = declared[name]
+        reason = _dtype_problem(field, dtype) or _bind(field.shape, shape, bound)
+        if reason:
+            return reason if reason.startswith("array") else f"array {name!r} {reason}"
+    known = {key: value for key, value in sizes.items() if value is not None}
+    most = {limit.symbol: limit for limit in limits}
+    for name, (_, shape) in layouts.items():
+        for symbol, actual in zip(declared[name].shape, shape):
+            if isinstance(symbol, int) or symbol in known:
+                continue
+            limit = most.get(symbol)
+            at_most = limit.at_most(config, known) if limit is not None else None
+            at_most = FREE_MAX if at_most is None else min(int(at_most), FREE_MAX)
+            if actual > at_most:
+                rule = f" ({symbol} ≤ {limit.doc})" if limit is not None else ""
+                return f"array {name!r} has shape {tuple(shape)}: {symbol}={actual} is above the most the protocol allows, {at_most}{rule}"
+    return None
+
+
 @dataclass(frozen=True)
 class Task:
     """One phase's exchange: what the server sends and what a valid reply holds."""
@@ -217,6 +301,7 @@ class Task:
     metrics: tuple[str, ...] = (NUM_EXAMPLES,)
     used_by: tuple[str, ...] = field(default=())
     counts: str = ""  # the reply's "count" array adds up to the device's points: "all" or "at-most"
+    limits: tuple[Limit, ...] = ()  # the most each reply symbol the device chooses may be
 
     @property
     def message_type(self) -> str:
@@ -266,6 +351,22 @@ class Task:
             if not np.isfinite(value) or value < 0:
                 return f"metric {key!r} must be finite and >= 0, got {value!r}"
         return check_arrays(self.reply, arrays, sizes, config)
+
+    def request_sizes(self, arrays: Mapping[str, Any], sizes: Mapping[str, int | None]) -> dict[str, int | None]:
+        """``sizes`` with the symbols the request's ``arrays`` bind (a reply of this request
+        has the same ``k`` as its centers, ...); those in ``sizes`` win."""
+        bound: dict[str, int | None] = {}
+        for spec in self.request:
+            if spec.name in arrays:
+                _bind(spec.shape, tuple(np.shape(arrays[spec.name])), bound)
+        return {**bound, **{key: value for key, value in sizes.items() if value is not None},
+                **{key: None for key, value in sizes.items() if value is None and key not in bound}}
+
+    def check_layout(self, layouts: Mapping[str, tuple[np.dtype, tuple[int, ...]]], sizes: Mapping[str, int | None],
+                     config: Mapping[str, Any] | None = None) -> str | None:
+        """The reason a reply's arrays of these ``(dtype, shape)`` are refused before any is
+        decoded (:func:`check_layout` with this task's reply and limits), or None."""
+        return check_layout(self.reply, layouts, sizes, config, self.limits)
 
 
 _CENTERS = ArrayField("centers", ("k", "d"), "the current global centers")
@@ -340,6 +441,7 @@ TASKS: dict[str, Task] = {
             reply=_LOCAL_CENTERS,
             used_by=("fedkmeans",),
             counts="at-most",
+            limits=(Limit("c", "k", lambda config, sizes: config.get("k")),),
         ),
         Task(
             "fedkmeans_train", "train",
@@ -374,6 +476,8 @@ TASKS: dict[str, Task] = {
             reply=_LOCAL_CENTERS + (ArrayField("cost", (1,), "the local k'-means cost (its points to their local centers)", nonnegative=True),),
             used_by=("kfed", "fedkmeans"),
             counts="all",
+            limits=(Limit("c", f"the larger of k-prime, k and {NODE_K_PRIME_MAX} (a node's own k-prime)", lambda config, sizes: max(
+                int(config.get("k-prime", 0)), int(config.get("k", 1)), NODE_K_PRIME_MAX)),),
         ),
         Task(
             "feddp_outer", "query", "FedDP-Init step 1: XᵀX as its packed upper triangle",
@@ -382,6 +486,7 @@ TASKS: dict[str, Task] = {
             reply=(ArrayField("outer", ("p",)),),
             metrics=(NUM_EXAMPLES, DIM),
             used_by=("feddp-kmeans",),
+            limits=(Limit("p", "d(d+1)/2", lambda config, sizes: sizes["d"] * (sizes["d"] + 1) // 2 if sizes.get("d") else None),),
         ),
         Task(
             "feddp_histogram", "query", "FedDP-Init step 2: histogram of the nearest projected server point",
@@ -444,7 +549,7 @@ TASKS: dict[str, Task] = {
                 Param("tol", float, 1e-6, allowed=Interval(float, 0), doc="Ritz residual to stop at"),
                 _SEED,
             ),
-            reply=(ArrayField("labels", ("n",), integer=True),),
+            reply=(ArrayField("labels", ("n",), integer=True, dtype="integer"),),
             metrics=(NUM_EXAMPLES, "num-local-nodes"),
             used_by=("fedspectral",),
         ),
@@ -457,6 +562,7 @@ TASKS: dict[str, Task] = {
             ),
             reply=(ArrayField("codebook", ("u", "d"), "the SOM units (u ≤ grid², a square): weighted means of its points", role="mean"),),
             used_by=("da-ufl",),
+            limits=(Limit("u", "grid²", lambda config, sizes: int(config.get("grid", 4)) ** 2),),
         ),
         Task(
             "bin_counts", "query", "DA-UFL phase 2: points per bin (grid cell or nearest codebook vector)",
@@ -513,6 +619,8 @@ SEED_BYTES = 32  # a self-mask seed b_s
 HASH_BYTES = 32  # a SHA-256 commitment
 SCALAR_BYTES = 48  # a P-384 private scalar
 POINT_BYTES = 49  # a P-384 public key as a compressed point (a share token's ephemeral key)
+TOKEN_OVERHEAD = 256  # a Fernet token of a device's shares is at most this longer than its joined public keys (y)
+SHARE_BYTES_MAX = 1024  # one Shamir share of a seed or a mask key, as sent
 _SESSION = Param("session", int, allowed=Interval(int, 0), doc="the session's number in the run")
 SECURE_TASKS = ("feddp_candidates", "feddp_lloyd", "power_step")  # tasks whose server step needs only the sum of their replies
 
@@ -539,10 +647,10 @@ def _secure_variant(spec: Task) -> Task:
         ),
         config=spec.config + (Param("secagg-session", int, allowed=Interval(int, 0), doc="the session"),
                               Param("secagg-sum", int, allowed=Interval(int, 1), doc="the sum's number in the session")),
-        reply=tuple(ArrayField(f.name, f.shape, "masked mod 2^62", nonnegative=True, integer=True) for f in spec.reply) + (
+        reply=tuple(ArrayField(f.name, f.shape, "masked mod 2^62", nonnegative=True, integer=True, dtype="integer") for f in spec.reply) + (
             ArrayField("secagg-refused", ("i",), "1 at position − 1 for every participant whose forwarded share this "
                        "device refused (it did not mask with them; first sum of a session), else 0", integer=True,
-                       nonnegative=True),),
+                       nonnegative=True, dtype="integer"),),
         metrics=(),
         used_by=spec.used_by,
     )
@@ -557,20 +665,22 @@ TASKS.update({
                     Param("participants", int, allowed=Interval(int, 2), doc="n"),
                     Param("threshold", int, allowed=Interval(int, 2), doc="Shamir threshold t"),
                     Param("sums", int, allowed=Interval(int, 1), doc="secure sums the session serves (one mask seed each)")),
-            reply=(ArrayField("pk1", ("h", PUBLIC_KEY_BYTES), "PEM public keys for the pairwise masks, one per sum", nonnegative=True, integer=True),
-                   ArrayField("pk2", (PUBLIC_KEY_BYTES,), "PEM public key for the shares' encryption", nonnegative=True, integer=True)),
+            reply=(ArrayField("pk1", ("h", PUBLIC_KEY_BYTES), "PEM public keys for the pairwise masks, one per sum", nonnegative=True, integer=True, dtype="byte"),
+                   ArrayField("pk2", (PUBLIC_KEY_BYTES,), "PEM public key for the shares' encryption", nonnegative=True, integer=True, dtype="byte")),
             metrics=(), used_by=("feddp-kmeans", "fedspectral-plus"),
         ),
         Task(
             "secagg_share_keys", "query", "secure aggregation stage 1 (once per session): Shamir shares of a mask seed and of the mask key of every sum, encrypted per participant under an ephemeral key; commitments to the seeds and shares",
             request=(ArrayField("positions", ("c",), integer=True, nonnegative=True),
-                     ArrayField("pk1", ("c", "*"), nonnegative=True), ArrayField("pk2", ("c", "*"), nonnegative=True)),
+                     ArrayField("pk1", ("c", "y"), nonnegative=True), ArrayField("pk2", ("c", "*"), nonnegative=True)),
             config=(_SESSION,),
-            reply=(ArrayField("destinations", ("e",), integer=True, nonnegative=True),
-                   ArrayField("ciphertexts", ("e", "*"), nonnegative=True),
-                   ArrayField("ephemeral", ("e", POINT_BYTES), "each token's ephemeral public key", integer=True, nonnegative=True),
-                   ArrayField("commitments", ("e", "h", 2 * HASH_BYTES), "per destination and sum, the hashes of its seed share and mask-key share", integer=True, nonnegative=True),
-                   ArrayField("seed-commitments", ("h", HASH_BYTES), "the hash of each sum's mask seed", integer=True, nonnegative=True)),
+            reply=(ArrayField("destinations", ("e",), integer=True, nonnegative=True, dtype="integer"),
+                   ArrayField("ciphertexts", ("e", "*"), nonnegative=True, dtype="byte"),
+                   ArrayField("ephemeral", ("e", POINT_BYTES), "each token's ephemeral public key", integer=True, nonnegative=True, dtype="byte"),
+                   ArrayField("commitments", ("e", "h", 2 * HASH_BYTES), "per destination and sum, the hashes of its seed share and mask-key share", integer=True, nonnegative=True, dtype="byte"),
+                   ArrayField("seed-commitments", ("h", HASH_BYTES), "the hash of each sum's mask seed", integer=True, nonnegative=True, dtype="byte")),
+            limits=(Limit("e", "c", lambda config, sizes: sizes.get("c")),
+                    Limit("*", f"y + {TOKEN_OVERHEAD}", lambda config, sizes: sizes["y"] + TOKEN_OVERHEAD if sizes.get("y") else None)),
             metrics=(), used_by=("feddp-kmeans", "fedspectral-plus"),
         ),
         Task(
@@ -578,16 +688,19 @@ TASKS.update({
             request=(ArrayField("dropped", ("v",), "positions it masked with that sent no masked reply (the others are in the sum)", integer=True, nonnegative=True),
                      ArrayField("recover", ("w",), "positions in the sum whose seed's shares are asked (they did not answer)", integer=True, nonnegative=True)),
             config=(_SESSION, Param("sum", int, allowed=Interval(int, 1), doc="the sum's number in the session")),
-            reply=(ArrayField("seed", (SEED_BYTES,), "this device's own mask seed of the sum", integer=True, nonnegative=True),
-                   ArrayField("b-positions", ("w",), integer=True, nonnegative=True), ArrayField("b-shares", ("w", "*"), nonnegative=True),
-                   ArrayField("sk-positions", ("v",), integer=True, nonnegative=True), ArrayField("sk-shares", ("v", "*"), nonnegative=True)),
+            reply=(ArrayField("seed", (SEED_BYTES,), "this device's own mask seed of the sum", integer=True, nonnegative=True, dtype="byte"),
+                   ArrayField("b-positions", ("w",), integer=True, nonnegative=True, dtype="integer"),
+                   ArrayField("b-shares", ("w", "*"), nonnegative=True, dtype="byte"),
+                   ArrayField("sk-positions", ("v",), integer=True, nonnegative=True, dtype="integer"),
+                   ArrayField("sk-shares", ("v", "*"), nonnegative=True, dtype="byte")),
+            limits=(Limit("*", f"{SHARE_BYTES_MAX}", lambda config, sizes: SHARE_BYTES_MAX),),
             metrics=(), used_by=("feddp-kmeans", "fedspectral-plus"),
         ),
         Task(
             "secagg_prove", "query", "secure aggregation, after refused shares: the ephemeral keys of its share tokens to the devices that refused them (the server opens those tokens)",
             request=(ArrayField("positions", ("v",), "positions that refused its share", integer=True, nonnegative=True),),
             config=(_SESSION,),
-            reply=(ArrayField("scalars", ("v", SCALAR_BYTES), "each token's ephemeral private key", integer=True, nonnegative=True),),
+            reply=(ArrayField("scalars", ("v", SCALAR_BYTES), "each token's ephemeral private key", integer=True, nonnegative=True, dtype="byte"),),
             metrics=(), used_by=("feddp-kmeans", "fedspectral-plus"),
         ),
     )
@@ -625,7 +738,8 @@ def markdown_table() -> str:
                 spec.doc,
                 ", ".join(a.describe() for a in spec.request) or "—",
                 ", ".join(p.describe() for p in spec.config) or "—",
-                ", ".join(a.describe() for a in spec.reply) + ("; metrics " + ", ".join(f"`{m}`" for m in spec.metrics) if spec.metrics else ""),
+                ", ".join(a.describe() for a in spec.reply) + ("; metrics " + ", ".join(f"`{m}`" for m in spec.metrics) if spec.metrics else "")
+                + "".join(f"; {limit.symbol} ≤ {limit.doc}" for limit in spec.limits),
                 ", ".join(spec.used_by),
             )
         )

@@ -5,7 +5,9 @@ Flower's ``Array`` carries a NumPy array as the bytes of an ``.npy`` file
 parsing (``ast.literal_eval``) dominates the cost of small messages: with 1000 devices and
 several arrays per message it was most of a round's time. These two functions write and
 read the same ``.npy`` format directly; anything unusual (Fortran order, big-endian,
-version 2/3 headers) falls back to NumPy's own reader. Duck-typed: no Flower import.
+version 2/3 headers) falls back to NumPy's own reader. :func:`array_layout` reads what an
+``Array`` says it holds without decoding it (a reply is refused by its sizes first).
+Duck-typed: no Flower import.
 """
 
 from __future__ import annotations
@@ -47,6 +49,38 @@ def from_npy_bytes(data: bytes, dtype: str, shape: tuple[int, ...] | list[int]) 
             if len(data) - offset == count * dt.itemsize:
                 return np.frombuffer(data, dtype=dt, count=count, offset=offset).reshape(tuple(shape)).copy()
     return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+# The most bytes an .npy header may take in a message (NumPy writes 128 for the arrays sent here).
+NPY_HEADER_MAX = 4096
+
+
+def array_layout(array) -> tuple[np.dtype, tuple[int, ...]]:
+    """What a ``flwr.app.Array`` says it holds, read from its metadata and its byte count
+    alone, nothing decoded: ``(dtype, shape)``. ``ValueError`` says why it cannot be what it
+    says (not a NumPy array, an unreadable dtype or shape, or data of another length than
+    that shape and dtype take), so a reply can be refused by its sizes before
+    :func:`array_numpy` reads any of it."""
+    stype = getattr(array, "stype", None)
+    if stype != "numpy.ndarray":
+        raise ValueError(f"is not a NumPy array (stype {str(stype)[:40]!r})")
+    try:
+        dtype = np.dtype(str(array.dtype)[:40])
+    except (TypeError, ValueError, SyntaxError):
+        raise ValueError(f"has an unreadable dtype {str(array.dtype)[:40]!r}") from None
+    shape = getattr(array, "shape", None)
+    if not isinstance(shape, (list, tuple)) or len(shape) > 32 or not all(
+            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0 for s in shape):
+        raise ValueError(f"has an unreadable shape {str(shape)[:60]}")
+    shape = tuple(int(s) for s in shape)
+    data = getattr(array, "data", None)
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValueError("has no data bytes")
+    payload = math.prod(shape) * dtype.itemsize
+    if not payload <= len(data) <= payload + NPY_HEADER_MAX:
+        raise ValueError(f"holds {len(data)} bytes, not the {payload} of its shape {shape} and dtype {dtype} "
+                         f"(and a header of at most {NPY_HEADER_MAX})")
+    return dtype, shape
 
 
 def array_numpy(array) -> np.ndarray:

@@ -3,7 +3,6 @@ the shell. Same ServerApp, same ClientApp, same results folder as ``flwr run``."
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import time
 import json
@@ -47,7 +46,9 @@ def run(
 
     config = validated_config(run_config or {})
     if node_configs is None:
+        _check_data_dir(config)  # every node reads it here, in this process: checked before any is made
         node_configs = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
+    _check_here(config, len(node_configs))
     run_id = next(_RUN_IDS)
     set_task_identity(run_id=run_id, node_id=InProcessGrid.SERVER_NODE_ID)
     grid = InProcessGrid(client_app, config, node_configs, run_id=run_id, reply_hook=reply_hook, node_ids=node_ids,
@@ -58,6 +59,33 @@ def run(
     if labels:
         result["labels"] = node_labels(result, node_configs)
     return result
+
+
+def _check_data_dir(config) -> None:
+    """The folder of per-node files a folder dataset reads, or ConfigError naming data-dir."""
+    from fedcluster.config import ConfigError
+    from fedcluster.data import DataError, list_client_files
+
+    pattern = {"npy-dir": "*.npy", "edge-dir": "*.txt"}.get(config["dataset"])
+    if pattern is not None:
+        try:
+            list_client_files(config["data-dir"], pattern)
+        except DataError as exc:
+            raise ConfigError(f"run-config data-dir: {exc}") from None
+
+
+def _check_here(config, nodes: int) -> None:
+    """What only this process can check before the run: the nodes there will be, the server's file."""
+    from fedcluster.config import ConfigError
+    from fedcluster.data import DataError, load_points
+
+    if config["min-nodes"] > nodes:
+        raise ConfigError(f"run-config min-nodes = {config['min-nodes']} can never be met: this run has {nodes} nodes")
+    if config["server-data"]:
+        try:
+            load_points(config["server-data"])
+        except DataError as exc:
+            raise ConfigError(f"run-config server-data: {exc}") from None
 
 
 def node_labels(result: dict[str, Any], node_configs: list[dict[str, Any]]) -> list:
@@ -77,14 +105,22 @@ def node_labels(result: dict[str, Any], node_configs: list[dict[str, Any]]) -> l
     return [assign(device_data(result["config"], dict(node)).require_points(), centers) for node in node_configs]
 
 
-def main(argv: list[str] | None = None) -> int:
-    from fedcluster.config import parse_run_config
+# The most nodes the command runs: every node is a Flower Context in this one process (the
+# largest in-process populations the benchmarks run are 10^5).
+NUM_NODES_MAX = 100_000
 
-    parser = argparse.ArgumentParser(
+
+def main(argv: list[str] | None = None) -> int:
+    from fedcluster.config import ConfigError, parse_run_config
+    from fedcluster.tools.cli import ToolParser, integer, refuse
+    from server_app.algorithms import validated_config
+
+    parser = ToolParser(
         prog="fedcluster-run",
         description="Run a fedcluster federation in one process (no Ray, no network).",
     )
-    parser.add_argument("--num-nodes", type=int, default=10, help="number of simulated nodes (default 10)")
+    parser.add_argument("--num-nodes", type=integer(1, NUM_NODES_MAX), default=10,
+                        help=f"number of simulated nodes, 1 to {NUM_NODES_MAX} (default 10)")
     parser.add_argument("--run-config", default="", help="overrides, Flower syntax: \"k=8 dataset='npy-dir'\"")
     parser.add_argument(
         "--data-path",
@@ -93,13 +129,21 @@ def main(argv: list[str] | None = None) -> int:
         help="one node per file (repeatable): the node's data-path, as in a deployment",
     )
     args = parser.parse_args(argv)
-    overrides = parse_run_config(args.run_config)
+    try:
+        overrides = parse_run_config(args.run_config)
+        validated_config(overrides)  # every key checked before any node is made
+    except ConfigError as exc:
+        parser.error(f"argument --run-config: {' '.join(str(exc).split())}")
+    missing = [p for p in args.data_path if not Path(p).is_file()]
+    if missing:
+        parser.error(f"argument --data-path: {missing[0]} is not a file")
     node_configs = [{"data-path": str(Path(p).resolve())} for p in args.data_path] or None
     try:
         result = run(overrides, args.num_nodes, node_configs=node_configs)
+    except ConfigError as exc:  # what only the run can check before any node (its data-dir, min-nodes, ...)
+        parser.error(f"argument --run-config: {' '.join(str(exc).split())}")
     except Exception as exc:
-        print(f"fedcluster-run: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return refuse("fedcluster-run", f"{type(exc).__name__}: {exc}")
     print(json.dumps({"output_dir": result["output_dir"], "final": result.get("final")}, indent=None))
     return 0
 

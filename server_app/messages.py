@@ -12,7 +12,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.common.constant import ErrorCode
 
 from fedcluster import protocol
-from fedcluster.wire import array_fields
+from fedcluster.wire import array_fields, array_layout
 
 
 class FederationError(RuntimeError):
@@ -42,14 +42,21 @@ class Reply:
 class ReplySpec:
     """What a valid reply to one broadcast holds: the task's declared reply
     (:meth:`fedcluster.protocol.Task.check_reply`) with its shape symbols bound to
-    ``sizes`` (``"d"`` is bound to the federation's dimension once known), then ``check``,
-    which may return a reason to reject (bounds only the strategy knows)."""
+    ``sizes`` (``"d"`` is bound to the federation's dimension once known) and to the
+    request's arrays (:meth:`sizes_of`), then ``check``, which may return a reason to
+    reject (bounds only the strategy knows)."""
 
     task: protocol.Task | None = None
     sizes: dict[str, int | None] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     check: Callable[[Reply], str | None] | None = None
     request: dict[str, np.ndarray] = field(default_factory=dict)  # the arrays sent to every node
+    node_arrays: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # the arrays sent to one node only
+
+    def sizes_of(self, node: int) -> dict[str, int | None]:
+        """``sizes`` with the symbols bound by the request ``node`` got (the shared arrays and
+        its own): what a reply from ``node`` is checked against."""
+        return self.task.request_sizes({**self.request, **self.node_arrays.get(node, {})}, self.sizes)
 
 
 def payload_bytes(record: ArrayRecord | None) -> int:
@@ -93,14 +100,52 @@ def bundle_message(messages: list[Message], group: str) -> Message:
     return Message(content, messages[0].metadata.dst_node_id, f"query.{protocol.BUNDLE}", group_id=group)
 
 
+REASON_MAX = 2000  # characters of a device's own error reason kept (logged, and in result.json)
+METRICS_MAX = 64  # metrics one reply may hold (the protocol's replies have a handful, each a number)
+
+
+def _reason(text: Any) -> str:
+    text = str(text)
+    return text if len(text) <= REASON_MAX else f"{text[:REASON_MAX]}... ({len(text) - REASON_MAX} more characters)"
+
+
+def _records_problem(content: RecordDict, parts: int) -> str | None:
+    """A reply's records other than those its protocol declares (``arrays``/``metrics``, or
+    per part ``arrays.i``/``metrics.i``/``error.i``): the first one named, or None."""
+    if parts == 1:
+        allowed = {protocol.ARRAYS, protocol.METRICS}
+    else:
+        allowed = {protocol.part(record, index) for index in range(parts) for record in (protocol.ARRAYS, protocol.METRICS, protocol.ERROR)}
+    for name in content.keys():
+        if name not in allowed:
+            return f"the reply holds undeclared record {str(name)[:80]!r}"
+    return None
+
+
+def _metrics_problem(metrics: dict[str, Any]) -> str | None:
+    if len(metrics) > METRICS_MAX:
+        return f"the reply holds {len(metrics)} metrics, more than the {METRICS_MAX} a reply may"
+    for key, value in metrics.items():
+        if isinstance(value, list):
+            return f"metric {str(key)[:80]!r} is a list of {len(value)} values, not a number"
+    return None
+
+
 def incoming(message: Message, node: int, parts: int) -> list[Incoming]:
     """A pulled message as the replies it holds (``parts`` > 1: a bundle's). Anything
-    unreadable becomes a reason, never an exception."""
+    unreadable or undeclared (a record, a list-valued metric) becomes a reason, never an
+    exception; a device's own error reason is cut to :data:`REASON_MAX` characters."""
     mid = message.metadata.reply_to_message_id
     keys = [part_key(mid, index, parts) for index in range(parts)]
     if message.has_error():
         kind = "unavailable" if message.error.code == ErrorCode.NODE_UNAVAILABLE else "error"
-        return [Incoming(key, node, error=f"error reply: {message.error.reason}", kind=kind) for key in keys]
+        return [Incoming(key, node, error=f"error reply: {_reason(message.error.reason)}", kind=kind) for key in keys]
+    try:
+        problem = _records_problem(message.content, parts)
+    except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
+        problem = f"unreadable reply: {type(exc).__name__}: {_reason(exc)}"
+    if problem:
+        return [Incoming(key, node, error=problem, kind="invalid") for key in keys]
     out = []
     for index, key in enumerate(keys):
         try:
@@ -112,14 +157,43 @@ def incoming(message: Message, node: int, parts: int) -> list[Incoming]:
                 names = protocol.part(protocol.ARRAYS, index), protocol.part(protocol.METRICS, index)
                 error = content.config_records.get(protocol.part(protocol.ERROR, index))
                 if error is not None:
-                    out.append(Incoming(key, node, error=f"error reply: {error.get('reason', '(no reason given)')}"))
+                    out.append(Incoming(key, node, error=f"error reply: {_reason(error.get('reason', '(no reason given)'))}"))
                     continue
             arrays = records.get(names[0])
             metrics = dict(metric_records[names[1]]) if names[1] in metric_records else {}
+            problem = _metrics_problem(metrics)
+            if problem:
+                out.append(Incoming(key, node, error=problem, kind="invalid", up=payload_bytes(arrays)))
+                continue
             out.append(Incoming(key, node, arrays=arrays, metrics=metrics, up=payload_bytes(arrays)))
         except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
-            out.append(Incoming(key, node, error=f"unreadable reply: {type(exc).__name__}: {exc}", kind="invalid"))
+            out.append(Incoming(key, node, error=f"unreadable reply: {type(exc).__name__}: {_reason(exc)}", kind="invalid"))
     return out
+
+
+def layout_problem(reply: Incoming, spec: ReplySpec, sizes: dict[str, int | None]) -> str | None:
+    """Why a reply is refused by its arrays' names, dtypes, shapes and byte counts as their
+    metadata states them (the protocol table's declaration, ``sizes`` bound), or None. Nothing
+    of the data is decoded: an undeclared or oversized array is refused unread."""
+    names = list(reply.arrays or {})
+    reason = protocol.undeclared_array(spec.task.reply, names, spec.config)
+    if reason:
+        return reason
+    layouts = {}
+    for key in names:
+        try:
+            layouts[key] = array_layout(reply.arrays[key])
+        except ValueError as exc:
+            return f"array {key!r} {exc}"
+    reason = spec.task.check_layout(layouts, sizes, spec.config)
+    return dimension_hint(reason, spec) if reason else None
+
+
+def dimension_hint(reason: str, spec: ReplySpec) -> str:
+    """A reply ``reason`` about a shape, with the likely cause when the dimension is bound."""
+    if spec.sizes.get("d") is not None and "shape" in reason:
+        reason += " (a different data dimension?)"
+    return reason
 
 
 def sum_arrays(replies: list[Reply], key: str) -> np.ndarray:

@@ -17,8 +17,9 @@ from flwr.common.logger import log
 from fedcluster import bounds, protocol
 from fedcluster.wire import array_numpy
 
-from .messages import FederationError, Incoming, Inconsistent, Reply, ReplySpec, bundle_message, incoming, part_key, payload_bytes, to_array_record
+from .messages import FederationError, Incoming, Inconsistent, Reply, ReplySpec, bundle_message, dimension_hint, incoming, layout_problem, part_key, payload_bytes, to_array_record
 from .resume import match_nodes
+
 
 class Transport:
     """Broadcasting and reply checks (state: ``grid``, ``config``, ``journal``, the strategy's records)."""
@@ -117,13 +118,14 @@ class Transport:
         if seeded is not False:
             config = {**(config or {}), "seed": self.phase_seed(None if isinstance(seeded, bool) else seeded)}
 
-        messages, down = self._messages(spec, nodes, arrays, config, per_node or (lambda node: (None, None)), phase)
+        messages, down = self._messages(spec, nodes, arrays, config, per_node or (lambda node: (None, None)), phase, reply_spec.node_arrays)
         return {"spec": spec, "nodes": nodes, "phase": phase, "reply_spec": reply_spec, "messages": messages,
                 "down": down, "min_replies": min_replies}
 
-    def _messages(self, spec, nodes, arrays, config, node_content, phase) -> tuple[list[Message], int]:
+    def _messages(self, spec, nodes, arrays, config, node_content, phase, node_requests=None) -> tuple[list[Message], int]:
         """One message per node; the request is checked against the protocol table first
-        (a malformed request is a bug of this server, not a device's problem)."""
+        (a malformed request is a bug of this server, not a device's problem). ``node_requests``
+        gets each node's own arrays (they bind its reply's sizes)."""
         shared_record = to_array_record(arrays)
         messages, down = [], 0
         group = str(self._current_round["round"]) if self._current_round else phase
@@ -133,6 +135,8 @@ class Transport:
             full_config = {**(config or {}), **(node_config or {})}
             spec.parse_request(full_arrays, full_config)
             record = to_array_record(full_arrays) if node_arrays else shared_record
+            if node_arrays and node_requests is not None:
+                node_requests[int(node)] = node_arrays
             content = RecordDict({protocol.ARRAYS: record, protocol.CONFIG: ConfigRecord(full_config)})
             down += payload_bytes(record)
             messages.append(Message(content, int(node), spec.message_type, group_id=group))
@@ -239,16 +243,18 @@ class Transport:
     def _validate(self, node: int, reply: Incoming, spec: ReplySpec) -> tuple[str | None, Reply | None]:
         if reply.arrays is None:
             return f"reply has no {protocol.ARRAYS!r} record", None
-        arrays = {key: array_numpy(value) for key, value in reply.arrays.items()}
+        sizes = spec.sizes_of(node)
+        reason = layout_problem(reply, spec, sizes)  # before any of its data is decoded
+        if reason:
+            return reason, None
+        arrays = {key: array_numpy(value) for key, value in reply.arrays.items()}  # sizes checked: decoded
         metrics = reply.metrics or {}
         if protocol.DIM in metrics and self.dimension is not None and metrics[protocol.DIM] != self.dimension:
             return f"the node's data has dimension {metrics[protocol.DIM]}, the federation's is {self.dimension}", None
         self.note_partition(node, metrics)
-        reason = spec.task.check_reply(arrays, metrics, spec.sizes, spec.config) or bounds.box_violation(spec.task, arrays)
+        reason = spec.task.check_reply(arrays, metrics, sizes, spec.config) or bounds.box_violation(spec.task, arrays)
         if reason:
-            if "d" in spec.sizes and spec.sizes["d"] is not None and "shape" in reason:
-                reason += " (a different data dimension?)"
-            return reason, None
+            return dimension_hint(reason, spec), None
         declared = self.declared.get(node)
         first = bounds.declaration(spec.task, arrays, metrics)
         binding = declared or first  # a first reply must at least agree with itself

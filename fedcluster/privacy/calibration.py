@@ -263,8 +263,8 @@ def _first_multiplier_guess(epsilon: float, delta: float, compositions: int, sam
     geometrically, weight 1/√T on the first: within ~40% of the answer; only a start.
     """
     amplified = analytic_gaussian_sigma(
-        math.log1p(math.expm1(epsilon / compositions) / sampling_rate), min(1.0, delta / (sampling_rate * compositions))
-    )
+        math.log1p(math.expm1(epsilon / compositions) / sampling_rate), min(0.5, delta / (sampling_rate * compositions))
+    )  # a start only: δ/(qT) at or above 1 (a tiny q) bounds nothing, and the Gaussian needs δ < 1
     mu = 1.0 / analytic_gaussian_sigma(epsilon, delta)
     central = 1.0 / math.sqrt(math.log1p(mu * mu / (sampling_rate * sampling_rate * compositions)))
     weight = 1.0 / math.sqrt(compositions)

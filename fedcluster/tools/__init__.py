@@ -21,6 +21,13 @@ module              console script                what it does
                                                   (SuperLink, SuperNodes, one run), then stop it
 ==================  ============================  =================================================
 
+Every tool refuses a bad argument, or a path it cannot write as given, before any work, with
+one line ``<tool>: error: argument --x: ...`` and exit code 2 (as argparse); a file whose
+contents it cannot use, or work that fails, with one line and exit code 1; never with a
+traceback. No tool replaces an existing file without its ``--overwrite`` (``--force``). The
+shared pieces are in ``cli`` (:class:`~fedcluster.tools.cli.ToolParser`, argument ranges,
+``output_file``/``output_folder``/``save_npy``).
+
 Like the rest of fedcluster, no tool imports flwr (``local_cluster`` starts Flower's
 executables as processes); the algorithms never import a tool.
 """

@@ -16,7 +16,6 @@ the run-config ``write-labels``): a sub-folder, so a data folder listing never r
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..point_tasks import labels_path
+from .cli import ToolParser, output_file, refuse, save_npy
 from ..data import LARGEST_VALUE, DataError, load_points
 from ..lloyd import nearest
 from ..scaling import Scaling
@@ -64,23 +64,22 @@ def assign_labels(run_dir: str | Path, points: np.ndarray) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fedcluster-assign", description=__doc__.split("\n\n")[0])
+    parser = ToolParser(prog="fedcluster-assign", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", help="output folder of a finished run (centers.npy)")
     parser.add_argument("points", help="this device's points (.npy or .csv, rows = points)")
     parser.add_argument("--out", help="labels file (.npy); default: fedcluster-labels/<name>.npy beside POINTS")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing labels file")
     args = parser.parse_args(argv)
     points_path = Path(args.points)
-    out = Path(args.out) if args.out else labels_path(str(points_path))
     try:
-        if out.exists() and not args.overwrite:
-            raise DataError(f"{out} exists: pass --overwrite to replace it, or --out another file")
+        if args.out is not None:
+            out = output_file(args.out, "--out", overwrite=args.overwrite)
+        else:  # its own sub-folder beside the points, made here
+            out = output_file(labels_path(str(points_path)), "--out (default)", overwrite=args.overwrite, create_parent=True)
         labels = assign_labels(args.run_dir, load_points(str(points_path)))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        np.save(out, labels)
+        save_npy(out, labels, overwrite=args.overwrite)
     except (DataError, ValueError, OSError) as exc:
-        print(f"fedcluster-assign: error: {exc}", file=sys.stderr)
-        return 1
+        return refuse("fedcluster-assign", exc)
     sizes = np.bincount(labels)
     print(json.dumps({"points": int(labels.size), "labels": str(out),
                       "cluster_sizes": {str(i): int(s) for i, s in enumerate(sizes) if s}}))

@@ -34,9 +34,18 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .cli import ToolParser, integer, output_folder, refuse
+
 DEFAULT_HOSTS = ("localhost", "127.0.0.1", "::1")
 MAX_SUPERNODES = 1000  # key pairs in one call: checked before any file is written
 _LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def connection_name(text: str) -> str:
+    """An argparse type: a flwr connection name, a bare TOML key (it heads ``[superlink.NAME]``)."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", text):
+        raise argparse.ArgumentTypeError(f"must be 1 to 64 letters, digits, '-' or '_' (a TOML key), got {text!r}")
+    return text
 
 
 def _checked_host(host: str) -> str:
@@ -212,7 +221,7 @@ def instructions(made: Made, connection: str = "my-superlink", port: int = 8000)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ToolParser(
         prog="fedcluster-make-certs",
         description="Make a CA, the SuperLink's TLS certificate and SuperNode authentication key pairs, "
         "and print the commands that use them.",
@@ -223,20 +232,27 @@ def main(argv: list[str] | None = None) -> int:
         help="a name or address clients use for the SuperLink (repeatable; the first is the one printed); "
         f"default: {', '.join(DEFAULT_HOSTS)}",
     )
-    parser.add_argument("--supernodes", type=int, default=2, help="number of SuperNode key pairs (default 2)")
-    parser.add_argument("--days", type=int, default=365, help="validity of the certificates in days (default 365)")
-    parser.add_argument("--connection", default="my-superlink", help="the flwr connection name used in the printed commands")
-    parser.add_argument("--port", type=int, default=8000, help="the SuperLink's port used in the printed commands (default 8000)")
+    parser.add_argument("--supernodes", type=integer(0, MAX_SUPERNODES), default=2,
+                        help=f"number of SuperNode key pairs, 0 to {MAX_SUPERNODES} (default 2)")
+    parser.add_argument("--days", type=integer(1, MAX_DAYS), default=365, help=f"validity of the certificates in days, 1 to {MAX_DAYS} (default 365)")
+    parser.add_argument("--connection", type=connection_name, default="my-superlink",
+                        help="the flwr connection name used in the printed commands (letters, digits, - and _)")
+    parser.add_argument("--port", type=integer(1, 65535), default=8000, help="the SuperLink's port used in the printed commands (default 8000)")
     parser.add_argument("--force", action="store_true", help="overwrite existing files in --out")
     args = parser.parse_args(argv)
     try:
-        made = make_certs(Path(args.out), tuple(args.host or DEFAULT_HOSTS), args.supernodes, args.days, args.force)
+        hosts = tuple(_checked_host(host) for host in args.host or DEFAULT_HOSTS)
+        keys = [f"supernode-{i}.key{end}" for i in range(1, args.supernodes + 1) for end in ("", ".pub")]
+        out = output_folder(args.out, "--out", writes=("ca.crt", "ca.key", "superlink.crt", "superlink.key", *keys),
+                            overwrite=args.force, overwrite_flag="--force")
+    except ValueError as exc:
+        parser.error(str(exc) if str(exc).startswith("argument") else f"argument {exc}")
+    try:
+        made = make_certs(out, hosts, args.supernodes, args.days, args.force)
     except (ValueError, OSError) as exc:
-        print(f"fedcluster-make-certs: error: {exc}", file=sys.stderr)
-        return 1
+        return refuse("fedcluster-make-certs", exc)
     except ImportError as exc:
-        print(f"fedcluster-make-certs: error: needs the 'cryptography' package (pip install cryptography): {exc}", file=sys.stderr)
-        return 1
+        return refuse("fedcluster-make-certs", f"needs the 'cryptography' package (pip install cryptography): {exc}")
     print(instructions(made, args.connection, args.port))
     return 0
 

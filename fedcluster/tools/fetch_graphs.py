@@ -25,10 +25,13 @@ import os
 import sys
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+from .cli import ToolParser, UsageError, number, output_folder, refuse
 
 DEFAULT_BASE_URL = "https://snap.stanford.edu/data/"
 
@@ -117,22 +120,34 @@ def fetch(graph: Graph, out: Path, base_url: str = DEFAULT_BASE_URL, timeout: fl
             temp.unlink()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def base_url(text: str) -> str:
+    """An argparse type: an http(s) or file URL (where the ``NAME.txt.gz`` files are)."""
+    if urllib.parse.urlsplit(text).scheme not in ("http", "https", "file"):
+        raise argparse.ArgumentTypeError(f"must be an http://, https:// or file:// URL, got {text!r}")
+    return text
+
+
+def build_parser() -> ToolParser:
     what = "Download the SNAP graphs (email-Eu-core with its department labels, ego-Facebook) and verify each against its SHA-256."
-    parser = argparse.ArgumentParser(prog="fedcluster-fetch-graphs", description=what)
+    parser = ToolParser(prog="fedcluster-fetch-graphs", description=what)
     parser.add_argument("--out", default="graphs", help="folder to write NAME.txt into (default: ./graphs)")
     parser.add_argument(
-        "--base-url", default=DEFAULT_BASE_URL,
+        "--base-url", type=base_url, default=DEFAULT_BASE_URL,
         help=f"where the NAME.txt.gz files are (default {DEFAULT_BASE_URL}; file:///dir/ for a local mirror)",
     )
     parser.add_argument("--force", action="store_true", help="download again even when a verified copy is there")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per download before giving up (default 60)")
+    parser.add_argument("--timeout", type=number(0, 10**6, low_open=True), default=60.0,
+                        help="seconds per download before giving up (default 60)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    out = Path(args.out).expanduser().resolve()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        out = output_folder(args.out, "--out").resolve()
+    except UsageError as exc:
+        parser.error(str(exc))
     failures = 0
     for graph in GRAPHS:
         target = out / graph.name
@@ -141,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             fetch(graph, out, args.base_url, args.timeout)
-        except (FetchError, OSError) as exc:
-            print(f"fedcluster-fetch-graphs: error: {exc}", file=sys.stderr)
+        except (FetchError, OSError, ValueError) as exc:
+            refuse("fedcluster-fetch-graphs", exc)
             failures += 1
             continue
         print(f"{graph.name}: downloaded, checksum ok ({graph.what}) -> {target}")

@@ -23,11 +23,12 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from ..fedspectral import NUM_NODES_MAX as MAX_NODES
 from ..graph import GraphError, canonical_edges, infer_num_nodes, load_edge_list, overlap_to_clients, split_edges, write_client_edge_files
+from .cli import ToolParser, UsageError, integer, number, output_folder, refuse
 
 
 # flower-superlink (flwr 1.41, 1.42) serves the Fleet API (SuperNodes), the Control API (flwr run /
@@ -38,8 +39,12 @@ SUPERLINK_PORT = 8000
 SUPERNODE_PORT = 9094
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+# The most clients a split makes: one file and one SuperNode (or simulated node) each.
+MAX_CLIENTS = 10_000
+
+
+def build_parser() -> ToolParser:
+    parser = ToolParser(
         prog="fedcluster-split-graph",
         description=(
             "Split a 'u v' edge list over clients (each edge on r random clients) and write "
@@ -47,56 +52,56 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("input", help="edge list: one 'u v' pair of non-negative integer node ids per line")
-    parser.add_argument("--clients", type=int, required=True, help="number of clients J")
+    parser.add_argument("--clients", type=integer(1, MAX_CLIENTS), required=True, help=f"number of clients J, 1 to {MAX_CLIENTS}")
     share = parser.add_mutually_exclusive_group()
     share.add_argument(
-        "--overlap", type=float, default=None,
+        "--overlap", type=number(0, 1), default=None,
         help="fraction of the clients holding each edge (the paper's overlap; r = max(1, round(overlap*J))); default 0.4",
     )
-    share.add_argument("--copies", type=int, default=None, help="number of clients r holding each edge (instead of --overlap)")
+    share.add_argument("--copies", type=integer(1), default=None, help="number of clients r holding each edge (instead of --overlap)")
     parser.add_argument("--out", required=True, help="output directory (created; existing client_*.txt files are refused)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random assignment (default 0)")
+    parser.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the random assignment (default 0)")
     parser.add_argument(
-        "--num-nodes", type=int, default=0,
-        help="global number of nodes (default: largest id + 1); ids must be below it",
+        "--num-nodes", type=integer(0, MAX_NODES), default=0,
+        help=f"global number of nodes, at most {MAX_NODES} (default: largest id + 1); ids must be below it",
     )
     parser.add_argument("--force", action="store_true", help="overwrite existing client_*.txt files in --out")
     parser.add_argument(
-        "--k", type=int, default=None,
+        "--k", type=integer(1), default=None,
         help="number of clusters for the printed run commands (default: they say k=K, for you to choose)",
     )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.copies is not None and args.copies > args.clients:
+        parser.error(f"argument --copies: must be between 1 and --clients={args.clients}, got {args.copies}")
     try:
-        if args.clients < 1:
-            raise ValueError(f"--clients must be >= 1, got {args.clients}")
-        if args.copies is not None:
-            if not 1 <= args.copies <= args.clients:
-                raise ValueError(f"--copies must be between 1 and --clients={args.clients}, got {args.copies}")
-            copies = args.copies
-        else:
-            copies = overlap_to_clients(0.4 if args.overlap is None else args.overlap, args.clients)
+        out = output_folder(args.out, "--out").resolve()
+        copies = args.copies or overlap_to_clients(0.4 if args.overlap is None else args.overlap, args.clients)
         raw = load_edge_list(args.input, args.num_nodes or None)
         num_nodes = args.num_nodes or infer_num_nodes(raw)
+        if raw.shape[0] == 0:
+            raise GraphError(f"{args.input} holds no edge ('u v' lines): nothing to split")
+        if num_nodes > MAX_NODES:
+            raise GraphError(f"{args.input} has node ids up to {num_nodes - 1}: a run takes at most {MAX_NODES} nodes "
+                             f"(run-config num-nodes); number the nodes 0 .. n-1")
         if args.k is not None and not 1 <= args.k <= num_nodes:
-            raise ValueError(f"--k must be between 1 and the graph's {num_nodes} nodes, got {args.k}")
+            raise UsageError(f"argument --k: must be between 1 and the graph's {num_nodes} nodes, got {args.k}")
         edges = canonical_edges(raw)
-        out = Path(args.out).expanduser().resolve()
         existing = sorted(out.glob("client_*.txt")) if out.is_dir() else []
         if existing and not args.force:
-            raise ValueError(
-                f"{out} already holds {len(existing)} client_*.txt file(s); choose an empty directory or pass --force"
+            raise UsageError(
+                f"argument --out: {out} already holds {len(existing)} client_*.txt file(s); choose an empty directory or pass --force"
             )
         for path in existing:
             path.unlink()
         parts = split_edges(edges, args.clients, copies, args.seed)
         paths = write_client_edge_files(parts, out)
     except (GraphError, ValueError, OSError) as exc:
-        print(f"fedcluster-split-graph: error: {exc}", file=sys.stderr)
-        return 1
+        return refuse("fedcluster-split-graph", exc)
 
     degrees = [len(set(part.ravel().tolist())) for part in parts]
     print(f"{args.input}: {num_nodes} nodes, {edges.shape[0]} undirected edges "

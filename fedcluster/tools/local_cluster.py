@@ -24,7 +24,6 @@ Flower's commands, found beside this Python or on PATH.
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import subprocess
@@ -34,7 +33,8 @@ from pathlib import Path
 
 from fedcluster.data import DataError, refuse_run_folder
 
-from .certs import make_certs
+from .certs import MAX_SUPERNODES, make_certs
+from .cli import ToolParser, UsageError, integer, number, output_folder, refuse
 from .flower import FlowerError, FlowerProcesses
 
 PROJECT = Path(__file__).resolve().parents[2]  # the Flower app (pyproject.toml): fedcluster/tools/ is two levels down
@@ -103,7 +103,7 @@ class LocalCluster(FlowerProcesses):
 
 
 def find_app(app: str | None) -> Path:
-    path = Path(app).expanduser().resolve() if app else PROJECT
+    path = Path(app).expanduser().resolve() if app is not None else PROJECT
     pyproject = path / "pyproject.toml"
     if not pyproject.is_file() or "[tool.flwr.app]" not in pyproject.read_text():
         raise ClusterError(
@@ -129,8 +129,8 @@ def data_files_from(args) -> list[Path]:
     return files
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> ToolParser:
+    parser = ToolParser(
         prog="fedcluster-local-cluster",
         description="Start a SuperLink and one SuperNode per data file on this machine (TLS + SuperNode "
         "authentication, free loopback ports), run one job, print where the results are, stop everything.",
@@ -138,11 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
     data = parser.add_argument_group("data (one SuperNode per file)")
     data.add_argument("--data", action="append", metavar="FILE", help="a SuperNode's data file (.npy points or an edge list); repeatable")
     data.add_argument("--data-dir", metavar="DIR", help="every .npy/.txt/.csv file in DIR is one SuperNode's data")
-    data.add_argument("--demo-nodes", type=int, default=0, metavar="N", help="make N small non-IID 2-D demo files instead")
+    data.add_argument("--demo-nodes", type=integer(0, MAX_SUPERNODES), default=0, metavar="N",
+                      help=f"make N small non-IID 2-D demo files instead (at most {MAX_SUPERNODES})")
     parser.add_argument("--run-config", default="", help="passed to flwr run (TOML key=value pairs); min-nodes and output-dir are added unless given")
-    parser.add_argument("--workdir", default=None, help="folder for certificates, logs and results (default ./local-cluster/<time>)")
+    parser.add_argument("--workdir", default=None, help="a new or empty folder for certificates, logs and results "
+                        "(default ./local-cluster/<time>)")
     parser.add_argument("--app", default=None, help="the Flower app to submit (default: this checkout)")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the run to finish (default 900)")
+    parser.add_argument("--timeout", type=number(0, 10**7, low_open=True), default=900.0,
+                        help="seconds to wait for the run to finish (default 900)")
     return parser
 
 
@@ -150,9 +153,26 @@ def _terminate(signum, frame):  # SIGTERM behaves like Ctrl-C: clean up, then ex
     raise KeyboardInterrupt
 
 
+def checked_run_config(text: str) -> None:
+    """The ``--run-config`` as the run will see it, checked here before any process starts."""
+    from ..config import parse_run_config, with_defaults
+
+    with_defaults(parse_run_config(text))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    workdir = Path(args.workdir or Path("local-cluster") / datetime.now().strftime("%Y%m%d-%H%M%S")).resolve()
+    from ..config import ConfigError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        checked_run_config(args.run_config)
+        default = Path("local-cluster") / datetime.now().strftime("%Y%m%d-%H%M%S")
+        workdir = output_folder(default if args.workdir is None else args.workdir, "--workdir", empty=True).resolve()
+    except ConfigError as exc:
+        parser.error(f"argument --run-config: {' '.join(str(exc).split())}")
+    except UsageError as exc:
+        parser.error(str(exc))
     previous = signal.signal(signal.SIGTERM, _terminate)
     cluster = None
     try:
@@ -188,9 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"final cost per point: {final['cost']:.6g} on {final.get('num_points', '?')} points")
         print("every process started here is stopped")
         return 0
-    except ClusterError as exc:
-        print(f"fedcluster-local-cluster: error: {exc}", file=sys.stderr)
-        return 1
+    except (ClusterError, OSError) as exc:
+        return refuse("fedcluster-local-cluster", exc)
     except KeyboardInterrupt:
         print("fedcluster-local-cluster: interrupted; every process started here is stopped", file=sys.stderr)
         return 130

@@ -1,7 +1,8 @@
 """Pictures of a finished run, from its ``result.json`` (and, optionally, one device's points).
 
-``fedcluster-plot RUN_DIR [--points POINTS.npy] [--out DIR]`` writes PNGs into ``RUN_DIR``
-(or ``--out``) and prints which it wrote and which it skipped, with the reason:
+``fedcluster-plot RUN_DIR [--points POINTS.npy] [--out DIR] [--overwrite]`` writes PNGs into
+``RUN_DIR`` (or ``--out``; pictures already there are replaced only with ``--overwrite``) and
+prints which it wrote and which it skipped, with the reason:
 
 - ``cost.png``          cost per point per round, beside the pooled central cost when the run
                         measured it (``reference``);
@@ -19,7 +20,6 @@ matplotlib is an optional extra: ``pip install 'fedcluster[plot]'``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -29,6 +29,8 @@ import numpy as np
 
 from ..data import DataError, load_points
 from ..lloyd import nearest
+from .assign import run_centers
+from .cli import ToolParser, output_folder, refuse
 
 INSTALL_HINT = "matplotlib is not installed: pip install 'fedcluster[plot]' (or pip install matplotlib)"
 
@@ -233,16 +235,24 @@ def plot_k_range(result: dict[str, Any], plt, path: Path) -> str | None:
     return _save(fig, plt, path)
 
 
-def plot_points(run_dir: Path, points_file: str | None, plt, path: Path) -> str | None:
+def device_points(run_dir: Path, points_file: str | None) -> tuple[np.ndarray, np.ndarray] | str:
+    """A device's points and the run's centers, checked before anything is drawn (a
+    DataError names the file), or why there is nothing to draw."""
     if not points_file:
         return "no --points given (a device's own points)"
-    centers_file = run_dir / "centers.npy"
-    if not centers_file.is_file():
-        return f"{centers_file} does not exist (graph runs have no centers)"
-    centers = np.load(centers_file)
+    if not (run_dir / "centers.npy").is_file():
+        return f"{run_dir / 'centers.npy'} does not exist (graph runs have no centers)"
+    centers = run_centers(run_dir)
     points = load_points(points_file)
     if points.shape[1] != centers.shape[1]:
         raise DataError(f"{points_file} has {points.shape[1]} features, the run's centers {centers.shape[1]}")
+    return points, centers
+
+
+def plot_points(points_file: str | None, drawn: tuple[np.ndarray, np.ndarray] | str, plt, path: Path) -> str | None:
+    if isinstance(drawn, str):
+        return drawn
+    points, centers = drawn
     labels = nearest(points, centers)
     if points.shape[1] == 1:  # 1-D: the points along x, spread a little in y to be seen
         jitter = np.random.default_rng(0).uniform(-0.4, 0.4, size=(len(points), 1))
@@ -262,12 +272,18 @@ def plot_points(run_dir: Path, points_file: str | None, plt, path: Path) -> str 
     return _save(fig, plt, path)
 
 
-def plot_run(run_dir: str | Path, points: str | None = None, out: str | Path | None = None) -> dict[str, Any]:
-    """Write every picture that applies; return ``{"written": [...], "skipped": {name: reason}}``."""
+PICTURES = ("cost.png", "communication.png", "replies.png", "privacy.png", "spectral.png", "k_range.png", "points.png")
+
+
+def plot_run(run_dir: str | Path, points: str | None = None, out: str | Path | None = None,
+             overwrite: bool = False) -> dict[str, Any]:
+    """Write every picture that applies; return ``{"written": [...], "skipped": {name: reason}}``.
+    Pictures already in the folder are replaced only with ``overwrite`` (else UsageError)."""
     run_dir = Path(run_dir)
     result = load_result(run_dir)
+    folder = output_folder(run_dir if out is None else out, "RUN_DIR" if out is None else "--out", writes=PICTURES, overwrite=overwrite)
+    drawn = device_points(run_dir, points)
     plt = _pyplot()
-    folder = Path(out) if out else run_dir
     folder.mkdir(parents=True, exist_ok=True)
     written, skipped = [], {}
     for name, draw in (
@@ -277,7 +293,7 @@ def plot_run(run_dir: str | Path, points: str | None = None, out: str | Path | N
         ("privacy.png", lambda p: plot_privacy(result, plt, p)),
         ("spectral.png", lambda p: plot_spectral(result, plt, p)),
         ("k_range.png", lambda p: plot_k_range(result, plt, p)),
-        ("points.png", lambda p: plot_points(run_dir, points, plt, p)),
+        ("points.png", lambda p: plot_points(points, drawn, plt, p)),
     ):
         try:
             reason = draw(folder / name)
@@ -292,16 +308,16 @@ def plot_run(run_dir: str | Path, points: str | None = None, out: str | Path | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fedcluster-plot", description=__doc__.split("\n\n")[0])
+    parser = ToolParser(prog="fedcluster-plot", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", help="output folder of a finished run (result.json)")
     parser.add_argument("--points", help="one device's points (.npy/.csv) to draw with the centers")
     parser.add_argument("--out", help="write the PNGs here instead of RUN_DIR")
+    parser.add_argument("--overwrite", action="store_true", help="replace pictures already in the folder")
     args = parser.parse_args(argv)
     try:
-        report = plot_run(args.run_dir, args.points, args.out)
+        report = plot_run(args.run_dir, args.points, args.out, args.overwrite)
     except (DataError, ValueError, OSError) as exc:
-        print(f"fedcluster-plot: error: {exc}", file=sys.stderr)
-        return 1
+        return refuse("fedcluster-plot", exc)
     for file in report["written"]:
         print(f"wrote   {file}")
     for name, reason in report["skipped"].items():

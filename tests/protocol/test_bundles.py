@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from client_app.app import handle
 from fedcluster import protocol
@@ -116,6 +116,22 @@ def test_a_bundle_reply_missing_a_part_or_with_junk_is_read_without_raising():
     first, second = incoming(reply, 1000, 2)
     assert first.error == "error reply: (no reason given)"
     assert second.error is None and second.arrays is None  # the server then says: no 'arrays' record
+
+
+def test_a_reply_with_an_undeclared_record_is_refused_for_every_part_naming_it():
+    reply = handle(_bundle([("data_summary", {}), ("data_summary", {})]), _context())
+    reply.content["junk"] = ArrayRecord({"x": Array(np.zeros(10))})
+    parts = incoming(reply, 1000, 2)
+    assert all(p.kind == "invalid" and p.arrays is None and "undeclared record 'junk'" in p.error for p in parts)
+
+
+def test_a_list_valued_metric_or_a_huge_error_reason_is_cut_short():
+    reply = handle(_bundle([("data_summary", {}), ("data_summary", {})]), _context())
+    reply.content[protocol.part(protocol.METRICS, 0)]["padding"] = [0.0] * 100_000
+    reply.content[protocol.part(protocol.ERROR, 1)] = ConfigRecord({"reason": "x" * 10**6})
+    first, second = incoming(reply, 1000, 2)
+    assert first.kind == "invalid" and "metric 'padding' is a list of 100000 values" in first.error
+    assert len(second.error) < 3000 and second.error.endswith("more characters)")
 
 
 @pytest.mark.parametrize("tasks", [["no_such_task"], "not a list"])

@@ -208,7 +208,7 @@ def test_config_keys_and_epsilon_inf():
         with_defaults({"privacy-level": "galaxy"})
     with pytest.raises(ConfigError, match="only accounted at privacy-level = 'client'"):
         with_defaults({"algorithm": "feddp-kmeans", "client-sampling-rate": 0.5})
-    with pytest.raises(ConfigError, match="epsilon must be > 0"):
+    with pytest.raises(ConfigError, match=r"epsilon must be in \[0.001, 100\] or inf, got 0.0"):
         with_defaults({"epsilon": 0.0})
 
 

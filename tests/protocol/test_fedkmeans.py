@@ -9,7 +9,7 @@ import pytest
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
 from conftest import lloyd_step, state_partition, write_npy_dir
-from fedcluster.config import with_defaults
+from fedcluster.config import ConfigError, with_defaults
 from fedcluster.fedkmeans import client_kmeans
 from fedcluster.lloyd import lloyd_statistics
 from inprocess import run
@@ -185,7 +185,7 @@ def test_too_few_valid_replies_fails_clearly(tmp_path):
 # ---------------------------------------------------------------- bad input
 def test_missing_data_directory_is_named(tmp_path):
     missing = tmp_path / "nowhere"
-    with pytest.raises(FederationError, match="nowhere"):
+    with pytest.raises(ConfigError, match="run-config data-dir: data directory .*nowhere does not exist"):  # before any node
         run({"dataset": "npy-dir", "data-dir": str(missing), "output-dir": str(tmp_path / "o")}, num_nodes=2)
 
 

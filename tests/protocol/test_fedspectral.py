@@ -423,7 +423,7 @@ def test_split_graph_cli_writes_clients_and_prints_the_run_config(tmp_path, caps
     held = np.concatenate([load_edge_list(f) for f in files])
     assert held.shape[0] == 3 * 2  # 3 undirected edges, each on 2 clients
     # refuses to mix with an earlier split, unless --force
-    assert split_main([str(source), "--clients", "2", "--copies", "1", "--out", str(out)]) == 1
+    assert split_main([str(source), "--clients", "2", "--copies", "1", "--out", str(out)]) == 2
     assert "already holds" in capsys.readouterr().err
     assert split_main([str(source), "--clients", "2", "--copies", "1", "--out", str(out), "--force"]) == 0
     assert len(list(out.glob("client_*.txt"))) == 2
@@ -435,7 +435,9 @@ def test_split_graph_cli_errors(tmp_path, capsys):
     assert split_main([str(source), "--clients", "3", "--out", str(tmp_path / "o"), "--num-nodes", "5"]) == 1
     assert "node id 9 is out of range" in capsys.readouterr().err
     assert split_main([str(tmp_path / "missing.txt"), "--clients", "3", "--out", str(tmp_path / "o")]) == 1
-    assert split_main([str(source), "--clients", "3", "--copies", "4", "--out", str(tmp_path / "o")]) == 1
+    with pytest.raises(SystemExit) as refused:  # an argument against another: exit code 2, as argparse
+        split_main([str(source), "--clients", "3", "--copies", "4", "--out", str(tmp_path / "o")])
+    assert refused.value.code == 2 and "argument --copies: must be between 1 and --clients=3" in capsys.readouterr().err
 
 
 def test_split_graph_script_is_declared():

@@ -32,7 +32,7 @@ def test_existing_labels_are_not_overwritten_without_asking(tmp_path, capsys):
     np.save(tmp_path / "p.npy", np.array([[1.0], [4.0]]))
     (tmp_path / "fedcluster-labels").mkdir()
     np.save(tmp_path / "fedcluster-labels" / "p.npy", np.array([7, 7]))
-    assert main([str(folder), str(tmp_path / "p.npy")]) == 1
+    assert main([str(folder), str(tmp_path / "p.npy")]) == 2  # an argument (the default --out) refused
     assert "--overwrite" in capsys.readouterr().err
     np.testing.assert_array_equal(np.load(tmp_path / "fedcluster-labels" / "p.npy"), [7, 7])
     assert main([str(folder), str(tmp_path / "p.npy"), "--overwrite"]) == 0

@@ -55,9 +55,10 @@ def test_existing_files_are_not_overwritten_without_force(tmp_path, capsys):
     assert main(["--out", str(tmp_path), "--supernodes", "1"]) == 0
     first = (tmp_path / "ca.crt").read_bytes()
     capsys.readouterr()
-    assert main(["--out", str(tmp_path), "--supernodes", "1"]) == 1
+    with pytest.raises(SystemExit) as refused:
+        main(["--out", str(tmp_path), "--supernodes", "1"])
     err = capsys.readouterr().err
-    assert "already holds" in err and "--force" in err
+    assert refused.value.code == 2 and "already holds" in err and "--force" in err
     assert (tmp_path / "ca.crt").read_bytes() == first
     assert main(["--out", str(tmp_path), "--supernodes", "1", "--force"]) == 0
     assert (tmp_path / "ca.crt").read_bytes() != first
@@ -74,19 +75,23 @@ def test_prints_the_secure_commands_and_one_registration_per_supernode(tmp_path,
     assert "--port 9094" in out and "--port 9095" in out
 
 
+def refused(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    assert exit.value.code == 2
+    return capsys.readouterr().err
+
+
 def test_bad_arguments_are_named(tmp_path, capsys):
-    assert main(["--out", str(tmp_path), "--supernodes", "-1"]) == 1
-    assert "--supernodes must be between 0 and 1000" in capsys.readouterr().err
-    assert main(["--out", str(tmp_path / "many"), "--supernodes", "100000"]) == 1
-    assert "--supernodes must be between 0 and 1000" in capsys.readouterr().err
+    assert "--supernodes: must be a whole number in [0, 1000]" in refused(capsys, ["--out", str(tmp_path), "--supernodes", "-1"])
+    assert "--supernodes: must be a whole number in [0, 1000]" in refused(capsys, ["--out", str(tmp_path / "many"), "--supernodes", "100000"])
     assert not (tmp_path / "many").exists()  # refused before any file is written
     for host in ("", "bad host", "-x.example", "a" * 64 + ".example", "x..y"):
-        assert main(["--out", str(tmp_path / "h"), "--host", "ok.example", f"--host={host}"]) == 1
-        assert f"--host {host!r} is neither an IP address nor a DNS name" in capsys.readouterr().err
+        err = refused(capsys, ["--out", str(tmp_path / "h"), "--host", "ok.example", f"--host={host}"])
+        assert f"--host {host!r} is neither an IP address nor a DNS name" in err
     assert not (tmp_path / "h").exists()
     for days in ("0", "100000000"):  # 1e8 days once overflowed the date arithmetic with a raw traceback
-        assert main(["--out", str(tmp_path / "d"), "--days", days]) == 1
-        assert "--days must be between 1 and 3653" in capsys.readouterr().err
+        assert "--days: must be a whole number in [1, 3653]" in refused(capsys, ["--out", str(tmp_path / "d"), "--days", days])
     assert not (tmp_path / "d").exists()
 
 

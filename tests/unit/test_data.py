@@ -187,7 +187,9 @@ def test_a_folder_of_csv_files_is_refused_before_any_device_with_the_hint(tmp_pa
     folder = tmp_path / "data"
     folder.mkdir()
     (folder / "a.csv").write_text("1,2\n3,4\n")
-    with pytest.raises(DataError, match=r"npy-dir.*--data-path .*a\.csv"):
+    from fedcluster.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"run-config data-dir: .*npy-dir.*--data-path .*a\.csv"):  # before any node is made
         run({"dataset": "npy-dir", "data-dir": str(folder), "k": 1, "output-dir": str(tmp_path / "out")}, 1)
 
 

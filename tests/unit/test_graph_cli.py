@@ -57,6 +57,6 @@ def test_k_in_the_printed_commands_comes_from_k_or_is_left_to_choose(tmp_path, c
     assert graph_cli.main([str(edges), "--clients", "2", "--k", "3", "--out", str(tmp_path / "k3")]) == 0
     commands = [line for line in capsys.readouterr().out.splitlines() if "flwr run" in line]
     assert len(commands) == 2 and all(" k=3 " in line for line in commands)
-    assert graph_cli.main([str(edges), "--clients", "2", "--k", "8", "--out", str(tmp_path / "k8")]) == 1
-    assert "--k must be between 1 and the graph's 7 nodes, got 8" in capsys.readouterr().err
+    assert graph_cli.main([str(edges), "--clients", "2", "--k", "8", "--out", str(tmp_path / "k8")]) == 2
+    assert "--k: must be between 1 and the graph's 7 nodes, got 8" in capsys.readouterr().err
     assert not (tmp_path / "k8").exists()

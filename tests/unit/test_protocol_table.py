@@ -99,3 +99,38 @@ def test_requests_parse_to_typed_values_and_bad_ones_name_the_key():
         protocol.task("kfed_local").parse_request({}, {"k-prime": 2, "seeding": "x"})
     with pytest.raises(ValueError, match="no config 'k-prime'"):
         protocol.task("kfed_local").parse_request({}, {})
+
+
+@pytest.mark.parametrize("spec, config", list(reply_cases()))
+def test_every_reply_is_refused_by_its_declared_sizes_and_dtypes_before_decoding(spec, config):
+    """check_layout sees only (dtype, shape) as an array's metadata states them."""
+    arrays, _ = valid_reply(spec, config)
+    fields = {f.name: f for f in spec.reply}
+    honest = {"real": np.float64, "integer": np.int64, "byte": np.uint8}
+    layouts = {name: (np.dtype(honest[fields[name].dtype]), value.shape) for name, value in arrays.items()}
+    assert spec.check_layout(layouts, SIZES, config) is None
+    reason = spec.check_layout({**layouts, "junk": (np.dtype(np.float64), (10**8,))}, SIZES, config)
+    assert reason and "undeclared array 'junk'" in reason
+    for name, (dtype, shape) in layouts.items():
+        for case, bad in {"complex": (np.dtype(np.complex128), shape), "object": (np.dtype(object), shape),
+                          "wide": (np.dtype(np.float64) if fields[name].dtype == "byte" else np.dtype(np.longdouble), shape),
+                          "rank": (dtype, shape + (1,)), "rows": (dtype, (10**9,) + shape[1:])}.items():
+            reason = spec.check_layout({**layouts, name: bad}, SIZES, config)
+            assert reason and repr(name) in reason, (spec.name, name, case, reason)
+
+
+def test_a_symbol_the_device_chooses_is_held_to_its_declared_limit():
+    spec = protocol.task("local_summary")
+    layouts = lambda c: {"centers": (np.dtype(np.float64), (c, 4)), "counts": (np.dtype(np.float64), (c,))}
+    assert spec.check_layout(layouts(5), {"d": 4}, {"k": 5}) is None
+    reason = spec.check_layout(layouts(6), {"d": 4}, {"k": 5})
+    assert reason and "c=6" in reason and "c ≤ k" in reason
+    reason = protocol.task("data_summary").check_layout({"min": (np.dtype(np.float64), (protocol.FREE_MAX + 1,))}, {"d": None})
+    assert reason and "'min'" in reason and str(protocol.FREE_MAX) in reason
+
+
+def test_the_request_binds_the_sizes_of_its_reply():
+    spec = protocol.task("lloyd_stats")
+    sizes = spec.request_sizes({"centers": np.ones((3, 4))}, {"d": None})
+    assert sizes["k"] == 3 and sizes["d"] == 4
+    assert spec.request_sizes({"centers": np.ones((3, 4))}, {"k": 2})["k"] == 2  # the server's own sizes win

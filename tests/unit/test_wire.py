@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flwr.app import Array
 
-from fedcluster.wire import array_fields, array_numpy, from_npy_bytes, npy_bytes
+from fedcluster.wire import NPY_HEADER_MAX, array_fields, array_layout, array_numpy, from_npy_bytes, npy_bytes
 
 ARRAYS = [
     np.zeros(()),
@@ -64,3 +64,32 @@ def test_flower_array_round_trip_matches_flowers_own_conversion():
 def test_object_arrays_are_refused():
     with pytest.raises(TypeError, match="object arrays"):
         npy_bytes(np.array([{}, 1], dtype=object))
+
+
+@pytest.mark.parametrize("array", ARRAYS, ids=lambda a: f"{a.dtype}{a.shape}")
+def test_layout_is_read_from_the_metadata_alone(array):
+    assert array_layout(Array(**array_fields(array))) == (array.dtype, array.shape)
+    assert array_layout(Array(array)) == (array.dtype, array.shape)  # Flower's own conversion too
+
+
+@pytest.mark.parametrize("lie, words", [
+    ({"shape": (10**9,)}, "holds"),  # more elements than the bytes carry
+    ({"dtype": "(1000000,)f8"}, "holds"),  # a sub-array dtype of 8 MB items
+    ({"dtype": "no such type"}, "unreadable dtype"),
+    ({"shape": (-1,)}, "unreadable shape"),
+    ({"shape": "5"}, "unreadable shape"),
+    ({"stype": "torch.Tensor"}, "not a NumPy array"),
+])
+def test_metadata_that_cannot_be_what_it_says_is_refused_unread(lie, words):
+    array = Array(**array_fields(np.arange(5.0)))
+    for key, value in lie.items():
+        object.__setattr__(array, key, value)
+    with pytest.raises(ValueError, match=words):
+        array_layout(array)
+
+
+def test_bytes_beyond_the_largest_header_are_refused():
+    array = Array(**array_fields(np.arange(5.0)))
+    object.__setattr__(array, "data", array.data + b" " * (NPY_HEADER_MAX + 1))
+    with pytest.raises(ValueError, match="holds"):
+        array_layout(array)
