@@ -22,18 +22,15 @@ unpickled.
 
 from __future__ import annotations
 
-import json
 import os
-import struct
 import time
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from flwr.app import Message
-from flwr.common import serde
-from flwr.proto.message_pb2 import Message as ProtoMessage
 
+from .journal_file import FRAME, decode, encode, message_bytes, message_from, read_frames, without_data
 from .messages import FederationError
 
 NAME = "journal.bin"
@@ -44,54 +41,11 @@ NAME = "journal.bin"
 # so replies left waiting slow down the delivery of the others (bench/flwr_scale.py).
 PULL_PAUSE_S = 0.1
 PULL_AGAIN_S = 0.05
-_FRAME = struct.Struct("<QI")
-_HEADER = struct.Struct("<I")
 
 
 class Diverged(FederationError):
     """A resumed run asked for something else than the first attempt did at the same point:
     the journal cannot answer it (the code, the config or the data changed)."""
-
-
-def encode(header: dict[str, Any], blobs: Iterable[bytes] = ()) -> bytes:
-    blobs = list(blobs)
-    text = json.dumps({**header, "blobs": [len(b) for b in blobs]}, separators=(",", ":")).encode()
-    return _HEADER.pack(len(text)) + text + b"".join(blobs)
-
-
-def decode(payload: bytes) -> tuple[dict[str, Any], list[bytes]]:
-    (size,) = _HEADER.unpack_from(payload)
-    header = json.loads(payload[_HEADER.size:_HEADER.size + size])
-    blobs, at = [], _HEADER.size + size
-    for length in header.pop("blobs"):
-        blobs.append(payload[at:at + length])
-        at += length
-    if at != len(payload):
-        raise ValueError("a journal frame's blobs do not fill it")
-    return header, blobs
-
-
-def read_frames(path: Path) -> tuple[list[bytes], int]:
-    """The complete frames of a journal file and the offset where they end (a frame cut
-    short by a crash, or damaged, ends the journal: what follows it is not trusted)."""
-    data = path.read_bytes() if path.exists() else b""
-    frames, at = [], 0
-    while at + _FRAME.size <= len(data):
-        length, crc = _FRAME.unpack_from(data, at)
-        payload = data[at + _FRAME.size:at + _FRAME.size + length]
-        if len(payload) != length or zlib.crc32(payload) != crc:
-            break
-        frames.append(payload)
-        at += _FRAME.size + length
-    return frames, at
-
-
-def message_bytes(message: Message) -> bytes:
-    return serde.message_to_proto(message).SerializeToString()
-
-
-def message_from(blob: bytes) -> Message:
-    return serde.message_from_proto(ProtoMessage.FromString(blob))
 
 
 class Journal:
@@ -172,7 +126,7 @@ class Journal:
         if self._file is None:
             return
         payload = encode(header, blobs)
-        self._file.write(_FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
+        self._file.write(FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
         self._file.flush()
         os.fsync(self._file.fileno())
 
@@ -243,11 +197,12 @@ class Journal:
         return ids
 
     def pull(self, grid: Any, pending: set[str], deadline: float,
-             on_batch: Callable[[list[Message]], None] | None = None) -> list[Message]:
+             on_batch: Callable[[list[Message]], None] | None = None, unread: set[str] | None = None) -> list[Message]:
         """The replies to ``pending`` message ids until all came or ``deadline`` (the
         journal's batches, for a replayed round trip); ``on_batch`` gets each pull's
         replies as they come. A live round trip is written to the journal once its pull
-        ends."""
+        ends; the replies to the message ids in ``unread`` (refused unread by their
+        declared sizes) without their arrays' data: what refused them is their metadata."""
         out: list[Message] = []
         if self._replayed is not None:
             batches, self._replayed = self._replayed, None
@@ -269,8 +224,10 @@ class Journal:
                 break
             time.sleep(PULL_AGAIN_S if got else PULL_PAUSE_S)
         if self._live is not None:
-            live, self._live = self._live, None
-            self.record_round_trip(*live)
+            (destinations, types, ids, batches), self._live = self._live, None
+            unread = unread or set()
+            batches = [[without_data(m) if m.metadata.reply_to_message_id in unread else m for m in batch] for batch in batches]
+            self.record_round_trip(destinations, types, ids, batches)
         return out
 
     def replayed_round_trip(self, destinations: list[int], types: list[str]) -> tuple[list[str], list[list[Message]]]:

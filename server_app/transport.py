@@ -86,7 +86,8 @@ class Transport:
                     if valid is not None:
                         checked[index].append(valid)
 
-        self.journal.pull(self.grid, set(pushed), deadline, check)
+        self._unread = set()  # message ids of replies refused unread (their data is not journaled either)
+        self.journal.pull(self.grid, set(pushed), deadline, check, self._unread)
         out = []
         for index, (p, (node_of, failures)) in enumerate(zip(prepared, sent)):
             self._phase = p["phase"]
@@ -246,6 +247,7 @@ class Transport:
         sizes = spec.sizes_of(node)
         reason = layout_problem(reply, spec, sizes)  # before any of its data is decoded
         if reason:
+            self._unread.add(reply.key.split("/")[0])
             return reason, None
         arrays = {key: array_numpy(value) for key, value in reply.arrays.items()}  # sizes checked: decoded
         metrics = reply.metrics or {}

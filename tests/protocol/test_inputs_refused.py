@@ -78,11 +78,12 @@ def test_a_folder_another_run_is_writing_is_refused(tmp_path):
 
 
 def test_a_results_folder_is_never_read_as_client_data(tmp_path):
+    from fedcluster.config import ConfigError
     from fedcluster.data import DataError
 
     data, out = blobs(tmp_path), tmp_path / "out"
     run(config(data, out), num_nodes=3)
-    with pytest.raises((FederationError, DataError), match="results of a fedcluster run"):
+    with pytest.raises((FederationError, DataError, ConfigError), match="results of a fedcluster run"):
         run(config(out, tmp_path / "second"), num_nodes=3)
 
 
