@@ -209,7 +209,7 @@ def run_inprocess(config: dict[str, Any], num_nodes: int) -> dict[str, Any]:
     quiet_flower()
     import numpy as np
 
-    from inprocess import run
+    from fedcluster.inprocess import run
 
     config = dict(config)
     if config.get("output-dir"):

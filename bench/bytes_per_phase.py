@@ -7,7 +7,7 @@ devices, FedSpectral(+) on a 60-node two-community graph split over 5 devices, k
 For every phase of ``result.json`` the bytes the server pushed (``bytes_down``) and pulled
 (``bytes_up``) are divided by the devices asked and the replies received, and averaged
 over the phase's occurrences. Sizes are the serialized arrays of each message (``.npy``
-bytes, ``server_app.messages.payload_bytes``); config values, Flower's message metadata and
+bytes, ``fedcluster.server.messages.payload_bytes``); config values, Flower's message metadata and
 gRPC/TLS framing come on top (not counted here).
 
 ``--quick`` runs the same rows with 3 rounds where a row sets its rounds (FedKMeans,

@@ -15,7 +15,7 @@ observed points in one place (the cloud). Metrics on the distinct observed point
 cost per point (objective (1) up to the factor ½) and its ratio to central, VI (nats),
 Rand index and ARI against the true classes; mean ± std over the seeds.
 
-Part 2 runs the real system in-process (``inprocess.run``: ServerApp + ClientApp) with
+Part 2 runs the real system in-process (``fedcluster.inprocess.run``: ServerApp + ClientApp) with
 run-config defaults for ``algorithm=da-ufl`` (each weighting) and ``algorithm=fedkmeans``
 on the same agents' files, and evaluates the final centers on the distinct points.
 

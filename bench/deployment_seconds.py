@@ -72,7 +72,7 @@ def kernel_seconds(path: Path, centers: np.ndarray) -> float:
 
 
 def clientapp_start_seconds(path: Path) -> float:
-    code = f"import numpy, client_app.app; numpy.load({str(path)!r})"
+    code = f"import numpy, fedcluster.client.app; numpy.load({str(path)!r})"
     best = float("inf")
     for _ in range(3):
         started = time.perf_counter()

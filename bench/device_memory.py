@@ -1,6 +1,6 @@
 """Peak memory of a device: each algorithm's device kernels on 100 000 points x 32 dimensions.
 
-Every measurement is a fresh Python process that imports the ClientApp (``client_app.app``,
+Every measurement is a fresh Python process that imports the ClientApp (``fedcluster.client.app``,
 hence flwr), loads the device's ``.npy`` through the same path a SuperNode uses
 (``data-path``), runs ONE task through ``fedcluster.device.run_task`` (the protocol
 parse and reply check included) and reports its peak resident set size (``VmHWM`` of
@@ -60,7 +60,7 @@ CHILD = r"""
 import json, resource, sys, time
 import numpy as np
 sys.path.insert(0, {root!r})
-import client_app.app  # the ClientApp module, as flwr-clientapp loads it (imports flwr)
+import fedcluster.client.app  # the ClientApp module, as flwr-clientapp loads it (imports flwr)
 from fedcluster.config import with_defaults
 from fedcluster.node_data import device_data
 from fedcluster.device import run_task

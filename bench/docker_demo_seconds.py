@@ -7,7 +7,7 @@ job (FedKMeans, k = 4, 10 rounds), ``--repeats`` times each, and tears it down e
 Columns: ``up`` = ``up -d`` returned (containers created and started); ``up → finished`` =
 until the job container exited (``docker wait``), which is what a user waits for; ``run`` =
 Flower's own pending → finished time of the run (``flwr-run.json``); seconds per round from
-``result.json``. Baseline, same data and config in this process (``inprocess.run``): the
+``result.json``. Baseline, same data and config in this process (``fedcluster.inprocess.run``): the
 same job without any Flower transport.
 
 Needs a Docker engine, Compose and the images (``bash docker/build.sh``).
@@ -115,7 +115,7 @@ def main() -> None:
                 ])
         print(markdown_table(["cluster", "up (s)", "up → finished (s)", "Flower run (s)", "rounds", "s / round",
                               "finished / in-process", "cost / point"], rows))
-        print(f"\nbaseline, the same job in-process (inprocess.run): {baseline:.2f} s, {len(inprocess['rounds'])} rounds, "
+        print(f"\nbaseline, the same job in-process (fedcluster.inprocess.run): {baseline:.2f} s, {len(inprocess['rounds'])} rounds, "
               f"cost {inprocess['final']['cost']:.4f}; medians of {args.repeats} runs per row")
 
 

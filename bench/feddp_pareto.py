@@ -164,7 +164,7 @@ def optimum(item: tuple) -> dict:
     _, total = central_kmeans(X, 10, seed, n_init=10)
     row = {"setting": setting, "seed": seed, "optimum": total / X.shape[0], "kfed": None}
     try:
-        from server_app.algorithms import STRATEGIES
+        from fedcluster.server.algorithms import STRATEGIES
 
         if with_kfed and "kfed" in STRATEGIES:
             kfed = {**config_for(setting, "feddp", 1.0, 0, seed), "algorithm": "kfed", "init": "auto"}
@@ -365,7 +365,7 @@ TIMING_SCRIPT = """
 import json, sys, time
 started = time.perf_counter()
 sys.path.insert(0, {root!r})
-from inprocess import run
+from fedcluster.inprocess import run
 from flwr.common.logger import FLOWER_LOGGER
 import logging
 FLOWER_LOGGER.setLevel(logging.WARNING)

@@ -99,7 +99,7 @@ def reference_of(job):
 def one(job):
     partition, fraction, batch, setting, seed, reference = job
     quiet_flower()
-    from inprocess import run
+    from fedcluster.inprocess import run
 
     X, labels, means, parts = data(seed, partition)
     with tempfile.TemporaryDirectory() as tmp:

@@ -3,7 +3,7 @@
 Setup of the paper: 5 clients, 10 clusters, 40 % overlap (every undirected edge on 2 random
 clients, ``split_edges`` seed 0), email-Eu-core (made undirected) and ego-Facebook. Every
 federated row is a real run of the ServerApp + ClientApp through the in-process runner
-(``inprocess.run``; the same code as ``flwr run``) over ``--seeds`` seeds, compared with the
+(``fedcluster.inprocess.run``; the same code as ``flwr run``) over ``--seeds`` seeds, compared with the
 "global clustering": central spectral clustering of the whole graph (exact top-k
 eigenvectors of (I + N)/2, row-normalized, KMeans n_init=10, random_state=0).
 

@@ -3,7 +3,7 @@
 Same generator as the Table-1 reproduction (``fedcluster.data.kfed_mixture``: σ = 1 per
 coordinate, means N(0, s² I) with s = c/√(2d), k' = √k consecutive components per group,
 ``--points`` points per component, every group dealt out evenly over its own m0 = 5
-devices). Each device's points go to one ``.npy`` file; ``inprocess.run`` runs k-FED with
+devices). Each device's points go to one ``.npy`` file; ``fedcluster.inprocess.run`` runs k-FED with
 the project defaults (device restarts, server starts) and ``reference=False``,
 ``kfed-evaluate=False`` (one round, nothing else). Accuracy is the INDUCED clustering
 (point → nearest of its device's stored local centers → that center's global cluster,
@@ -121,7 +121,7 @@ def nearest_cost(X: np.ndarray, centers: np.ndarray) -> float:
 def run_system(devices, k, seed, extra=None, algorithm="kfed"):
     """Write the devices, run the federation in-process; (result, out dir, call s, cpu s).
     The caller owns ``tmp`` cleanup via the returned TemporaryDirectory."""
-    from inprocess import run
+    from fedcluster.inprocess import run
 
     tmp = tempfile.TemporaryDirectory(prefix="kfed-system-")
     data = Path(tmp.name) / "data"

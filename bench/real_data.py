@@ -177,7 +177,7 @@ def run_case(job: tuple[str, str, str, dict, str, int]) -> dict[str, Any]:
         from flwr.common.logger import FLOWER_LOGGER
 
         FLOWER_LOGGER.setLevel(logging.ERROR)
-        from inprocess.estimators import FederatedKMeans
+        from fedcluster.estimators import FederatedKMeans
 
         parts = split(y, kind, seed)
         model = FederatedKMeans(n_clusters=k, random_state=seed, **arguments)

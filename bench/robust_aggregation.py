@@ -272,7 +272,7 @@ def one(algorithm: str, partition: str, seed: int, method: str, attack: str) -> 
     """One run: true cost over central, reported over true cost, replies dropped."""
     from sklearn.cluster import KMeans
 
-    from inprocess import run
+    from fedcluster.inprocess import run
 
     X, labels = gaussian_mixture(2000, 5, 5, seed, separation=8.0)
     parts = partition_iid(len(X), 10, seed) if partition == "IID" else partition_dirichlet(labels, 10, 0.5, seed)

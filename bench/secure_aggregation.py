@@ -6,7 +6,7 @@ same data and seeds: a Gaussian mixture split over the devices (200 points each)
 default start without server data (the histogram) and 3 relative Lloyd rounds at ε = 1.
 Reported per Lloyd round (the session of keys is set up once, in the first secured phase,
 and reported on its own line): round trips, the bytes of every message (``.npy`` payloads,
-``server_app.messages.payload_bytes``), and the round's seconds. In-process, the devices
+``fedcluster.server.messages.payload_bytes``), and the round's seconds. In-process, the devices
 run one after the other on this machine, so a round's seconds are the server's plus EVERY
 device's compute; in a deployment the devices work in parallel and a round costs its round
 trips (seconds each, docs/results/deployment_seconds.md) plus one device's compute, listed

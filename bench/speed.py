@@ -183,7 +183,7 @@ def echo_floor(clients: int, k: int, d: int, rounds: int) -> tuple[float, float]
     from echo_app.client import app as echo_app
     from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
-    from inprocess.grid import InProcessGrid, set_task_identity
+    from fedcluster.inprocess.grid import InProcessGrid, set_task_identity
 
     set_task_identity(run_id=1, node_id=InProcessGrid.SERVER_NODE_ID)
     grid = InProcessGrid(echo_app, {}, [{"partition-id": i} for i in range(clients)])
@@ -215,9 +215,9 @@ class DeviceSeconds:
     server's seconds in ``Transport._validate`` (every reply checked as untrusted input)."""
 
     def __enter__(self) -> "DeviceSeconds":
-        import client_app.app as client
-        from inprocess import grid
-        from server_app.transport import Transport
+        import fedcluster.client.app as client
+        from fedcluster.inprocess import grid
+        from fedcluster.server.transport import Transport
 
         self.per_trip: dict[int, float] = {}
         self.task_per_trip: dict[int, float] = {}

@@ -199,7 +199,7 @@ BUILT="$IMAGE_REPO:b-${IMAGE_ID:0:12}"
 docker tag "$BUILDING" "$BUILT"
 docker tag "$BUILDING" "$IMAGE"
 docker rmi "$BUILDING" >/dev/null  # only the temporary name: the image keeps its two tags
-docker run --rm "$BUILT" python -c 'import flwr, numpy, scipy, sklearn, dp_accounting, fedcluster, server_app, client_app; print("   flwr", flwr.__version__, "| numpy", numpy.__version__, "| scipy", scipy.__version__, "| scikit-learn", sklearn.__version__)'
+docker run --rm "$BUILT" python -c 'import flwr, numpy, scipy, sklearn, dp_accounting, fedcluster, fedcluster.server.app, fedcluster.client.app; print("   flwr", flwr.__version__, "| numpy", numpy.__version__, "| scipy", scipy.__version__, "| scikit-learn", sklearn.__version__)'
 echo "$BUILT" > "$BUILD/image-tag"  # written once the image imports: the tests run this build
 for stage in install image; do docker image prune -f --filter "label=fedcluster.stage=$stage" >/dev/null 2>&1 || true; done  # stale, untagged builds (housekeeping: a prune already running is fine)
 for name in "$BASE_IMAGE" "$BUILT"; do echo "   $name: $(docker image inspect -f '{{.Size}}' "$name" | awk '{printf "%.0f MB", $1 / 1e6}')"; done

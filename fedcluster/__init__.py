@@ -12,15 +12,14 @@ functions that use them. The "Layout" section of docs/reference.md is the map.
 
 __version__ = "0.1.0"
 
-# The scikit-learn-style estimators run the ServerApp and ClientApp in this process, so
-# they live beside the runner (inprocess/estimators.py) and load only when asked for:
-# ``import fedcluster`` still never imports flwr.
+# The scikit-learn-style estimators (fedcluster/estimators.py) run the ServerApp and ClientApp
+# in this process: they load only when asked for, so ``import fedcluster`` never imports flwr.
 _ESTIMATORS = ("FederatedKMeans", "DPFederatedKMeans", "FederatedSpectralClustering", "FederatedRunWarning")
 
 
 def __getattr__(name: str):
     if name in _ESTIMATORS:
-        from inprocess import estimators
+        from . import estimators
 
         return getattr(estimators, name)
     raise AttributeError(f"module 'fedcluster' has no attribute {name!r}")

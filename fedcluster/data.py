@@ -258,7 +258,7 @@ def list_client_files(data_dir: str | os.PathLike, pattern: str = "*.npy") -> li
     return sorted(files, key=lambda path: (_natural_key(path), str(path)))
 
 
-# The file that marks a folder as a run's results folder (server_app.run_folder).
+# The file that marks a folder as a run's results folder (fedcluster.server.run_folder).
 RUN_MARKER = "fedcluster-run.json"
 
 

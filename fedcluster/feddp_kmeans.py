@@ -5,7 +5,7 @@ Flower message. NumPy only at import time (a device needs nothing else).
   ``feddp_lloyd``): each applies the privacy level's clipping ON THE DEVICE, before
   anything leaves it (data-point: points clipped to Δ = ``clip-norm`` once; client: each
   statistic clipped as a whole, L2 ``clip`` / L1 ``clip-l1``).
-- Server-side math, called by ``server_app/feddp_kmeans.py``: the privacy plan (steps,
+- Server-side math, called by ``fedcluster/server/feddp_kmeans.py``: the privacy plan (steps,
   rule-of-thumb weights, sensitivities, calibration), the reply bound checks, the noisy
   aggregates, the top eigenvectors, and the SpherePacking baseline. The privacy plan
   loads :mod:`fedcluster.privacy`'s server modules (SciPy, dp_accounting) on first use.

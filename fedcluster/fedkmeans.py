@@ -9,7 +9,7 @@ global model without an extra round trip). Initialization tasks: ``local_summary
 small local k-means whose clusters under ``min-count`` points are suppressed) and
 ``score_candidates`` (the cost of m candidate center sets in one pass).
 
-Server (pure functions the strategy ``server_app/fedkmeans.py`` calls):
+Server (pure functions the strategy ``fedcluster/server/fedkmeans.py`` calls):
 :func:`server_update` (weighted centroid average, momentum, server learning rate),
 :func:`reassign_starved` (a starved cluster is re-seeded by splitting the largest one
 along its axis of largest spread), :func:`summary_candidates` (k-means++ + Lloyd

@@ -1,6 +1,6 @@
 """FedSpectral and FedSpectral+: federated spectral clustering of a graph whose edges are
 spread over clients ("FedSpectral+: Spectral Clustering using Federated Learning", 2023;
-working specification docs/ALGORITHMS.md section 5). The phases are in ``server_app/fedspectral.py``.
+working specification docs/ALGORITHMS.md section 5). The phases are in ``fedcluster/server/fedspectral.py``.
 
 Spectral clustering is Ng-Jordan-Weiss on ``M = (I + N)/2``, ``N = D^{-1/2} A D^{-1/2}``
 (a degree-0 node has ``D^{-1/2} = 0``): top-``k`` eigenvectors, rows normalized, k-means.
@@ -40,7 +40,7 @@ def _plus_rules(c: Mapping[str, Any]) -> None:
     if c["num-rounds"] < 1:
         raise ConfigError(f"{c['algorithm']} needs num-rounds >= 1, got {c['num-rounds']}")
     n, k, extra = c["num-nodes"], c["k"], c["oversample"]
-    block = k if c["mode"] == "paper" else min(n, k + (max(k, 10) if extra < 0 else extra))  # server_app's block_size
+    block = k if c["mode"] == "paper" else min(n, k + (max(k, 10) if extra < 0 else extra))  # the strategy's block_size
     if n * block > BLOCK_VALUES_MAX:
         raise ConfigError(f"run-config num-nodes × (k + oversample) = {n} × {block} must be at most {BLOCK_VALUES_MAX}: "
                           f"the server holds that many numbers per block (8 bytes each), and so does every message")

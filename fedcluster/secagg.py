@@ -4,7 +4,7 @@ workflow (which needs the legacy strategy API). The device stages are kernels of
 tasks ``secagg_setup``, ``secagg_share_keys``, ``secure_<task>`` and ``secagg_unmask``, and
 ``secagg_prove`` after a refusal (:mod:`fedcluster.protocol`); the server's side is pure
 functions here (:func:`masked_total`, :func:`unmasked_sum`), orchestrated by
-``server_app/secagg.py``. The commitments that let the server check what a device reveals,
+``fedcluster/server/secagg.py``. The commitments that let the server check what a device reveals,
 and the share encryption under ephemeral keys, are :mod:`fedcluster.secagg_checks`.
 
 Fixed point and modulus (bounds agreed before the round, never learnt from the data):

@@ -1,6 +1,6 @@
 """What a secure-aggregation device reveals, checked against what it committed to (pure
 functions of both sides; the device stages are in :mod:`fedcluster.secagg`, the server's
-use in ``server_app/secagg_checks.py``; the reasoning in docs/security.md).
+use in ``fedcluster/server/secagg_checks.py``; the reasoning in docs/security.md).
 
 Commitments, made once per session with the shares (``secagg_share_keys``) and kept by
 the server:

@@ -126,7 +126,7 @@ def test_tls_and_auth_deployment_runs_fedkmeans_to_the_central_cost(cluster):
     assert not list(cluster.home.rglob("runtime-envs")), sorted(cluster.home.rglob("*"))[:20]
     # Its SuperNodes have partition-ids (LocalCluster): the in-process runner over the same
     # files repeats the run (docs/DESIGN.md, one seed, one result).
-    from inprocess import run
+    from fedcluster.inprocess import run
 
     again = cluster.workdir / "out-fedkmeans-inprocess"
     run({"k": 4, "num-rounds": 2, "eval-every": 0, "reference": False, "output-dir": str(again)},
@@ -211,7 +211,7 @@ def test_supernodes_that_connect_and_die_mid_run(tmp_path):
 
 
 def journal_round_trips(folder: Path) -> int:
-    from server_app.journal import NAME, decode, read_frames
+    from fedcluster.server.journal import NAME, decode, read_frames
 
     frames, _ = read_frames(folder / NAME)
     return sum(1 for frame in frames if decode(frame)[0]["kind"] == "round-trip")
@@ -223,8 +223,8 @@ def test_a_deployment_killed_mid_run_resumes_to_the_uninterrupted_result_spendin
     SuperNodes reconnect) and submit the same run config with resume=true. The centers are
     those of the uninterrupted run (in-process over the same files and partitions: the same
     run, docs/DESIGN.md) and the privacy ledger holds the releases of one run."""
-    from inprocess import run
-    from server_app.run_folder import _held, read_marker
+    from fedcluster.inprocess import run
+    from fedcluster.server.run_folder import _held, read_marker
 
     files = node_data(tmp_path / "data")
     job = {"algorithm": "feddp-kmeans", "k": 4, "init": "histogram", "dimension": 4, "clip-norm": 30.0,

@@ -44,7 +44,7 @@ def assert_same_as_inprocess(config: dict, num_nodes: int, out: Path, arrays: tu
     """One seed, one result on every engine: the in-process runner (hence the estimators,
     tests/protocol/test_estimators.py) writes the arrays `flwr run` wrote, to 1e-9, though
     Flower's node ids are random per run."""
-    from inprocess import run
+    from fedcluster.inprocess import run
 
     inprocess = out.parent / f"{out.name}-inprocess"
     run({**config, "output-dir": str(inprocess)}, num_nodes=num_nodes)

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import central_cost, spread_clusters, write_npy_dir
 from fedcluster.lloyd import kmeans_cost
-from inprocess import Availability, run
+from fedcluster.inprocess import Availability, run
 
 NODES = 10
 
@@ -170,7 +170,7 @@ def test_a_graph_run_asks_a_client_away_and_takes_it_out_saying_so(tmp_path):
 def test_the_grid_is_asked_who_is_connected_once_per_round_trip(tmp_path, monkeypatch):
     # in a deployment every get_node_ids() is an RPC to the SuperLink: sampling a round and
     # sending to the sampled nodes share one answer
-    from inprocess.grid import InProcessGrid
+    from fedcluster.inprocess.grid import InProcessGrid
 
     calls = []
     original = InProcessGrid.get_node_ids

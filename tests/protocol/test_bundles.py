@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
-from client_app.app import handle
+from fedcluster.client.app import handle
 from fedcluster import protocol
-from inprocess import run
-from inprocess.grid import InProcessGrid, set_task_identity
-from server_app.messages import bundle_message, incoming
+from fedcluster.inprocess import run
+from fedcluster.inprocess.grid import InProcessGrid, set_task_identity
+from fedcluster.server.messages import bundle_message, incoming
 
 CONFIG = {"k": 4, "num-rounds": 3, "num-points": 600, "dim": 3, "seed": 2}
 

@@ -9,7 +9,7 @@ import pytest
 
 from fedcluster import data, feddp_kmeans
 from fedcluster.config import ConfigError
-from inprocess import run
+from fedcluster.inprocess import run
 
 SMALL = {"k": 3, "num-points": 300, "dim": 2, "reference": False}
 FEDDP = {**SMALL, "algorithm": "feddp-kmeans", "dataset": "feddp-mixture", "lloyd-rounds": 2}

@@ -8,8 +8,8 @@ from flwr.app import Array
 
 from conftest import central_cost, spread_clusters, write_npy_dir
 from fedcluster.config import with_defaults
-from inprocess import run
-from server_app.base import FederationError
+from fedcluster.inprocess import run
+from fedcluster.server.base import FederationError
 
 PAPER = {"algorithm": "da-ufl", "k": 16, "dataset": "da-ufl-paper", "num-points": 800, "snr-db": 20.0}
 
@@ -192,7 +192,7 @@ def test_agents_offline_at_random_are_never_excluded_and_the_run_lands_near_cent
     server's step (every agent of a step away or dropped), agents away when the bin counts
     were taken excluded, and 1.06x central's cost from a step that mixed the accumulated
     gradients of some agents with the weights of others."""
-    from inprocess import Availability
+    from fedcluster.inprocess import Availability
 
     data, X = spread_clusters(tmp_path, seed)
     config = {"algorithm": "da-ufl", "k": 5, "weighting": weighting, "dataset": "npy-dir", "data-dir": str(data),
@@ -208,7 +208,7 @@ def test_three_agents_away_every_other_round_trip_take_part_and_are_never_exclud
     """Agents 1001-1003, the only ones holding cluster 0, are offline in every other round
     trip: they were excluded when away at the bin counts (then 3.6x central's cost), or
     never admitted when away at the start (up to 68x)."""
-    from inprocess import Availability
+    from fedcluster.inprocess import Availability
 
     data, X = three_hold_a_cluster(tmp_path, seed)
     config = {"algorithm": "da-ufl", "k": 4, "dataset": "npy-dir", "data-dir": str(data), "seed": seed,
@@ -282,7 +282,7 @@ def test_every_agent_away_in_a_round_trip_stops_the_run_by_phase_or_not_at_all(t
     no step replies). Now the run completes near central, or stops with a FederationError
     whose one line names the phase (in-process, a round trip that sends nothing does not
     advance the availability model's clock: everyone stays away)."""
-    from inprocess import Availability
+    from fedcluster.inprocess import Availability
 
     data, X = spread_clusters(tmp_path, 0)
     config = {"algorithm": "da-ufl", "k": 5, "dataset": "npy-dir", "data-dir": str(data), "seed": 0,

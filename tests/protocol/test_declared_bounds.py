@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flwr.app import Array, Error, Message, MetricRecord
 
-from inprocess import run
+from fedcluster.inprocess import run
 
 CONFIG = {"k": 3, "num-rounds": 4, "num-points": 900, "dim": 3, "reference": False, "tol": 0.0}
 

@@ -13,7 +13,7 @@ from sklearn.cluster import KMeans
 
 import fedcluster
 from conftest import state_partition, write_npy_dir
-from inprocess import run
+from fedcluster.inprocess import run
 
 
 def with_a_tiny_cluster(seed=0):

@@ -12,7 +12,7 @@ from sklearn.base import clone
 
 import fedcluster
 from conftest import write_npy_dir
-from inprocess import run
+from fedcluster.inprocess import run
 
 
 def clients_of(seed=0, n=6, d=3):

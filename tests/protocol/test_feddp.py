@@ -1,4 +1,4 @@
-"""FedDP-KMeans (fedcluster/feddp_kmeans.py, server_app/feddp_kmeans.py): device kernels,
+"""FedDP-KMeans (fedcluster/feddp_kmeans.py, fedcluster/server/feddp_kmeans.py): device kernels,
 the server-side math as pure functions, calibration and accounting of the strategy,
 clipping enforced by the server, oracles against the non-private pipeline, and a whole
 private run.
@@ -36,7 +36,7 @@ from fedcluster.privacy import (
 )
 from fedcluster.device import DeviceData
 from conftest import lloyd_step, write_npy_dir
-from inprocess import run
+from fedcluster.inprocess import run
 from fedcluster.feddp_kmeans import sphere_packing, top_eigenvectors
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -668,7 +668,7 @@ def test_paper_data_point_setting_reaches_the_optimum_at_small_epsilon(tmp_path)
 def test_step_epsilons_above_the_epsilon_cap_are_refused_before_any_private_step(tmp_path):
     """Per-step ε values compose (PLD) to more than ``epsilon``: the run is refused with
     both numbers named, instead of silently spending the larger budget."""
-    from server_app.base import FederationError
+    from fedcluster.server.base import FederationError
 
     with pytest.raises(FederationError, match=r"compose to a total ε of [0-9.]+ .*above epsilon=0.5"):
         run(small(tmp_path, **{"step-epsilons": "0.5,0.5,0.5,0.5", "epsilon": 0.5}), num_nodes=NODES)
@@ -681,7 +681,7 @@ def test_step_epsilons_above_the_epsilon_cap_are_refused_before_any_private_step
 def test_a_dimension_whose_second_moment_cannot_be_held_is_refused_before_any_work(tmp_path):
     """d = 100 000 with 2 rows per device: step 1's d × d second moment (74.5 GiB) is never
     allocated; the server refuses with the limit named, and so does a device asked anyway."""
-    from server_app.base import FederationError
+    from fedcluster.server.base import FederationError
 
     d = 100_000
     rng = np.random.default_rng(0)
@@ -894,7 +894,7 @@ def test_without_server_data_step_epsilons_name_the_histogram_and_the_lloyd_step
     ({"clip-norm": 4.0, "lloyd-rounds": 2, "init": "server-lloyds"}, "init='histogram', 'sphere-packing' or 'auto'"),
 ])
 def test_without_server_data_a_run_that_cannot_start_names_what_is_missing(tmp_path, config, named):
-    from server_app.base import FederationError
+    from fedcluster.server.base import FederationError
 
     directory = write_npy_dir(tmp_path / "clients", _separated_clients()[0])
     with pytest.raises(FederationError, match=re.escape(named)):

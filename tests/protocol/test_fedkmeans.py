@@ -12,16 +12,16 @@ from conftest import lloyd_step, state_partition, write_npy_dir
 from fedcluster.config import ConfigError, with_defaults
 from fedcluster.fedkmeans import client_kmeans
 from fedcluster.lloyd import lloyd_statistics
-from inprocess import run
-from inprocess.grid import InProcessGrid, set_task_identity
-from server_app.base import FederationError
-from server_app.fedkmeans import FedKMeans
+from fedcluster.inprocess import run
+from fedcluster.inprocess.grid import InProcessGrid, set_task_identity
+from fedcluster.server.base import FederationError
+from fedcluster.server.fedkmeans import FedKMeans
 
 
 
 
 def strategy_over(parts, tmp_path, reply_hook=None, **overrides):
-    from client_app.app import app
+    from fedcluster.client.app import app
 
     directory = write_npy_dir(tmp_path / "data", parts)
     files = sorted(directory.glob("*.npy"))
@@ -234,7 +234,7 @@ def test_same_seed_gives_the_same_result_whatever_the_reply_order(tmp_path):
     import random
 
     def shuffled_grid_run(shuffle_seed, out):
-        from inprocess.grid import InProcessGrid
+        from fedcluster.inprocess.grid import InProcessGrid
 
         original = InProcessGrid.pull_messages
 
@@ -533,8 +533,8 @@ def test_coarse_summaries_win_the_start_when_each_device_holds_one_component(tmp
 
 
 def test_a_node_that_connects_mid_run_joins_from_the_next_round(tmp_path):
-    from client_app.app import app
-    from server_app.app import run_algorithm
+    from fedcluster.client.app import app
+    from fedcluster.server.app import run_algorithm
 
     rng = np.random.default_rng(0)
     parts = [rng.normal(size=(60, 2)) + c for c in ((0, 0), (8, 0), (0, 8), (8, 8))]

@@ -1,5 +1,5 @@
 """FedSpectral and FedSpectral+: the exact mode's server algebra (fedcluster/fedspectral.py),
-whole runs of server_app/fedspectral.py through the in-process runner, bad input, the
+whole runs of fedcluster/server/fedspectral.py through the in-process runner, bad input, the
 splitter CLI, the layout (no flwr below the strategy), and one real ``flwr run``."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from fedcluster.graph import canonical_edges, load_edge_list, split_edges, write
 from fedcluster.tools.graph_cli import main as split_main
 from fedcluster.linalg import orthonormalize
 from fedcluster.central import central_eigenpairs, normalized_adjacency
-from server_app.base import FederationError
+from fedcluster.server.base import FederationError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,7 +71,7 @@ def write_split(directory: Path, edges, clients, copies, seed=0, empty_client=No
 
 
 def run_graph(tmp_path, data_dir, num_clients, **config):
-    from inprocess import run
+    from fedcluster.inprocess import run
 
     out = tmp_path / f"out-{len(list(tmp_path.glob('out-*')))}"
     base = {"dataset": "edge-dir", "data-dir": str(data_dir), "output-dir": str(out), "node-settle-s": 0.2}
@@ -347,7 +347,7 @@ def test_node_id_out_of_range_takes_that_client_out_with_a_clear_reason(tmp_path
 
 def test_point_data_is_rejected_with_a_reason(tmp_path):
     with pytest.raises(FederationError, match="needs an edge list"):
-        from inprocess import run
+        from fedcluster.inprocess import run
 
         run({"algorithm": "fedspectral-plus", "num-nodes": 10, "k": 2, "output-dir": str(tmp_path / "o")}, num_nodes=2)
 
@@ -390,12 +390,12 @@ def test_paper_mode_runs_the_papers_protocol(tmp_path, small_graph):
 
 def test_algorithm_and_benchmarks_import_without_flwr_or_the_server():
     """fedcluster.fedspectral, the central references and the benchmarks need neither flwr
-    nor server_app (the house plan: everything below the phases is plain library code)."""
+    nor fedcluster.server (the house plan: everything below the phases is plain library code)."""
     script = textwrap.dedent(
         f"""
         import sys
         sys.modules["flwr"] = None
-        sys.modules["server_app"] = None
+        sys.modules["fedcluster.server"] = None
         sys.path.insert(0, {str(ROOT)!r})
         import fedcluster.fedspectral, fedcluster.central, fedcluster.graph
         import bench.fedspectral_repro, bench.spectral_kernel
@@ -482,7 +482,7 @@ def test_a_noisy_product_takes_its_client_out_never_an_honest_one(tmp_path, smal
             record["Q"] = Array(Q)
         return reply
 
-    from inprocess import run
+    from fedcluster.inprocess import run
 
     config = {"algorithm": "fedspectral-plus", "mode": mode, "dataset": "edge-dir", "data-dir": str(data_dir), "k": 3,
               "num-nodes": n, "num-rounds": 6, "edge-copies": 2, "node-settle-s": 0.2, "output-dir": str(tmp_path / "o")}

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flwr.app import Array, MetricRecord
 
-from inprocess import run
+from fedcluster.inprocess import run
 
 HOSTILE = {
     "strings": lambda a: np.full(a.shape, "x"),

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import write_npy_dir
-from inprocess import run
-from server_app.base import FederationError
+from fedcluster.inprocess import run
+from fedcluster.server.base import FederationError
 
 
 def blobs(tmp_path, scale=1.0, name="data"):
@@ -64,7 +64,7 @@ def test_a_folder_holding_files_the_run_did_not_write_is_never_written_into(tmp_
 
 def test_a_folder_another_run_is_writing_is_refused(tmp_path):
     from fedcluster.config import with_defaults
-    from server_app.run_folder import RunFolder
+    from fedcluster.server.run_folder import RunFolder
 
     data, out = blobs(tmp_path), tmp_path / "busy"
     other = RunFolder.open(with_defaults(config(data, out)))  # another process would hold it the same way
@@ -146,7 +146,7 @@ def test_the_in_process_runner_enforces_round_timeout(tmp_path):
 
     data = blobs(tmp_path)
 
-    from client_app import app as client_module
+    from fedcluster.client import app as client_module
 
     original = client_module.run_task
 

@@ -12,8 +12,8 @@ from scipy.optimize import linear_sum_assignment
 from conftest import write_npy_dir
 from fedcluster.data import kfed_mixture
 from fedcluster.tools.newdevice import label_new_device, main as assign_main
-from inprocess import run
-from server_app.base import FederationError
+from fedcluster.inprocess import run
+from fedcluster.server.base import FederationError
 
 
 def accuracy(true, pred):

@@ -10,7 +10,7 @@ from flwr.app import Error, Message
 from flwr.common.constant import ErrorCode
 
 from conftest import write_npy_dir
-from inprocess import run
+from fedcluster.inprocess import run
 
 TRAIN = "train.fedkmeans_train"
 

@@ -16,7 +16,7 @@ from sklearn.cluster import KMeans
 from conftest import write_npy_dir
 from fedcluster.config import with_defaults
 from fedcluster.node_data import generated_partition
-from inprocess import run
+from fedcluster.inprocess import run
 
 OFFSETS = [1e6, 1e8, 1e9, 1.7e9, 1e12]
 K, DEVICES = 5, 10

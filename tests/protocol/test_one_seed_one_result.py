@@ -11,7 +11,7 @@ import pytest
 from conftest import write_npy_dir
 from fedcluster import protocol
 from fedcluster.device import DeviceData
-from inprocess import run
+from fedcluster.inprocess import run
 
 POINT_RUNS = {
     "fedkmeans": {"k": 4, "num-rounds": 6, "fraction": 0.5},

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from fedcluster.tools.plot import plot_run  # noqa: E402
-from inprocess import run  # noqa: E402
+from fedcluster.inprocess import run  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference.md"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedcluster.config import ConfigError, with_defaults
-from inprocess import run
+from fedcluster.inprocess import run
 from test_feddp import NODES, small
 
 BASE = {"dataset": "gaussian-mixture", "num-points": 400, "dim": 3, "k": 3, "num-rounds": 3, "reference": False}

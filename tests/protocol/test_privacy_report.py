@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from inprocess import run
+from fedcluster.inprocess import run
 from test_feddp import NODES, small
 
 # Numbers that are not computed from device data, or only through the noise.

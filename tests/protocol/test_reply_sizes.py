@@ -11,7 +11,7 @@ import numpy as np
 from flwr.app import Array
 
 from fedcluster.wire import array_fields
-from inprocess import run
+from fedcluster.inprocess import run
 
 PAYLOAD = 40 * 2**20  # bytes: small enough for a test, far above what the small run itself allocates
 

@@ -14,9 +14,9 @@ import pytest
 
 from conftest import write_npy_dir
 from test_fedspectral import planted, write_split
-from inprocess import run
-from inprocess.grid import InProcessGrid
-from server_app.base import FederationError
+from fedcluster.inprocess import run
+from fedcluster.inprocess.grid import InProcessGrid
+from fedcluster.server.base import FederationError
 
 
 class Crash(BaseException):

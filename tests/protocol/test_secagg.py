@@ -1,4 +1,4 @@
-"""Secure aggregation of the FedDP-Lloyd sums (fedcluster/secagg.py, server_app/secagg.py),
+"""Secure aggregation of the FedDP-Lloyd sums (fedcluster/secagg.py, fedcluster/server/secagg.py),
 in-process runs: the secure run's centers are the plain run's, the server never receives a
 device's plain statistics, and devices that drop before or after masking still give the
 right sum while at least the threshold answer the unmasking."""
@@ -16,7 +16,7 @@ from fedcluster import secagg
 from fedcluster.config import ConfigError, with_defaults
 from fedcluster.device import run_task
 from fedcluster.node_data import device_data, pooled_points
-from inprocess import run
+from fedcluster.inprocess import run
 
 NODES = 10
 BASE = {
@@ -151,7 +151,7 @@ def test_no_mask_key_of_one_sum_unmasks_another(tmp_path, monkeypatch):
     mask key for the whole session, that key and the seed unmasked its round-1 reply. Here
     the server's attempt with everything it holds fails, while the same decoding with the
     round-1 key (the device's own secret, read here from its store) gives its statistics."""
-    import client_app.app as device
+    import fedcluster.client.app as device
 
     kept, keys = {}, {}
 
@@ -237,7 +237,7 @@ def test_a_devices_session_outlives_its_process(tmp_path):
     node's messages in different workers: the session's keys, seed and shares must come
     back from Flower's ``context.state``, not from process memory. Here every message finds
     an empty data cache (as a fresh process would) and the run still gives the plain centers."""
-    import client_app.app as device
+    import fedcluster.client.app as device
 
     def fresh_process(node, message, reply):
         device._DATA_CACHE.clear()
@@ -308,8 +308,8 @@ def test_a_secured_stages_failure_reason_names_no_point_count_or_data_path(tmp_p
     """A plain task's failure says which data it failed on (point count, path); a secured
     stage's does not, since only sums of its statistics may reach the server."""
     from flwr.app import ConfigRecord, Context, Message, RecordDict
-    import client_app.app as device
-    from inprocess.grid import set_task_identity
+    import fedcluster.client.app as device
+    from fedcluster.inprocess.grid import set_task_identity
 
     set_task_identity(run_id=7, node_id=1)
 
@@ -628,7 +628,7 @@ def test_a_sparse_neighbourhood_too_thin_to_unmask_is_set_up_again_among_the_oth
             return Message(Error(code=2, reason="gone"), reply_to=message)
         return reply
 
-    from inprocess.availability import Availability
+    from fedcluster.inprocess.availability import Availability
 
     class Away(Availability):  # node 1003 offline from round 1's unmasking to round 2's masked request
         def online(self, node, trip):
@@ -700,7 +700,7 @@ def test_the_sparse_graph_is_drawn_among_the_devices_whose_keys_came(tmp_path, m
 
 
 def test_many_devices_on_the_full_graph_are_told_of_the_sparse_one(tmp_path, monkeypatch, caplog):
-    import server_app.secagg as server_side
+    import fedcluster.server.secagg as server_side
 
     monkeypatch.setattr(server_side, "FULL_GRAPH_NOTE", NODES - 1)
     run(config(tmp_path, "full", **{"lloyd-rounds": 1, "secure-aggregation": True}), num_nodes=NODES)
@@ -715,7 +715,7 @@ def test_a_device_offline_for_one_sum_takes_part_in_the_later_ones(tmp_path):
     round trip, so it never sees the shares that travel with it either): that round is over
     the nine others, and it takes part in the next two (its shares come with its first
     masked request, whichever sum)."""
-    from inprocess.availability import Availability
+    from fedcluster.inprocess.availability import Availability
 
     probe = run(config(tmp_path, "probe", **{"lloyd-rounds": 3, "secure-aggregation": True}), num_nodes=NODES)
     first = min(p["round_trip"] for p in probe["phases"] if p["phase"] == "lloyd")
@@ -796,7 +796,7 @@ def test_a_session_whose_asked_devices_leave_a_thin_neighbourhood_is_reopened_be
     their neighbours would keep three of five, below the threshold of four. The server
     opens a new session among the eight before that sum, so no device fails and no sum is
     set up again."""
-    import server_app.secagg as server_side
+    import fedcluster.server.secagg as server_side
 
     monkeypatch.setattr(secagg, "neighbourhoods", in_order_ring)
     attempt, calls = server_side.SecureAggregation.secure_attempt, []

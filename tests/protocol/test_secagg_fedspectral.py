@@ -17,7 +17,7 @@ from fedcluster.config import with_defaults
 from fedcluster.device import DeviceData, run_task
 from fedcluster.fedspectral import product_range
 from fedcluster.node_data import device_data
-from inprocess import run
+from fedcluster.inprocess import run
 from test_fedspectral import planted, write_split
 from test_secagg import fail, in_order_ring
 

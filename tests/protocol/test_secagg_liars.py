@@ -1,5 +1,5 @@
 """Devices that lie to secure aggregation (fedcluster/secagg.py, fedcluster/secagg_checks.py,
-server_app/secagg.py, server_app/secagg_checks.py): what a device reveals (its own seed, a
+fedcluster/server/secagg.py, fedcluster/server/secagg_checks.py): what a device reveals (its own seed, a
 share) is checked against what it committed to at setup, and a refusal of another device's
 shares is settled by that device's proof. The liar is named and excluded; the sum is
 completed without it, or set up again without it; an honest device never pays for a lie
@@ -14,7 +14,7 @@ from flwr.app import Array, Error, Message
 from conftest import lloyd_step
 from fedcluster import secagg
 from fedcluster.node_data import pooled_points
-from inprocess import run
+from fedcluster.inprocess import run
 from test_secagg import NODES, centers, config, in_order_ring
 
 

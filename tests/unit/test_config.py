@@ -170,8 +170,8 @@ def test_numpy_scalars_are_taken_as_the_numbers_they_hold():
 
 
 def test_algorithm_without_a_strategy_is_refused_before_any_node_is_waited_for(monkeypatch):
-    from server_app import algorithms
-    from server_app.app import run_algorithm
+    from fedcluster.server import algorithms
+    from fedcluster.server.app import run_algorithm
 
     monkeypatch.delitem(algorithms.STRATEGIES, "da-ufl")  # every algorithm has one now: take one away
 

@@ -182,7 +182,7 @@ def test_a_folder_of_csv_files_is_refused_with_what_to_do_instead(tmp_path):
 
 
 def test_a_folder_of_csv_files_is_refused_before_any_device_with_the_hint(tmp_path):
-    from inprocess import run
+    from fedcluster.inprocess import run
 
     folder = tmp_path / "data"
     folder.mkdir()

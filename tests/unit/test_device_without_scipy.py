@@ -29,8 +29,8 @@ SCRIPT = BLOCK + textwrap.dedent(
     sys.path.insert(0, %(root)r)
     import numpy as np
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
-    from inprocess.grid import set_task_identity
-    from client_app.app import app
+    from fedcluster.inprocess.grid import set_task_identity
+    from fedcluster.client.app import app
     from fedcluster import protocol
 
     set_task_identity(1, 1)

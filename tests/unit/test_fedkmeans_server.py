@@ -562,7 +562,7 @@ def test_a_node_that_leaves_in_the_round_that_undoes_a_re_seed_leaves_the_memory
     the dense memory)."""
     from types import SimpleNamespace as NS
 
-    import server_app.fedkmeans as strategy
+    import fedcluster.server.fedkmeans as strategy
     from fedcluster.fedkmeans import CenterSet, ServerState, Undo
 
     k, d = 2, 2

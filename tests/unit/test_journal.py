@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from inprocess.grid import set_task_identity
-from server_app.journal import NAME, Diverged, Journal
+from fedcluster.inprocess.grid import set_task_identity
+from fedcluster.server.journal import NAME, Diverged, Journal
 
 
 @pytest.fixture(autouse=True)

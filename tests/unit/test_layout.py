@@ -23,12 +23,24 @@ STRATEGY_NUMPY = {
 }
 
 
-def test_every_fedcluster_module_imports_with_flwr_unimportable():
+# The parts that talk to Flower: the ServerApp and its strategies' machinery, the ClientApp,
+# the in-process runner. Everything else in fedcluster is the library and never needs flwr.
+FLOWER_PARTS = ("fedcluster.server", "fedcluster.client", "fedcluster.inprocess")
+# ... and Flower's SecAgg+ cryptography, which the secure sum reuses: loaded in one function
+# of one module, when a secure-aggregation task runs.
+FLOWER_CRYPTO = "fedcluster.secagg"
+
+
+def flower_part(name: str) -> bool:
+    return any(name == part or name.startswith(part + ".") for part in FLOWER_PARTS)
+
+
+def test_every_library_module_imports_with_flwr_unimportable():
     # every module of every subpackage too (fedcluster.tools.*, fedcluster.privacy.*): the
     # prefix lets walk_packages import a subpackage to look inside it
     modules = sorted(
         m.name for m in pkgutil.walk_packages(fedcluster.__path__, prefix="fedcluster.")
-        if not m.name.rsplit(".", 1)[-1].startswith("_")
+        if not m.name.rsplit(".", 1)[-1].startswith("_") and not flower_part(m.name)
     )
     assert "fedcluster.tools.plot" in modules, "walk_packages no longer sees inside subpackages"
     script = textwrap.dedent(
@@ -49,7 +61,7 @@ def test_every_fedcluster_module_imports_with_flwr_unimportable():
 
 def test_strategies_do_no_numpy_math_beyond_summing_replies():
     offenders = []
-    for path in sorted((ROOT / "server_app").glob("*.py")):
+    for path in sorted((ROOT / "fedcluster" / "server").glob("*.py")):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "np":
@@ -68,15 +80,28 @@ def test_each_strategy_has_its_fedcluster_module_of_the_same_name():
     not_strategies = {"__init__", "app", "algorithms", "base", "transport", "membership", "results", "messages",
                       "fedkmeans_start", "fedkmeans_measure", "feddp_kmeans_privacy", "da_ufl_agents", "graph_strategy",
                       "journal", "journal_file", "run_folder", "resume", "release_log"}
-    strategies = {p.stem for p in (ROOT / "server_app").glob("*.py")} - not_strategies
+    strategies = {p.stem for p in (ROOT / "fedcluster" / "server").glob("*.py")} - not_strategies
     library = {p.stem for p in (ROOT / "fedcluster").glob("*.py")}
     assert strategies, "no strategy found"
     assert strategies <= library, f"strategy files without a fedcluster module of the same name: {strategies - library}"
 
 
 def test_no_server_file_is_longer_than_a_reader_takes_in_at_once():
-    long = {p.name: n for p in sorted((ROOT / "server_app").glob("*.py")) if (n := len(p.read_text().splitlines())) > 300}
-    assert not long, f"server_app files over 300 lines (split a job into a module of its own): {long}"
+    long = {p.name: n for p in sorted((ROOT / "fedcluster" / "server").glob("*.py")) if (n := len(p.read_text().splitlines())) > 300}
+    assert not long, f"fedcluster/server files over 300 lines (split a job into a module of its own): {long}"
+
+
+def test_only_the_flower_parts_import_flwr():
+    offenders = []
+    for path in sorted((ROOT / "fedcluster").rglob("*.py")):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        if flower_part(name) or name == FLOWER_CRYPTO:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            imported = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            offenders += [f"{name}:{node.lineno}" for module in imported if module.split(".")[0] == "flwr"]
+    assert not offenders, "flwr imported outside " + ", ".join(FLOWER_PARTS) + ": " + ", ".join(offenders)
 
 
 def test_one_launcher_starts_flower_processes():
@@ -84,7 +109,7 @@ def test_one_launcher_starts_flower_processes():
     # cluster, the engine tests and the benchmarks use it). Not scanned: the unit tests (they
     # name the commands in what they check) and the Docker test (compose starts those)
     launcher = ROOT / "fedcluster" / "tools" / "flower.py"
-    files = [p for folder in ("fedcluster", "server_app", "client_app", "inprocess", "tests/engine", "bench")
+    files = [p for folder in ("fedcluster", "tests/engine", "bench")
              for p in (ROOT / folder).rglob("*.py") if p.name != "test_docker.py"]
     assert launcher in files
     others = []
@@ -102,7 +127,7 @@ def test_the_server_and_the_device_start_without_the_privacy_accountant():
         f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
-        import server_app.app, server_app.algorithms, client_app.app
+        import fedcluster.server.app, fedcluster.server.algorithms, fedcluster.client.app
         print("loaded" if "dp_accounting" in sys.modules else "not loaded")
         """
     )

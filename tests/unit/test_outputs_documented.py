@@ -1,7 +1,7 @@
 """docs/reference.md's outputs table names every array a run can write, and nothing else.
 
 A run writes ``<name>.npy`` for every entry of its outcome's ``"arrays"`` and for
-``"centers"`` (server_app/results.py). The names are found in the source of server_app/ by
+``"centers"`` (fedcluster/server/results.py). The names are found in the source of fedcluster/server/ by
 three rules, the three ways the strategies build those dicts:
 
 1. a dict literal that is the value of the key ``"arrays"`` of a dict literal
@@ -56,14 +56,14 @@ def documented_arrays() -> set[str]:
 
 
 def code_arrays() -> set[str]:
-    return set().union(*(written_arrays(f.read_text()) for f in sorted((ROOT / "server_app").glob("*.py"))))
+    return set().union(*(written_arrays(f.read_text()) for f in sorted((ROOT / "fedcluster" / "server").glob("*.py"))))
 
 
 def test_every_array_a_run_writes_is_in_the_outputs_table_and_only_those():
     written, documented = code_arrays(), documented_arrays()
     # the rules still find what they should (else a refactor could make this test vacuous)
     assert {"centers", "init_centers", "last_centers", "projection", "bin_counts", "labels", "client_labels"} <= written
-    assert not written - documented, f"written by server_app/ but not in docs/reference.md's outputs table: {sorted(written - documented)}"
+    assert not written - documented, f"written by fedcluster/server/ but not in docs/reference.md's outputs table: {sorted(written - documented)}"
     assert not documented - written, f"in docs/reference.md's outputs table but written by no strategy: {sorted(documented - written)}"
 
 

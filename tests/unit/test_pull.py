@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from server_app import journal
-from server_app.journal import PULL_AGAIN_S, PULL_PAUSE_S, Journal
+from fedcluster.server import journal
+from fedcluster.server.journal import PULL_AGAIN_S, PULL_PAUSE_S, Journal
 
 
 class _Reply:

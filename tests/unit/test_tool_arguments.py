@@ -52,14 +52,14 @@ def kfed_run(tmp_path):
 # ------------------------------------------------------------------ fedcluster-run
 @pytest.mark.parametrize("text", ["k=", "k=3 =", "k=0", "no-such-key=1"])
 def test_run_refuses_a_bad_run_config_by_name(capsys, text):
-    from inprocess.run import main
+    from fedcluster.inprocess.run import main
 
     line = refused(capsys, main, ["--run-config", text], 2)
     assert "argument --run-config" in line
 
 
 def test_run_refuses_a_population_it_cannot_hold_before_making_it():
-    done = tool("inprocess.run", ["--num-nodes", str(10**9)])
+    done = tool("fedcluster.inprocess.run", ["--num-nodes", str(10**9)])
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "argument --num-nodes: must be a whole number in [1, 100000], got 1000000000" in done.stderr
 
@@ -180,7 +180,7 @@ def test_every_console_script_answers_help():
 
 
 def test_run_refuses_a_data_dir_it_cannot_read_as_an_argument(capsys, tmp_path):
-    from inprocess.run import main
+    from fedcluster.inprocess.run import main
 
     line = refused(capsys, main, ["--run-config", f"dataset='npy-dir' data-dir='{tmp_path / 'nowhere'}'"], 2)
     assert "argument --run-config: run-config data-dir: data directory" in line and "nowhere does not exist" in line

@@ -41,7 +41,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
     Run-config parameters: ``fedcluster.feddp_kmeans.KEYS`` (docs/reference.md)."""
 
     name = "feddp-kmeans"
-    private = True  # refuses to start while the same job is unfinished beside it (server_app.run_folder)
+    private = True  # refuses to start while the same job is unfinished beside it (fedcluster.server.run_folder)
     exclude_invalid = True  # a device that broke a bound is asked for nothing else, its evaluation included
 
     def run(self) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 ``fit(clients)`` takes one array per client (rows = points), writes them to a temporary
 ``npy-dir`` and runs the SAME ServerApp strategy and ClientApp as ``flwr run`` through
-``inprocess.run``: there is no second implementation. The result folder is temporary
+``fedcluster.inprocess.run``: there is no second implementation. The result folder is temporary
 unless ``output_dir`` is given; everything needed afterwards is kept on the estimator.
 
 Parameter names follow scikit-learn where a counterpart exists (``n_clusters``,
@@ -124,7 +124,7 @@ class _InProcess(ClusterMixin, BaseEstimator):
                   server_data: np.ndarray | None = None, labels: bool = False) -> tuple[dict, dict[str, np.ndarray]]:
         """``writers[i](folder, i)`` saves client i's file; returns result.json (with
         ``labels`` when asked) and the arrays ``load`` names from the result folder."""
-        from . import run
+        from .inprocess import run
 
         with tempfile.TemporaryDirectory(prefix="fedcluster-") as tmp:
             folder = Path(tmp) / "clients"

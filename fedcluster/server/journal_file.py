@@ -1,4 +1,4 @@
-"""The journal's file format (:mod:`server_app.journal`): frames of
+"""The journal's file format (:mod:`fedcluster.server.journal`): frames of
 ``length (8 bytes) | crc32 (4 bytes) | payload``; a payload is a JSON header (its own length
 first) followed by the replies as Flower's protobuf messages. Nothing in it is unpickled."""
 

@@ -1,6 +1,6 @@
 """FedKMeans' start: the candidate center sets scored on every device in one round
 (``init``), the ``n-init`` starts trained side by side, and ``k-range`` (choosing k
-instead of training). A mixin of :class:`server_app.fedkmeans.FedKMeans`.
+instead of training). A mixin of :class:`fedcluster.server.fedkmeans.FedKMeans`.
 
 Initialization (``init``):
 
@@ -19,7 +19,7 @@ Initialization (``init``):
 - ``server-kmeans++``: k-means++ candidates on server-side data (run-config
   ``server-data``, a .npy file on the server), scored the same way.
 - ``kfed``: the k-FED centers (one extra round: local k'-means on every device and the
-  server's farthest-point merge, ``server_app/kfed.py``)."""
+  server's farthest-point merge, ``fedcluster/server/kfed.py``)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ weighted by total counts; outer loop t1 (perturbed labels, fixed during the iter
 stop when no agent changed a label) around the inner dual-averaging loop t2 (z ← z + Σ_j
 g_j, m = m^(0) − η z / W, stop when no center moves more than ε_glo × the bounding-box
 diagonal). Each agent gets its own ξ seed per outer iteration; the device is stateless.
-An agent that misses a step counts as it last answered (:mod:`server_app.da_ufl_agents`).
+An agent that misses a step counts as it last answered (:mod:`fedcluster.server.da_ufl_agents`).
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ more round trips (``secure_<task>``, ``secagg_unmask``), with the unmasking done
 each device committed to), sums masked integer vectors, and learns only the sum of the
 participants whose masked reply arrived (U3); a participant that drops after that is
 still in the sum, recovered from the others' shares while at least t of them answer. What
-devices reveal is checked, and refusals settled, in ``server_app/secagg_checks.py``.
+devices reveal is checked, and refusals settled, in ``fedcluster/server/secagg_checks.py``.
 
-A mixin of :class:`server_app.base.FederatedStrategy` (state: ``config``)."""
+A mixin of :class:`fedcluster.server.base.FederatedStrategy` (state: ``config``)."""
 
 from __future__ import annotations
 
@@ -246,7 +246,7 @@ class Session:
     used: int = 0
     floor: int = 0  # a session set up again (refused shares, dropouts): the threshold of the first one
     delivered: set[int] = field(default_factory=set)  # positions whose masked reply came (the shares reached them)
-    opened_at: int = 0  # the journal's exchanges when it opened (server_app.journal: before a resume went live, gone)
+    opened_at: int = 0  # the journal's exchanges when it opened (fedcluster.server.journal: before a resume went live, gone)
     node_of: dict[int, int] = field(init=False)  # position -> node id
     inboxes: dict[int, list[tuple[int, np.ndarray, np.ndarray, bytes]]] = field(init=False)
 

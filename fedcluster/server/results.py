@@ -1,5 +1,5 @@
 """Records and results: per-round records, the output folder, ``result.json`` and the
-arrays beside it. A mixin of :class:`server_app.base.FederatedStrategy`."""
+arrays beside it. A mixin of :class:`fedcluster.server.base.FederatedStrategy`."""
 
 from __future__ import annotations
 

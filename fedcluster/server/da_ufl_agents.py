@@ -1,6 +1,6 @@
 """DA-UFL's agents as they come and go: what the server holds of each (its data summary,
 its bin counts, its latest step statistics), the weights it sends each, and the requests
-that bring an agent in that was away or joined late. A mixin of :class:`server_app.da_ufl.DAUFL`.
+that bring an agent in that was away or joined late. A mixin of :class:`fedcluster.server.da_ufl.DAUFL`.
 
 An agent is simply absent when it does not answer (away, late, or its reply dropped): its
 contribution is missing, never wrong, and nothing is held against it. Its step statistics

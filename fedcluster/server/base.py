@@ -5,12 +5,12 @@ like its paper: phase after phase of :meth:`broadcast` and calls into ``fedclust
 
 The bookkeeping lives beside it, one job per module:
 
-- :mod:`server_app.transport` — a task to many nodes in one round trip, every reply
+- :mod:`fedcluster.server.transport` — a task to many nodes in one round trip, every reply
   checked (the protocol table, the device's declarations, the caller's check);
-- :mod:`server_app.membership` — the nodes of a run: waiting, newcomers, exclusions,
+- :mod:`fedcluster.server.membership` — the nodes of a run: waiting, newcomers, exclusions,
   sampling, per-node seeds;
-- :mod:`server_app.results` — round records, the output folder and ``result.json``;
-- :mod:`server_app.messages` — replies, bundles and the sums every algorithm takes.
+- :mod:`fedcluster.server.results` — round records, the output folder and ``result.json``;
+- :mod:`fedcluster.server.messages` — replies, bundles and the sums every algorithm takes.
 
 Here: the phases several algorithms repeat (the data summary with the dimension vote and
 ``standardize``, scoring candidate center sets, federated evaluation, device labels).
@@ -91,7 +91,7 @@ class FederatedStrategy(Membership, Transport, Results):
         self.scaling: Scaling | None = None  # standardize: set by the data summary (survey)
         self.folder: RunFolder | None = None  # the run's folder (prepare_output)
         self.journal = Journal(None)  # its exchanges with the nodes (none until prepare_output)
-        self.resumes: list[dict[str, Any]] = []  # where a resumed run went live again (server_app.resume)
+        self.resumes: list[dict[str, Any]] = []  # where a resumed run went live again (fedcluster.server.resume)
         self._started = time.perf_counter()
 
     def server_random(self, purpose: str) -> np.random.Generator:

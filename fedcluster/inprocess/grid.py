@@ -48,7 +48,7 @@ class InProcessGrid(Grid):
         with replies in tests (return None: the node never answers).
     node_ids : the nodes' ids, in ``node_configs`` order (default 1000, 1001, ...); Flower's
         are random per run, and a run's result must not depend on them.
-    availability : optional :class:`inprocess.availability.Availability`: which nodes are
+    availability : optional :class:`fedcluster.inprocess.availability.Availability`: which nodes are
         connected in each round trip (``push_messages`` call). A node that is not is left
         out of ``get_node_ids()`` and a message to it comes back NODE_UNAVAILABLE.
     """

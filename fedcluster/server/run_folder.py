@@ -4,11 +4,11 @@ or deleted from it:
 
 - ``fedcluster-run.json``, the marker: config, job (a digest of the config without the keys
   that say where and how to write), ``status`` (``running``, then ``finished``), attempts;
-- ``journal.bin``, the exchanges with the nodes (:mod:`server_app.journal`), and
+- ``journal.bin``, the exchanges with the nodes (:mod:`fedcluster.server.journal`), and
   ``server-secret``, the seed of the server's randomness that is not the run seed (owner-only):
   both removed when the run finishes;
 - ``privacy-ledger.jsonl``, every private release, written before it leaves the server
-  (:class:`server_app.release_log.ReleaseLog`); it stays;
+  (:class:`fedcluster.server.release_log.ReleaseLog`); it stays;
 - ``result.json`` and the arrays, when the run finishes.
 
 The folder is locked (``flock``) while a process runs the run: a second run on it is

@@ -2,7 +2,7 @@
 
 ``InProcessGrid`` implements Flower's public ``Grid`` interface by calling the ClientApp
 directly; :func:`run` wires a whole federation in one process. It lives outside
-``server_app`` and ``client_app`` because it is the one place that imports both.
+``fedcluster.server`` and ``fedcluster.client`` because it is the one place that imports both.
 """
 
 from .availability import Availability

@@ -1,6 +1,6 @@
 """FedDP-KMeans' privacy bookkeeping: the plan (the noise of every step), what a device
 clips to, the noise and the ledger, the per-level checks of every reply, what result.json
-reports and what it does not cover. A mixin of :class:`server_app.feddp_kmeans.FedDPKMeans`
+reports and what it does not cover. A mixin of :class:`fedcluster.server.feddp_kmeans.FedDPKMeans`
 (state: ``level``, ``bounds``, ``plan``, ``mechanisms``, ``ledger``, ``clip_norm``)."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class FedDPPrivacy:
     def noise_seed(self) -> int | np.random.SeedSequence:
         """``noise-seed``; by default (-1) a seed drawn from the run folder's secret: unknown
         outside the folder, the same in a resumed run, so the releases it repeats are the
-        same values (server_app.run_folder)."""
+        same values (fedcluster.server.run_folder)."""
         if self.config.noise_seed >= 0:
             return self.config.noise_seed
         return np.random.SeedSequence(list(self.server_random("noise").integers(2**32, size=8)))
@@ -84,7 +84,7 @@ class FedDPPrivacy:
     def noisy(self, name: str, value: np.ndarray) -> np.ndarray:
         """``value`` + the noise of step ``name`` (its own mechanism and stream), entered in
         the folder's privacy ledger before it can leave the server
-        (:class:`server_app.run_folder.ReleaseLog`; with the devices' noise the release was
+        (:class:`fedcluster.server.run_folder.ReleaseLog`; with the devices' noise the release was
         entered before they were asked: :meth:`devices_release`)."""
         mechanism = self.mechanisms[name]
         released = mechanism.add(value)
@@ -222,7 +222,7 @@ class FedDPPrivacy:
 
 def epsilon_with(ledger: Any, entries: list[dict[str, Any]], delta: float) -> float:
     """ε at ``delta`` of a run's ``ledger`` composed with further releases from its folder's
-    privacy ledger (:class:`server_app.run_folder.ReleaseLog` entries): the run's own
+    privacy ledger (:class:`fedcluster.server.run_folder.ReleaseLog` entries): the run's own
     accountant where they are of its kind (composed exactly), the two totals added where
     not (basic composition: an upper bound)."""
     from fedcluster.privacy import skellam

@@ -1,5 +1,5 @@
 """Membership: which nodes take part, who joined late or left and why, sampling and
-per-node seeds. A mixin of :class:`server_app.base.FederatedStrategy`."""
+per-node seeds. A mixin of :class:`fedcluster.server.base.FederatedStrategy`."""
 
 from __future__ import annotations
 
@@ -217,7 +217,7 @@ class Membership:
 
     def live_node_ids(self) -> list[int]:
         """The grid's connected nodes now (its ids; a resumed run first matches them to its
-        own: :func:`server_app.resume.match_nodes`)."""
+        own: :func:`fedcluster.server.resume.match_nodes`)."""
         if self.journal.needs_mapping:
             match_nodes(self)
         return [int(node) for node in self.grid.get_node_ids()]

@@ -2,7 +2,7 @@
 centers the devices received (exact when it covers every active device), the pool of the
 cheapest estimates under partial participation, the final evaluation (held against what
 each device stated in training, with the recovery from a liar it catches), and the best
-centers measured. A mixin of :class:`server_app.fedkmeans.FedKMeans`."""
+centers measured. A mixin of :class:`fedcluster.server.fedkmeans.FedKMeans`."""
 
 from __future__ import annotations
 

@@ -35,14 +35,14 @@ def run(
     centers, computed here from each node's own data as its device would (never part of
     ``result.json``). ``node_ids``: the nodes' ids (default 1000, 1001, ...; Flower's are
     random per run, and the result does not depend on them). ``availability``: which nodes
-    are connected in each round trip (:class:`inprocess.availability.Availability`: offline
+    are connected in each round trip (:class:`fedcluster.inprocess.availability.Availability`: offline
     at random, leaving for good, joining late); by default every node, always.
     ``journal``: keep the run's journal in its folder, so that ``resume = true`` can
     continue it (False: a run nobody will resume, as an estimator's).
     """
-    from client_app.app import app as client_app
-    from server_app.algorithms import validated_config
-    from server_app.app import run_algorithm
+    from fedcluster.client.app import app as client_app
+    from fedcluster.server.algorithms import validated_config
+    from fedcluster.server.app import run_algorithm
 
     config = validated_config(run_config or {})
     if node_configs is None:
@@ -113,7 +113,7 @@ NUM_NODES_MAX = 100_000
 def main(argv: list[str] | None = None) -> int:
     from fedcluster.config import ConfigError, parse_run_config
     from fedcluster.tools.cli import ToolParser, integer, refuse
-    from server_app.algorithms import validated_config
+    from fedcluster.server.algorithms import validated_config
 
     parser = ToolParser(
         prog="fedcluster-run",

@@ -1,7 +1,7 @@
 """Transport: a task of the protocol table to many nodes in one round trip (push, pull
 with a deadline, bundles), every reply checked against the table, the device's own
 declarations (:mod:`fedcluster.bounds`) and the caller's check, and each phase recorded
-(sent, replies, failures, bytes, seconds). A mixin of :class:`server_app.base.FederatedStrategy`."""
+(sent, replies, failures, bytes, seconds). A mixin of :class:`fedcluster.server.base.FederatedStrategy`."""
 
 from __future__ import annotations
 

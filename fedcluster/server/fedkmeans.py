@@ -12,7 +12,7 @@ A cluster no sampled client saw keeps its center (and its momentum is reset).
 
 Reassignment (ρ, R): a cluster starved for R rounds is re-seeded by splitting the largest
 one along its direction of largest spread (:func:`fedcluster.fedkmeans.reassign_starved`);
-the start (``init``, ``n-init``, ``k-range``): :mod:`server_app.fedkmeans_start`.
+the start (``init``, ``n-init``, ``k-range``): :mod:`fedcluster.server.fedkmeans_start`.
 """
 
 from __future__ import annotations

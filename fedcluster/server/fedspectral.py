@@ -4,7 +4,7 @@ Federated Learning" (2023); specification: docs/ALGORITHMS.md section 5.
 
 A global graph on ``num-nodes`` nodes has its edges spread over J clients (each edge
 possibly on several); a client holds only its own edge list, and every phase asks every
-client still in the run (:class:`server_app.graph_strategy.GraphStrategy`). The result
+client still in the run (:class:`fedcluster.server.graph_strategy.GraphStrategy`). The result
 folder gets ``labels.npy``, ``embedding.npy`` (n x k, before row normalization) and, for
 FedSpectral, ``client_labels.npy`` (J x n); with ``reference`` true and
 ``dataset="edge-dir"`` readable by the server, ``central_reference`` in ``result.json``

@@ -5,7 +5,7 @@ seed and every returned share against the commitments made with the shares. A de
 caught lying is named and excluded from the run; the sum is completed without it where the
 others' shares allow.
 
-A mixin of :class:`server_app.secagg.SecureAggregation` (state: ``config``, a strategy's
+A mixin of :class:`fedcluster.server.secagg.SecureAggregation` (state: ``config``, a strategy's
 ``broadcast`` and ``exclude``)."""
 
 from __future__ import annotations

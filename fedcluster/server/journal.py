@@ -11,7 +11,7 @@ it had when the first attempt stopped. Then it goes on live.
 
 Flower's node ids are random per run: the journal keeps the ids the strategy knows (its
 *own* ids, those of the first attempt), and a resumed run maps the nodes connected now onto
-them by the partition each states (:mod:`server_app.resume`).
+them by the partition each states (:mod:`fedcluster.server.resume`).
 
 On disk: ``journal.bin`` in the run's folder, a sequence of frames, each
 ``length (8 bytes) | crc32 (4 bytes) | payload``; a frame cut short by a crash fails its

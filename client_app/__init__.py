@@ -1,1 +1,0 @@
-"""The fedcluster Flower ClientApp (see ``client_app.app``)."""

@@ -1,0 +1,1 @@
+"""The fedcluster Flower ClientApp (see ``fedcluster.client.app``)."""
