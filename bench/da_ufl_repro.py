@@ -7,7 +7,7 @@ give it), means on {−7.5, −2.5, 2.5, 7.5}²; J = 5 agents uniform in [−10,
 sees a point at distance d with probability 1 − exp(−0.025·SNR/d). k = 16, ξ_max = 0.05,
 η = 1, the run-config defaults otherwise (the SOM grid and epochs, 10 bins per dimension).
 
-Part 1 drives the DA-UFL kernels and server functions of ``fedcluster.da_ufl`` directly
+Part 1 drives the DA-UFL kernels and server functions of ``fedcluster.algorithms.da_ufl.model`` directly
 (the strategy's exact math without the transport) so that all four methods start from the
 SAME initialization, as in the paper: k-means++ (single draw) on the agents' SOM codebooks
 weighted by total counts. Central k-means = the same perturbed outer loop on the DISTINCT
@@ -37,10 +37,11 @@ import numpy as np
 from _common import (add_bench_flags, figure_path, markdown_table, mean_std, page_output, print_header, quiet_flower,
                      run_inprocess, svg_line_chart)
 
-from fedcluster import da_ufl
+from fedcluster.algorithms.da_ufl import model as da_ufl
 from fedcluster.config import DEFAULTS
 from fedcluster.data import daufl_paper
-from fedcluster.device import DeviceData, run_task
+from fedcluster.kernel import DeviceData
+from fedcluster.device import run_task
 from fedcluster.lloyd import kmeans_cost, nearest
 from fedcluster.metrics import adjusted_rand, rand_index, variation_of_information
 

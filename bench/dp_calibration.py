@@ -33,7 +33,7 @@ import time
 
 from _common import add_bench_flags, markdown_table, page_output, print_header
 
-from fedcluster import feddp_kmeans
+from fedcluster.algorithms.feddp_kmeans import model as feddp_kmeans
 from fedcluster.privacy import PrivacyLedger, calibration
 from fedcluster.privacy.ledger import SEARCH_DISCRETIZATION
 

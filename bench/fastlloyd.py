@@ -288,7 +288,7 @@ def held_out_check(args: argparse.Namespace) -> None:
     on datasets outside FastLloyd's seven."""
     from sklearn.cluster import KMeans
 
-    from fedcluster.feddp_kmeans import RELATIVE_RADIUS_ALPHA, RULE_OF_THUMB
+    from fedcluster.algorithms.feddp_kmeans.model import RELATIVE_RADIUS_ALPHA, RULE_OF_THUMB
 
     data = {name: (load(name, args.battery), held_out_k(name, args.battery)) for name in args.held_out}
     central = {name: KMeans(k, n_init=10, random_state=0).fit(X).inertia_ for name, (X, k) in data.items()}

@@ -164,9 +164,9 @@ def optimum(item: tuple) -> dict:
     _, total = central_kmeans(X, 10, seed, n_init=10)
     row = {"setting": setting, "seed": seed, "optimum": total / X.shape[0], "kfed": None}
     try:
-        from fedcluster.server.algorithms import STRATEGIES
+        from fedcluster import registry
 
-        if with_kfed and "kfed" in STRATEGIES:
+        if with_kfed and "kfed" in registry.names():
             kfed = {**config_for(setting, "feddp", 1.0, 0, seed), "algorithm": "kfed", "init": "auto"}
             for key in ("epsilon", "lloyd-rounds", "privacy-level", "clip-norm", "client-max-points", "noise-seed"):
                 kfed.pop(key, None)

@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import add_bench_flags, figure_path, markdown_table, page_output, print_header, run_inprocess, svg_line_chart  # noqa: E402
 from fedcluster.graph import canonical_edges, load_edge_list, load_node_labels, split_edges, write_client_edge_files  # noqa: E402
 from fedcluster.metrics import adjusted_rand, nmi, rand_index  # noqa: E402
-from fedcluster.fedspectral import ExactEigensolver, embedding_labels, row_normalize, subspace_distance  # noqa: E402
+from fedcluster.algorithms.fedspectral.model import ExactEigensolver, embedding_labels, row_normalize, subspace_distance  # noqa: E402
 from fedcluster.central import central_eigenpairs, normalized_adjacency  # noqa: E402
 
 K = 10

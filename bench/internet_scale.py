@@ -17,7 +17,7 @@ algorithm's own):
    the largest b the rounds' spread allows, which the extrapolation uses); the start-up's server
    seconds per device (the data summary and the initialization contact every device);
    the bytes the server's memory of the devices' statistics takes per device
-   (``fedcluster.fedkmeans.Memory``'s arrays, per row; the rows
+   (``fedcluster.algorithms.fedkmeans.model.Memory``'s arrays, per row; the rows
    grow by doubling, so up to twice that is allocated). These runs train one center set
    (``n-init = 1``); the default trains up to 16 side by side until a set can no longer
    win, at most half of the rounds: memory and server step up to 16 × these then.
@@ -59,7 +59,8 @@ def config(population: int, sampled: int, rounds: int) -> dict:
 
 def device_seconds(points: int, repeats: int) -> float:
     """Median seconds of one ``fedkmeans_train`` task on ``points`` points (one core)."""
-    from fedcluster.device import DeviceData, run_task
+    from fedcluster.kernel import DeviceData
+    from fedcluster.device import run_task
 
     rng = np.random.default_rng(0)
     data = DeviceData(points=rng.normal(size=(points, D)), source=f"{points} points")
@@ -105,8 +106,8 @@ def server_run(population: int, sampled: int, rounds: int) -> dict:
 
 def memory_bytes_per_device() -> float:
     """The bytes one device's row takes in the server's memory of one center set
-    (:class:`fedcluster.fedkmeans.Memory`'s arrays, per row)."""
-    from fedcluster.fedkmeans import Memory
+    (:class:`fedcluster.algorithms.fedkmeans.model.Memory`'s arrays, per row)."""
+    from fedcluster.algorithms.fedkmeans.model import Memory
 
     memory = Memory(K, D)
     memory.reserve(range(16))

@@ -48,7 +48,7 @@ from scipy.optimize import linear_sum_assignment  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from fedcluster.kfed import induced_labels, kfed_merge, local_kprime_means  # noqa: E402
+from fedcluster.algorithms.kfed.model import induced_labels, kfed_merge, local_kprime_means  # noqa: E402
 
 from _common import add_bench_flags, markdown_table, page_output, print_header, svg_line_chart  # noqa: E402
 

@@ -47,7 +47,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .protocol import NUM_EXAMPLES, Task
+from fedcluster.protocol import NUM_EXAMPLES, Task
 
 # Relative slack for rounding, on the data's spread (sums of up to millions of float64 values).
 RELATIVE_SLACK = 1e-8

@@ -23,7 +23,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .fedspectral import embedding_labels, initial_block, subspace_distance, top_eigenpairs_by_component
+from fedcluster.algorithms.fedspectral.model import (
+    embedding_labels, initial_block, subspace_distance, top_eigenpairs_by_component
+)
 from .graph import canonical_edges, load_edge_list
 from .linalg import orthonormalize, rayleigh_ritz
 from .lloyd import kmeans_cost

@@ -32,15 +32,35 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 
-from fedcluster import feddp_kmeans
+from fedcluster import registry
+from fedcluster.algorithms.feddp_kmeans import model as feddp_kmeans
 from fedcluster.config import SEED_MAX
 from fedcluster.lloyd import kmeans_cost, nearest
 from fedcluster.metrics import check_points
 from fedcluster.scaling import Scaling
 
 # scikit-learn name -> run-config key, per algorithm (None: the algorithm has no such knob)
-_MAX_ITER = {"fedkmeans": "num-rounds", "da-ufl": "outer-iterations", "kfed": None, "feddp-kmeans": "lloyd-rounds"}
-_TOL = {"fedkmeans": "tol", "da-ufl": None, "kfed": None, "feddp-kmeans": None}
+
+
+def _algorithms_of(estimator: str) -> tuple[str, ...]:
+    """The algorithms the registry says ``estimator`` runs."""
+    return tuple(a.name for a in registry.algorithms().values() if a.estimator == estimator)
+
+
+def _own_keys(estimator: str, algorithm: str, values: dict[str, Any], others: str) -> dict[str, Any]:
+    """The run-config keys this estimator's parameters set for ``algorithm`` (as its package
+    declares them); a parameter it does not take, given, is refused by name."""
+    if algorithm not in _algorithms_of(estimator):
+        raise ValueError(f"algorithm={algorithm!r}: {estimator} runs "
+                         f"{', '.join(repr(n) for n in _algorithms_of(estimator))} ({others})")
+    keys = dict(registry.algorithm(algorithm).estimator_keys)
+    own = {}
+    for name, value in values.items():
+        if value is not None:
+            if name not in keys:
+                raise ValueError(f"{name} does not apply to algorithm={algorithm!r}")
+            own[keys[name]] = value
+    return own
 
 
 class FederatedRunWarning(UserWarning):
@@ -225,22 +245,10 @@ class FederatedKMeans(_Federated):
         _keep(self, locals())
 
     def _config(self) -> dict[str, Any]:
-        if self.algorithm not in _MAX_ITER or self.algorithm == "feddp-kmeans":
-            raise ValueError(
-                f"algorithm={self.algorithm!r}: FederatedKMeans runs 'fedkmeans', 'kfed' or 'da-ufl' "
-                f"(DPFederatedKMeans runs FedDP-KMeans)"
-            )
-        own: dict[str, Any] = {"algorithm": self.algorithm, "k": self.n_clusters, "seed": _seed(self.random_state)}
-        for name, value, keys in (("max_iter", self.max_iter, _MAX_ITER), ("tol", self.tol, _TOL)):
-            if value is not None:
-                if keys[self.algorithm] is None:
-                    raise ValueError(f"{name} does not apply to algorithm={self.algorithm!r}")
-                own[keys[self.algorithm]] = value
-        for name, value, key in (("fraction", self.fraction, "fraction"), ("n_init", self.n_init, "n-init")):
-            if value is not None:
-                if self.algorithm != "fedkmeans":
-                    raise ValueError(f"{name} does not apply to algorithm={self.algorithm!r}")
-                own[key] = value
+        own: dict[str, Any] = _own_keys(
+            "FederatedKMeans", self.algorithm, {"max_iter": self.max_iter, "tol": self.tol, "fraction": self.fraction,
+                                                "n_init": self.n_init}, "DPFederatedKMeans runs FedDP-KMeans")
+        own.update({"algorithm": self.algorithm, "k": self.n_clusters, "seed": _seed(self.random_state)})
         return _merged(self.run_config, own)
 
 
@@ -250,7 +258,7 @@ class DPFederatedKMeans(_Federated):
     ``fit(clients, server_data=points)``; without it, points in the ball of radius
     ``run_config={"clip-norm": Δ}``) followed by relative Lloyd rounds, ``max_iter`` of them
     or, by default, as many as the budget carries for the clients' number of points
-    (``fedcluster.feddp_kmeans.lloyd_rounds_for``; the number of rounds, which the result
+    (``fedcluster.algorithms.feddp_kmeans.model.lloyd_rounds_for``; the number of rounds, which the result
     reports, then treats that count as public: give ``max_iter`` to keep it out of the
     result). At ``privacy_level="client"`` with server data it runs FedDP-Init (Lloyd rounds
     only with ``max_iter``); without server data as above.
@@ -320,8 +328,8 @@ class FederatedSpectralClustering(_InProcess):
         _keep(self, locals())
 
     def fit(self, clients: Sequence[Any], y: Any = None) -> "FederatedSpectralClustering":
-        if self.algorithm not in ("fedspectral", "fedspectral-plus"):
-            raise ValueError(f"algorithm={self.algorithm!r}: 'fedspectral-plus' or 'fedspectral'")
+        own: dict[str, Any] = _own_keys("FederatedSpectralClustering", self.algorithm, {"max_iter": self.max_iter},
+                                        "graphs: node ids in edge lists")
         if isinstance(clients, np.ndarray) or not isinstance(clients, Sequence) or len(clients) == 0:
             raise ValueError("clients must be a non-empty list with one (edges × 2) integer array per client")
         edges = []
@@ -336,12 +344,8 @@ class FederatedSpectralClustering(_InProcess):
         n_nodes = self.n_nodes if self.n_nodes is not None else largest + 1
         if largest >= n_nodes:
             raise ValueError(f"a client holds node id {largest}, but n_nodes={n_nodes} (ids 0 .. {n_nodes - 1})")
-        own: dict[str, Any] = {"algorithm": self.algorithm, "k": self.n_clusters, "seed": _seed(self.random_state),
-                               "num-nodes": n_nodes}
-        if self.max_iter is not None:
-            if self.algorithm != "fedspectral-plus":
-                raise ValueError("max_iter does not apply to algorithm='fedspectral' (one round)")
-            own["num-rounds"] = self.max_iter
+        own.update({"algorithm": self.algorithm, "k": self.n_clusters, "seed": _seed(self.random_state),
+                    "num-nodes": n_nodes})
         writers = [lambda folder, i, e=e: np.savetxt(folder / f"client_{i:05d}.txt", e, fmt="%d") for e in edges]
         _, loaded = self._federate(_merged(self.run_config, own), "edge-dir", writers, ("labels", "embedding"))
         self.labels_, self.embedding_ = loaded["labels"], loaded["embedding"]

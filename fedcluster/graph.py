@@ -6,10 +6,10 @@ its own edge list (``m x 2`` int64). :func:`load_edge_list` reads the SNAP ``u v
 self-loops, no duplicates), :func:`split_edges` deals every undirected edge to ``r`` distinct
 random clients (the paper's "overlap": 40 % overlap with 5 clients is ``r = 2``) and
 :func:`write_client_edge_files` writes one ``client_XXX.txt`` per client (used by
-``fedcluster-split-graph``, :mod:`fedcluster.tools.graph_cli`). :class:`AdjacencyOperator` gives
+``fedcluster-split-graph``, :mod:`fedcluster.algorithms.fedspectral.split_tool`). :class:`AdjacencyOperator` gives
 products with the 0/1 adjacency without ever forming an ``n x n`` matrix, and
 :func:`local_graph` is a device's edge list as one (cached). The device kernels and the
-server math are in :mod:`fedcluster.fedspectral`.
+server math are in :mod:`fedcluster.algorithms.fedspectral.model`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fedcluster.device import DeviceData
+from fedcluster.kernel import DeviceData
 
 __all__ = [
     "GraphError",

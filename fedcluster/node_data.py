@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from . import data
-from .device import DeviceData
+from fedcluster.kernel import DeviceData
 
 
 def device_data(run_config: dict[str, Any], node_config: dict[str, Any]) -> DeviceData:

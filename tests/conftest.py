@@ -39,7 +39,7 @@ def graphs_dir() -> Path | None:
 
 def split_email_eu_core(tmp_path: Path, clients: int = 5, copies: int = 2) -> Path:
     """email-Eu-core split over ``clients`` edge files (every edge on ``copies``), or a skip."""
-    from fedcluster.tools.graph_cli import main as split_main
+    from fedcluster.algorithms.fedspectral.split_tool import main as split_main
 
     graphs = graphs_dir()
     if graphs is None:

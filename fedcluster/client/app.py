@@ -17,9 +17,11 @@ import traceback
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedcluster import protocol, secagg
+from fedcluster import protocol
+from fedcluster.secagg import device as secagg
 from fedcluster.node_data import device_data
-from fedcluster.device import DeviceData, run_task
+from fedcluster.kernel import DeviceData
+from fedcluster.device import run_task
 from fedcluster.wire import array_fields, array_numpy
 
 # Flower's error code for "the ClientApp raised an exception" (flwr.common.constant.ErrorCode).

@@ -28,7 +28,7 @@ from flwr.serverapp import Grid
 
 from fedcluster import bounds, protocol
 from fedcluster.config import RunConfig
-from fedcluster.point_tasks import majority_value
+from fedcluster.points import majority_value
 from fedcluster.scaling import Scaling
 
 from .journal import Journal

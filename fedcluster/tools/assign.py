@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..point_tasks import labels_path
+from fedcluster.shared_kernels import labels_path
 from .cli import ToolParser, output_file, refuse, save_npy
 from ..data import LARGEST_VALUE, DataError, load_points
 from ..lloyd import nearest

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedcluster import data, feddp_kmeans
+from fedcluster import data
+from fedcluster.algorithms.feddp_kmeans import model as feddp_kmeans
 from fedcluster.config import ConfigError
 from fedcluster.inprocess import run
 

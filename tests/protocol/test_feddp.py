@@ -1,4 +1,4 @@
-"""FedDP-KMeans (fedcluster/feddp_kmeans.py, fedcluster/server/feddp_kmeans.py): device kernels,
+"""FedDP-KMeans (fedcluster/algorithms/feddp_kmeans/model.py, fedcluster/algorithms/feddp_kmeans/strategy.py): device kernels,
 the server-side math as pure functions, calibration and accounting of the strategy,
 clipping enforced by the server, oracles against the non-private pipeline, and a whole
 private run.
@@ -22,7 +22,7 @@ from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
-from fedcluster import feddp_kmeans
+from fedcluster.algorithms.feddp_kmeans import model as feddp_kmeans
 from fedcluster.config import ConfigError, parse_run_config, with_defaults
 from fedcluster.node_data import generated_server_points, pooled_points
 from fedcluster.lloyd import LloydStatistics
@@ -34,10 +34,10 @@ from fedcluster.privacy import (
     independent_generators,
     laplace_scale_for,
 )
-from fedcluster.device import DeviceData
+from fedcluster.kernel import DeviceData
 from conftest import lloyd_step, write_npy_dir
 from fedcluster.inprocess import run
-from fedcluster.feddp_kmeans import sphere_packing, top_eigenvectors
+from fedcluster.algorithms.feddp_kmeans.model import sphere_packing, top_eigenvectors
 
 ROOT = Path(__file__).resolve().parents[2]
 DELTA = 1e-6

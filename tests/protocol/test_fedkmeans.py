@@ -10,12 +10,12 @@ from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
 from conftest import lloyd_step, state_partition, write_npy_dir
 from fedcluster.config import ConfigError, with_defaults
-from fedcluster.fedkmeans import client_kmeans
+from fedcluster.algorithms.fedkmeans.model import client_kmeans
 from fedcluster.lloyd import lloyd_statistics
 from fedcluster.inprocess import run
 from fedcluster.inprocess.grid import InProcessGrid, set_task_identity
 from fedcluster.server.base import FederationError
-from fedcluster.server.fedkmeans import FedKMeans
+from fedcluster.algorithms.fedkmeans.strategy import FedKMeans
 
 
 

@@ -1,5 +1,5 @@
-"""FedSpectral and FedSpectral+: the exact mode's server algebra (fedcluster/fedspectral.py),
-whole runs of fedcluster/server/fedspectral.py through the in-process runner, bad input, the
+"""FedSpectral and FedSpectral+: the exact mode's server algebra (fedcluster/algorithms/fedspectral/model.py),
+whole runs of fedcluster/algorithms/fedspectral/strategy.py through the in-process runner, bad input, the
 splitter CLI, the layout (no flwr below the strategy), and one real ``flwr run``."""
 
 from __future__ import annotations
@@ -16,21 +16,12 @@ import pytest
 
 from conftest import split_email_eu_core
 from fedcluster.config import ConfigError, with_defaults
-from fedcluster.fedspectral import (
-    ExactEigensolver,
-    RitzBasis,
-    affinity_embedding,
-    auto_max_basis,
-    coassociation_matrix,
-    degree_scaled_start,
-    embedding_labels,
-    initial_block,
-    orthonormal_complement,
-    start_block,
-    subspace_distance,
+from fedcluster.algorithms.fedspectral.model import (
+    ExactEigensolver, RitzBasis, affinity_embedding, auto_max_basis, coassociation_matrix, degree_scaled_start,
+    embedding_labels, initial_block, orthonormal_complement, start_block, subspace_distance
 )
 from fedcluster.graph import canonical_edges, load_edge_list, split_edges, write_client_edge_files
-from fedcluster.tools.graph_cli import main as split_main
+from fedcluster.algorithms.fedspectral.split_tool import main as split_main
 from fedcluster.linalg import orthonormalize
 from fedcluster.central import central_eigenpairs, normalized_adjacency
 from fedcluster.server.base import FederationError
@@ -389,7 +380,7 @@ def test_paper_mode_runs_the_papers_protocol(tmp_path, small_graph):
 
 
 def test_algorithm_and_benchmarks_import_without_flwr_or_the_server():
-    """fedcluster.fedspectral, the central references and the benchmarks need neither flwr
+    """fedcluster.algorithms.fedspectral.model, the central references and the benchmarks need neither flwr
     nor fedcluster.server (the house plan: everything below the phases is plain library code)."""
     script = textwrap.dedent(
         f"""
@@ -397,7 +388,7 @@ def test_algorithm_and_benchmarks_import_without_flwr_or_the_server():
         sys.modules["flwr"] = None
         sys.modules["fedcluster.server"] = None
         sys.path.insert(0, {str(ROOT)!r})
-        import fedcluster.fedspectral, fedcluster.central, fedcluster.graph
+        import fedcluster.algorithms.fedspectral.model, fedcluster.central, fedcluster.graph
         import bench.fedspectral_repro, bench.spectral_kernel
         print("OK")
         """
@@ -444,7 +435,7 @@ def test_split_graph_script_is_declared():
     import tomllib
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["fedcluster-split-graph"] == "fedcluster.tools.graph_cli:main"
+    assert scripts["fedcluster-split-graph"] == "fedcluster.algorithms.fedspectral.split_tool:main"
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from scipy.optimize import linear_sum_assignment
 
 from conftest import write_npy_dir
 from fedcluster.data import kfed_mixture
-from fedcluster.tools.newdevice import label_new_device, main as assign_main
+from fedcluster.algorithms.kfed.assign_tool import label_new_device, main as assign_main
 from fedcluster.inprocess import run
 from fedcluster.server.base import FederationError
 

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import write_npy_dir
 from fedcluster import protocol
-from fedcluster.device import DeviceData
+from fedcluster.kernel import DeviceData
 from fedcluster.inprocess import run
 
 POINT_RUNS = {

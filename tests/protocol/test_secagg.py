@@ -1,4 +1,4 @@
-"""Secure aggregation of the FedDP-Lloyd sums (fedcluster/secagg.py, fedcluster/server/secagg.py),
+"""Secure aggregation of the FedDP-Lloyd sums (fedcluster/secagg/device.py, fedcluster/server/secure_sum.py),
 in-process runs: the secure run's centers are the plain run's, the server never receives a
 device's plain statistics, and devices that drop before or after masking still give the
 right sum while at least the threshold answer the unmasking."""
@@ -12,7 +12,7 @@ import pytest
 from flwr.app import Error, Message
 
 from conftest import lloyd_step
-from fedcluster import secagg
+from fedcluster.secagg import device as secagg
 from fedcluster.config import ConfigError, with_defaults
 from fedcluster.device import run_task
 from fedcluster.node_data import device_data, pooled_points
@@ -168,7 +168,7 @@ def test_no_mask_key_of_one_sum_unmasks_another(tmp_path, monkeypatch):
             kept["seed"] = secagg.row_bytes(reply.content.array_records["arrays"]["seed"].numpy(), strip=False)
         return reply
 
-    from fedcluster import secagg_checks
+    from fedcluster.secagg import checks as secagg_checks
 
     rebuilt = []
     original = secagg_checks.rebuilt
@@ -513,7 +513,7 @@ def test_refused_shares_leave_devices_out_of_a_new_session_and_the_run_goes_on(t
 
 
 def test_refusals_are_grouped_by_the_accused_and_checked_against_the_forwarded_shares():
-    from fedcluster.secagg_checks import accused
+    from fedcluster.secagg.checks import accused
 
     assert accused({1: [3], 2: [3], 4: [3, 5]}) == {3: [1, 2, 4], 5: [4]}
     assert secagg.refused_positions(np.array([0, 1, 0, 1])) == [2, 4]
@@ -700,7 +700,7 @@ def test_the_sparse_graph_is_drawn_among_the_devices_whose_keys_came(tmp_path, m
 
 
 def test_many_devices_on_the_full_graph_are_told_of_the_sparse_one(tmp_path, monkeypatch, caplog):
-    import fedcluster.server.secagg as server_side
+    import fedcluster.server.secure_sum as server_side
 
     monkeypatch.setattr(server_side, "FULL_GRAPH_NOTE", NODES - 1)
     run(config(tmp_path, "full", **{"lloyd-rounds": 1, "secure-aggregation": True}), num_nodes=NODES)
@@ -796,7 +796,7 @@ def test_a_session_whose_asked_devices_leave_a_thin_neighbourhood_is_reopened_be
     their neighbours would keep three of five, below the threshold of four. The server
     opens a new session among the eight before that sum, so no device fails and no sum is
     set up again."""
-    import fedcluster.server.secagg as server_side
+    import fedcluster.server.secure_sum as server_side
 
     monkeypatch.setattr(secagg, "neighbourhoods", in_order_ring)
     attempt, calls = server_side.SecureAggregation.secure_attempt, []

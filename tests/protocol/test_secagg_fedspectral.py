@@ -3,7 +3,7 @@ runs: the secure run gives the plain run's embedding and labels in both modes, t
 never receives one client's product, a client that drops after masking is still in the
 sums, one that drops before is out of the run as in a plain run, and a sum no honest
 clients could give stops the run by name. Each client's product is clipped to a public
-range fixed before the round (``fedcluster.fedspectral.product_range``), tested here
+range fixed before the round (``fedcluster.algorithms.fedspectral.model.product_range``), tested here
 against honest products."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from flwr.app import Array, Error, Message
 
-from fedcluster import secagg
+from fedcluster.secagg import device as secagg
 from fedcluster.config import with_defaults
-from fedcluster.device import DeviceData, run_task
-from fedcluster.fedspectral import product_range
+from fedcluster.kernel import DeviceData
+from fedcluster.device import run_task
+from fedcluster.algorithms.fedspectral.model import product_range
 from fedcluster.node_data import device_data
 from fedcluster.inprocess import run
 from test_fedspectral import planted, write_split

@@ -1,5 +1,5 @@
-"""Devices that lie to secure aggregation (fedcluster/secagg.py, fedcluster/secagg_checks.py,
-fedcluster/server/secagg.py, fedcluster/server/secagg_checks.py): what a device reveals (its own seed, a
+"""Devices that lie to secure aggregation (fedcluster/secagg/device.py, fedcluster/secagg/checks.py,
+fedcluster/server/secure_sum.py, fedcluster/server/secure_sum_checks.py): what a device reveals (its own seed, a
 share) is checked against what it committed to at setup, and a refusal of another device's
 shares is settled by that device's proof. The liar is named and excluded; the sum is
 completed without it, or set up again without it; an honest device never pays for a lie
@@ -12,7 +12,7 @@ import pytest
 from flwr.app import Array, Error, Message
 
 from conftest import lloyd_step
-from fedcluster import secagg
+from fedcluster.secagg import device as secagg
 from fedcluster.node_data import pooled_points
 from fedcluster.inprocess import run
 from test_secagg import NODES, centers, config, in_order_ring
@@ -156,7 +156,7 @@ def crafted_shares(monkeypatch, liar):
     it commits to, so no holder can tell): only a rebuilt key shows it."""
     import os
 
-    from fedcluster.device import KERNELS
+    from fedcluster.kernel import KERNELS
 
     original = KERNELS["secagg_share_keys"]
 
@@ -228,8 +228,8 @@ def test_a_refusal_is_settled_by_opening_the_token_with_the_key_its_sender_revea
     """A token a holder can open opens for the server with the sender's ephemeral key (the
     refusal is false); a damaged token, a token of shares other than committed, a key that
     is not the token's, or no proof at all leaves the fault with the sender."""
-    from fedcluster import secagg_checks as checks
-    from fedcluster.secagg import _flwr
+    from fedcluster.secagg import checks as checks
+    from fedcluster.secagg.crypto import flower_crypto as _flwr
 
     f = _flwr()
     holder_sk, holder_pk = f["generate_key_pairs"]()
@@ -258,8 +258,8 @@ def test_a_refusal_is_settled_by_opening_the_token_with_the_key_its_sender_revea
 def test_a_secret_is_rebuilt_from_the_shares_that_match_their_commitments_only():
     import os
 
-    from fedcluster import secagg_checks as checks
-    from fedcluster.secagg import _flwr
+    from fedcluster.secagg import checks as checks
+    from fedcluster.secagg.crypto import flower_crypto as _flwr
 
     seed, t = os.urandom(32), 3
     shares = dict(enumerate(_flwr()["create_shares"](seed, t, 6), start=1))
@@ -285,7 +285,8 @@ def test_a_device_proves_fewer_shares_than_the_threshold_and_never_gives_both_sh
     it did not send, and never the threshold's worth in a session; a later unmask call may
     add a participant to the dropped (its vector taken out) but not one whose seed share it
     already sent, nor take one out of the dropped."""
-    from fedcluster.device import DeviceData, run_task
+    from fedcluster.kernel import DeviceData
+    from fedcluster.device import run_task
 
     data = DeviceData(points=np.zeros((4, 2)))
     data.extra[secagg.STATE] = {"session": 1, "position": 1, "threshold": 3, "sums": 1, "stage": "unmasked", "sum": 1,

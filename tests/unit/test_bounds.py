@@ -173,7 +173,7 @@ def test_voronoi_check_by_loops_over_random_assignments():
 
 def test_perturbed_labels_pass_the_widened_check_and_a_far_cluster_does_not():
     from fedcluster.bounds import voronoi_violation
-    from fedcluster.da_ufl import perturbed_labels
+    from fedcluster.algorithms.da_ufl.model import perturbed_labels
 
     rng = np.random.default_rng(2)
     X, centers = rng.normal(size=(400, 2)) * 3, rng.normal(size=(5, 2)) * 3

@@ -31,7 +31,7 @@ def test_all_points_claimed_for_the_middle_cell_scatter_more_than_it_holds():
     declared moments allow), but points inside the middle cell cannot spread as far as the
     corner clusters do."""
     from fedcluster.bounds import voronoi_violation
-    from fedcluster.fedkmeans import partitions_violation, whole_partition
+    from fedcluster.algorithms.fedkmeans.model import partitions_violation, whole_partition
     from fedcluster.bounds import Declared
 
     rng = np.random.default_rng(0)
@@ -128,7 +128,7 @@ def test_replies_of_the_device_kernel_pass_at_large_offsets(offset, beta):
     absolute terms: with a coordinate near 1e8–1e9 (epoch seconds) points near a bisector
     land on either side. Such honest replies, checked as FedKMeans checks them (means implied
     by the moved centers), still pass."""
-    from fedcluster.fedkmeans import client_kmeans, implied_means
+    from fedcluster.algorithms.fedkmeans.model import client_kmeans, implied_means
 
     rng = np.random.default_rng(1)
     for _ in range(150):

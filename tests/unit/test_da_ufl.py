@@ -1,4 +1,4 @@
-"""DA-UFL kernels and server math on plain arrays (fedcluster/da_ufl.py), against oracles
+"""DA-UFL kernels and server math on plain arrays (fedcluster/algorithms/da_ufl/model.py), against oracles
 written here with plain loops (docs/ALGORITHMS.md §2)."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedcluster import da_ufl
-from fedcluster.device import DeviceData, run_task
+from fedcluster.algorithms.da_ufl import model as da_ufl
+from fedcluster.kernel import DeviceData
+from fedcluster.device import run_task
 
 
 def naive_weighted_means(points_list, weights_list, centers):
@@ -241,7 +242,7 @@ def agents_gradients(num_agents=10, k=3, d=2, seed=0):
 
 
 def test_mean_combining_is_the_plain_sum():
-    from fedcluster.da_ufl import combine_gradients
+    from fedcluster.algorithms.da_ufl.model import combine_gradients
 
     centers, gradients, weights, _ = agents_gradients()
     z, w = combine_gradients(centers, gradients, weights, "mean")
@@ -250,7 +251,7 @@ def test_mean_combining_is_the_plain_sum():
 
 
 def test_trimmed_combining_step_is_the_trimmed_mean_of_the_agents_means_by_loops():
-    from fedcluster.da_ufl import combine_gradients, dual_averaging_update
+    from fedcluster.algorithms.da_ufl.model import combine_gradients, dual_averaging_update
 
     centers, gradients, weights, means = agents_gradients()
     z, w = combine_gradients(centers, gradients, weights, "trimmed-mean", 0.1)
@@ -264,7 +265,7 @@ def test_trimmed_combining_step_is_the_trimmed_mean_of_the_agents_means_by_loops
 
 @pytest.mark.parametrize("method", ["trimmed-mean", "median"])
 def test_one_lying_agent_in_ten_cannot_move_a_daufl_step_outside_the_honest_range(method):
-    from fedcluster.da_ufl import combine_gradients, dual_averaging_update
+    from fedcluster.algorithms.da_ufl.model import combine_gradients, dual_averaging_update
 
     centers, gradients, weights, means = agents_gradients()
     gradients[0] = weights[0, :, None] * (centers - 1e6)  # claims its points sit at +1e6

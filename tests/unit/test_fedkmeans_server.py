@@ -77,7 +77,7 @@ def naive_cost(X, C):
 
 
 def test_padded_candidate_sets_cost_what_the_unpadded_ones_cost():
-    from fedcluster.fedkmeans import k_range_candidates
+    from fedcluster.algorithms.fedkmeans.model import k_range_candidates
 
     rng = np.random.default_rng(0)
     points = rng.normal(size=(30, 2)) * 4
@@ -92,7 +92,7 @@ def test_padded_candidate_sets_cost_what_the_unpadded_ones_cost():
 
 
 def test_k_range_report_by_hand():
-    from fedcluster.fedkmeans import k_range_report
+    from fedcluster.algorithms.fedkmeans.model import k_range_report
 
     # ks 2..5, 2 candidates each, then the k = 1 cost T = 100; n = 50 points.
     costs = np.array([60.0, 50.0, 20.0, 30.0, 25.0, 18.0, 17.0, 16.0, 100.0])
@@ -109,7 +109,7 @@ def test_k_range_report_by_hand():
 
 
 def test_k_range_report_never_lets_more_centers_cost_more():
-    from fedcluster.fedkmeans import k_range_report
+    from fedcluster.algorithms.fedkmeans.model import k_range_report
 
     costs = np.array([40.0, 45.0, 30.0, 100.0])  # k = 3 candidates worse than k = 2's best
     report = k_range_report([2, 3, 4], 1, costs, 20)
@@ -119,7 +119,7 @@ def test_k_range_report_never_lets_more_centers_cost_more():
 
 # ---------------------------------------------------------------- reassignment
 def starved_after(counts, rounds, threshold=0.01, patience=3):
-    from fedcluster.fedkmeans import ServerState, reassign_starved
+    from fedcluster.algorithms.fedkmeans.model import ServerState, reassign_starved
 
     counts = np.asarray(counts, dtype=float)
     k = counts.size
@@ -146,7 +146,7 @@ def test_reassignment_threshold_is_relative_to_the_largest_cluster():
 @pytest.mark.parametrize("beta", [1.0, 0.5])
 @pytest.mark.parametrize("offset", [0.0, 1e3])
 def test_train_cost_is_fixed_by_the_rest_of_a_full_batch_reply(beta, offset):
-    from fedcluster.fedkmeans import client_kmeans, train_cost_mismatch
+    from fedcluster.algorithms.fedkmeans.model import client_kmeans, train_cost_mismatch
 
     rng = np.random.default_rng(3)
     X = rng.normal(size=(300, 4)) + offset
@@ -177,7 +177,7 @@ def _weighted_cost(points, weights, centers):
 
 
 def test_server_starts_keep_the_lowest_cost_starts_in_draw_order():
-    from fedcluster.fedkmeans import summary_candidates
+    from fedcluster.algorithms.fedkmeans.model import summary_candidates
 
     points, weights, low, high = _summary(0)
     # the 40 starts by hand: the same generator, the plain draw of 40
@@ -195,7 +195,7 @@ def test_server_starts_keep_the_lowest_cost_starts_in_draw_order():
 
 
 def test_server_starts_at_most_the_candidates_is_the_plain_draw():
-    from fedcluster.fedkmeans import summary_candidates
+    from fedcluster.algorithms.fedkmeans.model import summary_candidates
 
     points, weights, low, high = _summary(1)
     plain = summary_candidates(points, weights, 6, 5, low, high, np.random.default_rng(3))
@@ -213,7 +213,7 @@ def _stated(X, labels, k):
 def _violates(cost, centers, partition, relative=1e-8):
     """The readable one-pair oracle: a cost of ``centers`` above what ``partition`` (each part
     whole to its cheapest center) costs with them, beyond rounding."""
-    from fedcluster.fedkmeans import partition_bound
+    from fedcluster.algorithms.fedkmeans.model import partition_bound
 
     bound, rounding = partition_bound(partition, centers)
     return cost > bound + relative * (abs(bound) + abs(cost)) + rounding
@@ -237,7 +237,7 @@ def test_an_honest_devices_partitions_never_contradict_each_other(seed):
 
 
 def test_a_cost_from_a_false_partition_contradicts_the_honest_one():
-    from fedcluster.fedkmeans import partition_bound
+    from fedcluster.algorithms.fedkmeans.model import partition_bound
 
     rng = np.random.default_rng(3)
     X, C = rng.normal(size=(300, 2)), np.array([[-1.0, 0.0], [1.0, 0.0]])
@@ -252,7 +252,7 @@ def test_a_cost_from_a_false_partition_contradicts_the_honest_one():
 
 def test_declared_moments_bound_a_first_reply_and_name_what_it_contradicts():
     from fedcluster.bounds import Declared
-    from fedcluster.fedkmeans import partitions_violation, whole_partition
+    from fedcluster.algorithms.fedkmeans.model import partitions_violation, whole_partition
 
     rng = np.random.default_rng(5)
     X, C = rng.normal(size=(100, 2)) + 3.0, np.array([[3.0, 3.0], [30.0, 30.0]])
@@ -268,7 +268,7 @@ def test_declared_moments_bound_a_first_reply_and_name_what_it_contradicts():
 
 
 def test_a_contradiction_between_two_sets_of_equal_cost_is_named():
-    from fedcluster.fedkmeans import partitions_violation
+    from fedcluster.algorithms.fedkmeans.model import partitions_violation
 
     rng = np.random.default_rng(8)
     X, C = rng.normal(size=(60, 2)), np.array([[-1.0, 0.0], [1.0, 0.0]])
@@ -304,7 +304,7 @@ def _train_reply(node, X, sent, lr=1.0):
 def test_the_memory_bound_is_an_upper_bound_of_the_cost_on_every_device_and_exact_at_a_fixed_point(seed):
     """What the server knows without asking: the latest partition each device stated, every
     part sent whole to its cheapest current center, over all devices."""
-    from fedcluster.fedkmeans import CenterSet, ServerState
+    from fedcluster.algorithms.fedkmeans.model import CenterSet, ServerState
 
     rng = np.random.default_rng(seed)
     devices = [rng.normal(size=(int(rng.integers(5, 60)), 2)) + rng.uniform(-5, 5, size=2) for _ in range(6)]
@@ -332,7 +332,7 @@ def test_the_memory_bound_is_an_upper_bound_of_the_cost_on_every_device_and_exac
 
 @pytest.mark.parametrize("seed", range(30))
 def test_the_vectorized_check_finds_exactly_the_pairs_the_one_pair_oracle_finds(seed):
-    from fedcluster.fedkmeans import partitions_violation
+    from fedcluster.algorithms.fedkmeans.model import partitions_violation
 
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(int(rng.integers(5, 80)), 2)) * rng.uniform(0.5, 20)
@@ -375,7 +375,7 @@ def test_a_training_claim_that_its_own_evaluation_undercuts_is_a_contradiction()
     one center is exactly what its declared moments allow), but its honest evaluation's
     partition of the same points for the same centers costs less than the claim."""
     from fedcluster.bounds import voronoi_violation
-    from fedcluster.fedkmeans import evaluation_statement, partitions_violation, whole_partition
+    from fedcluster.algorithms.fedkmeans.model import evaluation_statement, partitions_violation, whole_partition
 
     rng = np.random.default_rng(0)
     C = np.array([[0, 0], [10, 0], [0, 10], [10, 10], [5, 5]], dtype=float)
@@ -399,7 +399,9 @@ def test_an_honest_devices_evaluation_never_contradicts_its_training(seed):
     """Random data (offsets, integer grids with ties on the bisectors, constant features),
     training centers and evaluation centers near or far from them: an honest evaluation
     and scores never contradict an honest training reply or the declared moments."""
-    from fedcluster.fedkmeans import evaluation_statement, partitions_violation, scores_violation, whole_partition
+    from fedcluster.algorithms.fedkmeans.model import (
+        evaluation_statement, partitions_violation, scores_violation, whole_partition
+    )
 
     rng = np.random.default_rng(seed)
     for _ in range(30):
@@ -421,7 +423,7 @@ def test_an_honest_devices_evaluation_never_contradicts_its_training(seed):
 
 
 def test_a_score_above_what_a_stated_partition_costs_is_named():
-    from fedcluster.fedkmeans import scores_violation, whole_partition
+    from fedcluster.algorithms.fedkmeans.model import scores_violation, whole_partition
 
     rng = np.random.default_rng(2)
     X, C = rng.normal(size=(80, 2)), np.array([[-1.0, 0.0], [1.0, 0.0]])
@@ -437,7 +439,7 @@ def test_a_score_above_what_a_stated_partition_costs_is_named():
 
 
 def test_a_lloyd_step_from_evaluation_replies_is_the_pooled_mean_and_keeps_unseen_centers():
-    from fedcluster.fedkmeans import lloyd_step
+    from fedcluster.algorithms.fedkmeans.model import lloyd_step
 
     rng = np.random.default_rng(4)
     C = np.array([[0.0, 0.0], [5.0, 5.0], [100.0, 100.0]])
@@ -458,7 +460,7 @@ def test_the_dense_memory_gives_what_every_nodes_latest_reply_gives(seed):
     aggregates, total scatters, orphaned clusters and bound must be those computed
     from the latest replies themselves, in node order, through growth, overwrites and
     forgetting."""
-    from fedcluster.fedkmeans import Memory, partition_bound, partition_of_reply
+    from fedcluster.algorithms.fedkmeans.model import Memory, partition_bound, partition_of_reply
 
     rng = np.random.default_rng(seed)
     k, d = 3, 2
@@ -512,7 +514,7 @@ def test_a_rollback_gives_the_memory_at_the_checkpoint_without_the_nodes_forgott
     """The undo of a re-seed: every node's statistics as at the checkpoint (overwritten rows
     restored, nodes that first reported since gone), but a node forgotten since (it left or
     sent an invalid reply) stays forgotten; a commit keeps everything."""
-    from fedcluster.fedkmeans import Memory
+    from fedcluster.algorithms.fedkmeans.model import Memory
 
     rng = np.random.default_rng(seed)
     k, d = 3, 2
@@ -562,8 +564,8 @@ def test_a_node_that_leaves_in_the_round_that_undoes_a_re_seed_leaves_the_memory
     the dense memory)."""
     from types import SimpleNamespace as NS
 
-    import fedcluster.server.fedkmeans as strategy
-    from fedcluster.fedkmeans import CenterSet, ServerState, Undo
+    import fedcluster.algorithms.fedkmeans.strategy as strategy
+    from fedcluster.algorithms.fedkmeans.model import CenterSet, ServerState, Undo
 
     k, d = 2, 2
     cfg = NS(batch_size=0, local_epochs=1, client_lr=1.0, server_memory=True, aggregation="mean", trim_fraction=0.1,

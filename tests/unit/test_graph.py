@@ -1,6 +1,6 @@
 """Unit tests of the graph data layer (fedcluster.graph: edge-list loading, canonicalisation,
 splitting over clients, the adjacency operator) and of the NumPy device kernels of
-FedSpectral / FedSpectral+ (fedcluster.fedspectral; oracles: dense NumPy matrices)."""
+FedSpectral / FedSpectral+ (fedcluster.algorithms.fedspectral.model; oracles: dense NumPy matrices)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedcluster.fedspectral import (
-    local_degrees,
-    inverse_sqrt_degrees,
-    local_spectral_embedding,
-    local_spectral_labels,
-    power_step,
-    shifted_global_product,
+from fedcluster.algorithms.fedspectral.model import (
+    local_degrees, inverse_sqrt_degrees, local_spectral_embedding, local_spectral_labels, power_step,
+    shifted_global_product
 )
 from fedcluster.graph import (
     AdjacencyOperator,
@@ -31,7 +27,8 @@ from fedcluster.graph import (
     split_edges,
     write_client_edge_files,
 )
-from fedcluster.device import DeviceData, kernels
+from fedcluster.kernel import DeviceData
+from fedcluster.device import kernels
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -442,7 +439,7 @@ def test_local_spectral_labels_tiny_graph_each_node_own_cluster():
 
 def test_device_module_needs_only_numpy():
     code = (
-        "import sys; import fedcluster.graph, fedcluster.fedspectral, fedcluster.central; "
+        "import sys; import fedcluster.graph, fedcluster.algorithms.fedspectral.model, fedcluster.central; "
         "bad = [m for m in ('scipy', 'sklearn', 'flwr') if m in sys.modules]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )

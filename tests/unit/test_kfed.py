@@ -1,4 +1,4 @@
-"""Tests for fedcluster.kfed (k-FED, Dennis, Li & Smith 2021)."""
+"""Tests for fedcluster.algorithms.kfed.model (k-FED, Dennis, Li & Smith 2021)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,11 @@ import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
 
-from fedcluster.kfed import (
-    farthest_point_init,
-    induced_labels,
-    kfed_assign_new_device,
-    TooFewCenters,
-    kfed_merge,
-    local_kprime_means,
+from fedcluster.algorithms.kfed.model import (
+    farthest_point_init, induced_labels, kfed_assign_new_device, TooFewCenters, kfed_merge, local_kprime_means
 )
-from fedcluster.device import DeviceData, kernels
+from fedcluster.kernel import DeviceData
+from fedcluster.device import kernels
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -297,7 +293,7 @@ def test_device_task_errors():
 
 def test_kfed_module_is_numpy_only():
     code = (
-        "import sys, fedcluster.kfed;"
+        "import sys, fedcluster.algorithms.kfed.model;"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('flwr', 'scipy', 'sklearn')];"
         "assert not bad, bad"
     )
@@ -466,7 +462,7 @@ def test_assign_new_device_errors():
 
 @pytest.mark.parametrize("shape", [(200, 30), (20, 60), (8, 8)])
 def test_top_singular_subspace_matches_svd(shape):
-    from fedcluster.kfed import _top_right_singular_vectors
+    from fedcluster.algorithms.kfed.model import _top_right_singular_vectors
 
     A = np.random.default_rng(1).normal(size=shape) + 3.0
     r = 4
@@ -480,7 +476,7 @@ def test_top_singular_subspace_matches_svd(shape):
 
 
 def test_rank_deficient_wide_device_falls_back_cleanly():
-    from fedcluster.kfed import _top_right_singular_vectors
+    from fedcluster.algorithms.kfed.model import _top_right_singular_vectors
 
     rng = np.random.default_rng(2)
     A = rng.normal(size=(6, 2)) @ rng.normal(size=(2, 50))  # n < d, rank 2
@@ -502,7 +498,7 @@ def test_early_stop_keeps_the_exhaustive_answer_on_separated_data():
 
 
 def test_cap_device_weights_by_hand():
-    from fedcluster.kfed import cap_device_weights
+    from fedcluster.algorithms.kfed.model import cap_device_weights
 
     capped = cap_device_weights([np.array([1.0, 3.0]), np.array([10.0]), np.array([2.0, 2.0, 2.0]), np.array([4e9])])
     # totals 4, 10, 6, 4e9; median 8: the devices above 8 are scaled down to 8, the rest kept
@@ -516,7 +512,7 @@ def test_cap_device_weights_by_hand():
 
 
 def test_unsupported_centers_matches_a_naive_count_of_devices_per_cluster():
-    from fedcluster.kfed import unsupported_centers
+    from fedcluster.algorithms.kfed.model import unsupported_centers
 
     rng = np.random.default_rng(5)
     for _ in range(50):
@@ -567,7 +563,7 @@ def test_ward_agglomeration_by_its_invariants_and_a_naive_merge():
     """The merge costs add up to the scatter of the weighted centers about their mean, and
     the groups left at every level are those a naive agglomeration (the cheapest pair
     merged, the whole cost table recomputed each time) leaves, as a set."""
-    from fedcluster.kfed import ward_agglomeration
+    from fedcluster.algorithms.kfed.model import ward_agglomeration
 
     rng = np.random.default_rng(8)
     for _ in range(50):

@@ -16,23 +16,35 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # What a strategy may call on NumPy: gathering and summing replies, choosing the best of
 # scored candidates, building the arrays it sends. Anything else is math and belongs in
-# fedcluster/<algorithm>.py.
+# the algorithm's own modules.
 STRATEGY_NUMPY = {
     "sum", "concatenate", "stack", "asarray", "array", "zeros", "full", "argmin", "ndarray",
     "float64", "int64", "uint64", "floating", "integer", "zeros_like", "save", "random", "isfinite", "all",
 }
 
 
-# The parts that talk to Flower: the ServerApp and its strategies' machinery, the ClientApp,
-# the in-process runner. Everything else in fedcluster is the library and never needs flwr.
+# The parts that talk to Flower: the ServerApp and its parts, the ClientApp, the in-process
+# runner, and each algorithm's strategy (fedcluster/algorithms/<name>/strategy*.py).
+# Everything else in fedcluster is the library and never needs flwr.
 FLOWER_PARTS = ("fedcluster.server", "fedcluster.client", "fedcluster.inprocess")
 # ... and Flower's SecAgg+ cryptography, which the secure sum reuses: loaded in one function
 # of one module, when a secure-aggregation task runs.
-FLOWER_CRYPTO = "fedcluster.secagg"
+FLOWER_CRYPTO = "fedcluster.secagg.crypto"
+
+
+def strategy_module(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) == 4 and parts[:2] == ["fedcluster", "algorithms"] and parts[3].startswith("strategy")
 
 
 def flower_part(name: str) -> bool:
-    return any(name == part or name.startswith(part + ".") for part in FLOWER_PARTS)
+    return any(name == part or name.startswith(part + ".") for part in FLOWER_PARTS) or strategy_module(name)
+
+
+def server_files() -> list[Path]:
+    """The files that run on the server under Flower: its parts and every strategy."""
+    return sorted((ROOT / "fedcluster" / "server").glob("*.py")) + \
+        sorted((ROOT / "fedcluster" / "algorithms").glob("*/strategy*.py"))
 
 
 def test_every_library_module_imports_with_flwr_unimportable():
@@ -61,7 +73,7 @@ def test_every_library_module_imports_with_flwr_unimportable():
 
 def test_strategies_do_no_numpy_math_beyond_summing_replies():
     offenders = []
-    for path in sorted((ROOT / "fedcluster" / "server").glob("*.py")):
+    for path in server_files():
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "np":
@@ -70,25 +82,26 @@ def test_strategies_do_no_numpy_math_beyond_summing_replies():
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fedcluster"):
                 private = [alias.name for alias in node.names if alias.name.startswith("_")]
                 assert not private, f"{path.name} imports private {private} from {node.module}"
-    assert not offenders, "math in a strategy (move it to fedcluster/<algorithm>.py): " + ", ".join(offenders)
+    assert not offenders, "math in a strategy (move it to its algorithm's server module): " + ", ".join(offenders)
 
 
-def test_each_strategy_has_its_fedcluster_module_of_the_same_name():
-    # the ServerApp, the algorithm table and the base strategy with its bookkeeping modules
-    # and the parts of strategies in files of their own (FedKMeans' start and measurements, FedDP's privacy
-    # bookkeeping, DA-UFL's agents as they come and go, what both graph strategies share)
-    not_strategies = {"__init__", "app", "algorithms", "base", "transport", "membership", "results", "messages",
-                      "fedkmeans_start", "fedkmeans_measure", "feddp_kmeans_privacy", "da_ufl_agents", "graph_strategy",
-                      "journal", "journal_file", "run_folder", "resume", "release_log"}
-    strategies = {p.stem for p in (ROOT / "fedcluster" / "server").glob("*.py")} - not_strategies
-    library = {p.stem for p in (ROOT / "fedcluster").glob("*.py")}
-    assert strategies, "no strategy found"
-    assert strategies <= library, f"strategy files without a fedcluster module of the same name: {strategies - library}"
+def test_each_algorithm_is_a_package_with_a_file_per_audience():
+    # fedcluster/algorithms/<name>/: its run-config section, its protocol tasks, its device
+    # kernels, its strategy; registered once, in fedcluster/algorithms/__init__.py
+    from fedcluster import registry
+
+    packages = {p.parent.name for p in (ROOT / "fedcluster" / "algorithms").glob("*/__init__.py")}
+    assert packages == {a.package.rsplit(".", 1)[-1] for a in registry.algorithms().values()}, \
+        "a package under fedcluster/algorithms/ that the registry does not list, or the other way round"
+    for name in packages:
+        files = {p.stem for p in (ROOT / "fedcluster" / "algorithms" / name).glob("*.py")}
+        missing = {"config", "protocol", "device", "strategy"} - files
+        assert not missing, f"fedcluster/algorithms/{name} has no {sorted(missing)}"
 
 
 def test_no_server_file_is_longer_than_a_reader_takes_in_at_once():
-    long = {p.name: n for p in sorted((ROOT / "fedcluster" / "server").glob("*.py")) if (n := len(p.read_text().splitlines())) > 300}
-    assert not long, f"fedcluster/server files over 300 lines (split a job into a module of its own): {long}"
+    long = {str(p.relative_to(ROOT)): n for p in server_files() if (n := len(p.read_text().splitlines())) > 300}
+    assert not long, f"server files over 300 lines (split a job into a module of its own): {long}"
 
 
 def test_only_the_flower_parts_import_flwr():
@@ -134,3 +147,34 @@ def test_the_server_and_the_device_start_without_the_privacy_accountant():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("not loaded"), done.stdout
+
+
+def _algorithm_packages_named(path: Path, packages: dict[str, str]) -> set[str]:
+    """The algorithm packages ``path`` names: by an algorithm's run-config name as a string
+    of its own (``"kfed"``), or by importing from its package."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in packages:
+            found.add(packages[node.value])
+        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] + [f"{node.module}.{a.name}" for a in node.names] \
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+        found |= {p for p in packages.values() for m in modules if m == p or m.startswith(p + ".")}
+    return found
+
+
+def test_an_algorithm_is_named_in_at_most_four_library_files_outside_its_package():
+    # adding an algorithm is its package plus a line in fedcluster/algorithms/__init__.py;
+    # the rest of the library reads the registry (docs/DESIGN.md, "Adding an algorithm")
+    from fedcluster import registry
+
+    packages = {a.name: a.package for a in registry.algorithms().values()}
+    outside: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "fedcluster").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for package in _algorithm_packages_named(path, packages):
+            if not module.startswith(package + "."):
+                outside.setdefault(package, []).append(str(path.relative_to(ROOT)))
+    assert outside, "no file names an algorithm: the scan no longer sees them"
+    crowded = {p: files for p, files in outside.items() if len(files) > 4}
+    assert not crowded, f"algorithms named in more than 4 files outside their package: {crowded}"

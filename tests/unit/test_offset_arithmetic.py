@@ -87,7 +87,7 @@ def test_lloyd_k_means_and_its_stable_form_are_shift_invariant(offset):
 def test_k_feds_device_step_is_shift_invariant_with_fewer_local_clusters_than_dimensions(offset):
     """k' < d: the projection is onto the top directions of the points about their mean (the
     paper's uncentred one is the offset's direction far from the origin)."""
-    from fedcluster.kfed import local_kprime_means
+    from fedcluster.algorithms.kfed.model import local_kprime_means
 
     X0 = mixture(3, n=400, d=6, k=3, spread=6.0)
     near = local_kprime_means(X0, 3, np.random.default_rng(0))
@@ -97,8 +97,8 @@ def test_k_feds_device_step_is_shift_invariant_with_fewer_local_clusters_than_di
 
 
 def test_the_data_summary_and_standardize_are_shift_invariant():
-    from fedcluster.device import DeviceData
-    from fedcluster.point_tasks import data_summary
+    from fedcluster.kernel import DeviceData
+    from fedcluster.shared_kernels import data_summary
     from fedcluster.scaling import Scaling
 
     parts0 = [mixture(seed, n=300) * [1.0, 10.0, 0.1] for seed in range(4)]
@@ -168,8 +168,9 @@ def test_a_full_batch_training_reply_passes_every_check_far_from_the_origin(offs
     moments, the cell's scatter, one fixed set of points), all at the offset."""
     from fedcluster.bounds import Declared, moments_violation, voronoi_violation
     from fedcluster.cell_moments import cell_moments_violation
-    from fedcluster.fedkmeans import (client_kmeans, implied_means, partitions_violation, stated_in_reply,
-                                      train_cost_mismatch, whole_partition)
+    from fedcluster.algorithms.fedkmeans.model import (
+        client_kmeans, implied_means, partitions_violation, stated_in_reply, train_cost_mismatch, whole_partition
+    )
 
     X, C, Xr, Cr = shifted(offset, seed=2)
     X, Xr = X[:400], Xr[:400]
@@ -210,7 +211,7 @@ def test_k_feds_evaluation_check_passes_honest_scores_and_catches_inflated_ones(
     """An honest device's scores of the merge's candidates within what its declared local
     centers, counts and cost allow, at the offset (from 1e9 on, every honest device was
     refused: 2048 > 1098.93, rounding); a score a tenth above its bound is still caught."""
-    from fedcluster.kfed import local_kprime_means, score_bounds, score_violation
+    from fedcluster.algorithms.kfed.model import local_kprime_means, score_bounds, score_violation
 
     X, _, Xr, _ = shifted(offset, seed=4)
     X, Xr = X[:300], Xr[:300]
@@ -230,7 +231,7 @@ def test_k_feds_evaluation_check_passes_honest_scores_and_catches_inflated_ones(
 
 @pytest.mark.parametrize("offset", OFFSETS, ids=lambda o: f"{o:g}")
 def test_da_ufls_gradients_and_moves_are_those_about_the_offset(offset):
-    from fedcluster.da_ufl import max_move, weighted_gradient
+    from fedcluster.algorithms.da_ufl.model import max_move, weighted_gradient
 
     X, C, Xr, Cr = shifted(offset, seed=6)
     labels = about(Xr, Cr).argmin(1)
@@ -247,7 +248,7 @@ def test_da_ufls_gradients_and_moves_are_those_about_the_offset(offset):
 def test_the_last_versus_best_sentence_stays_readable():
     """Costs of 0 (k at least the distinct points), costs of 1e-80 against 1e110 (rounding
     at 1e150), and centers that did not move."""
-    from fedcluster.fedkmeans import last_versus_best
+    from fedcluster.algorithms.fedkmeans.model import last_versus_best
 
     centers = np.zeros((2, 3))
     extras, text, loud = last_versus_best(5.0, 20, 0, 0.0, 3, 0, False, 0.01)

@@ -9,9 +9,9 @@ import itertools
 import numpy as np
 import pytest
 
-from fedcluster.da_ufl import device_grid, is_grid, som_grid, train_som
-from fedcluster.fedkmeans import keep_sets, reseed_allowed, set_count, start_sets
-from fedcluster.kfed import auto_local_means, induced_over_nearest, separated_clusters, ward_costs
+from fedcluster.algorithms.da_ufl.model import device_grid, is_grid, som_grid, train_som
+from fedcluster.algorithms.fedkmeans.model import keep_sets, reseed_allowed, set_count, start_sets
+from fedcluster.algorithms.kfed.model import auto_local_means, induced_over_nearest, separated_clusters, ward_costs
 from fedcluster.scaling import Scaling
 
 

@@ -1,4 +1,4 @@
-"""Unit tests of the spectral math: fedcluster.fedspectral's server helpers (principal
+"""Unit tests of the spectral math: fedcluster.algorithms.fedspectral.model's server helpers (principal
 angles, aggregation, co-association), the central references (fedcluster.central),
 the FedSpectral+ "exact" protocol driven through the device kernels against central subspace
 iteration (the oracle), and the FedSpectral co-association server."""
@@ -8,28 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedcluster.fedspectral import (
-    affinity_embedding,
-    affinity_spectral_labels,
-    coassociation_matrix,
-    coassociation_spectral,
-    embedding_labels,
-    local_degrees,
-    initial_block,
-    label_problem,
-    local_cluster_counts,
-    nodes_held,
-    paper_aggregate,
-    power_step,
-    principal_angle_sines,
-    row_normalize,
-    shifted_global_product,
-    subspace_distance,
-    top_eigenpairs_by_component,
+from fedcluster.algorithms.fedspectral.model import (
+    affinity_embedding, affinity_spectral_labels, coassociation_matrix, coassociation_spectral, embedding_labels,
+    local_degrees, initial_block, label_problem, local_cluster_counts, nodes_held, paper_aggregate, power_step,
+    principal_angle_sines, row_normalize, shifted_global_product, subspace_distance, top_eigenpairs_by_component
 )
 from fedcluster.graph import canonical_edges, load_edge_list, split_edges
 from fedcluster.linalg import orthonormalize, rayleigh_ritz
-from fedcluster.device import DeviceData
+from fedcluster.kernel import DeviceData
 from fedcluster.central import (
     central_eigenpairs,
     central_spectral,

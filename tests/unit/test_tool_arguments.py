@@ -12,7 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-from fedcluster.tools import assign, certs, graph_cli, local_cluster, newdevice, plot
+from fedcluster.algorithms.fedspectral import split_tool as graph_cli
+from fedcluster.algorithms.kfed import assign_tool as newdevice
+from fedcluster.tools import assign, certs, local_cluster, plot
 
 
 def refused(capsys, main, argv, code: int) -> str:
@@ -142,7 +144,7 @@ def test_split_graph_refuses_an_edge_list_it_cannot_split_by_line(capsys, tmp_pa
 
 def test_split_graph_refuses_more_clients_than_it_can_write_without_hanging(tmp_path):
     (tmp_path / "edges.txt").write_text("0 1\n1 2\n")
-    done = tool("fedcluster.tools.graph_cli", [str(tmp_path / "edges.txt"), "--clients", str(10**7), "--out", str(tmp_path / "o")])
+    done = tool("fedcluster.algorithms.fedspectral.split_tool", [str(tmp_path / "edges.txt"), "--clients", str(10**7), "--out", str(tmp_path / "o")])
     assert done.returncode == 2 and "argument --clients: must be a whole number in [1, 10000]" in done.stderr
     assert not (tmp_path / "o").exists()
 

@@ -1,0 +1,273 @@
+"""Secure aggregation, the server's side: a session (two round trips of declared tasks,
+``secagg_setup`` and ``secagg_share_keys``) serves the run's planned secure sums, each two
+more round trips (``secure_<task>``, ``secagg_unmask``), with the unmasking done by
+:mod:`fedcluster.secagg`. The server routes public keys and encrypted shares (keeping what
+each device committed to), sums masked integer vectors, and learns only the sum of the
+participants whose masked reply arrived (U3); a participant that drops after that is
+still in the sum, recovered from the others' shares while at least t of them answer. What
+devices reveal is checked, and refusals settled, in ``fedcluster/server/secure_sum_checks.py``.
+
+A mixin of :class:`fedcluster.server.base.FederatedStrategy` (state: ``config``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from logging import WARNING
+from typing import Any, Callable
+
+import numpy as np
+from flwr.common.logger import log
+
+from fedcluster import protocol
+from fedcluster.secagg import device as secagg
+from fedcluster.secagg import checks as checks
+
+from fedcluster.server.messages import FederationError, Reply
+from fedcluster.server.secure_sum_checks import SecaggChecks
+
+
+FULL_GRAPH_NOTE = 200  # more devices than this on the full graph: a warning names secagg-neighbours
+
+
+class SecureAggregation(SecaggChecks):
+    """``summed``: the sum of a summable task's replies, in the clear or securely."""
+
+    secagg_sessions = 0
+    secagg_planned = 1  # the secure sums a run will ask (the strategy sets it)
+    secagg_session: "Session | None" = None  # the current one
+    secagg_history: tuple["Session", ...] = ()  # every session of the run
+    secagg_rejected: tuple[str, ...] = ()  # phases whose secure sum lay outside every device's range
+
+    @property
+    def secure(self) -> bool:
+        return bool(self.config["secure-aggregation"])
+
+    def secagg_record(self) -> dict[str, Any]:
+        """What result.json says about secure aggregation (threat model: docs/security.md)."""
+        return {"sessions": self.secagg_sessions, "sums": sum(s.used for s in self.secagg_history),
+                "threshold_fraction": self.config["secagg-threshold"],
+                "neighbours": self.config["secagg-neighbours"] or "all",
+                "out_of_range": list(self.secagg_rejected), **self.secagg_check_record(),
+                "threat_model": "the server sees each secured step's sum over at least the threshold of devices, never one "
+                                "device's; " + self.secagg_noise_model()
+                                + "; honest-but-curious server: it follows the protocol (its random masking graph "
+                                  "included), relays the devices' public keys unchanged and names the noise the devices add"
+                                + ("; fewer than the Shamir threshold of any device's neighbours collude with the server"
+                                   if self.config["secagg-neighbours"] else "")}
+
+    def secagg_noise_model(self) -> str:
+        """The threat model's words on noise (a strategy with DP says who adds it)."""
+        return "no noise is added: the sum is exact (no differential privacy)"
+
+    def summed(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
+               sizes: dict[str, int], check: Callable[[Reply], str | None] | None, phase: str, ranges: dict[str, float],
+               noise: dict[str, tuple[float, float]] | None = None) -> tuple[dict[str, np.ndarray] | None, list[int]]:
+        """The sum of the ``ranges``' arrays over the valid replies to ``task``, and the
+        devices in it (node ids). Secure mode: no reply check beyond the masked shapes is possible
+        (``check`` is not used), ``ranges`` (public, fixed before the round) clip every
+        coordinate on the device, ``noise`` gives each array's (variance in grid steps, grid
+        levels) when the devices add the noise. The sum is None when it lies outside what
+        that many devices' ranges allow (some device masked something else: secure
+        aggregation hides which), or when a liar's shares keep it masked (the liar named):
+        the phase is listed, ``secagg_failure`` says why, and the caller skips the update
+        or stops."""
+        if not self.secure:
+            replies = self.broadcast(task, nodes, arrays=arrays, config=config, sizes=sizes, check=check, phase=phase)
+            return {name: sum(r.arrays[name] for r in replies) for name in ranges}, [r.node_id for r in replies]
+        noise = noise or {}
+        total, summed = self.secure_sum(task, nodes, arrays, config, sizes, phase, ranges, noise)
+        if total is None or secagg.within_ranges(total, ranges, len(summed), noise, self.secagg_session.threshold):
+            return total, summed
+        self.secagg_rejected = (*self.secagg_rejected, phase)
+        self.secagg_failure = (f"the secure sum of {len(summed)} devices lies outside their public ranges (a device masked "
+                               "something else; secure aggregation hides which)")
+        log(WARNING, "[fedcluster] %s: %s: this update is skipped", phase, self.secagg_failure)
+        return None, summed
+
+    def secure_sum(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
+                   sizes: dict[str, int], phase: str, ranges: dict[str, float],
+                   noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray] | None, list[int]]:
+        """The sum and the devices in it, set up again in a new session as long as an attempt
+        abandons it before its unmasking (refused shares: without the accusers that lied
+        or the senders whose shares did not open, :meth:`secagg_disputes`; a graph too thin
+        or split to unmask). None for a sum a liar's shares keep masked."""
+        while True:
+            outcome = self.secure_attempt(task, nodes, arrays, config, sizes, phase, ranges, noise)
+            if not isinstance(outcome, set):
+                return outcome
+            nodes = [node for node in nodes if node not in outcome]
+
+    def secure_attempt(self, task: str, nodes: list[int], arrays: dict[str, np.ndarray], config: dict[str, Any],
+                       sizes: dict[str, int], phase: str, ranges: dict[str, float],
+                       noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray] | None, list[int]] | set[int]:
+        session = self.secagg_session
+        if session is None or session.used == session.sums or self.journal.lost(session.opened_at) \
+                or session.short({session.position[n] for n in nodes if n in session.members}):
+            # (a session opened before a resumed run went live is gone from the devices: a new one)
+            session = self.secagg_open(nodes, phase, session.floor if session else 0)
+        nodes = [node for node in nodes if node in session.members]  # a device whose keys failed sits the session out
+        session.used += 1
+        index, position, t = session.used, session.position, session.threshold
+        asked = {position[node] for node in nodes}
+        levels = {name: noise.get(name, (0.0, secagg.HALF_LEVELS))[1] for name in ranges}
+
+        def forwarded(node: int) -> tuple[dict[str, np.ndarray], None]:  # the shares, until its first masked reply came
+            return secagg.forwarded(session.inbox(position[node]) if position[node] not in session.delivered else []), None
+
+        # masked replies (U3): the sum is over exactly these; each device masks with the others asked
+        request = {**arrays, "secagg-ranges": np.array(list(ranges.values())),
+                   "secagg-levels": np.array(list(levels.values())),  # and each device's share of the noise
+                   "secagg-noise": np.array([noise.get(name, (0.0, 0.0))[0] / t for name in ranges]),
+                   "secagg-absent": np.array(sorted(session.shared - asked), dtype=np.int64)}
+        replies = self.broadcast(protocol.secure_name(task), nodes, per_node=forwarded, sizes={**sizes, "i": len(position)}, phase=phase,
+                                 arrays=request, config={**config, "secagg-session": session.number, "secagg-sum": index},
+                                 min_replies=max(t, self.required_replies(len(nodes))), check=lambda r: secagg.refusals_problem(  # only shares forwarded to it
+                                     r.arrays["secagg-refused"], session.sources(position[r.node_id]), position[r.node_id]))
+        session.delivered |= {position[r.node_id] for r in replies}
+        refusals = {position[r.node_id]: refused for r in replies if (refused := secagg.refused_positions(r.arrays["secagg-refused"]))}
+        if refusals:  # masks that do not cancel: this sum is never unmasked, the session starts again without the liars
+            out = self.secagg_disputes(session, refusals, phase)
+            session.members -= out
+            self.secagg_again(session, [node for node in nodes if node not in out], phase, "after refused shares")
+            return out
+        alive, in_sum = [position[r.node_id] for r in replies], [r.node_id for r in replies]
+        if self.journal.lost(session.opened_at):  # a resumed run: the devices no longer hold this session's seeds
+            log(WARNING, "[fedcluster] %s: the run was resumed between masking and unmasking; the sum is set up "
+                "again in a new session (the masked one was never unmasked)", phase)
+            self.secagg_again(session, in_sum, phase, "after the resume")
+            return set()
+        dropped = sorted(asked - set(alive))
+        if session.short(alive, dropped) or not secagg.connected(alive, session.graph):
+            # some masks could not come off, or each part of the graph would come out on its own: never unmasked
+            log(WARNING, "[fedcluster] %s: the %d devices in the sum leave a masking neighbourhood too thin to unmask, "
+                "or the graph split: a new session sets it up again among them", phase, len(in_sum))
+            self.secagg_again(session, in_sum, phase, "after dropouts")
+            return set()
+        # the unmasking, every seed and share checked; never set up again once it began: with shares a device
+        # withheld, the server could unmask this sum later and subtract the sum set up again among fewer devices
+        return self.secagg_unmasked(session, index, replies, dropped, ranges, levels, phase)
+
+    def secagg_again(self, session: "Session", rest: list[int], phase: str, why: str) -> None:
+        """The current sum, abandoned (never unmasked; the session's earlier sums stand), set
+        up again among ``rest`` in a new session: never over fewer devices than the first
+        session's threshold."""
+        floor = session.floor or session.threshold
+        session.used -= 1
+        if len(rest) < floor:
+            raise FederationError(f"phase {phase!r}: {why} {len(rest)} devices are left for secure aggregation, fewer "
+                                  f"than the threshold {floor}")
+        self.secagg_session = self.secagg_open(rest, f"{phase}-again", floor)
+
+    def secagg_open(self, nodes: list[int], phase: str, floor: int = 0) -> "Session":
+        """A new session among ``nodes`` for the secure sums still planned: key advertisement
+        (U1) and encrypted shares routed through the server (U2), two round trips. Replies
+        whose keys do not parse, or repeat another device's, are left out of the session.
+        ``floor``: a session set up again holds no sum over fewer devices than the first."""
+        if not 2 <= len(nodes) <= secagg.MAX_PARTICIPANTS:
+            raise FederationError(f"phase {phase!r}: secure aggregation needs 2 to {secagg.MAX_PARTICIPANTS} "
+                                  f"participants, got {len(nodes)}")
+        neighbours = self.config["secagg-neighbours"]
+        degree = secagg.degree(len(nodes), neighbours)
+        if len(nodes) > FULL_GRAPH_NOTE and degree == len(nodes) - 1:
+            log(WARNING, "[fedcluster] %s: secure aggregation among %d devices on the full graph: each device shares keys "
+                "with and masks with every other (O(n) work each, O(n^2) shares through the server); secagg-neighbours "
+                "= m cuts both to m (docs/security.md)", phase, len(nodes))
+        self.secagg_sessions += 1
+        done = sum(s.used for s in self.secagg_history)
+        sums = max(1, int(self.secagg_planned) - done)
+        fraction = self.config["secagg-threshold"]
+        t = max(secagg.threshold(len(nodes), fraction), floor)
+        position = {node: index + 1 for index, node in enumerate(nodes)}
+        share_t = secagg.threshold(degree + 1, fraction)  # t on the full graph
+        common = {"session": self.secagg_sessions}
+        replies = self.broadcast("secagg_setup", nodes, config={**common, "participants": len(nodes), "threshold": share_t, "sums": sums},
+                                 per_node=lambda node: (None, {"position": position[node]}), phase=f"{phase}-setup",
+                                 sizes={"h": sums}, check=secagg.keys_problem, min_replies=t)
+        replies = secagg.unique_keys(replies, lambda r: (bytes(r.arrays["pk1"].tobytes()), bytes(r.arrays["pk2"].tobytes())))
+        keys = {position[r.node_id]: (r.arrays["pk1"], r.arrays["pk2"]) for r in replies}
+        order = [position[r.node_id] for r in replies]
+        ring = secagg.neighbourhoods(len(order), neighbours, self.server_random("secagg-ring"))  # the run's secret: unknown outside, the same on resume
+        graph = {order[i - 1]: {order[j - 1] for j in others} for i, others in ring.items()}  # among those whose keys came
+        near = {p: [q for q in order if q == p or q in graph[p]] for p in order}  # each device's neighbourhood, itself in it
+
+        def keys_of(mine: list[int]) -> dict[str, np.ndarray]:
+            return {"positions": np.array(mine), "pk1": secagg.stack_bytes(bytes(keys[p][0].tobytes()) for p in mine),
+                    "pk2": secagg.stack_bytes(bytes(keys[p][1]) for p in mine)}
+
+        full = secagg.degree(len(order), neighbours) == len(order) - 1  # the same request for everyone
+        replies = self.broadcast("secagg_share_keys", [r.node_id for r in replies], config=common,
+                                 arrays=keys_of(order) if full else None,
+                                 per_node=None if full else lambda node: (keys_of(near[position[node]]), None),
+                                 phase=f"{phase}-share-keys", min_replies=t, sizes={"h": sums},
+                                 check=lambda r: secagg.destinations_problem(r.arrays["destinations"], near[position[r.node_id]],
+                                                                             position[r.node_id]))
+        shared = {position[r.node_id] for r in replies}
+        if len(shared) < len(nodes):
+            log(WARNING, "[fedcluster] %s: %d of %d devices sit this secure-aggregation session out (no reply, keys that "
+                "do not parse or repeat another device's, or shares not addressed to everyone once)", phase,
+                len(nodes) - len(shared), len(nodes))
+        mail, hashes, commitments = {}, {}, {}  # what each dealer sent and committed to
+        for r in replies:
+            dealer = position[r.node_id]
+            commitments[dealer] = [secagg.row_bytes(row, strip=False) for row in r.arrays["seed-commitments"]]
+            for to, row, point, rows in zip(r.arrays["destinations"], r.arrays["ciphertexts"], r.arrays["ephemeral"],
+                                            r.arrays["commitments"]):
+                hashes[(dealer, int(to))] = secagg.row_bytes(rows, strip=False)
+                if int(to) in shared:
+                    mail[(dealer, int(to))] = (row, point, checks.share_digest(hashes[(dealer, int(to))], common["session"],
+                                                                              dealer, int(to)))
+        session = Session(self.secagg_sessions, {n for n in nodes if position[n] in shared}, position, t, sums, shared,
+                          {p: secagg.split_keys(bytes(keys[p][0].tobytes()), sums) for p in shared},
+                          {p: secagg.row_bytes(keys[p][1]) for p in shared}, mail, hashes, commitments, graph, share_t,
+                          floor=floor, opened_at=self.journal.position)
+        self.secagg_history = (*self.secagg_history, session)
+        self.secagg_session = session
+        return session
+
+
+@dataclass
+class Session:
+    """The server's view of one secure-aggregation session: who shared keys (positions
+    1..n), the threshold (the fewest devices a sum may hold), how many sums it serves and
+    has served, each device's public keys (a mask key per sum, an encryption key), the
+    share tokens to forward with what their dealers committed to, and who masks with whom."""
+
+    number: int
+    members: set[int]  # node ids
+    position: dict[int, int]
+    threshold: int
+    sums: int
+    shared: set[int]
+    pk1: dict[int, list[bytes]]
+    pk2: dict[int, bytes]
+    mail: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, bytes]]  # (dealer, holder) -> token row, ephemeral point, digest
+    share_hashes: dict[tuple[int, int], bytes]  # (dealer, holder) -> per sum the hashes of its two shares
+    seed_commitments: dict[int, list[bytes]]  # dealer -> per sum the hash of its mask seed
+    graph: dict[int, set[int]]  # position -> the positions it masks with (secagg.neighbourhoods)
+    share_threshold: int  # Shamir's, of each neighbourhood (t on the full graph)
+    used: int = 0
+    floor: int = 0  # a session set up again (refused shares, dropouts): the threshold of the first one
+    delivered: set[int] = field(default_factory=set)  # positions whose masked reply came (the shares reached them)
+    opened_at: int = 0  # the journal's exchanges when it opened (fedcluster.server.journal: before a resume went live, gone)
+    node_of: dict[int, int] = field(init=False)  # position -> node id
+    inboxes: dict[int, list[tuple[int, np.ndarray, np.ndarray, bytes]]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.node_of = {p: node for node, p in self.position.items()}
+        self.inboxes = {}
+        for (dealer, holder), sent in sorted(self.mail.items()):
+            self.inboxes.setdefault(holder, []).append((dealer, *sent))
+
+    def inbox(self, holder: int) -> list[tuple[int, np.ndarray, np.ndarray, bytes]]:
+        """The tokens forwarded to ``holder``: (dealer, token row, ephemeral point, digest)."""
+        return self.inboxes.get(holder, [])
+
+    def sources(self, holder: int) -> set[int]:
+        """The dealers whose tokens were forwarded to ``holder`` (the only ones it may refuse)."""
+        return {dealer for dealer, *_ in self.inbox(holder)}
+
+    def short(self, alive, dropped=()) -> bool:
+        """Whether a sum over ``alive`` (positions) cannot be unmasked: fewer than the
+        threshold, or a neighbourhood too thin (:func:`fedcluster.secagg.short_neighbourhoods`)."""
+        alive = set(alive)
+        return len(alive) < self.threshold or bool(secagg.short_neighbourhoods(alive, dropped, self.graph, self.share_threshold))
