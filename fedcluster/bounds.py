@@ -261,88 +261,120 @@ def violation(
 
 def _violation(fields: dict, task_counts: str, arrays: Mapping[str, np.ndarray], request: Mapping[str, np.ndarray],
                declared: Declared) -> str | None:
-    n = declared.points
     counts = arrays[fields["count"].name] if "count" in fields else None
-    if counts is not None and task_counts:
-        total = float(np.sum(counts))
-        slack = RELATIVE_SLACK * max(n, 1.0)
-        if task_counts == "all" and abs(total - n) > slack:
-            return f"its counts add up to {total:g}, not to the {n:g} points it declared"
-        if task_counts == "at-most" and total > n + slack:
-            return f"its counts add up to {total:g}, more than the {n:g} points it declared"
-    if declared.low is None:
-        return None
-    low, high = declared.low, declared.high
+    reason = _counts_violation(counts, task_counts, declared.points)
+    if reason or declared.low is None:
+        return reason
     # Only arrays in the box's own space are bound by it (not, e.g., projected ones).
+    low = declared.low
     fields = {role: f for role, f in fields.items() if role == "count" or arrays[f.name].shape[-1:] == low.shape
               or (role == "cost" and request.get(f.of, np.zeros(0)).shape[-1:] == low.shape)}
-    width = high - low
-    if "sum" in fields and counts is not None:
-        sums = arrays[fields["sum"].name]
-        slack = sums_rounding(counts, declared)
-        outside = (sums < counts[:, None] * low - slack) | (sums > counts[:, None] * high + slack)
-        if np.any(outside):
-            row = int(np.flatnonzero(outside.any(axis=1))[0])
-            return (
-                f"array {fields['sum'].name!r} row {row} lies outside what {counts[row]:g} points inside "
-                f"the node's declared bounding box can add up to"
-            )
-    if "scatter" in fields and counts is not None:
-        scatter = arrays[fields["scatter"].name]
-        top = counts[:, None] * width**2 / 4.0  # Popoviciu: no values in [low, high] spread more
-        delta = declared.coordinate_rounding()
-        slack = RELATIVE_SLACK * top + 2.0 * delta * np.sqrt(counts[:, None] * top) + counts[:, None] * delta**2
-        over = scatter > top + slack + 1e-300
-        if np.any(over):
-            row = int(np.flatnonzero(over.any(axis=1))[0])
-            return f"array {fields['scatter'].name!r} row {row} spreads more than {counts[row]:g} points inside the declared box can"
-    if "mean" in fields:
-        means = arrays[fields["mean"].name]
-        lo, hi = low, high
-        source = fields["mean"].of
-        if source and source in request:
-            lo, hi = np.minimum(low, request[source]), np.maximum(high, request[source])
-        slack = RELATIVE_SLACK * (hi - lo) + coordinate_rounding(lo, hi) + 1e-300
-        rows = np.ones(means.shape[0], dtype=bool) if counts is None else counts > 0
-        outside = ((means < lo - slack) | (means > hi + slack)).any(axis=1) & rows
-        if np.any(outside):
-            row = int(np.flatnonzero(outside)[0])
-            return f"array {fields['mean'].name!r} row {row} lies outside the node's declared bounding box"
-    if "cost" in fields and fields["cost"].of in request:
-        costs = np.atleast_1d(arrays[fields["cost"].name])
-        centers = request[fields["cost"].of]
-        sets = centers[None] if centers.ndim == 2 else centers
-        far = np.maximum((low - sets) ** 2, (high - sets) ** 2).sum(axis=2).min(axis=1)  # per center set
-        delta = coordinate_rounding(low, high, sets)
-        slack = np.array([RELATIVE_SLACK * n * f + deviation_rounding(n, n * f, delta) for f in far]) + 1e-300
-        above = costs > n * far + slack
-        if np.any(above):
-            index = int(np.flatnonzero(above)[0])
-            return (
-                f"array {fields['cost'].name!r} entry {index} ({costs[index]:g}) is more than {n:g} points inside the "
-                f"declared bounding box can cost ({n * far[index]:g})"
-            )
-        if "sum" in fields and counts is not None and centers.ndim == 2:
-            sums = arrays[fields["sum"].name]
-            used = counts > 0
-            means = sums[used] / counts[used, None]
-            floor = float(np.sum(counts[used] * np.sum((means - centers[used]) ** 2, axis=1)))
-            rounding = deviation_rounding(float(np.sum(counts[used])), floor, coordinate_rounding(low, high, centers))
-            if costs[0] < floor * (1 - RELATIVE_SLACK) - rounding - 1e-300:
-                return (
-                    f"array {fields['cost'].name!r} ({costs[0]:g}) is below what its own sums and counts imply "
-                    f"({floor:g}): the cost was under-reported"
-                )
-    if "sum" in fields and counts is not None and task_counts == "all" and "cost" in fields:
-        centers = request.get(fields["cost"].of) if fields["cost"].of else None
-        sums = arrays[fields["sum"].name]
-        if centers is not None and centers.shape == sums.shape:
-            reason = voronoi_violation(sums / np.maximum(counts, 1e-300)[:, None], counts, centers)
-            if reason:
-                return reason
+    for check in (_sums_outside, _scatter_too_wide, _means_outside, _cost_violation, _cell_violation):
+        reason = check(fields, arrays, request, counts, declared, task_counts)
+        if reason:
+            return reason
     if declared.moment_sum is not None and counts is not None and task_counts == "all":
         return _moments(fields, arrays, request, counts, declared)
     return None
+
+
+def _counts_violation(counts: np.ndarray | None, task_counts: str, n: float) -> str | None:
+    """Counts over all (``"all"``) or some (``"at-most"``) of the declared points."""
+    if counts is None or not task_counts:
+        return None
+    total = float(np.sum(counts))
+    slack = RELATIVE_SLACK * max(n, 1.0)
+    if task_counts == "all" and abs(total - n) > slack:
+        return f"its counts add up to {total:g}, not to the {n:g} points it declared"
+    if task_counts == "at-most" and total > n + slack:
+        return f"its counts add up to {total:g}, more than the {n:g} points it declared"
+    return None
+
+
+def _sums_outside(fields, arrays, request, counts, declared, task_counts) -> str | None:
+    """Per-cluster sums no count of points inside the box can add up to."""
+    if "sum" not in fields or counts is None:
+        return None
+    sums = arrays[fields["sum"].name]
+    slack = sums_rounding(counts, declared)
+    outside = (sums < counts[:, None] * declared.low - slack) | (sums > counts[:, None] * declared.high + slack)
+    if not np.any(outside):
+        return None
+    row = int(np.flatnonzero(outside.any(axis=1))[0])
+    return (f"array {fields['sum'].name!r} row {row} lies outside what {counts[row]:g} points inside "
+            f"the node's declared bounding box can add up to")
+
+
+def _scatter_too_wide(fields, arrays, request, counts, declared, task_counts) -> str | None:
+    """Scatter wider than points inside the box can spread (Popoviciu)."""
+    if "scatter" not in fields or counts is None:
+        return None
+    scatter = arrays[fields["scatter"].name]
+    top = counts[:, None] * (declared.high - declared.low) ** 2 / 4.0
+    delta = declared.coordinate_rounding()
+    slack = RELATIVE_SLACK * top + 2.0 * delta * np.sqrt(counts[:, None] * top) + counts[:, None] * delta**2
+    over = scatter > top + slack + 1e-300
+    if not np.any(over):
+        return None
+    row = int(np.flatnonzero(over.any(axis=1))[0])
+    return f"array {fields['scatter'].name!r} row {row} spreads more than {counts[row]:g} points inside the declared box can"
+
+
+def _means_outside(fields, arrays, request, counts, declared, task_counts) -> str | None:
+    """Means outside the box (widened to the request's array they move from, if any)."""
+    if "mean" not in fields:
+        return None
+    means = arrays[fields["mean"].name]
+    lo, hi = declared.low, declared.high
+    source = fields["mean"].of
+    if source and source in request:
+        lo, hi = np.minimum(lo, request[source]), np.maximum(hi, request[source])
+    slack = RELATIVE_SLACK * (hi - lo) + coordinate_rounding(lo, hi) + 1e-300
+    rows = np.ones(means.shape[0], dtype=bool) if counts is None else counts > 0
+    outside = ((means < lo - slack) | (means > hi + slack)).any(axis=1) & rows
+    if not np.any(outside):
+        return None
+    return f"array {fields['mean'].name!r} row {int(np.flatnonzero(outside)[0])} lies outside the node's declared bounding box"
+
+
+def _cost_violation(fields, arrays, request, counts, declared, task_counts) -> str | None:
+    """A cost above what the declared points inside the box can cost with the request's
+    centers, or below what its own sums and counts imply."""
+    if "cost" not in fields or fields["cost"].of not in request:
+        return None
+    n, low, high = declared.points, declared.low, declared.high
+    costs = np.atleast_1d(arrays[fields["cost"].name])
+    centers = request[fields["cost"].of]
+    sets = centers[None] if centers.ndim == 2 else centers
+    far = np.maximum((low - sets) ** 2, (high - sets) ** 2).sum(axis=2).min(axis=1)  # per center set
+    delta = coordinate_rounding(low, high, sets)
+    slack = np.array([RELATIVE_SLACK * n * f + deviation_rounding(n, n * f, delta) for f in far]) + 1e-300
+    above = costs > n * far + slack
+    if np.any(above):
+        index = int(np.flatnonzero(above)[0])
+        return (f"array {fields['cost'].name!r} entry {index} ({costs[index]:g}) is more than {n:g} points inside the "
+                f"declared bounding box can cost ({n * far[index]:g})")
+    if "sum" not in fields or counts is None or centers.ndim != 2:
+        return None
+    used = counts > 0
+    means = arrays[fields["sum"].name][used] / counts[used, None]
+    floor = float(np.sum(counts[used] * np.sum((means - centers[used]) ** 2, axis=1)))
+    rounding = deviation_rounding(float(np.sum(counts[used])), floor, coordinate_rounding(low, high, centers))
+    if costs[0] < floor * (1 - RELATIVE_SLACK) - rounding - 1e-300:
+        return (f"array {fields['cost'].name!r} ({costs[0]:g}) is below what its own sums and counts imply "
+                f"({floor:g}): the cost was under-reported")
+    return None
+
+
+def _cell_violation(fields, arrays, request, counts, declared, task_counts) -> str | None:
+    """Statistics of a nearest-center assignment of all points: each mean in its center's cell."""
+    if "sum" not in fields or counts is None or task_counts != "all" or "cost" not in fields:
+        return None
+    centers = request.get(fields["cost"].of) if fields["cost"].of else None
+    sums = arrays[fields["sum"].name]
+    if centers is None or centers.shape != sums.shape:
+        return None
+    return voronoi_violation(sums / np.maximum(counts, 1e-300)[:, None], counts, centers)
 
 
 def _moments(fields: dict, arrays: Mapping[str, np.ndarray], request: Mapping[str, np.ndarray], counts: np.ndarray,

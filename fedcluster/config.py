@@ -19,7 +19,7 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
-from . import registry
+import fedcluster.registry as registry
 from .checks import Interval, StrOptions
 from .data import GENERATED_DIM_MAX, GENERATED_VALUES_MAX, SEPARATION_MAX
 from .keys import (  # noqa: F401 (the declarations, for the callers of the assembled config)
@@ -312,10 +312,49 @@ def write_generated_block(path: str, name: str, table: str) -> None:
     Path(path).write_text(head + start + table + "\n" + end + tail)
 
 
-if __name__ == "__main__":  # python -m fedcluster.config [docs/reference.md]: print or rewrite the table
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)
+
+
+PYPROJECT_START = "# generated: python -m fedcluster.config pyproject.toml\n"
+PYPROJECT_END = "# end generated\n"
+
+
+def pyproject_block() -> str:
+    """The ``[tool.flwr.app.config]`` entries ``flwr run`` reads: every key with its
+    default, by section, as the declarations give them."""
+    lines, seen = [], set()
+    for section in sections():
+        fresh = [key for key in section.keys if key.name not in seen]
+        if fresh:
+            lines.append(f"# --- {section.name}")
+            lines += [f"{key.name} = {_toml(key.default)}" for key in fresh]
+            seen |= {key.name for key in fresh}
+    return "\n".join(lines) + "\n"
+
+
+def write_pyproject(path: str) -> None:
+    """Replace the generated block of ``[tool.flwr.app.config]`` in ``path``."""
+    from pathlib import Path
+
+    text = Path(path).read_text()
+    head, found, rest = text.partition(PYPROJECT_START)
+    if not found:
+        raise SystemExit(f"{path} has no line {PYPROJECT_START.strip()!r}")
+    _, end, tail = rest.partition(PYPROJECT_END)
+    Path(path).write_text(head + PYPROJECT_START + pyproject_block() + end + tail)
+
+
+if __name__ == "__main__":  # python -m fedcluster.config [docs/reference.md | pyproject.toml]: print or rewrite
     import sys
 
-    if len(sys.argv) > 1:
+    if len(sys.argv) > 1 and sys.argv[1].endswith(".toml"):
+        write_pyproject(sys.argv[1])
+    elif len(sys.argv) > 1:
         write_generated_block(sys.argv[1], "config", markdown_table())
     else:
         print(markdown_table())

@@ -17,7 +17,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import protocol, registry, shared_tasks
+import fedcluster.protocol as protocol
+
+import fedcluster.registry as registry
+
+import fedcluster.shared_tasks as shared_tasks
 from .kernel import KERNELS, DeviceData, TaskFunction, TaskResult
 
 SHARED_KERNELS = "fedcluster.shared_kernels"

@@ -32,7 +32,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 
-from fedcluster import registry
+import fedcluster.registry as registry
 from fedcluster.algorithms.feddp_kmeans import model as feddp_kmeans
 from fedcluster.config import SEED_MAX
 from fedcluster.lloyd import kmeans_cost, nearest

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from . import protocol
+from fedcluster.task import Task
 
 
 @dataclass
@@ -67,13 +67,14 @@ TaskFunction = Callable[[DeviceData, dict[str, np.ndarray], dict[str, Any]], Tas
 KERNELS: dict[str, TaskFunction] = {}
 
 
-def device_task(name: str) -> Callable[[TaskFunction], TaskFunction]:
-    """Register ``fn`` as the device kernel of the declared task ``name``.
+def device_task(spec: Task) -> Callable[[TaskFunction], TaskFunction]:
+    """Register ``fn`` as the device kernel of the declared task ``spec`` (its package's
+    ``protocol.TASKS``: :func:`fedcluster.task.named`).
 
     The registered (and returned) function parses its inputs through the task's
     declaration before ``fn`` sees them, however it is called: ``fn`` may rely on typed,
     defaulted, range-checked config values and float64 arrays of the declared ranks."""
-    spec = protocol.task(name)  # KeyError for a task the protocol does not declare
+    name = spec.name
 
     def decorator(fn: TaskFunction) -> TaskFunction:
         @functools.wraps(fn)

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from . import checks
+import fedcluster.checks as checks
 from .checks import Interval, StrOptions
 
 

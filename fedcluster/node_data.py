@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from . import data
+import fedcluster.data as data
 from fedcluster.kernel import DeviceData
 
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 import importlib
 from dataclasses import replace
 
-from . import registry, shared_tasks
+import fedcluster.registry as registry
+
+import fedcluster.shared_tasks as shared_tasks
 from .secagg import protocol as secure
 from .task import (  # noqa: F401 (the names every caller of the protocol uses)
     ARRAYS, BUNDLE, CONFIG, DIM, ERROR, FREE_MAX, METRICS, NUM_EXAMPLES, PARTITION, SEEDS, ArrayField, Limit, Param, Task,

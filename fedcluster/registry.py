@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 from functools import lru_cache
-from types import ModuleType
 from typing import Any
 
 from .algorithm import Algorithm
@@ -39,12 +38,6 @@ def algorithm(name: str) -> Algorithm:
         raise KeyError(f"unknown algorithm {name!r}; available: {', '.join(algorithms())}") from None
 
 
-def part(name: str, module: str) -> ModuleType:
-    """Module ``module`` (``"config"``, ``"protocol"``, ``"device"``, ``"strategy"``, ...) of
-    the package that holds algorithm ``name``."""
-    return importlib.import_module(f"{algorithm(name).package}.{module}")
-
-
 def packages() -> tuple[str, ...]:
     """The algorithm packages' module paths, each once (a package may hold two algorithms)."""
     return tuple(dict.fromkeys(a.package for a in algorithms().values()))
@@ -53,7 +46,7 @@ def packages() -> tuple[str, ...]:
 @lru_cache(maxsize=None)
 def sections() -> tuple[Any, ...]:
     """Every algorithm's run-config section, in declaration order."""
-    return tuple(getattr(part(a.name, "config"), a.section) for a in algorithms().values())
+    return tuple(getattr(importlib.import_module(f"{a.package}.config"), a.section) for a in algorithms().values())
 
 
 @lru_cache(maxsize=None)
@@ -67,8 +60,3 @@ def task_owners() -> dict[str, str]:
                 raise RuntimeError(f"task {task.name!r} is declared by {owners[task.name]} and {package}")
             owners[task.name] = package
     return owners
-
-
-def strategy(name: str) -> type:
-    """The strategy class that runs algorithm ``name`` (loads its server side)."""
-    return getattr(part(name, "strategy"), algorithm(name).strategy)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedcluster.task import named
+from fedcluster.shared_tasks import TASKS
 from fedcluster.kernel import DeviceData, TaskResult, device_task
 from fedcluster.lloyd import lloyd_statistics, nearest, rows_per_chunk, squared_distances
 
@@ -44,7 +46,7 @@ def feature_moments(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return about.sum(axis=0) + X.shape[0] * shift, np.einsum("ij,ij->j", deviation, deviation)
 
 
-@device_task("data_summary")
+@device_task(named(TASKS, "data_summary"))
 def data_summary(data: DeviceData, arrays: dict, config: dict):
     X = data.require_points()
     n, d = X.shape
@@ -56,7 +58,7 @@ def data_summary(data: DeviceData, arrays: dict, config: dict):
     return arrays, {"num-examples": int(n), "dim": int(d)}
 
 
-@device_task("lloyd_stats")
+@device_task(named(TASKS, "lloyd_stats"))
 def lloyd_stats(data: DeviceData, arrays: dict, config: dict):
     X = data.require_points()
     stats = lloyd_statistics(X, matching_dimension(X, arrays["centers"]))
@@ -75,7 +77,7 @@ def labels_path(source: str) -> Path:
     return data_file.parent / LABELS_FOLDER / f"{name}.npy"
 
 
-@device_task("write_labels")
+@device_task(named(TASKS, "write_labels"))
 def write_labels(data: DeviceData, arrays: dict, config: dict):
     """Nearest-center labels of the device's own points, saved beside its data file (the
     latest run's labels replace earlier ones); a device without a data file (generated data)
@@ -93,7 +95,7 @@ def write_labels(data: DeviceData, arrays: dict, config: dict):
     return {"written": np.array([1.0])}, {"num-examples": int(X.shape[0])}
 
 
-@device_task("score_candidates")
+@device_task(named(TASKS, "score_candidates"))
 def score_candidates(data: DeviceData, arrays: dict, config: dict):
     X = data.require_points()
     candidates = matching_dimension(X, arrays["candidates"], "candidate centers")
@@ -112,7 +114,7 @@ def score_candidates(data: DeviceData, arrays: dict, config: dict):
     return {"costs": costs}, {"num-examples": int(X.shape[0])}
 
 
-@device_task("identify")
+@device_task(named(TASKS, "identify"))
 def identify(data: DeviceData, arrays: dict, config: dict) -> TaskResult:
     """Nothing of the data: :func:`fedcluster.device.run_task` adds the partition every
     reply states."""

@@ -60,7 +60,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from . import checks
+import fedcluster.checks as checks
 from .checks import Interval, StrOptions
 
 # Record names and the metric every reply carries.
@@ -385,3 +385,11 @@ def part(record: str, index: int) -> str:
     """The name of record ``record`` (``arrays``, ``config``, ``metrics``, ``error``) of part
     ``index`` of a bundle."""
     return f"{record}.{index}"
+
+
+def named(tasks: tuple[Task, ...], name: str) -> Task:
+    """The task ``name`` of a declaration tuple (a package's ``TASKS``); KeyError if absent."""
+    for spec in tasks:
+        if spec.name == name:
+            return spec
+    raise KeyError(f"task {name!r} is not declared here")

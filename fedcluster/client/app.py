@@ -17,7 +17,7 @@ import traceback
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedcluster import protocol
+import fedcluster.protocol as protocol
 from fedcluster.secagg import device as secagg
 from fedcluster.node_data import device_data
 from fedcluster.kernel import DeviceData

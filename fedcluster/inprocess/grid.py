@@ -10,7 +10,7 @@ from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
-from fedcluster import protocol
+import fedcluster.protocol as protocol
 
 from .availability import Availability
 

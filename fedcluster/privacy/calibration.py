@@ -541,11 +541,8 @@ def _calibrate_to_total(
     delta: float,
     specs: tuple[StepSpec, ...],
     relative_tolerance: float,
-    pilot: bool = True,
 ) -> Calibration:
-    """:func:`calibrate_to_total` without the cache. ``pilot=False`` is the previous
-    algorithm (one search on ``SEARCH_DISCRETIZATION``, warm-started through
-    :func:`calibrate_step`'s ``guesses``), kept as the benchmark's baseline."""
+    """:func:`calibrate_to_total` without the cache."""
     if not specs:
         raise ValueError("calibrate_to_total needs at least one step")
     names = [spec.name for spec in specs]
@@ -556,7 +553,7 @@ def _calibrate_to_total(
         return Calibration(target_epsilon, delta, math.inf, math.inf, steps)
     band = (target_epsilon * (1.0 - relative_tolerance), target_epsilon)
     searched = [spec for spec in specs if spec.mechanism != "laplace" and spec.sampling_rate is not None]
-    if not pilot or not searched:
+    if not searched:  # no sampled step: one search on the accounting grid
         guesses: dict[str, tuple[float, float]] = {}
         return _search_scale(
             target_epsilon, delta, specs, band, SEARCH_DISCRETIZATION,

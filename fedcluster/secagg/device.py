@@ -40,11 +40,11 @@ from typing import Any, Iterable, Mapping, MutableMapping
 
 import numpy as np
 
-from fedcluster import protocol
+import fedcluster.protocol as protocol
 from fedcluster.kernel import KERNELS, DeviceData, device_task
 from fedcluster.privacy.skellam import noise
 
-from . import checks
+import fedcluster.secagg.checks as checks
 from .crypto import flower_crypto as _flwr
 from fedcluster.secagg.protocol import SEED_BYTES
 
@@ -265,7 +265,7 @@ def split_keys(joined: bytes, count: int) -> list[bytes]:
     return [joined[i * width:(i + 1) * width] for i in range(count)]
 
 
-@device_task("secagg_setup")
+@device_task(protocol.task("secagg_setup"))
 def secagg_setup(data: DeviceData, arrays: dict, config: dict):
     """Stage 0: fresh key pairs, one per sum for the pairwise masks (pk1) and one for the
     shares' encryption (pk2); any older session is forgotten."""
@@ -284,7 +284,7 @@ def secagg_setup(data: DeviceData, arrays: dict, config: dict):
             "pk2": np.frombuffer(store["pk2"], np.uint8)}, {}
 
 
-@device_task("secagg_share_keys")
+@device_task(protocol.task("secagg_share_keys"))
 def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
     """Stage 1: Shamir shares of one fresh mask seed b_s and of the mask key sk1_s per sum,
     one per participant, each participant's encrypted under a fresh ephemeral key and its
@@ -416,7 +416,7 @@ def masked_reply(name: str):
     return kernel
 
 
-@device_task("secagg_unmask")
+@device_task(protocol.task("secagg_unmask"))
 def secagg_unmask(data: DeviceData, arrays: dict, config: dict):
     """Stage 3 of sum s: this device's own seed b_s (it is in the sum: the server would
     rebuild b_s from the shares anyway), shares of b_s for the participants in the sum that
@@ -457,7 +457,7 @@ def secagg_unmask(data: DeviceData, arrays: dict, config: dict):
     return reply, {}
 
 
-@device_task("secagg_prove")
+@device_task(protocol.task("secagg_prove"))
 def secagg_prove(data: DeviceData, arrays: dict, config: dict):
     """After a refusal: the ephemeral private keys of this device's share tokens to the
     ``positions`` that refused them, so that the server opens those tokens as their holders
@@ -475,7 +475,7 @@ def secagg_prove(data: DeviceData, arrays: dict, config: dict):
 
 
 for _name in protocol.SECURE_TASKS:
-    device_task(protocol.secure_name(_name))(masked_reply(_name))
+    device_task(protocol.task(protocol.secure_name(_name)))(masked_reply(_name))
 
 
 # ==================================================================== server side

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-from fedcluster import registry
+import fedcluster.registry as registry
 from fedcluster.config import with_defaults
 
 from .base import FederatedStrategy, FederationError
@@ -20,4 +21,5 @@ def strategy_for(name: str) -> type[FederatedStrategy]:
         raise FederationError(
             f"algorithm {name!r} is not available in this version; available: {', '.join(registry.names())}"
         )
-    return registry.strategy(name)
+    algorithm = registry.algorithm(name)  # its strategy: the server side, loaded here only
+    return getattr(importlib.import_module(f"{algorithm.package}.strategy"), algorithm.strategy)

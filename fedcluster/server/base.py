@@ -26,7 +26,9 @@ import numpy as np
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from fedcluster import bounds, protocol
+import fedcluster.bounds as bounds
+
+import fedcluster.protocol as protocol
 from fedcluster.config import RunConfig
 from fedcluster.points import majority_value
 from fedcluster.scaling import Scaling

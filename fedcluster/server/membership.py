@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
-from fedcluster import protocol
+import fedcluster.protocol as protocol
 from fedcluster.data import list_client_files
 
 from .messages import FederationError, Reply

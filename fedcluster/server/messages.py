@@ -11,7 +11,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.common.constant import ErrorCode
 
-from fedcluster import protocol
+import fedcluster.protocol as protocol
 from fedcluster.wire import array_fields, array_layout
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 
-from fedcluster import protocol
+import fedcluster.protocol as protocol
 
 from .messages import incoming, to_array_record
 

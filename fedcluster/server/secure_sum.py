@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 from flwr.common.logger import log
 
-from fedcluster import protocol
+import fedcluster.protocol as protocol
 from fedcluster.secagg import device as secagg
 from fedcluster.secagg import checks as checks
 

@@ -14,7 +14,9 @@ import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 
-from fedcluster import bounds, protocol
+import fedcluster.bounds as bounds
+
+import fedcluster.protocol as protocol
 from fedcluster.wire import array_numpy
 
 from .messages import FederationError, Incoming, Inconsistent, Reply, ReplySpec, bundle_message, dimension_hint, incoming, layout_problem, part_key, payload_bytes, to_array_record

@@ -13,6 +13,14 @@ def test_pyproject_declares_every_key_with_the_same_default():
     assert declared == DEFAULTS
 
 
+def test_pyprojects_defaults_are_the_generated_ones():
+    from fedcluster.config import PYPROJECT_END, PYPROJECT_START, pyproject_block
+
+    text = (ROOT / "pyproject.toml").read_text()
+    assert PYPROJECT_START + pyproject_block() + PYPROJECT_END in text, \
+        "regenerate: python -m fedcluster.config pyproject.toml"
+
+
 def test_unknown_key_is_rejected_with_a_hint():
     with pytest.raises(ConfigError, match="did you mean 'num-rounds'"):
         with_defaults({"num-round": 3})

@@ -4,6 +4,7 @@ strategy does no math beyond summing replies (docs/DESIGN.md, "Three places for 
 from __future__ import annotations
 
 import ast
+import re
 import pkgutil
 import subprocess
 import sys
@@ -178,3 +179,72 @@ def test_an_algorithm_is_named_in_at_most_four_library_files_outside_its_package
     assert outside, "no file names an algorithm: the scan no longer sees them"
     crowded = {p: files for p, files in outside.items() if len(files) > 4}
     assert not crowded, f"algorithms named in more than 4 files outside their package: {crowded}"
+
+
+# Where the library imports by name at run time (importlib), and what it may load there:
+# the registry reads each algorithm's declaration, run-config section and tasks; the device
+# loads the kernels of the tasks it runs; the server loads the strategy of its run; the
+# privacy package loads its own modules on first use.
+DYNAMIC = {
+    "fedcluster.registry": ("fedcluster.algorithms.*", "fedcluster.algorithms.*.config", "fedcluster.algorithms.*.protocol"),
+    "fedcluster.protocol": ("fedcluster.algorithms.*.protocol",),
+    "fedcluster.device": ("fedcluster.algorithms.*.device", "fedcluster.shared_kernels", "fedcluster.secagg.device"),
+    "fedcluster.server.algorithms": ("fedcluster.algorithms.*.strategy",),
+    "fedcluster.privacy": ("fedcluster.privacy.*",),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every library module -> the library modules it imports, at the top or inside a
+    function (a lazy import is an import), and by name at run time (:data:`DYNAMIC`)."""
+    paths = {_module_name(p): p for p in (ROOT / "fedcluster").rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in paths}
+    dynamic = set()
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "import_module":
+                dynamic.add(name)
+            targets = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base for a in node.names]
+            for target in targets:
+                while target and target not in paths:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+        for pattern in DYNAMIC.get(name, ()):
+            rule = re.compile(re.escape(pattern).replace(r"\*", r"[^.]+") + "$")  # *: one name
+            graph[name] |= {m for m in paths if rule.match(m) and m != name}
+    assert dynamic == set(DYNAMIC), f"imports by name at run time not declared in DYNAMIC (or gone): {dynamic ^ set(DYNAMIC)}"
+    return graph
+
+
+def test_no_import_circle_among_the_librarys_modules():
+    graph = import_graph()
+    assert "fedcluster.lloyd" in graph["fedcluster.algorithms.fedkmeans.model"], "the scan no longer sees imports"
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    circles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                circles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not circles, "import circles (lazy and by-name imports count): " + "; ".join(" -> ".join(c) for c in circles[:5])

@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 
 from fedcluster.bounds import coordinate_rounding
+from fedcluster.task import named
+from .protocol import TASKS
 from fedcluster.kernel import DeviceData, device_task
 from fedcluster.lloyd import kmeans_plus_plus, label_sums, lloyd, nearest, reference, squared_distances
 from fedcluster.robust import aggregate_centers
@@ -384,7 +386,7 @@ def _cached_labels(data: DeviceData, X: np.ndarray, anchor: np.ndarray, outer: i
     return cache[key]
 
 
-@device_task("som_codebook")
+@device_task(named(TASKS, "som_codebook"))
 def som_codebook(data: DeviceData, arrays: dict, config: dict[str, Any]):
     X = data.require_points()
     grid = device_grid(config["grid"], X.shape[0])
@@ -392,7 +394,7 @@ def som_codebook(data: DeviceData, arrays: dict, config: dict[str, Any]):
     return {"codebook": codebook}, {"num-examples": int(X.shape[0])}
 
 
-@device_task("bin_counts")
+@device_task(named(TASKS, "bin_counts"))
 def bin_counts(data: DeviceData, arrays: dict, config: dict[str, Any]):
     X = data.require_points()
     if config["binning"] == "grid":
@@ -407,7 +409,7 @@ def bin_counts(data: DeviceData, arrays: dict, config: dict[str, Any]):
     return {"counts": counts}, {"num-examples": int(X.shape[0])}
 
 
-@device_task("daufl_step")
+@device_task(named(TASKS, "daufl_step"))
 def daufl_step(data: DeviceData, arrays: dict, config: dict[str, Any]):
     X = data.require_points()
     centers = matching_dimension(X, arrays["centers"])

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fedcluster import protocol
+import fedcluster.protocol as protocol
 from fedcluster.algorithms.da_ufl.model import bin_weights
 from fedcluster.points import bounding_box
 

@@ -57,7 +57,8 @@ SAMPLING_RATE = Interval(float, 1e-4, 1)
 CLIP_MAX = 1e60
 
 
-def _rules(c: Mapping[str, Any]) -> None:
+def _value_rules(c: Mapping[str, Any]) -> None:
+    """Values that must agree with another key's: the clip center's size, the budgets' lists."""
     point = clip_center_point(c["clip-center"])
     if point is not None and c["dimension"] and point.size != c["dimension"]:
         raise ConfigError(f"run-config clip-center is a point of {point.size} coordinates but dimension={c['dimension']}")
@@ -67,7 +68,16 @@ def _rules(c: Mapping[str, Any]) -> None:
         raise ConfigError("client-sampling-rate < 1 is only accounted at privacy-level = 'client'")
     if c["budget-split"] and len(number_list(c["budget-split"], "budget-split")) != 4:
         raise ConfigError(f"run-config budget-split must be four positive numbers 'w1,w2,w3g,w3l', got {c['budget-split']!r}")
+
+
+def _step_rules(c: Mapping[str, Any]) -> None:
+    """The steps a run takes, and what each needs."""
     steps = step_names(c)
+    if c["step-epsilons"] and len(number_list(c["step-epsilons"], "step-epsilons")) != len(steps):
+        raise ConfigError(
+            f"run-config step-epsilons must give {len(steps)} positive values, one per step of this run "
+            f"in the order {', '.join(steps) or '(none: this run has no private step)'}; got {c['step-epsilons']!r}"
+        )
     if c["lloyd-update"] == "relative" and c["privacy-level"] != DATA_POINT:
         raise ConfigError("lloyd-update = 'relative' is a data-point level update (its sums are clipped point by point)")
     if c["init"] == "sphere-packing" and c["lloyd-rounds"] == 0:
@@ -78,22 +88,23 @@ def _rules(c: Mapping[str, Any]) -> None:
                           "set lloyd-rounds >= 1")
     if "step3_gaussian" in steps and c["lloyd-rounds"] > 0 and c["lloyd-fraction"] <= 0:
         raise ConfigError("lloyd-rounds > 0 needs lloyd-fraction > 0 (the Lloyd rounds' share of epsilon)")
+
+
+def _secure_rules(c: Mapping[str, Any]) -> None:
+    """What secure aggregation secures, and what it must not send in the clear."""
+    if not c["secure-aggregation"]:
+        return
     served = bool(c["server-data"]) or c["dataset"] == "feddp-mixture"
-    if c["secure-aggregation"] and start_method(c["init"], served, c["privacy-level"], c["lloyd-rounds"]) == "feddp":
+    if start_method(c["init"], served, c["privacy-level"], c["lloyd-rounds"]) == "feddp":
         raise ConfigError("secure-aggregation = true secures the histogram start and the Lloyd sums, not FedDP-Init's "
                           "steps: choose init = 'histogram', 'sphere-packing', 'server-kmeans++' or 'server-lloyds'")
-    if c["secure-aggregation"] and c["secagg-noise"] == "devices" and (c["step-epsilons"] or c["privacy-level"] == "client"):
+    if c["secagg-noise"] == "devices" and (c["step-epsilons"] or c["privacy-level"] == "client"):
         raise ConfigError("secagg-noise = 'devices' calibrates one target epsilon at data-point level (at client level a "
                           "device that leaves takes its noise share with it, which its accounting does not cover): drop "
                           "step-epsilons, or set privacy-level = 'data-point' or secagg-noise = 'server'")
-    if c["secure-aggregation"] and c["evaluate-cost"]:
+    if c["evaluate-cost"]:
         raise ConfigError("secure-aggregation = true with evaluate-cost = true would send each device's exact cost in "
                           "the clear: set evaluate-cost = false")
-    if c["step-epsilons"] and len(number_list(c["step-epsilons"], "step-epsilons")) != len(steps):
-        raise ConfigError(
-            f"run-config step-epsilons must give {len(steps)} positive values, one per step of this run "
-            f"in the order {', '.join(steps) or '(none: this run has no private step)'}; got {c['step-epsilons']!r}"
-        )
 
 
 RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
@@ -146,7 +157,7 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("noise-seed", -1, "seed of the noise (-1 = OS entropy)", allowed=Interval(int, -1, SEED_MAX)),
     Key("evaluate-cost", True, "report the exact (non-private) federated cost of the result"),
     WRITE_LABELS,
-), rules=(_rules,), algorithms=("feddp-kmeans",))
+), rules=(_value_rules, _step_rules, _secure_rules), algorithms=("feddp-kmeans",))
 
 
 

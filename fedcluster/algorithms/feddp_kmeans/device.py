@@ -1,3 +1,3 @@
 """The device kernels of this algorithm's tasks (registered as :mod:`.model` loads)."""
 
-from . import model  # noqa: F401
+import fedcluster.algorithms.feddp_kmeans.model as model  # noqa: F401

@@ -20,7 +20,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from fedcluster import privacy
+import fedcluster.privacy as privacy
+from fedcluster.task import named
+from .protocol import TASKS
 from fedcluster.kernel import DeviceData, device_task
 from fedcluster.keys import ConfigError
 from fedcluster.linalg import top_eigenpairs
@@ -251,7 +253,7 @@ def start_problem(start: str, k: int, d: int, has_server_data: bool) -> str | No
     return None
 
 
-@device_task("feddp_outer")
+@device_task(named(TASKS, "feddp_outer"))
 def feddp_outer(data: DeviceData, arrays: dict, config: dict):
     X = private_points(data, arrays, config)
     problem = outer_dimension_problem(X.shape[1])
@@ -272,13 +274,13 @@ def _histogram_reply(data: DeviceData, points: np.ndarray, targets: np.ndarray, 
     return {"histogram": histogram}, {"num-examples": held(data)}
 
 
-@device_task("feddp_histogram")
+@device_task(named(TASKS, "feddp_histogram"))
 def feddp_histogram(data: DeviceData, arrays: dict, config: dict):
     X = private_points(data, arrays, config)
     return _histogram_reply(data, X @ _projection(arrays, X.shape[1]), arrays["server"], config)
 
 
-@device_task("feddp_candidates")
+@device_task(named(TASKS, "feddp_candidates"))
 def feddp_candidates(data: DeviceData, arrays: dict, config: dict):
     """The histogram start: how many of the device's points have each candidate (server
     points, or points drawn independently of any data) as their nearest (step 2's
@@ -287,7 +289,7 @@ def feddp_candidates(data: DeviceData, arrays: dict, config: dict):
     return _histogram_reply(data, X, matching_dimension(X, arrays["candidates"], "candidates"), config)
 
 
-@device_task("feddp_projected_stats")
+@device_task(named(TASKS, "feddp_projected_stats"))
 def feddp_projected_stats(data: DeviceData, arrays: dict, config: dict):
     X = private_points(data, arrays, config)
     V = _projection(arrays, X.shape[1])
@@ -305,7 +307,7 @@ def feddp_projected_stats(data: DeviceData, arrays: dict, config: dict):
     return {"sums": sums, "counts": counts}, {"num-examples": held(data), "kept": int(keep.sum())}
 
 
-@device_task("feddp_lloyd")
+@device_task(named(TASKS, "feddp_lloyd"))
 def feddp_lloyd(data: DeviceData, arrays: dict, config: dict):
     """Per-cluster sums and counts of the device's (clipped) points; with ``radius`` (a
     relative update, data-point level) the sums are of each point's displacement from its

@@ -26,6 +26,8 @@ import numpy as np
 
 from fedcluster.algorithms.kfed import model as kfed
 from fedcluster.bounds import RELATIVE_SLACK, coordinate_rounding, deviation_rounding, expansion_rounding, scatter_rounding
+from fedcluster.task import named
+from .protocol import TASKS
 from fedcluster.kernel import DeviceData, device_task
 from fedcluster.keys import ConfigError
 from fedcluster.lloyd import (assign, kmeans, kmeans_cost, kmeans_plus_plus, lloyd, lloyd_statistics, pooled_scatter,
@@ -97,7 +99,7 @@ def client_kmeans(
 
 
 # ------------------------------------------------------------------------ device tasks
-@device_task("fedkmeans_train")
+@device_task(named(TASKS, "fedkmeans_train"))
 def fedkmeans_train(data: DeviceData, arrays: dict, config: dict):
     """ClientKMeans from every set of global centers (m, k, d) in the request; per set its
     counts, updated centers, scatters and the cost of the centers received."""
@@ -115,7 +117,7 @@ def fedkmeans_train(data: DeviceData, arrays: dict, config: dict):
     return out, {"num-examples": int(X.shape[0])}
 
 
-@device_task("local_summary")
+@device_task(named(TASKS, "local_summary"))
 def local_summary(data: DeviceData, arrays: dict, config: dict):
     X = data.require_points()
     n = X.shape[0]
@@ -797,26 +799,35 @@ def partitions_violation(stated: list[Stated], earlier: Sequence[Stated] = (), w
     # bounds[j, i]: partition j, each part whole to its cheapest center of set i
     bounds = np.add.reduceat(np.minimum.reduceat(costs_of_parts, columns, axis=1), rows, axis=0)
     costs = np.array([cost for cost, _, _ in every])
-    points = np.add.reduceat(n, rows)[:, None]
-    # each pair's rounding: of the coordinates of partition j's means and set i's centers
+    slack = _partition_slack(every, bounds, costs, np.add.reduceat(n, rows)[:, None], relative)
+    new = np.array([any(e is s for s in stated) for e in every])
+    bad = (costs[None, :] > bounds + slack) & ~np.eye(len(every), dtype=bool) & (new[:, None] | new[None, :])
+    if not bad.any():
+        return None
+    j, i = (int(x) for x in np.argwhere(bad)[0])
+    labels = list(names) or [f"set {t}" for t in range(len(stated))]
+
+    def name(k: int) -> str:
+        if new[k]:
+            return labels[next(t for t, s in enumerate(stated) if s is every[k])]
+        return "its declared moments" if every[k] is whole else "an earlier reply"
+
+    return (f"{name(i)} against {name(j)}: cost {costs[i]:.10g} of the received centers exceeds {bounds[j, i]:.10g}, "
+            f"what another partition of its points it stated costs with them: its statistics do not come from one "
+            f"fixed set of points")
+
+
+def _partition_slack(every: list[Stated], bounds: np.ndarray, costs: np.ndarray, points: np.ndarray,
+                     relative: float) -> np.ndarray:
+    """The rounding allowed between partition j's bound with set i's centers and set i's
+    stated cost: relative to both, plus the coordinates' own rounding of partition j's
+    means and set i's centers, plus that of bound (j, i)'s squared distances."""
     of_means = np.stack([coordinate_rounding(part[1]) for _, _, part in every])
     of_centers = np.stack([coordinate_rounding(c) for _, c, _ in every])
     e = np.sqrt(np.sum(np.maximum(of_means[:, None, :], of_centers[None, :, :]) ** 2, axis=2))
-    # and the rounding of bound (j, i)'s own squared distances
     expansion = np.array([[expansion_rounding(pj[0], pj[1], ci) for _, ci, _ in every] for _, _, pj in every])
-    slack = (relative * (np.abs(bounds) + np.abs(costs)[None, :]) + 2.0 * e * np.sqrt(points * np.maximum(bounds, 0.0))
-             + points * e * e + expansion)
-    new = np.array([any(e is s for s in stated) for e in every])
-    bad = (costs[None, :] > bounds + slack) & ~np.eye(len(every), dtype=bool) & (new[:, None] | new[None, :])
-    if bad.any():
-        j, i = (int(x) for x in np.argwhere(bad)[0])
-        labels = list(names) or [f"set {t}" for t in range(len(stated))]
-        name = lambda k: labels[next(t for t, s in enumerate(stated) if s is every[k])] if new[k] else (  # noqa: E731
-            "its declared moments" if every[k] is whole else "an earlier reply")
-        return (f"{name(i)} against {name(j)}: cost {costs[i]:.10g} of the received centers exceeds {bounds[j, i]:.10g}, "
-                f"what another partition of its points it stated costs with them: its statistics do not come from one "
-                f"fixed set of points")
-    return None
+    return (relative * (np.abs(bounds) + np.abs(costs)[None, :]) + 2.0 * e * np.sqrt(points * np.maximum(bounds, 0.0))
+            + points * e * e + expansion)
 
 
 def whole_partition(declared: Any) -> Stated | None:

@@ -19,6 +19,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from fedcluster.graph import AdjacencyOperator, local_graph
+from fedcluster.task import named
+from .protocol import TASKS
 from fedcluster.kernel import DeviceData, device_task
 from fedcluster.linalg import orthonormalize, rayleigh_ritz
 from fedcluster.lloyd import assign, kmeans
@@ -110,7 +112,7 @@ def local_degrees(data: DeviceData, num_nodes: int, edge_weight: float = 1.0) ->
     return edge_weight * local_graph(data, num_nodes).degrees
 
 
-@device_task("power_step")
+@device_task(named(TASKS, "power_step"))
 def power_step(data: DeviceData, arrays: dict, config: dict) -> tuple[dict, dict]:
     """One FedSpectral+ client step on the block ``arrays["Q"]`` (n x b).
 
@@ -269,7 +271,7 @@ def local_spectral_embedding(
     return values, vectors, iteration, residual
 
 
-@device_task("local_spectral_labels")
+@device_task(named(TASKS, "local_spectral_labels"))
 def local_spectral_labels(data: DeviceData, arrays: dict, config: dict) -> tuple[dict, dict]:
     """FedSpectral client: spectral clustering of the local graph.
 

@@ -44,6 +44,8 @@ from fedcluster.lloyd import (
     nearest,
     squared_distances,
 )
+from fedcluster.task import named
+from .protocol import TASKS
 from fedcluster.kernel import DeviceData, device_task
 
 
@@ -385,7 +387,7 @@ def kfed_assign_new_device(local_centers: np.ndarray, global_centers: np.ndarray
     return np.argmin(squared_distances(local_centers, global_centers), axis=1).astype(np.int64)
 
 
-@device_task("kfed_local")
+@device_task(named(TASKS, "kfed_local"))
 def kfed_local(data: DeviceData, arrays: dict[str, np.ndarray], config: dict[str, Any]):
     """Device task ``kfed_local``: k-FED step 1 (local k'-means) on this device's points.
 
