@@ -448,7 +448,7 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("clip-norm", 0.0, "Δ, point norm bound around clip-center (0 = the server data's radius around it)", allowed=Interval(float, 0, CLIP_MAX)),
     Key("clip-center", "auto", "the public point devices take their points around and clip them within clip-norm of: "
         "server-mean (the server data's mean), origin (the paper), auto = server-mean with server data, origin without, "
-        "or a point 'x1,...,xd' (public: without server data, data far from the origin need one near them)"),
+        "or a point 'x1,...,xd' (public: without server data, data far from the origin need one near them; auto then warns)"),
     Key("dimension", 0, "the data's dimension, public and agreed in advance (0 = the server data's); without "
         "server data the run starts from init='histogram' (or 'sphere-packing') in the cube inscribed in the ball of radius "
         "clip-norm", allowed=Interval(int, 0, 10**6)),
@@ -690,6 +690,19 @@ def clip_origin(center: str, server: np.ndarray | None) -> tuple[np.ndarray | No
     if server is None:
         return None, "clip-center='server-mean' needs server-side data (run-config server-data)"
     return server.mean(axis=0), None
+
+
+def clip_center_warning(center: str, server: np.ndarray | None) -> str | None:
+    """What a run must say when it clips around the origin only because nothing public
+    placed the ball (``clip-center = auto`` without server data): data farther than Δ from
+    it are clipped onto the sphere, and no step can tell (no device's box or mean reaches
+    the server outside the private releases)."""
+    if center != "auto" or server is not None:
+        return None
+    return ("clip-center = auto without server data clips every point to the ball of radius clip-norm around the "
+            "origin: data farther from it are moved onto its sphere and the centers are wrong, which no private step "
+            "can detect. Set clip-center to a public point near the data ('x1,...,xd'), or to 'origin' if they lie "
+            "within clip-norm of it")
 
 
 def clip_center_name(center: str, origin: np.ndarray | None) -> str:

@@ -182,3 +182,17 @@ def test_one_device_far_from_the_others_is_clustered_with_every_reply_accepted(t
     found = cost_about(near, centers[np.abs(centers).max(1) < 1e8], 0.0) + cost_about(
         far - 1e9, centers[np.abs(centers).max(1) >= 1e8] - 1e9, 0.0)
     assert found <= 1.05 * best_apart(near, far - 1e9, K)
+
+
+def test_feddp_without_server_data_says_when_nothing_placed_its_clip_ball(tmp_path):
+    """clip-center = auto without server data clips around the origin: on data 1e9 from it
+    every point lands on the sphere (issue 42's probe: 1e18 × central's cost, no word). The
+    run says so, naming clip-center and clip-norm; a clip-center given says nothing."""
+    parts = [x + 1e9 for x in mixture()]
+    config = {"algorithm": "feddp-kmeans", "k": K, "seed": 0, "reference": False, "dataset": "npy-dir", "epsilon": 20.0,
+              "noise-seed": 2, "lloyd-rounds": 2, "dimension": 3, "clip-norm": 30.0,
+              "data-dir": str(write_npy_dir(tmp_path / "data", parts))}
+    said = run({**config, "output-dir": str(tmp_path / "auto")}, num_nodes=DEVICES)["warnings"]
+    assert any("clip-center" in text and "clip-norm" in text for text in said), said
+    placed = run({**config, "output-dir": str(tmp_path / "point"), "clip-center": "1e9,1e9,1e9"}, num_nodes=DEVICES)
+    assert not any("clip-center" in text for text in placed["warnings"]), placed["warnings"]
