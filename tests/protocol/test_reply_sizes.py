@@ -83,7 +83,7 @@ def test_a_device_chosen_size_above_its_declared_limit_is_refused(tmp_path):
         if node == 1000 and message.metadata.message_type == "query.kfed_local" and not reply.has_error():
             record = reply.content.array_records["arrays"]
             record["centers"] = Array(**array_fields(np.zeros((c, 3))))
-            record["counts"] = Array(**array_fields(np.zeros(c)))
+            record["counts"] = Array(**array_fields(np.zeros(c, dtype=np.int64)))  # as honest devices send them
         return reply
 
     result = run(config, num_nodes=3, reply_hook=hook)
