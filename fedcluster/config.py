@@ -346,6 +346,8 @@ def parse_run_config(text: str) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"run-config item {item!r} is not of the form key=value")
         key, value = item.split("=", 1)
+        if key.strip() in out:
+            raise ConfigError(f"run-config key {key.strip()!r} is given twice: give it once")
         try:
             out[key.strip()] = tomllib.loads(f"v = {value}")["v"]
         except tomllib.TOMLDecodeError as exc:

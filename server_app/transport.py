@@ -17,7 +17,7 @@ from flwr.common.logger import log
 from fedcluster import bounds, protocol
 from fedcluster.wire import array_numpy
 
-from .messages import FederationError, Incoming, Inconsistent, Reply, ReplySpec, bundle_message, dimension_hint, incoming, layout_problem, part_key, payload_bytes, to_array_record
+from .messages import FederationError, Incoming, Inconsistent, Reply, ReplySpec, bundle_message, dimension_hint, incoming, kept_of, layout_problem, part_key, payload_bytes, to_array_record
 from .resume import match_nodes
 
 
@@ -74,7 +74,8 @@ class Transport:
             for message in batch:
                 mid = message.metadata.reply_to_message_id
                 node, parts = pushed.get(mid, (message.metadata.src_node_id, 1))
-                for reply in incoming(message, node, parts):
+                verdicts = {}  # part -> (kind, reason, bytes) of the parts refused before their data was read
+                for part, reply in enumerate(incoming(message, node, parts, replayed=self.journal.replaying_pull)):
                     index = phase_of.get(reply.key)
                     if index is None or reply.key in answered[index]:
                         continue  # not ours, or a second reply to the same message
@@ -85,9 +86,14 @@ class Transport:
                     up[index] += up_bytes
                     if valid is not None:
                         checked[index].append(valid)
+                    if reply.error is not None or reply.key in self._unread:
+                        verdicts[part] = (reply.kind, reply.error, reply.up) if reply.error is not None else ("invalid", self._unread[reply.key], reply.up)
+                if verdicts:
+                    kept[mid] = kept_of(message, parts, verdicts)
 
-        self._unread = set()  # message ids of replies refused unread (their data is not journaled either)
-        self.journal.pull(self.grid, set(pushed), deadline, check, self._unread)
+        self._unread: dict[str, str] = {}  # reply key -> why it was refused by its declared sizes, unread
+        kept: dict[str, Message] = {}  # message id -> what the journal keeps of a reply refused (in part) unread
+        self.journal.pull(self.grid, set(pushed), deadline, check, kept)
         out = []
         for index, (p, (node_of, failures)) in enumerate(zip(prepared, sent)):
             self._phase = p["phase"]
@@ -179,7 +185,7 @@ class Transport:
         node = node_of.get(reply.key, reply.node)
         if reply.error is not None:
             failures.append({"node": node, "kind": reply.kind, "reason": reply.error})
-            return None, 0
+            return None, reply.up
         try:
             reason, valid = self._validate(node, reply, spec)
         except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
@@ -247,16 +253,16 @@ class Transport:
         sizes = spec.sizes_of(node)
         reason = layout_problem(reply, spec, sizes)  # before any of its data is decoded
         if reason:
-            self._unread.add(reply.key.split("/")[0])
+            self._unread[reply.key] = reason
             return reason, None
         arrays = {key: array_numpy(value) for key, value in reply.arrays.items()}  # sizes checked: decoded
         metrics = reply.metrics or {}
         if protocol.DIM in metrics and self.dimension is not None and metrics[protocol.DIM] != self.dimension:
             return f"the node's data has dimension {metrics[protocol.DIM]}, the federation's is {self.dimension}", None
-        self.note_partition(node, metrics)
         reason = spec.task.check_reply(arrays, metrics, sizes, spec.config) or bounds.box_violation(spec.task, arrays)
         if reason:
             return dimension_hint(reason, spec), None
+        self.note_partition(node, metrics)  # a partition the checks refused is not the node's
         declared = self.declared.get(node)
         first = bounds.declaration(spec.task, arrays, metrics)
         binding = declared or first  # a first reply must at least agree with itself

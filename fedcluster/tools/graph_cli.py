@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from ..fedspectral import NUM_NODES_MAX as MAX_NODES
+from ..data import RUN_MARKER
 from ..graph import GraphError, canonical_edges, infer_num_nodes, load_edge_list, overlap_to_clients, split_edges, write_client_edge_files
 from .cli import ToolParser, UsageError, integer, number, output_folder, refuse
 
@@ -80,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"argument --copies: must be between 1 and --clients={args.clients}, got {args.copies}")
     try:
         out = output_folder(args.out, "--out").resolve()
+        ran = [name for name in (RUN_MARKER, "result.json") if (out / name).is_file()]
+        if ran:  # a run's results folder never holds client data (nor would a run read it as such)
+            raise UsageError(f"argument --out: {out} holds the results of a fedcluster run ({ran[0]}): give another folder")
         copies = args.copies or overlap_to_clients(0.4 if args.overlap is None else args.overlap, args.clients)
         raw = load_edge_list(args.input, args.num_nodes or None)
         num_nodes = args.num_nodes or infer_num_nodes(raw)
@@ -91,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.k is not None and not 1 <= args.k <= num_nodes:
             raise UsageError(f"argument --k: must be between 1 and the graph's {num_nodes} nodes, got {args.k}")
         edges = canonical_edges(raw)
+        if edges.shape[0] == 0:
+            raise GraphError(f"{args.input} holds no edge between two different nodes ({raw.shape[0]} lines, all "
+                             "self-loops): nothing to split")
         existing = sorted(out.glob("client_*.txt")) if out.is_dir() else []
         if existing and not args.force:
             raise UsageError(

@@ -223,7 +223,7 @@ def test_capped_count_weighting_stops_a_device_that_inflates_its_counts(tmp_path
 
     def inflate(arrays, metrics):
         arrays["centers"] = arrays["centers"] * 0.5 + 2.0  # still inside its box
-        arrays["counts"] = arrays["counts"] * 1e6
+        arrays["counts"] = arrays["counts"] * 10**6  # int64, as honest devices send them
         metrics["num-examples"] = int(arrays["counts"].sum())
 
     hostile = _lying_kfed_device(inflate)
