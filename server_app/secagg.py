@@ -101,13 +101,12 @@ class SecureAggregation(SecaggChecks):
                        noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray] | None, list[int]] | set[int]:
         session = self.secagg_session
         for _ in range(SETUP_RETRIES + 1):
-            # a device away now (not connected) is not asked: the others mask without it, as without a device
-            # out of the run; a session whose devices connected now cannot unmask a sum is opened again
+            # a device away now is not asked (the others mask without it); a new session when those connected
+            # cannot unmask a sum, or when it was opened before a resumed run went live (gone from the devices)
             present = self.present(nodes)
             if not (session is None or session.used == session.sums or self.journal.lost(session.opened_at)
                     or session.short({session.position[n] for n in nodes if n in session.members and n in present})):
                 break
-            # (a session opened before a resumed run went live is gone from the devices: a new one)
             session = self.secagg_open(nodes, phase, session.floor if session else 0)
         else:
             raise FederationError(f"phase {phase!r}: secure aggregation: in {SETUP_RETRIES + 1} sessions fewer than the "
