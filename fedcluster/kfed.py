@@ -447,28 +447,52 @@ def score_bounds(centers: np.ndarray, counts: np.ndarray, cost: float, candidate
     size (nothing near the origin; far from it a coordinate is known to a few units in its
     last place: :func:`fedcluster.bounds.deviation_rounding`). A ``score_candidates`` reply
     above it contradicts the device's own declaration."""
+    return score_range(centers, counts, cost, candidates)[1]
+
+
+def score_range(centers: np.ndarray, counts: np.ndarray, cost: float,
+                candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The least and the most a device's points can cost under each candidate center set,
+    given its ``kfed_local`` declaration (:func:`score_bounds` is the most). The least: a
+    point x of cluster j is at least ‖c_j − c(x)‖ − ‖x − c_j‖ from its nearest candidate
+    c(x), so (reverse triangle inequality over all points) √cost ≥ √M − √L with
+    M = Σ_j n_j min_c ‖c_j − c‖². A device that declares a local center where none of its
+    points are (far from them) and scores the candidates on its real points costs less
+    than that on every candidate without a center near its false one. Both bounds widen
+    by the same rounding allowance."""
     from .bounds import coordinate_rounding, deviation_rounding, expansion_rounding
 
     centers, counts = np.asarray(centers, dtype=np.float64), np.asarray(counts, dtype=np.float64)
     candidates = np.asarray(candidates, dtype=np.float64)
     moved = np.array([float(counts @ squared_distances(centers, c).min(axis=1)) for c in candidates])
-    bounds = (math.sqrt(max(float(cost), 0.0)) + np.sqrt(moved)) ** 2
+    root_cost = math.sqrt(max(float(cost), 0.0))
+    high = (root_cost + np.sqrt(moved)) ** 2
+    low = np.maximum(np.sqrt(moved) - root_cost, 0.0) ** 2
     if not centers.size:
-        return bounds
+        return low, high
     # rounding: of the coordinates' own size, and of the squared distances taken here (Δ in
-    # the moved mass moves the bound by at most 2√(LΔ) + Δ)
+    # the moved mass moves either bound by at most 2√(MΔ) + 2√(LΔ) + Δ)
     delta = coordinate_rounding(centers, candidates)
     moved_rounding = np.array([expansion_rounding(counts, centers, c) for c in candidates])
-    return (bounds + np.array([deviation_rounding(float(counts.sum()), b, delta) for b in bounds])
-            + 2.0 * math.sqrt(max(float(cost), 0.0)) * np.sqrt(moved_rounding) + moved_rounding)
+    slack = (np.array([deviation_rounding(float(counts.sum()), b, delta) for b in high])
+             + 2.0 * (root_cost + np.sqrt(moved)) * np.sqrt(moved_rounding) + moved_rounding)
+    return np.maximum(low - slack, 0.0), high + slack
 
 
-def score_violation(costs: np.ndarray, bounds: np.ndarray) -> str | None:
-    """Why a device's candidate costs cannot be its own (:func:`score_bounds`), or None."""
-    over = np.flatnonzero(np.asarray(costs, dtype=np.float64) > bounds * (1 + 1e-9) + 1e-9)
+def score_violation(costs: np.ndarray, bounds: np.ndarray, floors: np.ndarray | None = None) -> str | None:
+    """Why a device's candidate costs cannot be its own (above :func:`score_bounds`, or
+    below ``floors``: :func:`score_range`), or None."""
+    costs = np.asarray(costs, dtype=np.float64)
+    over = np.flatnonzero(costs > bounds * (1 + 1e-9) + 1e-9)
     if over.size:
         return (f"its cost of candidate {int(over[0])} exceeds what its declared local centers, counts and cost "
                 f"allow ({float(costs[over[0]]):.6g} > {float(bounds[over[0]]):.6g})")
+    if floors is not None:
+        under = np.flatnonzero(costs < floors * (1 - 1e-9) - 1e-9)
+        if under.size:
+            return (f"its cost of candidate {int(under[0])} is below what its declared local centers, counts and "
+                    f"cost allow ({float(costs[under[0]]):.6g} < {float(floors[under[0]]):.6g}): its points are not "
+                    f"where its local centers say")
     return None
 
 

@@ -18,6 +18,7 @@ from flwr.common.logger import log
 
 from fedcluster import secagg, secagg_checks as checks
 
+from .base import SETUP_RETRIES
 from .messages import FederationError, Reply
 
 if TYPE_CHECKING:
@@ -103,8 +104,16 @@ class SecaggChecks:
                 return {"dropped": np.array([p for p in gone if p in near], dtype=np.int64),
                         "recover": np.array([p for p in recover if p in near], dtype=np.int64)}, None
 
-            replies = self.broadcast("secagg_unmask", [node_of[p] for p in targets], phase=f"{phase}-{suffix}", min_replies=0,
-                                     config={"session": number, "sum": index}, per_node=among_neighbours)
+            request = dict(task="secagg_unmask", phase=f"{phase}-{suffix}", min_replies=0,
+                           config={"session": number, "sum": index}, per_node=among_neighbours)
+            replies = self.broadcast(**request, nodes=[node_of[p] for p in targets])
+            for _ in range(SETUP_RETRIES):  # the same request to those away or late: they hold the shares
+                failed = {f["node"] for f in self.phases[-1]["failures"] if f["kind"] != "timeout"}
+                answered = {r.node_id for r in replies}
+                again = [node_of[p] for p in targets if node_of[p] not in answered | failed and node_of[p] in self.active_nodes]
+                if not again:
+                    break
+                replies += self.broadcast(**request, nodes=again)
             for r in replies:
                 for kind in ("b", "sk"):
                     for dealer, row in zip(r.arrays[f"{kind}-positions"], r.arrays[f"{kind}-shares"]):

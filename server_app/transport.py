@@ -102,15 +102,19 @@ class Transport:
             self._record_away(away[index])
             self._track_presence(p["nodes"], failures)
             required = self.required_replies(len(p["nodes"])) if p["min_replies"] is None else p["min_replies"]
-            if len(replies) < required:
-                reasons = "; ".join(f"node {f['node']}: {f['reason']}" for f in failures[:10])
-                more = f" (and {len(failures) - 10} more)" if len(failures) > 10 else ""
-                raise FederationError(
-                    f"phase {p['phase']!r}: only {len(replies)} valid replies of {len(p['nodes'])} sent, "
-                    f"{required} required. Failures: {reasons}{more}"
-                )
+            self.require(p["phase"], len(replies), len(p["nodes"]), required, failures)
             out.append(replies)
         return out
+
+    @staticmethod
+    def require(phase: str, replies: int, sent: int, required: int, failures: list[dict[str, Any]]) -> None:
+        """FederationError naming the failures when ``replies`` are fewer than ``required``."""
+        if replies < required:
+            reasons = "; ".join(f"node {f['node']}: {f['reason']}" for f in failures[:10])
+            more = f" (and {len(failures) - 10} more)" if len(failures) > 10 else ""
+            raise FederationError(
+                f"phase {phase!r}: only {replies} valid replies of {sent} sent, {required} required. Failures: {reasons}{more}"
+            )
 
     def _prepare(self, task, nodes, arrays=None, config=None, seeded=False, per_node=None, sizes=None, check=None,
                  phase=None, min_replies=None) -> dict[str, Any]:
