@@ -159,6 +159,33 @@ class RunConfig(Mapping[str, Any]):
         return with_defaults({**self._values, **{name.replace("_", "-"): value for name, value in changes.items()}})
 
 
+def _given(run_config: Mapping[str, Any], declared: Mapping[str, Key]) -> dict[str, Any]:
+    """The keys given, each coerced to its type; an unknown key refused with the nearest known."""
+    given = {}
+    for name, value in run_config.items():
+        if name not in declared:
+            close = difflib.get_close_matches(name, declared, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"unknown run-config key {name!r}{hint}")
+        given[name] = declared[name].coerce(value)
+    return given
+
+
+def _refuse_unread(given: Mapping[str, Any], reads: Mapping[str, Key], preset: Mapping[str, Any], algorithm: str) -> None:
+    """A key given another value than it would have that the algorithm does not read is
+    refused, naming the algorithms that read it: it would be silently ignored."""
+    declared = keys()
+    for name, value in given.items():
+        if name in reads or value in (declared[name].default, preset.get(name, declared[name].default)):
+            continue  # read: checked with every key the algorithm reads; else at a value it would have
+        _check_some_declaration(name, value)
+        readers = [s.name for s in sections() if any(key.name == name for key in s.keys)]
+        raise ConfigError(
+            f"run-config {name} = {value!r} is not read by algorithm {algorithm!r} (a key of {', '.join(readers)}: "
+            f"{declared[name].doc}); drop it"
+        )
+
+
 def with_defaults(run_config: Mapping[str, Any] | None, algorithms: Sequence[str] | None = None) -> RunConfig:
     """The full, validated run config: the declared defaults overridden by ``run_config``.
 
@@ -169,14 +196,8 @@ def with_defaults(run_config: Mapping[str, Any] | None, algorithms: Sequence[str
     names that have a strategy (the server passes its registry; a name without a strategy
     is refused here, before any node is waited for)."""
     declared = keys()
-    merged = defaults()
-    given: dict[str, Any] = {}
-    for name, value in (run_config or {}).items():
-        if name not in declared:
-            close = difflib.get_close_matches(name, declared, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"unknown run-config key {name!r}{hint}")
-        merged[name] = given[name] = declared[name].coerce(value)
+    given = _given(run_config or {}, declared)
+    merged = {**defaults(), **given}
     algorithm = merged["algorithm"]
     declared["algorithm"].check(algorithm)
     if algorithms is not None and algorithm not in algorithms:
@@ -187,15 +208,7 @@ def with_defaults(run_config: Mapping[str, Any] | None, algorithms: Sequence[str
     preset = PRESETS[merged["preset"]]
     read = [section for section in sections() if section.read_by(algorithm)]
     reads = {key.name: key for section in read for key in section.keys}
-    for name, value in given.items():
-        if name in reads or value in (declared[name].default, preset.get(name, declared[name].default)):
-            continue  # read: checked with every key the algorithm reads, below; else at a value it would have
-        _check_some_declaration(name, value)
-        readers = [s.name for s in sections() if any(key.name == name for key in s.keys)]
-        raise ConfigError(
-            f"run-config {name} = {value!r} is not read by algorithm {algorithm!r} (a key of {', '.join(readers)}: "
-            f"{declared[name].doc}); drop it"
-        )
+    _refuse_unread(given, reads, preset, algorithm)
     for name, value in preset.items():
         if merged[name] not in (declared[name].default, value):
             raise ConfigError(
@@ -247,6 +260,8 @@ def parse_run_config(text: str) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"run-config item {item!r} is not of the form key=value")
         key, value = item.split("=", 1)
+        if key.strip() in out:
+            raise ConfigError(f"run-config key {key.strip()!r} is given twice: give it once")
         try:
             out[key.strip()] = tomllib.loads(f"v = {value}")["v"]
         except tomllib.TOMLDecodeError as exc:

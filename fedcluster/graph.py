@@ -67,33 +67,36 @@ def load_edge_list(path: str | os.PathLike, num_nodes: int | None = None) -> np.
     if not path.is_file():
         raise GraphError(f"edge list file {str(path)!r} does not exist or is not a file")
     pairs: list[tuple[int, int]] = []
-    with open(path, "r", encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            tokens = line.split()
-            if not tokens or tokens[0].startswith("#"):
-                continue
-            if len(tokens) != 2:
-                raise GraphError(
-                    f"{path}: line {line_number}: expected 2 node ids 'u v', "
-                    f"got {len(tokens)} tokens: {line.strip()!r}"
-                )
-            try:
-                u, v = int(tokens[0]), int(tokens[1])
-            except ValueError:
-                raise GraphError(
-                    f"{path}: line {line_number}: node ids must be integers, got {line.strip()!r}"
-                ) from None
-            for node in (u, v):
-                if node < 0:
-                    raise GraphError(f"{path}: line {line_number}: negative node id {node}")
-                if node >= 2**63:
-                    raise GraphError(f"{path}: line {line_number}: node id {node} does not fit a 64-bit integer")
-                if num_nodes is not None and node >= num_nodes:
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            for line_number, line in enumerate(handle, start=1):
+                tokens = line.split()
+                if not tokens or tokens[0].startswith("#"):
+                    continue
+                if len(tokens) != 2:
                     raise GraphError(
-                        f"{path}: line {line_number}: node id {node} is out of range "
-                        f"for num_nodes={num_nodes} (ids must be < {num_nodes})"
+                        f"{path}: line {line_number}: expected 2 node ids 'u v', "
+                        f"got {len(tokens)} tokens: {line.strip()!r}"
                     )
-            pairs.append((u, v))
+                try:
+                    u, v = int(tokens[0]), int(tokens[1])
+                except ValueError:
+                    raise GraphError(
+                        f"{path}: line {line_number}: node ids must be integers, got {line.strip()!r}"
+                    ) from None
+                for node in (u, v):
+                    if node < 0:
+                        raise GraphError(f"{path}: line {line_number}: negative node id {node}")
+                    if node >= 2**63:
+                        raise GraphError(f"{path}: line {line_number}: node id {node} does not fit a 64-bit integer")
+                    if num_nodes is not None and node >= num_nodes:
+                        raise GraphError(
+                            f"{path}: line {line_number}: node id {node} is out of range "
+                            f"for num_nodes={num_nodes} (ids must be < {num_nodes})"
+                        )
+                pairs.append((u, v))
+    except UnicodeDecodeError:
+        raise GraphError(f"{path}: not a text edge list (it holds bytes that are not UTF-8 text)") from None
     if not pairs:
         return np.zeros((0, 2), dtype=np.int64)
     return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)

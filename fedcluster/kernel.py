@@ -1,5 +1,5 @@
 """What a device kernel is: the data a device holds (:class:`DeviceData`), and
-``@device_task("<name>")``, which registers a function as the kernel of a declared task
+``@device_task(task)``, which registers a function as the kernel of a declared task
 (:data:`KERNELS`). A kernel takes ``(data, arrays, config)`` already parsed by the task's
 declaration (float64 arrays of the declared ranks, typed config with defaults) and returns
 ``(arrays, metrics)``; :func:`fedcluster.device.run_task` runs it. NumPy only."""

@@ -14,7 +14,10 @@ Everything here is NumPy only, so it runs on a phone-class device as well as on 
 server. Distances use the BLAS form ``||x||^2 - 2 x.c + ||c||^2`` about a reference point
 (:func:`reference`): the centers' mean when the data lie far from the origin, where the form
 about the origin cancels (at 1e9 every term is 1e18 and a distance of 1 is rounding), so
-that a shift of the data changes no assignment and no cost; the origin otherwise. The data
+that a shift of the data changes no assignment and no cost; the origin otherwise. Where
+even about it the form's rounding could exceed :data:`RESOLUTION` of the centers'
+separation (tight clusters far from the reference: one device's data far from the
+others'), the rows it cannot decide are taken by their own differences. The data
 are processed in row chunks so that memory stays bounded (``chunk_rows * max(k, d)``
 floats) however large ``n`` is.
 
@@ -108,6 +111,82 @@ def reference(points: np.ndarray) -> np.ndarray | None:
     return points.mean(axis=0)
 
 
+# What the kernel promises of a nearest-center assignment: a row goes to a center whose
+# squared distance exceeds the nearest one's by at most this share of the smallest squared
+# separation of two (different) centers. The BLAS form rounds relative to the rows' and
+# centers' squared distances from the reference, not to the distances compared; where that
+# rounding could exceed it (a tight cluster far from the reference: one device's data far
+# from the others', heavy tails, a standardized run whose bulk lies off the origin) the rows
+# it cannot decide are settled by their own differences from the centers.
+RESOLUTION = 1e-9
+_EPS = float(np.finfo(np.float64).eps)
+# Above this many (k² · d) floats the centers' separation is not computed: every chunk's
+# undecided rows are looked for (:func:`_settle`).
+SEPARATION_MAX_FLOATS = 1 << 22
+
+
+def form_rounding(d: int, x_norm, reach: float):
+    """How far ``||c||² − 2 x·c`` (or a squared distance by the BLAS form) may be off by
+    rounding, for a row of norm ``x_norm`` against centers of norms at most ``reach`` (all
+    about the reference used)."""
+    return (d + 4) * _EPS * (x_norm + reach) ** 2
+
+
+def separation(centers: np.ndarray) -> float:
+    """The smallest squared distance between two different centers, by their own differences
+    (inf for fewer than two different ones; 0 when there are too many to compare)."""
+    k, d = centers.shape
+    if k < 2:
+        return float("inf")
+    if k * k * d > SEPARATION_MAX_FLOATS:
+        return 0.0
+    smallest = float("inf")
+    step = max(1, CHUNK_FLOATS // max(k * d, 1))
+    for start in range(0, k - 1, step):
+        diff = centers[start : start + step, None, :] - centers[None, :, :]
+        gaps = np.einsum("ijd,ijd->ij", diff, diff)
+        gaps[gaps == 0.0] = np.inf  # a center itself, or an exact duplicate (a tie by index either way)
+        smallest = min(smallest, float(gaps.min()))
+    return smallest
+
+
+def settling(about: np.ndarray) -> tuple[np.ndarray, float, float] | None:
+    """What deciding rows against ``about`` (centers about the reference) the way
+    :func:`_settle` does needs: ``(about, separation, largest norm)``; None for fewer than
+    two different centers (nothing to decide)."""
+    apart = separation(about)
+    if apart == np.inf:
+        return None
+    return about, apart, float(np.sqrt(np.max(np.einsum("ij,ij->i", about, about))))
+
+
+def undecided(Xc: np.ndarray, settle: tuple[np.ndarray, float, float] | None):
+    """``settle`` when the BLAS form may assign some row of the chunk ``Xc`` beyond
+    :data:`RESOLUTION` (a bound on its rows' norms from its largest coordinate), else None."""
+    if settle is None or not Xc.size:
+        return None
+    largest = max(float(Xc.max()), -float(Xc.min())) * np.sqrt(Xc.shape[1])
+    return settle if 2.0 * form_rounding(Xc.shape[1], largest, settle[2]) > RESOLUTION * settle[1] else None
+
+
+def _settle(Xc: np.ndarray, values: np.ndarray, labels: np.ndarray, settle: tuple[np.ndarray, float, float]) -> np.ndarray:
+    """``labels`` (the argmin of ``values`` (rows x k), the BLAS form ``||c||² − 2 x·c`` of
+    the rows ``Xc`` against ``settle``'s centers, see :func:`settling`) with every row whose
+    smallest value the form's rounding cannot tell from another's given the nearest center
+    by its own differences (ties: the lowest index). Changes ``labels`` in place and
+    returns it."""
+    about, _, reach = settle
+    tol = 2.0 * form_rounding(Xc.shape[1], np.sqrt(np.einsum("ij,ij->i", Xc, Xc)), reach)
+    best = np.take_along_axis(values, labels[:, None], axis=1)
+    unsure = np.flatnonzero(np.count_nonzero(values <= best + tol[:, None], axis=1) > 1)
+    step = max(1, CHUNK_FLOATS // max(about.size, 1))
+    for start in range(0, unsure.size, step):
+        rows = unsure[start : start + step]
+        diff = Xc[rows, None, :] - about[None, :, :]
+        labels[rows] = np.argmin(np.einsum("rkd,rkd->rk", diff, diff), axis=1)
+    return labels
+
+
 def pooled_scatter(counts: np.ndarray, sums: np.ndarray, scatter: np.ndarray) -> np.ndarray:
     """Per-coordinate scatter about the pooled mean of groups given by their (weighted)
     counts (g, ...), sums (g, ..., d) and scatters about their own means (g, ..., d): the
@@ -124,10 +203,12 @@ def pooled_scatter(counts: np.ndarray, sums: np.ndarray, scatter: np.ndarray) ->
 
 def squared_distances(X: np.ndarray, centers: np.ndarray, x_sq: np.ndarray | None = None) -> np.ndarray:
     """(n, k) squared Euclidean distances, computed with one matrix product about
-    :func:`reference` of the centers, clipped at 0. With ``x_sq`` (the rows' squared norms)
+    :func:`reference` of the centers, clipped at 0; a row the product rounds beyond
+    :data:`RESOLUTION` of the centers' separation by its own differences. With ``x_sq`` (the rows' squared norms)
     the caller has put ``X`` and ``centers`` in coordinates of its own (already about a
     reference) and they are used as given."""
-    if x_sq is None:
+    settle = x_sq is None
+    if settle:
         origin = reference(centers)
         if origin is not None:
             X, centers = X - origin, centers - origin
@@ -138,6 +219,15 @@ def squared_distances(X: np.ndarray, centers: np.ndarray, x_sq: np.ndarray | Non
     d2 += x_sq[:, None]
     d2 += c_sq[None, :]
     np.maximum(d2, 0.0, out=d2)
+    if settle and X.shape[0] and centers.shape[0] > 1:
+        # rows whose distances the form rounds beyond RESOLUTION: by their own differences
+        reach = float(np.sqrt(c_sq.max()))
+        unsure = np.flatnonzero(form_rounding(X.shape[1], np.sqrt(x_sq), reach) > RESOLUTION * separation(centers))
+        step = max(1, CHUNK_FLOATS // max(centers.size, 1))
+        for start in range(0, unsure.size, step):
+            rows = unsure[start : start + step]
+            diff = X[rows, None, :] - centers[None, :, :]
+            d2[rows] = np.einsum("rkd,rkd->rk", diff, diff)
     return d2
 
 
@@ -209,11 +299,19 @@ def _nearest_block(Xc: np.ndarray, minus_two_centers_t: np.ndarray, c_sq: np.nda
 MEMBERSHIP_MAX_K = 40
 
 
-def _membership_block(Xc, minus_two_centers_t, c_sq, membership, ones, scratch=None):
+def _membership_block(Xc, minus_two_centers_t, c_sq, membership, ones, scratch=None, settle=None):
     """Fill ``membership`` (k x rows) with the indicator of every row's nearest center
     (ties: the lowest index, as :func:`nearest`); return the rows per center and a work
-    buffer for the next chunk of the same size. ``ones`` holds ``rows`` ones."""
+    buffer for the next chunk of the same size. ``ones`` holds ``rows`` ones. ``settle``:
+    what :func:`settling` gives, when the chunk's rows may be too far from the centers for
+    the BLAS form to decide (:func:`undecided`)."""
     k, rows = membership.shape
+    if settle is not None:
+        membership.fill(0.0)
+        values = Xc @ minus_two_centers_t
+        values += c_sq
+        membership[_settle(Xc, values, np.argmin(values, axis=1), settle), np.arange(rows)] = 1.0
+        return membership @ ones, scratch
     if k > MEMBERSHIP_MAX_K:
         membership.fill(0.0)
         labels = _nearest_block(Xc, minus_two_centers_t, c_sq, with_values=False)
@@ -237,6 +335,16 @@ def _membership_block(Xc, minus_two_centers_t, c_sq, membership, ones, scratch=N
     return row_counts, scratch
 
 
+def _chunk_labels(Xc, minus_two_centers_t, c_sq, settle=None) -> np.ndarray:
+    """Nearest center of every row of one chunk (ties: the lowest index); ``settle`` as in
+    :func:`_membership_block`."""
+    values = Xc @ minus_two_centers_t
+    values += c_sq
+    labels = np.argmin(values, axis=1)
+    settle = undecided(Xc, settle)
+    return labels if settle is None else _settle(Xc, values, labels, settle)
+
+
 def nearest(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) -> np.ndarray:
     """Index of the nearest center of every row of ``X`` (ties: the lowest index), chunked.
 
@@ -247,11 +355,13 @@ def nearest(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) -
     n = X.shape[0]
     labels = np.empty(n, dtype=np.int64)
     origin = reference(centers)  # far from the origin: rows and centers about the centers' mean
-    minus_two_centers_t, c_sq = _nearest_form(centers if origin is None else centers - origin)
+    about = centers if origin is None else centers - origin
+    minus_two_centers_t, c_sq = _nearest_form(about)
+    settle = settling(about)
     step = rows_per_chunk(n, centers.shape[0], chunk_rows)
     for start in range(0, n, step):
         Xc = X[start : start + step] if origin is None else X[start : start + step] - origin
-        labels[start : start + step] = _nearest_block(Xc, minus_two_centers_t, c_sq, with_values=False)
+        labels[start : start + step] = _chunk_labels(Xc, minus_two_centers_t, c_sq, settle)
     return labels
 
 
@@ -324,12 +434,17 @@ def lloyd_until_stable(
         rows = np.arange(n)
         indicator = np.empty((k, n))
         minus_two_centers_t = np.empty((X.shape[1], k))
+        largest = max(float(X.max()), -float(X.min())) * np.sqrt(X.shape[1]) if n else 0.0  # bounds a row's norm
 
         def assign(c: np.ndarray) -> np.ndarray:
             np.multiply(c.T, -2.0, out=minus_two_centers_t)  # _nearest_form, in place
             block = X @ minus_two_centers_t
             block += np.einsum("ij,ij->i", c, c)
-            return block.argmin(axis=1)
+            labels = block.argmin(axis=1)
+            settle = settling(c)
+            if settle is None or 2.0 * form_rounding(X.shape[1], largest, settle[2]) <= RESOLUTION * settle[1]:
+                return labels
+            return _settle(X, block, labels, settle)
 
         def means(lab: np.ndarray, previous: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             indicator.fill(0.0)
@@ -436,6 +551,7 @@ def lloyd_statistics(
     ones = np.ones(membership.shape[1])
     scratch = None
     shifted = None if origin is None else np.empty((min(step, n), d))  # the chunk about the origin chosen
+    settle_all = settling(about)
     for start in range(0, n, step):
         Xc = X[start : start + step]
         rows = Xc.shape[0]
@@ -443,7 +559,8 @@ def lloyd_statistics(
             membership, ones, scratch = np.empty((k, rows)), np.ones(rows), None
         if shifted is not None:
             Xc = np.subtract(Xc, origin, out=shifted[:rows])
-        row_counts, scratch = _membership_block(Xc, minus_two_centers_t, c_sq, membership, ones, scratch)
+        settle = undecided(Xc, settle_all)
+        row_counts, scratch = _membership_block(Xc, minus_two_centers_t, c_sq, membership, ones, scratch, settle)
         if labelled is not None:
             labelled[start : start + rows] = np.argmax(membership, axis=0)  # exactly one 1 per row (ties resolved)
         if w_all is None:
@@ -464,7 +581,7 @@ def lloyd_statistics(
     # the cost is taken again from each row's own distance.
     cost = max(x_sq + float(counts @ c_sq) - 2.0 * float(np.vdot(about, sums)), 0.0)
     if cost <= CANCELLED * x_sq:
-        cost = _exact_cost(X, about, origin, w_all, step, minus_two_centers_t, c_sq)
+        cost = _exact_cost(X, about, origin, w_all, step, minus_two_centers_t, c_sq, settle_all)
     scatter = None
     if labelled is not None:  # a second pass: the deviations from each cluster's mean, exactly
         means = LloydStatistics(sums, counts, 0.0).centers(about)
@@ -489,13 +606,14 @@ def lloyd_statistics(
 CANCELLED = 1e-6
 
 
-def _exact_cost(X, about, origin, weights, step, minus_two_centers_t, c_sq) -> float:
+def _exact_cost(X, about, origin, weights, step, minus_two_centers_t, c_sq, settle) -> float:
     """Σ w ||x − c_label||² by each row's own difference from its center (the labels as
-    :func:`lloyd_statistics` finds them: the same products, the lowest index among ties)."""
+    :func:`lloyd_statistics` finds them: the same products, the lowest index among ties,
+    the rows the form cannot decide settled the same way)."""
     cost = 0.0
     for start in range(0, X.shape[0], step):
         Xc = X[start : start + step] if origin is None else X[start : start + step] - origin
-        labels = np.argmin(Xc @ minus_two_centers_t + c_sq, axis=1)
+        labels = _chunk_labels(Xc, minus_two_centers_t, c_sq, settle)
         deviation = Xc - about[labels]
         row_cost = np.einsum("ij,ij->i", deviation, deviation)
         cost += float(row_cost.sum() if weights is None else row_cost @ weights[start : start + step])

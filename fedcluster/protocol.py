@@ -20,7 +20,7 @@ import fedcluster.shared_tasks as shared_tasks
 from .secagg import protocol as secure
 from .task import (  # noqa: F401 (the names every caller of the protocol uses)
     ARRAYS, BUNDLE, CONFIG, DIM, ERROR, FREE_MAX, METRICS, NUM_EXAMPLES, PARTITION, SEEDS, ArrayField, Limit, Param, Task,
-    check_arrays, device_seed, part, partition_of, undeclared_array)
+    check_arrays, device_seed, part, partition_of, partition_problem, undeclared_array)
 
 secure_name = secure.secure_name
 

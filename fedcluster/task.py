@@ -92,6 +92,18 @@ def partition_of(metrics: Mapping[str, Any]) -> int | None:
     return int(value)
 
 
+def partition_problem(metrics: Mapping[str, Any]) -> str | None:
+    """Why a reply's ``partition`` metric is none an honest device sends (its node config's
+    ``partition-id``, a whole number >= 0, or -1), or None (also when it states none)."""
+    if PARTITION not in metrics:
+        return None
+    value = metrics[PARTITION]
+    whole = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if (whole and value >= -1) or partition_of(metrics) is not None:
+        return None
+    return f"metric {PARTITION!r} must be the node's partition-id (a whole number >= 0) or -1, got {str(value)[:40]}"
+
+
 REQUIRED = object()  # a Param without a default
 
 
@@ -217,8 +229,10 @@ def check_arrays(
     return None
 
 
-# What a reply array's dtype may be (ArrayField.dtype): NumPy dtype kinds, and the largest item in bytes.
-DTYPES: dict[str, tuple[str, int]] = {"real": ("biuf", 8), "integer": ("iu", 8), "byte": ("u", 1)}
+# What a reply array's dtype may be (ArrayField.dtype): NumPy dtype kinds, and the smallest and the largest
+# item in bytes. ``real`` is float64 alone, what every device sends and every server computation takes (a
+# float32, an integer or a bool array there is no honest device's: refused by its metadata).
+DTYPES: dict[str, tuple[str, int, int]] = {"real": ("f", 8, 8), "integer": ("iu", 1, 8), "byte": ("u", 1, 1)}
 # The most a reply dimension the device chooses may be when its task declares no limit for it.
 FREE_MAX = 1_000_000
 
@@ -235,9 +249,10 @@ class Limit:
 
 
 def _dtype_problem(field: ArrayField, dtype: np.dtype) -> str | None:
-    kinds, itemsize = DTYPES[field.dtype]
-    if dtype.kind not in kinds or dtype.itemsize > itemsize or dtype.shape != ():
-        return f"array {field.name!r} has dtype {dtype}, the protocol declares {field.dtype} (kind {'/'.join(kinds)}, at most {itemsize} byte{'s' if itemsize > 1 else ''} an item)"
+    kinds, smallest, largest = DTYPES[field.dtype]
+    if dtype.kind not in kinds or not smallest <= dtype.itemsize <= largest or dtype.shape != ():
+        size = f"{largest} byte{'s' if largest > 1 else ''}" if smallest == largest else f"at most {largest} bytes"
+        return f"array {field.name!r} has dtype {dtype}, the protocol declares {field.dtype} (kind {'/'.join(kinds)}, {size} an item)"
     return None
 
 
@@ -345,6 +360,9 @@ class Task:
         config: Mapping[str, Any] | None = None,
     ) -> str | None:
         """The reason a reply is invalid, or None (server side; ``sizes`` binds symbols)."""
+        reason = partition_problem(metrics)
+        if reason:
+            return reason
         for key in self.metrics:
             if key not in metrics:
                 return f"reply misses metric {key!r}"

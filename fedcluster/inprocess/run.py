@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import fedcluster.registry as registry
+
 from .availability import Availability
 from .grid import InProcessGrid, ReplyHook, set_task_identity
 
@@ -88,6 +90,36 @@ def _check_here(config, nodes: int) -> None:
             raise ConfigError(f"run-config server-data: {exc}") from None
 
 
+def _data_paths_problem(config, paths: list[str]) -> str | None:
+    """Why the files a run's nodes would read (one node each) cannot all take part: a file
+    none of them could load, data of another kind than the algorithm takes (points or an edge
+    list), or point files of different dimensions. Each is named. The run itself would drop
+    such a node and go on with the others: here the user gave the files, so it never starts."""
+    from fedcluster.data import DataError
+    from fedcluster.graph import GraphError
+    from fedcluster.node_data import device_data
+
+    graph = registry.algorithm(config["algorithm"]).data == "graph"
+    dimensions: dict[int, str] = {}
+    for path in paths:
+        if not Path(path).is_file():
+            return f"{path} is not a file"
+        try:
+            data = device_data(dict(config), {"data-path": str(Path(path).resolve())})
+        except (DataError, GraphError, ValueError, OSError) as exc:
+            text = " ".join(str(exc).split())
+            return text if str(Path(path).resolve()) in text else f"{path}: {text}"
+        if graph != (data.edges is not None):
+            wanted = "an edge list (.txt)" if graph else "points (.npy or .csv)"
+            return f"{path} holds {data.describe()}; {config['algorithm']} takes {wanted}"
+        if data.points is not None:
+            dimensions.setdefault(int(data.points.shape[1]), path)
+            if len(dimensions) > 1:
+                (d1, first), (d2, other) = list(dimensions.items())[:2]
+                return f"{other} has points of dimension {d2}, {first} of dimension {d1}: every node's must agree"
+    return None
+
+
 def node_labels(result: dict[str, Any], node_configs: list[dict[str, Any]]) -> list:
     """Every node's nearest-center labels of its own points (center-based runs)."""
     import numpy as np
@@ -134,10 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         validated_config(overrides)  # every key checked before any node is made
     except ConfigError as exc:
         parser.error(f"argument --run-config: {' '.join(str(exc).split())}")
-    missing = [p for p in args.data_path if not Path(p).is_file()]
-    if missing:
-        parser.error(f"argument --data-path: {missing[0]} is not a file")
     node_configs = [{"data-path": str(Path(p).resolve())} for p in args.data_path] or None
+    if node_configs:
+        reason = _data_paths_problem(validated_config(overrides), args.data_path)
+        if reason:
+            parser.error(f"argument --data-path: {reason}")
     try:
         result = run(overrides, args.num_nodes, node_configs=node_configs)
     except ConfigError as exc:  # what only the run can check before any node (its data-dir, min-nodes, ...)

@@ -5,7 +5,7 @@ tasks ``secagg_setup``, ``secagg_share_keys``, ``secure_<task>`` and ``secagg_un
 ``secagg_prove`` after a refusal (:mod:`fedcluster.protocol`); the server's side is pure
 functions here (:func:`masked_total`, :func:`unmasked_sum`), orchestrated by
 ``fedcluster/server/secure_sum.py``. The commitments that let the server check what a device reveals,
-and the share encryption under ephemeral keys, are :mod:`fedcluster.secagg_checks`.
+and the share encryption under ephemeral keys, are :mod:`fedcluster.secagg.checks`.
 
 Fixed point and modulus (bounds agreed before the round, never learnt from the data):
 
@@ -284,29 +284,39 @@ def secagg_setup(data: DeviceData, arrays: dict, config: dict):
             "pk2": np.frombuffer(store["pk2"], np.uint8)}, {}
 
 
+
+def _participants(store: MutableMapping[str, Any], arrays: dict) -> tuple[list[int], list[bytes], list[bytes]]:
+    """The positions and public keys the server forwarded for stage 1, checked: none
+    repeated, at least the threshold of them, this device among them with its own keys
+    unchanged, one mask key per sum in each."""
+    positions = [int(p) for p in arrays["positions"]]
+    pk1 = [row_bytes(row, strip=False) for row in arrays["pk1"]]
+    pk2 = [row_bytes(row) for row in arrays["pk2"]]
+    if len(set(positions)) != len(positions) or len(set(pk1)) != len(pk1) or len(set(pk2)) != len(pk2):
+        raise ValueError("secure aggregation: repeated positions or public keys")
+    if len(positions) < store["threshold"] or store["position"] not in positions:
+        raise ValueError("secure aggregation: fewer participants than the threshold, or this device is not among them")
+    for keys in pk1:
+        split_keys(keys, store["sums"])  # one key per sum, of equal lengths
+    mine = positions.index(store["position"])
+    if pk1[mine] != b"".join(store["pk1"]) or pk2[mine] != store["pk2"]:
+        raise ValueError("secure aggregation: this device's own public keys came back changed")
+    return positions, pk1, pk2
+
+
 @device_task(protocol.task("secagg_share_keys"))
 def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
     """Stage 1: Shamir shares of one fresh mask seed b_s and of the mask key sk1_s per sum,
     one per participant, each participant's encrypted under a fresh ephemeral key and its
-    pk2 (:mod:`fedcluster.secagg_checks`); with them the commitments the server keeps: the
+    pk2 (:mod:`fedcluster.secagg.checks`); with them the commitments the server keeps: the
     hash of each seed, and per participant and sum the hashes of its two shares."""
     f = _flwr()
     store = _session(data, config["session"])
     if store["stage"] != "setup":
         raise ValueError("secure aggregation: keys shared twice")
-    positions = [int(p) for p in arrays["positions"]]
-    pk1 = [row_bytes(row, strip=False) for row in arrays["pk1"]]
-    pk2 = [row_bytes(row) for row in arrays["pk2"]]
+    positions, pk1, pk2 = _participants(store, arrays)
     me, sums, t, session = store["position"], store["sums"], store["threshold"], store["session"]
-    if len(set(positions)) != len(positions) or len(set(pk1)) != len(pk1) or len(set(pk2)) != len(pk2):
-        raise ValueError("secure aggregation: repeated positions or public keys")
-    if len(positions) < t or me not in positions:
-        raise ValueError("secure aggregation: fewer participants than the threshold, or this device is not among them")
     mine = positions.index(me)
-    for keys in pk1:
-        split_keys(keys, sums)  # one key per sum, of equal lengths
-    if pk1[mine] != b"".join(store["pk1"]) or pk2[mine] != store["pk2"]:
-        raise ValueError("secure aggregation: this device's own public keys came back changed")
     seeds = [os.urandom(SEED_BYTES) for _ in range(sums)]
     b_shares = [f["create_shares"](seed, t, len(positions)) for seed in seeds]
     sk_shares = [f["create_shares"](private_scalar(sk), t, len(positions)) for sk in store["sk1"]]
@@ -335,7 +345,7 @@ def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
 
 def _receive_shares(store: MutableMapping[str, Any], arrays: dict) -> list[int]:
     """The first masked reply of a session: open the shares forwarded to this device
-    (:func:`fedcluster.secagg_checks.opened_share`: they decrypt, are addressed to it, and
+    (:func:`fedcluster.secagg.checks.opened_share`: they decrypt, are addressed to it, and
     match the digest of their dealer's commitments); the participants they came from are
     the ones it may mask with. A share that fails is refused: this device does not mask
     with its sender, and says so (the server then asks the sender to prove the share right,

@@ -143,6 +143,40 @@ class FederatedStrategy(Membership, Transport, Results):
             replies += [r for r in got[0] if r.node_id in admitted or r.node_id in missing]
         return replies
 
+    def refill(self, request: dict[str, Any], replies: list[Reply], first: int) -> list[Reply]:
+        """The replies to a sampled phase (``request``: :meth:`broadcast` arguments, its
+        ``nodes`` the sample, sent with ``min_replies=0`` as the phases from ``first`` on
+        record) held to the quorum of the sample. When sampled nodes' replies were refused
+        (a lie, a malformed reply) or they were taken out of the run (the SuperLink reports
+        them gone) and the valid replies fall short, as many active nodes connected and not
+        sampled are drawn in their place and asked in one more round trip, as
+        :meth:`ask_again` asks the nodes away: a few liars in a sample stop no round the
+        honest nodes can carry. Below the quorum then, the phase fails naming its failures
+        (nodes that are late are waited for, not replaced)."""
+        sampled, phase = list(request["nodes"]), request.get("phase") or request["task"]
+        required = self.required_replies(len(sampled)) if request.get("min_replies") is None else request["min_replies"]
+        asked = list(sampled)
+        for _ in range(SETUP_RETRIES):  # a stand-in may lie too
+            refused = {f["node"] for p in self.phases[first:] if p["phase"] == phase for f in p["failures"]
+                       if f["kind"] in ("invalid", "inconsistent")}
+            gone = [node for node in asked if node in self.excluded or node in refused]
+            wanted = len(gone) - (len(asked) - len(sampled))  # not yet stood in for
+            pool = [node for node in self.active_nodes if node not in set(asked)] if wanted > 0 else []
+            present = self.present(pool)
+            pool = [node for node in pool if node in present]
+            if len(replies) >= required or not pool:
+                break
+            picked = self.rng.choice(len(pool), size=min(wanted, len(pool)), replace=False)
+            stand_in = [pool[i] for i in sorted(picked)]
+            log(INFO, "[fedcluster] %s: %d node(s) asked were refused or taken out of the run; %d not sampled asked "
+                "in their place", phase, wanted, len(stand_in))
+            asked += stand_in
+            replies = sorted(replies + self.broadcast(**dict(request, nodes=stand_in, min_replies=0)),
+                             key=lambda reply: self.order_key(reply.node_id))
+        failures = [f for p in self.phases[first:] if p["phase"] == phase for f in p["failures"]]
+        self.require(phase, len(replies), len(sampled), required, failures)
+        return replies
+
     def vote_dimension(self, replies: list[Reply], dimension_of: Callable[[Reply], int]) -> list[Reply]:
         """Set the federation's dimension to the one most replies report (ties: the
         smaller); exclude the nodes with another. Returns the replies that agree."""

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable
 
 from flwr.app import Message
 
-from .journal_file import FRAME, decode, encode, message_bytes, message_from, read_frames, without_data
+from .journal_file import FRAME, decode, encode, message_bytes, message_from, read_frames
 from .messages import FederationError
 
 NAME = "journal.bin"
@@ -196,20 +196,26 @@ class Journal:
         self._live = (destinations, types, ids, [])
         return ids
 
+    replaying_pull = False  # True while a replayed round trip's batches go to ``on_batch`` (what ``kept`` holds)
+
     def pull(self, grid: Any, pending: set[str], deadline: float,
-             on_batch: Callable[[list[Message]], None] | None = None, unread: set[str] | None = None) -> list[Message]:
+             on_batch: Callable[[list[Message]], None] | None = None, kept: dict[str, Message] | None = None) -> list[Message]:
         """The replies to ``pending`` message ids until all came or ``deadline`` (the
         journal's batches, for a replayed round trip); ``on_batch`` gets each pull's
         replies as they come. A live round trip is written to the journal once its pull
-        ends; the replies to the message ids in ``unread`` (refused unread by their
-        declared sizes) without their arrays' data: what refused them is their metadata."""
+        ends; a reply whose message id is in ``kept`` (refused unread, at least in part) as
+        what ``kept`` holds for it (:func:`fedcluster.server.messages.kept_of`: the refusal, not the payload)."""
         out: list[Message] = []
         if self._replayed is not None:
             batches, self._replayed = self._replayed, None
-            for batch in batches:
-                out.extend(batch)
-                if on_batch is not None:
-                    on_batch(batch)
+            self.replaying_pull = True
+            try:
+                for batch in batches:
+                    out.extend(batch)
+                    if on_batch is not None:
+                        on_batch(batch)
+            finally:
+                self.replaying_pull = False
             return out
         while pending:
             got = list(grid.pull_messages(list(pending)))
@@ -225,8 +231,8 @@ class Journal:
             time.sleep(PULL_AGAIN_S if got else PULL_PAUSE_S)
         if self._live is not None:
             (destinations, types, ids, batches), self._live = self._live, None
-            unread = unread or set()
-            batches = [[without_data(m) if m.metadata.reply_to_message_id in unread else m for m in batch] for batch in batches]
+            kept = kept or {}
+            batches = [[kept.get(m.metadata.reply_to_message_id, m) for m in batch] for batch in batches]
             self.record_round_trip(destinations, types, ids, batches)
         return out
 

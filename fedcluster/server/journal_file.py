@@ -10,7 +10,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterable
 
-from flwr.app import Array, ArrayRecord, Message, RecordDict
+from flwr.app import Message
 from flwr.common import serde
 from flwr.proto.message_pb2 import Message as ProtoMessage
 
@@ -49,17 +49,6 @@ def read_frames(path: Path) -> tuple[list[bytes], int]:
         frames.append(payload)
         at += FRAME.size + length
     return frames, at
-
-
-def without_data(message: Message) -> Message:
-    """``message`` with every array's data dropped (names, dtypes and shapes kept)."""
-    content = RecordDict()
-    for key, record in message.content.array_records.items():
-        content[key] = ArrayRecord({name: Array(dtype=a.dtype, shape=a.shape, stype=a.stype, data=b"")
-                                    for name, a in record.items()})
-    for key, record in [*message.content.metric_records.items(), *message.content.config_records.items()]:
-        content[key] = record
-    return Message(metadata=message.metadata, content=content)
 
 
 def message_bytes(message: Message) -> bytes:

@@ -102,11 +102,17 @@ def bundle_message(messages: list[Message], group: str) -> Message:
 
 REASON_MAX = 2000  # characters of a device's own error reason kept (logged, and in result.json)
 METRICS_MAX = 64  # metrics one reply may hold (the protocol's replies have a handful, each a number)
+NAME_MAX = 80  # characters of a metric's name (the protocol's are a few words)
+# What the journal keeps of a reply part refused before any of its data was read (its verdict:
+# kind, reason, bytes): record "refused" (a bundle's part i: "refused.i"). Read back only from the journal.
+REFUSED = "refused"
 
 
 def _reason(text: Any) -> str:
-    text = str(text)
-    return text if len(text) <= REASON_MAX else f"{text[:REASON_MAX]}... ({len(text) - REASON_MAX} more characters)"
+    """A device-chosen text, cut short: what is kept of it depends on its first
+    :data:`REASON_MAX` characters alone (never its length), however long it is."""
+    text = str(text[:REASON_MAX + 1] if isinstance(text, str) else text)
+    return text if len(text) <= REASON_MAX else f"{text[:REASON_MAX]}... (cut at {REASON_MAX} characters)"
 
 
 def _records_problem(content: RecordDict, parts: int) -> str | None:
@@ -126,17 +132,68 @@ def _metrics_problem(metrics: dict[str, Any]) -> str | None:
     if len(metrics) > METRICS_MAX:
         return f"the reply holds {len(metrics)} metrics, more than the {METRICS_MAX} a reply may"
     for key, value in metrics.items():
+        if len(str(key)) > NAME_MAX:
+            return f"the reply holds a metric named {str(key)[:NAME_MAX]!r}... longer than {NAME_MAX} characters"
         if isinstance(value, list):
-            return f"metric {str(key)[:80]!r} is a list of {len(value)} values, not a number"
+            return f"metric {str(key)[:NAME_MAX]!r} is a list of {len(value)} values, not a number"
     return None
 
 
-def incoming(message: Message, node: int, parts: int) -> list[Incoming]:
+def _verdicts(message: Message, keys: list[str], node: int) -> list[Incoming] | None:
+    """The replies of a message the journal kept as its verdicts (:func:`kept_of`), or None."""
+    names = [REFUSED] if len(keys) == 1 else [protocol.part(REFUSED, index) for index in range(len(keys))]
+    if not any(name in message.content.config_records for name in names):
+        return None
+    out = []
+    for index, (key, name) in enumerate(zip(keys, names)):
+        verdict = message.content.config_records.get(name)
+        if verdict is None:
+            out.extend(incoming(_part_message(message, index), node, 1, key=key))
+        else:
+            out.append(Incoming(key, node, error=str(verdict["reason"]), kind=str(verdict["kind"]), up=int(verdict["up"])))
+    return out
+
+
+def _part_message(message: Message, index: int) -> Message:
+    """Part ``index`` of a bundle's reply as a plain reply."""
+    content = RecordDict()
+    for plain, record in ((protocol.ARRAYS, protocol.part(protocol.ARRAYS, index)), (protocol.METRICS, protocol.part(protocol.METRICS, index))):
+        if record in message.content:
+            content[plain] = message.content[record]
+    return Message(metadata=message.metadata, content=content)
+
+
+def kept_of(message: Message, parts: int, verdicts: dict[int, tuple[str, str, int]]) -> Message:
+    """What the journal keeps of a pulled reply whose parts ``verdicts`` (index -> kind,
+    reason, bytes) were refused before any of their data was read: those verdicts instead of
+    what the device sent (never its payload: an undeclared record, a huge error reason or
+    metric), the other parts as they came (read, and bounded by their declared sizes).
+    :func:`incoming` of it, replayed, gives the replies the original gave."""
+    content = RecordDict()
+    for index in range(parts):
+        if index in verdicts:
+            kind, reason, up = verdicts[index]
+            content[REFUSED if parts == 1 else protocol.part(REFUSED, index)] = ConfigRecord({"kind": kind, "reason": reason, "up": int(up)})
+        else:
+            for record in (protocol.ARRAYS, protocol.METRICS):
+                name = record if parts == 1 else protocol.part(record, index)
+                if name in message.content:
+                    content[name] = message.content[name]
+    return Message(metadata=message.metadata, content=content)
+
+
+def incoming(message: Message, node: int, parts: int, *, replayed: bool = False, key: str | None = None) -> list[Incoming]:
     """A pulled message as the replies it holds (``parts`` > 1: a bundle's). Anything
     unreadable or undeclared (a record, a list-valued metric) becomes a reason, never an
-    exception; a device's own error reason is cut to :data:`REASON_MAX` characters."""
+    exception; a device's own error reason is cut to :data:`REASON_MAX` characters.
+    ``replayed``: the message is what the journal kept (:func:`kept_of`), whose verdicts
+    stand; a device's reply holding them is refused as any undeclared record."""
     mid = message.metadata.reply_to_message_id
-    keys = [part_key(mid, index, parts) for index in range(parts)]
+    keys = [key] if key is not None else [part_key(mid, index, parts) for index in range(parts)]
+    if replayed and not message.has_error():
+        verdicts = _verdicts(message, keys, node)
+        if verdicts is not None:
+            return verdicts
     if message.has_error():
         kind = "unavailable" if message.error.code == ErrorCode.NODE_UNAVAILABLE else "error"
         return [Incoming(key, node, error=f"error reply: {_reason(message.error.reason)}", kind=kind) for key in keys]

@@ -11,7 +11,6 @@ A mixin of :class:`fedcluster.server.base.FederatedStrategy` (state: ``config``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from logging import WARNING
 from typing import Any, Callable
 
@@ -22,7 +21,9 @@ import fedcluster.protocol as protocol
 from fedcluster.secagg import device as secagg
 from fedcluster.secagg import checks as checks
 
+from fedcluster.server.base import SETUP_RETRIES
 from fedcluster.server.messages import FederationError, Reply
+from fedcluster.server.secure_session import Session
 from fedcluster.server.secure_sum_checks import SecaggChecks
 
 
@@ -101,11 +102,18 @@ class SecureAggregation(SecaggChecks):
                        sizes: dict[str, int], phase: str, ranges: dict[str, float],
                        noise: dict[str, tuple[float, float]]) -> tuple[dict[str, np.ndarray] | None, list[int]] | set[int]:
         session = self.secagg_session
-        if session is None or session.used == session.sums or self.journal.lost(session.opened_at) \
-                or session.short({session.position[n] for n in nodes if n in session.members}):
-            # (a session opened before a resumed run went live is gone from the devices: a new one)
+        for _ in range(SETUP_RETRIES + 1):
+            # a device away now is not asked (the others mask without it); a new session when those connected
+            # cannot unmask a sum, or when it was opened before a resumed run went live (gone from the devices)
+            present = self.present(nodes)
+            if not (session is None or session.used == session.sums or self.journal.lost(session.opened_at)
+                    or session.short({session.position[n] for n in nodes if n in session.members and n in present})):
+                break
             session = self.secagg_open(nodes, phase, session.floor if session else 0)
-        nodes = [node for node in nodes if node in session.members]  # a device whose keys failed sits the session out
+        else:
+            raise FederationError(f"phase {phase!r}: secure aggregation: in {SETUP_RETRIES + 1} sessions fewer than the "
+                                  f"threshold {session.threshold} of their devices were connected when the sum was asked")
+        nodes = [node for node in nodes if node in session.members and node in present]  # keys failed: sits it out
         session.used += 1
         index, position, t = session.used, session.position, session.threshold
         asked = {position[node] for node in nodes}
@@ -163,6 +171,22 @@ class SecureAggregation(SecaggChecks):
         (U1) and encrypted shares routed through the server (U2), two round trips. Replies
         whose keys do not parse, or repeat another device's, are left out of the session.
         ``floor``: a session set up again holds no sum over fewer devices than the first."""
+        for _ in range(SETUP_RETRIES + 1):
+            present = self.present(nodes)
+            connected = [node for node in nodes if node in present]  # the participants: a device away holds no keys
+            if len(connected) < max(2, floor) and len(nodes) >= max(2, floor):
+                raise FederationError(f"phase {phase!r}: secure aggregation: only {len(connected)} of its {len(nodes)} "
+                                      f"devices are connected, fewer than the {max(2, floor)} a secure sum needs "
+                                      "(at least 2, and a session set up again keeps the first one's threshold)")
+            session = self.secagg_setup(connected, phase, floor)
+            if session is not None:
+                return session
+        raise FederationError(f"phase {phase!r}: secure aggregation: in {SETUP_RETRIES + 1} attempts fewer than the "
+                              "threshold of the devices asked stayed connected through a session's two round trips")
+
+    def secagg_setup(self, nodes: list[int], phase: str, floor: int) -> "Session | None":
+        """One attempt of :meth:`secagg_open` among ``nodes`` (connected when it starts);
+        None when devices away at its second round trip leave fewer than its threshold."""
         if not 2 <= len(nodes) <= secagg.MAX_PARTICIPANTS:
             raise FederationError(f"phase {phase!r}: secure aggregation needs 2 to {secagg.MAX_PARTICIPANTS} "
                                   f"participants, got {len(nodes)}")
@@ -198,9 +222,14 @@ class SecureAggregation(SecaggChecks):
         replies = self.broadcast("secagg_share_keys", [r.node_id for r in replies], config=common,
                                  arrays=keys_of(order) if full else None,
                                  per_node=None if full else lambda node: (keys_of(near[position[node]]), None),
-                                 phase=f"{phase}-share-keys", min_replies=t, sizes={"h": sums},
+                                 phase=f"{phase}-share-keys", min_replies=0, sizes={"h": sums},
                                  check=lambda r: secagg.destinations_problem(r.arrays["destinations"], near[position[r.node_id]],
                                                                              position[r.node_id]))
+        if len(replies) < t and self.away_now:  # devices away since the keys came: set up again among those connected
+            log(WARNING, "[fedcluster] %s: %d device(s) away at the key sharing leave %d of the threshold %d: the "
+                "session is set up again", phase, len(self.away_now), len(replies), t)
+            return None
+        self.require(f"{phase}-share-keys", len(replies), len(order), t, self.phases[-1]["failures"])
         shared = {position[r.node_id] for r in replies}
         if len(shared) < len(nodes):
             log(WARNING, "[fedcluster] %s: %d of %d devices sit this secure-aggregation session out (no reply, keys that "
@@ -223,51 +252,3 @@ class SecureAggregation(SecaggChecks):
         self.secagg_history = (*self.secagg_history, session)
         self.secagg_session = session
         return session
-
-
-@dataclass
-class Session:
-    """The server's view of one secure-aggregation session: who shared keys (positions
-    1..n), the threshold (the fewest devices a sum may hold), how many sums it serves and
-    has served, each device's public keys (a mask key per sum, an encryption key), the
-    share tokens to forward with what their dealers committed to, and who masks with whom."""
-
-    number: int
-    members: set[int]  # node ids
-    position: dict[int, int]
-    threshold: int
-    sums: int
-    shared: set[int]
-    pk1: dict[int, list[bytes]]
-    pk2: dict[int, bytes]
-    mail: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, bytes]]  # (dealer, holder) -> token row, ephemeral point, digest
-    share_hashes: dict[tuple[int, int], bytes]  # (dealer, holder) -> per sum the hashes of its two shares
-    seed_commitments: dict[int, list[bytes]]  # dealer -> per sum the hash of its mask seed
-    graph: dict[int, set[int]]  # position -> the positions it masks with (secagg.neighbourhoods)
-    share_threshold: int  # Shamir's, of each neighbourhood (t on the full graph)
-    used: int = 0
-    floor: int = 0  # a session set up again (refused shares, dropouts): the threshold of the first one
-    delivered: set[int] = field(default_factory=set)  # positions whose masked reply came (the shares reached them)
-    opened_at: int = 0  # the journal's exchanges when it opened (fedcluster.server.journal: before a resume went live, gone)
-    node_of: dict[int, int] = field(init=False)  # position -> node id
-    inboxes: dict[int, list[tuple[int, np.ndarray, np.ndarray, bytes]]] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.node_of = {p: node for node, p in self.position.items()}
-        self.inboxes = {}
-        for (dealer, holder), sent in sorted(self.mail.items()):
-            self.inboxes.setdefault(holder, []).append((dealer, *sent))
-
-    def inbox(self, holder: int) -> list[tuple[int, np.ndarray, np.ndarray, bytes]]:
-        """The tokens forwarded to ``holder``: (dealer, token row, ephemeral point, digest)."""
-        return self.inboxes.get(holder, [])
-
-    def sources(self, holder: int) -> set[int]:
-        """The dealers whose tokens were forwarded to ``holder`` (the only ones it may refuse)."""
-        return {dealer for dealer, *_ in self.inbox(holder)}
-
-    def short(self, alive, dropped=()) -> bool:
-        """Whether a sum over ``alive`` (positions) cannot be unmasked: fewer than the
-        threshold, or a neighbourhood too thin (:func:`fedcluster.secagg.short_neighbourhoods`)."""
-        alive = set(alive)
-        return len(alive) < self.threshold or bool(secagg.short_neighbourhoods(alive, dropped, self.graph, self.share_threshold))

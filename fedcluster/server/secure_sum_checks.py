@@ -1,5 +1,5 @@
 """Secure aggregation, the server's checks of what devices reveal (the pure checks are
-:mod:`fedcluster.secagg_checks`; the reasoning in docs/security.md): a refusal of another
+:mod:`fedcluster.secagg.checks`; the reasoning in docs/security.md): a refusal of another
 device's shares is settled by that device's proof, and the unmasking checks every revealed
 seed and every returned share against the commitments made with the shares. A device
 caught lying is named and excluded from the run; the sum is completed without it where the
@@ -19,10 +19,11 @@ from flwr.common.logger import log
 from fedcluster.secagg import device as secagg
 from fedcluster.secagg import checks as checks
 
+from fedcluster.server.base import SETUP_RETRIES
 from fedcluster.server.messages import FederationError, Reply
 
 if TYPE_CHECKING:
-    from fedcluster.server.secure_sum import Session
+    from fedcluster.server.secure_session import Session
 
 
 class SecaggChecks:
@@ -85,7 +86,7 @@ class SecaggChecks:
                         phase: str) -> tuple[dict[str, np.ndarray] | None, list[int]]:
         """The float sum of sum ``index`` over the devices whose ``masked`` reply came
         (``dropped``: the positions asked that sent none), unmasked with every revealed
-        seed and every returned share checked (:mod:`fedcluster.secagg_checks`). A device
+        seed and every returned share checked (:mod:`fedcluster.secagg.checks`). A device
         whose own seed fails its commitment is taken out of the sum as if it had dropped
         before masking, where the rest can be unmasked without it (else its seed is rebuilt
         from its shares); a share that fails names its holder; shares that match their
@@ -104,8 +105,16 @@ class SecaggChecks:
                 return {"dropped": np.array([p for p in gone if p in near], dtype=np.int64),
                         "recover": np.array([p for p in recover if p in near], dtype=np.int64)}, None
 
-            replies = self.broadcast("secagg_unmask", [node_of[p] for p in targets], phase=f"{phase}-{suffix}", min_replies=0,
-                                     config={"session": number, "sum": index}, per_node=among_neighbours)
+            request = dict(task="secagg_unmask", phase=f"{phase}-{suffix}", min_replies=0,
+                           config={"session": number, "sum": index}, per_node=among_neighbours)
+            replies = self.broadcast(**request, nodes=[node_of[p] for p in targets])
+            for _ in range(SETUP_RETRIES):  # the same request to those away or late: they hold the shares
+                failed = {f["node"] for f in self.phases[-1]["failures"] if f["kind"] != "timeout"}
+                answered = {r.node_id for r in replies}
+                again = [node_of[p] for p in targets if node_of[p] not in answered | failed and node_of[p] in self.active_nodes]
+                if not again:
+                    break
+                replies += self.broadcast(**request, nodes=again)
             for r in replies:
                 for kind in ("b", "sk"):
                     for dealer, row in zip(r.arrays[f"{kind}-positions"], r.arrays[f"{kind}-shares"]):

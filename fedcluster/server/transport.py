@@ -19,7 +19,7 @@ import fedcluster.bounds as bounds
 import fedcluster.protocol as protocol
 from fedcluster.wire import array_numpy
 
-from .messages import FederationError, Incoming, Inconsistent, Reply, ReplySpec, bundle_message, dimension_hint, incoming, layout_problem, part_key, payload_bytes, to_array_record
+from .messages import FederationError, Incoming, Inconsistent, Reply, ReplySpec, bundle_message, dimension_hint, incoming, kept_of, layout_problem, part_key, payload_bytes, to_array_record
 from .resume import match_nodes
 
 
@@ -76,7 +76,8 @@ class Transport:
             for message in batch:
                 mid = message.metadata.reply_to_message_id
                 node, parts = pushed.get(mid, (message.metadata.src_node_id, 1))
-                for reply in incoming(message, node, parts):
+                verdicts = {}  # part -> (kind, reason, bytes) of the parts refused before their data was read
+                for part, reply in enumerate(incoming(message, node, parts, replayed=self.journal.replaying_pull)):
                     index = phase_of.get(reply.key)
                     if index is None or reply.key in answered[index]:
                         continue  # not ours, or a second reply to the same message
@@ -87,9 +88,14 @@ class Transport:
                     up[index] += up_bytes
                     if valid is not None:
                         checked[index].append(valid)
+                    if reply.error is not None or reply.key in self._unread:
+                        verdicts[part] = (reply.kind, reply.error, reply.up) if reply.error is not None else ("invalid", self._unread[reply.key], reply.up)
+                if verdicts:
+                    kept[mid] = kept_of(message, parts, verdicts)
 
-        self._unread = set()  # message ids of replies refused unread (their data is not journaled either)
-        self.journal.pull(self.grid, set(pushed), deadline, check, self._unread)
+        self._unread: dict[str, str] = {}  # reply key -> why it was refused by its declared sizes, unread
+        kept: dict[str, Message] = {}  # message id -> what the journal keeps of a reply refused (in part) unread
+        self.journal.pull(self.grid, set(pushed), deadline, check, kept)
         out = []
         for index, (p, (node_of, failures)) in enumerate(zip(prepared, sent)):
             self._phase = p["phase"]
@@ -98,15 +104,19 @@ class Transport:
             self._record_away(away[index])
             self._track_presence(p["nodes"], failures)
             required = self.required_replies(len(p["nodes"])) if p["min_replies"] is None else p["min_replies"]
-            if len(replies) < required:
-                reasons = "; ".join(f"node {f['node']}: {f['reason']}" for f in failures[:10])
-                more = f" (and {len(failures) - 10} more)" if len(failures) > 10 else ""
-                raise FederationError(
-                    f"phase {p['phase']!r}: only {len(replies)} valid replies of {len(p['nodes'])} sent, "
-                    f"{required} required. Failures: {reasons}{more}"
-                )
+            self.require(p["phase"], len(replies), len(p["nodes"]), required, failures)
             out.append(replies)
         return out
+
+    @staticmethod
+    def require(phase: str, replies: int, sent: int, required: int, failures: list[dict[str, Any]]) -> None:
+        """FederationError naming the failures when ``replies`` are fewer than ``required``."""
+        if replies < required:
+            reasons = "; ".join(f"node {f['node']}: {f['reason']}" for f in failures[:10])
+            more = f" (and {len(failures) - 10} more)" if len(failures) > 10 else ""
+            raise FederationError(
+                f"phase {phase!r}: only {replies} valid replies of {sent} sent, {required} required. Failures: {reasons}{more}"
+            )
 
     def _prepare(self, task, nodes, arrays=None, config=None, seeded=False, per_node=None, sizes=None, check=None,
                  phase=None, min_replies=None) -> dict[str, Any]:
@@ -181,7 +191,7 @@ class Transport:
         node = node_of.get(reply.key, reply.node)
         if reply.error is not None:
             failures.append({"node": node, "kind": reply.kind, "reason": reply.error})
-            return None, 0
+            return None, reply.up
         try:
             reason, valid = self._validate(node, reply, spec)
         except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
@@ -249,16 +259,16 @@ class Transport:
         sizes = spec.sizes_of(node)
         reason = layout_problem(reply, spec, sizes)  # before any of its data is decoded
         if reason:
-            self._unread.add(reply.key.split("/")[0])
+            self._unread[reply.key] = reason
             return reason, None
         arrays = {key: array_numpy(value) for key, value in reply.arrays.items()}  # sizes checked: decoded
         metrics = reply.metrics or {}
         if protocol.DIM in metrics and self.dimension is not None and metrics[protocol.DIM] != self.dimension:
             return f"the node's data has dimension {metrics[protocol.DIM]}, the federation's is {self.dimension}", None
-        self.note_partition(node, metrics)
         reason = spec.task.check_reply(arrays, metrics, sizes, spec.config) or bounds.box_violation(spec.task, arrays)
         if reason:
             return dimension_hint(reason, spec), None
+        self.note_partition(node, metrics)  # a partition the checks refused is not the node's
         declared = self.declared.get(node)
         first = bounds.declaration(spec.task, arrays, metrics)
         binding = declared or first  # a first reply must at least agree with itself

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from fedcluster.shared_kernels import labels_path
-from .cli import ToolParser, output_file, refuse, save_npy
-from ..data import LARGEST_VALUE, DataError, load_points
+from .cli import ToolParser, output_file, outside, refuse, save_npy
+from ..data import LARGEST_VALUE, RUN_MARKER, DataError, load_points
 from ..lloyd import nearest
 from ..scaling import Scaling
 
@@ -34,6 +34,15 @@ def run_centers(run_dir: str | Path) -> np.ndarray:
     folder = Path(run_dir)
     if not folder.is_dir():
         raise DataError(f"{folder} is not a folder: give the output folder of a finished run")
+    marker = folder / RUN_MARKER
+    if marker.is_file():
+        try:
+            status = json.loads(marker.read_text()).get("status")
+        except (ValueError, AttributeError, UnicodeDecodeError):
+            raise DataError(f"{marker} is not a run's marker (unreadable): is {folder} the output folder of a run?") from None
+        if status != "finished":
+            raise DataError(f"{folder} holds an unfinished run ({RUN_MARKER} says status {str(status)[:40]!r}): its "
+                            "centers are not final; wait for it to finish, or resume it (resume = true)")
     file = folder / "centers.npy"
     if not file.is_file():
         if (folder / "labels.npy").is_file():
@@ -73,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     points_path = Path(args.points)
     try:
         if args.out is not None:
-            out = output_file(args.out, "--out", overwrite=args.overwrite)
+            out = outside(output_file(args.out, "--out", overwrite=args.overwrite), args.run_dir, "--out")
         else:  # its own sub-folder beside the points, made here
             out = output_file(labels_path(str(points_path)), "--out (default)", overwrite=args.overwrite, create_parent=True)
         labels = assign_labels(args.run_dir, load_points(str(points_path)))

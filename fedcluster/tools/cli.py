@@ -101,6 +101,15 @@ def output_file(value: str | Path, flag: str, *, suffix: str = ".npy", overwrite
     return path
 
 
+def outside(path: Path, folder: str | Path, flag: str) -> Path:
+    """``path``, unless it is inside ``folder`` (a run's output folder: it holds what that run
+    wrote, and a later run or tool takes everything in it for the run's)."""
+    if Path(folder).resolve() in Path(path).resolve().parents:
+        raise UsageError(f"argument {flag}: {path} is inside the run folder {folder}, which holds only what the run "
+                         "wrote: give a path outside it")
+    return path
+
+
 def output_folder(value: str | Path, flag: str, *, writes: tuple[str, ...] = (), overwrite: bool = False,
                   overwrite_flag: str = "--overwrite", empty: bool = False) -> Path:
     """The folder ``flag`` names, checked before any work: not a file; none of the files the

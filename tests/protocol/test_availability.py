@@ -180,3 +180,34 @@ def test_the_grid_is_asked_who_is_connected_once_per_round_trip(tmp_path, monkey
                   "output-dir": str(tmp_path / "out")}, num_nodes=NODES)
     trips = result["communication"]["round_trips"]
     assert trips >= 6 and len(calls) <= trips + 3, (len(calls), trips)  # + the start's node discovery
+
+
+# ------------------------------------------------------------------ a sample short of liars
+def test_liars_refused_in_a_sample_are_stood_in_for_by_nodes_not_sampled(tmp_path):
+    """fraction = 0.5 samples five of ten; three colluders (1001, 1004, 1007) move their
+    first center far outside their box in every training reply. When all three were in the
+    sample, two valid replies of five stopped the run ('3 required') though seven honest
+    devices were connected. The server now asks as many of the nodes not sampled in their
+    place, in one more round trip, and the round goes on; the liars are still named."""
+    from flwr.app import Array
+
+    data, X = blobs(tmp_path)
+    liars = {1001, 1004, 1007}
+
+    def moved(node, message, reply):
+        if node in liars and not reply.has_error() and message.metadata.message_type == "train.fedkmeans_train":
+            record = reply.content.array_records["arrays"]
+            centers = record["centers"].numpy().copy()
+            centers[:, 0] += 100.0
+            record["centers"] = Array(centers)
+        return reply
+
+    config = {"k": 4, "fraction": 0.5, "dataset": "npy-dir", "data-dir": str(data), "reference": False,
+              "output-dir": str(tmp_path / "o")}
+    stood_in = 0
+    for seed in range(4):  # seeds whose samples hold all three liars in some round
+        result = run({**config, "seed": seed, "output-dir": str(tmp_path / f"o{seed}")}, num_nodes=NODES, reply_hook=moved)
+        assert {f["node"] for f in failures(result)} <= liars and result["nodes"]["excluded"] == {}
+        assert kmeans_cost(X, np.load(tmp_path / f"o{seed}" / "centers.npy")) <= 1.05 * central_cost(X, 4)
+        stood_in += sum(p["phase"] == "train" for p in result["phases"]) - len(result["rounds"])
+    assert stood_in > 0  # some round asked stand-ins

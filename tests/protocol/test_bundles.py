@@ -131,7 +131,7 @@ def test_a_list_valued_metric_or_a_huge_error_reason_is_cut_short():
     reply.content[protocol.part(protocol.ERROR, 1)] = ConfigRecord({"reason": "x" * 10**6})
     first, second = incoming(reply, 1000, 2)
     assert first.kind == "invalid" and "metric 'padding' is a list of 100000 values" in first.error
-    assert len(second.error) < 3000 and second.error.endswith("more characters)")
+    assert len(second.error) < 3000 and second.error.endswith("(cut at 2000 characters)")
 
 
 @pytest.mark.parametrize("tasks", [["no_such_task"], "not a list"])

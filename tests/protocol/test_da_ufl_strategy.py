@@ -293,3 +293,78 @@ def test_every_agent_away_in_a_round_trip_stops_the_run_by_phase_or_not_at_all(t
         assert str(exc).startswith("phase '") and "\n" not in str(exc), exc
     else:
         assert cost_of_run(X, tmp_path / "o") <= 1.05 * central_cost(X, 5)
+
+
+# ---------------------------------------------------------------- liars with bin or SOM weights
+def corner_mean(liars, points_of):
+    """A reply hook: ``liars`` answer every step with each cluster's weighted mean at the
+    corner of their own box farthest from its anchor center (inside the box they declared),
+    their weights true."""
+    def hook(node, message, reply):
+        if node in liars and not reply.has_error() and message.metadata.message_type == "train.daufl_step":
+            own = points_of(node)
+            anchor = message.content.array_records["arrays"]["anchor"].numpy()
+            record = reply.content.array_records["arrays"]
+            weight = record["weight"].numpy()
+            corner = np.where(np.abs(own.max(0) - anchor) > np.abs(own.min(0) - anchor), own.max(0), own.min(0))
+            record["gradient"] = Array((anchor - corner) * weight[:, None])
+        return reply
+
+    return hook
+
+
+def dirichlet_mixture(tmp_path, offset):
+    """Five Gaussians in 3-D, 3000 points over ten devices by a Dirichlet split (the
+    generator's), every point ``offset`` from the origin."""
+    from fedcluster.node_data import generated_partition
+
+    config = with_defaults({"k": 5, "dim": 3, "num-points": 3000, "seed": 0, "partition": "dirichlet"})
+    parts = [generated_partition(dict(config), i, 10)[0] + offset for i in range(10)]
+    return write_npy_dir(tmp_path / "data", parts), parts
+
+
+@pytest.mark.parametrize("liars", [(1004,), (1001, 1004, 1007)], ids=["one", "three"])
+@pytest.mark.parametrize("offset", [0.0, 1e9], ids=["near", "far"])
+def test_agents_claiming_their_box_corners_with_bin_weights_are_dropped(tmp_path, liars, offset):
+    """With bin weights no moments bound a step reply: agents that put every cluster's
+    weighted mean at the corner of their box farthest from it moved the result to 1.8x
+    central (one liar) or stopped the run with the centers outside the federation's box
+    (three). The server knows each agent's bin weights and counts: a cluster weight W stands
+    for at least W / (its heaviest bin's weight) points, whose weighted mean must lie where
+    its labels allow (the Voronoi test of uniform weights)."""
+    data, parts = dirichlet_mixture(tmp_path, offset)
+    X = np.concatenate(parts) - offset
+    config = {"algorithm": "da-ufl", "k": 5, "weighting": "bin", "dataset": "npy-dir", "data-dir": str(data),
+              "seed": 0, "reference": False, "output-dir": str(tmp_path / "o")}
+    result = run(config, num_nodes=10, reply_hook=corner_mean(set(liars), lambda node: parts[node - 1000]))
+    dropped = step_failures(result)
+    assert dropped and {f["node"] for f in dropped} == set(liars)
+    centers = np.load(tmp_path / "o" / "centers.npy") - offset
+    from fedcluster.lloyd import kmeans_cost
+
+    assert kmeans_cost(X, centers) <= 1.05 * central_cost(X, 5)
+
+
+def test_an_agent_whose_sums_follow_the_centers_it_is_sent_leaves_the_run(tmp_path):
+    """Within one outer iteration an agent's labels and weights are fixed, so are its
+    weighted sums: agent 1004 shifts its implied means a little, a different way at every
+    step (inside its box, where its labels allow), which no single reply shows. Its second
+    reply of an outer iteration contradicts its first: it is excluded."""
+    data, X = spread_clusters(tmp_path, 0)
+    steps = {}
+
+    def drift(node, message, reply):
+        if node == 1004 and not reply.has_error() and message.metadata.message_type == "train.daufl_step":
+            steps[node] = steps.get(node, 0) + 1
+            record = reply.content.array_records["arrays"]
+            weight = record["weight"].numpy()
+            shift = 0.2 * (-1.0) ** steps[node]
+            record["gradient"] = Array(record["gradient"].numpy() - shift * weight[:, None])
+        return reply
+
+    config = {"algorithm": "da-ufl", "k": 5, "weighting": "bin", "dataset": "npy-dir", "data-dir": str(data),
+              "seed": 0, "reference": False, "output-dir": str(tmp_path / "o")}
+    result = run(config, num_nodes=10, reply_hook=drift)
+    excluded = {int(node): reason for node, reason in result["nodes"]["excluded"].items()}
+    assert list(excluded) == [1004] and "within one outer iteration" in excluded[1004]
+    assert cost_of_run(X, tmp_path / "o") <= 1.05 * central_cost(X, 5)

@@ -93,7 +93,7 @@ def test_one_lying_device_is_dropped_and_the_result_stays_honest(tmp_path, case,
 
 def test_kfed_device_with_counts_of_a_billion_is_dropped(tmp_path):
     config = {"algorithm": "kfed", "k": 4, "num-points": 800, "dim": 3, "reference": False, "output-dir": str(tmp_path)}
-    hook = lie(1001, "query.kfed_local", lambda a: {**a, "counts": a["counts"] * 1e9})
+    hook = lie(1001, "query.kfed_local", lambda a: {**a, "counts": a["counts"] * 10**9})
     # kfed_local is each node's FIRST reply: it declares the point count, so inflated counts
     # there are bound by num-examples instead (counts must add up to it)
     result = run(config, num_nodes=4, reply_hook=hook)

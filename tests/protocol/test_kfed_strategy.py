@@ -223,7 +223,7 @@ def test_capped_count_weighting_stops_a_device_that_inflates_its_counts(tmp_path
 
     def inflate(arrays, metrics):
         arrays["centers"] = arrays["centers"] * 0.5 + 2.0  # still inside its box
-        arrays["counts"] = arrays["counts"] * 1e6
+        arrays["counts"] = arrays["counts"] * 10**6  # int64, as honest devices send them
         metrics["num-examples"] = int(arrays["counts"].sum())
 
     hostile = _lying_kfed_device(inflate)
@@ -326,3 +326,43 @@ def test_one_device_with_moved_centers_and_inflated_counts_cannot_move_the_defau
     assert [node for node, _ in failures] == [1003] and "exceeds what its declared local centers" in failures[0][1]
     assert cost(tmp_path / "paper") > 1.5 * cost(tmp_path / "honest")  # without the devices' choice it moves
     assert paper["kfed"]["devices"] == 10
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e9], ids=["near", "far"])
+def test_colluders_whose_local_centers_lie_far_from_their_points_are_caught_and_merged_out(tmp_path, offset):
+    """Three devices of ten each move their largest local center twice their box beyond it
+    (where none of their points are) and score the candidates honestly on their real
+    points. No single center is far from the others' (they are near one another), so
+    clusters of two devices keep them; but every candidate without a center near a false
+    one costs such a device less than its declaration allows (√cost ≥ √M − √L): it is
+    excluded and the merge made again without its centers."""
+    from flwr.app import Array
+
+    rng = np.random.default_rng(0)
+    means = rng.normal(scale=6.0, size=(5, 3))
+    X = np.concatenate([rng.normal(size=(300, 3)) + m for m in means]) + offset
+    y = np.repeat(np.arange(5), 300)
+    parts = [np.sort(np.concatenate([rng.permutation(np.flatnonzero(y == c))[:60] for c in (i % 5, (i + 1) % 5)]))
+             for i in range(10)]
+    data_dir = write_npy_dir(tmp_path / "data", [X[p] for p in parts])
+    liars = {1001, 1004, 1007}
+
+    def far_center(node, message, reply):
+        if node in liars and not reply.has_error() and message.metadata.message_type == "query.kfed_local":
+            record = reply.content.array_records["arrays"]
+            own = X[parts[node - 1000]]
+            centers, counts = record["centers"].numpy().copy(), record["counts"].numpy()
+            centers[int(np.argmax(counts))] = own.max(axis=0) + 2 * (own.max(axis=0) - own.min(axis=0))
+            record["centers"] = Array(centers)
+        return reply
+
+    def cost(out):
+        C = np.load(out / "centers.npy") - offset
+        return (((X - offset)[:, None] - C[None]) ** 2).sum(-1).min(1).sum()
+
+    base = {"algorithm": "kfed", "k": 5, "dataset": "npy-dir", "data-dir": str(data_dir), "reference": False}
+    run({**base, "output-dir": str(tmp_path / "honest")}, num_nodes=10)
+    result = run({**base, "output-dir": str(tmp_path / "hostile")}, num_nodes=10, reply_hook=far_center)
+    assert sorted(int(n) for n in result["nodes"]["excluded"]) == sorted(liars)
+    assert cost(tmp_path / "hostile") <= 1.02 * cost(tmp_path / "honest")
+    assert set(np.load(tmp_path / "hostile" / "device_nodes.npy").tolist()).isdisjoint(liars)

@@ -816,3 +816,26 @@ def test_a_session_whose_asked_devices_leave_a_thin_neighbourhood_is_reopened_be
     expected = lloyd_step(X, np.load(tmp_path / "secure" / "init_centers.npy"))
     expected = lloyd_step(np.r_[X[:3 * tenth], X[5 * tenth:]], expected)
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_devices_away_at_random_are_dropouts_the_secure_sums_tolerate(tmp_path, seed):
+    """The availability model, offline = 0.2 (each device away in a fifth of the round
+    trips, at random): the plain run completes. The secure one stopped: the session's
+    threshold counted the devices away when it was set up ('only 4 valid replies of 4 sent,
+    5 required' at the key sharing), and a device away at the unmasking left too few
+    shares. Now a session is set up among the devices connected, one whose key sharing
+    devices away cut below its threshold is set up again, a device away when a sum is
+    asked is left out of it as a device out of the run is, and the unmasking asks the
+    devices away again."""
+    from fedcluster.inprocess import Availability
+
+    churn = {"algorithm": "feddp-kmeans", "k": 5, "dim": 3, "num-points": 3000, "seed": seed, "partition": "dirichlet",
+             "reference": False, "epsilon": math.inf, "lloyd-rounds": 3, "dimension": 3, "clip-norm": 30.0,
+             "init": "histogram", "evaluate-cost": False}
+    for secure in (False, True):
+        result = run({**churn, "secure-aggregation": secure, "output-dir": str(tmp_path / f"o{secure}")}, num_nodes=NODES,
+                     availability=Availability(offline=0.2, seed=seed))
+        assert result["nodes"]["excluded"] == {} and sum(p["away"] for p in result["phases"]) > 0
+        assert np.all(np.isfinite(centers(tmp_path, f"o{secure}")))
+    assert result["privacy"]["secure_aggregation"]["sums"] == 4

@@ -83,6 +83,42 @@ def test_lloyd_k_means_and_its_stable_form_are_shift_invariant(offset):
     assert best_far[1] <= 1.01 * best_near
 
 
+def far_group(k):
+    """Tight clusters 1e-8 wide at -0.3 and one group at 3: a standardized federation in
+    which one device's points lie 1e9 from the others' (the bulk is off the origin, and
+    the centers' box is wider than far, so the BLAS form is taken about the origin where
+    its rounding, 1e-17, is that of the clusters' own squared distances)."""
+    X0 = mixture(4, n=1500, d=3, k=4, spread=4.0)
+    X = np.concatenate([X0 * 1e-8 - 0.3, X0[:200] * 1e-8 + 3.0])
+    rng = np.random.default_rng(2)
+    C = np.concatenate([X[rng.choice(1500, size=k - 1, replace=False)], X[1500:1501]])
+    return X, C
+
+
+@pytest.mark.parametrize("k", [5, MEMBERSHIP_MAX_K + 5])
+def test_tight_clusters_far_from_the_reference_get_their_nearest_center(k):
+    """The kernel's nearest center, statistics and cost are those of direct differences when
+    the clusters are tighter than the BLAS form's rounding about the reference (issue 42's
+    probe: one device far from the others with standardize = true had every honest
+    device's reply dropped as "not a nearest-center assignment")."""
+    from fedcluster.algorithms.da_ufl.model import perturbed_labels
+    from fedcluster.lloyd import squared_distances
+
+    X, C = far_group(k)
+    d2 = about(X, C)
+    exact = d2.argmin(1)
+    for chunk in (None, 256):
+        np.testing.assert_array_equal(nearest(X, C, chunk_rows=chunk), exact)
+        stats = lloyd_statistics(X, C, with_scatter=True, chunk_rows=chunk)
+        np.testing.assert_array_equal(stats.counts, np.bincount(exact, minlength=k))
+        assert stats.cost == pytest.approx(float(d2.min(1).sum()), rel=1e-9)
+    np.testing.assert_array_equal(assign(X, C)[0], exact)
+    np.testing.assert_array_equal(perturbed_labels(X, C, 1, 0.0, np.random.default_rng(0)), exact)
+    np.testing.assert_allclose(squared_distances(X, C), d2, rtol=1e-9, atol=1e-30)
+    labels = lloyd_until_stable(X, C, 0)[1]  # one chunk: the device's own loop
+    np.testing.assert_array_equal(labels, exact)
+
+
 @pytest.mark.parametrize("offset", [1e9, 1e12], ids=lambda o: f"{o:g}")
 def test_k_feds_device_step_is_shift_invariant_with_fewer_local_clusters_than_dimensions(offset):
     """k' < d: the projection is onto the top directions of the points about their mean (the

@@ -57,6 +57,11 @@ def test_every_hostile_reply_field_is_refused_with_a_reason(spec, config):
             assert reason and name in reason, (spec.name, name, case, reason)
         missing = {key: value for key, value in arrays.items() if key != name}
         assert "misses array" in spec.check_reply(missing, metrics, SIZES, config)
+    for bad_value in (float("nan"), -5, 2.5, "7", True, float("inf")):
+        reason = spec.check_reply(arrays, {**metrics, protocol.PARTITION: bad_value}, SIZES, config)
+        assert reason and protocol.PARTITION in reason, (spec.name, bad_value)
+    for good_value in (-1, 0, 2**62, 3.0):
+        assert spec.check_reply(arrays, {**metrics, protocol.PARTITION: good_value}, SIZES, config) is None
     for key in spec.metrics:
         for bad_value in (float("nan"), -1, "7", None, float("inf")):
             reason = spec.check_reply(arrays, {**metrics, key: bad_value}, SIZES, config)
@@ -114,7 +119,9 @@ def test_every_reply_is_refused_by_its_declared_sizes_and_dtypes_before_decoding
     for name, (dtype, shape) in layouts.items():
         for case, bad in {"complex": (np.dtype(np.complex128), shape), "object": (np.dtype(object), shape),
                           "wide": (np.dtype(np.float64) if fields[name].dtype == "byte" else np.dtype(np.longdouble), shape),
-                          "rank": (dtype, shape + (1,)), "rows": (dtype, (10**9,) + shape[1:])}.items():
+                          "rank": (dtype, shape + (1,)), "rows": (dtype, (10**9,) + shape[1:]),
+                          **({"float32": (np.dtype(np.float32), shape), "int": (np.dtype(np.int64), shape),
+                              "bool": (np.dtype(bool), shape)} if fields[name].dtype == "real" else {})}.items():
             reason = spec.check_layout({**layouts, name: bad}, SIZES, config)
             assert reason and repr(name) in reason, (spec.name, name, case, reason)
 

@@ -60,6 +60,49 @@ def test_run_refuses_a_bad_run_config_by_name(capsys, text):
     assert "argument --run-config" in line
 
 
+def test_run_refuses_a_run_config_key_given_twice_by_name(capsys):
+    from fedcluster.inprocess.run import main
+
+    line = refused(capsys, main, ["--run-config", "k=5 num-rounds=2 k=6"], 2)
+    assert "argument --run-config" in line and "'k' is given twice" in line
+
+
+def _data_file(folder, case: str) -> str:
+    """A node's file no run can use (what the run's devices would refuse)."""
+    rng = np.random.default_rng(0)
+    if case == "nan":
+        points = rng.normal(size=(20, 3)); points[4, 1] = np.nan; np.save(folder / "nan.npy", points)
+    elif case == "empty":
+        np.save(folder / "empty.npy", np.zeros((0, 3)))
+    elif case == "object":
+        np.save(folder / "object.npy", np.array([[1, "a"], [2, None]], dtype=object), allow_pickle=True)
+    elif case == "strings":
+        np.save(folder / "strings.npy", np.full((4, 3), "x"))
+    elif case == "bad csv":
+        (folder / "bad.csv").write_text("1,2,3\n4,5\n")
+    elif case == "3-D":
+        np.save(folder / "3-D.npy", np.ones((2, 2, 3)))
+    elif case == "binary":
+        (folder / "binary.txt").write_bytes(bytes(range(256)))
+    elif case == "edges for points":
+        (folder / "edges.txt").write_text("0 1\n1 2\n")
+    elif case == "other dimension":
+        np.save(folder / "other.npy", rng.normal(size=(20, 2)))
+    return str(next(p for p in folder.iterdir() if p.name != "good.npy"))
+
+
+@pytest.mark.parametrize("case", ["nan", "empty", "object", "strings", "bad csv", "3-D", "binary", "edges for points", "other dimension"])
+def test_run_refuses_a_data_path_no_node_could_use_naming_the_file(capsys, tmp_path, case):
+    """The run would drop that node and go on with the others, silently another data set."""
+    from fedcluster.inprocess.run import main
+
+    np.save(tmp_path / "good.npy", np.random.default_rng(1).normal(size=(30, 3)))
+    bad = _data_file(tmp_path, case)
+    line = refused(capsys, main, ["--data-path", bad, "--data-path", str(tmp_path / "good.npy"),
+                                  "--run-config", f"k=2 num-rounds=2 output-dir='{tmp_path / 'out'}'"], 2)
+    assert "argument --data-path" in line and bad.rsplit("/", 1)[-1] in line and not (tmp_path / "out").exists()
+
+
 def test_run_refuses_a_population_it_cannot_hold_before_making_it():
     done = tool("fedcluster.inprocess.run", ["--num-nodes", str(10**9)])
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
@@ -108,6 +151,23 @@ def test_assign_refuses_an_out_without_npy_so_the_printed_path_is_the_written_on
     assert "exists" in line and "--overwrite" in line
 
 
+@pytest.mark.parametrize("tool_main", [assign.main, newdevice.main], ids=["assign", "kfed-assign"])
+def test_assign_never_writes_into_the_run_folder(capsys, kfed_run, tool_main):
+    folder, points = kfed_run
+    before = sorted(folder.iterdir())
+    line = refused(capsys, tool_main, [str(folder), str(points), "--out", str(folder / "labels.npy")], 2)
+    assert "argument --out" in line and "inside the run folder" in line and sorted(folder.iterdir()) == before
+
+
+def test_assign_refuses_an_unfinished_run_by_its_marker(capsys, kfed_run, tmp_path):
+    folder, points = kfed_run
+    (folder / "fedcluster-run.json").write_text(json.dumps({"fedcluster": "run folder", "status": "running"}))
+    line = refused(capsys, assign.main, [str(folder), str(points), "--out", str(tmp_path / "labels.npy")], 1)
+    assert "unfinished run" in line and "'running'" in line and not (tmp_path / "labels.npy").exists()
+    (folder / "fedcluster-run.json").write_text(json.dumps({"fedcluster": "run folder", "status": "finished"}))
+    assert assign.main([str(folder), str(points), "--out", str(tmp_path / "labels.npy")]) == 0
+
+
 # ------------------------------------------------------------------ fedcluster-plot
 @pytest.mark.parametrize("centers", [np.zeros(3), np.zeros((3, 2, 2))], ids=["1-D", "3-D"])
 def test_plot_refuses_centers_that_are_not_a_matrix_by_file(capsys, tmp_path, centers):
@@ -135,11 +195,20 @@ def test_plot_never_replaces_its_pictures_without_overwrite(capsys, tmp_path):
 
 # ------------------------------------------------------------------ fedcluster-split-graph
 @pytest.mark.parametrize("text, words", [("0 1\n1 %d\n" % 2**63, "line 2: node id 9223372036854775808"),
-                                         ("# nothing\n", "holds no edge")])
+                                         ("# nothing\n", "holds no edge"),
+                                         ("1 1\n2 2\n", "no edge between two different nodes"),
+                                         ("0 1\n\udc80\udc81\n", "not a text edge list")])
 def test_split_graph_refuses_an_edge_list_it_cannot_split_by_line(capsys, tmp_path, text, words):
-    (tmp_path / "edges.txt").write_text(text)
+    (tmp_path / "edges.txt").write_bytes(text.encode("utf-8", "surrogateescape"))
     line = refused(capsys, graph_cli.main, [str(tmp_path / "edges.txt"), "--clients", "2", "--out", str(tmp_path / "o")], 1)
     assert words in line and not (tmp_path / "o").exists()
+
+
+def test_split_graph_never_writes_client_files_into_a_run_folder(capsys, kfed_run, tmp_path):
+    folder, _ = kfed_run
+    (tmp_path / "edges.txt").write_text("0 1\n1 2\n")
+    line = refused(capsys, graph_cli.main, [str(tmp_path / "edges.txt"), "--clients", "2", "--out", str(folder)], 2)
+    assert "argument --out" in line and "result.json" in line and not list(folder.glob("client_*"))
 
 
 def test_split_graph_refuses_more_clients_than_it_can_write_without_hanging(tmp_path):

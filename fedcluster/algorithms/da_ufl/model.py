@@ -372,6 +372,62 @@ def implied_mean_violation(
     return None
 
 
+def restated_violation(centers: np.ndarray, gradient: np.ndarray, weight: np.ndarray, held_at: np.ndarray,
+                       held_gradient: np.ndarray, held_weight: np.ndarray) -> str | None:
+    """Why an agent's step reply cannot follow its reply held from an earlier step of the
+    same outer iteration, or None. Its labels and its point weights are fixed for the outer
+    iteration, so its per-cluster weights W and weighted sums S = W m − g are too: the
+    implied means m − g / W at the centers sent now must be those it implied before (up to
+    rounding of the coordinates' size and of the spread). Points do not move between steps,
+    so an agent whose statistics follow the centers it is sent is lying."""
+    weight, held_weight = np.asarray(weight, dtype=np.float64), np.asarray(held_weight, dtype=np.float64)
+    tolerance = 1e-9 * np.maximum(np.abs(weight), np.abs(held_weight)) + 1e-300
+    moved = np.flatnonzero(np.abs(weight - held_weight) > tolerance)
+    if moved.size:
+        return (f"its weight of cluster {int(moved[0])} changed within one outer iteration (its labels and weights "
+                "are fixed for it)")
+    live = weight > 0
+    if not np.any(live):
+        return None
+    now = centers[live] - gradient[live] / weight[live, None]
+    before = held_at[live] - held_gradient[live] / held_weight[live, None]
+    spread = np.maximum(np.ptp(np.concatenate([now, before, centers, held_at]), axis=0), 1e-300)
+    slack = 4.0 * coordinate_rounding(centers, held_at, now, before) + 1e-9 * spread
+    apart = ~np.all(np.abs(now - before) <= slack, axis=1)  # NaN counts as apart
+    if np.any(apart):
+        return (f"the mean its gradient implies for cluster {int(np.flatnonzero(live)[np.argmax(apart)])} moved "
+                "within one outer iteration (its points and labels did not: the same weighted sums at every step)")
+    return None
+
+
+def effective_counts(weight: np.ndarray, table: np.ndarray, bin_counts: np.ndarray) -> np.ndarray:
+    """The fewest points a cluster's weight W_k can stand for when each of the agent's
+    points weighs its bin's weight: W_k / the largest weight of a bin the agent has points
+    in (for uniform weights, the cluster's point count). A weighted mean of points in a
+    region with scatter V about the agent's mean has weighted variance ≤ V / this."""
+    populated = np.asarray(bin_counts) > 0
+    heaviest = float(np.max(np.asarray(table)[populated])) if np.any(populated) else 0.0
+    if heaviest <= 0.0:
+        return np.zeros_like(np.asarray(weight, dtype=np.float64))
+    return np.asarray(weight, dtype=np.float64) / heaviest
+
+
+def weighted_step_violation(centers: np.ndarray, gradient: np.ndarray, weight: np.ndarray, anchor: np.ndarray,
+                            ratio: float, table: np.ndarray, bin_counts: np.ndarray, scatter: float | None) -> str | None:
+    """Why an agent's step reply under bin or SOM weights cannot be its own, or None. The
+    server sent the weight of each bin (``table``) and holds the agent's points per bin
+    (``bin_counts``): its cluster weights must add up to Σ_b w_b c_b, and each cluster's
+    weighted mean must be one its labels allow (:func:`fedcluster.bounds.voronoi_violation`
+    with the fewest points its weight stands for, :func:`effective_counts`)."""
+    from fedcluster.bounds import voronoi_violation
+
+    expected = float(np.asarray(table, dtype=np.float64) @ np.asarray(bin_counts, dtype=np.float64))
+    if abs(float(np.sum(weight)) - expected) > 1e-8 * max(expected, 1e-300):
+        return "its cluster weights do not add up to its points per bin times the bins' weights"
+    means = centers - gradient / np.maximum(weight, 1e-300)[:, None]
+    return voronoi_violation(means, effective_counts(weight, table, bin_counts), anchor, ratio, scatter or 0.0)
+
+
 # ------------------------------------------------------------------------------- kernels
 
 

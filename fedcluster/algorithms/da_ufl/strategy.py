@@ -29,8 +29,9 @@ from flwr.common.logger import log
 from fedcluster.bounds import declared_scatter, moments_violation, voronoi_violation
 from fedcluster.points import bounding_box
 from fedcluster.algorithms.da_ufl.model import (
-    implied_mean_violation, implied_statistics, TooManyBins, centers_problem, diagonal, frobenius, grid_cells,
-    grid_centers, init_candidates, inner_step, is_grid, max_move, som_grid
+    implied_mean_violation, restated_violation, weighted_step_violation, implied_statistics, TooManyBins,
+    centers_problem, diagonal, frobenius, grid_cells, grid_centers, init_candidates, inner_step, is_grid, max_move,
+    som_grid,
 )
 
 from fedcluster.server.base import FederatedStrategy, FederationError
@@ -106,12 +107,16 @@ class DAUFL(Agents, FederatedStrategy):
             candidates.shape[0], "chosen" if chosen == 0 else f"{costs[0] / costs[chosen]:.4g}× the chosen one")
         return candidates[chosen], {"candidates": int(candidates.shape[0]), "chosen": chosen, "costs": costs.tolist()}
 
-    def step_check(self, centers: np.ndarray, anchor: np.ndarray, uniform: bool, ratio: float):
+    def step_check(self, centers: np.ndarray, anchor: np.ndarray, uniform: bool, ratio: float, outer: int):
         """A step reply's check. Its implied means must lie in the box its sender declared
         (:func:`fedcluster.algorithms.da_ufl.model.implied_mean_violation`): no points of its produce
-        another, so a reply outside proves a lie and takes the sender out. With
-        ``uniform`` weights also :meth:`moments_check`."""
-        moments = self.moments_check(centers, anchor, self.point_weight, ratio) if uniform else None
+        another, so a reply outside proves a lie and takes the sender out; so does a reply
+        whose weighted sums differ from those its sender sent earlier in the same outer
+        iteration (:func:`fedcluster.algorithms.da_ufl.model.restated_violation`: its labels and weights
+        are fixed for it). Then :meth:`moments_check` (``uniform`` weights) or
+        :meth:`weighted_check` (bin or SOM weights)."""
+        more = (self.moments_check(centers, anchor, self.point_weight, ratio) if uniform
+                else self.weighted_check(centers, anchor, ratio))
 
         def check(reply) -> str | None:
             declared = self.declared.get(reply.node_id)
@@ -120,7 +125,27 @@ class DAUFL(Agents, FederatedStrategy):
                                                 declared.low, declared.high)
                 if reason:
                     return Inconsistent(reason)
-            return moments(reply) if moments is not None else None
+            held = self.statistics.get(reply.node_id)
+            if held is not None and held.outer == outer:  # the same labels and weights
+                reason = restated_violation(centers, reply.arrays["gradient"], reply.arrays["weight"],
+                                            held.at, held.gradient, held.weight)
+                if reason:
+                    return Inconsistent(reason)
+            return more(reply)
+
+        return check
+
+    def weighted_check(self, centers: np.ndarray, anchor: np.ndarray, ratio: float):
+        """Bin or SOM weights: what the server sent and holds of an agent (its bins'
+        weights and counts, its scatter) bounds its step reply as moments do for uniform
+        weights (:func:`fedcluster.algorithms.da_ufl.model.weighted_step_violation`)."""
+        def check(reply) -> str | None:
+            node = reply.node_id
+            declared, table, counts = self.declared.get(node), self.table.get(node), self.bin_counts.get(node)
+            if declared is None or declared.moment_sum is None or table is None or counts is None:
+                return None
+            return weighted_step_violation(centers, reply.arrays["gradient"], reply.arrays["weight"], anchor, ratio,
+                                           table, counts, declared_scatter(declared))
 
         return check
 
@@ -232,7 +257,7 @@ class DAUFL(Agents, FederatedStrategy):
             config={"binning": step_binning, "bins": cfg.bins, "outer": outer, "xi-max": cfg.xi_max, "seed": seed},
             per_node=lambda node: self.step_request(node, outer),
             sizes={"k": centers.shape[0]},
-            check=self.step_check(centers, anchor, step_binning == "uniform", 1.0 + cfg.xi_max / outer),
+            check=self.step_check(centers, anchor, step_binning == "uniform", 1.0 + cfg.xi_max / outer, outer),
             phase="daufl-step",
         )
         requests = {"step": step, **self.catch_up_requests(count_request)}

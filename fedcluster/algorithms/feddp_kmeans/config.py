@@ -130,7 +130,7 @@ RUN_CONFIG = Section("feddp-kmeans", (  # docs/ALGORITHMS.md section 3
     Key("clip-norm", 0.0, "Δ, point norm bound around clip-center (0 = the server data's radius around it)", allowed=Interval(float, 0, CLIP_MAX)),
     Key("clip-center", "auto", "the public point devices take their points around and clip them within clip-norm of: "
         "server-mean (the server data's mean), origin (the paper), auto = server-mean with server data, origin without, "
-        "or a point 'x1,...,xd' (public: without server data, data far from the origin need one near them)"),
+        "or a point 'x1,...,xd' (public: without server data, data far from the origin need one near them; auto then warns)"),
     Key("dimension", 0, "the data's dimension, public and agreed in advance (0 = the server data's); without "
         "server data the run starts from init='histogram' (or 'sphere-packing') in the cube inscribed in the ball of radius "
         "clip-norm", allowed=Interval(int, 0, 10**6)),

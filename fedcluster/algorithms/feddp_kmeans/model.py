@@ -548,6 +548,19 @@ def clip_origin(center: str, server: np.ndarray | None) -> tuple[np.ndarray | No
     return server.mean(axis=0), None
 
 
+def clip_center_warning(center: str, server: np.ndarray | None) -> str | None:
+    """What a run must say when it clips around the origin only because nothing public
+    placed the ball (``clip-center = auto`` without server data): data farther than Δ from
+    it are clipped onto the sphere, and no step can tell (no device's box or mean reaches
+    the server outside the private releases)."""
+    if center != "auto" or server is not None:
+        return None
+    return ("clip-center = auto without server data clips every point to the ball of radius clip-norm around the "
+            "origin: data farther from it are moved onto its sphere and the centers are wrong, which no private step "
+            "can detect. Set clip-center to a public point near the data ('x1,...,xd'), or to 'origin' if they lie "
+            "within clip-norm of it")
+
+
 def clip_center_name(center: str, origin: np.ndarray | None) -> str:
     """What ``result.json`` calls the clip center the run used (``init.clip_center``):
     origin, server-mean, or point (a public point given as ``clip-center``)."""

@@ -11,9 +11,8 @@ phases, in the order this strategy runs them::
               or means and a non-empty vector (client);  C = (S + N) / max(N + Lap, 1)
     FedDP-Lloyds (T = lloyd-rounds): clients get C; send sums and counts;  C ← S̃ / Ñ
 
-Other starts (``init``): ``histogram`` (the devices' noisy counts of their nearest candidates),
-``server-kmeans++``, ``server-lloyds``, ``sphere-packing``. The math: ``fedcluster/algorithms/feddp_kmeans/model.py``, ``fedcluster/privacy/``.
-"""
+Other starts (``init``): ``histogram`` (the devices' noisy counts of their nearest candidates), ``server-kmeans++``,
+``server-lloyds``, ``sphere-packing``. The math: ``fedcluster/algorithms/feddp_kmeans/model.py``, ``fedcluster/privacy/``."""
 
 from __future__ import annotations
 
@@ -48,12 +47,13 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         cfg, k = self.config, self.config.k
         self.level = cfg.privacy_level
         self.lloyd_rounds = cfg.lloyd_rounds
-        # The dimension is public (the server data's, or agreed in advance: ``dimension``); no
-        # phase 0 is needed, and no client summary such as a bounding box reaches the server.
+        # The dimension is public (the server data's, or agreed in advance); no phase 0: no box reaches the server.
         server = self.server_points()
         self.origin, problem = feddp_kmeans.clip_origin(cfg.clip_center, server)
         if problem:
             raise FederationError(problem)
+        if unplaced := feddp_kmeans.clip_center_warning(cfg.clip_center, server):  # said, never silent
+            self.warn(unplaced)
         if self.origin is not None and server is not None:  # every party works around it: devices on x - origin, the server on its data too
             server = server - self.origin
         self.server = server

@@ -218,7 +218,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         stacked = np.stack([c.centers for c in live])
         train = dict(task="fedkmeans_train", nodes=nodes, arrays={"centers": stacked}, config=client_config,
                      seeded=True, sizes={"m": len(live), "k": stacked.shape[1]}, phase="train",
-                     check=self.cost_check(stacked, client_config))
+                     check=self.cost_check(stacked, client_config), min_replies=0)  # the quorum: refill
         requests: dict[str, dict[str, Any]] = {"train": train}
         if cfg.server_memory and not everyone and t == 1 and unsampled:
             requests["seed"] = dict(train, nodes=unsampled, config=FULL_BATCH, phase="memory", min_replies=0,
@@ -234,8 +234,10 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         got = dict(zip(requests, self.broadcast_together(*requests.values())))
         if joining:
             self.admit_newcomers(got["join"])
+        got["train"] = self.refill(dict(train, min_replies=None), got["train"], first)
         measure, out = got.get("measure", []), {}
-        dropped = {f["node"] for f in self.phases[first]["failures"] if f["kind"] == "invalid"}  # its old statistics too
+        dropped = {f["node"] for p in self.phases[first:] if p["phase"] == "train" for f in p["failures"]
+                   if f["kind"] == "invalid"}  # its old statistics too
         for position, center_set in enumerate(live):
             center_set.forget(dropped)
             center_set.remember([one_set(r, position) for r in got.get("seed", [])], center_set.centers)  # FULL_BATCH

@@ -26,7 +26,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from fedcluster.algorithms.fedspectral.config import NUM_NODES_MAX as MAX_NODES
+from fedcluster.data import RUN_MARKER
 from fedcluster.graph import GraphError, canonical_edges, infer_num_nodes, load_edge_list, overlap_to_clients, split_edges, write_client_edge_files
 from fedcluster.tools.cli import ToolParser, UsageError, integer, number, output_folder, refuse
 
@@ -80,17 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"argument --copies: must be between 1 and --clients={args.clients}, got {args.copies}")
     try:
         out = output_folder(args.out, "--out").resolve()
+        ran = [name for name in (RUN_MARKER, "result.json") if (out / name).is_file()]
+        if ran:  # a run's results folder never holds client data (nor would a run read it as such)
+            raise UsageError(f"argument --out: {out} holds the results of a fedcluster run ({ran[0]}): give another folder")
         copies = args.copies or overlap_to_clients(0.4 if args.overlap is None else args.overlap, args.clients)
-        raw = load_edge_list(args.input, args.num_nodes or None)
-        num_nodes = args.num_nodes or infer_num_nodes(raw)
-        if raw.shape[0] == 0:
-            raise GraphError(f"{args.input} holds no edge ('u v' lines): nothing to split")
-        if num_nodes > MAX_NODES:
-            raise GraphError(f"{args.input} has node ids up to {num_nodes - 1}: a run takes at most {MAX_NODES} nodes "
-                             f"(run-config num-nodes); number the nodes 0 .. n-1")
-        if args.k is not None and not 1 <= args.k <= num_nodes:
-            raise UsageError(f"argument --k: must be between 1 and the graph's {num_nodes} nodes, got {args.k}")
-        edges = canonical_edges(raw)
+        raw, edges, num_nodes = _graph(args)
         existing = sorted(out.glob("client_*.txt")) if out.is_dir() else []
         if existing and not args.force:
             raise UsageError(
@@ -103,6 +100,30 @@ def main(argv: list[str] | None = None) -> int:
     except (GraphError, ValueError, OSError) as exc:
         return refuse("fedcluster-split-graph", exc)
 
+    _say_what_to_run(args, out, raw, edges, num_nodes, copies, parts, paths)
+    return 0
+
+
+def _graph(args) -> tuple[np.ndarray, np.ndarray, int]:
+    """The edge list as read, its undirected edges and the number of nodes, each checked."""
+    raw = load_edge_list(args.input, args.num_nodes or None)
+    num_nodes = args.num_nodes or infer_num_nodes(raw)
+    if raw.shape[0] == 0:
+        raise GraphError(f"{args.input} holds no edge ('u v' lines): nothing to split")
+    if num_nodes > MAX_NODES:
+        raise GraphError(f"{args.input} has node ids up to {num_nodes - 1}: a run takes at most {MAX_NODES} nodes "
+                         f"(run-config num-nodes); number the nodes 0 .. n-1")
+    if args.k is not None and not 1 <= args.k <= num_nodes:
+        raise UsageError(f"argument --k: must be between 1 and the graph's {num_nodes} nodes, got {args.k}")
+    edges = canonical_edges(raw)
+    if edges.shape[0] == 0:
+        raise GraphError(f"{args.input} holds no edge between two different nodes ({raw.shape[0]} lines, all "
+                         "self-loops): nothing to split")
+    return raw, edges, num_nodes
+
+
+def _say_what_to_run(args, out, raw, edges, num_nodes, copies, parts, paths) -> None:
+    """What was written, and the commands that run it (simulation and deployment)."""
     degrees = [len(set(part.ravel().tolist())) for part in parts]
     print(f"{args.input}: {num_nodes} nodes, {edges.shape[0]} undirected edges "
           f"({raw.shape[0]} lines; self-loops and duplicates removed)")
@@ -126,7 +147,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.k is None:
         print(f"\nK: the number of clusters, 1 to {num_nodes}; the edge list does not say it: choose it "
               "(--k K fills it in; with --force to redo this split)")
-    return 0
 
 
 if __name__ == "__main__":

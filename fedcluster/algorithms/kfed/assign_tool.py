@@ -20,7 +20,7 @@ import numpy as np
 from fedcluster.data import DataError, load_points
 from fedcluster.algorithms.kfed.protocol import NODE_K_PRIME_MAX
 from fedcluster.tools.assign import run_centers
-from fedcluster.tools.cli import ToolParser, integer, output_file, refuse, save_npy
+from fedcluster.tools.cli import ToolParser, integer, output_file, outside, refuse, save_npy
 from fedcluster.scaling import Scaling
 from fedcluster.algorithms.kfed.model import (
     auto_local_means, induced_labels, kfed_assign_new_device, local_kprime_means
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=integer(0, 2**32 - 1), default=0)
     args = parser.parse_args(argv)
     try:
-        out = output_file(args.out, "--out", overwrite=args.overwrite) if args.out is not None else None
+        out = outside(output_file(args.out, "--out", overwrite=args.overwrite), args.result_dir, "--out") if args.out is not None else None
         labels = label_new_device(args.result_dir, load_points(args.data), k_prime=args.k_prime, seed=args.seed)
         if out is not None:
             save_npy(out, labels, overwrite=args.overwrite)

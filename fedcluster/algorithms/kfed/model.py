@@ -151,16 +151,7 @@ def local_kprime_means(
     counts : (k'',) int64 number of points in each local cluster (all > 0).
     labels : (n,) index into ``centers`` of each point's local cluster.
     """
-    A = np.asarray(A, dtype=np.float64)
-    if A.ndim != 2:
-        raise ValueError(f"device data must be a 2-D array (n x d), got shape {A.shape}")
-    if not np.all(np.isfinite(A)):
-        raise ValueError("device data contains NaN or infinite values")
-    k_prime = int(k_prime)
-    if k_prime < 1:
-        raise ValueError(f"k-prime must be >= 1, got {k_prime}")
-    if seeding not in ("best", "core", "voronoi"):
-        raise ValueError(f"seeding must be 'best', 'core' or 'voronoi', got {seeding!r}")
+    A, k_prime = _checked_device_data(A, k_prime, seeding)
     n, d = A.shape
     if n == 0:
         return np.zeros((0, d)), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
@@ -194,25 +185,7 @@ def local_kprime_means(
                 if early_stop and hits >= early_stop:
                     break
             continue
-        # Step 3: core sets -> seeds in the original space (and/or Voronoi-cell means).
-        d2_hat = squared_distances(A_hat, nu)
-        starts = []
-        if seeding in ("best", "core"):
-            starts.append(_core_set_seeds(A, d2_hat, nu, V, mean))
-        if seeding in ("best", "voronoi"):
-            starts.append(_voronoi_seeds(A, d2_hat, nu, V, mean))
-        # Step 4: Lloyd in the original space until the assignment is stable. Two starts
-        # with the same first assignment follow the same Lloyd path: run it once.
-        first_labels: list[np.ndarray] = []
-        restart_best: tuple[np.ndarray, np.ndarray, float] | None = None
-        for theta in starts:
-            lab0 = nearest(A, theta)
-            if any(np.array_equal(lab0, f) for f in first_labels):
-                continue
-            first_labels.append(lab0)
-            run = lloyd_until_stable(A, theta, max_iter, labels=lab0)
-            if restart_best is None or run[2] < restart_best[2]:
-                restart_best = run
+        restart_best = _steps_3_and_4(A, A_hat, nu, V, mean, seeding, max_iter)
         seen[key] = restart_best[2]
         # Only a match between DIFFERENT restarts counts as a reproduction.
         if best is None or restart_best[2] < best[2] * (1.0 - 1e-9):
@@ -223,6 +196,45 @@ def local_kprime_means(
                 break
     centers, labels, _ = best
     return _nonempty(centers, labels)
+
+
+def _checked_device_data(A: np.ndarray, k_prime: int, seeding: str) -> tuple[np.ndarray, int]:
+    """``A`` as float64 points and ``k_prime`` as an int, or a ValueError naming the problem."""
+    A = np.asarray(A, dtype=np.float64)
+    if A.ndim != 2:
+        raise ValueError(f"device data must be a 2-D array (n x d), got shape {A.shape}")
+    if not np.all(np.isfinite(A)):
+        raise ValueError("device data contains NaN or infinite values")
+    k_prime = int(k_prime)
+    if k_prime < 1:
+        raise ValueError(f"k-prime must be >= 1, got {k_prime}")
+    if seeding not in ("best", "core", "voronoi"):
+        raise ValueError(f"seeding must be 'best', 'core' or 'voronoi', got {seeding!r}")
+    return A, k_prime
+
+
+def _steps_3_and_4(A: np.ndarray, A_hat: np.ndarray, nu: np.ndarray, V: np.ndarray, mean: np.ndarray, seeding: str,
+                   max_iter: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """Steps 3-4 from the projected centers ``nu``: seeds in the original space (core sets
+    and/or Voronoi-cell means), then Lloyd there until the assignment is stable; the
+    cheapest. Two starts with the same first assignment follow the same Lloyd path: run once."""
+    d2_hat = squared_distances(A_hat, nu)
+    starts = []
+    if seeding in ("best", "core"):
+        starts.append(_core_set_seeds(A, d2_hat, nu, V, mean))
+    if seeding in ("best", "voronoi"):
+        starts.append(_voronoi_seeds(A, d2_hat, nu, V, mean))
+    first_labels: list[np.ndarray] = []
+    best: tuple[np.ndarray, np.ndarray, float] | None = None
+    for theta in starts:
+        lab0 = nearest(A, theta)
+        if any(np.array_equal(lab0, f) for f in first_labels):
+            continue
+        first_labels.append(lab0)
+        run = lloyd_until_stable(A, theta, max_iter, labels=lab0)
+        if best is None or run[2] < best[2]:
+            best = run
+    return best
 
 
 def _nonempty(centers: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -432,28 +444,52 @@ def score_bounds(centers: np.ndarray, counts: np.ndarray, cost: float, candidate
     size (nothing near the origin; far from it a coordinate is known to a few units in its
     last place: :func:`fedcluster.bounds.deviation_rounding`). A ``score_candidates`` reply
     above it contradicts the device's own declaration."""
+    return score_range(centers, counts, cost, candidates)[1]
+
+
+def score_range(centers: np.ndarray, counts: np.ndarray, cost: float,
+                candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The least and the most a device's points can cost under each candidate center set,
+    given its ``kfed_local`` declaration (:func:`score_bounds` is the most). The least: a
+    point x of cluster j is at least ‖c_j − c(x)‖ − ‖x − c_j‖ from its nearest candidate
+    c(x), so (reverse triangle inequality over all points) √cost ≥ √M − √L with
+    M = Σ_j n_j min_c ‖c_j − c‖². A device that declares a local center where none of its
+    points are (far from them) and scores the candidates on its real points costs less
+    than that on every candidate without a center near its false one. Both bounds widen
+    by the same rounding allowance."""
     from fedcluster.bounds import coordinate_rounding, deviation_rounding, expansion_rounding
 
     centers, counts = np.asarray(centers, dtype=np.float64), np.asarray(counts, dtype=np.float64)
     candidates = np.asarray(candidates, dtype=np.float64)
     moved = np.array([float(counts @ squared_distances(centers, c).min(axis=1)) for c in candidates])
-    bounds = (math.sqrt(max(float(cost), 0.0)) + np.sqrt(moved)) ** 2
+    root_cost = math.sqrt(max(float(cost), 0.0))
+    high = (root_cost + np.sqrt(moved)) ** 2
+    low = np.maximum(np.sqrt(moved) - root_cost, 0.0) ** 2
     if not centers.size:
-        return bounds
+        return low, high
     # rounding: of the coordinates' own size, and of the squared distances taken here (Δ in
-    # the moved mass moves the bound by at most 2√(LΔ) + Δ)
+    # the moved mass moves either bound by at most 2√(MΔ) + 2√(LΔ) + Δ)
     delta = coordinate_rounding(centers, candidates)
     moved_rounding = np.array([expansion_rounding(counts, centers, c) for c in candidates])
-    return (bounds + np.array([deviation_rounding(float(counts.sum()), b, delta) for b in bounds])
-            + 2.0 * math.sqrt(max(float(cost), 0.0)) * np.sqrt(moved_rounding) + moved_rounding)
+    slack = (np.array([deviation_rounding(float(counts.sum()), b, delta) for b in high])
+             + 2.0 * (root_cost + np.sqrt(moved)) * np.sqrt(moved_rounding) + moved_rounding)
+    return np.maximum(low - slack, 0.0), high + slack
 
 
-def score_violation(costs: np.ndarray, bounds: np.ndarray) -> str | None:
-    """Why a device's candidate costs cannot be its own (:func:`score_bounds`), or None."""
-    over = np.flatnonzero(np.asarray(costs, dtype=np.float64) > bounds * (1 + 1e-9) + 1e-9)
+def score_violation(costs: np.ndarray, bounds: np.ndarray, floors: np.ndarray | None = None) -> str | None:
+    """Why a device's candidate costs cannot be its own (above :func:`score_bounds`, or
+    below ``floors``: :func:`score_range`), or None."""
+    costs = np.asarray(costs, dtype=np.float64)
+    over = np.flatnonzero(costs > bounds * (1 + 1e-9) + 1e-9)
     if over.size:
         return (f"its cost of candidate {int(over[0])} exceeds what its declared local centers, counts and cost "
                 f"allow ({float(costs[over[0]]):.6g} > {float(bounds[over[0]]):.6g})")
+    if floors is not None:
+        under = np.flatnonzero(costs < floors * (1 - 1e-9) - 1e-9)
+        if under.size:
+            return (f"its cost of candidate {int(under[0])} is below what its declared local centers, counts and "
+                    f"cost allow ({float(costs[under[0]]):.6g} < {float(floors[under[0]]):.6g}): its points are not "
+                    f"where its local centers say")
     return None
 
 
@@ -561,6 +597,19 @@ def cap_device_weights(device_counts: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(c, dtype=np.float64) * (cap / t if t > cap else 1.0) for c, t in zip(device_counts, totals)]
 
 
+def _checked_counts(device_counts: Sequence[np.ndarray], device_centers: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Each device's counts as float64, one finite non-negative count per center."""
+    counts = []
+    for z, (c, m) in enumerate(zip(device_counts, device_centers)):
+        c = np.asarray(c, dtype=np.float64).reshape(-1)
+        if c.shape[0] != np.asarray(m).shape[0]:
+            raise ValueError(f"device {z}: {np.asarray(m).shape[0]} centers but {c.shape[0]} counts")
+        if not np.all(np.isfinite(c)) or np.any(c < 0):
+            raise ValueError(f"device {z}: counts must be finite and non-negative")
+        counts.append(c)
+    return counts
+
+
 def kfed_merge(
     device_centers: Sequence[np.ndarray],
     device_counts: Sequence[np.ndarray],
@@ -631,16 +680,7 @@ def kfed_merge(
             f"{len(device_centers)} center arrays but {len(device_counts)} count arrays"
         )
     points, owner = _stack_centers(device_centers)
-    counts = []
-    for z, (c, m) in enumerate(zip(device_counts, device_centers)):
-        c = np.asarray(c, dtype=np.float64).reshape(-1)
-        if c.shape[0] != np.asarray(m).shape[0]:
-            raise ValueError(
-                f"device {z}: {np.asarray(m).shape[0]} centers but {c.shape[0]} counts"
-            )
-        if not np.all(np.isfinite(c)) or np.any(c < 0):
-            raise ValueError(f"device {z}: counts must be finite and non-negative")
-        counts.append(c)
+    counts = _checked_counts(device_counts, device_centers)
     k = int(k)
     _check_k(k, points.shape[0])
     rng = _as_rng(rng)

@@ -18,7 +18,8 @@ TASKS = (
                 Param("seeding", str, "best", allowed=StrOptions(("best", "core", "voronoi")), doc="start of the Lloyd steps"),
                 SEED,
             ),
-            reply=LOCAL_CENTERS + (ArrayField("cost", (1,), "the local k'-means cost (its points to their local centers)", nonnegative=True),),
+            reply=(LOCAL_CENTERS[0], ArrayField("counts", ("c",), "points in each", nonnegative=True, integer=True, role="count", dtype="integer"),
+                   ArrayField("cost", (1,), "the local k'-means cost (its points to their local centers)", nonnegative=True)),
             used_by=("kfed",),
             counts="all",
             limits=(Limit("c", f"the larger of k-prime, k and {NODE_K_PRIME_MAX} (a node's own k-prime)", lambda config, sizes: max(

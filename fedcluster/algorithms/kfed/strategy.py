@@ -37,12 +37,12 @@ import numpy as np
 from flwr.common.logger import log
 
 from fedcluster.algorithms.kfed.model import (
-    TooFewCenters, default_k_prime, induced_over_nearest, kfed_merge, left_out_by_node, score_bounds,
-    score_violation
+    TooFewCenters, default_k_prime, induced_over_nearest, kfed_merge, left_out_by_node, score_range, score_violation
 )
 from fedcluster.points import duplicate_warning
 
 from fedcluster.server.base import FederatedStrategy, FederationError, sum_arrays, sum_metric
+from fedcluster.server.messages import Inconsistent
 
 
 # A given k-prime is called too small when k-FED's induced clustering costs this much more
@@ -133,37 +133,49 @@ class KFed(FederatedStrategy):
         nodes, centers, counts = collect_device_centers(self, costs=costs)
         scored = self.config.kfed_evaluate
         if scored:  # the merge's cheapest distinct groupings: the devices choose among them (below)
-            merged, kept = merge_device_centers(self, centers, counts, k, candidates=MERGE_CANDIDATES)
-            guarded = self.guarded_groupings(centers, counts, k)
-            merged = merged + guarded
+            merged, kept, guarded = self.merges(centers, counts, k)
             global_centers, assignment = merged[0]
         else:
             global_centers, assignment, kept = merge_device_centers(self, centers, counts, k)
-        sent = int(sum(c.shape[0] for c in centers))
+        k_primes = [int(c.shape[0]) for c in centers]
+        self.end_round(devices=len(nodes), device_centers=int(sum(k_primes)))
+        log(INFO, "[fedcluster] k-FED merged %d device centers from %d devices into k=%d (k' per device %d..%d)",
+            int(sum(k_primes)), len(nodes), k, min(k_primes), max(k_primes))
+        if scored:
+            # kfed-evaluate: the candidates are scored on the devices' own points in the
+            # evaluation round; the cheapest there is the result, its cost exact. A device
+            # whose scores contradict its local centers has lied in one or the other: it
+            # leaves the run, and the merges are made again without its centers.
+            while True:
+                stacked = np.stack([c for c, _ in merged])
+                declared = {node: (c, n, cost) for node, c, n, cost in zip(nodes, centers, counts, costs)}
+
+                def within_declaration(reply) -> str | None:  # a device's costs bounded by its own local summary
+                    if reply.node_id not in declared:
+                        return None
+                    floors, bounds = score_range(*declared[reply.node_id], stacked)
+                    reason = score_violation(reply.arrays["costs"], bounds, floors)
+                    return Inconsistent(reason) if reason else None
+
+                candidate_costs, points = self.score_merges(stacked, within_declaration)
+                staying = [i for i, node in enumerate(nodes) if node not in self.excluded]
+                if len(staying) == len(nodes):
+                    break
+                log(INFO, "[fedcluster] k-FED: merging again without the local centers of %d device(s) whose "
+                    "scores contradict them", len(nodes) - len(staying))
+                nodes, centers, counts, costs = ([values[i] for i in staying] for values in (nodes, centers, counts, costs))
+                if not nodes:
+                    raise FederationError("phase 'evaluation': every device's scores contradict its local centers")
+                merged, kept, guarded = self.merges(centers, counts, k)
+            chosen = int(np.argmin(candidate_costs))
+            global_centers, assignment = merged[chosen]
+            total = float(candidate_costs[chosen])
         node_of_row = np.concatenate([np.full(c.shape[0], n, dtype=np.uint64) for n, c in zip(nodes, centers)])
         left_out = left_out_by_node(node_of_row, kept)
         if left_out:
             log(INFO, "[fedcluster] k-FED left out %d device centers of %d devices: their global clusters gathered "
                 "fewer than kfed-min-devices=%d devices", int((~kept).sum()), len(left_out), self.config.kfed_min_devices)
         k_primes = [int(c.shape[0]) for c in centers]
-        self.end_round(devices=len(nodes), device_centers=sent)
-        log(INFO, "[fedcluster] k-FED merged %d device centers from %d devices into k=%d (k' per device %d..%d)",
-            sent, len(nodes), k, min(k_primes), max(k_primes))
-        if scored:
-            # kfed-evaluate: the candidates are scored on the devices' own points in the
-            # evaluation round; the cheapest there is the result, its cost exact.
-            stacked = np.stack([c for c, _ in merged])
-            declared = {node: (c, n, cost) for node, c, n, cost in zip(nodes, centers, counts, costs)}
-
-            def within_declaration(reply) -> str | None:  # a device's costs bounded by its own local summary
-                if reply.node_id not in declared:
-                    return None
-                return score_violation(reply.arrays["costs"], score_bounds(*declared[reply.node_id], stacked))
-
-            candidate_costs, points = self.score_merges(stacked, within_declaration)
-            chosen = int(np.argmin(candidate_costs))
-            global_centers, assignment = merged[chosen]
-            total = float(candidate_costs[chosen])
         outcome: dict[str, Any] = {
             "centers": global_centers,
             "arrays": {
@@ -196,6 +208,14 @@ class KFed(FederatedStrategy):
         if duplicates:
             self.warn(duplicates)
         return outcome
+
+    def merges(self, centers: list, counts: list, k: int) -> tuple[list, np.ndarray, list]:
+        """The candidates the devices score: the merge's cheapest distinct groupings and
+        the guarded ones (:meth:`guarded_groupings`); the mask of the device centers the
+        run's merge kept; the guarded candidates."""
+        merged, kept = merge_device_centers(self, centers, counts, k, candidates=MERGE_CANDIDATES)
+        guarded = self.guarded_groupings(centers, counts, k)
+        return merged + guarded, kept, guarded
 
     def score_merges(self, stacked: np.ndarray, check) -> tuple[np.ndarray, int]:
         """Every device's total cost of every candidate (``score_candidates``) and their
