@@ -179,18 +179,59 @@ def test_a_private_run_started_over_reports_the_releases_of_the_attempt_it_disca
     assert len(ledger(out)) == 3 + 7
 
 
-def test_the_devices_noise_drawn_again_after_a_resume_is_counted_again(tmp_path, count_pushes):
+SECURE_PRIVATE = {**PRIVATE, "secure-aggregation": True, "evaluate-cost": False}  # the devices add the noise
+
+
+@pytest.mark.parametrize("stop, spent_twice", [("query.secure_feddp_lloyd", False), ("query.secagg_unmask", True)])
+def test_the_devices_noise_is_spent_when_its_unmasking_is_asked_for(tmp_path, count_pushes, stop, spent_twice):
+    """A masked sum is no release until the server asks for the shares that unmask it: a
+    resume that masks it again spends nothing twice; once the shares were asked for (the
+    server may hold them), the sum masked again is a second release, counted."""
     data = blobs(tmp_path)
-    secure = {**PRIVATE, "secure-aggregation": True, "evaluate-cost": False}
     state = count_pushes()
-    run(config(data, tmp_path / "whole", **secure), num_nodes=6)
-    first_lloyd = next(i for i, types in enumerate(state["sent"], 1) if "query.secure_feddp_lloyd" in types)
+    run(config(data, tmp_path / "whole", **SECURE_PRIVATE), num_nodes=6)
+    whole = ledger(tmp_path / "whole")
+    lloyd = next(i for i, types in enumerate(state["sent"], 1) if "query.secure_feddp_lloyd" in types)
+    crash_at = next(i for i, types in enumerate(state["sent"], 1) if i >= lloyd and stop in types)
     out = tmp_path / "stopped"
-    count_pushes(first_lloyd, in_pull=True)  # the devices masked their noisy sums; the server died before reading them
+    count_pushes(crash_at, in_pull=True)  # the devices answered; the server died before reading them
     with pytest.raises(Crash):
-        run(config(data, out, **secure), num_nodes=6)
+        run(config(data, out, **SECURE_PRIVATE), num_nodes=6)
     count_pushes()
-    resumed = run(config(data, out, resume=True, **secure), num_nodes=6)
-    again = [e for e in ledger(out) if e["again"]]
-    assert [e["step"] for e in again] == ["lloyd_gaussian", "lloyd_laplace"]
-    assert resumed["privacy"]["releases_beyond_this_run"]["count"] == 2
+    resumed = run(config(data, out, resume=True, **SECURE_PRIVATE), num_nodes=6)
+    again = [e["step"] for e in ledger(out) if e["again"]]
+    assert again == (["lloyd_gaussian", "lloyd_laplace"] if spent_twice else [])
+    assert len(ledger(out)) == len(whole) + len(again)
+    assert resumed["privacy"].get("releases_beyond_this_run", {}).get("count", 0) == len(again)
+
+
+SECURE_SWEEP = {  # (fewer rounds: every sum after the session's first is alike)
+    "feddp-kmeans-secure": {**SECURE_CASES["feddp-kmeans-secure"], "lloyd-rounds": 2},
+    "fedspectral-plus-secure": {**GRAPH_CASES["fedspectral-plus-secure"], "num-rounds": 2},
+    "fedspectral-plus-secure-sparse": {"algorithm": "fedspectral-plus", "num-rounds": 2, "secure-aggregation": True,
+                                       "secagg-neighbours": 3},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SECURE_SWEEP))
+def test_a_secure_run_resumes_from_every_point_it_can_stop_at(tmp_path, count_pushes, name):
+    """Every push, before it leaves and after its replies came: the devices of a resumed run
+    hold no session of the first attempt, whatever point of a session's setup or of a sum
+    the stop came at, and the result is the uninterrupted run's."""
+    data, extra = blobs(tmp_path), dict(SECURE_SWEEP[name])
+    if "fedspectral" in name:
+        data, graph_extra = graph(tmp_path)
+        extra.update(graph_extra)
+    state = count_pushes()
+    whole = run(config(data, tmp_path / "whole", **extra), num_nodes=6)
+    for crash_at in range(1, state["pushes"] + 1):
+        for in_pull in (False, True):
+            out = tmp_path / f"stopped-{crash_at}-{in_pull}"
+            count_pushes(crash_at, in_pull)
+            with pytest.raises(Crash):
+                run(config(data, out, **extra), num_nodes=6)
+            count_pushes()
+            run(config(data, out, resume=True, **extra), num_nodes=6, node_ids=[90 + 7 * i for i in range(6)])
+            for array in set(whole["files"]) - {"device_nodes.npy"}:
+                np.testing.assert_array_equal(np.load(out / array), np.load(tmp_path / "whole" / array),
+                                              err_msg=f"{array}, stopped at push {crash_at} ({in_pull=})")
