@@ -166,6 +166,25 @@ def test_a_private_run_writes_each_release_before_it_leaves_and_a_resume_spends_
     assert "releases_beyond_this_run" not in resumed["privacy"]
 
 
+def test_keys_that_change_neither_result_nor_privacy_may_differ_on_resume_and_make_no_other_job(tmp_path, count_pushes):
+    data, out = blobs(tmp_path), tmp_path / "stopped"
+    count_pushes()
+    whole = run(config(data, tmp_path / "whole", **PRIVATE, **{"noise-seed": 5}), num_nodes=6)
+    count_pushes(3)
+    with pytest.raises(Crash):
+        run(config(data, out, **PRIVATE, **{"noise-seed": 5}), num_nodes=6)
+    slower = {"round-timeout": 900.0, "node-wait-s": 120.0, "reference": True}
+    for key, value in slower.items():  # started beside it, this is still the same job: its releases are named
+        with pytest.raises(FederationError, match=f"unfinished run of this same job is in {out}"):
+            run(config(data, tmp_path / f"beside-{key}", **PRIVATE, **{"noise-seed": 5, key: value}), num_nodes=6)
+    with pytest.raises(FederationError, match="differs in: epsilon"):  # what the run computes must match
+        run(config(data, out, resume=True, **{**PRIVATE, "noise-seed": 5, "epsilon": 3.0}), num_nodes=6)
+    count_pushes()
+    resumed = run(config(data, out, resume=True, **PRIVATE, **{"noise-seed": 5}, **slower), num_nodes=6)
+    np.testing.assert_array_equal(np.load(out / "centers.npy"), np.load(tmp_path / "whole" / "centers.npy"))
+    assert resumed["privacy"]["epsilon"] == whole["privacy"]["epsilon"] and not any(e["again"] for e in ledger(out))
+
+
 def test_a_private_run_started_over_reports_the_releases_of_the_attempt_it_discarded(tmp_path, count_pushes):
     data, out = blobs(tmp_path), tmp_path / "stopped"
     count_pushes(3)
