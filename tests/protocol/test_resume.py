@@ -132,6 +132,26 @@ def test_a_run_that_stopped_resumes_to_the_uninterrupted_result_without_asking_a
         assert json.loads((out / "fedcluster-run.json").read_text())["status"] == "finished"
 
 
+def test_a_node_that_states_anothers_partition_at_identify_takes_no_ones_place(tmp_path, count_pushes):
+    from flwr.app import MetricRecord
+
+    data, out = blobs(tmp_path), tmp_path / "stopped"
+    count_pushes(4)
+    with pytest.raises(Crash):
+        run(config(data, out, **CASES["fedkmeans"]), num_nodes=6)
+    live = [300 + i for i in range(6)]  # the node of partition i is 300 + i
+
+    def claims_five(node, message, reply):  # the node of partition 1 says it is partition 5's (first, by its id)
+        if message.metadata.message_type == "query.identify" and node == 301 and not reply.has_error():
+            reply.content.metric_records["metrics"] = MetricRecord({"partition": 5})
+        return reply
+
+    count_pushes()
+    resumed = run(config(data, out, resume=True, **CASES["fedkmeans"]), num_nodes=6, node_ids=live, reply_hook=claims_five)
+    assert resumed["resumed"][0]["nodes_back"] == 4 and resumed["resumed"][0]["newcomers"] == 2
+    assert any("301, 305 all state partition-id 5" in text for text in resumed["warnings"])
+
+
 def _session(types):
     return bool(types) and types[0] in ("query.secagg_setup", "query.secagg_share_keys")
 
