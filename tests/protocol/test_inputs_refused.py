@@ -106,6 +106,17 @@ def test_a_results_folder_is_never_read_as_client_data(tmp_path):
         run(config(out, tmp_path / "second"), num_nodes=3)
 
 
+def test_a_results_array_beside_the_client_files_is_never_read_as_a_client(tmp_path):
+    from fedcluster.config import ConfigError
+    from fedcluster.data import DataError
+
+    data = blobs(tmp_path)
+    run(config(data, tmp_path / "out"), num_nodes=3)
+    (data / "centers.npy").write_bytes((tmp_path / "out" / "centers.npy").read_bytes())  # a results file, copied
+    with pytest.raises((FederationError, DataError, ConfigError), match="centers.npy: the name of an array"):
+        run(config(data, tmp_path / "second"), num_nodes=3)
+
+
 def test_resume_without_an_unfinished_run_is_refused_by_name(tmp_path):
     data = blobs(tmp_path)
     with pytest.raises(FederationError, match="resume=true needs output-dir"):
