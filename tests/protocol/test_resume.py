@@ -161,7 +161,7 @@ PRIVATE = {"algorithm": "feddp-kmeans", "init": "histogram", "lloyd-rounds": 3, 
 
 
 def ledger(folder):
-    return [json.loads(line) for line in (folder / "privacy-ledger.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (folder / "privacy-ledger.jsonl").read_text().splitlines() if line.endswith("}")]
 
 
 def test_a_private_run_writes_each_release_before_it_leaves_and_a_resume_spends_none_again(tmp_path, count_pushes):
@@ -203,6 +203,23 @@ def test_keys_that_change_neither_result_nor_privacy_may_differ_on_resume_and_ma
     resumed = run(config(data, out, resume=True, **PRIVATE, **{"noise-seed": 5}, **slower), num_nodes=6)
     np.testing.assert_array_equal(np.load(out / "centers.npy"), np.load(tmp_path / "whole" / "centers.npy"))
     assert resumed["privacy"]["epsilon"] == whole["privacy"]["epsilon"] and not any(e["again"] for e in ledger(out))
+
+
+def test_a_ledger_record_the_crash_cut_short_is_skipped_with_a_warning_and_the_resume_counts_right(tmp_path, count_pushes):
+    data, out = blobs(tmp_path), tmp_path / "stopped"
+    count_pushes()
+    run(config(data, tmp_path / "whole", **PRIVATE), num_nodes=6)
+    count_pushes(3)
+    with pytest.raises(Crash):
+        run(config(data, out, **PRIVATE), num_nodes=6)
+    with open(out / "privacy-ledger.jsonl", "a") as handle:
+        handle.write('{"chain": 0, "attempt": 1, "index": 3, "st')  # the next record, cut short
+    count_pushes()
+    resumed = run(config(data, out, resume=True, **PRIVATE), num_nodes=6)
+    lines = (out / "privacy-ledger.jsonl").read_text().splitlines()
+    assert len(lines) == len(ledger(tmp_path / "whole")) + 1 and lines[3].endswith('"st')
+    assert any("line(s) 4 do not parse" in text for text in resumed["warnings"])
+    assert "releases_beyond_this_run" not in resumed["privacy"]
 
 
 def test_a_private_run_started_over_reports_the_releases_of_the_attempt_it_discarded(tmp_path, count_pushes):
