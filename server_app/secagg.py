@@ -186,7 +186,7 @@ class SecureAggregation(SecaggChecks):
         replies = self.broadcast("secagg_setup", nodes, config={**common, "participants": len(nodes), "threshold": share_t, "sums": sums},
                                  per_node=lambda node: (None, {"position": position[node]}), phase=f"{phase}-setup",
                                  sizes={"h": sums}, check=secagg.keys_problem, min_replies=t)
-        opened_at = self.journal.position - 1  # the setup's round trip (a broadcast's last exchange)
+        opened_at = self.journal.last  # the setup's round trip (a broadcast's last exchange)
         if self.journal.lost(opened_at):  # the keys came in the first attempt: gone from the devices now
             return self.secagg_reopen(nodes, phase, floor)
         replies = secagg.unique_keys(replies, lambda r: (bytes(r.arrays["pk1"].tobytes()), bytes(r.arrays["pk2"].tobytes())))

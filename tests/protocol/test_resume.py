@@ -291,3 +291,39 @@ def test_a_secure_run_resumes_from_every_point_it_can_stop_at(tmp_path, count_pu
             for array in set(whole["files"]) - {"device_nodes.npy"}:
                 np.testing.assert_array_equal(np.load(out / array), np.load(tmp_path / "whole" / array),
                                               err_msg=f"{array}, stopped at push {crash_at} ({in_pull=})")
+
+
+@pytest.mark.parametrize("name", ["feddp-kmeans-secure", "fedspectral-plus-secure"])
+def test_a_secure_run_stopped_again_after_its_resume_went_live_resumes_again(tmp_path, count_pushes, name):
+    """The first stop falls inside a session's setup (set up again live by the resume); the
+    second at every push of the resumed attempt: the second resume decides at each point as
+    the first did (the journal marks where an attempt went live) and ends as uninterrupted."""
+    data, extra = blobs(tmp_path), dict(SECURE_SWEEP[name])
+    if "fedspectral" in name:
+        data, graph_extra = graph(tmp_path)
+        extra.update(graph_extra)
+    count_pushes()
+    whole = run(config(data, tmp_path / "whole", **extra), num_nodes=6)
+    second_attempt = None
+    for crash_at in range(1, 64):
+        for in_pull in (False, True):
+            out = tmp_path / f"stopped-{crash_at}-{in_pull}"
+            count_pushes(2)  # as the session's keys are shared
+            with pytest.raises(Crash):
+                run(config(data, out, **extra), num_nodes=6)
+            state = count_pushes(crash_at, in_pull)
+            try:
+                run(config(data, out, resume=True, **extra), num_nodes=6, node_ids=[50 + i for i in range(6)])
+            except Crash:
+                pass
+            else:
+                second_attempt = state["pushes"]
+                break
+            count_pushes()
+            run(config(data, out, resume=True, **extra), num_nodes=6, node_ids=[90 + 7 * i for i in range(6)])
+            for array in set(whole["files"]) - {"device_nodes.npy"}:
+                np.testing.assert_array_equal(np.load(out / array), np.load(tmp_path / "whole" / array),
+                                              err_msg=f"{array}, stopped again at push {crash_at} ({in_pull=})")
+        if second_attempt is not None:
+            break
+    assert second_attempt is not None and second_attempt > 4
