@@ -125,7 +125,8 @@ class Journal:
     def _mark(self) -> None:
         """This attempt goes live here: the mark goes into the journal."""
         self.marks.append(self.position)
-        last, _ = self.last, self.append({"kind": LIVE})
+        last = self.last
+        self.append({"kind": LIVE})
         self.last = last  # (a mark is no exchange)
 
     def lost(self, position: int) -> bool:

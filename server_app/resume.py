@@ -5,9 +5,9 @@ own); Flower gives every node a new id in every run. When the journal ends, the 
 connected now are asked who they are (task ``identify``: the partition every reply states,
 nothing of the data) and each is matched to the node of the run that stated the same
 partition. A node of the run that does not come back is away, as any node can be; a node
-that states a partition nobody in the run had joins as a newcomer,
-checked as every newcomer is; so do all the nodes that state one partition (which of them
-is the run's node cannot be told). A run whose nodes stated no partition cannot be resumed:
+that states a partition nobody in the run had joins as a newcomer, checked as every
+newcomer is; so do all the nodes that state one partition (which of them is the run's node
+cannot be told). A run whose nodes stated no partition cannot be resumed:
 nothing else tells the nodes apart without asking for their data.
 """
 

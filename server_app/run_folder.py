@@ -46,6 +46,8 @@ SECRET = "server-secret"
 RESULT = "result.json"
 JOURNAL = "journal.bin"
 STATE_FILES = frozenset({MARKER, SECRET, LEDGER, JOURNAL, "flwr-run.json"})  # (the Docker job's record of the run)
+
+
 def read_marker(folder: Path) -> dict[str, Any] | None:
     try:
         marker = json.loads((folder / MARKER).read_text())
@@ -221,7 +223,8 @@ def _decide(path: Path, config: Mapping[str, Any], resume: bool, overwrite: bool
             raise FederationError(f"resume=true, but output-dir {path} holds no unfinished run to continue")
         return fresh, False
     own = STATE_FILES | {RESULT} | set(_result_files(path))
-    foreign = [name for name in names if name not in own | {f"{name}.tmp" for name in own}]  # (a write cut short)
+    own |= {f"{name}.tmp" for name in own}  # (a write cut short)
+    foreign = [name for name in names if name not in own]
     if foreign:
         raise FederationError(f"output-dir {path} holds files its run did not write ({_listing(foreign)}): "
                               f"choose an empty or new output-dir")
