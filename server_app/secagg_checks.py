@@ -22,7 +22,7 @@ from .base import SETUP_RETRIES
 from .messages import FederationError, Reply
 
 if TYPE_CHECKING:
-    from .secagg import Session
+    from .secure_session import Session
 
 
 class SecaggChecks:

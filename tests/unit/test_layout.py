@@ -67,7 +67,7 @@ def test_each_strategy_has_its_fedcluster_module_of_the_same_name():
     # bookkeeping, DA-UFL's agents as they come and go, what both graph strategies share)
     not_strategies = {"__init__", "app", "algorithms", "base", "transport", "membership", "results", "messages",
                       "fedkmeans_start", "fedkmeans_measure", "feddp_kmeans_privacy", "da_ufl_agents", "graph_strategy",
-                      "journal", "journal_file", "run_folder", "job", "resume", "release_log"}
+                      "journal", "journal_file", "run_folder", "job", "resume", "release_log", "secure_session"}
     strategies = {p.stem for p in (ROOT / "server_app").glob("*.py")} - not_strategies
     library = {p.stem for p in (ROOT / "fedcluster").glob("*.py")}
     assert strategies, "no strategy found"
