@@ -82,7 +82,7 @@ FEDERATION = Section("federation", (
     Key("max-missed-phases", 3, "a node that sent no reply in this many consecutive phases leaves the run", allowed=Interval(int, 1, 10**6)),
     Key("output-dir", "", "results folder (default outputs/<time>-<algorithm>)"),
     Key("overwrite", False, "replace the run of fedcluster in output-dir: a finished one's result, or an unfinished one (its privacy ledger is kept and counted)"),
-    Key("resume", False, "continue the unfinished run in output-dir after its SuperLink or ServerApp stopped: the rounds it completed are replayed from its journal, no device is asked again and no privacy budget is spent again"),
+    Key("resume", False, "continue the unfinished run in output-dir after its SuperLink or ServerApp stopped: the rounds it completed are replayed from its journal, no device is asked again and no privacy budget is spent again (docs/security.md: the devices' noise). The run config must be the one it started with, but for round-timeout, node-wait-s, node-settle-s, write-labels and reference (they change neither the result's centers nor what is released)"),
     Key("reference", True, "also compute the pooled central k-means reference (generated data)"),
 ))
 

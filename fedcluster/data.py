@@ -253,6 +253,10 @@ def list_client_files(data_dir: str | os.PathLike, pattern: str = "*.npy") -> li
         raise DataError(f"data directory {directory} is not a directory")
     refuse_run_folder(directory)
     files = [path for path in directory.glob(pattern) if path.is_file()]
+    results = sorted(path.name for path in files if path.suffix == ".npy" and path.stem in RESULT_ARRAYS)
+    if results:
+        raise DataError(f"data directory {directory} holds {', '.join(results[:3])}: the name of an array a fedcluster run "
+                        f"writes, not a client's data (it would join as a device): move it out of the data folder")
     if not files:
         raise DataError(f"data directory {directory} has no file matching {pattern!r}{_folder_hint(directory, pattern)}")
     return sorted(files, key=lambda path: (_natural_key(path), str(path)))
@@ -260,6 +264,12 @@ def list_client_files(data_dir: str | os.PathLike, pattern: str = "*.npy") -> li
 
 # The file that marks a folder as a run's results folder (fedcluster.server.run_folder).
 RUN_MARKER = "fedcluster-run.json"
+# The arrays a run writes, as <name>.npy (docs/reference.md, "Outputs"): never a client's file.
+RESULT_ARRAYS = frozenset({
+    "bin_counts", "bin_representatives", "candidate_weights", "candidates", "centers", "client_labels",
+    "device_assignment", "device_centers", "device_counts", "device_nodes", "embedding", "init_centers", "labels",
+    "last_centers", "projected_centers", "projection", "server_weights",
+})
 
 
 def refuse_run_folder(directory: str | os.PathLike) -> None:

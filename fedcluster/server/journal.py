@@ -7,7 +7,9 @@ batches they were pulled in, and each answer of the grid to "which nodes are con
 in the order they came. A resumed run executes the same strategy from the start; while the
 journal lasts, every exchange is answered from it instead of the grid (no device is asked
 again for a round trip that completed), and the strategy arrives, bit for bit, at the state
-it had when the first attempt stopped. Then it goes on live.
+it had when the first attempt stopped. Then it goes on live, and writes a mark there: what
+the devices kept (a secure-aggregation session) before a mark is gone after it, and a later
+resume, replaying the mark, decides as the attempt that wrote it did.
 
 Flower's node ids are random per run: the journal keeps the ids the strategy knows (its
 *own* ids, those of the first attempt), and a resumed run maps the nodes connected now onto
@@ -34,6 +36,7 @@ from .journal_file import FRAME, decode, encode, message_bytes, message_from, re
 from .messages import FederationError
 
 NAME = "journal.bin"
+LIVE = "live"  # the kind of the mark a resumed attempt writes where it goes live
 # Pause between two pulls of a round trip's pending replies: Flower's own pause (the
 # in-memory grid's `pull_interval`) when the last pull brought nothing; a shorter one while
 # replies are arriving. A message and its reply leave the SuperLink's store only when the
@@ -68,9 +71,12 @@ class Journal:
             if not any(blobs for _, blobs in self.records):  # no node ever answered: nothing to replay
                 self.records, end = [], 0
         self.position = 0
+        self.last = -1  # the record replayed or written last
         self.answers = sum(len(blobs) for _, blobs in self.records)  # replies recorded, replayed or new
         self.resumed = bool(self.records)
         self.live_since: int | None = None if self.records else 0  # the record where the run went live
+        # where an attempt went live: earlier ones' marks in the journal, and this one's
+        self.marks = [index for index, (header, _) in enumerate(self.records) if header["kind"] == LIVE]
         self._file = None
         if self.path is not None:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # the devices' replies: the owner's only
@@ -95,23 +101,46 @@ class Journal:
 
     def next(self, kind: str) -> tuple[dict[str, Any], list[bytes]]:
         """The next record of the journal, which must be of ``kind``."""
+        self._pass_marks()
         header, blobs = self.records[self.position]
         if header["kind"] != kind:
             raise Diverged(f"resume: at exchange {self.position + 1} the run asked for {kind!r} where the first attempt "
                            f"had {header['kind']!r}: the code, the config or the data changed since; start afresh "
                            f"(overwrite=true or another output-dir)")
+        self.last = self.position
         self.position += 1
+        self._pass_marks()
         if not self.replaying:
             self.live_since = self.position
             self.records = []  # replayed: not needed any more
+            self._mark()
         return header, blobs
+
+    def _pass_marks(self) -> None:
+        """Replay the marks where an earlier attempt went live (what the devices held from
+        before one is gone: a later attempt must decide as that one did)."""
+        while self.replaying and self.records[self.position][0]["kind"] == LIVE:
+            self.position += 1
+
+    def _mark(self) -> None:
+        """This attempt goes live here: the mark goes into the journal."""
+        self.marks.append(self.position)
+        last = self.last
+        self.append({"kind": LIVE})
+        self.last = last  # (a mark is no exchange)
 
     def lost(self, position: int) -> bool:
         """Whether what the devices kept from exchange ``position`` on (a secure-aggregation
-        session's keys) is gone: it came before a resumed run went live, in another run."""
-        if self.live_since is None:  # replaying: gone when the next round trip is a live one
-            return not any(header["kind"] == "round-trip" for header, _ in self.records[self.position:])
-        return position < self.live_since
+        session's keys) is gone by the next round trip: an attempt went live after it and
+        before that round trip — in another run than the one the devices kept it in. While
+        replaying, an attempt's decision is the one it took when it ran: its journal has the
+        mark where it went live (and one that ends here goes live at the next round trip)."""
+        if self.live_since is not None:
+            return any(position < mark for mark in self.marks)
+        ahead = [at for at in range(self.position, len(self.records)) if self.records[at][0]["kind"] == "round-trip"]
+        if not ahead:
+            return True
+        return any(position < mark < ahead[0] for mark in self.marks)
 
     def ahead(self, message_type: str) -> bool:
         """Whether a round trip still to be replayed sends ``message_type`` (the devices are
@@ -122,6 +151,7 @@ class Journal:
     # ------------------------------------------------------------------ record
     def append(self, header: dict[str, Any], blobs: Iterable[bytes] = ()) -> None:
         """Write one record (durably: flushed and synced) after it completed."""
+        self.last = self.position
         self.position += 1
         if self._file is None:
             return

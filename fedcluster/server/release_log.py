@@ -30,23 +30,40 @@ class ReleaseLog:
 
     def __init__(self, path: Path, chain: int = 0, attempt: int = 0) -> None:
         self.path, self.chain, self.attempt = path, chain, attempt
+        self.unreadable: list[int] = []  # line numbers of records that do not parse (cut short by a crash)
+        self._torn_tail = False  # the file ends inside a record: the next one starts on a line of its own
         self.lines = self._read()
         self._index = 0  # releases made by this run so far (its chain's order)
 
     def _read(self) -> list[dict[str, Any]]:
+        """The ledger's records. A record a crash cut short was being written before its
+        release left (each is synced first), so that release never left: the record is
+        skipped, its line number kept in ``unreadable``, and every record after it read."""
         try:
-            text = self.path.read_text()
+            data = self.path.read_bytes()
         except OSError:
             return []
+        self._torn_tail = bool(data) and not data.endswith(b"\n")
         lines = []
-        for line in text.splitlines():
+        for number, line in enumerate(data.split(b"\n"), start=1):
+            if not line.strip():
+                continue
             try:
                 entry = json.loads(line)
             except ValueError:
-                break  # a line cut short by a crash ends the ledger
+                entry = None
             if isinstance(entry, dict):
                 lines.append(entry)
+            else:
+                self.unreadable.append(number)
         return lines
+
+    def damage(self) -> str:
+        """What the ledger could not read, in words ('' when nothing)."""
+        if not self.unreadable:
+            return ""
+        return (f"{self.path} line(s) {', '.join(map(str, self.unreadable[:5]))} do not parse and are skipped (a record "
+                f"cut short by a crash: its release never left the server, which writes each record first)")
 
     def chain_entries(self) -> list[dict[str, Any]]:
         return [entry for entry in self.lines if entry.get("chain") == self.chain and not entry.get("superseded")]
@@ -63,9 +80,11 @@ class ReleaseLog:
         entry = {"chain": self.chain, "attempt": self.attempt, "index": index, "step": step, **dict(what),
                  "digest": digest, "time": now(), "again": bool(earlier)}
         with open(self.path, "a") as handle:
-            handle.write(json.dumps(entry, default=float) + "\n")
+            # a record a crash cut short ends its line first: this one stays readable
+            handle.write(("\n" if self._torn_tail else "") + json.dumps(entry, default=float) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+        self._torn_tail = False
         self.lines.append(entry)
         return True
 

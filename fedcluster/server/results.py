@@ -59,6 +59,8 @@ class Results:
         self.journal = Journal(self.folder.path if journal else None, resume=self.folder.resumed)
         if self.folder.resumed:
             log(INFO, "[fedcluster] resuming the run in %s", self.folder.path)
+        if self.folder.releases.damage():
+            self.warn(f"privacy ledger: {self.folder.releases.damage()}")
         log(INFO, "[fedcluster] results folder: %s", self.folder.path)
         return self.folder.path
 

@@ -5,8 +5,9 @@ own); Flower gives every node a new id in every run. When the journal ends, the 
 connected now are asked who they are (task ``identify``: the partition every reply states,
 nothing of the data) and each is matched to the node of the run that stated the same
 partition. A node of the run that does not come back is away, as any node can be; a node
-that states a partition nobody in the run had (or one already taken) joins as a newcomer,
-checked as every newcomer is. A run whose nodes stated no partition cannot be resumed:
+that states a partition nobody in the run had joins as a newcomer, checked as every
+newcomer is; so do all the nodes that state one partition (which of them is the run's node
+cannot be told). A run whose nodes stated no partition cannot be resumed:
 nothing else tells the nodes apart without asking for their data.
 """
 
@@ -35,11 +36,20 @@ def match_nodes(strategy: Any) -> None:
                       f"partition-id in its node config)")
     live = _wait(grid, len(own), config)
     by_partition = {strategy.partitions[node]: node for node in own if node not in unnamed}
+    stated = _identify(grid, live, config)
+    claimants: dict[int, list[int]] = {}
+    for node, partition in stated.items():
+        if partition is not None:
+            claimants.setdefault(partition, []).append(node)
+    for partition, nodes in claimants.items():
+        if len(nodes) > 1 and partition in by_partition:  # which is the run's cannot be told: neither takes its place
+            strategy.warn(f"resume: nodes {', '.join(map(str, sorted(nodes)))} all state partition-id {partition}: none "
+                          f"is taken for the run's node {by_partition[partition]}, each joins as a newcomer")
     live_of: dict[int, int] = {}
     newcomers: list[int] = []
-    for node, partition in _identify(grid, live, config).items():
-        match = by_partition.get(partition) if partition is not None else None
-        if match is not None and match not in live_of:
+    for node, partition in stated.items():
+        match = by_partition.get(partition) if partition is not None and len(claimants[partition]) == 1 else None
+        if match is not None:
             live_of[match] = node
         else:
             newcomers.append(node)

@@ -38,6 +38,7 @@ from flwr.common.logger import log
 from fedcluster.data import RUN_MARKER
 
 from .messages import FederationError
+from .job import OPERATIONAL, job_changes, job_digest
 from .release_log import LEDGER, ReleaseLog, now
 
 MARKER = RUN_MARKER
@@ -45,14 +46,6 @@ SECRET = "server-secret"
 RESULT = "result.json"
 JOURNAL = "journal.bin"
 STATE_FILES = frozenset({MARKER, SECRET, LEDGER, JOURNAL, "flwr-run.json"})  # (the Docker job's record of the run)
-# Keys that say where and how a run writes, not what it computes.
-NOT_THE_JOB = ("output-dir", "resume", "overwrite")
-
-
-def job_digest(config: Mapping[str, Any]) -> str:
-    """What a run computes, as a digest (two runs of one job have the same)."""
-    job = {key: value for key, value in sorted(config.items()) if key not in NOT_THE_JOB}
-    return hashlib.sha256(json.dumps(job, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def read_marker(folder: Path) -> dict[str, Any] | None:
@@ -229,11 +222,16 @@ def _decide(path: Path, config: Mapping[str, Any], resume: bool, overwrite: bool
         if resume:
             raise FederationError(f"resume=true, but output-dir {path} holds no unfinished run to continue")
         return fresh, False
-    foreign = [name for name in names if name not in STATE_FILES | {RESULT} | set(_result_files(path))
-               and not name.endswith(".tmp")]
+    own = STATE_FILES | {RESULT} | set(_result_files(path))
+    own |= {f"{name}.tmp" for name in own}  # (a write cut short)
+    foreign = [name for name in names if name not in own]
     if foreign:
         raise FederationError(f"output-dir {path} holds files its run did not write ({_listing(foreign)}): "
                               f"choose an empty or new output-dir")
+    linked = [name for name in names if (path / name).is_symlink()]
+    if linked:  # never written or removed through: the run wrote files, not links
+        raise FederationError(f"output-dir {path} holds symbolic links its run did not write ({_listing(linked)}): "
+                              f"remove them, or choose another output-dir")
     finished = marker.get("status") == "finished"
     if finished:
         if resume:
@@ -246,12 +244,13 @@ def _decide(path: Path, config: Mapping[str, Any], resume: bool, overwrite: bool
         return {**fresh, "attempts": marker.get("attempts", []), "chain": len(marker.get("attempts", []))}, False
     spent = ReleaseLog(path / LEDGER).describe()
     if resume:
-        if marker.get("job") != job_digest(config):
-            changed = sorted(key for key in set(config) | set(marker.get("config", {}))
-                             if key not in NOT_THE_JOB and marker.get("config", {}).get(key) != config.get(key))
+        changed = job_changes(marker, config)
+        if changed != []:
             raise FederationError(f"resume=true, but the unfinished run in output-dir {path} was started with another "
-                                  f"config (differs in: {', '.join(changed[:8]) or 'its digest'}): resume it with the same "
-                                  f"run config, or overwrite=true to discard it")
+                                  f"config (differs in: {', '.join((changed or [])[:8]) or 'its digest'}): resume it with "
+                                  f"the same run config ({', '.join(OPERATIONAL)} may differ), or overwrite=true to "
+                                  f"discard it")
+        marker = {**marker, "config": dict(config), "job": job_digest(config)}  # (this attempt's operational keys)
         return marker, True
     if not overwrite:
         raise FederationError(f"output-dir {path} holds an unfinished run ({marker.get('algorithm')}, started "
@@ -282,14 +281,13 @@ def _sweep_siblings(path: Path, config: Mapping[str, Any], private: bool) -> Non
     """An unfinished run of the same job beside this one (the job started again after a
     crash, into a new folder): a private run refuses (its releases would be spent again
     without a word), any other is told where it is."""
-    job = job_digest(config)
     try:
         siblings = [p for p in path.parent.iterdir() if p != path and p.is_dir()]
     except OSError:
         return
     for sibling in sorted(siblings):
         marker = read_marker(sibling)
-        if not marker or marker.get("status") != "running" or marker.get("job") != job or _held(sibling):
+        if not marker or marker.get("status") != "running" or job_changes(marker, config) != [] or _held(sibling):
             continue
         spent = ReleaseLog(sibling / LEDGER).describe()
         if private:

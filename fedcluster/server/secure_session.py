@@ -34,7 +34,7 @@ class Session:
     used: int = 0
     floor: int = 0  # a session set up again (refused shares, dropouts): the threshold of the first one
     delivered: set[int] = field(default_factory=set)  # positions whose masked reply came (the shares reached them)
-    opened_at: int = 0  # the journal's exchanges when it opened (fedcluster.server.journal: before a resume went live, gone)
+    opened_at: int = 0  # the journal's exchange of its setup (fedcluster.server.journal: before a resume went live, gone)
     node_of: dict[int, int] = field(init=False)  # position -> node id
     inboxes: dict[int, list[tuple[int, np.ndarray, np.ndarray, bytes]]] = field(init=False)
 

@@ -153,7 +153,12 @@ class SecureAggregation(SecaggChecks):
             return set()
         # the unmasking, every seed and share checked; never set up again once it began: with shares a device
         # withheld, the server could unmask this sum later and subtract the sum set up again among fewer devices
+        self.secagg_unmasking()
         return self.secagg_unmasked(session, index, replies, dropped, ranges, levels, phase)
+
+    def secagg_unmasking(self) -> None:
+        """The server is about to ask for the shares that unmask the current sum (a strategy
+        whose devices add noise enters the release in its privacy ledger here)."""
 
     def secagg_again(self, session: "Session", rest: list[int], phase: str, why: str) -> None:
         """The current sum, abandoned (never unmasked; the session's earlier sums stand), set
@@ -207,6 +212,9 @@ class SecureAggregation(SecaggChecks):
         replies = self.broadcast("secagg_setup", nodes, config={**common, "participants": len(nodes), "threshold": share_t, "sums": sums},
                                  per_node=lambda node: (None, {"position": position[node]}), phase=f"{phase}-setup",
                                  sizes={"h": sums}, check=secagg.keys_problem, min_replies=t)
+        opened_at = self.journal.last  # the setup's round trip (a broadcast's last exchange)
+        if self.journal.lost(opened_at):  # the keys came in the first attempt: gone from the devices now
+            return self.secagg_reopen(nodes, phase, floor)
         replies = secagg.unique_keys(replies, lambda r: (bytes(r.arrays["pk1"].tobytes()), bytes(r.arrays["pk2"].tobytes())))
         keys = {position[r.node_id]: (r.arrays["pk1"], r.arrays["pk2"]) for r in replies}
         order = [position[r.node_id] for r in replies]
@@ -225,6 +233,8 @@ class SecureAggregation(SecaggChecks):
                                  phase=f"{phase}-share-keys", min_replies=0, sizes={"h": sums},
                                  check=lambda r: secagg.destinations_problem(r.arrays["destinations"], near[position[r.node_id]],
                                                                              position[r.node_id]))
+        if self.journal.lost(opened_at):  # the shares went round in the first attempt: gone from the devices now
+            return self.secagg_reopen(nodes, phase, floor)
         if len(replies) < t and self.away_now:  # devices away since the keys came: set up again among those connected
             log(WARNING, "[fedcluster] %s: %d device(s) away at the key sharing leave %d of the threshold %d: the "
                 "session is set up again", phase, len(self.away_now), len(replies), t)
@@ -248,7 +258,15 @@ class SecureAggregation(SecaggChecks):
         session = Session(self.secagg_sessions, {n for n in nodes if position[n] in shared}, position, t, sums, shared,
                           {p: secagg.split_keys(bytes(keys[p][0].tobytes()), sums) for p in shared},
                           {p: secagg.row_bytes(keys[p][1]) for p in shared}, mail, hashes, commitments, graph, share_t,
-                          floor=floor, opened_at=self.journal.position)
+                          floor=floor, opened_at=opened_at)
         self.secagg_history = (*self.secagg_history, session)
         self.secagg_session = session
         return session
+
+    def secagg_reopen(self, nodes: list[int], phase: str, floor: int) -> "Session":
+        """A session whose setup the journal replayed up to its end: the devices that held its
+        keys and shares were those of the first attempt (a device keeps a session in its run
+        only), so it is set up again, live, among the same nodes."""
+        log(WARNING, "[fedcluster] %s: the secure-aggregation session set up before the resume is set up again "
+            "(the devices no longer hold its keys)", phase)
+        return self.secagg_open(nodes, f"{phase}-again", floor)

@@ -62,6 +62,25 @@ def test_a_folder_holding_files_the_run_did_not_write_is_never_written_into(tmp_
     np.testing.assert_array_equal(np.load(out / "centers.npy"), np.arange(4.0))
 
 
+def test_a_finished_folder_holding_a_users_file_or_link_is_not_replaced_even_with_overwrite(tmp_path):
+    """Only the exact names the run writes are its own (a '.tmp' file of the user's is not),
+    and no output is ever written or removed through a symbolic link."""
+    data, out = blobs(tmp_path), tmp_path / "out"
+    run(config(data, out), num_nodes=3)
+    (out / "my-notes.tmp").write_text("mine")
+    with pytest.raises(FederationError, match="files its run did not write.*my-notes.tmp"):
+        run(config(data, out, overwrite=True), num_nodes=3)
+    (out / "my-notes.tmp").unlink()
+    victim = tmp_path / "precious.npy"
+    np.save(victim, np.arange(5.0))
+    (out / "centers.npy").unlink()
+    (out / "centers.npy").symlink_to(victim)
+    with pytest.raises(FederationError, match="symbolic links.*centers.npy"):
+        run(config(data, out, overwrite=True), num_nodes=3)
+    np.testing.assert_array_equal(np.load(victim), np.arange(5.0))
+    assert (out / "centers.npy").is_symlink() and (out / "result.json").exists()
+
+
 def test_a_folder_another_run_is_writing_is_refused(tmp_path):
     from fedcluster.config import with_defaults
     from fedcluster.server.run_folder import RunFolder
@@ -85,6 +104,17 @@ def test_a_results_folder_is_never_read_as_client_data(tmp_path):
     run(config(data, out), num_nodes=3)
     with pytest.raises((FederationError, DataError, ConfigError), match="results of a fedcluster run"):
         run(config(out, tmp_path / "second"), num_nodes=3)
+
+
+def test_a_results_array_beside_the_client_files_is_never_read_as_a_client(tmp_path):
+    from fedcluster.config import ConfigError
+    from fedcluster.data import DataError
+
+    data = blobs(tmp_path)
+    run(config(data, tmp_path / "out"), num_nodes=3)
+    (data / "centers.npy").write_bytes((tmp_path / "out" / "centers.npy").read_bytes())  # a results file, copied
+    with pytest.raises((FederationError, DataError, ConfigError), match="centers.npy: the name of an array"):
+        run(config(data, tmp_path / "second"), num_nodes=3)
 
 
 def test_resume_without_an_unfinished_run_is_refused_by_name(tmp_path):

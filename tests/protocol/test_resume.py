@@ -132,6 +132,26 @@ def test_a_run_that_stopped_resumes_to_the_uninterrupted_result_without_asking_a
         assert json.loads((out / "fedcluster-run.json").read_text())["status"] == "finished"
 
 
+def test_a_node_that_states_anothers_partition_at_identify_takes_no_ones_place(tmp_path, count_pushes):
+    from flwr.app import MetricRecord
+
+    data, out = blobs(tmp_path), tmp_path / "stopped"
+    count_pushes(4)
+    with pytest.raises(Crash):
+        run(config(data, out, **CASES["fedkmeans"]), num_nodes=6)
+    live = [300 + i for i in range(6)]  # the node of partition i is 300 + i
+
+    def claims_five(node, message, reply):  # the node of partition 1 says it is partition 5's (first, by its id)
+        if message.metadata.message_type == "query.identify" and node == 301 and not reply.has_error():
+            reply.content.metric_records["metrics"] = MetricRecord({"partition": 5})
+        return reply
+
+    count_pushes()
+    resumed = run(config(data, out, resume=True, **CASES["fedkmeans"]), num_nodes=6, node_ids=live, reply_hook=claims_five)
+    assert resumed["resumed"][0]["nodes_back"] == 4 and resumed["resumed"][0]["newcomers"] == 2
+    assert any("301, 305 all state partition-id 5" in text for text in resumed["warnings"])
+
+
 def _session(types):
     return bool(types) and types[0] in ("query.secagg_setup", "query.secagg_share_keys")
 
@@ -141,7 +161,7 @@ PRIVATE = {"algorithm": "feddp-kmeans", "init": "histogram", "lloyd-rounds": 3, 
 
 
 def ledger(folder):
-    return [json.loads(line) for line in (folder / "privacy-ledger.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (folder / "privacy-ledger.jsonl").read_text().splitlines() if line.endswith("}")]
 
 
 def test_a_private_run_writes_each_release_before_it_leaves_and_a_resume_spends_none_again(tmp_path, count_pushes):
@@ -166,6 +186,42 @@ def test_a_private_run_writes_each_release_before_it_leaves_and_a_resume_spends_
     assert "releases_beyond_this_run" not in resumed["privacy"]
 
 
+def test_keys_that_change_neither_result_nor_privacy_may_differ_on_resume_and_make_no_other_job(tmp_path, count_pushes):
+    data, out = blobs(tmp_path), tmp_path / "stopped"
+    count_pushes()
+    whole = run(config(data, tmp_path / "whole", **PRIVATE, **{"noise-seed": 5}), num_nodes=6)
+    count_pushes(3)
+    with pytest.raises(Crash):
+        run(config(data, out, **PRIVATE, **{"noise-seed": 5}), num_nodes=6)
+    slower = {"round-timeout": 900.0, "node-wait-s": 120.0, "reference": True}
+    for key, value in slower.items():  # started beside it, this is still the same job: its releases are named
+        with pytest.raises(FederationError, match=f"unfinished run of this same job is in {out}"):
+            run(config(data, tmp_path / f"beside-{key}", **PRIVATE, **{"noise-seed": 5, key: value}), num_nodes=6)
+    with pytest.raises(FederationError, match="differs in: epsilon"):  # what the run computes must match
+        run(config(data, out, resume=True, **{**PRIVATE, "noise-seed": 5, "epsilon": 3.0}), num_nodes=6)
+    count_pushes()
+    resumed = run(config(data, out, resume=True, **PRIVATE, **{"noise-seed": 5}, **slower), num_nodes=6)
+    np.testing.assert_array_equal(np.load(out / "centers.npy"), np.load(tmp_path / "whole" / "centers.npy"))
+    assert resumed["privacy"]["epsilon"] == whole["privacy"]["epsilon"] and not any(e["again"] for e in ledger(out))
+
+
+def test_a_ledger_record_the_crash_cut_short_is_skipped_with_a_warning_and_the_resume_counts_right(tmp_path, count_pushes):
+    data, out = blobs(tmp_path), tmp_path / "stopped"
+    count_pushes()
+    run(config(data, tmp_path / "whole", **PRIVATE), num_nodes=6)
+    count_pushes(3)
+    with pytest.raises(Crash):
+        run(config(data, out, **PRIVATE), num_nodes=6)
+    with open(out / "privacy-ledger.jsonl", "a") as handle:
+        handle.write('{"chain": 0, "attempt": 1, "index": 3, "st')  # the next record, cut short
+    count_pushes()
+    resumed = run(config(data, out, resume=True, **PRIVATE), num_nodes=6)
+    lines = (out / "privacy-ledger.jsonl").read_text().splitlines()
+    assert len(lines) == len(ledger(tmp_path / "whole")) + 1 and lines[3].endswith('"st')
+    assert any("line(s) 4 do not parse" in text for text in resumed["warnings"])
+    assert "releases_beyond_this_run" not in resumed["privacy"]
+
+
 def test_a_private_run_started_over_reports_the_releases_of_the_attempt_it_discarded(tmp_path, count_pushes):
     data, out = blobs(tmp_path), tmp_path / "stopped"
     count_pushes(3)
@@ -179,18 +235,95 @@ def test_a_private_run_started_over_reports_the_releases_of_the_attempt_it_disca
     assert len(ledger(out)) == 3 + 7
 
 
-def test_the_devices_noise_drawn_again_after_a_resume_is_counted_again(tmp_path, count_pushes):
+SECURE_PRIVATE = {**PRIVATE, "secure-aggregation": True, "evaluate-cost": False}  # the devices add the noise
+
+
+@pytest.mark.parametrize("stop, spent_twice", [("query.secure_feddp_lloyd", False), ("query.secagg_unmask", True)])
+def test_the_devices_noise_is_spent_when_its_unmasking_is_asked_for(tmp_path, count_pushes, stop, spent_twice):
+    """A masked sum is no release until the server asks for the shares that unmask it: a
+    resume that masks it again spends nothing twice; once the shares were asked for (the
+    server may hold them), the sum masked again is a second release, counted."""
     data = blobs(tmp_path)
-    secure = {**PRIVATE, "secure-aggregation": True, "evaluate-cost": False}
     state = count_pushes()
-    run(config(data, tmp_path / "whole", **secure), num_nodes=6)
-    first_lloyd = next(i for i, types in enumerate(state["sent"], 1) if "query.secure_feddp_lloyd" in types)
+    run(config(data, tmp_path / "whole", **SECURE_PRIVATE), num_nodes=6)
+    whole = ledger(tmp_path / "whole")
+    lloyd = next(i for i, types in enumerate(state["sent"], 1) if "query.secure_feddp_lloyd" in types)
+    crash_at = next(i for i, types in enumerate(state["sent"], 1) if i >= lloyd and stop in types)
     out = tmp_path / "stopped"
-    count_pushes(first_lloyd, in_pull=True)  # the devices masked their noisy sums; the server died before reading them
+    count_pushes(crash_at, in_pull=True)  # the devices answered; the server died before reading them
     with pytest.raises(Crash):
-        run(config(data, out, **secure), num_nodes=6)
+        run(config(data, out, **SECURE_PRIVATE), num_nodes=6)
     count_pushes()
-    resumed = run(config(data, out, resume=True, **secure), num_nodes=6)
-    again = [e for e in ledger(out) if e["again"]]
-    assert [e["step"] for e in again] == ["lloyd_gaussian", "lloyd_laplace"]
-    assert resumed["privacy"]["releases_beyond_this_run"]["count"] == 2
+    resumed = run(config(data, out, resume=True, **SECURE_PRIVATE), num_nodes=6)
+    again = [e["step"] for e in ledger(out) if e["again"]]
+    assert again == (["lloyd_gaussian", "lloyd_laplace"] if spent_twice else [])
+    assert len(ledger(out)) == len(whole) + len(again)
+    assert resumed["privacy"].get("releases_beyond_this_run", {}).get("count", 0) == len(again)
+
+
+SECURE_SWEEP = {  # (fewer rounds: every sum after the session's first is alike)
+    "feddp-kmeans-secure": {**SECURE_CASES["feddp-kmeans-secure"], "lloyd-rounds": 2},
+    "fedspectral-plus-secure": {**GRAPH_CASES["fedspectral-plus-secure"], "num-rounds": 2},
+    "fedspectral-plus-secure-sparse": {"algorithm": "fedspectral-plus", "num-rounds": 2, "secure-aggregation": True,
+                                       "secagg-neighbours": 3},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SECURE_SWEEP))
+def test_a_secure_run_resumes_from_every_point_it_can_stop_at(tmp_path, count_pushes, name):
+    """Every push, before it leaves and after its replies came: the devices of a resumed run
+    hold no session of the first attempt, whatever point of a session's setup or of a sum
+    the stop came at, and the result is the uninterrupted run's."""
+    data, extra = blobs(tmp_path), dict(SECURE_SWEEP[name])
+    if "fedspectral" in name:
+        data, graph_extra = graph(tmp_path)
+        extra.update(graph_extra)
+    state = count_pushes()
+    whole = run(config(data, tmp_path / "whole", **extra), num_nodes=6)
+    for crash_at in range(1, state["pushes"] + 1):
+        for in_pull in (False, True):
+            out = tmp_path / f"stopped-{crash_at}-{in_pull}"
+            count_pushes(crash_at, in_pull)
+            with pytest.raises(Crash):
+                run(config(data, out, **extra), num_nodes=6)
+            count_pushes()
+            run(config(data, out, resume=True, **extra), num_nodes=6, node_ids=[90 + 7 * i for i in range(6)])
+            for array in set(whole["files"]) - {"device_nodes.npy"}:
+                np.testing.assert_array_equal(np.load(out / array), np.load(tmp_path / "whole" / array),
+                                              err_msg=f"{array}, stopped at push {crash_at} ({in_pull=})")
+
+
+@pytest.mark.parametrize("name", ["feddp-kmeans-secure", "fedspectral-plus-secure"])
+def test_a_secure_run_stopped_again_after_its_resume_went_live_resumes_again(tmp_path, count_pushes, name):
+    """The first stop falls inside a session's setup (set up again live by the resume); the
+    second at every push of the resumed attempt: the second resume decides at each point as
+    the first did (the journal marks where an attempt went live) and ends as uninterrupted."""
+    data, extra = blobs(tmp_path), dict(SECURE_SWEEP[name])
+    if "fedspectral" in name:
+        data, graph_extra = graph(tmp_path)
+        extra.update(graph_extra)
+    count_pushes()
+    whole = run(config(data, tmp_path / "whole", **extra), num_nodes=6)
+    second_attempt = None
+    for crash_at in range(1, 64):
+        for in_pull in (False, True):
+            out = tmp_path / f"stopped-{crash_at}-{in_pull}"
+            count_pushes(2)  # as the session's keys are shared
+            with pytest.raises(Crash):
+                run(config(data, out, **extra), num_nodes=6)
+            state = count_pushes(crash_at, in_pull)
+            try:
+                run(config(data, out, resume=True, **extra), num_nodes=6, node_ids=[50 + i for i in range(6)])
+            except Crash:
+                pass
+            else:
+                second_attempt = state["pushes"]
+                break
+            count_pushes()
+            run(config(data, out, resume=True, **extra), num_nodes=6, node_ids=[90 + 7 * i for i in range(6)])
+            for array in set(whole["files"]) - {"device_nodes.npy"}:
+                np.testing.assert_array_equal(np.load(out / array), np.load(tmp_path / "whole" / array),
+                                              err_msg=f"{array}, stopped again at push {crash_at} ({in_pull=})")
+        if second_attempt is not None:
+            break
+    assert second_attempt is not None and second_attempt > 4

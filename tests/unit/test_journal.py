@@ -56,8 +56,9 @@ def test_a_frame_cut_short_ends_the_journal_and_the_next_record_replaces_it(tmp_
     journal.replayed_round_trip([1, 2], ["query.x", "query.x"])
     journal.node_ids(lambda: [5, 6])  # live: written where the torn frame was
     journal.close()
-    again = Journal(tmp_path, resume=True)
-    assert len(again.records) == 3 and again.records[2][0]["ids"] == [5, 6]
+    again = Journal(tmp_path, resume=True)  # (with the mark where the resumed attempt went live)
+    assert [header["kind"] for header, _ in again.records] == ["nodes", "round-trip", "live", "nodes"]
+    assert again.records[3][0]["ids"] == [5, 6]
 
 
 def test_a_damaged_frame_is_not_trusted(tmp_path):
@@ -87,3 +88,28 @@ def test_node_ids_map_both_ways_and_a_newcomer_never_takes_a_runs_id(tmp_path):
     assert journal.own(30) == 30  # a new id that nobody in the run had stays
     newcomer = journal.own(2)  # the grid's id 2 is the run's node 2: the newcomer gets a fresh one
     assert newcomer not in (1, 2, 10, 30) and journal.live(newcomer) == 2
+
+
+# ---------------------------------------------------------------------- the privacy ledger
+def test_a_ledger_record_cut_short_by_a_crash_is_skipped_and_every_later_release_stays_readable(tmp_path):
+    import json
+
+    import numpy as np
+
+    from fedcluster.server.release_log import ReleaseLog
+
+    path = tmp_path / "privacy-ledger.jsonl"
+    first = ReleaseLog(path, chain=0, attempt=1)
+    for step in ("a", "b"):
+        first.release(step, {"mechanism": "gaussian"}, np.array([1.0]))
+    with open(path, "a") as handle:
+        handle.write('{"chain": 0, "attempt": 1, "index": 2, "st')  # the crash cut this write short
+    resumed = ReleaseLog(path, chain=0, attempt=2)
+    assert [e["step"] for e in resumed.lines] == ["a", "b"] and resumed.unreadable == [3]
+    assert "line(s) 3" in resumed.damage()
+    for step in ("c", "d"):
+        resumed.release(step, {"mechanism": "gaussian"}, np.array([2.0]))
+    later = ReleaseLog(path, chain=1, attempt=3)  # e.g. an overwrite: every earlier release counts
+    assert [e["step"] for e in later.lines] == ["a", "b", "c", "d"] and later.unreadable == [3]
+    assert len(later.extra()) == 4
+    assert json.loads(path.read_text().splitlines()[-1])["step"] == "d"

@@ -79,3 +79,10 @@ def run(self):
     return outcome
 '''
     assert written_arrays(source) == {"from_rule_1", "from_rule_2", "from_rule_3"}
+
+
+def test_a_data_folder_refuses_every_array_name_a_run_writes():
+    from fedcluster.data import RESULT_ARRAYS
+
+    assert set(RESULT_ARRAYS) == code_arrays()
+

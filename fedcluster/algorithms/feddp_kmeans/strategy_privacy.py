@@ -97,12 +97,24 @@ class FedDPPrivacy:
         return released
 
     def devices_release(self, task: str, *names: str) -> None:
-        """The devices are about to be asked for a sum of ``task`` they add their noise to:
-        entered in the folder's privacy ledger first — unless the journal replays the round
-        trip that asks them (they are not asked again), when the ledger already has it."""
-        if not self.distributed:
-            return
-        replayed = self.journal.ahead(fedcluster.protocol.task(fedcluster.protocol.secure_name(task)).message_type)
+        """The devices are about to be asked for a sum of ``task`` they add their noise to: its
+        releases are entered in the folder's privacy ledger when the server asks for the
+        unmasking (:meth:`secagg_unmasking`), not before: a masked sum never unmasked — the
+        crash or the dropouts came first, and a resumed run's devices no longer hold its
+        seeds — is no release."""
+        self.unmask_releases = names if self.distributed else ()
+
+    unmask_releases: tuple[str, ...] = ()
+
+    def secagg_unmasking(self) -> None:
+        """The server is about to ask for the shares that unmask the current sum: from then on it
+        may learn the sum, so its releases go to the ledger first — unless the journal replays
+        that unmasking (the devices are not asked again), when the ledger already has them. A
+        resumed run that must set up again a sum whose unmasking the first attempt had begun
+        enters it again ("again": spent twice, the devices' noise drawn afresh; the first
+        attempt may have received the shares, and the server cannot tell whether it did)."""
+        names, self.unmask_releases = self.unmask_releases, ()
+        replayed = self.journal.ahead(fedcluster.protocol.task("secagg_unmask").message_type)
         for name in names:
             if replayed and self.folder.releases.matches_replay(name):
                 continue
