@@ -36,8 +36,13 @@ def add_bench_flags(parser: argparse.ArgumentParser, *, quick: str, out: str | N
     ``out`` replaces the help where the script writes more files into DIR.
     """
     parser.add_argument("--quick", action="store_true", help=f"fast smoke version: {quick}")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help=out or "also write what is printed (header and tables) to DIR/<script name>.md")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=out or "also write what is printed (header and tables) to DIR/<script name>.md",
+    )
     return parser
 
 
@@ -125,11 +130,16 @@ def machine_info() -> str:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         usable = os.cpu_count()
-    threads = {key: os.environ[key] for key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS") if key in os.environ}
+    threads = {
+        key: os.environ[key]
+        for key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+        if key in os.environ
+    }
     lines = [
         f"machine : {platform.node()} {platform.system()} {platform.machine()}, {cpu_model()}",
         f"nproc   : {usable} usable of {os.cpu_count()}" + (f"  ({threads})" if threads else ""),
-        f"load avg: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1/5/15 min, at start; other work on the machine skews timings)",
+        f"load avg: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1/5/15 min, at start; other work on the machine "
+        "skews timings)",
         f"versions: {', '.join(versions)}",
         f"command : python {shlex.join(sys.argv)}",
         f"code    : {code_version()}",
@@ -143,9 +153,16 @@ def code_version() -> str:
     import subprocess
 
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs"],
-                               cwd=ROOT, capture_output=True, text=True, timeout=10)
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown (no git)"
     if head.returncode != 0:
@@ -304,7 +321,8 @@ def svg_line_chart(
         return T + (1 - (y - y0) / (y1 - y0)) * (height - T - B)
 
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        'font-size="12">',
         f'<rect width="{width}" height="{height}" fill="white"/>',
         f'<text x="{L}" y="18" font-size="14">{title}</text>',
         f'<line x1="{L}" y1="{height - B}" x2="{width - R}" y2="{height - B}" stroke="black"/>',
@@ -338,10 +356,14 @@ def svg_line_chart(
                 continue
             out.append(f'<circle cx="{px(x) + shift:.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>')
             if e:
-                out.append(f'<line x1="{px(x) + shift:.1f}" y1="{py(y - e):.1f}" x2="{px(x) + shift:.1f}" '
-                           f'y2="{py(y + e):.1f}" stroke="{color}"/>')
+                out.append(
+                    f'<line x1="{px(x) + shift:.1f}" y1="{py(y - e):.1f}" x2="{px(x) + shift:.1f}" '
+                    f'y2="{py(y + e):.1f}" stroke="{color}"/>'
+                )
         ly = T + 10 + 18 * index
-        out.append(f'<line x1="{width - R + 10}" y1="{ly}" x2="{width - R + 35}" y2="{ly}" stroke="{color}" stroke-width="2"/>')
+        out.append(
+            f'<line x1="{width - R + 10}" y1="{ly}" x2="{width - R + 35}" y2="{ly}" stroke="{color}" stroke-width="2"/>'
+        )
         out.append(f'<text x="{width - R + 40}" y="{ly + 4}">{label}</text>')
     out.append("</svg>")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -385,7 +407,9 @@ class SimulationSuperLink:
         output: ``flwr run --stream`` exits 0 even when the run failed."""
         from fedcluster.tools.flower import run_config_text
 
-        return self.processes.run_streamed(app_dir, run_config_text(run_config), f"num-supernodes={supernodes}", timeout)
+        return self.processes.run_streamed(
+            app_dir, run_config_text(run_config), f"num-supernodes={supernodes}", timeout
+        )
 
     def __exit__(self, *exc_info) -> None:
         import shutil

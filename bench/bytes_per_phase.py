@@ -35,7 +35,10 @@ ROWS = {
     "fedkmeans (fraction 0.3)": ({"algorithm": "fedkmeans", "num-rounds": 10, "fraction": 0.3, **POINTS}, 10),
     "kfed": ({"algorithm": "kfed", **POINTS}, 10),
     "da-ufl (som)": ({"algorithm": "da-ufl", "k": 16, "dataset": "da-ufl-paper", "num-points": 800}, 10),
-    "feddp-kmeans (data-point)": ({"algorithm": "feddp-kmeans", "k": 10, "dataset": "feddp-mixture", "lloyd-rounds": 2}, 100),
+    "feddp-kmeans (data-point)": (
+        {"algorithm": "feddp-kmeans", "k": 10, "dataset": "feddp-mixture", "lloyd-rounds": 2},
+        100,
+    ),
     "fedspectral-plus (10 rounds)": ({"algorithm": "fedspectral-plus", "k": 2, "num-rounds": 10}, 5),
 }
 
@@ -64,8 +67,12 @@ def main() -> None:
 
 
 def table(quick: bool) -> None:
-    print_header("Bytes per device per phase (in-process, run-config defaults"
-                 + (", --quick: fewer rounds" if quick else "") + ")", __doc__)
+    print_header(
+        "Bytes per device per phase (in-process, run-config defaults"
+        + (", --quick: fewer rounds" if quick else "")
+        + ")",
+        __doc__,
+    )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         edges = graph_dir(Path(tmp) / "graph")
@@ -85,7 +92,15 @@ def table(quick: bool) -> None:
             for phase, count in times.items():
                 rows.append([name, phase, count, kib(down[phase] / count), kib(up[phase] / count)])
             total = result["communication"]
-            rows.append([name, "**whole run, per device**", "", kib(total["bytes_down"] / nodes), kib(total["bytes_up"] / nodes)])
+            rows.append(
+                [
+                    name,
+                    "**whole run, per device**",
+                    "",
+                    kib(total["bytes_down"] / nodes),
+                    kib(total["bytes_up"] / nodes),
+                ]
+            )
     print(markdown_table(["run", "phase", "times", "KiB down / device", "KiB up / device"], rows))
 
 

@@ -22,13 +22,28 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import (add_bench_flags, default_jobs, figure_path, markdown_table, page_output, parallel_map, print_header, run_inprocess,
-                     svg_line_chart)
+from _common import (
+    add_bench_flags,
+    default_jobs,
+    figure_path,
+    markdown_table,
+    page_output,
+    parallel_map,
+    print_header,
+    run_inprocess,
+    svg_line_chart,
+)
 
 DATASETS = {
     "mixture, true k = 4 (d = 5)": ({"dataset": "gaussian-mixture", "components": 4, "dim": 5, "num-points": 3000}, 4),
-    "mixture, true k = 8 (d = 10)": ({"dataset": "gaussian-mixture", "components": 8, "dim": 10, "num-points": 4000}, 8),
-    "mixture, true k = 12 (d = 10)": ({"dataset": "gaussian-mixture", "components": 12, "dim": 10, "num-points": 6000}, 12),
+    "mixture, true k = 8 (d = 10)": (
+        {"dataset": "gaussian-mixture", "components": 8, "dim": 10, "num-points": 4000},
+        8,
+    ),
+    "mixture, true k = 12 (d = 10)": (
+        {"dataset": "gaussian-mixture", "components": 12, "dim": 10, "num-points": 6000},
+        12,
+    ),
     "digits (10 classes, d = 64)": ({"dataset": "digits", "partition": "components", "classes-per-client": 2}, 10),
 }
 QUICK = ("mixture, true k = 4 (d = 5)", "digits (10 classes, d = 64)")  # --quick: one generated, one real
@@ -95,12 +110,37 @@ def main() -> None:
                 return ", ".join(str(r[key]) for r in runs)
 
             ratio_at_truth = [r["ratio"][truth - 2] for r in runs]
-            rows.append([name, truth, picks("fed_ch"), picks("central_ch"), picks("fed_elbow"), picks("central_elbow"),
-                         f"{np.median(ratio_at_truth):.4f} (max {np.max(ratio_at_truth):.4f})", runs[0]["phases"]])
-        print(markdown_table(["data", "true k", "CH: federated", "CH: central", "elbow: federated", "elbow: central",
-                              "federated / central cost at true k", "phases"], rows))
-        print(f"\nOne entry per seed ({len(seeds)} seeds). Federated cost = the best server-built candidate, "
-              "scored in one round, no training rounds.")
+            rows.append(
+                [
+                    name,
+                    truth,
+                    picks("fed_ch"),
+                    picks("central_ch"),
+                    picks("fed_elbow"),
+                    picks("central_elbow"),
+                    f"{np.median(ratio_at_truth):.4f} (max {np.max(ratio_at_truth):.4f})",
+                    runs[0]["phases"],
+                ]
+            )
+        print(
+            markdown_table(
+                [
+                    "data",
+                    "true k",
+                    "CH: federated",
+                    "CH: central",
+                    "elbow: federated",
+                    "elbow: central",
+                    "federated / central cost at true k",
+                    "phases",
+                ],
+                rows,
+            )
+        )
+        print(
+            f"\nOne entry per seed ({len(seeds)} seeds). Federated cost = the best server-built candidate, "
+            "scored in one round, no training rounds."
+        )
         if args.figures or args.out:
             for name, (_, truth) in datasets.items():
                 r = results[(name, seeds[0])]
@@ -109,13 +149,24 @@ def main() -> None:
                 cost_path, cost_link = figure_path(args.out, args.figures, __file__, f"cost-{slug}.svg")
                 ch_path, ch_link = figure_path(args.out, args.figures, __file__, f"ch-{slug}.svg")
                 print(f"\n![{name}: cost per point by k]({cost_link}) ![{name}: Calinski-Harabasz by k]({ch_link})")
-                svg_line_chart(cost_path, f"{name}: cost per point by k (seed 0)", "k",
-                               "cost per point", {"federated": (ks, r["fed_cost"], None),
-                                                  "central": (ks, r["central_cost"], None)})
+                svg_line_chart(
+                    cost_path,
+                    f"{name}: cost per point by k (seed 0)",
+                    "k",
+                    "cost per point",
+                    {"federated": (ks, r["fed_cost"], None), "central": (ks, r["central_cost"], None)},
+                )
                 top = max(max(r["fed_ch_curve"]), max(r["central_ch_curve"]))
-                svg_line_chart(ch_path, f"{name}: Calinski-Harabasz / its maximum (seed 0)", "k",
-                               "CH (scaled)", {"federated": (ks, [v / top for v in r["fed_ch_curve"]], None),
-                                               "central": (ks, [v / top for v in r["central_ch_curve"]], None)})
+                svg_line_chart(
+                    ch_path,
+                    f"{name}: Calinski-Harabasz / its maximum (seed 0)",
+                    "k",
+                    "CH (scaled)",
+                    {
+                        "federated": (ks, [v / top for v in r["fed_ch_curve"]], None),
+                        "central": (ks, [v / top for v in r["central_ch_curve"]], None),
+                    },
+                )
 
 
 if __name__ == "__main__":

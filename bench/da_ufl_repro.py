@@ -34,8 +34,17 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import (add_bench_flags, figure_path, markdown_table, mean_std, page_output, print_header, quiet_flower,
-                     run_inprocess, svg_line_chart)
+from _common import (
+    add_bench_flags,
+    figure_path,
+    markdown_table,
+    mean_std,
+    page_output,
+    print_header,
+    quiet_flower,
+    run_inprocess,
+    svg_line_chart,
+)
 
 from fedcluster.algorithms.da_ufl import model as da_ufl
 from fedcluster.config import DEFAULTS
@@ -55,7 +64,9 @@ def da_loop(agents, point_weights, init, seed, xi=XI, eta=1.0, max_inner=50, eps
     rng = np.random.default_rng([seed, 99])
     centers, previous = init.copy(), None
     for t1 in range(1, MAX_OUTER + 1):
-        labels = [da_ufl.perturbed_labels(X, centers, t1, xi, np.random.default_rng(rng.integers(2**31))) for X in agents]
+        labels = [
+            da_ufl.perturbed_labels(X, centers, t1, xi, np.random.default_rng(rng.integers(2**31))) for X in agents
+        ]
         changed = None if previous is None else sum(int((a != b).sum()) for a, b in zip(labels, previous))
         anchor, z = centers, np.zeros_like(centers)
         for _ in range(max_inner):
@@ -79,8 +90,11 @@ def scores(Xu, yu, centers, central_cost=None):
     labels = nearest(Xu, centers)
     cost = kmeans_cost(Xu, centers) / len(Xu)
     return {
-        "cost": cost, "ratio": cost / central_cost if central_cost else 1.0,
-        "vi": variation_of_information(yu, labels), "rand": rand_index(yu, labels), "ari": adjusted_rand(yu, labels),
+        "cost": cost,
+        "ratio": cost / central_cost if central_cost else 1.0,
+        "vi": variation_of_information(yu, labels),
+        "rand": rand_index(yu, labels),
+        "ari": adjusted_rand(yu, labels),
     }
 
 
@@ -92,12 +106,16 @@ def one(snr, seed):
     Xu, yu = X[union], y[union]
     # phase 1: SOM codebooks; phase 2: counts against the codebook P and against the grid
     som = {"grid": DEFAULTS["som-grid"] or da_ufl.som_grid(K), "epochs": DEFAULTS["som-epochs"]}
-    codebooks = [run_task("som_codebook", DeviceData(points=A), {}, {**som, "seed": seed * 100 + j})[0]["codebook"]
-                 for j, A in enumerate(agents)]
+    codebooks = [
+        run_task("som_codebook", DeviceData(points=A), {}, {**som, "seed": seed * 100 + j})[0]["codebook"]
+        for j, A in enumerate(agents)
+    ]
     P = np.concatenate(codebooks)
     som_counts = np.stack([np.bincount(nearest(A, P), minlength=len(P)) for A in agents]).astype(float)
     low, high = np.min([A.min(0) for A in agents], 0), np.max([A.max(0) for A in agents], 0)
-    grid_counts = np.stack([np.bincount(da_ufl.grid_index(A, low, high, 10), minlength=100) for A in agents]).astype(float)
+    grid_counts = np.stack([np.bincount(da_ufl.grid_index(A, low, high, 10), minlength=100) for A in agents]).astype(
+        float
+    )
     w_som, w_bin = da_ufl.bin_weights(som_counts), da_ufl.bin_weights(grid_counts)
     init = da_ufl.weighted_init(P, som_counts, K, np.random.default_rng(seed), restarts=0)
     weights = {
@@ -126,14 +144,19 @@ def system(snr, seed):
         for j, row in enumerate(observed):
             np.save(Path(tmp) / f"agent_{j}.npy", X[row])
         base = {"k": K, "dataset": "npy-dir", "data-dir": tmp, "seed": seed, "reference": False}
-        for name, config in (("da-ufl som", {"algorithm": "da-ufl", "weighting": "som"}),
-                             ("da-ufl bin", {"algorithm": "da-ufl", "weighting": "bin"}),
-                             ("da-ufl uniform", {"algorithm": "da-ufl", "weighting": "uniform"}),
-                             ("fedkmeans", {"algorithm": "fedkmeans"})):
+        for name, config in (
+            ("da-ufl som", {"algorithm": "da-ufl", "weighting": "som"}),
+            ("da-ufl bin", {"algorithm": "da-ufl", "weighting": "bin"}),
+            ("da-ufl uniform", {"algorithm": "da-ufl", "weighting": "uniform"}),
+            ("fedkmeans", {"algorithm": "fedkmeans"}),
+        ):
             result = run_inprocess({**base, **config}, len(observed))
             centers = np.asarray(result["centers"])
-            rows[name] = {**scores(Xu, yu, centers), "rounds": len(result["rounds"]),
-                          "bytes": result["communication"]["bytes_up"] + result["communication"]["bytes_down"]}
+            rows[name] = {
+                **scores(Xu, yu, centers),
+                "rounds": len(result["rounds"]),
+                "bytes": result["communication"]["bytes_up"] + result["communication"]["bytes_down"],
+            }
     from fedcluster.metrics import central_kmeans
 
     _, total = central_kmeans(Xu, K, seed, n_init=10)
@@ -146,8 +169,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_bench_flags(parser, quick="3 seeds, SNR 10/20/30 dB (Part 2: 10/20 dB)")
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--figures", type=Path, default=Path("bench/results/da-ufl"),
-                        help="folder for objective-vs-snr.svg and outer-iterations.svg without --out (with it: beside the page)")
+    parser.add_argument(
+        "--figures",
+        type=Path,
+        default=Path("bench/results/da-ufl"),
+        help="folder for objective-vs-snr.svg and outer-iterations.svg without --out (with it: beside the page)",
+    )
     args = parser.parse_args()
     seeds = range(3 if args.quick else args.seeds)
     snrs = (10.0, 20.0, 30.0) if args.quick else (5.0, 10.0, 15.0, 20.0, 25.0, 30.0)
@@ -164,38 +191,67 @@ def main() -> None:
             copies = np.mean([r[1]["copies"] for r in results])
             for m in methods:
                 values = [r[0][m] for r in results]
-                rows.append([f"{snr:g}", m, mean_std([v["cost"] for v in values]), mean_std([v["ratio"] for v in values]),
-                             mean_std([v["vi"] for v in values]), mean_std([v["rand"] for v in values]),
-                             mean_std([v["ari"] for v in values]), mean_std([v["outer"] for v in values], 1)])
+                rows.append(
+                    [
+                        f"{snr:g}",
+                        m,
+                        mean_std([v["cost"] for v in values]),
+                        mean_std([v["ratio"] for v in values]),
+                        mean_std([v["vi"] for v in values]),
+                        mean_std([v["rand"] for v in values]),
+                        mean_std([v["ari"] for v in values]),
+                        mean_std([v["outer"] for v in values], 1),
+                    ]
+                )
                 for key in ("ratio", "outer"):
                     column = [v[key] for v in values]
                     curves[m][key].append((np.mean(column), np.std(column, ddof=1) if len(column) > 1 else 0.0))
             conv.append([f"{snr:g}", f"{seen:.0f}", f"{copies:.2f}"])
             del data
         print(f"\n### Part 1: Fig. 5 / Fig. 4 ({len(seeds)} seeds, mean ± std; same init for all methods)\n")
-        print(markdown_table(["SNR dB", "method", "cost / point", "cost / central", "VI", "Rand", "ARI", "outer iterations"], rows))
+        print(
+            markdown_table(
+                ["SNR dB", "method", "cost / point", "cost / central", "VI", "Rand", "ARI", "outer iterations"], rows
+            )
+        )
         print("\nData: distinct points seen by some agent (of 800) and copies per seen point:\n")
         print(markdown_table(["SNR dB", "seen", "copies / point"], conv))
-        for key, name, label in (("ratio", "objective-vs-snr.svg", "cost / central k-means"),
-                                 ("outer", "outer-iterations.svg", "outer iterations to converge")):
+        for key, name, label in (
+            ("ratio", "objective-vs-snr.svg", "cost / central k-means"),
+            ("outer", "outer-iterations.svg", "outer iterations to converge"),
+        ):
             path, link = figure_path(args.out, args.figures, __file__, name)
             print(f"\n![DA-UFL: {label} against SNR]({link})")
             svg_line_chart(
                 path,
                 f"DA-UFL, paper Sec. IV: {label}",
-                "SNR (dB)", f"{label} (mean ± std, {len(seeds)} seeds)",
+                "SNR (dB)",
+                f"{label} (mean ± std, {len(seeds)} seeds)",
                 {m: (list(snrs), [c[0] for c in curves[m][key]], [c[1] for c in curves[m][key]]) for m in methods},
             )
         rows, system_ratio = [], {}
-        for snr in ((10.0, 20.0) if args.quick else (10.0, 20.0, 30.0)):
+        for snr in (10.0, 20.0) if args.quick else (10.0, 20.0, 30.0):
             results = [system(snr, s) for s in seeds]
             for name in results[0]:
                 values = [r[name] for r in results]
                 system_ratio[snr, name] = float(np.mean([v["ratio"] for v in values]))
-                rows.append([f"{snr:g}", name, mean_std([v["ratio"] for v in values]), mean_std([v["ari"] for v in values]),
-                             mean_std([v["rounds"] for v in values], 1), f"{np.mean([v['bytes'] for v in values]) / 1000:.0f}"])
-        print(f"\n### Part 2: the system, run-config defaults ({len(seeds)} seeds): DA-UFL vs FedKMeans on the same agents\n")
-        print("cost / central = cost per distinct point over scikit-learn KMeans (n_init = 10) on the distinct points.\n")
+                rows.append(
+                    [
+                        f"{snr:g}",
+                        name,
+                        mean_std([v["ratio"] for v in values]),
+                        mean_std([v["ari"] for v in values]),
+                        mean_std([v["rounds"] for v in values], 1),
+                        f"{np.mean([v['bytes'] for v in values]) / 1000:.0f}",
+                    ]
+                )
+        print(
+            f"\n### Part 2: the system, run-config defaults ({len(seeds)} seeds): DA-UFL vs FedKMeans on the same "
+            "agents\n"
+        )
+        print(
+            "cost / central = cost per distinct point over scikit-learn KMeans (n_init = 10) on the distinct points.\n"
+        )
         print(markdown_table(["SNR dB", "run", "cost / central", "ARI", "rounds", "kB sent"], rows))
         print(claims(list(snrs), curves, system_ratio))
 
@@ -206,18 +262,27 @@ def claims(snrs: list[float], curves: dict, system_ratio: dict) -> str:
     outer = {m: [c[0] for c in curves[m]["outer"]] for m in curves}
     at = lambda flags: ", ".join(f"{s:g}" for s, f in zip(snrs, flags) if f) or "none"  # noqa: E731
     beat = [min(b, o) < u for b, o, u in zip(ratio["UFLBin"], ratio["UFLSOM"], ratio["UFLUni"])]
-    lines = ["\n### The paper's claims, judged by this run (means over the seeds)\n",
-             f"- Bin or SOM weights beat uniform weights (lower cost / central): at {sum(beat)} of {len(snrs)} SNRs "
-             f"(dB: {at(beat)}).",
-             *[f"- {m} within 2 % of central k-means: at {sum(r <= 1.02 for r in ratio[m])} of {len(snrs)} SNRs "
-               f"(worst {max(ratio[m]):.4f})." for m in ("UFLBin", "UFLSOM", "UFLUni")]]
+    lines = [
+        "\n### The paper's claims, judged by this run (means over the seeds)\n",
+        f"- Bin or SOM weights beat uniform weights (lower cost / central): at {sum(beat)} of {len(snrs)} SNRs "
+        f"(dB: {at(beat)}).",
+        *[
+            f"- {m} within 2 % of central k-means: at {sum(r <= 1.02 for r in ratio[m])} of {len(snrs)} SNRs "
+            f"(worst {max(ratio[m]):.4f})."
+            for m in ("UFLBin", "UFLSOM", "UFLUni")
+        ],
+    ]
     gaps = [abs(o - c) / c for m in ("UFLBin", "UFLSOM", "UFLUni") for o, c in zip(outer[m], outer["central k-means"])]
-    lines.append(f"- As many outer iterations as central k-means: the largest gap is {max(gaps):.0%} of central's "
-                 f"(outer iterations {min(min(v) for v in outer.values()):.1f}–{max(max(v) for v in outer.values()):.1f}).")
+    lines.append(
+        f"- As many outer iterations as central k-means: the largest gap is {max(gaps):.0%} of central's "
+        f"(outer iterations {min(min(v) for v in outer.values()):.1f}–{max(max(v) for v in outer.values()):.1f})."
+    )
     for snr in sorted({s for s, _ in system_ratio}):
         best = min((v, n) for (s, n), v in system_ratio.items() if s == snr and n != "fedkmeans")
-        lines.append(f"- Part 2 at {snr:g} dB: best DA-UFL weighting {best[1]} {best[0]:.4f} against FedKMeans "
-                     f"{system_ratio[snr, 'fedkmeans']:.4f} (cost / central).")
+        lines.append(
+            f"- Part 2 at {snr:g} dB: best DA-UFL weighting {best[1]} {best[0]:.4f} against FedKMeans "
+            f"{system_ratio[snr, 'fedkmeans']:.4f} (cost / central)."
+        )
     return "\n".join(lines)
 
 

@@ -41,8 +41,14 @@ from _common import ROOT, add_bench_flags, markdown_table, page_output, print_he
 
 NODES, POINTS, DIM, K, ROUNDS = 3, 20_000, 32, 16, 6
 QUICK_POINTS, QUICK_ROUNDS = 5_000, 3
-CONFIG = {"k": K, "num-rounds": ROUNDS, "eval-every": 0, "reference": False, "tol": 0.0,
-          "n-init": 1}  # one center set per round (the default trains up to 16 side by side in the first rounds)
+CONFIG = {
+    "k": K,
+    "num-rounds": ROUNDS,
+    "eval-every": 0,
+    "reference": False,
+    "tol": 0.0,
+    "n-init": 1,
+}  # one center set per round (the default trains up to 16 side by side in the first rounds)
 
 
 def device_files(folder: Path, points: int = POINTS) -> list[Path]:
@@ -96,12 +102,16 @@ def main() -> None:
 def measure(points: int, rounds: int) -> None:
     from fedcluster.tools.local_cluster import LocalCluster
 
-    print_header(f"Deployment seconds per round: FedKMeans, {NODES} SuperNodes (TLS + auth, loopback), "
-                 f"{points} x {DIM} points each, k = {K}, {rounds} rounds", __doc__)
+    print_header(
+        f"Deployment seconds per round: FedKMeans, {NODES} SuperNodes (TLS + auth, loopback), "
+        f"{points} x {DIM} points each, k = {K}, {rounds} rounds",
+        __doc__,
+    )
     with tempfile.TemporaryDirectory(prefix="fedcluster-deploy-") as tmp:
         files = device_files(Path(tmp) / "data", points)
-        inprocess = run_inprocess({**CONFIG, "num-rounds": rounds, "dataset": "npy-dir",
-                                   "data-dir": str(Path(tmp) / "data")}, NODES)
+        inprocess = run_inprocess(
+            {**CONFIG, "num-rounds": rounds, "dataset": "npy-dir", "data-dir": str(Path(tmp) / "data")}, NODES
+        )
         centers = np.asarray(inprocess["centers"])
         kernels = [kernel_seconds(f, centers) for f in files]
         start = clientapp_start_seconds(files[0])
@@ -109,8 +119,10 @@ def measure(points: int, rounds: int) -> None:
         out = Path(tmp) / "out"
         with LocalCluster(Path(tmp) / "cluster", files, echo=lambda *_: None) as cluster:
             cluster.start()
-            run_id = cluster.submit(ROOT, f"k={K} num-rounds={rounds} eval-every=0 reference=false tol=0.0 "
-                                          f"min-nodes={NODES} output-dir='{out}'")
+            run_id = cluster.submit(
+                ROOT,
+                f"k={K} num-rounds={rounds} eval-every=0 reference=false tol=0.0 min-nodes={NODES} output-dir='{out}'",
+            )
             status = cluster.wait(run_id, 900)
             if status != "finished:completed":
                 raise SystemExit(f"deployment run ended {status}:\n{cluster.run_log(run_id)[-3000:]}")

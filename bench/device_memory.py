@@ -45,14 +45,19 @@ def requests(d: int, rng: np.random.Generator) -> dict[str, tuple[dict, dict]]:
         "score_candidates": ({"candidates": rng.normal(size=(10, K, d))}, {}),
         "local_summary": ({}, {"k": K, "seed": 1}),
         "fedkmeans_train": ({"centers": centers[None]}, {"seed": 1}),  # one set of centers (m = 1)
-        "fedkmeans_train (B = 32, E = 2)": ({"centers": centers[None]}, {"seed": 1, "batch-size": 32, "local-epochs": 2}),
+        "fedkmeans_train (B = 32, E = 2)": (
+            {"centers": centers[None]},
+            {"seed": 1, "batch-size": 32, "local-epochs": 2},
+        ),
         "kfed_local": ({}, {"k-prime": 4, "seed": 1}),
         "feddp_outer": ({}, {"clip-norm": 10.0, "clip": 1.0}),
         "feddp_lloyd": ({"centers": centers}, {"clip-norm": 10.0, "clip": 1.0, "clip-l1": 1.0}),
         "som_codebook": ({}, {"grid": 4, "seed": 1}),  # the default epochs
         "bin_counts": ({"codebook": codebook}, {"binning": "codebook"}),
-        "daufl_step": ({"centers": centers, "anchor": centers, "weights": weights, "codebook": codebook},
-                       {"binning": "codebook", "outer": 1, "seed": 1}),
+        "daufl_step": (
+            {"centers": centers, "anchor": centers, "weights": weights, "codebook": codebook},
+            {"binning": "codebook", "outer": 1, "seed": 1},
+        ),
     }
 
 
@@ -82,8 +87,12 @@ print(json.dumps({{"rss_mb": peak_kb / 1024, "seconds": seconds}}))
 def measure(task: str, arrays: dict, config: dict, data_path: Path) -> dict:
     name = task.split(" ")[0] if not task.startswith("(") else ""
     payload = json.dumps({"task": name, "arrays": {k: v.tolist() for k, v in arrays.items()}, "config": config})
-    done = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT)), payload, str(data_path)],
-                          capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD.format(root=str(ROOT)), payload, str(data_path)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{task}: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -106,8 +115,15 @@ def main() -> None:
             for task, (arrays, config) in requests(args.d, rng).items():
                 got = measure(task, arrays, config, path)
                 baseline = baseline if baseline is not None else got["rss_mb"]
-                rows.append([task, f"{got['rss_mb']:.0f}", f"{got['rss_mb'] - baseline:+.0f}", f"{got['seconds']:.2f}",
-                             "met" if got["rss_mb"] <= 200 else "**missed**"])
+                rows.append(
+                    [
+                        task,
+                        f"{got['rss_mb']:.0f}",
+                        f"{got['rss_mb'] - baseline:+.0f}",
+                        f"{got['seconds']:.2f}",
+                        "met" if got["rss_mb"] <= 200 else "**missed**",
+                    ]
+                )
         print(markdown_table(["task", "peak RSS (MB)", "over the baseline (MB)", "task seconds", "<= 200 MB"], rows))
         print(f"\ndata: {args.n * args.d * 8 / 1e6:.1f} MB of float64 points; k = {K}.")
 

@@ -49,7 +49,11 @@ def compose_command() -> list[str]:
 
 
 def make_demo_data(folder: Path) -> None:
-    subprocess.run([sys.executable, str(ROOT / "docker" / "make_demo_data.py"), "--out", str(folder)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "docker" / "make_demo_data.py"), "--out", str(folder)],
+        check=True,
+        capture_output=True,
+    )
 
 
 def timestamp(text: str) -> dt.datetime:
@@ -71,18 +75,28 @@ def bring_up(compose: list[str], tmp: Path, tls: bool) -> dict:
         started = time.monotonic()
         subprocess.run([*command, "up", "-d"], check=True, capture_output=True, env=env, cwd=ROOT, timeout=600)
         up = time.monotonic() - started
-        job = subprocess.run([*command, "ps", "-a", "-q", "job"], capture_output=True, text=True, env=env, cwd=ROOT).stdout.strip()
+        job = subprocess.run(
+            [*command, "ps", "-a", "-q", "job"], capture_output=True, text=True, env=env, cwd=ROOT
+        ).stdout.strip()
         code = subprocess.run(["docker", "wait", job], capture_output=True, text=True, timeout=900).stdout.strip()
         finished = time.monotonic() - started
     finally:
-        subprocess.run([*command, "down", "-v", "--remove-orphans"], capture_output=True, env=env, cwd=ROOT, timeout=300)
+        subprocess.run(
+            [*command, "down", "-v", "--remove-orphans"], capture_output=True, env=env, cwd=ROOT, timeout=300
+        )
     status = json.loads((out / "flwr-run.json").read_text())
     if code != "0" or status.get("status") != "finished:completed":
         raise SystemExit(f"the job ended {code} / {status.get('status')}")
     result = json.loads((out / "result.json").read_text())
     run = (timestamp(status["finished-at"]) - timestamp(status["pending-at"])).total_seconds()
-    return {"up": up, "finished": finished, "run": run, "rounds": len(result["rounds"]),
-            "per_round": statistics.median(r["seconds"] for r in result["rounds"]), "cost": result["final"]["cost"]}
+    return {
+        "up": up,
+        "finished": finished,
+        "run": run,
+        "rounds": len(result["rounds"]),
+        "per_round": statistics.median(r["seconds"] for r in result["rounds"]),
+        "cost": result["final"]["cost"],
+    }
 
 
 def main() -> None:
@@ -94,7 +108,10 @@ def main() -> None:
         args.repeats = 1
     compose = compose_command()
     with page_output(args.out, __file__):
-        print_header("Docker demo cluster: docker compose up -> finished job (3 SuperNodes, 1250 points, FedKMeans k = 4)", __doc__)
+        print_header(
+            "Docker demo cluster: docker compose up -> finished job (3 SuperNodes, 1250 points, FedKMeans k = 4)",
+            __doc__,
+        )
         with tempfile.TemporaryDirectory(prefix="fedcluster-docker-bench-") as directory:
             tmp = Path(directory)
             make_demo_data(tmp / "data")
@@ -109,14 +126,38 @@ def main() -> None:
             for variant in ("plain", "tls"):
                 runs = [bring_up(compose, tmp, tls=variant == "tls") for _ in range(args.repeats)]
                 median = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-                rows.append([
-                    variant, f"{median['up']:.1f}", f"{median['finished']:.1f}", f"{median['run']:.0f}", f"{median['rounds']:.0f}",
-                    f"{median['per_round']:.2f}", f"{median['finished'] / baseline:.0f}×", f"{median['cost']:.4f}",
-                ])
-        print(markdown_table(["cluster", "up (s)", "up → finished (s)", "Flower run (s)", "rounds", "s / round",
-                              "finished / in-process", "cost / point"], rows))
-        print(f"\nbaseline, the same job in-process (fedcluster.inprocess.run): {baseline:.2f} s, {len(inprocess['rounds'])} rounds, "
-              f"cost {inprocess['final']['cost']:.4f}; medians of {args.repeats} runs per row")
+                rows.append(
+                    [
+                        variant,
+                        f"{median['up']:.1f}",
+                        f"{median['finished']:.1f}",
+                        f"{median['run']:.0f}",
+                        f"{median['rounds']:.0f}",
+                        f"{median['per_round']:.2f}",
+                        f"{median['finished'] / baseline:.0f}×",
+                        f"{median['cost']:.4f}",
+                    ]
+                )
+        print(
+            markdown_table(
+                [
+                    "cluster",
+                    "up (s)",
+                    "up → finished (s)",
+                    "Flower run (s)",
+                    "rounds",
+                    "s / round",
+                    "finished / in-process",
+                    "cost / point",
+                ],
+                rows,
+            )
+        )
+        print(
+            f"\nbaseline, the same job in-process (fedcluster.inprocess.run): {baseline:.2f} s, "
+            f"{len(inprocess['rounds'])} rounds, "
+            f"cost {inprocess['final']['cost']:.4f}; medians of {args.repeats} runs per row"
+        )
 
 
 if __name__ == "__main__":

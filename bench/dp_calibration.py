@@ -52,7 +52,11 @@ def without_pilot(epsilon: float, specs: tuple, tolerance: float) -> calibration
     step warm-started through ``calibrate_step``'s guesses."""
     guesses: dict = {}
     return calibration._search_scale(
-        epsilon, DELTA, specs, (epsilon * (1.0 - tolerance), epsilon), calibration.SEARCH_DISCRETIZATION,
+        epsilon,
+        DELTA,
+        specs,
+        (epsilon * (1.0 - tolerance), epsilon),
+        calibration.SEARCH_DISCRETIZATION,
         lambda spec, eps: calibration.calibrate_step(spec, eps, DELTA, guesses),
     )[0]
 
@@ -62,7 +66,11 @@ def timed(specs: tuple, epsilon: float, pilot: bool, repeat: int) -> tuple[float
     best, result = float("inf"), None
     for _ in range(repeat):
         start = time.perf_counter()
-        result = calibration._calibrate_to_total(epsilon, DELTA, specs, 1e-3) if pilot else without_pilot(epsilon, specs, 1e-3)
+        result = (
+            calibration._calibrate_to_total(epsilon, DELTA, specs, 1e-3)
+            if pilot
+            else without_pilot(epsilon, specs, 1e-3)
+        )
         best = min(best, time.perf_counter() - start)
     return best, result
 
@@ -111,15 +119,29 @@ def main() -> None:
                         rows.append(row)
                         print(" | ".join(str(c) for c in row), flush=True)
         print()
-        print(markdown_table(
-            ["level", "q", "Lloyd rounds", "ε", "ours s", "baseline s", "baseline / ours",
-             f"ε ours (grid {SEARCH_DISCRETIZATION:g})", f"ε baseline (grid {SEARCH_DISCRETIZATION:g})", "ε ours (ledger, 1e-4)"],
-            rows,
-        ))
+        print(
+            markdown_table(
+                [
+                    "level",
+                    "q",
+                    "Lloyd rounds",
+                    "ε",
+                    "ours s",
+                    "baseline s",
+                    "baseline / ours",
+                    f"ε ours (grid {SEARCH_DISCRETIZATION:g})",
+                    f"ε baseline (grid {SEARCH_DISCRETIZATION:g})",
+                    "ε ours (ledger, 1e-4)",
+                ],
+                rows,
+            )
+        )
         print(f"\nours: {ours_total:.1f} s in total, max {max(float(r[4]) for r in rows):.2f} s per calibration")
         if ratios:
-            print(f"baseline: {base_total:.1f} s in total; speed-up median {sorted(ratios)[len(ratios) // 2]:.1f}x, "
-                  f"min {min(ratios):.1f}x")
+            print(
+                f"baseline: {base_total:.1f} s in total; speed-up median {sorted(ratios)[len(ratios) // 2]:.1f}x, "
+                f"min {min(ratios):.1f}x"
+            )
         print(f"load avg at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -57,19 +57,43 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import (ROOT, add_bench_flags, default_jobs, markdown_table, page_output, parallel_map,  # noqa: E402
-                     print_header, run_inprocess)
+from _common import (
+    ROOT,
+    add_bench_flags,
+    default_jobs,
+    markdown_table,
+    page_output,
+    parallel_map,  # noqa: E402
+    print_header,
+    run_inprocess,
+)
 
 DELTA = 1e-6
 METHODS = ("feddp", "server-kmeans++", "server-lloyds", "sphere-packing")
-LABELS = {"feddp": "FedDP-KMeans", "server-kmeans++": "ServerKMeans++", "server-lloyds": "ServerLloyds",
-          "sphere-packing": "SpherePacking", "kfed": "k-FED", "optimum": "optimum (pooled)"}
-COLORS = {"feddp": "#d62728", "server-kmeans++": "#1f77b4", "server-lloyds": "#2ca02c",
-          "sphere-packing": "#9467bd", "kfed": "#ff7f0e", "optimum": "#000000"}
+LABELS = {
+    "feddp": "FedDP-KMeans",
+    "server-kmeans++": "ServerKMeans++",
+    "server-lloyds": "ServerLloyds",
+    "sphere-packing": "SpherePacking",
+    "kfed": "k-FED",
+    "optimum": "optimum (pooled)",
+}
+COLORS = {
+    "feddp": "#d62728",
+    "server-kmeans++": "#1f77b4",
+    "server-lloyds": "#2ca02c",
+    "sphere-packing": "#9467bd",
+    "kfed": "#ff7f0e",
+    "optimum": "#000000",
+}
 
 SETTINGS = {
-    "data-point": {"clients": 100, "points": 1000, "level": "data-point",
-                   "epsilons": (0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0)},
+    "data-point": {
+        "clients": 100,
+        "points": 1000,
+        "level": "data-point",
+        "epsilons": (0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0),
+    },
     "client-1000": {"clients": 1000, "points": 50, "level": "client", "epsilons": (1.0, 2.0, 4.0, 8.0, 16.0)},
     "client-2000": {"clients": 2000, "points": 50, "level": "client", "epsilons": (1.0, 2.0, 4.0, 8.0, 16.0)},
     "client-5000": {"clients": 5000, "points": 50, "level": "client", "epsilons": (1.0, 2.0, 4.0, 8.0, 16.0)},
@@ -77,8 +101,13 @@ SETTINGS = {
 
 # The authors' code (pfl simulator) on this machine, README configs, 5 seeds (issue 5).
 AUTHORS = {
-    "data-point": {"cost": "50.40 ± 0.42", "optimum": "49.95", "epsilon": "3.13 (step 1 under-noised)",
-                   "seconds": 9.5, "peak_mb": 712},
+    "data-point": {
+        "cost": "50.40 ± 0.42",
+        "optimum": "49.95",
+        "epsilon": "3.13 (step 1 under-noised)",
+        "seconds": 9.5,
+        "peak_mb": 712,
+    },
     "client-2000": {"cost": "50.89 ± 0.46", "optimum": "", "epsilon": "2.56", "seconds": 20.6, "peak_mb": 632},
 }
 
@@ -115,21 +144,54 @@ def authors_table(rows, optima) -> str:
                 if not runs:
                     continue
                 ours = mean(r["cost"] for r in runs)
-                table.append([f"{eps:g}", rounds, f"{ours:.2f}", f"{their:.2f}", f"{ours / their:.4f}",
-                              f"{ours / opt:.4f}", f"{their / opt:.4f}", len(runs)])
+                table.append(
+                    [
+                        f"{eps:g}",
+                        rounds,
+                        f"{ours:.2f}",
+                        f"{their:.2f}",
+                        f"{ours / their:.4f}",
+                        f"{ours / opt:.4f}",
+                        f"{their / opt:.4f}",
+                        len(runs),
+                    ]
+                )
         lines.append(f"\n### {setting}: ours against the authors' code at equal ε (optimum {opt:.3f})\n")
-        lines.append(markdown_table(["ε", "our Lloyd rounds", "ours cost/n", "authors cost/n", "ours/authors",
-                                     "ours/optimum", "authors/optimum", "our seeds"], table))
+        lines.append(
+            markdown_table(
+                [
+                    "ε",
+                    "our Lloyd rounds",
+                    "ours cost/n",
+                    "authors cost/n",
+                    "ours/authors",
+                    "ours/optimum",
+                    "authors/optimum",
+                    "our seeds",
+                ],
+                table,
+            )
+        )
     return "\n".join(lines)
 
 
 def config_for(setting: str, method: str, epsilon: float, rounds: int, seed: int, extra: dict | None = None) -> dict:
     spec = SETTINGS[setting]
     config = {
-        "algorithm": "feddp-kmeans", "dataset": "feddp-mixture", "dim": 100, "k": 10,
-        "num-points": spec["clients"] * spec["points"], "seed": seed, "noise-seed": seed,
-        "privacy-level": spec["level"], "clip-norm": 11.0, "client-max-points": spec["points"],
-        "init": method, "epsilon": float(epsilon), "lloyd-rounds": rounds, "reference": False,
+        "algorithm": "feddp-kmeans",
+        "dataset": "feddp-mixture",
+        "dim": 100,
+        "k": 10,
+        "num-points": spec["clients"] * spec["points"],
+        "seed": seed,
+        "noise-seed": seed,
+        "privacy-level": spec["level"],
+        "clip-norm": 11.0,
+        "client-max-points": spec["points"],
+        "init": method,
+        "epsilon": float(epsilon),
+        "lloyd-rounds": rounds,
+        "reference": False,
         "lloyd-update": "absolute",  # the paper's FedDP-Lloyds for every method (auto: relative after SpherePacking)
     }
     config.update(extra or {})
@@ -143,9 +205,15 @@ def run_point(item: tuple) -> dict:
     result = run_inprocess(config, SETTINGS[setting]["clients"])
     privacy = result["privacy"]
     return {
-        "setting": setting, "method": method, "tag": tag, "lloyd_rounds": rounds, "seed": seed,
-        "target_epsilon": epsilon, "total_epsilon": privacy["epsilon"] if privacy["epsilon"] is not None else math.inf,
-        "cost": result["final"]["cost"], "seconds": time.perf_counter() - started,
+        "setting": setting,
+        "method": method,
+        "tag": tag,
+        "lloyd_rounds": rounds,
+        "seed": seed,
+        "target_epsilon": epsilon,
+        "total_epsilon": privacy["epsilon"] if privacy["epsilon"] is not None else math.inf,
+        "cost": result["final"]["cost"],
+        "seconds": time.perf_counter() - started,
         "extra": json.dumps(extra or {}, sort_keys=True),
     }
 
@@ -202,7 +270,9 @@ def pareto_front(points):
     front, best = [], math.inf
     # Runs calibrated to the same target land within 0.1 % below it: compare ε at two
     # significant digits (the grids' resolution), report the actual value.
-    for _, cost, label, eps in sorted(((float(f"{e:.2g}"), c, l, e) for e, c, l in points), key=lambda p: (p[0], p[1])):
+    for _, cost, label, eps in sorted(
+        ((float(f"{e:.2g}"), c, name, e) for e, c, name in points), key=lambda p: (p[0], p[1])
+    ):
         if cost < best:
             front.append((eps, cost, label))
             best = cost
@@ -220,8 +290,11 @@ def sweep_tables(rows, optima) -> str:
         opt_mean = mean(opt)
         spec = SETTINGS[setting]
         lines.append(f"\n### {setting}: {spec['clients']} clients x {spec['points']} points, {spec['level']} level\n")
-        lines.append(f"pooled optimum cost/n {opt_mean:.3f}" + (f"; k-FED (non-private) {mean(kfed):.3f}" if kfed else
-                     "; k-FED not available in this checkout") + f" ({len(opt)} seed(s))\n")
+        lines.append(
+            f"pooled optimum cost/n {opt_mean:.3f}"
+            + (f"; k-FED (non-private) {mean(kfed):.3f}" if kfed else "; k-FED not available in this checkout")
+            + f" ({len(opt)} seed(s))\n"
+        )
         headers = ["method", "T", *[f"ε={e:g}" for e in spec["epsilons"]]]
         table = []
         by = grouped(sub, ("method", "lloyd_rounds", "target_epsilon"))
@@ -241,8 +314,11 @@ def sweep_tables(rows, optima) -> str:
         lines.append(markdown_table(headers, table))
         front_rows = []
         for method in METHODS:
-            points = [(mean(r["total_epsilon"] for r in runs), mean(r["cost"] for r in runs), f"T={key[1]}")
-                      for key, runs in by.items() if key[0] == method]
+            points = [
+                (mean(r["total_epsilon"] for r in runs), mean(r["cost"] for r in runs), f"T={key[1]}")
+                for key, runs in by.items()
+                if key[0] == method
+            ]
             for eps, cost, label in pareto_front(points):
                 front_rows.append([LABELS[method], f"{eps:.3f}", f"{cost:.3f}", f"{cost / opt_mean:.4f}", label])
         lines.append("\nPareto front (total ε reported by the ledger, cost / n, ratio to the optimum):\n")
@@ -260,9 +336,21 @@ def ablation_tables(rows, optima) -> str:
     for (setting, tag, extra, rounds, eps), runs in sorted(groups.items()):
         opt = mean(o["optimum"] for o in optima if o["setting"] == setting)
         costs = [r["cost"] for r in runs]
-        table.append([setting, tag, extra, rounds, f"{eps:g}", f"{mean(r['total_epsilon'] for r in runs):.3f}",
-                      f"{mean(costs):.3f} ± {std(costs):.3f}", f"{mean(costs) / opt:.4f}"])
-    lines.append(markdown_table(["data", "ablation", "run config", "T", "target ε", "total ε", "cost/n", "cost/optimum"], table))
+        table.append(
+            [
+                setting,
+                tag,
+                extra,
+                rounds,
+                f"{eps:g}",
+                f"{mean(r['total_epsilon'] for r in runs):.3f}",
+                f"{mean(costs):.3f} ± {std(costs):.3f}",
+                f"{mean(costs) / opt:.4f}",
+            ]
+        )
+    lines.append(
+        markdown_table(["data", "ablation", "run config", "T", "target ε", "total ε", "cost/n", "cost/optimum"], table)
+    )
     return "\n".join(lines)
 
 
@@ -280,14 +368,19 @@ def server_data_bounds(setting: str, seed: int) -> dict:
     server = server - server.mean(axis=0)  # the devices' points are taken around it (clip-center = auto)
     r = math.sqrt(float((server**2).sum(axis=1).mean()))
     m, k = SETTINGS[setting]["points"], 10
-    return {"clip-means": round(math.sqrt(k) * r, 2),
-            "clip-sums": round(m * r / math.sqrt(k), 1)}
+    return {"clip-means": round(math.sqrt(k) * r, 2), "clip-sums": round(m * r / math.sqrt(k), 1)}
 
 
 def svg(setting, rows, optima, path: Path) -> None:
     """cost / n against total ε (log axis), Pareto front per method, optimum/k-FED lines."""
-    sub = [r for r in rows if r["setting"] == setting and r["tag"] == "sweep" and math.isfinite(r["total_epsilon"])
-           and r["total_epsilon"] > 0]
+    sub = [
+        r
+        for r in rows
+        if r["setting"] == setting
+        and r["tag"] == "sweep"
+        and math.isfinite(r["total_epsilon"])
+        and r["total_epsilon"] > 0
+    ]
     if not sub:
         return
     opt = mean(o["optimum"] for o in optima if o["setting"] == setting)
@@ -310,11 +403,13 @@ def svg(setting, rows, optima, path: Path) -> None:
     def py(y):
         return T + (1 - (min(y, y1) - y0) / (y1 - y0)) * (H - T - B)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
-           f'<rect width="{W}" height="{H}" fill="white"/>',
-           f'<text x="{L}" y="18" font-size="14">FedDP-KMeans, {setting}: cost / n vs total ε (PLD, δ = 1e-6)</text>',
-           f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="black"/>',
-           f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="black"/>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+        f'<rect width="{W}" height="{H}" fill="white"/>',
+        f'<text x="{L}" y="18" font-size="14">FedDP-KMeans, {setting}: cost / n vs total ε (PLD, δ = 1e-6)</text>',
+        f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="black"/>',
+        f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="black"/>',
+    ]
     for exponent in range(math.floor(x0), math.ceil(x1) + 1):
         for mantissa in (1, 2, 5):
             x = mantissa * 10.0**exponent
@@ -327,23 +422,35 @@ def svg(setting, rows, optima, path: Path) -> None:
         out.append(f'<line x1="{L - 5}" y1="{py(y):.1f}" x2="{L}" y2="{py(y):.1f}" stroke="black"/>')
         out.append(f'<text x="{L - 8}" y="{py(y) + 4:.1f}" text-anchor="end">{y:.1f}</text>')
     out.append(f'<text x="{(L + W - R) / 2}" y="{H - 12}" text-anchor="middle">total ε</text>')
-    out.append(f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">cost / n</text>')
+    out.append(
+        f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">cost / '
+        "n</text>"
+    )
     legend = 0
 
     def key(label, color, dash=""):
         nonlocal legend
         y = T + 10 + 18 * legend
-        out.append(f'<line x1="{W - R + 10}" y1="{y}" x2="{W - R + 35}" y2="{y}" stroke="{color}" stroke-width="2" {dash}/>')
+        out.append(
+            f'<line x1="{W - R + 10}" y1="{y}" x2="{W - R + 35}" y2="{y}" stroke="{color}" stroke-width="2" {dash}/>'
+        )
         out.append(f'<text x="{W - R + 40}" y="{y + 4}">{label}</text>')
         legend += 1
 
-    for label, value, color in [("optimum", opt, COLORS["optimum"])] + ([("kfed", mean(kfed), COLORS["kfed"])] if kfed else []):
-        out.append(f'<line x1="{L}" y1="{py(value):.1f}" x2="{W - R}" y2="{py(value):.1f}" stroke="{color}" stroke-dasharray="5,4"/>')
+    for label, value, color in [("optimum", opt, COLORS["optimum"])] + (
+        [("kfed", mean(kfed), COLORS["kfed"])] if kfed else []
+    ):
+        out.append(
+            f'<line x1="{L}" y1="{py(value):.1f}" x2="{W - R}" y2="{py(value):.1f}" stroke="{color}" '
+            'stroke-dasharray="5,4"/>'
+        )
         key(LABELS[label], color, 'stroke-dasharray="5,4"')
     theirs = sorted(AUTHORS_CLIENT.get(setting, {}).items())
     if theirs:
         path_points = " ".join(f"{px(e):.1f},{py(c):.1f}" for e, c in theirs)
-        out.append(f'<polyline points="{path_points}" fill="none" stroke="#7f7f7f" stroke-width="2" stroke-dasharray="2,3"/>')
+        out.append(
+            f'<polyline points="{path_points}" fill="none" stroke="#7f7f7f" stroke-width="2" stroke-dasharray="2,3"/>'
+        )
         for e, c in theirs:
             out.append(f'<rect x="{px(e) - 3:.1f}" y="{py(c) - 3:.1f}" width="6" height="6" fill="#7f7f7f"/>')
         key("authors' code", "#7f7f7f", 'stroke-dasharray="2,3"')
@@ -419,25 +526,48 @@ def timing(args) -> str:
             config = config_for(setting, "feddp", extra["epsilon"], extra["lloyd-rounds"], seed)
             config["output-dir"] = tempfile.mkdtemp(prefix="feddp-timing-")
             out = timed_process(config, nodes)
-            out.update({"setting": setting, "seed": seed, "target": extra["epsilon"], "optimum": optima[(setting, seed)]})
+            out.update(
+                {"setting": setting, "seed": seed, "target": extra["epsilon"], "optimum": optima[(setting, seed)]}
+            )
             rows.append(out)
             print(json.dumps(out), flush=True)
     table = []
     for (setting, target), runs in grouped(rows, ("setting", "target")).items():
         ratios = [r["cost"] / r["optimum"] for r in runs]
         authors = AUTHORS.get(setting, {})
-        table.append([
-            setting, f"{target:g}", f"{mean(r['epsilon'] for r in runs):.3f}",
-            f"{mean(r['cost'] for r in runs):.3f} ± {std([r['cost'] for r in runs]):.3f}",
-            f"{mean(r['optimum'] for r in runs):.3f}", f"{max(ratios):.4f}", len(runs),
-            f"{mean(r['wall_s'] for r in runs):.1f}", f"{mean(r['run_s'] for r in runs):.1f}",
-            f"{max(r['peak_mb'] for r in runs):.0f}",
-            f"{authors.get('cost', '')} at ε {authors.get('epsilon', '')}" if authors else "",
-            f"{authors['seconds']} s, {authors['peak_mb']} MB" if authors else "",
-        ])
+        table.append(
+            [
+                setting,
+                f"{target:g}",
+                f"{mean(r['epsilon'] for r in runs):.3f}",
+                f"{mean(r['cost'] for r in runs):.3f} ± {std([r['cost'] for r in runs]):.3f}",
+                f"{mean(r['optimum'] for r in runs):.3f}",
+                f"{max(ratios):.4f}",
+                len(runs),
+                f"{mean(r['wall_s'] for r in runs):.1f}",
+                f"{mean(r['run_s'] for r in runs):.1f}",
+                f"{max(r['peak_mb'] for r in runs):.0f}",
+                f"{authors.get('cost', '')} at ε {authors.get('epsilon', '')}" if authors else "",
+                f"{authors['seconds']} s, {authors['peak_mb']} MB" if authors else "",
+            ]
+        )
     return markdown_table(
-        ["setting", "target ε", "total ε (PLD)", "cost/n", "optimum", "worst cost/opt", "seeds",
-         "whole process s", "federation s", "peak MB", "authors' cost", "authors' time, memory"], table)
+        [
+            "setting",
+            "target ε",
+            "total ε (PLD)",
+            "cost/n",
+            "optimum",
+            "worst cost/opt",
+            "seeds",
+            "whole process s",
+            "federation s",
+            "peak MB",
+            "authors' cost",
+            "authors' time, memory",
+        ],
+        table,
+    )
 
 
 # ---------------------------------------------------------------------- main
@@ -447,8 +577,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=None, help="seeds per point (default 3, quick 1)")
     parser.add_argument("--rounds", type=int, nargs="+", default=None, help="Lloyd rounds (default 0 1 2, quick 0 1)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--epsilons", type=float, nargs="+", default=None,
-                        help="override the setting's ε grid (quick: every third ε of it)")
+    parser.add_argument(
+        "--epsilons",
+        type=float,
+        nargs="+",
+        default=None,
+        help="override the setting's ε grid (quick: every third ε of it)",
+    )
     parser.add_argument("--client-sampling-rate", type=float, default=1.0)
     parser.add_argument("--no-ablations", action="store_true")
     parser.add_argument("--ablations-only", action="store_true", help="skip the sweep (and the init-only rows)")
@@ -457,10 +592,13 @@ def main() -> None:
     parser.add_argument("--timing-seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--client-epsilon", type=float, default=8.0)
     parser.add_argument("--replot", action="store_true", help="rebuild the tables and SVGs from --out's CSVs")
-    add_bench_flags(parser, quick="1 seed, every third ε of the grid, Lloyd rounds 0 and 1, no ablations "
-                                  "(--timing: the data-point cases, 1 seed)",
-                    out="folder of runs.csv, optima.csv, pareto.md, the SVGs and feddp_pareto.md (the printed page); "
-                        "default: bench/results/feddp-pareto/<settings> (--timing: .../timing; --quick: quick-...)")
+    add_bench_flags(
+        parser,
+        quick="1 seed, every third ε of the grid, Lloyd rounds 0 and 1, no ablations "
+        "(--timing: the data-point cases, 1 seed)",
+        out="folder of runs.csv, optima.csv, pareto.md, the SVGs and feddp_pareto.md (the printed page); "
+        "default: bench/results/feddp-pareto/<settings> (--timing: .../timing; --quick: quick-...)",
+    )
     args = parser.parse_args()
     args.seeds = args.seeds or (1 if args.quick else 3)
     args.rounds = args.rounds or ([0, 1] if args.quick else [0, 1, 2])
@@ -501,15 +639,29 @@ def reproduce(args: argparse.Namespace, out: Path) -> None:
                         work.append((setting, method, eps, rounds, seed, extra, "sweep"))
     if "data-point" in args.settings and not args.no_ablations:
         for eps in (0.3, 0.5):
-            for split in ("0.2,0.2,0.45,0.15", "0.25,0.25,0.25,0.25", "0.4,0.15,0.3,0.15", "0.1,0.1,0.65,0.15",
-                          "0.2,0.1,0.6,0.1"):
+            for split in (
+                "0.2,0.2,0.45,0.15",
+                "0.25,0.25,0.25,0.25",
+                "0.4,0.15,0.3,0.15",
+                "0.1,0.1,0.65,0.15",
+                "0.2,0.1,0.6,0.1",
+            ):
                 for seed in seeds:
                     work.append(("data-point", "feddp", eps, 0, seed, {"budget-split": split}, "budget split"))
             for rounds in (1, 2):
                 for fraction in (0.1, 0.25, 0.5):
                     for seed in seeds:
-                        work.append(("data-point", "feddp", eps, rounds, seed, {"lloyd-fraction": fraction},
-                                     "Lloyd rounds / lloyd-fraction"))
+                        work.append(
+                            (
+                                "data-point",
+                                "feddp",
+                                eps,
+                                rounds,
+                                seed,
+                                {"lloyd-fraction": fraction},
+                                "Lloyd rounds / lloyd-fraction",
+                            )
+                        )
     for setting in args.settings:
         if SETTINGS[setting]["level"] != "client" or args.no_ablations:
             continue
@@ -518,10 +670,28 @@ def reproduce(args: argparse.Namespace, out: Path) -> None:
             for seed in seeds:
                 extra = {"client-sampling-rate": args.client_sampling_rate, **bounds}
                 work.append((setting, "feddp", eps, 0, seed, extra, "server-data bounds"))
-                work.append((setting, "feddp", eps, 0, seed, {**extra, "budget-split": "0.5,0.1,0.3,0.1"},
-                             "server-data bounds, step-1-heavy split"))
-                work.append((setting, "feddp", eps, 1, seed, {**extra, "budget-split": "0.5,0.1,0.3,0.1",
-                                                              "lloyd-fraction": 0.2}, "server-data bounds, step-1-heavy split"))
+                work.append(
+                    (
+                        setting,
+                        "feddp",
+                        eps,
+                        0,
+                        seed,
+                        {**extra, "budget-split": "0.5,0.1,0.3,0.1"},
+                        "server-data bounds, step-1-heavy split",
+                    )
+                )
+                work.append(
+                    (
+                        setting,
+                        "feddp",
+                        eps,
+                        1,
+                        seed,
+                        {**extra, "budget-split": "0.5,0.1,0.3,0.1", "lloyd-fraction": 0.2},
+                        "server-data bounds, step-1-heavy split",
+                    )
+                )
     # Baselines with no Lloyd round use no client data (ε = 0). SpherePacking without one is
     # refused by the run config (its centers would never see the devices' data): no such row.
     for setting in args.settings:
@@ -556,7 +726,11 @@ def read_csv(path: Path) -> list[dict]:
             number = float(value)
         except ValueError:
             return value
-        return int(number) if number.is_integer() and "." not in value and "e" not in value.lower() and "inf" not in value else number
+        return (
+            int(number)
+            if number.is_integer() and "." not in value and "e" not in value.lower() and "inf" not in value
+            else number
+        )
 
     with path.open() as handle:
         return [{key: convert(value) for key, value in row.items()} for row in csv.DictReader(handle)]
@@ -566,14 +740,20 @@ def report(rows: list[dict], optima: list[dict], settings: list[str], out: Path)
     text = sweep_tables(rows, optima) + "\n" + authors_table(rows, optima) + "\n" + ablation_tables(rows, optima)
     init_only = [r for r in rows if r["tag"] == "init only"]
     if init_only:
-        table = [[f"{s}", LABELS[m], f"{mean(r['cost'] for r in runs):.3f}"]
-                 for (s, m), runs in grouped(init_only, ("setting", "method")).items()]
-        text += "\n\nBaselines with no Lloyd round (no client data, ε = 0):\n\n" + markdown_table(["setting", "method", "cost/n"], table)
+        table = [
+            [f"{s}", LABELS[m], f"{mean(r['cost'] for r in runs):.3f}"]
+            for (s, m), runs in grouped(init_only, ("setting", "method")).items()
+        ]
+        text += "\n\nBaselines with no Lloyd round (no client data, ε = 0):\n\n" + markdown_table(
+            ["setting", "method", "cost/n"], table
+        )
     print(text)
     (out / "pareto.md").write_text(text + "\n")
     for setting in settings:
         svg(setting, rows, optima, out / f"feddp_pareto-{setting}.svg")
-        print(f"\n![FedDP-KMeans, {setting}: cost / n against total ε beside the baselines](feddp_pareto-{setting}.svg)")
+        print(
+            f"\n![FedDP-KMeans, {setting}: cost / n against total ε beside the baselines](feddp_pareto-{setting}.svg)"
+        )
     print(f"\nwritten: {out}/runs.csv, optima.csv, pareto.md, feddp_pareto-*.svg")
 
 

@@ -41,16 +41,33 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import add_bench_flags, default_jobs, markdown_table, page_output, parallel_map, print_header, run_inprocess  # noqa: E402
+from _common import (
+    add_bench_flags,
+    default_jobs,
+    markdown_table,
+    page_output,
+    parallel_map,
+    print_header,
+    run_inprocess,
+)  # noqa: E402
 
 TARGET = 1.02
 
 # scenario -> (number of clients, run-config overrides)
 SCENARIOS: dict[str, tuple[int, dict]] = {
-    "gmm d=10 k=8 Dir(0.3)": (20, {
-        "dataset": "gaussian-mixture", "dim": 10, "components": 8, "k": 8, "num-points": 8000,
-        "separation": 5.0, "partition": "dirichlet", "dirichlet-alpha": 0.3,
-    }),
+    "gmm d=10 k=8 Dir(0.3)": (
+        20,
+        {
+            "dataset": "gaussian-mixture",
+            "dim": 10,
+            "components": 8,
+            "k": 8,
+            "num-points": 8000,
+            "separation": 5.0,
+            "partition": "dirichlet",
+            "dirichlet-alpha": 0.3,
+        },
+    ),
     "digits 1 class/client": (20, {"dataset": "digits", "classes-per-client": 1, "k": 10}),
     "digits 2 classes/client": (20, {"dataset": "digits", "classes-per-client": 2, "k": 10}),
     "digits 1 class/client, 10 clients": (10, {"dataset": "digits", "classes-per-client": 1, "k": 10}),
@@ -111,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         print_header("FedKMeans on non-IID data vs the pooled central optimum", __doc__)
         for name, (clients, overrides) in SCENARIOS.items():
             print(f"- {name}: {clients} clients, {overrides}")
-        print(f"\nseeds {seeds[0]}..{seeds[-1]}, target median ratio <= {TARGET}, {args.jobs} worker process(es)\n", flush=True)
+        print(
+            f"\nseeds {seeds[0]}..{seeds[-1]}, target median ratio <= {TARGET}, {args.jobs} worker process(es)\n",
+            flush=True,
+        )
 
         settings = [("defaults", {})] + ([(f"tuned {TUNED}", TUNED)] if args.tuned else [])
         settings += [(f"{RANDOM_INIT}", RANDOM_INIT)] if args.random_init else []
@@ -135,25 +155,41 @@ def main(argv: list[str] | None = None) -> int:
                     first_text = "not measured (eval-every = 0)"
                 else:
                     first_text = "never (median)"
-                rows.append([
-                    scenario,
-                    label,
-                    f"{median:.4f}",
-                    f"{max(ratios):.4f}",
-                    f"{statistics.median(r['init_ratio'] for r in runs):.4f}",
-                    f"{sum(r <= TARGET for r in ratios)}/{len(ratios)}",
-                    "yes" if median <= TARGET else f"NO (+{(median - TARGET) * 100:.1f} pts)",
-                    first_text,
-                    statistics.median(r["rounds"] for r in runs),
-                    f"{statistics.median(r['seconds'] for r in runs):.1f}",
-                ])
-        print(markdown_table(
-            ["scenario", "setting", "median ratio", "max ratio", "initial centers' ratio (median)", f"seeds ≤ {TARGET}", "target met",
-             f"first round ≤ {TARGET} (median)", "rounds run", "s / run"],
-            rows,
-        ))
-        print("\nratio = federated cost per point / pooled scikit-learn KMeans(n_init=10) cost per point, "
-              f"on the pooled points; {len(seeds)} seeds.")
+                rows.append(
+                    [
+                        scenario,
+                        label,
+                        f"{median:.4f}",
+                        f"{max(ratios):.4f}",
+                        f"{statistics.median(r['init_ratio'] for r in runs):.4f}",
+                        f"{sum(r <= TARGET for r in ratios)}/{len(ratios)}",
+                        "yes" if median <= TARGET else f"NO (+{(median - TARGET) * 100:.1f} pts)",
+                        first_text,
+                        statistics.median(r["rounds"] for r in runs),
+                        f"{statistics.median(r['seconds'] for r in runs):.1f}",
+                    ]
+                )
+        print(
+            markdown_table(
+                [
+                    "scenario",
+                    "setting",
+                    "median ratio",
+                    "max ratio",
+                    "initial centers' ratio (median)",
+                    f"seeds ≤ {TARGET}",
+                    "target met",
+                    f"first round ≤ {TARGET} (median)",
+                    "rounds run",
+                    "s / run",
+                ],
+                rows,
+            )
+        )
+        print(
+            "\nratio = federated cost per point / pooled scikit-learn KMeans(n_init=10) cost per point, "
+            f"on the pooled points; {len(seeds)} seeds."
+        )
         print(f"total wall time {time.perf_counter() - started:.0f} s")
         return 0
 

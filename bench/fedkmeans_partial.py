@@ -42,8 +42,17 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import (add_bench_flags, default_jobs, figure_path, markdown_table, page_output, parallel_map, print_header, quiet_flower,
-                     svg_line_chart)
+from _common import (
+    add_bench_flags,
+    default_jobs,
+    figure_path,
+    markdown_table,
+    page_output,
+    parallel_map,
+    print_header,
+    quiet_flower,
+    svg_line_chart,
+)
 
 from fedcluster.data import partition_components, partition_dirichlet, partition_iid
 from fedcluster.lloyd import kmeans_cost
@@ -53,7 +62,13 @@ PARTITIONS = ("1 component", "2 components", "3 components", "Dirichlet(0.1)", "
 SETTINGS = {
     "defaults": {},
     "previous defaults": {"server-memory": False, "init-coarse": False, "init-server-starts": 10},
-    "paper setting": {"server-memory": False, "init-coarse": False, "init-server-starts": 10, "server-lr": 0.5, "momentum": 0.5},
+    "paper setting": {
+        "server-memory": False,
+        "init-coarse": False,
+        "init-server-starts": 10,
+        "server-lr": 0.5,
+        "momentum": 0.5,
+    },
 }
 
 # --diagnose: where the remaining gap on the 1- and 2-component rows comes from
@@ -85,8 +100,9 @@ def central(X, labels, means, seed):
     from sklearn.cluster import KMeans
 
     true_start = np.stack([X[labels == j].mean(0) for j in range(K)])
-    best = min(KMeans(K, n_init=10, random_state=seed).fit(X).inertia_,
-               KMeans(K, init=true_start, n_init=1).fit(X).inertia_)
+    best = min(
+        KMeans(K, n_init=10, random_state=seed).fit(X).inertia_, KMeans(K, init=true_start, n_init=1).fit(X).inertia_
+    )
     return best / len(X)
 
 
@@ -107,9 +123,18 @@ def one(job):
         folder.mkdir()
         for i, index in enumerate(parts):
             np.save(folder / f"client_{i:03d}.npy", X[index])
-        config = {"k": K, "num-rounds": 60, "fraction": fraction, "dataset": "npy-dir", "data-dir": str(folder),
-                  "seed": seed, "reference": False, "output-dir": str(Path(tmp) / "out"), "eval-every": 1,
-                  **SETTINGS[setting]}
+        config = {
+            "k": K,
+            "num-rounds": 60,
+            "fraction": fraction,
+            "dataset": "npy-dir",
+            "data-dir": str(folder),
+            "seed": seed,
+            "reference": False,
+            "output-dir": str(Path(tmp) / "out"),
+            "eval-every": 1,
+            **SETTINGS[setting],
+        }
         if batch:
             config.update({"batch-size": 32, "local-epochs": 2})
         result = run(config, num_nodes=CLIENTS)
@@ -125,12 +150,23 @@ def main() -> None:
     add_bench_flags(parser, quick="3 seeds, the 2-component split, fraction 0.3 and 1, full batch")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--jobs", type=int, default=default_jobs())
-    parser.add_argument("--batch", choices=("full", "mini", "both"), default="both",
-                        help="full batch rows, mini-batch (B = 32, E = 2) rows, or both")
-    parser.add_argument("--diagnose", action="store_true",
-                        help="the 1- and 2-component rows at fraction 0.3 and 1 with other starts / no reassignment")
-    parser.add_argument("--figures", type=Path, default=None,
-                        help="write cost-per-round SVGs into this folder (with --out they go beside the page instead)")
+    parser.add_argument(
+        "--batch",
+        choices=("full", "mini", "both"),
+        default="both",
+        help="full batch rows, mini-batch (B = 32, E = 2) rows, or both",
+    )
+    parser.add_argument(
+        "--diagnose",
+        action="store_true",
+        help="the 1- and 2-component rows at fraction 0.3 and 1 with other starts / no reassignment",
+    )
+    parser.add_argument(
+        "--figures",
+        type=Path,
+        default=None,
+        help="write cost-per-round SVGs into this folder (with --out they go beside the page instead)",
+    )
     args = parser.parse_args()
     if args.diagnose:
         SETTINGS.clear()
@@ -144,7 +180,14 @@ def main() -> None:
         print_header("FedKMeans under partial participation (50 clients, d = 30, k = 20, 60 rounds)", __doc__)
         pairs = [(p, seed) for p in partitions for seed in seeds]
         references = dict(zip(pairs, parallel_map(reference_of, pairs, args.jobs)))
-        jobs = [(p, f, b, s, seed) for p in partitions for f in fractions for b in batches for s in SETTINGS for seed in seeds]
+        jobs = [
+            (p, f, b, s, seed)
+            for p in partitions
+            for f in fractions
+            for b in batches
+            for s in SETTINGS
+            for seed in seeds
+        ]
         results = dict(zip(jobs, parallel_map(one, [job + (references[job[0], job[4]],) for job in jobs], args.jobs)))
         rows = []
         for p in partitions:
@@ -153,10 +196,31 @@ def main() -> None:
                     for s in SETTINGS:
                         ratios = [results[(p, f, b, s, seed)][0] for seed in seeds]
                         above = [results[(p, f, b, s, seed)][1] for seed in seeds]
-                        rows.append([p, f"{f:g}", "B=32 E=2" if b else "full", s, f"{np.median(ratios):.4f}",
-                                     f"{np.max(ratios):.4f}", f"{np.max(above):.4f}"])
-        print(markdown_table(["data", "fraction", "batch", "setting", "cost / best central (median)", "worst",
-                              "final / best seen (worst)"], rows))
+                        rows.append(
+                            [
+                                p,
+                                f"{f:g}",
+                                "B=32 E=2" if b else "full",
+                                s,
+                                f"{np.median(ratios):.4f}",
+                                f"{np.max(ratios):.4f}",
+                                f"{np.max(above):.4f}",
+                            ]
+                        )
+        print(
+            markdown_table(
+                [
+                    "data",
+                    "fraction",
+                    "batch",
+                    "setting",
+                    "cost / best central (median)",
+                    "worst",
+                    "final / best seen (worst)",
+                ],
+                rows,
+            )
+        )
         print(f"\n{len(seeds)} seeds; best central = min(KMeans n_init=10, KMeans from the true means).")
         if args.figures or args.out:
             for p in partitions:
@@ -171,8 +235,13 @@ def main() -> None:
                     series[s] = (rounds.tolist(), np.median(curves, axis=0).tolist(), None)
                 name = f"cost-per-round-{p.replace(' ', '-').replace('(', '').replace(')', '').lower()}.svg"
                 path, link = figure_path(args.out, args.figures, __file__, name)
-                svg_line_chart(path, f"FedKMeans, {p}, fraction 0.3, full batch ({len(seeds)} seeds, median)",
-                               "round", "cost / best central", series)
+                svg_line_chart(
+                    path,
+                    f"FedKMeans, {p}, fraction 0.3, full batch ({len(seeds)} seeds, median)",
+                    "round",
+                    "cost / best central",
+                    series,
+                )
                 print(f"\n![FedKMeans, {p}, fraction 0.3: cost per round]({link})")
 
 

@@ -37,8 +37,16 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import (add_bench_flags, default_jobs, markdown_table, mean_std, page_output, parallel_map,  # noqa: E402
-                     print_header, run_inprocess)
+from _common import (
+    add_bench_flags,
+    default_jobs,
+    markdown_table,
+    mean_std,
+    page_output,
+    parallel_map,  # noqa: E402
+    print_header,
+    run_inprocess,
+)
 
 NUM_CLIENTS = 50
 K = 5
@@ -49,7 +57,10 @@ SETTINGS: dict[str, dict] = {
     "B=5 E=2 β=0.5": {"batch-size": 5, "local-epochs": 2, "client-lr": 0.5},
     "α=1 μ=0.5": {"server-lr": 1.0, "momentum": 0.5},
     "paper-like (random init, C=0.1, μ=0.5)": {
-        "init": "random-box", "fraction": 0.1, "momentum": 0.5, "eval-every": 0,
+        "init": "random-box",
+        "fraction": 0.1,
+        "momentum": 0.5,
+        "eval-every": 0,
     },
     "random-box init, C=1": {"init": "random-box"},
 }
@@ -112,8 +123,11 @@ def main(argv: list[str] | None = None) -> int:
 
     with page_output(args.out, __file__):
         print_header("FedKMeans on Triebe's 1-D toy setup vs central k-means", __doc__)
-        print(f"{NUM_CLIENTS} clients x 10 points, 1-D, means 1..5, scale 0.2, k={K}, T={rounds}, "
-              f"seeds {seeds[0]}..{seeds[-1]}, {args.jobs} worker process(es)\n", flush=True)
+        print(
+            f"{NUM_CLIENTS} clients x 10 points, 1-D, means 1..5, scale 0.2, k={K}, T={rounds}, "
+            f"seeds {seeds[0]}..{seeds[-1]}, {args.jobs} worker process(es)\n",
+            flush=True,
+        )
 
         started = time.perf_counter()
         rows = []
@@ -128,12 +142,24 @@ def main(argv: list[str] | None = None) -> int:
             runs = federated[index * len(seeds) : (index + 1) * len(seeds)]
             rows.append(summarize(f"FedKMeans {name}", runs))
 
-        print(markdown_table(
-            ["method", "intra-cluster distance", "Davies–Bouldin", "cost / point", "clusters used (min)", "reassigned / run", "s / run"],
-            rows,
-        ))
-        print(f"\nintra-cluster distance and Davies–Bouldin: mean ± std over {len(seeds)} seeds, lower is better. "
-              "Paper's claim: FedKMeans matches or beats central k-means with suitable hyperparameters.")
+        print(
+            markdown_table(
+                [
+                    "method",
+                    "intra-cluster distance",
+                    "Davies–Bouldin",
+                    "cost / point",
+                    "clusters used (min)",
+                    "reassigned / run",
+                    "s / run",
+                ],
+                rows,
+            )
+        )
+        print(
+            f"\nintra-cluster distance and Davies–Bouldin: mean ± std over {len(seeds)} seeds, lower is better. "
+            "Paper's claim: FedKMeans matches or beats central k-means with suitable hyperparameters."
+        )
         print(f"total wall time {time.perf_counter() - started:.0f} s")
         return 0
 

@@ -28,7 +28,8 @@ Usage::
     python bench/fedspectral_repro.py --quick     # email-Eu-core only, 1 seed (sweeps: 1 seed per cell)
     python bench/fedspectral_repro.py --quick --out DIR   # also writes DIR/fedspectral_repro.md
 
-Graphs: ``--graphs DIR`` or ``$FEDCLUSTER_GRAPHS`` or ``./graphs`` (``fedcluster-fetch-graphs --out graphs``) or ``../shared/data/graphs``.
+Graphs: ``--graphs DIR`` or ``$FEDCLUSTER_GRAPHS`` or ``./graphs`` (``fedcluster-fetch-graphs --out graphs``) or
+``../shared/data/graphs``.
 """
 
 from __future__ import annotations
@@ -56,7 +57,15 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import add_bench_flags, figure_path, markdown_table, page_output, print_header, run_inprocess, svg_line_chart  # noqa: E402
+from bench._common import (
+    add_bench_flags,
+    figure_path,
+    markdown_table,
+    page_output,
+    print_header,
+    run_inprocess,
+    svg_line_chart,
+)  # noqa: E402
 from fedcluster.graph import canonical_edges, load_edge_list, load_node_labels, split_edges, write_client_edge_files  # noqa: E402
 from fedcluster.metrics import adjusted_rand, nmi, rand_index  # noqa: E402
 from fedcluster.algorithms.fedspectral.model import ExactEigensolver, embedding_labels, row_normalize, subspace_distance  # noqa: E402
@@ -182,16 +191,31 @@ def edge_copies(config: dict, copies: int) -> dict:
     return {"edge-copies": copies} if config["algorithm"] == "fedspectral-plus" else {}
 
 
-def federated(graph: Graph, config: dict[str, Any], seeds: int, clients: int = CLIENTS, copies: int = COPIES,
-              k: int = K, twin_check: tuple | None = None) -> dict[str, Any]:
+def federated(
+    graph: Graph,
+    config: dict[str, Any],
+    seeds: int,
+    clients: int = CLIENTS,
+    copies: int = COPIES,
+    k: int = K,
+    twin_check: tuple | None = None,
+) -> dict[str, Any]:
     """Run ``config`` for seeds 0..seeds-1; metrics against the global clustering."""
     data_dir = graph.split(clients, copies)
     rows = []
     for seed in range(seeds):
         out = Path(tempfile.mkdtemp(prefix="fedspectral-bench-"))
         full = {
-            "k": k, "num-nodes": graph.n, "dataset": "edge-dir", "data-dir": str(data_dir), **edge_copies(config, copies),
-            "seed": seed, "reference": False, "node-settle-s": 0.2, "output-dir": str(out), **config,
+            "k": k,
+            "num-nodes": graph.n,
+            "dataset": "edge-dir",
+            "data-dir": str(data_dir),
+            **edge_copies(config, copies),
+            "seed": seed,
+            "reference": False,
+            "node-settle-s": 0.2,
+            "output-dir": str(out),
+            **config,
         }
         started = time.perf_counter()
         result = run_inprocess(full, clients)
@@ -208,7 +232,9 @@ def federated(graph: Graph, config: dict[str, Any], seeds: int, clients: int = C
             stopped=result["final"].get("stopped", ""),
         )
         if twin_check is not None and seed == 0:  # the federated run equals its central twin
-            row["twin_distance"] = subspace_distance(embedding, twin_embedding(graph, k, seed, *twin_check, rounds=len(rounds)))
+            row["twin_distance"] = subspace_distance(
+                embedding, twin_embedding(graph, k, seed, *twin_check, rounds=len(rounds))
+            )
         rows.append(row)
         shutil.rmtree(out, ignore_errors=True)
     return {key: [row.get(key, float("nan")) for row in rows] for key in rows[0]}
@@ -256,8 +282,11 @@ def twin_curve(graph: Graph, k: int, block: int, method: str, max_rounds: int, s
             if sine <= target and target not in at_target:
                 labels = embedding_labels(state["embedding"], k, 0)
                 at_target[target] = {
-                    "round": t, "mb": sent, "residual": state["residual"],
-                    "rand": rand_index(labels, reference), "ari": adjusted_rand(labels, reference),
+                    "round": t,
+                    "mb": sent,
+                    "residual": state["residual"],
+                    "rand": rand_index(labels, reference),
+                    "ari": adjusted_rand(labels, reference),
                 }
         if sine <= stop_at:
             break
@@ -294,9 +323,15 @@ def fmt_sine(values: list[float]) -> str:
 
 def row_cells(name: str, paper: str, result: dict[str, Any], departments: bool) -> list[str]:
     cells = [
-        name, paper, fmt(result["rand"], 2, percent=True),
-        fmt(result["ari"], 3) + (f" (min {min(result['ari']):.3f})" if len(set(result["ari"])) > 1 else ""), fmt(result["nmi"], 3),
-        fmt(result["ari_same_seed"], 3), fmt_sine(result["sine"]), f"{statistics.fmean(result['rounds']):g}", f"{statistics.fmean(result['mb_per_client']):.1f}",
+        name,
+        paper,
+        fmt(result["rand"], 2, percent=True),
+        fmt(result["ari"], 3) + (f" (min {min(result['ari']):.3f})" if len(set(result["ari"])) > 1 else ""),
+        fmt(result["nmi"], 3),
+        fmt(result["ari_same_seed"], 3),
+        fmt_sine(result["sine"]),
+        f"{statistics.fmean(result['rounds']):g}",
+        f"{statistics.fmean(result['mb_per_client']):.1f}",
     ]
     if departments:
         cells += [fmt(result["dept_ari"], 3), fmt(result["dept_nmi"], 3)]
@@ -314,8 +349,14 @@ def main_table(graph: Graph, seeds: int) -> dict[str, Any]:
     values, vectors, _ = graph.central(K)
     floor = noise_floor(graph, K, seeds)
     departments = graph.departments is not None
-    print(f"## {name}: n = {graph.n}, {graph.edges.shape[0]} undirected edges, {CLIENTS} clients, every edge on {COPIES}\n")
-    print(f"central (I+N)/2: lambda_{K} = {values[K - 1]:.5f}, lambda_{K + 1} = {values[K]:.5f} (gap {values[K - 1] - values[K]:.2e})\n")
+    print(
+        f"## {name}: n = {graph.n}, {graph.edges.shape[0]} undirected edges, {CLIENTS} clients, every edge on "
+        f"{COPIES}\n"
+    )
+    print(
+        f"central (I+N)/2: lambda_{K} = {values[K - 1]:.5f}, lambda_{K + 1} = {values[K]:.5f} (gap "
+        f"{values[K - 1] - values[K]:.2e})\n"
+    )
     rows, raw = [], {}
 
     def add(label: str, paper: str, config: dict, **kwargs) -> None:
@@ -328,48 +369,109 @@ def main_table(graph: Graph, seeds: int) -> dict[str, Any]:
     def span(values, scale=1.0, digits=3):
         return f"{min(values) * scale:.{digits}f}–{max(values) * scale:.{digits}f}"
 
-    floor_cells = ["noise floor: central, k-means seeds 1..S vs seed 0", "", span(floor["rand"], 100, 2), span(floor["ari"]),
-                   span(floor["nmi"]), "1", "0", "", ""]
-    pair_cells = ["noise floor: central, every pair of k-means seeds 0..S", "", span(floor["pair_rand"], 100, 2),
-                  span(floor["pair_ari"]), span(floor["pair_nmi"]), "", "0", "", ""]
+    floor_cells = [
+        "noise floor: central, k-means seeds 1..S vs seed 0",
+        "",
+        span(floor["rand"], 100, 2),
+        span(floor["ari"]),
+        span(floor["nmi"]),
+        "1",
+        "0",
+        "",
+        "",
+    ]
+    pair_cells = [
+        "noise floor: central, every pair of k-means seeds 0..S",
+        "",
+        span(floor["pair_rand"], 100, 2),
+        span(floor["pair_ari"]),
+        span(floor["pair_nmi"]),
+        "",
+        "0",
+        "",
+        "",
+    ]
     if departments:
-        floor_cells += [fmt([floor["seed0"]["dept_ari"]] + floor["dept_ari"], 3), fmt([floor["seed0"]["dept_nmi"]] + floor["dept_nmi"], 3)]
+        floor_cells += [
+            fmt([floor["seed0"]["dept_ari"]] + floor["dept_ari"], 3),
+            fmt([floor["seed0"]["dept_nmi"]] + floor["dept_nmi"], 3),
+        ]
         pair_cells += ["", ""]
     rows += [floor_cells, pair_cells]
     inertia = ", ".join(f"{value:.1f}" for value in floor["inertia"])
     add("FedSpectral (co-association, both-present)", f"{paper_base} %", {"algorithm": "fedspectral"})
-    add("FedSpectral (co-association, all-clients)", f"{paper_base} %", {"algorithm": "fedspectral", "coassociation": "all-clients"})
-    add(f"FedSpectral+ paper mode, iters {paper_iters}, rounds {paper_rounds}", f"{paper_plus} %",
-        {"algorithm": "fedspectral-plus", "mode": "paper", "iters": paper_iters, "num-rounds": paper_rounds})
-    add("FedSpectral+ exact, subspace iteration, block 20, 60 rounds", "",
-        {"algorithm": "fedspectral-plus", "acceleration": "none", "num-rounds": 60}, seeds=1, twin_check=(2 * K, "none"))
+    add(
+        "FedSpectral (co-association, all-clients)",
+        f"{paper_base} %",
+        {"algorithm": "fedspectral", "coassociation": "all-clients"},
+    )
+    add(
+        f"FedSpectral+ paper mode, iters {paper_iters}, rounds {paper_rounds}",
+        f"{paper_plus} %",
+        {"algorithm": "fedspectral-plus", "mode": "paper", "iters": paper_iters, "num-rounds": paper_rounds},
+    )
+    add(
+        "FedSpectral+ exact, subspace iteration, block 20, 60 rounds",
+        "",
+        {"algorithm": "fedspectral-plus", "acceleration": "none", "num-rounds": 60},
+        seeds=1,
+        twin_check=(2 * K, "none"),
+    )
     for block, tol in ((2 * K, 1e-5), (K, 1e-5)):
-        add(f"FedSpectral+ exact, Krylov, block {block}, stop at residual <= {tol:g}", "",
+        add(
+            f"FedSpectral+ exact, Krylov, block {block}, stop at residual <= {tol:g}",
+            "",
             {"algorithm": "fedspectral-plus", "oversample": block - K, "num-rounds": 100, "residual-tol": tol},
-            twin_check=(block, "krylov"))
-    add("FedSpectral+ exact, Krylov, block 20, 20 rounds (defaults + num-rounds)", "",
-        {"algorithm": "fedspectral-plus", "num-rounds": 20}, twin_check=(2 * K, "krylov"))
-    headers = ["method", "paper (Rand)", "Rand %", "ARI", "NMI", "ARI same seed", "sine to central", "rounds", "MB/client"]
+            twin_check=(block, "krylov"),
+        )
+    add(
+        "FedSpectral+ exact, Krylov, block 20, 20 rounds (defaults + num-rounds)",
+        "",
+        {"algorithm": "fedspectral-plus", "num-rounds": 20},
+        twin_check=(2 * K, "krylov"),
+    )
+    headers = [
+        "method",
+        "paper (Rand)",
+        "Rand %",
+        "ARI",
+        "NMI",
+        "ARI same seed",
+        "sine to central",
+        "rounds",
+        "MB/client",
+    ]
     if departments:
         headers += ["ARI vs depts", "NMI vs depts"]
     print(markdown_table(headers, rows))
     twins = [f"{label}: {result['twin_distance'][0]:.1e}" for label, result in raw.items() if "twin_distance" in result]
-    print(f"\nmean ± sd over seeds 0..{seeds - 1} (seed = start block, client and server k-means seeds; the global "
-          f"clustering is fixed at seed 0; the noise-floor rows give min–max; k-means objective of the central embedding "
-          f"for seeds 0..{seeds}: {inertia}); 'ARI same seed' "
-          "= ARI to the central embedding clustered with the run's own k-means seed (embedding error without k-means "
-          f"noise); 'sine' = largest principal-angle sine to the central top-{K} eigenspace "
-          f"(max over seeds when < 0.01); MB/client = bytes up + down per client. "
-          f"Federated exact runs vs their central twin (subspace distance): {'; '.join(twins)}.\n")
+    print(
+        f"\nmean ± sd over seeds 0..{seeds - 1} (seed = start block, client and server k-means seeds; the global "
+        f"clustering is fixed at seed 0; the noise-floor rows give min–max; k-means objective of the central embedding "
+        f"for seeds 0..{seeds}: {inertia}); 'ARI same seed' "
+        "= ARI to the central embedding clustered with the run's own k-means seed (embedding error without k-means "
+        f"noise); 'sine' = largest principal-angle sine to the central top-{K} eigenspace "
+        f"(max over seeds when < 0.01); MB/client = bytes up + down per client. "
+        f"Federated exact runs vs their central twin (subspace distance): {'; '.join(twins)}.\n"
+    )
     return raw
 
 
 def rounds_to_target(graph: Graph, figures: Path | None = None, out: Path | None = None) -> None:
-    print(f"### {graph.name}: communication rounds to reach a sine to the central top-{K} eigenspace "
-          "(exact mode; round 1 = degrees + first product)\n")
+    print(
+        f"### {graph.name}: communication rounds to reach a sine to the central top-{K} eigenspace "
+        "(exact mode; round 1 = degrees + first product)\n"
+    )
     rows = []
     curves = {}
-    setups = [("none", 20, 300), ("none", 40, 300), ("krylov", 10, 80), ("krylov", 15, 80), ("krylov", 20, 80), ("krylov", 30, 80)]
+    setups = [
+        ("none", 20, 300),
+        ("none", 40, 300),
+        ("krylov", 10, 80),
+        ("krylov", 15, 80),
+        ("krylov", 20, 80),
+        ("krylov", 30, 80),
+    ]
     for method, block, max_rounds in setups:
         started = time.perf_counter()
         curve = twin_curve(graph, K, block, method, max_rounds)
@@ -386,16 +488,34 @@ def rounds_to_target(graph: Graph, figures: Path | None = None, out: Path | None
         ]
         rows.append(cells)
         print(f"  ... {method} b={block}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-    print(markdown_table(
-        ["method", "block", *(f"sine ≤ {t:g}" for t in TARGETS), "MB/client to 1e-3", "residual at 1e-3",
-         "Rand % / ARI at 1e-3", "sine after 60 rounds"], rows))
+    print(
+        markdown_table(
+            [
+                "method",
+                "block",
+                *(f"sine ≤ {t:g}" for t in TARGETS),
+                "MB/client to 1e-3",
+                "residual at 1e-3",
+                "Rand % / ARI at 1e-3",
+                "sine after 60 rounds",
+            ],
+            rows,
+        )
+    )
     print()
     if figures or out:
-        series = {label: (list(range(1, min(len(sines), 80) + 1)), [math.log10(max(v, 1e-16)) for v in sines[:80]], None)
-                  for label, sines in curves.items()}
+        series = {
+            label: (list(range(1, min(len(sines), 80) + 1)), [math.log10(max(v, 1e-16)) for v in sines[:80]], None)
+            for label, sines in curves.items()
+        }
         path, link = figure_path(out, figures, __file__, f"sine-per-round-{graph.name}.svg")
-        svg_line_chart(path, f"FedSpectral+ on {graph.name}: sine to the central top-{K} space", "communication round",
-                       "log10 sine", series)
+        svg_line_chart(
+            path,
+            f"FedSpectral+ on {graph.name}: sine to the central top-{K} space",
+            "communication round",
+            "log10 sine",
+            series,
+        )
         print(f"![FedSpectral+ on {graph.name}: sine to the central space per round]({link})\n")
 
 
@@ -404,13 +524,24 @@ def performance(graph: Graph, use_flwr: bool) -> None:
     data_dir = graph.split(CLIENTS, COPIES)
     setups = [
         ("exact, Krylov, block 20", {"algorithm": "fedspectral-plus", "num-rounds": 20}),
-        ("exact, subspace iteration, block 20", {"algorithm": "fedspectral-plus", "acceleration": "none", "num-rounds": 20}),
+        (
+            "exact, subspace iteration, block 20",
+            {"algorithm": "fedspectral-plus", "acceleration": "none", "num-rounds": 20},
+        ),
         ("paper mode, iters 6", {"algorithm": "fedspectral-plus", "mode": "paper", "iters": 6, "num-rounds": 20}),
     ]
     rows = []
     for label, config in setups:
-        full = {"k": K, "num-nodes": graph.n, "dataset": "edge-dir", "data-dir": str(data_dir), **edge_copies(config, COPIES),
-                "reference": False, "node-settle-s": 0.2, **config}
+        full = {
+            "k": K,
+            "num-nodes": graph.n,
+            "dataset": "edge-dir",
+            "data-dir": str(data_dir),
+            **edge_copies(config, COPIES),
+            "reference": False,
+            "node-settle-s": 0.2,
+            **config,
+        }
         runners = [("in-process", lambda c: run_inprocess(c, CLIENTS))]
         if use_flwr:
             runners.append(("flwr run (simulation)", flwr_run))
@@ -418,17 +549,27 @@ def performance(graph: Graph, use_flwr: bool) -> None:
             out = Path(tempfile.mkdtemp(prefix="fedspectral-perf-"))
             result = function({**full, "output-dir": str(out)})
             later = result["rounds"][1:] or result["rounds"]
-            rows.append([
-                label, runner,
-                f"{statistics.median(r['bytes_down'] for r in later) / CLIENTS / 1e3:.0f}",
-                f"{statistics.median(r['bytes_up'] for r in later) / CLIENTS / 1e3:.0f}",
-                f"{statistics.median(r['seconds'] for r in later):.3f}",
-                f"{result['wall_time_s']:.1f}",
-            ])
+            rows.append(
+                [
+                    label,
+                    runner,
+                    f"{statistics.median(r['bytes_down'] for r in later) / CLIENTS / 1e3:.0f}",
+                    f"{statistics.median(r['bytes_up'] for r in later) / CLIENTS / 1e3:.0f}",
+                    f"{statistics.median(r['seconds'] for r in later):.3f}",
+                    f"{result['wall_time_s']:.1f}",
+                ]
+            )
             shutil.rmtree(out, ignore_errors=True)
-    print(markdown_table(["setup", "runner", "kB down/client/round", "kB up/client/round", "s/round (median)", "run wall s"], rows))
-    print(f"\n(n = {graph.n}: a block of b columns is n·b·8 bytes = {graph.n * 8 / 1e3:.1f} kB per column; exact mode "
-          "also sends the degree vector each round. Round 1 of exact mode carries b + 1 columns and is not in the median.)\n")
+    print(
+        markdown_table(
+            ["setup", "runner", "kB down/client/round", "kB up/client/round", "s/round (median)", "run wall s"], rows
+        )
+    )
+    print(
+        f"\n(n = {graph.n}: a block of b columns is n·b·8 bytes = {graph.n * 8 / 1e3:.1f} kB per column; exact mode "
+        "also sends the degree vector each round. Round 1 of exact mode carries b + 1 columns and is not in the "
+        "median.)\n"
+    )
 
 
 def flwr_run(config: dict[str, Any]) -> dict[str, Any]:
@@ -463,8 +604,10 @@ def privacy(graph: Graph, rounds: int = 20, sample: int = 300) -> None:
     import scipy.sparse as sp
     from sklearn.linear_model import orthogonal_mp_gram
 
-    print(f"### {graph.name}: can the server rebuild a client's edges from its replies? "
-          f"(exact mode, {rounds} rounds, client 0 of {CLIENTS}, {sample} random nodes)\n")
+    print(
+        f"### {graph.name}: can the server rebuild a client's edges from its replies? "
+        f"(exact mode, {rounds} rounds, client 0 of {CLIENTS}, {sample} random nodes)\n"
+    )
     part = split_edges(graph.edges, CLIENTS, COPIES, 0)[0]
     n = graph.n
     rows_ = np.concatenate([part[:, 0], part[:, 1]])
@@ -485,10 +628,14 @@ def privacy(graph: Graph, rounds: int = 20, sample: int = 300) -> None:
         measured.append(scale[:, None] * X)  # P_j = w D^-1/2 A_j (D^-1/2 X): A_j times this
     honest = np.hstack(measured)
     rng = np.random.default_rng(1)
-    nodes = rng.choice(np.flatnonzero(local_degree > 0), size=min(sample, int(np.count_nonzero(local_degree))), replace=False)
+    nodes = rng.choice(
+        np.flatnonzero(local_degree > 0), size=min(sample, int(np.count_nonzero(local_degree))), replace=False
+    )
     rows = []
-    for label, Z in (("honest server (protocol blocks)", honest),
-                     ("malicious server (Gaussian blocks)", rng.standard_normal(honest.shape))):
+    for label, Z in (
+        ("honest server (protocol blocks)", honest),
+        ("malicious server (Gaussian blocks)", rng.standard_normal(honest.shape)),
+    ):
         gram = Z @ Z.T
         Y = A_j[nodes] @ Z
         exact_rows = found = total = 0
@@ -500,10 +647,21 @@ def privacy(graph: Graph, rounds: int = 20, sample: int = 300) -> None:
             found += len(support & truth)
             total += len(truth)
         rows.append([label, str(Z.shape[1]), f"{100 * exact_rows / len(nodes):.1f} %", f"{100 * found / total:.1f} %"])
-    print(markdown_table(["server", "measurements per node (columns)", "nodes whose local edges are all recovered",
-                          "local edges recovered"], rows))
-    print(f"\n(median local degree {int(np.median(local_degree[nodes]))}; round 1 also reveals every node's local "
-          "degree exactly. After about n / b rounds any server can solve for A_j by plain linear algebra.)\n")
+    print(
+        markdown_table(
+            [
+                "server",
+                "measurements per node (columns)",
+                "nodes whose local edges are all recovered",
+                "local edges recovered",
+            ],
+            rows,
+        )
+    )
+    print(
+        f"\n(median local degree {int(np.median(local_degree[nodes]))}; round 1 also reveals every node's local "
+        "degree exactly. After about n / b rounds any server can solve for A_j by plain linear algebra.)\n"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -542,7 +700,10 @@ def sweeps(graphs: dict[str, Graph], seeds: int) -> None:
             row.append(cell(g, {"algorithm": "fedspectral-plus", "num-rounds": rounds}) if g else "–")
         rows.append(row)
         print(f"  ... rounds {rounds}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-    print("### Fig. 1b / 2a: similarity vs global rounds (paper mode iters 10; exact = Krylov, default block k + max(k, 10))\n")
+    print(
+        "### Fig. 1b / 2a: similarity vs global rounds (paper mode iters 10; exact = Krylov, default block k + max(k, "
+        "10))\n"
+    )
     print(markdown_table(["rounds", "FB paper", "FB exact", "email paper", "email exact"], rows) + "\n")
 
     # Fig. 2b: number of clusters (FB, paper iters 6 rounds 20 vs exact 20 rounds)
@@ -550,7 +711,13 @@ def sweeps(graphs: dict[str, Graph], seeds: int) -> None:
         rows = []
         for k in (2, 5, 10, 15, 20):
             started = time.perf_counter()
-            rows.append([str(k), cell(fb, paper(6, 20), k=k), cell(fb, {"algorithm": "fedspectral-plus", "num-rounds": 20}, k=k)])
+            rows.append(
+                [
+                    str(k),
+                    cell(fb, paper(6, 20), k=k),
+                    cell(fb, {"algorithm": "fedspectral-plus", "num-rounds": 20}, k=k),
+                ]
+            )
             print(f"  ... k {k}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
         print("### Fig. 2b: ego-Facebook, similarity vs number of clusters k (global clustering recomputed per k)\n")
         print(markdown_table(["k", "paper mode iters 6 rounds 20", "exact Krylov 20 rounds"], rows) + "\n")
@@ -584,7 +751,13 @@ def sweeps(graphs: dict[str, Graph], seeds: int) -> None:
         rows.append(row)
         print(f"  ... clients {clients}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     print("### Fig. 3b: similarity vs number of clients (40 % overlap)\n")
-    print(markdown_table(["clients", "FB FedSpectral", "FB paper", "FB exact", "email FedSpectral", "email paper", "email exact"], rows) + "\n")
+    print(
+        markdown_table(
+            ["clients", "FB FedSpectral", "FB paper", "FB exact", "email FedSpectral", "email paper", "email exact"],
+            rows,
+        )
+        + "\n"
+    )
 
 
 def departments_table(email: Graph, raw: dict[str, Any], seeds: int) -> None:
@@ -593,15 +766,25 @@ def departments_table(email: Graph, raw: dict[str, Any], seeds: int) -> None:
         return
     print("### email-Eu-core: agreement with the 42 departments (ground truth), k = 10\n")
     floor = noise_floor(email, K, seeds)
-    rows = [["central spectral clustering (k-means seeds 0..S)",
-             fmt([floor["seed0"]["dept_ari"]] + floor["dept_ari"], 3), fmt([floor["seed0"]["dept_nmi"]] + floor["dept_nmi"], 3)]]
+    rows = [
+        [
+            "central spectral clustering (k-means seeds 0..S)",
+            fmt([floor["seed0"]["dept_ari"]] + floor["dept_ari"], 3),
+            fmt([floor["seed0"]["dept_nmi"]] + floor["dept_nmi"], 3),
+        ]
+    ]
     for label, result in raw.items():
         rows.append([label, fmt(result["dept_ari"], 3), fmt(result["dept_nmi"], 3)])
     # central spectral with k = 42 (the number of departments), for scale
     _, vectors, labels = email.central(42)
     known = email.departments >= 0
-    rows.append(["central spectral clustering, k = 42", f"{adjusted_rand(labels[known], email.departments[known]):.3f}",
-                 f"{nmi(labels[known], email.departments[known]):.3f}"])
+    rows.append(
+        [
+            "central spectral clustering, k = 42",
+            f"{adjusted_rand(labels[known], email.departments[known]):.3f}",
+            f"{nmi(labels[known], email.departments[known]):.3f}",
+        ]
+    )
     print(markdown_table(["method", "ARI vs departments", "NMI vs departments"], rows) + "\n")
 
 
@@ -613,9 +796,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=sorted(GRAPHS), default=None, help="one graph only")
     parser.add_argument("--sweeps", action="store_true", help="also run the paper's sweeps (Figs. 1-3)")
     parser.add_argument("--no-main", action="store_true", help="skip the main table (e.g. with --sweeps)")
-    parser.add_argument("--flwr", action="store_true", help="also time ego-Facebook rounds in a real flwr run simulation")
-    parser.add_argument("--privacy", action="store_true", help="also try to rebuild a client's edges from its replies (ego-Facebook)")
-    parser.add_argument("--convergence-only", action="store_true", help="only the rounds-to-target tables (plain vs Krylov)")
+    parser.add_argument(
+        "--flwr", action="store_true", help="also time ego-Facebook rounds in a real flwr run simulation"
+    )
+    parser.add_argument(
+        "--privacy", action="store_true", help="also try to rebuild a client's edges from its replies (ego-Facebook)"
+    )
+    parser.add_argument(
+        "--convergence-only", action="store_true", help="only the rounds-to-target tables (plain vs Krylov)"
+    )
     parser.add_argument("--figures", type=Path, default=None, help="write sine-per-round SVGs (plain vs Krylov) here")
     add_bench_flags(parser, quick="email-Eu-core only (unless --only), 1 seed per row and per sweep cell")
     args = parser.parse_args(argv)

@@ -53,10 +53,17 @@ ECHO_APP = Path(__file__).resolve().parent / "echo_app"
 
 def fedkmeans_config(supernodes: int, points_per_client: int, rounds: int, output_dir: str) -> dict:
     return {
-        "algorithm": "fedkmeans", "dataset": "gaussian-mixture", "partition": "iid",
-        "num-points": supernodes * points_per_client, "dim": 8, "k": 8, "num-rounds": rounds,
+        "algorithm": "fedkmeans",
+        "dataset": "gaussian-mixture",
+        "partition": "iid",
+        "num-points": supernodes * points_per_client,
+        "dim": 8,
+        "k": 8,
+        "num-rounds": rounds,
         "n-init": 1,  # one center set per round: the echo's payload (the default trains up to 16 side by side)
-        "reference": False, "min-nodes": supernodes, "output-dir": output_dir,
+        "reference": False,
+        "min-nodes": supernodes,
+        "output-dir": output_dir,
     }
 
 
@@ -76,12 +83,19 @@ def quiesce(timeout: float = 60.0) -> None:
     print(f"note: Ray processes still running after {timeout:.0f} s")
 
 
-def run_echo(keep: bool, supernodes: int, broadcasts: int, down: int, up: int, output_dir: str,
-             tag: str) -> dict | None:
+def run_echo(
+    keep: bool, supernodes: int, broadcasts: int, down: int, up: int, output_dir: str, tag: str
+) -> dict | None:
     out = Path(output_dir) / f"echo-{tag}.json"
     # One broadcast more than asked: the first one starts the Ray actors (fedcluster's runs do
     # that in their start-up round trips, before the rounds measured) and is left out.
-    config = {"broadcasts": broadcasts + 1, "down-floats": down, "up-floats": up, "min-nodes": supernodes, "output": str(out)}
+    config = {
+        "broadcasts": broadcasts + 1,
+        "down-floats": down,
+        "up-floats": up,
+        "min-nodes": supernodes,
+        "output": str(out),
+    }
     quiesce()
     with SimulationSuperLink(keep=keep) as link:
         completed, wall = link.run(ECHO_APP, config, supernodes)
@@ -110,7 +124,9 @@ def measure(keep: bool, supernodes: int, points_per_client: int, rounds: int) ->
     quiesce()
     with SimulationSuperLink(keep=keep) as link:
         print(f"{supernodes} SuperNodes: SuperLink `{' '.join(link.command)}`", flush=True)
-        completed, ours_wall = link.run(ROOT, fedkmeans_config(supernodes, points_per_client, rounds, output_dir), supernodes)
+        completed, ours_wall = link.run(
+            ROOT, fedkmeans_config(supernodes, points_per_client, rounds, output_dir), supernodes
+        )
         result_file = Path(output_dir) / "result.json"
         link.failed = not result_file.exists()
     if not result_file.exists():
@@ -139,8 +155,10 @@ def measure(keep: bool, supernodes: int, points_per_client: int, rounds: int) ->
         "echo": [before["seconds"], after["seconds"]],
         "warm-up": [before["warm-up"], after["warm-up"]],
         "startup": [startup[key] for key in sorted(startup)],
-        "down": echo_bytes[0], "up": echo_bytes[1],
-        "ours_wall": ours_wall, "echo_wall": [before["wall"], after["wall"]],
+        "down": echo_bytes[0],
+        "up": echo_bytes[1],
+        "ours_wall": ours_wall,
+        "echo_wall": [before["wall"], after["wall"]],
         "ours_server_wall": result["wall_time_s"],
     }
 
@@ -156,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.supernodes, args.rounds = [100], 3
     with page_output(args.out, __file__):
-        print_header("`flwr run` simulation: seconds per broadcast, fedcluster FedKMeans vs a minimal echo app", __doc__)
+        print_header(
+            "`flwr run` simulation: seconds per broadcast, fedcluster FedKMeans vs a minimal echo app", __doc__
+        )
         rows, ok = [], True
         for supernodes in args.supernodes:
             measured = measure(args.keep_flwr_home, supernodes, args.points_per_client, args.rounds)
@@ -169,27 +189,42 @@ def main(argv: list[str] | None = None) -> int:
             echo = statistics.mean(echoes)
             ratio = ours / echo
             ok = ok and ratio <= TARGET
-            print(f"  ours s/round {', '.join(f'{s:.2f}' for s in measured['ours'])}; "
-                  f"echo s/broadcast before {', '.join(f'{s:.2f}' for s in measured['echo'][0])} "
-                  f"(warm-up {measured['warm-up'][0]:.2f} left out), "
-                  f"after {', '.join(f'{s:.2f}' for s in measured['echo'][1])} (warm-up {measured['warm-up'][1]:.2f}); "
-                  f"start-up round trips {', '.join(f'{s:.2f}' for s in measured['startup'])} s; "
-                  f"flwr run wall {measured['ours_wall']:.0f} s (ServerApp {measured['ours_server_wall']:.0f} s), "
-                  f"echo {' / '.join(f'{w:.0f}' for w in measured['echo_wall'])} s", flush=True)
-            rows.append([
-                supernodes, f"{measured['down']} / {measured['up']}", f"{ours:.2f}",
-                f"{echoes[0]:.2f} / {echoes[1]:.2f}",
-                f"{ratio:.2f}" + ("" if ratio <= TARGET else " (above 1.15)"),
-                " + ".join(f"{s:.1f}" for s in measured["startup"]),
-                f"{measured['ours_wall']:.0f} / {' / '.join(f'{w:.0f}' for w in measured['echo_wall'])}",
-            ])
+            print(
+                f"  ours s/round {', '.join(f'{s:.2f}' for s in measured['ours'])}; "
+                f"echo s/broadcast before {', '.join(f'{s:.2f}' for s in measured['echo'][0])} "
+                f"(warm-up {measured['warm-up'][0]:.2f} left out), "
+                f"after {', '.join(f'{s:.2f}' for s in measured['echo'][1])} (warm-up {measured['warm-up'][1]:.2f}); "
+                f"start-up round trips {', '.join(f'{s:.2f}' for s in measured['startup'])} s; "
+                f"flwr run wall {measured['ours_wall']:.0f} s (ServerApp {measured['ours_server_wall']:.0f} s), "
+                f"echo {' / '.join(f'{w:.0f}' for w in measured['echo_wall'])} s",
+                flush=True,
+            )
+            rows.append(
+                [
+                    supernodes,
+                    f"{measured['down']} / {measured['up']}",
+                    f"{ours:.2f}",
+                    f"{echoes[0]:.2f} / {echoes[1]:.2f}",
+                    f"{ratio:.2f}" + ("" if ratio <= TARGET else " (above 1.15)"),
+                    " + ".join(f"{s:.1f}" for s in measured["startup"]),
+                    f"{measured['ours_wall']:.0f} / {' / '.join(f'{w:.0f}' for w in measured['echo_wall'])}",
+                ]
+            )
         print()
-        print(markdown_table(
-            ["SuperNodes", "bytes per device down / up", "ours s / round (median)",
-             "echo s / broadcast (median), before / after ours", "ours / mean echo", "ours start-up round trips s",
-             "`flwr run` wall s: ours / echo before / after"],
-            rows,
-        ))
+        print(
+            markdown_table(
+                [
+                    "SuperNodes",
+                    "bytes per device down / up",
+                    "ours s / round (median)",
+                    "echo s / broadcast (median), before / after ours",
+                    "ours / mean echo",
+                    "ours start-up round trips s",
+                    "`flwr run` wall s: ours / echo before / after",
+                ],
+                rows,
+            )
+        )
         print(f"\ntarget: ours / echo <= {TARGET}")
         return 0 if ok else 1
 

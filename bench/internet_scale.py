@@ -52,9 +52,19 @@ D, K, POINTS = 8, 8, 100
 
 
 def config(population: int, sampled: int, rounds: int) -> dict:
-    return {"algorithm": "fedkmeans", "dataset": "gaussian-mixture", "partition": "iid", "num-points": population * POINTS,
-            "dim": D, "k": K, "num-rounds": rounds, "n-init": 1, "reference": False, "preset": "deployment",
-            "fraction": sampled / population}
+    return {
+        "algorithm": "fedkmeans",
+        "dataset": "gaussian-mixture",
+        "partition": "iid",
+        "num-points": population * POINTS,
+        "dim": D,
+        "k": K,
+        "num-rounds": rounds,
+        "n-init": 1,
+        "reference": False,
+        "preset": "deployment",
+        "fraction": sampled / population,
+    }
 
 
 def device_seconds(points: int, repeats: int) -> float:
@@ -91,7 +101,9 @@ def server_run(population: int, sampled: int, rounds: int) -> dict:
     later = [r for r in result["rounds"] if r["round"] > 1]
     start_phases = [p for p in result["phases"] if start_phase(p)]
     return {
-        "population": population, "sampled": sampled, "server_rounds": per_round,
+        "population": population,
+        "sampled": sampled,
+        "server_rounds": per_round,
         "server_round": statistics.median(per_round),
         "round": statistics.median(r["seconds"] for r in later),
         "sent": sorted({r["sent"] for r in later}),
@@ -133,20 +145,59 @@ def main(argv: list[str] | None = None) -> int:
         compute = {points: device_seconds(points, 30 if points >= 10_000 else 200) for points in (100, 1_000, 10_000)}
         runs = [server_run(n, s, rounds) for n, s in ((n1, s1), (n2, s1), (n1, s2))]
         first = runs[0]
-        print(markdown_table(
-            ["bytes down / round", "bytes up / round", "CPU s, 100 points", "CPU s, 1 000 points", "CPU s, 10 000 points",
-             "start-up bytes down / up (once)"],
-            [[f"{first['down']:.0f}", f"{first['up']:.0f}", f"{compute[100]:.2e}", f"{compute[1000]:.2e}",
-              f"{compute[10000]:.2e}", f"{first['start_down']:.0f} / {first['start_up']:.0f}"]]))
-        print("\nA device not sampled in a round receives nothing and computes nothing (devices contacted per "
-              f"round, rounds 2+: {', '.join(str(r['sent']) for r in runs)}).\n")
+        print(
+            markdown_table(
+                [
+                    "bytes down / round",
+                    "bytes up / round",
+                    "CPU s, 100 points",
+                    "CPU s, 1 000 points",
+                    "CPU s, 10 000 points",
+                    "start-up bytes down / up (once)",
+                ],
+                [
+                    [
+                        f"{first['down']:.0f}",
+                        f"{first['up']:.0f}",
+                        f"{compute[100]:.2e}",
+                        f"{compute[1000]:.2e}",
+                        f"{compute[10000]:.2e}",
+                        f"{first['start_down']:.0f} / {first['start_up']:.0f}",
+                    ]
+                ],
+            )
+        )
+        print(
+            "\nA device not sampled in a round receives nothing and computes nothing (devices contacted per "
+            f"round, rounds 2+: {', '.join(str(r['sent']) for r in runs)}).\n"
+        )
 
         print("## 2. The server, measured\n")
-        print(markdown_table(
-            ["devices N", "sampled S", "s / round (median, rounds 2+)", "server s / round", "start-up server s",
-             "start-up server s / 1000 devices", "memory bytes / device"],
-            [[r["population"], r["sampled"], f"{r['round']:.3f}", f"{r['server_round']:.3f}", f"{r['start_server']:.1f}",
-              f"{r['start_server'] / r['population'] * 1000:.2f}", f"{r['memory_bytes']:.0f}"] for r in runs]))
+        print(
+            markdown_table(
+                [
+                    "devices N",
+                    "sampled S",
+                    "s / round (median, rounds 2+)",
+                    "server s / round",
+                    "start-up server s",
+                    "start-up server s / 1000 devices",
+                    "memory bytes / device",
+                ],
+                [
+                    [
+                        r["population"],
+                        r["sampled"],
+                        f"{r['round']:.3f}",
+                        f"{r['server_round']:.3f}",
+                        f"{r['start_server']:.1f}",
+                        f"{r['start_server'] / r['population'] * 1000:.2f}",
+                        f"{r['memory_bytes']:.0f}",
+                    ]
+                    for r in runs
+                ],
+            )
+        )
         b = max(0.0, (runs[1]["server_round"] - runs[0]["server_round"]) / (n2 - n1))
         # what the rounds' spread still allows: the slowest round at N2 against the fastest at N1
         b_most = max(b, (max(runs[1]["server_rounds"]) - min(runs[0]["server_rounds"])) / (n2 - n1))
@@ -154,27 +205,46 @@ def main(argv: list[str] | None = None) -> int:
         a = max(0.0, runs[0]["server_round"] - b * n1 - c * s1)
         start_per_device = statistics.mean(r["start_server"] / r["population"] for r in runs)
         memory = max(r["memory_bytes"] for r in runs)
-        print(f"\nFit of the server's seconds per round: a + b·N + c·S with a = {a:.3g} s, b = {b:.3g} s per device "
-              f"in the population (medians of runs 1–2, at least 0), c = {c:.3g} s per sampled device (runs 1 and 3); "
-              f"the rounds' spread allows b up to {b_most:.3g} s (the slowest round of run 2 against the fastest of run 1), "
-              "which the extrapolation uses: its seconds are an upper bound of the fit.\n")
+        print(
+            f"\nFit of the server's seconds per round: a + b·N + c·S with a = {a:.3g} s, b = {b:.3g} s per device "
+            f"in the population (medians of runs 1–2, at least 0), c = {c:.3g} s per sampled device (runs 1 and 3); "
+            f"the rounds' spread allows b up to {b_most:.3g} s (the slowest round of run 2 against the fastest of run "
+            "1), "
+            "which the extrapolation uses: its seconds are an upper bound of the fit.\n"
+        )
 
         print("## 3. Extrapolated\n")
         rows = []
         for population in (100_000, 1_000_000):
             for sampled in (1_000, 10_000):
-                rows.append([
-                    f"{population:,}", f"{sampled:,}", f"{a + b_most * population + c * sampled:.2f}",
-                    f"{start_per_device * population:.0f}", f"{memory * population / 2**20:.0f}",
-                    f"{sampled * (first['down'] + first['up']) / 2**20:.1f}",
-                    f"{population * (first['start_down'] + first['start_up']) / 2**20:.0f}",
-                ])
-        print(markdown_table(
-            ["devices", "sampled / round", "server s / round, at most (fit of §2, b at its bound)", "start-up server s (§2 per device × N)",
-             "server memory of the devices' statistics MiB, one center set (§2 bytes / device × N)",
-             "SuperLink holds per round MiB (S × §1 bytes down + up)", "start-up survey MiB through the SuperLink (N × §1)"],
-            rows))
-        print("\nThe device's side does not change with N: per round it is sampled in, the bytes and CPU seconds of §1.")
+                rows.append(
+                    [
+                        f"{population:,}",
+                        f"{sampled:,}",
+                        f"{a + b_most * population + c * sampled:.2f}",
+                        f"{start_per_device * population:.0f}",
+                        f"{memory * population / 2**20:.0f}",
+                        f"{sampled * (first['down'] + first['up']) / 2**20:.1f}",
+                        f"{population * (first['start_down'] + first['start_up']) / 2**20:.0f}",
+                    ]
+                )
+        print(
+            markdown_table(
+                [
+                    "devices",
+                    "sampled / round",
+                    "server s / round, at most (fit of §2, b at its bound)",
+                    "start-up server s (§2 per device × N)",
+                    "server memory of the devices' statistics MiB, one center set (§2 bytes / device × N)",
+                    "SuperLink holds per round MiB (S × §1 bytes down + up)",
+                    "start-up survey MiB through the SuperLink (N × §1)",
+                ],
+                rows,
+            )
+        )
+        print(
+            "\nThe device's side does not change with N: per round it is sampled in, the bytes and CPU seconds of §1."
+        )
     return 0
 
 

@@ -130,8 +130,13 @@ def run_system(devices, k, seed, extra=None, algorithm="kfed"):
         np.save(data / f"client_{i:05d}.npy", x)
     out = Path(tmp.name) / "out"
     config = {
-        "algorithm": algorithm, "k": k, "dataset": "npy-dir", "data-dir": str(data),
-        "output-dir": str(out), "seed": seed, "reference": False,
+        "algorithm": algorithm,
+        "k": k,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "output-dir": str(out),
+        "seed": seed,
+        "reference": False,
     }
     if algorithm == "kfed":
         config["kfed-evaluate"] = False
@@ -145,8 +150,9 @@ def kfed_once(d, k, sep, seed, points, m0, k_prime=None, extra=None):
     """The paper's Table-1 setup, run as the paper does: every device holds k' = √k
     components and is told k' (run-config ``k-prime``; by default each device would choose)."""
     k_prime = k_prime or int(round(np.sqrt(k)))
-    devices, labels = kfed_mixture(d=d, k=k, k_prime=k_prime, m0=m0, points_per_component=points,
-                                   separation=sep, seed=seed)
+    devices, labels = kfed_mixture(
+        d=d, k=k, k_prime=k_prime, m0=m0, points_per_component=points, separation=sep, seed=seed
+    )
     result, out, call, cpu, tmp = run_system(devices, k, seed, {"k-prime": k_prime, **(extra or {})})
     try:
         acc = accuracy(np.concatenate(labels), induced(out, devices))
@@ -174,15 +180,16 @@ def load_authors(directory: str | None):
 def authors_once(kfed, d, k, sep, seed, points, m0):
     """Their k-FED on the same devices: (accuracy, process CPU s, wall s)."""
     k_prime = int(round(np.sqrt(k)))
-    devices, labels = kfed_mixture(d=d, k=k, k_prime=k_prime, m0=m0, points_per_component=points,
-                                   separation=sep, seed=seed)
+    devices, labels = kfed_mixture(
+        d=d, k=k, k_prime=k_prime, m0=m0, points_per_component=points, separation=sep, seed=seed
+    )
     np.random.seed(seed)  # their randomized SVD and k-means++ use NumPy's global generator
     t0, c0 = time.perf_counter(), time.process_time()
     local, centers = kfed(devices, k_prime, k)
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
     pred, row = [], 0
     for points_ in devices:
-        own = local[row: row + min(k_prime, len(points_))]  # a device with <= k' points sends them all
+        own = local[row : row + min(k_prime, len(points_))]  # a device with <= k' points sends them all
         row += own.shape[0]
         near_local = ((points_[:, None, :] - own[None]) ** 2).sum(-1).argmin(1)
         near_global = ((own[:, None, :] - centers[None]) ** 2).sum(-1).argmin(1)
@@ -200,7 +207,11 @@ def authors_row(args, d, k, sep) -> tuple[float, float, int] | None:
     if key not in args.authors_cache:
         runs = [authors_once(args.authors_kfed, d, k, sep, seed, args.points, args.m0) for seed in range(args.seeds)]
         accs = [r[0] for r in runs]
-        args.authors_cache[key] = (float(np.mean(accs)), float(np.mean([r[1] for r in runs])), sum(a == 1.0 for a in accs))
+        args.authors_cache[key] = (
+            float(np.mean(accs)),
+            float(np.mean([r[1] for r in runs])),
+            sum(a == 1.0 for a in accs),
+        )
     return args.authors_cache[key]
 
 
@@ -217,8 +228,10 @@ def section_table(args):
     warm_up(args)
     same_run = args.authors_kfed is not None
     compared = []  # (d, k, c, ours accuracy, authors accuracy, ours / authors cpu) of this run
-    print("## Table 1 setup through the in-process runner, beside the authors' code "
-          + ("(run here, same devices and seeds)\n" if same_run else "(QUOTED figures of an older run: pass --authors)\n"))
+    print(
+        "## Table 1 setup through the in-process runner, beside the authors' code "
+        + ("(run here, same devices and seeds)\n" if same_run else "(QUOTED figures of an older run: pass --authors)\n")
+    )
     for d, k in [(100, 16), (300, 64)]:
         ref, ref_perfect, ref_time = AUTHORS[(d, k)]
         rows = []
@@ -238,15 +251,37 @@ def section_table(args):
                 their_cpu = f"{theirs[1]:.3f}"
                 ratio = f"{np.mean(cpus) / theirs[1]:.2f}"
                 compared.append((d, k, sep, float(np.mean(accs)), theirs[0], float(np.mean(cpus)) / theirs[1]))
-            rows.append([
-                sep, f"{np.mean(accs):.4f} ± {np.std(accs):.4f}", f"{perfect}/{args.seeds}", their_acc,
-                f"{np.mean(walls):.2f}", f"{np.mean(calls):.2f}", f"{np.mean(cpus):.3f}", their_cpu, ratio,
-            ])
+            rows.append(
+                [
+                    sep,
+                    f"{np.mean(accs):.4f} ± {np.std(accs):.4f}",
+                    f"{perfect}/{args.seeds}",
+                    their_acc,
+                    f"{np.mean(walls):.2f}",
+                    f"{np.mean(calls):.2f}",
+                    f"{np.mean(cpus):.3f}",
+                    their_cpu,
+                    ratio,
+                ]
+            )
             print(f"  ({d},{k}) c={sep} done", file=sys.stderr, flush=True)
-        print(f"(d={d}, k={k}, k'={int(np.sqrt(k))}, m0={args.m0}, {args.points} pts/component, "
-              f"{args.seeds} seeds)\n")
-        print(markdown_table(["c", "ours accuracy", "ours perfect", "authors accuracy",
-                              "ours server s", "ours call s", "ours cpu s", "authors cpu s", "ours / authors cpu"], rows))
+        print(f"(d={d}, k={k}, k'={int(np.sqrt(k))}, m0={args.m0}, {args.points} pts/component, {args.seeds} seeds)\n")
+        print(
+            markdown_table(
+                [
+                    "c",
+                    "ours accuracy",
+                    "ours perfect",
+                    "authors accuracy",
+                    "ours server s",
+                    "ours call s",
+                    "ours cpu s",
+                    "authors cpu s",
+                    "ours / authors cpu",
+                ],
+                rows,
+            )
+        )
         print(flush=True)
     if compared:
         print(verdict(compared) + "\n", flush=True)
@@ -258,13 +293,19 @@ def verdict(compared: list[tuple]) -> str:
     worse = [row for row in compared if row[3] < row[4]]
     slower = [row for row in compared if row[5] > 1.0]
     slowest = max(compared, key=lambda row: row[5])
-    lines = ["Judged on this run:\n",
-             "- Accuracy at least the authors' in every column: " + ("yes." if not worse else
-             "no, below theirs at " + ", ".join(where(r) for r in worse) + "."),
-             "- CPU time per run at most the authors' in every column: " + ("yes." if not slower else
-             f"no: ours / authors {min(r[5] for r in compared):.2f}–{slowest[5]:.2f}, above 1 at {len(slower)} of "
-             f"{len(compared)} columns, the most at {where(slowest)} (all device restarts run there; the restarts "
-             "section says what fewer cost in accuracy).")]
+    lines = [
+        "Judged on this run:\n",
+        "- Accuracy at least the authors' in every column: "
+        + ("yes." if not worse else "no, below theirs at " + ", ".join(where(r) for r in worse) + "."),
+        "- CPU time per run at most the authors' in every column: "
+        + (
+            "yes."
+            if not slower
+            else f"no: ours / authors {min(r[5] for r in compared):.2f}–{slowest[5]:.2f}, above 1 at {len(slower)} of "
+            f"{len(compared)} columns, the most at {where(slowest)} (all device restarts run there; the restarts "
+            "section says what fewer cost in accuracy)."
+        ),
+    ]
     return "\n".join(lines)
 
 
@@ -291,14 +332,25 @@ def section_restarts(args):
             theirs = authors_row(args, d, k, sep)
             if theirs is not None:
                 one_restart.append((first[0], theirs[0], first[1] / theirs[1]))
-            rows.append([f"({d}, {k})", sep, *cells,
-                         f"{AUTHORS[(d, k)][0][sep]:.4f} / {AUTHORS[(d, k)][2]:.2f} (quoted)" if theirs is None
-                         else f"{theirs[0]:.4f} / {theirs[1]:.3f}"])
-    print(markdown_table(["(d, k)", "c", *[f"restarts {r}: acc / cpu s" for r in restarts], "authors: acc / cpu s"], rows))
+            rows.append(
+                [
+                    f"({d}, {k})",
+                    sep,
+                    *cells,
+                    f"{AUTHORS[(d, k)][0][sep]:.4f} / {AUTHORS[(d, k)][2]:.2f} (quoted)"
+                    if theirs is None
+                    else f"{theirs[0]:.4f} / {theirs[1]:.3f}",
+                ]
+            )
+    print(
+        markdown_table(["(d, k)", "c", *[f"restarts {r}: acc / cpu s" for r in restarts], "authors: acc / cpu s"], rows)
+    )
     if one_restart:
-        print(f"\nJudged on this run: with `kfed-device-restarts=1` the accuracy is at least the authors' in "
-              f"{sum(a >= b for a, b, _ in one_restart)} of {len(one_restart)} rows, at ours / authors CPU time "
-              f"{min(r for _, _, r in one_restart):.2f}–{max(r for _, _, r in one_restart):.2f}.")
+        print(
+            f"\nJudged on this run: with `kfed-device-restarts=1` the accuracy is at least the authors' in "
+            f"{sum(a >= b for a, b, _ in one_restart)} of {len(one_restart)} rows, at ours / authors CPU time "
+            f"{min(r for _, _, r in one_restart):.2f}–{max(r for _, _, r in one_restart):.2f}."
+        )
     print(flush=True)
 
 
@@ -310,8 +362,15 @@ def section_rows(args):
         for seed in range(args.seeds):
             a, _, _, p, _ = kfed_once(d, k, 100, seed, args.points, args.m0)
             accs.append(100 * a), cpus.append(p)
-        rows.append([f"({d}, {k})", paper, f"{np.mean(accs):.2f} ± {np.std(accs):.2f}",
-                     f"{sum(a == 100.0 for a in accs)}/{args.seeds}", f"{np.mean(cpus):.2f}"])
+        rows.append(
+            [
+                f"({d}, {k})",
+                paper,
+                f"{np.mean(accs):.2f} ± {np.std(accs):.2f}",
+                f"{sum(a == 100.0 for a in accs)}/{args.seeds}",
+                f"{np.mean(cpus):.2f}",
+            ]
+        )
         print(f"  row ({d},{k}) done", file=sys.stderr, flush=True)
     print(markdown_table(["(d, k)", "paper acc %", "ours acc %", "ours perfect", "ours cpu s/run"], rows))
     print(flush=True)
@@ -325,30 +384,63 @@ def section_comm(args):
         _, _, _, _, result = kfed_once(d, k, 100, 0, args.points, args.m0)
         devices = result["kfed"]["devices"]
         comm = result["communication"]
-        rows.append([f"({d}, {k})", devices, comm["bytes_up"], comm["bytes_down"],
-                     f"{comm['bytes_up'] / devices:.0f}", kp * d * 8 + kp * 8,
-                     f"{comm['bytes_down'] / devices:.0f}", len(result["rounds"])])
-    print(markdown_table(["(d, k)", "devices", "bytes up", "bytes down", "up / device",
-                          "k'·d·8 + k'·8 (centers + counts)", "down / device", "rounds"], rows))
-    print("\nDown is 0: with kfed-evaluate=False k-FED sends no arrays to the devices (only the "
-          "task config); the k·d global centers stay on the server, and a new device fetches "
-          "them from the result folder. kfed-evaluate=True adds one broadcast of k·d floats.\n",
-          flush=True)
+        rows.append(
+            [
+                f"({d}, {k})",
+                devices,
+                comm["bytes_up"],
+                comm["bytes_down"],
+                f"{comm['bytes_up'] / devices:.0f}",
+                kp * d * 8 + kp * 8,
+                f"{comm['bytes_down'] / devices:.0f}",
+                len(result["rounds"]),
+            ]
+        )
+    print(
+        markdown_table(
+            [
+                "(d, k)",
+                "devices",
+                "bytes up",
+                "bytes down",
+                "up / device",
+                "k'·d·8 + k'·8 (centers + counts)",
+                "down / device",
+                "rounds",
+            ],
+            rows,
+        )
+    )
+    print(
+        "\nDown is 0: with kfed-evaluate=False k-FED sends no arrays to the devices (only the "
+        "task config); the k·d global centers stay on the server, and a new device fetches "
+        "them from the result folder. kfed-evaluate=True adds one broadcast of k·d floats.\n",
+        flush=True,
+    )
 
 
 def section_scale(args):
     print("## Whole run in-process at 100 and 1000 devices (d=50, k=16, k'=4, 40 pts/device)\n")
     rows = []
     for m0 in (25, 250):  # 4 groups x m0 devices
-        devices, labels = kfed_mixture(d=50, k=16, k_prime=4, m0=m0, points_per_component=10 * m0,
-                                       separation=100.0, seed=0)
+        devices, labels = kfed_mixture(
+            d=50, k=16, k_prime=4, m0=m0, points_per_component=10 * m0, separation=100.0, seed=0
+        )
         result, out, call, cpu, tmp = run_system(devices, 16, 0)
         try:
             acc = accuracy(np.concatenate(labels), induced(out, devices))
         finally:
             tmp.cleanup()
-        rows.append([len(devices), f"{acc:.4f}", f"{result['wall_time_s']:.2f}", f"{call:.2f}",
-                     f"{cpu:.2f}", result["communication"]["bytes_up"]])
+        rows.append(
+            [
+                len(devices),
+                f"{acc:.4f}",
+                f"{result['wall_time_s']:.2f}",
+                f"{call:.2f}",
+                f"{cpu:.2f}",
+                result["communication"]["bytes_up"],
+            ]
+        )
         print(f"  {len(devices)} devices done", file=sys.stderr, flush=True)
     print(markdown_table(["devices", "accuracy", "server s", "call s", "cpu s", "bytes up"], rows))
     print(flush=True)
@@ -358,15 +450,18 @@ def section_cost(args):
     from fedcluster.metrics import central_kmeans
 
     print("## k-means cost: k-FED vs FedKMeans (defaults) vs pooled central k-means\n")
-    print("Cost per point of the global centers on all points (nearest center); k-FED also "
-          "with its induced clustering (each cluster around its mean). Ratios to central.\n")
+    print(
+        "Cost per point of the global centers on all points (nearest center); k-FED also "
+        "with its induced clustering (each cluster around its mean). Ratios to central.\n"
+    )
     rows = []
     for d, k, sep in [(100, 16, 100), (100, 16, 5), (300, 64, 10), (300, 64, 5)]:
         r_kfed, r_ind, r_fk, t_kfed, t_fk = [], [], [], [], []
         for seed in range(min(args.seeds, 3)):
             kp = int(np.sqrt(k))
-            devices, labels = kfed_mixture(d=d, k=k, k_prime=kp, m0=args.m0, points_per_component=args.points,
-                                           separation=sep, seed=seed)
+            devices, labels = kfed_mixture(
+                d=d, k=k, k_prime=kp, m0=args.m0, points_per_component=args.points, separation=sep, seed=seed
+            )
             X = np.vstack(devices)
             _, central = central_kmeans(X, k, seed)
             result, out, _, cpu, tmp = run_system(devices, k, seed, {"k-prime": kp})  # the paper's k' (its setup)
@@ -378,13 +473,37 @@ def section_cost(args):
             r_fk.append(nearest_cost(X, np.load(out / "centers.npy")) / central)
             t_fk.append(cpu)
             tmp.cleanup()
-        rows.append([f"({d}, {k})", sep, f"{np.mean(r_kfed):.4f}", f"{np.mean(r_ind):.4f}",
-                     f"{np.mean(r_fk):.4f}", f"{np.mean(t_kfed):.2f}", f"{np.mean(t_fk):.2f}"])
+        rows.append(
+            [
+                f"({d}, {k})",
+                sep,
+                f"{np.mean(r_kfed):.4f}",
+                f"{np.mean(r_ind):.4f}",
+                f"{np.mean(r_fk):.4f}",
+                f"{np.mean(t_kfed):.2f}",
+                f"{np.mean(t_fk):.2f}",
+            ]
+        )
         print(f"  cost ({d},{k}) c={sep} done", file=sys.stderr, flush=True)
-    print(markdown_table(["(d, k)", "c", "k-FED / central", "k-FED induced / central",
-                          "FedKMeans / central", "k-FED cpu s", "FedKMeans cpu s"], rows))
-    print(f"\n({min(args.seeds, 3)} seeds; central = sklearn KMeans n_init=10 on the pooled data; "
-          "ratio < 1 means better than that central run)\n", flush=True)
+    print(
+        markdown_table(
+            [
+                "(d, k)",
+                "c",
+                "k-FED / central",
+                "k-FED induced / central",
+                "FedKMeans / central",
+                "k-FED cpu s",
+                "FedKMeans cpu s",
+            ],
+            rows,
+        )
+    )
+    print(
+        f"\n({min(args.seeds, 3)} seeds; central = sklearn KMeans n_init=10 on the pooled data; "
+        "ratio < 1 means better than that central run)\n",
+        flush=True,
+    )
 
 
 def section_sweep(args):
@@ -410,8 +529,9 @@ def section_hetero(args):
         kp = int(np.sqrt(k))
         het, iid, a_het, a_iid = [], [], [], []
         for seed in range(min(args.seeds, 3)):
-            devices, labels = kfed_mixture(d=d, k=k, k_prime=kp, m0=args.m0, points_per_component=args.points,
-                                           separation=sep, seed=seed)
+            devices, labels = kfed_mixture(
+                d=d, k=k, k_prime=kp, m0=args.m0, points_per_component=args.points, separation=sep, seed=seed
+            )
             X, y = np.vstack(devices), np.concatenate(labels)
             oracle = partition_cost(X, y)
             for parts, truth_parts, costs, accs in (
@@ -428,16 +548,35 @@ def section_hetero(args):
                 tmp.cleanup()
                 costs.append(partition_cost(np.vstack(parts), pred) / oracle)
                 accs.append(accuracy(np.concatenate(truth_parts), pred))
-        rows.append([f"({d}, {k})", sep, f"{np.mean(het):.4f}", f"{np.mean(iid):.4f}",
-                     f"{np.mean(a_het):.4f}", f"{np.mean(a_iid):.4f}"])
+        rows.append(
+            [
+                f"({d}, {k})",
+                sep,
+                f"{np.mean(het):.4f}",
+                f"{np.mean(iid):.4f}",
+                f"{np.mean(a_het):.4f}",
+                f"{np.mean(a_iid):.4f}",
+            ]
+        )
         print(f"  hetero ({d},{k}) c={sep} done", file=sys.stderr, flush=True)
     print(markdown_table(["(d, k)", "c", "het cost/oracle", "IID cost/oracle", "het accuracy", "IID accuracy"], rows))
-    print(f"\n(IID: the same points shuffled over the same number of devices with the same sizes; "
-          f"k' = √k on every device in both; {min(args.seeds, 3)} seeds)\n", flush=True)
+    print(
+        f"\n(IID: the same points shuffled over the same number of devices with the same sizes; "
+        f"k' = √k on every device in both; {min(args.seeds, 3)} seeds)\n",
+        flush=True,
+    )
 
 
-SECTIONS = {"table": section_table, "restarts": section_restarts, "rows": section_rows, "comm": section_comm, "scale": section_scale,
-            "cost": section_cost, "sweep": section_sweep, "hetero": section_hetero}
+SECTIONS = {
+    "table": section_table,
+    "restarts": section_restarts,
+    "rows": section_rows,
+    "comm": section_comm,
+    "scale": section_scale,
+    "cost": section_cost,
+    "sweep": section_sweep,
+    "hetero": section_hetero,
+}
 
 
 def main() -> None:
@@ -447,8 +586,12 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=500, help="points per component")
     parser.add_argument("--m0", type=int, default=5)
     parser.add_argument("--sections", default=",".join(SECTIONS))
-    parser.add_argument("--authors", default="", metavar="DIR",
-                        help="a checkout of github.com/metastableB/kfed: run their code on the same devices as the baseline")
+    parser.add_argument(
+        "--authors",
+        default="",
+        metavar="DIR",
+        help="a checkout of github.com/metastableB/kfed: run their code on the same devices as the baseline",
+    )
     args = parser.parse_args()
     args.authors_kfed = load_authors(args.authors)
     args.authors_cache = {}

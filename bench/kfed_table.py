@@ -111,9 +111,7 @@ def run_once(d, k, sep, seed, points, m0, variant):
         to_convergence=to_conv,
         n_init=srv_n_init,
     )
-    pred = np.concatenate(
-        [induced_labels(lab, a) for (_, _, lab), a in zip(local, assignment)]
-    )
+    pred = np.concatenate([induced_labels(lab, a) for (_, _, lab), a in zip(local, assignment)])
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - c0
     truth = np.concatenate(dev_y)
@@ -148,8 +146,12 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=500, help="points per component")
     parser.add_argument("--m0", type=int, default=5)
     parser.add_argument("--seps", default="100,10,5,4")
-    parser.add_argument("--configs", default=None, help="(d)x(k), comma-separated (default 100x16,300x64, quick 100x16)")
-    parser.add_argument("--figures", default="", help="write accuracy-vs-separation SVGs (ours beside the authors') here")
+    parser.add_argument(
+        "--configs", default=None, help="(d)x(k), comma-separated (default 100x16,300x64, quick 100x16)"
+    )
+    parser.add_argument(
+        "--figures", default="", help="write accuracy-vs-separation SVGs (ours beside the authors') here"
+    )
     add_bench_flags(parser, quick="3 seeds, (d, k) = (100, 16) only, every separation")
     args = parser.parse_args()
     args.seeds = args.seeds or (3 if args.quick else 10)
@@ -166,8 +168,10 @@ def table(args) -> None:
     variants = list(VARIANTS) if args.variant == "all" else [args.variant]
 
     for variant in variants:
-        print(f"## variant {variant}: device n_init, seeding, server n_init, "
-              f"to_convergence, weighting = {VARIANTS[variant]}\n")
+        print(
+            f"## variant {variant}: device n_init, seeding, server n_init, "
+            f"to_convergence, weighting = {VARIANTS[variant]}\n"
+        )
         for d, k in configs:
             ref, ref_perfect, ref_time = AUTHORS.get((d, k), ({}, None, None))
             print(f"(d={d}, k={k}, m0={args.m0}, {args.points} pts/component, {args.seeds} seeds)\n", flush=True)
@@ -184,12 +188,24 @@ def table(args) -> None:
                 ref_str = f"{ref_acc:.4f}" if ref_acc is not None else "-"
                 if ref_acc is not None and int(sep) == 100:
                     ref_str += f" ({ref_perfect}/10)"
-                rows.append([f"{sep:g}", f"{np.mean(accs):.5f}", f"{perfect}/{args.seeds}", f"{np.mean(locs):.5f}",
-                             f"{np.mean(bayes):.5f}", f"{np.mean(times):.3f}", f"{np.mean(cpus):.3f}",
-                             ref_str + (f", {ref_time} s/run" if sep == seps[0] and ref_time else "")])
+                rows.append(
+                    [
+                        f"{sep:g}",
+                        f"{np.mean(accs):.5f}",
+                        f"{perfect}/{args.seeds}",
+                        f"{np.mean(locs):.5f}",
+                        f"{np.mean(bayes):.5f}",
+                        f"{np.mean(times):.3f}",
+                        f"{np.mean(cpus):.3f}",
+                        ref_str + (f", {ref_time} s/run" if sep == seps[0] and ref_time else ""),
+                    ]
+                )
                 print(f"  {variant} (d={d}, k={k}) sep {sep:g} done", file=sys.stderr, flush=True)
-            print(markdown_table(["sep", "accuracy", "perfect", "local acc", "Bayes", "s/run", "cpu s", "authors"], rows) + "\n",
-                  flush=True)
+            print(
+                markdown_table(["sep", "accuracy", "perfect", "local acc", "Bayes", "s/run", "cpu s", "authors"], rows)
+                + "\n",
+                flush=True,
+            )
     if args.figures:
         from pathlib import Path
 
@@ -203,9 +219,14 @@ def table(args) -> None:
             if mine:
                 series["authors"] = ([where[sep] for sep in mine], [ref[int(sep)] for sep in mine], None)
             path = Path(args.figures) / f"accuracy-d{d}-k{k}-{variant}.svg"
-            svg_line_chart(path, f"k-FED ({variant}), d = {d}, k = {k}, {args.seeds} seeds: accuracy",
-                           "separation between means", "induced-clustering accuracy", series,
-                           xtick_labels={where[sep]: f"{sep:g}" for sep in order})
+            svg_line_chart(
+                path,
+                f"k-FED ({variant}), d = {d}, k = {k}, {args.seeds} seeds: accuracy",
+                "separation between means",
+                "induced-clustering accuracy",
+                series,
+                xtick_labels={where[sep]: f"{sep:g}" for sep in order},
+            )
             print(f"figure: {path}")
 
 

@@ -72,8 +72,12 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
     "da-ufl": {"algorithm": "da-ufl"},
 }
 # Targets of issue 24 (worst seed per case against central): share of cases within a bound.
-TARGETS = {"fedkmeans": (0.01, 0.90, 0.05, 1.0), "fedkmeans-0.3": (0.01, 0.90, 0.05, 1.0),
-           "kfed": (None, None, 0.05, 0.85), "da-ufl": (None, None, 0.05, 0.90)}
+TARGETS = {
+    "fedkmeans": (0.01, 0.90, 0.05, 1.0),
+    "fedkmeans-0.3": (0.01, 0.90, 0.05, 1.0),
+    "kfed": (None, None, 0.05, 0.85),
+    "da-ufl": (None, None, 0.05, 0.90),
+}
 
 
 # ------------------------------------------------------------------------------ data
@@ -83,7 +87,9 @@ def dataset_names(battery: Path, batteries: tuple[str, ...], patterns: list[str]
     for group in batteries:
         for data in sorted((battery / group).glob("*.data.gz")):
             name = f"{group}/{data.name[: -len('.data.gz')]}"
-            if (battery / f"{name}.labels0.gz").is_file() and (not patterns or any(fnmatch.fnmatch(name, p) for p in patterns)):
+            if (battery / f"{name}.labels0.gz").is_file() and (
+                not patterns or any(fnmatch.fnmatch(name, p) for p in patterns)
+            ):
                 names.append(name)
     return names
 
@@ -162,8 +168,15 @@ def run_case(job: tuple[str, str, str, dict, str, int]) -> dict[str, Any]:
     battery, name, algorithm, arguments, kind, seed = job
     X, y = load(battery, name)
     k = n_clusters(y)
-    record: dict[str, Any] = {"dataset": name, "algorithm": algorithm, "split": kind, "seed": seed, "n": int(X.shape[0]),
-                              "d": int(X.shape[1]), "k": k}
+    record: dict[str, Any] = {
+        "dataset": name,
+        "algorithm": algorithm,
+        "split": kind,
+        "seed": seed,
+        "n": int(X.shape[0]),
+        "d": int(X.shape[1]),
+        "k": k,
+    }
     started = time.perf_counter()
     if algorithm == "central":
         from sklearn.cluster import KMeans
@@ -191,8 +204,13 @@ def run_case(job: tuple[str, str, str, dict, str, int]) -> dict[str, Any]:
         for p, lab in zip(parts, model.labels_):
             labels[p] = lab
         warnings, clients = list(model.result_.get("warnings", [])), len(parts)
-    record.update(seconds=time.perf_counter() - started, cost=cost_of(X, centers), ari=ari(y, labels),
-                  clients=clients, warnings=warnings)
+    record.update(
+        seconds=time.perf_counter() - started,
+        cost=cost_of(X, centers),
+        ari=ari(y, labels),
+        clients=clients,
+        warnings=warnings,
+    )
     return record
 
 
@@ -248,7 +266,9 @@ def summary(table: dict[str, dict[tuple[str, str], dict[str, Any]]], order: list
         n = len(worst)
         within1 = sum(w <= 1.01 for w in worst)
         within5 = sum(w <= 1.05 for w in worst)
-        time_ratio = statistics.median(c["seconds"] / max(central_seconds[name], 1e-9) for (name, _), c in entries.items())
+        time_ratio = statistics.median(
+            c["seconds"] / max(central_seconds[name], 1e-9) for (name, _), c in entries.items()
+        )
         ari_gap = statistics.median(c["ari"] - central_ari[name] for (name, _), c in entries.items())
         target = TARGETS.get(algorithm)
         met = ""
@@ -258,15 +278,37 @@ def summary(table: dict[str, dict[tuple[str, str], dict[str, Any]]], order: list
                 checks.append(within1 >= target[1] * n)
             checks.append(within5 >= target[3] * n)
             met = "yes" if all(checks) else "**no**"
-        rows.append([
-            algorithm, f"{within1} ({100 * within1 / n:.0f} %)", f"{within5} ({100 * within5 / n:.0f} %)", n,
-            f"{statistics.median(worst):.4f}", f"{max(worst):.3f}", f"{ari_gap:+.3f}",
-            f"{statistics.median(c['seconds'] for c in entries.values()):.2f}", f"{time_ratio:.0f}×",
-            sum(c["warned"] > 0 for c in entries.values()), met,
-        ])
+        rows.append(
+            [
+                algorithm,
+                f"{within1} ({100 * within1 / n:.0f} %)",
+                f"{within5} ({100 * within5 / n:.0f} %)",
+                n,
+                f"{statistics.median(worst):.4f}",
+                f"{max(worst):.3f}",
+                f"{ari_gap:+.3f}",
+                f"{statistics.median(c['seconds'] for c in entries.values()):.2f}",
+                f"{time_ratio:.0f}×",
+                sum(c["warned"] > 0 for c in entries.values()),
+                met,
+            ]
+        )
     return markdown_table(
-        ["algorithm", "within 1 %", "within 5 %", "cases", "median worst", "max worst", "ARI − central (median)",
-         "s / fit (median)", "time / central", "cases warned", "target met"], rows)
+        [
+            "algorithm",
+            "within 1 %",
+            "within 5 %",
+            "cases",
+            "median worst",
+            "max worst",
+            "ARI − central (median)",
+            "s / fit (median)",
+            "time / central",
+            "cases warned",
+            "target met",
+        ],
+        rows,
+    )
 
 
 def per_split(table, order: list[str], splits: list[str]) -> str:
@@ -276,7 +318,9 @@ def per_split(table, order: list[str], splits: list[str]) -> str:
         row = [algorithm]
         for kind in splits:
             worst = [c["worst"] for (name, s), c in entries.items() if s == kind]
-            row.append(f"{sum(w <= 1.01 for w in worst)} / {sum(w <= 1.05 for w in worst)} / {len(worst)}" if worst else "")
+            row.append(
+                f"{sum(w <= 1.01 for w in worst)} / {sum(w <= 1.05 for w in worst)} / {len(worst)}" if worst else ""
+            )
         rows.append(row)
     return markdown_table(["algorithm"] + [f"{s} (≤ 1 % / ≤ 5 % / cases)" for s in splits], rows)
 
@@ -311,12 +355,31 @@ def comparison(table, old_table, order: list[str]) -> str:
         worst = max(worse, key=lambda item: item[1]) if worse else None
         times = [new[key]["seconds"] / max(old[key]["seconds"], 1e-9) for key in common]
         slowest = max(zip(times, common))
-        rows.append([algorithm, len(common), sum(c < 0.99 for c in change), len(worse),
-                     f"{worst[0][0]} {worst[0][1]} {worst[1]:.3f}×" if worst else "none",
-                     f"{max(change):.4f}×", f"{statistics.median(times):.2f}×",
-                     f"{slowest[0]:.2f}× ({slowest[1][0]} {slowest[1][1]})"])
-    return markdown_table(["algorithm", "cases", "better by > 1 %", "worse by > 1 %", "worst change", "largest change",
-                           "s / fit, new / old (median)", "(largest)"], rows)
+        rows.append(
+            [
+                algorithm,
+                len(common),
+                sum(c < 0.99 for c in change),
+                len(worse),
+                f"{worst[0][0]} {worst[0][1]} {worst[1]:.3f}×" if worst else "none",
+                f"{max(change):.4f}×",
+                f"{statistics.median(times):.2f}×",
+                f"{slowest[0]:.2f}× ({slowest[1][0]} {slowest[1][1]})",
+            ]
+        )
+    return markdown_table(
+        [
+            "algorithm",
+            "cases",
+            "better by > 1 %",
+            "worse by > 1 %",
+            "worst change",
+            "largest change",
+            "s / fit, new / old (median)",
+            "(largest)",
+        ],
+        rows,
+    )
 
 
 def figure(table, order: list[str], path: Path, old_table=None) -> None:
@@ -335,8 +398,15 @@ def figure(table, order: list[str], path: Path, old_table=None) -> None:
                 continue
             xs = np.maximum(np.array(worst), 1e-5)
             ys = np.arange(1, len(xs) + 1) / len(xs)
-            ax.step(xs, ys, style, where="post", label=algorithm + suffix, lw=1.8 if style == "-" else 1.0,
-                    color=f"C{number}")
+            ax.step(
+                xs,
+                ys,
+                style,
+                where="post",
+                label=algorithm + suffix,
+                lw=1.8 if style == "-" else 1.0,
+                color=f"C{number}",
+            )
     for bound in (0.01, 0.05):
         ax.axvline(bound, color="grey", lw=0.8, ls="--")
     ax.set_xscale("log")
@@ -352,42 +422,67 @@ def figure(table, order: list[str], path: Path, old_table=None) -> None:
     plt.close(fig)
 
 
-def report(records: list[dict[str, Any]], header: str, splits: list[str], old: list[dict[str, Any]] | None,
-           old_header: str = "", name: str = "real-data") -> str:
+def report(
+    records: list[dict[str, Any]],
+    header: str,
+    splits: list[str],
+    old: list[dict[str, Any]] | None,
+    old_header: str = "",
+    name: str = "real-data",
+) -> str:
     table = cases(records)
     order = ["central", *algorithms_in(records)] if "central" in table else algorithms_in(records)
     federated = [a for a in order if a != "central"]
     names = sorted({r["dataset"] for r in records})
-    failed = [f"{r['algorithm']} {r['dataset']} {r['split']} seed {r['seed']}: {r['error']}" for r in records if "error" in r]
+    failed = [
+        f"{r['algorithm']} {r['dataset']} {r['split']} seed {r['seed']}: {r['error']}" for r in records if "error" in r
+    ]
     parts = [
         "# Real data: Gagolewski's clustering benchmark suite, beside central k-means\n",
         "Written by `bench/real_data.py` (its docstring says how the data are split and scored). Each case is one "
         "(dataset, split); its score is the WORST seed's k-means cost on the pooled data over the best central "
         "`KMeans(n_init=10)` cost of the seeds. The estimators run with `n_clusters` and `random_state` only.\n",
-        "```", header, "```\n",
+        "```",
+        header,
+        "```\n",
         f"{len(names)} datasets × {len(splits)} splits; seeds per case: {max(r['seed'] for r in records) + 1}.\n",
-        "## Summary\n", summary(table, federated), "",
+        "## Summary\n",
+        summary(table, federated),
+        "",
         "`target met`: FedKMeans within 1 % on ≥ 90 % of the cases and within 5 % on all; k-FED within 5 % on ≥ 85 %; "
         "DA-UFL within 5 % on ≥ 90 %. `time / central`: median over cases of seconds per fit over central "
         "scikit-learn's (a federated fit runs a whole in-process federation).\n",
-        "## By split\n", per_split(table, federated, splits), "",
+        "## By split\n",
+        per_split(table, federated, splits),
+        "",
         f"![share of cases within a cost ratio]({name}.svg)\n",
     ]
     if old is not None:
         old_table = cases(old)
-        slow = [f"{a} {name} {kind} ({table[a][(name, kind)]['seconds']:.2f} s against "
-                f"{old_table[a][(name, kind)]['seconds']:.2f} s)" for a in federated for (name, kind) in sorted(table[a])
-                if (name, kind) in old_table.get(a, {})
-                and table[a][(name, kind)]["seconds"] > 2 * old_table[a][(name, kind)]["seconds"]]
-        parts += ["## Against the earlier run\n", "Per case, this run's worst seed over the earlier run's (same "
-                  "datasets, splits and seeds); the earlier run:\n", "```", old_header, "```\n",
-                  comparison(table, old_table, federated), "",
-                  f"Cases more than 2× slower per fit than in the earlier run: {len(slow)}"
-                  + (": " + "; ".join(slow) + "." if slow else "."),
-                  "What costs the time: FedKMeans trains up to 16 center sets side by side in its first rounds "
-                  "(`n-init`), k-FED's devices run their local k-means at k centers where the paper's rule ran "
-                  "⌈√k⌉ (`k-prime`). Every fit pays it, also where the earlier defaults were already close; "
-                  "`n_init=1` and `k-prime` restore the earlier cost and time.\n"]
+        slow = [
+            f"{a} {name} {kind} ({table[a][(name, kind)]['seconds']:.2f} s against "
+            f"{old_table[a][(name, kind)]['seconds']:.2f} s)"
+            for a in federated
+            for (name, kind) in sorted(table[a])
+            if (name, kind) in old_table.get(a, {})
+            and table[a][(name, kind)]["seconds"] > 2 * old_table[a][(name, kind)]["seconds"]
+        ]
+        parts += [
+            "## Against the earlier run\n",
+            "Per case, this run's worst seed over the earlier run's (same "
+            "datasets, splits and seeds); the earlier run:\n",
+            "```",
+            old_header,
+            "```\n",
+            comparison(table, old_table, federated),
+            "",
+            f"Cases more than 2× slower per fit than in the earlier run: {len(slow)}"
+            + (": " + "; ".join(slow) + "." if slow else "."),
+            "What costs the time: FedKMeans trains up to 16 center sets side by side in its first rounds "
+            "(`n-init`), k-FED's devices run their local k-means at k centers where the paper's rule ran "
+            "⌈√k⌉ (`k-prime`). Every fit pays it, also where the earlier defaults were already close; "
+            "`n_init=1` and `k-prime` restore the earlier cost and time.\n",
+        ]
     parts += ["## Every case (worst seed; ⚠ above 5 %, ✗ above 20 %)\n", detail(table, federated), ""]
     if failed:
         parts += ["## Failed fits\n", *[f"- {line}" for line in failed], ""]
@@ -400,7 +495,11 @@ def public(header: str) -> str:
 
     header = re.sub(r"\S*/bin/python[\d.]*", "python", header)
     header = re.sub(r"(--battery) \S+", r"\1 DIR", header)
-    header = re.sub(r"(--out|--compare|--from-json) (\S+)", lambda m: f"{m.group(1)} {Path(m.group(2)).name if Path(m.group(2)).is_absolute() else m.group(2)}", header)
+    header = re.sub(
+        r"(--out|--compare|--from-json) (\S+)",
+        lambda m: f"{m.group(1)} {Path(m.group(2)).name if Path(m.group(2)).is_absolute() else m.group(2)}",
+        header,
+    )
     return re.sub(r" \((/|[A-Za-z]:\\)[^)]*\)$", "", header, flags=re.M)
 
 
@@ -419,19 +518,33 @@ def read_json(path: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--battery", type=Path, help="folder of the suite (a clone of gagolews/clustering-data-v1)")
-    parser.add_argument("--batteries", default=",".join(BATTERIES), help=f"comma-separated (default {','.join(BATTERIES)})")
-    parser.add_argument("--datasets", default="", help="comma-separated patterns such as 'sipu/a*,uci/*' (default: all)")
+    parser.add_argument(
+        "--batteries", default=",".join(BATTERIES), help=f"comma-separated (default {','.join(BATTERIES)})"
+    )
+    parser.add_argument(
+        "--datasets", default="", help="comma-separated patterns such as 'sipu/a*,uci/*' (default: all)"
+    )
     parser.add_argument("--max-points", type=int, default=20_000, help="skip larger datasets (default 20000; 0 = none)")
     parser.add_argument("--splits", default=",".join(SPLITS))
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
-                        help="an extra row: FederatedKMeans keyword arguments as JSON, e.g. "
-                        "'da-ufl-8=" + '{"algorithm": "da-ufl", "run_config": {"som-grid": 8}}' + "' (repeatable)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="an extra row: FederatedKMeans keyword arguments as JSON, e.g. "
+        "'da-ufl-8=" + '{"algorithm": "da-ufl", "run_config": {"som-grid": 8}}' + "' (repeatable)",
+    )
     parser.add_argument("--seeds", type=int, default=None, help="seeds per case (default 3, quick 1)")
     parser.add_argument("--jobs", type=int, default=default_jobs())
-    add_bench_flags(parser, quick=f"{', '.join(QUICK)}, 1 seed",
-                    out="folder to write real-data.md, real-data.json.gz and real-data.svg into (see --name)")
-    parser.add_argument("--name", default="real-data", help="file name of the page, data and figure in --out (default real-data)")
+    add_bench_flags(
+        parser,
+        quick=f"{', '.join(QUICK)}, 1 seed",
+        out="folder to write real-data.md, real-data.json.gz and real-data.svg into (see --name)",
+    )
+    parser.add_argument(
+        "--name", default="real-data", help="file name of the page, data and figure in --out (default real-data)"
+    )
     parser.add_argument("--compare", type=Path, help="an earlier real-data.json(.gz): per-case changes")
     parser.add_argument("--from-json", type=Path, help="re-render a saved run instead of running")
     args = parser.parse_args(argv)
@@ -477,8 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / f"{args.name}.md").write_text(text)
         saved = json.dumps({"header": header, "splits": splits, "records": records}, separators=(",", ":"))
         (args.out / f"{args.name}.json.gz").write_bytes(gzip.compress(saved.encode(), mtime=0))
-        figure(cases(records), algorithms_in(records), args.out / f"{args.name}.svg",
-               cases(old) if old else None)
+        figure(cases(records), algorithms_in(records), args.out / f"{args.name}.svg", cases(old) if old else None)
         print(f"wrote {args.out / args.name}.md, .json.gz, .svg", file=sys.stderr)
     return 0
 

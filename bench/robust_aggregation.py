@@ -17,7 +17,8 @@ The hostile device (node 1000) lies as far as the declared-size bounds let it
   cluster of the received center farthest from their mean (true statistics of a false
   partition; the cost of the received centers under that partition);
 - ``cell edge``: the strongest false partition of its real points that every per-reply
-  check lets through (its partitions may still contradict each other): for the cluster and the number q where it pulls hardest (q × the shift of the
+  check lets through (its partitions may still contradict each other): for the cluster and the number q where it pulls
+  hardest (q × the shift of the
   mean), its q points farthest towards the box corner away from that cluster's center go
   to that cluster, as long as their mean stays in the center's Voronoi cell (every other
   point to its nearest center);
@@ -102,8 +103,15 @@ METHODS = {
 }
 FEDDP = {"epsilon": float("inf"), "lloyd-rounds": 2}
 ATTACKS = {
-    "fedkmeans": ("honest", "moved center", "lying evaluation", "wrong cluster", "cell edge", "cell edge, same evaluation",
-                  "other data"),
+    "fedkmeans": (
+        "honest",
+        "moved center",
+        "lying evaluation",
+        "wrong cluster",
+        "cell edge",
+        "cell edge, same evaluation",
+        "other data",
+    ),
     "da-ufl": ("honest", "moved means", "wrong cluster", "other data"),
     "kfed": ("honest", "far center", "inflated counts", "other data"),
     "feddp-kmeans": ("honest", "claimed points", "other data"),
@@ -128,8 +136,12 @@ def other_data(X: np.ndarray, parts: list[np.ndarray], k: int, seed: int) -> np.
     worst = (-1.0, own)
     for signs in itertools.product((1.0, -1.0), repeat=d - 1):
         s = np.array((1.0,) + signs)
-        fake = np.concatenate([np.repeat((mu + s * sigma * np.sqrt(n2 / n1))[None], n1, axis=0),
-                               np.repeat((mu - s * sigma * np.sqrt(n1 / n2))[None], n2, axis=0)])
+        fake = np.concatenate(
+            [
+                np.repeat((mu + s * sigma * np.sqrt(n2 / n1))[None], n1, axis=0),
+                np.repeat((mu - s * sigma * np.sqrt(n1 / n2))[None], n2, axis=0),
+            ]
+        )
         centers = KMeans(k, n_init=3, random_state=seed).fit(np.concatenate([rest, fake])).cluster_centers_
         worst = max(worst, (kmeans_cost(X, centers), fake), key=lambda w: w[0])
     return worst[1]
@@ -189,7 +201,11 @@ def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray], data_mean: np.n
                 # and the cost of the received centers its forged statistics imply (else the
                 # train_cost_mismatch check drops the reply): all its points at the corner
                 all_cost[s] = total * float(np.sum((corner - sent[j]) ** 2))
-            record["centers"], record["counts"], record["scatter"] = Array(all_centers), Array(all_counts), Array(all_scatter)
+            record["centers"], record["counts"], record["scatter"] = (
+                Array(all_centers),
+                Array(all_counts),
+                Array(all_scatter),
+            )
             record["cost"] = Array(all_cost)
         if attack == "wrong cluster" and kind == "train.fedkmeans_train":
             sent_sets = message.content.array_records["arrays"]["centers"].numpy()
@@ -200,7 +216,11 @@ def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray], data_mean: np.n
                 counts[s, j], centers[s, j], scatter[s, j] = len(own), own_mean, ((own - own_mean) ** 2).sum(0)
                 cost[s] = float(((own - sent[j]) ** 2).sum())
             record["centers"], record["counts"], record["scatter"], record["cost"] = (
-                Array(centers), Array(counts), Array(scatter), Array(cost))
+                Array(centers),
+                Array(counts),
+                Array(scatter),
+                Array(cost),
+            )
         if attack.startswith("cell edge") and kind == "train.fedkmeans_train":
             sent_sets = message.content.array_records["arrays"]["centers"].numpy()
             counts, centers = np.zeros(sent_sets.shape[:2]), sent_sets.copy()
@@ -209,10 +229,18 @@ def attack_hook(attack: str, box: tuple[np.ndarray, np.ndarray], data_mean: np.n
                 labels = cell_edge_partition(own, sent, low, high)
                 for j in np.unique(labels):
                     mine = own[labels == j]
-                    counts[s, j], centers[s, j], scatter[s, j] = len(mine), mine.mean(0), ((mine - mine.mean(0)) ** 2).sum(0)
+                    counts[s, j], centers[s, j], scatter[s, j] = (
+                        len(mine),
+                        mine.mean(0),
+                        ((mine - mine.mean(0)) ** 2).sum(0),
+                    )
                 cost[s] = float(((own - sent[labels]) ** 2).sum())
             record["centers"], record["counts"], record["scatter"], record["cost"] = (
-                Array(centers), Array(counts), Array(scatter), Array(cost))
+                Array(centers),
+                Array(counts),
+                Array(scatter),
+                Array(cost),
+            )
         if attack == "cell edge, same evaluation" and kind == "query.lloyd_stats":
             sent = message.content.array_records["arrays"]["centers"].numpy()
             labels = cell_edge_partition(own, sent, low, high)
@@ -285,12 +313,27 @@ def one(algorithm: str, partition: str, seed: int, method: str, attack: str) -> 
         fake = other_data(X, parts, 5, seed) if attack == "other data" else None
         for i, index in enumerate(parts):
             np.save(folder / f"client_{i:03d}.npy", fake if fake is not None and i == 0 else X[index])
-        config = {"algorithm": algorithm, "k": 5, "dataset": "npy-dir", "data-dir": str(folder), "seed": seed, "reference": False,
-                  **METHODS[algorithm][method], "output-dir": str(Path(tmp) / "out")}
+        config = {
+            "algorithm": algorithm,
+            "k": 5,
+            "dataset": "npy-dir",
+            "data-dir": str(folder),
+            "seed": seed,
+            "reference": False,
+            **METHODS[algorithm][method],
+            "output-dir": str(Path(tmp) / "out"),
+        }
         if algorithm == "feddp-kmeans":
             server = gaussian_mixture(200, 5, 5, seed, separation=8.0)[0]  # same means (same seed), other points
             np.save(Path(tmp) / "server.npy", server)
-            config.update({**FEDDP, **METHODS[algorithm][method], "server-data": str(Path(tmp) / "server.npy"), "noise-seed": seed})
+            config.update(
+                {
+                    **FEDDP,
+                    **METHODS[algorithm][method],
+                    "server-data": str(Path(tmp) / "server.npy"),
+                    "noise-seed": seed,
+                }
+            )
             if config["max-device-points"] == "2x":
                 config["max-device-points"] = int(2 * np.median([len(index) for index in parts]))
         result = run(config, num_nodes=10, reply_hook=attack_hook(attack, box, X.mean(0), hostile_points))
@@ -300,7 +343,9 @@ def one(algorithm: str, partition: str, seed: int, method: str, attack: str) -> 
     pooled = None
     if fake is not None:  # what pooling every device's data (the fake points included) would have given
         poisoned = np.concatenate([fake] + [X[index] for index in parts[1:]])
-        pooled = kmeans_cost(X, KMeans(5, n_init=10, random_state=seed).fit(poisoned).cluster_centers_) / len(X) / central
+        pooled = (
+            kmeans_cost(X, KMeans(5, n_init=10, random_state=seed).fit(poisoned).cluster_centers_) / len(X) / central
+        )
     return {"ratio": true / central, "reported": result["final"]["cost"] / true, "dropped": dropped, "pooled": pooled}
 
 
@@ -308,7 +353,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_bench_flags(parser, quick="3 seeds")
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--algorithms", default="fedkmeans,da-ufl,kfed,feddp-kmeans", help="comma-separated: fedkmeans, da-ufl, kfed, feddp-kmeans")
+    parser.add_argument(
+        "--algorithms",
+        default="fedkmeans,da-ufl,kfed,feddp-kmeans",
+        help="comma-separated: fedkmeans, da-ufl, kfed, feddp-kmeans",
+    )
     args = parser.parse_args()
     seeds = range(3 if args.quick else args.seeds)
     with page_output(args.out, __file__):
@@ -324,12 +373,33 @@ def main() -> None:
                         ratios = [r["ratio"] for r in runs]
                         reported = [r["reported"] for r in runs]
                         pooled = [r["pooled"] for r in runs if r["pooled"] is not None]
-                        rows.append([partition, attack, method, f"{np.median(ratios):.4f}", f"{np.max(ratios):.4f}",
-                                     f"{np.median(reported):.4f}", f"{np.mean([r['dropped'] for r in runs]):.1f}",
-                                     f"{np.median(pooled):.4f} / {np.max(pooled):.4f}" if pooled else "–"])
-            print(markdown_table(["data", "hostile device", "aggregation" if algorithm in ("fedkmeans", "da-ufl") else "options", "true cost / central (median)",
-                                  "worst", "reported / true cost (median)", "replies dropped / run",
-                                  "central k-means of the pooled data, fake points included / central (median / worst)"], rows))
+                        rows.append(
+                            [
+                                partition,
+                                attack,
+                                method,
+                                f"{np.median(ratios):.4f}",
+                                f"{np.max(ratios):.4f}",
+                                f"{np.median(reported):.4f}",
+                                f"{np.mean([r['dropped'] for r in runs]):.1f}",
+                                f"{np.median(pooled):.4f} / {np.max(pooled):.4f}" if pooled else "–",
+                            ]
+                        )
+            print(
+                markdown_table(
+                    [
+                        "data",
+                        "hostile device",
+                        "aggregation" if algorithm in ("fedkmeans", "da-ufl") else "options",
+                        "true cost / central (median)",
+                        "worst",
+                        "reported / true cost (median)",
+                        "replies dropped / run",
+                        "central k-means of the pooled data, fake points included / central (median / worst)",
+                    ],
+                    rows,
+                )
+            )
             print(f"\n{len(seeds)} seeds; true cost = k-means cost of the final centers on all 2000 points.\n")
 
 

@@ -2,7 +2,8 @@
 
 Every algorithm runs in-process with its run-config defaults on small generated data
 (FedSpectral(+) on a generated two-community graph), and its ``result.json`` phases are
-grouped by round trip (phases pushed together share one) and sorted into: before the first round, per round (mean over the rounds), after
+grouped by round trip (phases pushed together share one) and sorted into: before the first round, per round (mean over
+the rounds), after
 the last round, and in total. In a deployment every round trip costs about one
 SuperLink/SuperNode exchange (~6 s measured on this machine), so this is the latency
 budget of a run. Rows with a measurement option switched off (one by one, or all by
@@ -30,17 +31,51 @@ from _common import add_bench_flags, markdown_table, page_output, print_header, 
 
 ROWS = {
     "fedkmeans (fraction 1)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10},
-    "fedkmeans (fraction 0.3, eval-every 0: default)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10, "fraction": 0.3},
-    "fedkmeans (fraction 0.3, eval-every 1)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10, "fraction": 0.3, "eval-every": 1},
-    "fedkmeans (fraction 0.3, preset deployment)": {"algorithm": "fedkmeans", "k": 4, "num-rounds": 10, "fraction": 0.3, "preset": "deployment"},
+    "fedkmeans (fraction 0.3, eval-every 0: default)": {
+        "algorithm": "fedkmeans",
+        "k": 4,
+        "num-rounds": 10,
+        "fraction": 0.3,
+    },
+    "fedkmeans (fraction 0.3, eval-every 1)": {
+        "algorithm": "fedkmeans",
+        "k": 4,
+        "num-rounds": 10,
+        "fraction": 0.3,
+        "eval-every": 1,
+    },
+    "fedkmeans (fraction 0.3, preset deployment)": {
+        "algorithm": "fedkmeans",
+        "k": 4,
+        "num-rounds": 10,
+        "fraction": 0.3,
+        "preset": "deployment",
+    },
     "fedkmeans k-range 2:8": {"algorithm": "fedkmeans", "k-range": "2:8"},
     "kfed (kfed-evaluate: default)": {"algorithm": "kfed", "k": 4},
     "kfed (kfed-evaluate = false)": {"algorithm": "kfed", "k": 4, "kfed-evaluate": False},
     "kfed (preset deployment)": {"algorithm": "kfed", "k": 4, "preset": "deployment"},
     "da-ufl (som)": {"algorithm": "da-ufl", "k": 4, "dataset": "da-ufl-paper"},
-    "feddp-kmeans (2 Lloyd rounds, evaluate-cost: default)": {"algorithm": "feddp-kmeans", "k": 4, "dataset": "feddp-mixture", "lloyd-rounds": 2},
-    "feddp-kmeans (evaluate-cost = false)": {"algorithm": "feddp-kmeans", "k": 4, "dataset": "feddp-mixture", "lloyd-rounds": 2, "evaluate-cost": False},
-    "feddp-kmeans (preset deployment)": {"algorithm": "feddp-kmeans", "k": 4, "dataset": "feddp-mixture", "lloyd-rounds": 2, "preset": "deployment"},
+    "feddp-kmeans (2 Lloyd rounds, evaluate-cost: default)": {
+        "algorithm": "feddp-kmeans",
+        "k": 4,
+        "dataset": "feddp-mixture",
+        "lloyd-rounds": 2,
+    },
+    "feddp-kmeans (evaluate-cost = false)": {
+        "algorithm": "feddp-kmeans",
+        "k": 4,
+        "dataset": "feddp-mixture",
+        "lloyd-rounds": 2,
+        "evaluate-cost": False,
+    },
+    "feddp-kmeans (preset deployment)": {
+        "algorithm": "feddp-kmeans",
+        "k": 4,
+        "dataset": "feddp-mixture",
+        "lloyd-rounds": 2,
+        "preset": "deployment",
+    },
     "fedspectral": {"algorithm": "fedspectral", "k": 2},
     "fedspectral-plus (10 rounds)": {"algorithm": "fedspectral-plus", "k": 2, "num-rounds": 10},
 }
@@ -48,7 +83,9 @@ ROWS = {
 
 def graph_dir(folder: Path) -> Path:
     rng = np.random.default_rng(0)
-    edges = np.array([(a, b) for a in range(60) for b in range(a + 1, 60) if rng.random() < (0.3 if (a < 30) == (b < 30) else 0.01)])
+    edges = np.array(
+        [(a, b) for a in range(60) for b in range(a + 1, 60) if rng.random() < (0.3 if (a < 30) == (b < 30) else 0.01)]
+    )
     folder.mkdir(parents=True, exist_ok=True)
     for i, part in enumerate(np.array_split(rng.permutation(len(edges)), 5)):
         np.savetxt(folder / f"client_{i:03d}.txt", edges[part], fmt="%d")
@@ -77,8 +114,12 @@ def main() -> None:
 
 
 def table(quick: bool) -> None:
-    print_header("Round trips per run, by algorithm (in-process, run-config defaults"
-                 + (", --quick: 3 rounds" if quick else "") + ")", __doc__)
+    print_header(
+        "Round trips per run, by algorithm (in-process, run-config defaults"
+        + (", --quick: 3 rounds" if quick else "")
+        + ")",
+        __doc__,
+    )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         edges = graph_dir(Path(tmp) / "graph")

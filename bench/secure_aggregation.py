@@ -49,15 +49,34 @@ NEIGHBOURS = 16  # SecAgg+'s sparse graph, measured where it is sparser than the
 
 
 def config(devices: int, d: int, k: int, secure: bool, out: Path, neighbours: int = 0) -> dict:
-    return {"algorithm": "feddp-kmeans", "dataset": "gaussian-mixture", "dim": d, "dimension": d, "k": k,
-            "components": k, "num-points": POINTS_PER_DEVICE * devices, "seed": 1, "noise-seed": 2, "epsilon": 1.0,
-            "lloyd-rounds": ROUNDS, "clip-norm": 4.0 * np.sqrt(d), "reference": False, "evaluate-cost": False,
-            "secure-aggregation": secure, "output-dir": str(out), **({"secagg-neighbours": neighbours} if secure else {})}
+    return {
+        "algorithm": "feddp-kmeans",
+        "dataset": "gaussian-mixture",
+        "dim": d,
+        "dimension": d,
+        "k": k,
+        "components": k,
+        "num-points": POINTS_PER_DEVICE * devices,
+        "seed": 1,
+        "noise-seed": 2,
+        "epsilon": 1.0,
+        "lloyd-rounds": ROUNDS,
+        "clip-norm": 4.0 * np.sqrt(d),
+        "reference": False,
+        "evaluate-cost": False,
+        "secure-aggregation": secure,
+        "output-dir": str(out),
+        **({"secagg-neighbours": neighbours} if secure else {}),
+    }
 
 
 def lloyd_trips(result: dict) -> list[int]:
     """The round trips of the Lloyd rounds (the session's two, once per run, apart)."""
-    phases = [p for p in result["phases"] if p["phase"].startswith("lloyd") and not p["phase"].endswith(("setup", "share-keys"))]
+    phases = [
+        p
+        for p in result["phases"]
+        if p["phase"].startswith("lloyd") and not p["phase"].endswith(("setup", "share-keys"))
+    ]
     return sorted({p["round_trip"] for p in phases})
 
 
@@ -84,30 +103,55 @@ def kib(value: float) -> str:
 
 
 def table(quick: bool) -> None:
-    print_header("Secure aggregation's cost: FedDP-KMeans without server data, plain vs secure (in-process"
-                 + (", --quick: 10 and 30 devices" if quick else "") + ")", __doc__)
+    print_header(
+        "Secure aggregation's cost: FedDP-KMeans without server data, plain vs secure (in-process"
+        + (", --quick: 10 and 30 devices" if quick else "")
+        + ")",
+        __doc__,
+    )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for devices in ((10, 30) if quick else (10, 100)):
+        for devices in (10, 30) if quick else (10, 100):
             for name, (d, k) in PAYLOADS.items():
                 plain = measure(devices, d, k, False, Path(tmp))
                 for graph in (0, NEIGHBOURS) if NEIGHBOURS < devices - 1 else (0,):
                     secure = measure(devices, d, k, True, Path(tmp), graph)
                     rows.append(row(devices, name, graph, plain, secure))
-    print(markdown_table(["devices", "payload", "masks with", "round trips / round", "KiB / round (plain / secure)",
-                          "s / round in-process", "device s / round (one device)", "session (once)"], rows))
-    print(f"\n{ROUNDS} Lloyd rounds per run, {POINTS_PER_DEVICE} points per device; the session is set up in the "
-          "histogram phase, before the rounds. \"masks with\": every other device (SecAgg's full graph, the default) "
-          f"or {NEIGHBOURS} neighbours (``secagg-neighbours = {NEIGHBOURS}``, SecAgg+'s sparse graph), measured where that "
-          "is fewer than every other device.")
+    print(
+        markdown_table(
+            [
+                "devices",
+                "payload",
+                "masks with",
+                "round trips / round",
+                "KiB / round (plain / secure)",
+                "s / round in-process",
+                "device s / round (one device)",
+                "session (once)",
+            ],
+            rows,
+        )
+    )
+    print(
+        f"\n{ROUNDS} Lloyd rounds per run, {POINTS_PER_DEVICE} points per device; the session is set up in the "
+        'histogram phase, before the rounds. "masks with": every other device (SecAgg\'s full graph, the default) '
+        f"or {NEIGHBOURS} neighbours (``secagg-neighbours = {NEIGHBOURS}``, SecAgg+'s sparse graph), measured where "
+        "that "
+        "is fewer than every other device."
+    )
 
 
 def row(devices: int, name: str, graph: int, plain: dict, secure: dict) -> list:
-    return [devices, name, f"{graph} neighbours" if graph else "all others", f"{plain['trips']:.0f} / {secure['trips']:.0f}",
-            f"{kib(plain['bytes'])} / {kib(secure['bytes'])} ({secure['bytes'] / plain['bytes']:.2f}×)",
-            f"{plain['seconds']:.3f} / {secure['seconds']:.3f} ({secure['seconds'] / plain['seconds']:.1f}×)",
-            f"{plain['device'] * 1e3:.2f} / {secure['device'] * 1e3:.2f} ms",
-            f"{secure['session_trips']} trips, {kib(secure['session_bytes'])} KiB, {secure['session_seconds']:.1f} s"]
+    return [
+        devices,
+        name,
+        f"{graph} neighbours" if graph else "all others",
+        f"{plain['trips']:.0f} / {secure['trips']:.0f}",
+        f"{kib(plain['bytes'])} / {kib(secure['bytes'])} ({secure['bytes'] / plain['bytes']:.2f}×)",
+        f"{plain['seconds']:.3f} / {secure['seconds']:.3f} ({secure['seconds'] / plain['seconds']:.1f}×)",
+        f"{plain['device'] * 1e3:.2f} / {secure['device'] * 1e3:.2f} ms",
+        f"{secure['session_trips']} trips, {kib(secure['session_bytes'])} KiB, {secure['session_seconds']:.1f} s",
+    ]
 
 
 def deployment(nodes: int) -> None:
@@ -128,31 +172,53 @@ def deployment(nodes: int) -> None:
             cluster.start()
             for secure in (False, True):
                 out = Path(tmp) / f"out-{secure}"
-                run_id = cluster.submit(ROOT, f"algorithm='feddp-kmeans' k={k} dimension={d} clip-norm={4.0 * np.sqrt(d)} "
-                                              f"epsilon=1.0 noise-seed=2 lloyd-rounds={ROUNDS} evaluate-cost=false "
-                                              f"reference=false min-nodes={nodes} secure-aggregation={str(secure).lower()} "
-                                              f"output-dir='{out}'")
+                run_id = cluster.submit(
+                    ROOT,
+                    f"algorithm='feddp-kmeans' k={k} dimension={d} clip-norm={4.0 * np.sqrt(d)} "
+                    f"epsilon=1.0 noise-seed=2 lloyd-rounds={ROUNDS} evaluate-cost=false "
+                    f"reference=false min-nodes={nodes} secure-aggregation={str(secure).lower()} "
+                    f"output-dir='{out}'",
+                )
                 status = cluster.wait(run_id, 1800)
                 if status != "finished:completed":
                     raise SystemExit(f"deployment run ended {status}:\n{cluster.run_log(run_id)[-3000:]}")
                 result = json.loads((out / "result.json").read_text())
                 rounds = result["rounds"]
-                measured[secure] = (len(lloyd_trips(result)) / len(rounds), sum(r["seconds"] for r in rounds) / len(rounds),
-                                    result["wall_time_s"])
+                measured[secure] = (
+                    len(lloyd_trips(result)) / len(rounds),
+                    sum(r["seconds"] for r in rounds) / len(rounds),
+                    result["wall_time_s"],
+                )
     (plain_trips, plain_s, plain_wall), (secure_trips, secure_s, secure_wall) = measured[False], measured[True]
     print(f"\n## In a deployment: {nodes} SuperNodes on loopback (TLS + SuperNode authentication), d = {d}, k = {k}\n")
-    print(markdown_table(["devices", "round trips / round", "s / round (plain / secure)", "whole run s (plain / secure)"], [[
-        nodes, f"{plain_trips:.0f} / {secure_trips:.0f}", f"{plain_s:.2f} / {secure_s:.2f} ({secure_s / plain_s:.2f}×)",
-        f"{plain_wall:.1f} / {secure_wall:.1f}"]]))
-    print(f"\n{ROUNDS} Lloyd rounds per run; the secure run's whole time includes its session (two round trips) "
-          "and the histogram's two.")
+    print(
+        markdown_table(
+            ["devices", "round trips / round", "s / round (plain / secure)", "whole run s (plain / secure)"],
+            [
+                [
+                    nodes,
+                    f"{plain_trips:.0f} / {secure_trips:.0f}",
+                    f"{plain_s:.2f} / {secure_s:.2f} ({secure_s / plain_s:.2f}×)",
+                    f"{plain_wall:.1f} / {secure_wall:.1f}",
+                ]
+            ],
+        )
+    )
+    print(
+        f"\n{ROUNDS} Lloyd rounds per run; the secure run's whole time includes its session (two round trips) "
+        "and the histogram's two."
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_bench_flags(parser, quick="10 and 30 devices, 3 SuperNodes")
-    parser.add_argument("--deployment-nodes", type=int, default=None,
-                        help="SuperNodes of the deployment measurement (default 4, 3 with --quick; 0 = none)")
+    parser.add_argument(
+        "--deployment-nodes",
+        type=int,
+        default=None,
+        help="SuperNodes of the deployment measurement (default 4, 3 with --quick; 0 = none)",
+    )
     args = parser.parse_args()
     nodes = args.deployment_nodes if args.deployment_nodes is not None else (3 if args.quick else 4)
     with page_output(args.out, __file__):

@@ -21,8 +21,8 @@ NumPy path is timed apart: its gathers would evict the others' matrices from the
 Run: ``python bench/spectral_kernel.py [--graphs DIR] [--block 10] [--repeats 200]``;
 ``--quick``: 20 repetitions instead of 200 (the same two rows); ``--out DIR`` also writes the
 page to ``DIR/spectral_kernel.md``.
-The graph directory defaults to ``$FEDCLUSTER_GRAPHS`` or ``./graphs`` (``fedcluster-fetch-graphs --out graphs``) or ``../shared/data/graphs`` next to
-the project.
+The graph directory defaults to ``$FEDCLUSTER_GRAPHS`` or ``./graphs`` (``fedcluster-fetch-graphs --out graphs``)
+or the offline cache ``../shared/data/graphs`` next to the project.
 """
 
 from __future__ import annotations
@@ -58,8 +58,15 @@ def median_times(functions: dict, repeats: int) -> dict[str, float]:
     return {name: float(np.median(values)) for name, values in interleaved_times(functions, repeats).items()}
 
 
-def bench(edges: np.ndarray, n: int, block: int, repeats: int, label: str, degrees: np.ndarray | None = None,
-          weight: float = 1.0) -> dict:
+def bench(
+    edges: np.ndarray,
+    n: int,
+    block: int,
+    repeats: int,
+    label: str,
+    degrees: np.ndarray | None = None,
+    weight: float = 1.0,
+) -> dict:
     import scipy.sparse as sp
 
     graph = canonical_edges(edges)
@@ -91,15 +98,35 @@ def bench(edges: np.ndarray, n: int, block: int, repeats: int, label: str, degre
     t = median_times({"scipy": lambda: A @ X, "ours": lambda: operator.matmat(X)}, repeats)
     product = operator.scaled(weight * scale, scale)  # what power_step keeps and calls
     assert np.allclose(product(X), N @ X, rtol=0, atol=1e-12)
-    t.update(median_times({"scipy N": lambda: N @ X, "product": lambda: product(X),
-                           "task": lambda: power_step(device, arrays, config)}, repeats))
-    t.update(median_times({"numpy": lambda: numpy_operator.matmat(X),
-                           "numpy task": lambda: power_step(numpy_device, arrays, config)}, repeats))
+    t.update(
+        median_times(
+            {
+                "scipy N": lambda: N @ X,
+                "product": lambda: product(X),
+                "task": lambda: power_step(device, arrays, config),
+            },
+            repeats,
+        )
+    )
+    t.update(
+        median_times(
+            {"numpy": lambda: numpy_operator.matmat(X), "numpy task": lambda: power_step(numpy_device, arrays, config)},
+            repeats,
+        )
+    )
     ratio = t["product"] / t["scipy N"]
-    row = [label, graph.shape[0], f"{t['scipy'] * 1e3:.3f}", f"{t['ours'] / t['scipy']:.2f}",
-           f"{t['numpy'] / t['scipy']:.2f}", f"{t['scipy N'] * 1e3:.3f}",
-           f"**{ratio:.2f}**" + ("" if ratio <= 1.1 else " (target missed)"), f"{t['task'] * 1e3:.3f}",
-           f"{t['task'] / t['scipy N']:.2f}", f"{t['numpy task'] / t['scipy N']:.2f}"]
+    row = [
+        label,
+        graph.shape[0],
+        f"{t['scipy'] * 1e3:.3f}",
+        f"{t['ours'] / t['scipy']:.2f}",
+        f"{t['numpy'] / t['scipy']:.2f}",
+        f"{t['scipy N'] * 1e3:.3f}",
+        f"**{ratio:.2f}**" + ("" if ratio <= 1.1 else " (target missed)"),
+        f"{t['task'] * 1e3:.3f}",
+        f"{t['task'] / t['scipy N']:.2f}",
+        f"{t['numpy task'] / t['scipy N']:.2f}",
+    ]
     return {"product_ratio": ratio, "row": row}
 
 
@@ -118,20 +145,40 @@ def main() -> None:
         print_header("FedSpectral+ device power step against scipy.sparse", __doc__)
         n = 4039
         edges = load_edge_list(path, num_nodes=n)
-        print(f"ego-Facebook: n={n}, block={args.block}, median of {repeats} runs, compared pairs taking turns; ratio = our time / "
-              "scipy time (lower is better, 1 = as fast as scipy); default = scipy.sparse inside "
-              "AdjacencyOperator, NumPy = sparse=False (a device without SciPy)\n")
+        print(
+            f"ego-Facebook: n={n}, block={args.block}, median of {repeats} runs, compared pairs taking turns; ratio = "
+            "our time / "
+            "scipy time (lower is better, 1 = as fast as scipy); default = scipy.sparse inside "
+            "AdjacencyOperator, NumPy = sparse=False (a device without SciPy)\n"
+        )
         rows = [bench(edges, n, args.block, repeats, "full graph (one device)")["row"]]
         parts = split_edges(edges, 5, 2, np.random.default_rng(0))
         global_degrees = np.bincount(canonical_edges(edges).ravel(), minlength=n).astype(np.float64)
-        rows.append(bench(parts[0], n, args.block, repeats, "client 0 of 5 (r=2)", degrees=global_degrees, weight=0.5)["row"])
-        print(markdown_table(["edges", "m", "scipy A@X ms", "A@X default / scipy", "A@X NumPy / scipy",
-                              "scipy N@Q ms", "normalized product default / scipy N@Q (target ≤ 1.1)",
-                              "power_step default ms", "power_step default / scipy N@Q",
-                              "power_step NumPy / scipy N@Q"], rows))
-        print("\nThe normalized product is what power_step computes (diag(w D^-1/2) A_j diag(D^-1/2) Q, its "
-              "scaled matrix kept between rounds); power_step adds the request's validation (finite, "
-              "non-negative degrees, shapes, config), which scipy's product does not do.")
+        rows.append(
+            bench(parts[0], n, args.block, repeats, "client 0 of 5 (r=2)", degrees=global_degrees, weight=0.5)["row"]
+        )
+        print(
+            markdown_table(
+                [
+                    "edges",
+                    "m",
+                    "scipy A@X ms",
+                    "A@X default / scipy",
+                    "A@X NumPy / scipy",
+                    "scipy N@Q ms",
+                    "normalized product default / scipy N@Q (target ≤ 1.1)",
+                    "power_step default ms",
+                    "power_step default / scipy N@Q",
+                    "power_step NumPy / scipy N@Q",
+                ],
+                rows,
+            )
+        )
+        print(
+            "\nThe normalized product is what power_step computes (diag(w D^-1/2) A_j diag(D^-1/2) Q, its "
+            "scaled matrix kept between rounds); power_step adds the request's validation (finite, "
+            "non-negative degrees, shapes, config), which scipy's product does not do."
+        )
 
 
 if __name__ == "__main__":

@@ -69,8 +69,16 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import (ROOT, SimulationSuperLink, add_bench_flags, interleaved_times, markdown_table, page_output,  # noqa: E402
-                     print_header, run_inprocess)
+from _common import (
+    ROOT,
+    SimulationSuperLink,
+    add_bench_flags,
+    interleaved_times,
+    markdown_table,
+    page_output,  # noqa: E402
+    print_header,
+    run_inprocess,
+)
 
 import numpy as np  # noqa: E402
 
@@ -137,45 +145,67 @@ def kernel_timings(n: int, d: int, k: int, repeats: int, single_thread: bool) ->
 
 
 def kernel_section(n: int, d: int, k: int, repeats: int) -> None:
-    print(f"## (a) Lloyd statistics kernel vs one scikit-learn Lloyd iteration (n={n}, d={d}, k={k}, float64, median of {repeats}, taking turns)\n")
+    print(
+        f"## (a) Lloyd statistics kernel vs one scikit-learn Lloyd iteration (n={n}, d={d}, k={k}, float64, median of "
+        f"{repeats}, taking turns)\n"
+    )
     rows = []
     for single in (False, True):
         t = kernel_timings(n, d, k, repeats, single)
         label = "1 thread" if single else "default threads"
         ratio = t["ours"] / t["sk_iteration"]
-        rows.append([
-            label,
-            f"{t['ours'] * 1e3:.1f}",
-            f"{t['sk_iteration'] * 1e3:.1f}",
-            f"{t['sk_single'] * 1e3:.1f}",
-            f"{t['sk_fit'] * 1e3:.1f}",
-            f"**{ratio:.2f}**" + ("" if ratio <= TARGET else " (target missed)"),
-            f"{t['ours_best'] / t['sk_iteration_best']:.2f}",
-            f"{t['ours'] / t['sk_single']:.2f}",
-            f"{t['ours'] / t['sk_fit']:.2f}",
-            "yes" if t["agree"] else "NO",
-        ])
-    print(markdown_table(
-        ["threads", "ours ms", "sk 1 iteration ms", "sk _kmeans_single_lloyd(1) ms", "sk KMeans.fit(1) ms",
-         f"ours / sk iteration, medians (target ≤ {TARGET})", "the same, best times", "ours / sk single",
-         "ours / sk fit", "same centers"],
-        rows,
-    ))
+        rows.append(
+            [
+                label,
+                f"{t['ours'] * 1e3:.1f}",
+                f"{t['sk_iteration'] * 1e3:.1f}",
+                f"{t['sk_single'] * 1e3:.1f}",
+                f"{t['sk_fit'] * 1e3:.1f}",
+                f"**{ratio:.2f}**" + ("" if ratio <= TARGET else " (target missed)"),
+                f"{t['ours_best'] / t['sk_iteration_best']:.2f}",
+                f"{t['ours'] / t['sk_single']:.2f}",
+                f"{t['ours'] / t['sk_fit']:.2f}",
+                "yes" if t["agree"] else "NO",
+            ]
+        )
+    print(
+        markdown_table(
+            [
+                "threads",
+                "ours ms",
+                "sk 1 iteration ms",
+                "sk _kmeans_single_lloyd(1) ms",
+                "sk KMeans.fit(1) ms",
+                f"ours / sk iteration, medians (target ≤ {TARGET})",
+                "the same, best times",
+                "ours / sk single",
+                "ours / sk fit",
+                "same centers",
+            ],
+            rows,
+        )
+    )
     print()
 
 
 # --------------------------------------------------------------------------- (b) in-process
 def inprocess_config(clients: int, points_per_client: int, rounds: int) -> dict:
     return {
-        "algorithm": "fedkmeans", "dataset": "gaussian-mixture", "partition": "iid",
-        "num-points": clients * points_per_client, "dim": 8, "k": 8, "num-rounds": rounds,
+        "algorithm": "fedkmeans",
+        "dataset": "gaussian-mixture",
+        "partition": "iid",
+        "num-points": clients * points_per_client,
+        "dim": 8,
+        "k": 8,
+        "num-rounds": rounds,
         "n-init": 1,  # one center set per round: the echo floor's payload (the default trains up to 16 side by side)
         "reference": False,
     }
 
 
 def echo_floor(clients: int, k: int, d: int, rounds: int) -> tuple[float, float]:
-    """Median seconds per broadcast, and of them inside the ClientApps, of the minimal Flower app (``bench/echo_app``'s ClientApp,
+    """Median seconds per broadcast, and of them inside the ClientApps, of the minimal Flower app
+    (``bench/echo_app``'s ClientApp,
     written as Flower's docs write one: ``Array(ndarray)`` in, ``Array(ndarray)`` out) driven
     through the same ``InProcessGrid`` with a FedKMeans round's payload: k x d floats down,
     k x d + k up. One Flower message per client and nothing else: the in-process floor."""
@@ -192,8 +222,13 @@ def echo_floor(clients: int, k: int, d: int, rounds: int) -> tuple[float, float]
     for _ in range(rounds):
         started, before = time.perf_counter(), grid.client_seconds
         messages = [
-            Message(RecordDict({"arrays": ArrayRecord({"x": Array(down)}), "config": ConfigRecord({"up-floats": k * d + k})}),
-                    dst_node_id=node, message_type="query")
+            Message(
+                RecordDict(
+                    {"arrays": ArrayRecord({"x": Array(down)}), "config": ConfigRecord({"up-floats": k * d + k})}
+                ),
+                dst_node_id=node,
+                message_type="query",
+            )
             for node in grid.get_node_ids()
         ]
         replies = list(grid.send_and_receive(messages))
@@ -222,8 +257,10 @@ class DeviceSeconds:
         self.per_trip: dict[int, float] = {}
         self.task_per_trip: dict[int, float] = {}
         self.checks_per_trip: dict[int, float] = {}
-        self._saved = [(owner, name, getattr(owner, name)) for owner, name in
-                       ((grid.InProcessGrid, "push_messages"), (client, "run_task"), (Transport, "_validate"))]
+        self._saved = [
+            (owner, name, getattr(owner, name))
+            for owner, name in ((grid.InProcessGrid, "push_messages"), (client, "run_task"), (Transport, "_validate"))
+        ]
         (_, _, push), (_, _, run_task), (_, _, validate) = self._saved
         per_trip, task_per_trip, checks_per_trip, current = self.per_trip, self.task_per_trip, self.checks_per_trip, [0]
 
@@ -265,8 +302,14 @@ class DeviceSeconds:
             if phase["round"] is not None and phase.get("round_trip"):
                 trips.setdefault(phase["round"], set()).add(phase["round_trip"])
         rounds = [trips.get(r["round"], set()) for r in result["rounds"]]
-        return {name: statistics.median(sum(table.get(trip, 0.0) for trip in r) for r in rounds)
-                for name, table in (("clientapps", self.per_trip), ("tasks", self.task_per_trip), ("checks", self.checks_per_trip))}
+        return {
+            name: statistics.median(sum(table.get(trip, 0.0) for trip in r) for r in rounds)
+            for name, table in (
+                ("clientapps", self.per_trip),
+                ("tasks", self.task_per_trip),
+                ("checks", self.checks_per_trip),
+            )
+        }
 
     def server_seconds(self, phases: list[dict], which) -> float:
         """Server seconds of the round trips of the phases ``which(phase)`` selects (phases
@@ -284,10 +327,16 @@ def start_phase(phase: dict) -> bool:
 
 
 def inprocess_section(client_counts: list[int], points_per_client: int, rounds: int) -> dict[int, dict]:
-    print(f"## (b) In-process runner: FedKMeans, IID Gaussian mixture, {points_per_client} points/client, "
-          f"d=8, k=8, {rounds} rounds\n", flush=True)
-    print("Floor: a minimal Flower echo app (`bench/echo_app`'s ClientApp) through the same in-process grid, "
-          "same bytes per client (64 floats down, 72 up), timed in the same run.\n", flush=True)
+    print(
+        f"## (b) In-process runner: FedKMeans, IID Gaussian mixture, {points_per_client} points/client, "
+        f"d=8, k=8, {rounds} rounds\n",
+        flush=True,
+    )
+    print(
+        "Floor: a minimal Flower echo app (`bench/echo_app`'s ClientApp) through the same in-process grid, "
+        "same bytes per client (64 floats down, 72 up), timed in the same run.\n",
+        flush=True,
+    )
     out = {}
     rows, split_rows = [], []
     for clients in client_counts:
@@ -301,26 +350,72 @@ def inprocess_section(client_counts: list[int], points_per_client: int, rounds: 
         split = devices.round_split(result)
         floor, floor_inside = echo_floor(clients, 8, 8, rounds)
         out[clients] = {"per_round": per_round, "wall": wall, "floor": floor}
-        rows.append([clients, f"{per_round:.3f}", f"{per_round / clients * 1e3:.2f}", f"{floor / clients * 1e3:.2f}",
-                     f"{per_round / floor:.2f}", f"{setup:.2f}",
-                     f"**{start_server:.2f}**" + ("" if start_server <= 1.0 else " (target missed)"), f"{wall:.1f}"])
+        rows.append(
+            [
+                clients,
+                f"{per_round:.3f}",
+                f"{per_round / clients * 1e3:.2f}",
+                f"{floor / clients * 1e3:.2f}",
+                f"{per_round / floor:.2f}",
+                f"{setup:.2f}",
+                f"**{start_server:.2f}**" + ("" if start_server <= 1.0 else " (target missed)"),
+                f"{wall:.1f}",
+            ]
+        )
         ms = lambda seconds: f"{seconds / clients * 1e3:.3f}"  # noqa: E731
-        split_rows.append([clients, ms(per_round), ms(split["clientapps"] - split["tasks"]), ms(split["tasks"]),
-                           ms(split["checks"]), ms(per_round - split["clientapps"] - split["checks"]),
-                           ms(floor), ms(floor_inside), ms(floor - floor_inside)])
-    print(markdown_table(["clients", "s / round (median)", "ms / client / round", "echo floor ms / client",
-                          "ours / floor", "start + final phases s (devices included)",
-                          "start-up server s / 1000 devices (target ≤ 1)", "run wall s"], rows))
+        split_rows.append(
+            [
+                clients,
+                ms(per_round),
+                ms(split["clientapps"] - split["tasks"]),
+                ms(split["tasks"]),
+                ms(split["checks"]),
+                ms(per_round - split["clientapps"] - split["checks"]),
+                ms(floor),
+                ms(floor_inside),
+                ms(floor - floor_inside),
+            ]
+        )
+    print(
+        markdown_table(
+            [
+                "clients",
+                "s / round (median)",
+                "ms / client / round",
+                "echo floor ms / client",
+                "ours / floor",
+                "start + final phases s (devices included)",
+                "start-up server s / 1000 devices (target ≤ 1)",
+                "run wall s",
+            ],
+            rows,
+        )
+    )
     print()
-    print("Where a training round's time goes, ms per client (medians over the rounds): ours inside the "
-          "ClientApps in Flower's records and messages and in `fedcluster.device.run_task` (the request parsed "
-          "through the protocol, the Lloyd kernel on the device's points, its reply checked), the server's checks "
-          "of each untrusted reply (`Transport._validate`: shapes, bounds, the node's declared partition, "
-          "the statement checks) and the rest of the server and grid (messages built, sent, pulled, the "
-          "update); the echo app's round split the same way.\n")
-    print(markdown_table(["clients", "ours: round", "ours: ClientApps, Flower records", "ours: ClientApps, run_task",
-                          "ours: server reply checks", "ours: rest of server and grid", "echo: round",
-                          "echo: ClientApps", "echo: server and grid"], split_rows))
+    print(
+        "Where a training round's time goes, ms per client (medians over the rounds): ours inside the "
+        "ClientApps in Flower's records and messages and in `fedcluster.device.run_task` (the request parsed "
+        "through the protocol, the Lloyd kernel on the device's points, its reply checked), the server's checks "
+        "of each untrusted reply (`Transport._validate`: shapes, bounds, the node's declared partition, "
+        "the statement checks) and the rest of the server and grid (messages built, sent, pulled, the "
+        "update); the echo app's round split the same way.\n"
+    )
+    print(
+        markdown_table(
+            [
+                "clients",
+                "ours: round",
+                "ours: ClientApps, Flower records",
+                "ours: ClientApps, run_task",
+                "ours: server reply checks",
+                "ours: rest of server and grid",
+                "echo: round",
+                "echo: ClientApps",
+                "echo: server and grid",
+            ],
+            split_rows,
+        )
+    )
     print()
     return out
 
@@ -328,8 +423,11 @@ def inprocess_section(client_counts: list[int], points_per_client: int, rounds: 
 # --------------------------------------------------------------------------- (d) population
 def population_section(population: int, fraction: float, points_per_client: int, rounds: int, full: dict) -> None:
     sampled = max(1, round(population * fraction))
-    print(f"## (d) {population} in-process clients, fraction {fraction:g} ({sampled} sampled per round), "
-          f"{rounds} rounds, against the {full['clients']}-client full-participation run of (b)\n", flush=True)
+    print(
+        f"## (d) {population} in-process clients, fraction {fraction:g} ({sampled} sampled per round), "
+        f"{rounds} rounds, against the {full['clients']}-client full-participation run of (b)\n",
+        flush=True,
+    )
     config = inprocess_config(population, points_per_client, rounds)
     config["fraction"] = fraction
     started = time.perf_counter()
@@ -342,20 +440,44 @@ def population_section(population: int, fraction: float, points_per_client: int,
     first = next(r for r in result["rounds"] if r["round"] == 1)
     start_server = devices.server_seconds(result["phases"], start_phase) / population * 1000
     ratio = per_round / full["per_round"]
-    print(markdown_table(
-        ["clients", "sampled / round", "devices contacted per round (rounds 2+)", "s / round, rounds 2+ (median)",
-         f"{full['clients']} clients, full participation: s / round", "ratio (target ≤ 1.5)",
-         "round 1 s (memory of every device)", "start-up server s / 1000 devices (target ≤ 1)", "run wall s"],
-        [[population, sampled, ", ".join(map(str, contacted)), f"{per_round:.3f}", f"{full['per_round']:.3f}",
-          f"**{ratio:.2f}**" + ("" if ratio <= 1.5 else " (target missed)"), f"{first['seconds']:.1f}",
-          f"**{start_server:.2f}**" + ("" if start_server <= 1.0 else " (target missed)"), f"{wall:.0f}"]],
-    ))
+    print(
+        markdown_table(
+            [
+                "clients",
+                "sampled / round",
+                "devices contacted per round (rounds 2+)",
+                "s / round, rounds 2+ (median)",
+                f"{full['clients']} clients, full participation: s / round",
+                "ratio (target ≤ 1.5)",
+                "round 1 s (memory of every device)",
+                "start-up server s / 1000 devices (target ≤ 1)",
+                "run wall s",
+            ],
+            [
+                [
+                    population,
+                    sampled,
+                    ", ".join(map(str, contacted)),
+                    f"{per_round:.3f}",
+                    f"{full['per_round']:.3f}",
+                    f"**{ratio:.2f}**" + ("" if ratio <= 1.5 else " (target missed)"),
+                    f"{first['seconds']:.1f}",
+                    f"**{start_server:.2f}**" + ("" if start_server <= 1.0 else " (target missed)"),
+                    f"{wall:.0f}",
+                ]
+            ],
+        )
+    )
     print()
 
 
 # --------------------------------------------------------------------------- (c) flwr run
 def flwr_section(
-    client_counts: list[int], points_per_client: int, rounds: int, inprocess: dict[int, dict], args_keep_home: bool = False
+    client_counts: list[int],
+    points_per_client: int,
+    rounds: int,
+    inprocess: dict[int, dict],
+    args_keep_home: bool = False,
 ) -> None:
     print("## (c) `flwr run` simulation (Ray) vs in-process, same runs\n", flush=True)
     rows = []
@@ -370,26 +492,39 @@ def flwr_section(
             if completed.returncode != 0 or not result_file.exists():
                 link.failed = True
                 tail = (completed.stdout + completed.stderr)[-3000:]
-                print(f"\nflwr run failed (exit {completed.returncode}, result.json {'present' if result_file.exists() else 'missing'}):\n```\n{tail}\n```\n")
+                print(
+                    f"\nflwr run failed (exit {completed.returncode}, result.json "
+                    f"{'present' if result_file.exists() else 'missing'}):\n```\n{tail}\n```\n"
+                )
                 rows.append([clients, f"{inprocess[clients]['per_round']:.3f}", "failed", "–", "–", f"{wall:.0f}"])
                 continue
             result = json.loads(result_file.read_text())
             shutil.rmtree(output_dir, ignore_errors=True)
             per_round = statistics.median(r["seconds"] for r in result["rounds"])
-            rows.append([
-                clients,
-                f"{inprocess[clients]['per_round']:.3f}",
-                f"{per_round:.3f}",
-                f"{per_round / inprocess[clients]['per_round']:.1f}x",
-                f"{result['wall_time_s']:.1f}",
-                f"{wall:.1f}",
-            ])
+            rows.append(
+                [
+                    clients,
+                    f"{inprocess[clients]['per_round']:.3f}",
+                    f"{per_round:.3f}",
+                    f"{per_round / inprocess[clients]['per_round']:.1f}x",
+                    f"{result['wall_time_s']:.1f}",
+                    f"{wall:.1f}",
+                ]
+            )
     print()
-    print(markdown_table(
-        ["supernodes", "in-process s / round", "flwr run s / round", "flwr / in-process",
-         "ServerApp wall s (result.json)", "`flwr run` command wall s"],
-        rows,
-    ))
+    print(
+        markdown_table(
+            [
+                "supernodes",
+                "in-process s / round",
+                "flwr run s / round",
+                "flwr / in-process",
+                "ServerApp wall s (result.json)",
+                "`flwr run` command wall s",
+            ],
+            rows,
+        )
+    )
     print()
 
 
@@ -403,9 +538,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, nargs="+", help="client counts for (b) (default 10 100 1000)")
     parser.add_argument("--skip-kernel", action="store_true", help="skip (a)")
     parser.add_argument("--kernel-only", action="store_true", help="only (a)")
-    parser.add_argument("--keep-flwr-home", action="store_true", help="keep the temporary FLWR_HOME (SuperLink log) of (c)")
-    parser.add_argument("--population", type=int, default=0,
-                        help="(d): this many in-process clients at --fraction (e.g. 100000); off by default")
+    parser.add_argument(
+        "--keep-flwr-home", action="store_true", help="keep the temporary FLWR_HOME (SuperLink log) of (c)"
+    )
+    parser.add_argument(
+        "--population",
+        type=int,
+        default=0,
+        help="(d): this many in-process clients at --fraction (e.g. 100000); off by default",
+    )
     parser.add_argument("--fraction", type=float, default=0.01, help="sampled fraction per round in (d)")
     args = parser.parse_args(argv)
 
@@ -421,10 +562,21 @@ def main(argv: list[str] | None = None) -> int:
             client_counts = sorted(set(client_counts) | {sampled})
         inprocess = inprocess_section(client_counts, args.points_per_client, args.rounds)
         if args.population:
-            population_section(args.population, args.fraction, args.points_per_client, args.rounds,
-                               dict(inprocess[sampled], clients=sampled))
+            population_section(
+                args.population,
+                args.fraction,
+                args.points_per_client,
+                args.rounds,
+                dict(inprocess[sampled], clients=sampled),
+            )
         if args.flwr:
-            flwr_section([c for c in client_counts if c <= 100], args.points_per_client, args.rounds, inprocess, args.keep_flwr_home)
+            flwr_section(
+                [c for c in client_counts if c <= 100],
+                args.points_per_client,
+                args.rounds,
+                inprocess,
+                args.keep_flwr_home,
+            )
         return 0
 
 

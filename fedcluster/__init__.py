@@ -1,13 +1,12 @@
-"""fedcluster: the library half of federated clustering — everything that never touches a
-Flower Grid or Message, and never imports flwr.
+"""fedcluster: federated clustering on Flower.
 
-``protocol`` (every task a server can ask of a device), ``config`` (every run-config key),
-``lloyd`` (the one k-means kernel), ``linalg`` (shared dense linear algebra), one module per
-algorithm holding its device kernels and its server-side math (``fedkmeans``, ``kfed``,
-``feddp_kmeans``, ``fedspectral``), ``privacy`` (on dp_accounting), data and metrics; the
-command-line tools apart in ``tools``.
-Device code needs only NumPy; server code may import SciPy and scikit-learn inside the
-functions that use them. The "Layout" section of docs/reference.md is the map.
+``algorithms`` holds one package per algorithm (its run config, protocol tasks, device
+kernels, math and strategy), read through ``registry``; the rest of the library is shared
+(``lloyd``, the one k-means kernel; ``protocol``, every task a server can ask of a device;
+``config``, every run-config key; ``privacy``, on dp_accounting; data and metrics) and never
+imports flwr. ``server``, ``client`` and ``inprocess`` are the Flower apps and the in-process
+runner; ``tools`` the command-line tools. The scikit-learn-style estimators are here, at the
+top. The "Layout" section of docs/reference.md is the map.
 """
 
 __version__ = "0.1.0"

@@ -89,8 +89,11 @@ def coordinate_rounding(*arrays: np.ndarray | None) -> np.ndarray:
     centers: the last axis is the coordinate) may be off by rounding alone, a mean or a
     difference of such coordinates included: ``OFFSET_ULPS`` units in the last place of the
     largest of them."""
-    sizes = [np.abs(np.asarray(a, dtype=np.float64)).reshape(-1, np.shape(a)[-1]).max(axis=0)
-             for a in arrays if a is not None and np.size(a)]
+    sizes = [
+        np.abs(np.asarray(a, dtype=np.float64)).reshape(-1, np.shape(a)[-1]).max(axis=0)
+        for a in arrays
+        if a is not None and np.size(a)
+    ]
     return OFFSET_ULPS * _EPS * np.maximum.reduce(sizes) if sizes else np.zeros(1)
 
 
@@ -130,7 +133,11 @@ def declaration(task: Task, arrays: Mapping[str, np.ndarray], metrics: Mapping[s
     if len(boxed) == 2:
         declared.low, declared.high = np.asarray(boxed["box-min"], float), np.asarray(boxed["box-max"], float)
         declared.rounding = coordinate_rounding(declared.low, declared.high)
-        moments = {f.role: arrays[f.name] for f in task.reply if f.role in ("moment-sum", "moment-scatter") and f.name in arrays}
+        moments = {
+            f.role: arrays[f.name]
+            for f in task.reply
+            if f.role in ("moment-sum", "moment-scatter") and f.name in arrays
+        }
         if len(moments) == 2:
             declared.moment_sum = np.asarray(moments["moment-sum"], float)
             declared.moment_scatter = np.asarray(moments["moment-scatter"], float)
@@ -157,7 +164,10 @@ def scatter_rounding(declared: Declared) -> np.ndarray:
 
 
 def moments_violation(
-    sums: np.ndarray, scatter: np.ndarray | None, declared: Declared, what: str = "its per-cluster statistics",
+    sums: np.ndarray,
+    scatter: np.ndarray | None,
+    declared: Declared,
+    what: str = "its per-cluster statistics",
     counts: np.ndarray | None = None,
 ) -> str | None:
     """Per-cluster sums (k, d) (and scatters about each cluster's mean, with ``counts``) over
@@ -180,8 +190,9 @@ def moments_violation(
     return None
 
 
-def voronoi_violation(means: np.ndarray, counts: np.ndarray, centers: np.ndarray, ratio: float = 1.0,
-                      scatter: float = 0.0) -> str | None:
+def voronoi_violation(
+    means: np.ndarray, counts: np.ndarray, centers: np.ndarray, ratio: float = 1.0, scatter: float = 0.0
+) -> str | None:
     """Statistics of a nearest-center assignment: the points of center j lie in its Voronoi
     cell, which is convex, so their mean does too; a cluster whose mean lies nearer another
     center was not assigned by distance (None when every one is, up to rounding).
@@ -203,8 +214,10 @@ def voronoi_violation(means: np.ndarray, counts: np.ndarray, centers: np.ndarray
     nearer = allowed + RELATIVE_SLACK * (gaps + own[:, None] + allowed) + rounding + 1e-300 < own[:, None]
     if np.any(nearer):
         row = int(np.flatnonzero(nearer.any(axis=1))[0])
-        return (f"the mean of the points it assigned to center {int(seen[row])} lies nearer center "
-                f"{int(np.argmax(nearer[row]))}: not a nearest-center assignment")
+        return (
+            f"the mean of the points it assigned to center {int(seen[row])} lies nearer center "
+            f"{int(np.argmax(nearer[row]))}: not a nearest-center assignment"
+        )
     return None
 
 
@@ -244,13 +257,15 @@ def violation(
     center sets at once (a leading set axis ``m`` on its arrays) is checked set by set."""
     n = declared.points
     if NUM_EXAMPLES in metrics and abs(float(metrics[NUM_EXAMPLES]) - n) > 0.5:
-        return f"num-examples {metrics[NUM_EXAMPLES]} differs from the {n:g} points the node declared in its first reply"
+        return (
+            f"num-examples {metrics[NUM_EXAMPLES]} differs from the {n:g} points the node declared in its first reply"
+        )
     fields = {f.role: f for f in task.reply if f.role and f.name in arrays and _active(f, config)}
     sets = [f for f in fields.values() if f.shape[:1] == ("m",) and f.role != "cost"]
     if sets:
         for index in range(arrays[sets[0].name].shape[0]):
             part = {name: value[index] for name, value in arrays.items()}
-            part.update({f.name: arrays[f.name][index:index + 1] for f in fields.values() if f.role == "cost"})
+            part.update({f.name: arrays[f.name][index : index + 1] for f in fields.values() if f.role == "cost"})
             asked = {name: (value[index] if value.ndim == 3 else value) for name, value in request.items()}
             reason = _violation(fields, task.counts, part, asked, declared)
             if reason:
@@ -259,16 +274,26 @@ def violation(
     return _violation(fields, task.counts, arrays, request, declared)
 
 
-def _violation(fields: dict, task_counts: str, arrays: Mapping[str, np.ndarray], request: Mapping[str, np.ndarray],
-               declared: Declared) -> str | None:
+def _violation(
+    fields: dict,
+    task_counts: str,
+    arrays: Mapping[str, np.ndarray],
+    request: Mapping[str, np.ndarray],
+    declared: Declared,
+) -> str | None:
     counts = arrays[fields["count"].name] if "count" in fields else None
     reason = _counts_violation(counts, task_counts, declared.points)
     if reason or declared.low is None:
         return reason
     # Only arrays in the box's own space are bound by it (not, e.g., projected ones).
     low = declared.low
-    fields = {role: f for role, f in fields.items() if role == "count" or arrays[f.name].shape[-1:] == low.shape
-              or (role == "cost" and request.get(f.of, np.zeros(0)).shape[-1:] == low.shape)}
+    fields = {
+        role: f
+        for role, f in fields.items()
+        if role == "count"
+        or arrays[f.name].shape[-1:] == low.shape
+        or (role == "cost" and request.get(f.of, np.zeros(0)).shape[-1:] == low.shape)
+    }
     for check in (_sums_outside, _scatter_too_wide, _means_outside, _cost_violation, _cell_violation):
         reason = check(fields, arrays, request, counts, declared, task_counts)
         if reason:
@@ -301,8 +326,10 @@ def _sums_outside(fields, arrays, request, counts, declared, task_counts) -> str
     if not np.any(outside):
         return None
     row = int(np.flatnonzero(outside.any(axis=1))[0])
-    return (f"array {fields['sum'].name!r} row {row} lies outside what {counts[row]:g} points inside "
-            f"the node's declared bounding box can add up to")
+    return (
+        f"array {fields['sum'].name!r} row {row} lies outside what {counts[row]:g} points inside "
+        f"the node's declared bounding box can add up to"
+    )
 
 
 def _scatter_too_wide(fields, arrays, request, counts, declared, task_counts) -> str | None:
@@ -317,7 +344,10 @@ def _scatter_too_wide(fields, arrays, request, counts, declared, task_counts) ->
     if not np.any(over):
         return None
     row = int(np.flatnonzero(over.any(axis=1))[0])
-    return f"array {fields['scatter'].name!r} row {row} spreads more than {counts[row]:g} points inside the declared box can"
+    return (
+        f"array {fields['scatter'].name!r} row {row} spreads more than {counts[row]:g} points inside the declared box "
+        "can"
+    )
 
 
 def _means_outside(fields, arrays, request, counts, declared, task_counts) -> str | None:
@@ -334,7 +364,10 @@ def _means_outside(fields, arrays, request, counts, declared, task_counts) -> st
     outside = ((means < lo - slack) | (means > hi + slack)).any(axis=1) & rows
     if not np.any(outside):
         return None
-    return f"array {fields['mean'].name!r} row {int(np.flatnonzero(outside)[0])} lies outside the node's declared bounding box"
+    return (
+        f"array {fields['mean'].name!r} row {int(np.flatnonzero(outside)[0])} lies outside the node's declared "
+        "bounding box"
+    )
 
 
 def _cost_violation(fields, arrays, request, counts, declared, task_counts) -> str | None:
@@ -352,8 +385,10 @@ def _cost_violation(fields, arrays, request, counts, declared, task_counts) -> s
     above = costs > n * far + slack
     if np.any(above):
         index = int(np.flatnonzero(above)[0])
-        return (f"array {fields['cost'].name!r} entry {index} ({costs[index]:g}) is more than {n:g} points inside the "
-                f"declared bounding box can cost ({n * far[index]:g})")
+        return (
+            f"array {fields['cost'].name!r} entry {index} ({costs[index]:g}) is more than {n:g} points inside the "
+            f"declared bounding box can cost ({n * far[index]:g})"
+        )
     if "sum" not in fields or counts is None or centers.ndim != 2:
         return None
     used = counts > 0
@@ -361,8 +396,10 @@ def _cost_violation(fields, arrays, request, counts, declared, task_counts) -> s
     floor = float(np.sum(counts[used] * np.sum((means - centers[used]) ** 2, axis=1)))
     rounding = deviation_rounding(float(np.sum(counts[used])), floor, coordinate_rounding(low, high, centers))
     if costs[0] < floor * (1 - RELATIVE_SLACK) - rounding - 1e-300:
-        return (f"array {fields['cost'].name!r} ({costs[0]:g}) is below what its own sums and counts imply "
-                f"({floor:g}): the cost was under-reported")
+        return (
+            f"array {fields['cost'].name!r} ({costs[0]:g}) is below what its own sums and counts imply "
+            f"({floor:g}): the cost was under-reported"
+        )
     return None
 
 
@@ -377,8 +414,13 @@ def _cell_violation(fields, arrays, request, counts, declared, task_counts) -> s
     return voronoi_violation(sums / np.maximum(counts, 1e-300)[:, None], counts, centers)
 
 
-def _moments(fields: dict, arrays: Mapping[str, np.ndarray], request: Mapping[str, np.ndarray], counts: np.ndarray,
-             declared: Declared) -> str | None:
+def _moments(
+    fields: dict,
+    arrays: Mapping[str, np.ndarray],
+    request: Mapping[str, np.ndarray],
+    counts: np.ndarray,
+    declared: Declared,
+) -> str | None:
     """Statistics over all of a device's points against its declared moments: sums (or
     counts × means of its own points) and scatters add up to them; the cost of given
     centers (with sums) or of its own means is the one they fix."""
@@ -408,8 +450,11 @@ def _moments(fields: dict, arrays: Mapping[str, np.ndarray], request: Mapping[st
     total = float(np.sum(declared.moment_scatter))
     implied = total + to_centers - away
     delta = coordinate_rounding(declared.low, declared.high, centers)
-    slack = (float(np.sum(scatter_rounding(declared))) + MOMENT_SLACK * (total + to_centers + away)
-             + deviation_rounding(declared.points, to_centers + away, delta))
+    slack = (
+        float(np.sum(scatter_rounding(declared)))
+        + MOMENT_SLACK * (total + to_centers + away)
+        + deviation_rounding(declared.points, to_centers + away, delta)
+    )
     return implied_cost_violation(cost, implied, slack)
 
 

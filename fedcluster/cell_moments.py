@@ -37,15 +37,23 @@ from .bounds import coordinate_rounding
 MAX_DIM = 6  # vertex enumeration beyond this costs too much: no check (no rejection either)
 SLACK = 1e-7  # cells and box widened by this, relative: rounding, points on a bisector
 TOLERANCE = 1e-6  # a variance may exceed the largest achievable by this share of the box width²
-ROUNDING = 1e-9  # variances are tested lowered by this share of themselves and of (μ − c)²: scatter about c, less n(μ − c)²
+ROUNDING = (
+    1e-9  # variances are tested lowered by this share of themselves and of (μ − c)²: scatter about c, less n(μ − c)²
+)
 KERNEL = 1e-12  # walls widened by this × the size of a device's distance terms: they round in absolute terms
 SOLVED = 2  # per reply, at most this many clusters the certificates cannot pass go to the solver
 BRUTE_FORCE = 4000  # vertices by solving every choice of d walls when there are at most this many
 
 
-def cell_moments_violation(means: np.ndarray, counts: np.ndarray, scatter: np.ndarray, centers: np.ndarray,
-                           low: np.ndarray | None, high: np.ndarray | None,
-                           rng: np.random.Generator | None = None) -> tuple[int, str] | None:
+def cell_moments_violation(
+    means: np.ndarray,
+    counts: np.ndarray,
+    scatter: np.ndarray,
+    centers: np.ndarray,
+    low: np.ndarray | None,
+    high: np.ndarray | None,
+    rng: np.random.Generator | None = None,
+) -> tuple[int, str] | None:
     """For center sets side by side (``centers`` (m, k, d); ``means``, ``scatter`` (m, k, d) and
     ``counts`` (m, k) of a reply to them): a set with a cluster whose (count, mean,
     per-coordinate scatter about the mean) cannot come from points inside its center's Voronoi cell
@@ -77,8 +85,10 @@ def cell_moments_violation(means: np.ndarray, counts: np.ndarray, scatter: np.nd
         s, j = int(sets[p]), int(parts[p])
         gap = _cached_gap(mean[p], var[p], centers[s], j, low, high)
         if gap is not None and gap < -TOLERANCE:
-            return s, (f"the {counts[s, j]:g} points it assigned to center {j} scatter more than any points inside "
-                       f"that center's Voronoi cell and its declared box can: not a nearest-center assignment")
+            return s, (
+                f"the {counts[s, j]:g} points it assigned to center {j} scatter more than any points inside "
+                f"that center's Voronoi cell and its declared box can: not a nearest-center assignment"
+            )
     return None
 
 
@@ -86,7 +96,9 @@ _GAPS: dict[bytes, float | None] = {}  # a set that stopped moving brings the sa
 
 
 def _cached_gap(mean, var, centers, j, low, high) -> float | None:
-    key = b"".join(np.ascontiguousarray(x, dtype=np.float64).tobytes() for x in (mean, var, centers, low, high)) + j.to_bytes(4, "little")
+    key = b"".join(
+        np.ascontiguousarray(x, dtype=np.float64).tobytes() for x in (mean, var, centers, low, high)
+    ) + j.to_bytes(4, "little")
     if key not in _GAPS:
         if len(_GAPS) >= 10_000:
             _GAPS.clear()
@@ -107,7 +119,9 @@ def _rounding(centers: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndar
     return KERNEL * (reach + spread) * (reach + spread + size)
 
 
-def _walls(centers: np.ndarray, j: int, mean: np.ndarray, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _walls(
+    centers: np.ndarray, j: int, mean: np.ndarray, low: np.ndarray, high: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Cell j's walls around ``mean``: ``a·(x − mean) <= b`` for each other center, widened."""
     others = np.delete(centers, j, axis=0)
     a = 2.0 * (others - centers[j])
@@ -116,8 +130,9 @@ def _walls(centers: np.ndarray, j: int, mean: np.ndarray, low: np.ndarray, high:
     return a, b + SLACK * size + float(_rounding(centers, low, high))
 
 
-def _axis_certificate(means: np.ndarray, var: np.ndarray, centers: np.ndarray, parts: np.ndarray,
-                      low: np.ndarray, high: np.ndarray) -> np.ndarray:
+def _axis_certificate(
+    means: np.ndarray, var: np.ndarray, centers: np.ndarray, parts: np.ndarray, low: np.ndarray, high: np.ndarray
+) -> np.ndarray:
     """Which parts (``means``, ``var`` (P, d); each part's center set ``centers`` (P, k, d) and
     its cluster ``parts``) pass without a solver, all at once, and how far each is from it
     (``need``, passing at most 1): along each axis d the segment
@@ -142,8 +157,9 @@ def _axis_certificate(means: np.ndarray, var: np.ndarray, centers: np.ndarray, p
     return passed, np.nan_to_num(need, nan=np.inf)
 
 
-def largest_variance_gap(mean: np.ndarray, var: np.ndarray, centers: np.ndarray, j: int, low: np.ndarray,
-                         high: np.ndarray) -> float | None:
+def largest_variance_gap(
+    mean: np.ndarray, var: np.ndarray, centers: np.ndarray, j: int, low: np.ndarray, high: np.ndarray
+) -> float | None:
     """Over the point distributions on cell j ∩ box with mean ``mean``, the largest of
     min_d (variance_d − var_d) / width_d² (vertex mixtures: they dominate, by Jensen).
     Negative: no points in the cell have these variances. None: no verdict. A value ≥ 0 from a
@@ -194,8 +210,15 @@ def _mixture_gap(vertices: np.ndarray | None, target: np.ndarray) -> float | Non
     rhs = np.zeros(dim + 1)
     rhs[0] = 1.0
     below = np.hstack([-(vertices**2).T, np.ones((dim, 1))])
-    found = linprog(np.r_[np.zeros(m), -1.0], A_ub=below, b_ub=-target, A_eq=equal, b_eq=rhs,
-                    bounds=[(0, None)] * m + [(None, 1.0)], method="highs")
+    found = linprog(
+        np.r_[np.zeros(m), -1.0],
+        A_ub=below,
+        b_ub=-target,
+        A_eq=equal,
+        b_eq=rhs,
+        bounds=[(0, None)] * m + [(None, 1.0)],
+        method="highs",
+    )
     return float(-found.fun) if found.status == 0 else None
 
 
@@ -266,8 +289,13 @@ def _vertices(A: np.ndarray, b: np.ndarray, dim: int, qhull: bool = False) -> np
         inside = np.zeros(dim)
     else:  # else the Chebyshev center
         norm = np.linalg.norm(A, axis=1)
-        inner = linprog(np.r_[np.zeros(dim), -1.0], A_ub=np.hstack([A, norm[:, None]]), b_ub=b,
-                        bounds=[(None, None)] * dim + [(0, None)], method="highs")
+        inner = linprog(
+            np.r_[np.zeros(dim), -1.0],
+            A_ub=np.hstack([A, norm[:, None]]),
+            b_ub=b,
+            bounds=[(None, None)] * dim + [(0, None)],
+            method="highs",
+        )
         if inner.status != 0 or inner.x[-1] <= 0:
             return None
         inside = inner.x[:dim]

@@ -24,7 +24,10 @@ from typing import Any, Callable
 import numpy as np
 
 from fedcluster.algorithms.fedspectral.model import (
-    embedding_labels, initial_block, subspace_distance, top_eigenpairs_by_component
+    embedding_labels,
+    initial_block,
+    subspace_distance,
+    top_eigenpairs_by_component,
 )
 from .graph import canonical_edges, load_edge_list
 from .linalg import orthonormalize, rayleigh_ritz
@@ -42,7 +45,10 @@ __all__ = [
 
 
 def central_reference(
-    config: dict[str, Any], num_clients: int, centers: np.ndarray | None, num_points: int | None = None,
+    config: dict[str, Any],
+    num_clients: int,
+    centers: np.ndarray | None,
+    num_points: int | None = None,
     scaling: Any = None,
 ) -> dict[str, Any] | None:
     """Pooled central k-means cost beside the federated one, or None when unavailable.
@@ -77,8 +83,8 @@ def central_reference(
         "central_cost": central_total / X.shape[0],
         "federated_cost": federated_total / X.shape[0],
         "ratio": federated_total / central_total if central_total > 0 else None,
-        "how": "scikit-learn KMeans(k-means++, n_init=10) on the pooled points; federated centers evaluated on the same points"
-               + ("; both standardized by the run's scaling" if scaling is not None else ""),
+        "how": "scikit-learn KMeans(k-means++, n_init=10) on the pooled points; federated centers evaluated on the "
+        "same points" + ("; both standardized by the run's scaling" if scaling is not None else ""),
     }
 
 

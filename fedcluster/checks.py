@@ -70,8 +70,13 @@ class StrOptions:
 KIND_TEXT = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
-def typed(label: str, value: Any, kind: type, allowed: Interval | StrOptions | None = None,
-          error: type[Exception] = ValueError) -> Any:
+def typed(
+    label: str,
+    value: Any,
+    kind: type,
+    allowed: Interval | StrOptions | None = None,
+    error: type[Exception] = ValueError,
+) -> Any:
     """``value`` as a ``kind`` (a NumPy scalar as the number it holds, an int as a float, a
     whole float as an int), or ``error`` saying what ``label`` must be. Numbers must be finite
     unless ``allowed`` allows ``inf``."""
@@ -85,8 +90,9 @@ def typed(label: str, value: Any, kind: type, allowed: Interval | StrOptions | N
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise error(f"{label} must be {KIND_TEXT[kind]}, got {value!r}")
-    if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and not (isinstance(allowed, Interval)
-                                                                                    and allowed.allow_inf))):
+    if isinstance(value, float) and (
+        math.isnan(value) or (math.isinf(value) and not (isinstance(allowed, Interval) and allowed.allow_inf))
+    ):
         raise error(f"{label} must be a finite number, got {value!r}")
     if kind is float:
         try:
@@ -98,15 +104,22 @@ def typed(label: str, value: Any, kind: type, allowed: Interval | StrOptions | N
     return int(value)
 
 
-def within(label: str, value: Any, allowed: Interval | StrOptions | None, error: type[Exception] = ValueError,
-           hint: str = "") -> Any:
+def within(
+    label: str, value: Any, allowed: Interval | StrOptions | None, error: type[Exception] = ValueError, hint: str = ""
+) -> Any:
     """``value`` if ``allowed`` allows it, else ``error`` saying what ``label`` must be."""
     if allowed is not None and value not in allowed:
         raise error(f"{label} must be {allowed}, got {value!r}{hint}")
     return value
 
 
-def check(label: str, value: Any, kind: type, allowed: Interval | StrOptions | None = None,
-          error: type[Exception] = ValueError, hint: str = "") -> Any:
+def check(
+    label: str,
+    value: Any,
+    kind: type,
+    allowed: Interval | StrOptions | None = None,
+    error: type[Exception] = ValueError,
+    hint: str = "",
+) -> Any:
     """:func:`typed`, then :func:`within`: the value checked once, as its declaration says."""
     return within(label, typed(label, value, kind, allowed, error), allowed, error, hint)

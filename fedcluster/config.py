@@ -12,19 +12,32 @@ defaults (a test checks the two agree); the README's key table is :func:`markdow
 from __future__ import annotations
 
 import difflib
-import math
 import tomllib
-from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import fedcluster.registry as registry
 from .checks import Interval, StrOptions
 from .data import GENERATED_DIM_MAX, GENERATED_VALUES_MAX, SEPARATION_MAX
 from .keys import (  # noqa: F401 (the declarations, for the callers of the assembled config)
-    AGGREGATION, INIT_CANDIDATES, MANY, SECAGG_NEIGHBOURS, SECAGG_THRESHOLD, SECURE_AGGREGATION, SEED_MAX, SERVER_DATA,
-    STANDARDIZE, TRIM_FRACTION, WRITE_LABELS, ConfigError, Key, Section, k_range, number_list)
+    AGGREGATION,
+    INIT_CANDIDATES,
+    MANY,
+    SECAGG_NEIGHBOURS,
+    SECAGG_THRESHOLD,
+    SECURE_AGGREGATION,
+    SEED_MAX,
+    SERVER_DATA,
+    STANDARDIZE,
+    TRIM_FRACTION,
+    WRITE_LABELS,
+    ConfigError,
+    Key,
+    Section,
+    k_range,
+    number_list,
+)
 
 
 ALGORITHMS = registry.names()
@@ -41,50 +54,125 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 PRESET_NAMES = tuple(PRESETS)
 
+
 def _data_rules(c: Mapping[str, Any]) -> None:
     if c["dataset"] in ("npy-dir", "edge-dir") and not c["data-dir"]:
         raise ConfigError(f"dataset {c['dataset']!r} needs run-config data-dir")
     if c["dataset"] in ("gaussian-mixture", "feddp-mixture") and c["num-points"] * c["dim"] > GENERATED_VALUES_MAX:
-        raise ConfigError(f"run-config num-points × dim = {c['num-points']} × {c['dim']} must be at most "
-                          f"{GENERATED_VALUES_MAX}: every simulated device generates the whole data set")
+        raise ConfigError(
+            f"run-config num-points × dim = {c['num-points']} × {c['dim']} must be at most "
+            f"{GENERATED_VALUES_MAX}: every simulated device generates the whole data set"
+        )
 
 
-COMMON = Section("common", (
-    Key("algorithm", "fedkmeans", "which algorithm runs", allowed=StrOptions(ALGORITHMS)),
-    Key("k", 5, "number of clusters", allowed=Interval(int, 1, MANY)),
-    Key("num-rounds", 20, "training rounds", allowed=Interval(int, 0, MANY)),
-    Key("seed", 0, "seed of the server's random choices and of generated data", allowed=Interval(int, 0, SEED_MAX)),
-    Key("preset", "none", "deployment: the measurement phases that are not part of the algorithm are off "
-        "(eval-every = 0, evaluate-cost = false; k-FED keeps its scoring round, which guards it)", allowed=StrOptions(PRESET_NAMES)),
-))
-DATA = Section("data", (
-    Key("dataset", "gaussian-mixture", "where the devices' data come from", allowed=StrOptions(DATASETS)),
-    Key("data-dir", "", "folder of per-device files (npy-dir, edge-dir)"),
-    Key("num-points", 3000, f"generated points in total (num-points × dim at most {GENERATED_VALUES_MAX})",
-        allowed=Interval(int, 1, GENERATED_VALUES_MAX)),
-    Key("dim", 4, "generated dimension", allowed=Interval(int, 1, GENERATED_DIM_MAX)),
-    Key("components", 0, "generated mixture components (0 = k)", allowed=Interval(int, 0, MANY)),
-    Key("separation", 8.0, "distance scale between generated means, in standard deviations", allowed=Interval(float, 0, SEPARATION_MAX)),
-    Key("partition", "dirichlet", "how generated points are split over devices", allowed=StrOptions(PARTITIONS)),
-    Key("dirichlet-alpha", 0.3, "Dirichlet concentration (small = skewed)", allowed=Interval(float, 0, closed="right")),
-    Key("classes-per-client", 2, "components per device (partition=components)", allowed=Interval(int, 1, MANY)),
-    Key("snr-db", 30.0, "da-ufl-paper: every agent's SNR in dB (observation probability 1 − exp(−0.025·SNR/d))", allowed=Interval(float, -50, 100)),
-    Key("class-std", 1.0, "da-ufl-paper: standard deviation of every class per coordinate", allowed=Interval(float, 0, 1000, closed="right")),
-), rules=(_data_rules,))
-FEDERATION = Section("federation", (
-    Key("min-nodes", 0, "nodes to wait for (0 = until the count is stable)", allowed=Interval(int, 0, 10**9)),
-    Key("node-wait-s", 120.0, "longest wait for nodes, seconds", allowed=Interval(float, 0, 10**7)),
-    Key("node-settle-s", 3.0, "seconds the node count must be stable (min-nodes = 0)", allowed=Interval(float, 0, 10**5)),
-    Key("round-timeout", 600.0, "longest wait for the replies of one phase, seconds (at least one pause between "
-        "two pulls of the replies, 0.1 s)", allowed=Interval(float, 0.1, 10**7)),
-    Key("min-replies", 1, "fewest valid replies a phase needs", allowed=Interval(int, 1, 10**9)),
-    Key("min-reply-fraction", 0.5, "fewest valid replies a phase needs, as a share of those sent", allowed=Interval(float, 0, 1)),
-    Key("max-missed-phases", 3, "a node that sent no reply in this many consecutive phases leaves the run", allowed=Interval(int, 1, 10**6)),
-    Key("output-dir", "", "results folder (default outputs/<time>-<algorithm>)"),
-    Key("overwrite", False, "replace the run of fedcluster in output-dir: a finished one's result, or an unfinished one (its privacy ledger is kept and counted)"),
-    Key("resume", False, "continue the unfinished run in output-dir after its SuperLink or ServerApp stopped: the rounds it completed are replayed from its journal, no device is asked again and no privacy budget is spent again (docs/security.md: the devices' noise). The run config must be the one it started with, but for round-timeout, node-wait-s, node-settle-s, write-labels and reference (they change neither the result's centers nor what is released)"),
-    Key("reference", True, "also compute the pooled central k-means reference (generated data)"),
-))
+COMMON = Section(
+    "common",
+    (
+        Key("algorithm", "fedkmeans", "which algorithm runs", allowed=StrOptions(ALGORITHMS)),
+        Key("k", 5, "number of clusters", allowed=Interval(int, 1, MANY)),
+        Key("num-rounds", 20, "training rounds", allowed=Interval(int, 0, MANY)),
+        Key("seed", 0, "seed of the server's random choices and of generated data", allowed=Interval(int, 0, SEED_MAX)),
+        Key(
+            "preset",
+            "none",
+            "deployment: the measurement phases that are not part of the algorithm are off "
+            "(eval-every = 0, evaluate-cost = false; k-FED keeps its scoring round, which guards it)",
+            allowed=StrOptions(PRESET_NAMES),
+        ),
+    ),
+)
+DATA = Section(
+    "data",
+    (
+        Key("dataset", "gaussian-mixture", "where the devices' data come from", allowed=StrOptions(DATASETS)),
+        Key("data-dir", "", "folder of per-device files (npy-dir, edge-dir)"),
+        Key(
+            "num-points",
+            3000,
+            f"generated points in total (num-points × dim at most {GENERATED_VALUES_MAX})",
+            allowed=Interval(int, 1, GENERATED_VALUES_MAX),
+        ),
+        Key("dim", 4, "generated dimension", allowed=Interval(int, 1, GENERATED_DIM_MAX)),
+        Key("components", 0, "generated mixture components (0 = k)", allowed=Interval(int, 0, MANY)),
+        Key(
+            "separation",
+            8.0,
+            "distance scale between generated means, in standard deviations",
+            allowed=Interval(float, 0, SEPARATION_MAX),
+        ),
+        Key("partition", "dirichlet", "how generated points are split over devices", allowed=StrOptions(PARTITIONS)),
+        Key(
+            "dirichlet-alpha",
+            0.3,
+            "Dirichlet concentration (small = skewed)",
+            allowed=Interval(float, 0, closed="right"),
+        ),
+        Key("classes-per-client", 2, "components per device (partition=components)", allowed=Interval(int, 1, MANY)),
+        Key(
+            "snr-db",
+            30.0,
+            "da-ufl-paper: every agent's SNR in dB (observation probability 1 − exp(−0.025·SNR/d))",
+            allowed=Interval(float, -50, 100),
+        ),
+        Key(
+            "class-std",
+            1.0,
+            "da-ufl-paper: standard deviation of every class per coordinate",
+            allowed=Interval(float, 0, 1000, closed="right"),
+        ),
+    ),
+    rules=(_data_rules,),
+)
+FEDERATION = Section(
+    "federation",
+    (
+        Key("min-nodes", 0, "nodes to wait for (0 = until the count is stable)", allowed=Interval(int, 0, 10**9)),
+        Key("node-wait-s", 120.0, "longest wait for nodes, seconds", allowed=Interval(float, 0, 10**7)),
+        Key(
+            "node-settle-s",
+            3.0,
+            "seconds the node count must be stable (min-nodes = 0)",
+            allowed=Interval(float, 0, 10**5),
+        ),
+        Key(
+            "round-timeout",
+            600.0,
+            "longest wait for the replies of one phase, seconds (at least one pause between "
+            "two pulls of the replies, 0.1 s)",
+            allowed=Interval(float, 0.1, 10**7),
+        ),
+        Key("min-replies", 1, "fewest valid replies a phase needs", allowed=Interval(int, 1, 10**9)),
+        Key(
+            "min-reply-fraction",
+            0.5,
+            "fewest valid replies a phase needs, as a share of those sent",
+            allowed=Interval(float, 0, 1),
+        ),
+        Key(
+            "max-missed-phases",
+            3,
+            "a node that sent no reply in this many consecutive phases leaves the run",
+            allowed=Interval(int, 1, 10**6),
+        ),
+        Key("output-dir", "", "results folder (default outputs/<time>-<algorithm>)"),
+        Key(
+            "overwrite",
+            False,
+            "replace the run of fedcluster in output-dir: a finished one's result, or an unfinished one (its privacy "
+            "ledger is kept and counted)",
+        ),
+        Key(
+            "resume",
+            False,
+            "continue the unfinished run in output-dir after its SuperLink or ServerApp stopped: the rounds it "
+            "completed are replayed from its journal, no device is asked again and no privacy budget is spent again "
+            "(docs/security.md: the devices' noise). The run config must be the one it started with, but for "
+            "round-timeout, node-wait-s, node-settle-s, write-labels and reference (they change neither the result's "
+            "centers nor what is released)",
+        ),
+        Key("reference", True, "also compute the pooled central k-means reference (generated data)"),
+    ),
+)
 
 
 @lru_cache(maxsize=None)
@@ -103,8 +191,10 @@ def keys() -> Mapping[str, Key]:
         for key in section.keys:
             first = found.setdefault(key.name, key)
             if (first.default, first.kind) != (key.default, key.kind):
-                raise RuntimeError(f"run-config key {key.name!r} is declared with two defaults: "
-                                   f"{first.default!r} and {key.default!r} (section {section.name})")
+                raise RuntimeError(
+                    f"run-config key {key.name!r} is declared with two defaults: "
+                    f"{first.default!r} and {key.default!r} (section {section.name})"
+                )
     return MappingProxyType(found)
 
 
@@ -171,7 +261,9 @@ def _given(run_config: Mapping[str, Any], declared: Mapping[str, Key]) -> dict[s
     return given
 
 
-def _refuse_unread(given: Mapping[str, Any], reads: Mapping[str, Key], preset: Mapping[str, Any], algorithm: str) -> None:
+def _refuse_unread(
+    given: Mapping[str, Any], reads: Mapping[str, Key], preset: Mapping[str, Any], algorithm: str
+) -> None:
     """A key given another value than it would have that the algorithm does not read is
     refused, naming the algorithms that read it: it would be silently ignored."""
     declared = keys()
@@ -234,7 +326,6 @@ def _check_some_declaration(name: str, value: Any) -> None:
         except ConfigError:
             pass
     declarations[0].check(value)
-
 
 
 def parse_run_config(text: str) -> dict[str, Any]:
@@ -308,7 +399,13 @@ def markdown_table() -> str:
                 allowed = str(key.allowed)
             else:
                 allowed = key.kind.__name__
-            default = str(key.default).lower() if isinstance(key.default, bool) else repr(key.default) if isinstance(key.default, str) else key.default
+            default = (
+                str(key.default).lower()
+                if isinstance(key.default, bool)
+                else repr(key.default)
+                if isinstance(key.default, str)
+                else key.default
+            )
             lines.append(f"| `{key.name}` | {default} | {allowed} | {key.doc} |")
     return "\n".join(lines)
 

@@ -138,15 +138,12 @@ def _read_csv(path: Path) -> np.ndarray:
             width = len(fields)
         elif len(fields) != width:
             raise DataError(
-                f"data file {path}, line {number}: expected {width} comma-separated values, "
-                f"found {len(fields)}"
+                f"data file {path}, line {number}: expected {width} comma-separated values, found {len(fields)}"
             )
         try:
             rows.append([float(field) for field in fields])
         except ValueError:
-            raise DataError(
-                f"data file {path}, line {number}: non-numeric value in {line.strip()!r}"
-            ) from None
+            raise DataError(f"data file {path}, line {number}: non-numeric value in {line.strip()!r}") from None
     return np.array(rows, dtype=np.float64)
 
 
@@ -161,9 +158,7 @@ def _is_numeric_row(line: str) -> bool:
 def _validate_points(array: np.ndarray, path: Path) -> np.ndarray:
     """Check dtype, shape and finiteness of a loaded array; return it as float64 (n, d)."""
     if array.dtype.kind not in "iuf":
-        raise DataError(
-            f"data file {path} holds values of type {array.dtype}, expected integers or floats"
-        )
+        raise DataError(f"data file {path} holds values of type {array.dtype}, expected integers or floats")
     if array.ndim == 1:
         array = array.reshape(-1, 1)
     if array.ndim != 2:
@@ -255,21 +250,41 @@ def list_client_files(data_dir: str | os.PathLike, pattern: str = "*.npy") -> li
     files = [path for path in directory.glob(pattern) if path.is_file()]
     results = sorted(path.name for path in files if path.suffix == ".npy" and path.stem in RESULT_ARRAYS)
     if results:
-        raise DataError(f"data directory {directory} holds {', '.join(results[:3])}: the name of an array a fedcluster run "
-                        f"writes, not a client's data (it would join as a device): move it out of the data folder")
+        raise DataError(
+            f"data directory {directory} holds {', '.join(results[:3])}: the name of an array a fedcluster run "
+            f"writes, not a client's data (it would join as a device): move it out of the data folder"
+        )
     if not files:
-        raise DataError(f"data directory {directory} has no file matching {pattern!r}{_folder_hint(directory, pattern)}")
+        raise DataError(
+            f"data directory {directory} has no file matching {pattern!r}{_folder_hint(directory, pattern)}"
+        )
     return sorted(files, key=lambda path: (_natural_key(path), str(path)))
 
 
 # The file that marks a folder as a run's results folder (fedcluster.server.run_folder).
 RUN_MARKER = "fedcluster-run.json"
 # The arrays a run writes, as <name>.npy (docs/reference.md, "Outputs"): never a client's file.
-RESULT_ARRAYS = frozenset({
-    "bin_counts", "bin_representatives", "candidate_weights", "candidates", "centers", "client_labels",
-    "device_assignment", "device_centers", "device_counts", "device_nodes", "embedding", "init_centers", "labels",
-    "last_centers", "projected_centers", "projection", "server_weights",
-})
+RESULT_ARRAYS = frozenset(
+    {
+        "bin_counts",
+        "bin_representatives",
+        "candidate_weights",
+        "candidates",
+        "centers",
+        "client_labels",
+        "device_assignment",
+        "device_centers",
+        "device_counts",
+        "device_nodes",
+        "embedding",
+        "init_centers",
+        "labels",
+        "last_centers",
+        "projected_centers",
+        "projection",
+        "server_weights",
+    }
+)
 
 
 def refuse_run_folder(directory: str | os.PathLike) -> None:
@@ -278,8 +293,10 @@ def refuse_run_folder(directory: str | os.PathLike) -> None:
     directory = Path(directory)
     for name in (RUN_MARKER, "result.json"):
         if (directory / name).is_file():
-            raise DataError(f"{directory} holds the results of a fedcluster run ({name}), not a client's data: "
-                            f"point the data at the clients' own files")
+            raise DataError(
+                f"{directory} holds the results of a fedcluster run ({name}), not a client's data: "
+                f"point the data at the clients' own files"
+            )
 
 
 # The dataset that reads a folder of client files, by the pattern that lists them.
@@ -292,7 +309,11 @@ def _folder_hint(directory: Path, pattern: str) -> str:
     for path in sorted(directory.iterdir(), key=lambda path: (_natural_key(path), str(path))):
         if path.is_file():
             held.setdefault(path.suffix.lower() or "(no suffix)", []).append(path)
-    hint = " (it holds " + (", ".join(f"{len(files)} {suffix}" for suffix, files in sorted(held.items())) or "no") + " files)"
+    hint = (
+        " (it holds "
+        + (", ".join(f"{len(files)} {suffix}" for suffix, files in sorted(held.items())) or "no")
+        + " files)"
+    )
     dataset = _FOLDER_DATASET.get(pattern)
     if dataset is None:
         return hint
@@ -304,7 +325,7 @@ def _folder_hint(directory: Path, pattern: str) -> str:
             f". A .csv file is read as one node's own data-path instead: fedcluster-run {shown} "
             f"(one node per file; in a deployment --node-config 'data-path=\"{csv[0]}\"'); "
             f"or convert each for npy-dir: from fedcluster.data import load_points; "
-            f"numpy.save(\"{csv[0].stem}.npy\", load_points(\"{csv[0].name}\"))"
+            f'numpy.save("{csv[0].stem}.npy", load_points("{csv[0].name}"))'
         )
     return hint
 
@@ -335,8 +356,16 @@ def client_file(data_dir: str | os.PathLike, pattern: str, partition_id: int) ->
 DAUFL_GRID = (-7.5, -2.5, 2.5, 7.5)
 
 
-def daufl_paper(num_agents: int, points_per_class: int, snr_db: float, seed: int | np.random.Generator, *,
-                std: float = 1.0, alpha: float = 0.025, area: float = 10.0) -> tuple[np.ndarray, ...]:
+def daufl_paper(
+    num_agents: int,
+    points_per_class: int,
+    snr_db: float,
+    seed: int | np.random.Generator,
+    *,
+    std: float = 1.0,
+    alpha: float = 0.025,
+    area: float = 10.0,
+) -> tuple[np.ndarray, ...]:
     """The DA-UFL setup (Servetnyk et al. 2020, Sec. IV): overlapping, unbalanced agents.
 
     16 spherical Gaussian classes (``std`` per coordinate; the paper does not give it)
@@ -462,9 +491,7 @@ def triebe_clients(
         The source index ``s_i`` of every point (constant within a client).
     """
     if num_clients < 1 or points_per_client < 1:
-        raise ValueError(
-            f"need num_clients >= 1 and points_per_client >= 1, got {num_clients} and {points_per_client}"
-        )
+        raise ValueError(f"need num_clients >= 1 and points_per_client >= 1, got {num_clients} and {points_per_client}")
     means = np.asarray(means, dtype=np.float64).reshape(-1)
     if means.size == 0:
         raise ValueError("means must hold at least one value")
@@ -535,8 +562,7 @@ def kfed_mixture(
         raise ValueError(f"m0 must be >= 1, got {m0}")
     if points_per_component < m0:
         raise ValueError(
-            f"points_per_component={points_per_component} is smaller than m0={m0}: "
-            f"some device would miss a component"
+            f"points_per_component={points_per_component} is smaller than m0={m0}: some device would miss a component"
         )
     rng = _as_generator(seed)
     means = mixture_means(k, d, separation, rng)
@@ -583,8 +609,7 @@ def feddp_mixture(
     """
     if num_clients < 1 or points_per_client < 1 or d < 1 or k < 1:
         raise ValueError(
-            f"need num_clients, points_per_client, d, k >= 1, got {num_clients}, "
-            f"{points_per_client}, {d}, {k}"
+            f"need num_clients, points_per_client, d, k >= 1, got {num_clients}, {points_per_client}, {d}, {k}"
         )
     if variance < 0:
         raise ValueError(f"variance must be >= 0, got {variance}")
@@ -624,9 +649,7 @@ def feddp_server_data(
         raise ValueError(f"per_component and uniform must be >= 0, got {per_component}, {uniform}")
     rng = _as_generator(seed)
     k, d = means.shape
-    mixture = np.repeat(means, per_component, axis=0) + rng.normal(
-        0.0, np.sqrt(variance), size=(k * per_component, d)
-    )
+    mixture = np.repeat(means, per_component, axis=0) + rng.normal(0.0, np.sqrt(variance), size=(k * per_component, d))
     return np.concatenate([mixture, rng.uniform(0.0, 1.0, size=(uniform, d))])
 
 
@@ -794,8 +817,7 @@ def partition_components(
         )
     if num_clients * components_per_client < number_of_labels:
         raise ValueError(
-            f"{num_clients} clients x {components_per_client} labels each cannot cover "
-            f"{number_of_labels} labels"
+            f"{num_clients} clients x {components_per_client} labels each cannot cover {number_of_labels} labels"
         )
     rng = _as_generator(rng)
     cyclic_order = rng.permutation(number_of_labels)

@@ -45,7 +45,7 @@ def kernel(name: str) -> TaskFunction:
     its plain task's kernel, imported first)."""
     if name not in KERNELS:
         if name in protocol.SECURE_STAGES and name.startswith(protocol.secure_name("")):
-            kernel(name[len(protocol.secure_name("")):])
+            kernel(name[len(protocol.secure_name("")) :])
         importlib.import_module(kernel_module(name))
     if name not in KERNELS:
         raise KeyError(f"task {name!r} has no kernel on this device")
@@ -73,8 +73,10 @@ def run_task(name: str, data: DeviceData, arrays: Mapping[str, Any], config: Map
     from .scaling import scaled
 
     data, arrays = scaled(data, arrays)  # a standardized run's requests say how (fedcluster.scaling)
-    config = {key: protocol.device_seed(value, data.identity) if key in protocol.SEEDS and _whole(value) else value
-              for key, value in config.items()}
+    config = {
+        key: protocol.device_seed(value, data.identity) if key in protocol.SEEDS and _whole(value) else value
+        for key, value in config.items()
+    }
     out_arrays, metrics = run(data, arrays, config)
     metrics = {**metrics, protocol.PARTITION: data.partition if data.partition is not None else -1}
     out_arrays = {key: np.asarray(value) for key, value in out_arrays.items()}

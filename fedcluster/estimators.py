@@ -51,8 +51,10 @@ def _own_keys(estimator: str, algorithm: str, values: dict[str, Any], others: st
     """The run-config keys this estimator's parameters set for ``algorithm`` (as its package
     declares them); a parameter it does not take, given, is refused by name."""
     if algorithm not in _algorithms_of(estimator):
-        raise ValueError(f"algorithm={algorithm!r}: {estimator} runs "
-                         f"{', '.join(repr(n) for n in _algorithms_of(estimator))} ({others})")
+        raise ValueError(
+            f"algorithm={algorithm!r}: {estimator} runs "
+            f"{', '.join(repr(n) for n in _algorithms_of(estimator))} ({others})"
+        )
     keys = dict(registry.algorithm(algorithm).estimator_keys)
     own = {}
     for name, value in values.items():
@@ -106,12 +108,27 @@ def _client_arrays(clients: Sequence[Any]) -> list[np.ndarray]:
 
 
 # run-config key -> the estimator parameter that sets it (for error messages)
-_PARAMETER_OF = {"k": "n_clusters", "seed": "random_state", "algorithm": "algorithm", "num-rounds": "max_iter",
-                 "outer-iterations": "max_iter", "lloyd-rounds": "max_iter", "tol": "tol", "fraction": "fraction",
-                 "epsilon": "epsilon", "delta": "delta", "privacy-level": "privacy_level", "num-nodes": "n_nodes",
-                 "n-init": "n_init"}
-_SET_BY_FIT = {"dataset": "fit(clients)", "data-dir": "fit(clients)", "server-data": "fit(..., server_data=...)",
-               "output-dir": "output_dir"}
+_PARAMETER_OF = {
+    "k": "n_clusters",
+    "seed": "random_state",
+    "algorithm": "algorithm",
+    "num-rounds": "max_iter",
+    "outer-iterations": "max_iter",
+    "lloyd-rounds": "max_iter",
+    "tol": "tol",
+    "fraction": "fraction",
+    "epsilon": "epsilon",
+    "delta": "delta",
+    "privacy-level": "privacy_level",
+    "num-nodes": "n_nodes",
+    "n-init": "n_init",
+}
+_SET_BY_FIT = {
+    "dataset": "fit(clients)",
+    "data-dir": "fit(clients)",
+    "server-data": "fit(..., server_data=...)",
+    "output-dir": "output_dir",
+}
 
 
 def _merged(run_config: dict[str, Any] | None, own: dict[str, Any]) -> dict[str, Any]:
@@ -140,8 +157,15 @@ class _InProcess(ClusterMixin, BaseEstimator):
     """The run every estimator makes: the clients' files in a temporary folder, the
     federation in-process, the run's records kept on the estimator."""
 
-    def _federate(self, config: dict[str, Any], dataset: str, writers: list, load: tuple[str, ...],
-                  server_data: np.ndarray | None = None, labels: bool = False) -> tuple[dict, dict[str, np.ndarray]]:
+    def _federate(
+        self,
+        config: dict[str, Any],
+        dataset: str,
+        writers: list,
+        load: tuple[str, ...],
+        server_data: np.ndarray | None = None,
+        labels: bool = False,
+    ) -> tuple[dict, dict[str, np.ndarray]]:
         """``writers[i](folder, i)`` saves client i's file; returns result.json (with
         ``labels`` when asked) and the arrays ``load`` names from the result folder."""
         from .inprocess import run
@@ -190,8 +214,7 @@ class _Federated(_InProcess):
         self.labels_ = result["labels"]  # each node's nearest centers, from its own points
         final = result.get("final") or {}
         self.inertia_ = float(
-            final["total_cost"] if "total_cost" in final
-            else sum(kmeans_cost(*self._space(a)) for a in arrays)
+            final["total_cost"] if "total_cost" in final else sum(kmeans_cost(*self._space(a)) for a in arrays)
         )
         return self
 
@@ -238,16 +261,29 @@ class FederatedKMeans(_Federated):
     :class:`FederatedRunWarning` (and kept in ``result_["warnings"]``).
     """
 
-    def __init__(self, n_clusters: int = 8, *, algorithm: str = "fedkmeans", random_state: Any = None,
-                 max_iter: int | None = None, tol: float | None = None, fraction: float | None = None,
-                 n_init: int | None = None, run_config: dict[str, Any] | None = None, output_dir: str | None = None,
-                 verbose: bool = False) -> None:
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        *,
+        algorithm: str = "fedkmeans",
+        random_state: Any = None,
+        max_iter: int | None = None,
+        tol: float | None = None,
+        fraction: float | None = None,
+        n_init: int | None = None,
+        run_config: dict[str, Any] | None = None,
+        output_dir: str | None = None,
+        verbose: bool = False,
+    ) -> None:
         _keep(self, locals())
 
     def _config(self) -> dict[str, Any]:
         own: dict[str, Any] = _own_keys(
-            "FederatedKMeans", self.algorithm, {"max_iter": self.max_iter, "tol": self.tol, "fraction": self.fraction,
-                                                "n_init": self.n_init}, "DPFederatedKMeans runs FedDP-KMeans")
+            "FederatedKMeans",
+            self.algorithm,
+            {"max_iter": self.max_iter, "tol": self.tol, "fraction": self.fraction, "n_init": self.n_init},
+            "DPFederatedKMeans runs FedDP-KMeans",
+        )
         own.update({"algorithm": self.algorithm, "k": self.n_clusters, "seed": _seed(self.random_state)})
         return _merged(self.run_config, own)
 
@@ -269,9 +305,19 @@ class DPFederatedKMeans(_Federated):
     the exact cost, a report outside the DP guarantee (``evaluate-cost``).
     """
 
-    def __init__(self, n_clusters: int = 8, *, epsilon: float = 1.0, delta: float = 1e-6,
-                 privacy_level: str = "data-point", random_state: Any = None, max_iter: int | None = None,
-                 run_config: dict[str, Any] | None = None, output_dir: str | None = None, verbose: bool = False) -> None:
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        *,
+        epsilon: float = 1.0,
+        delta: float = 1e-6,
+        privacy_level: str = "data-point",
+        random_state: Any = None,
+        max_iter: int | None = None,
+        run_config: dict[str, Any] | None = None,
+        output_dir: str | None = None,
+        verbose: bool = False,
+    ) -> None:
         _keep(self, locals())
 
     def _config(self) -> dict[str, Any]:
@@ -286,13 +332,17 @@ class DPFederatedKMeans(_Federated):
         served = getattr(self, "_served", False)
         if self.max_iter is not None:
             own["lloyd-rounds"] = self.max_iter
-        elif (getattr(self, "_points", None) and "lloyd-rounds" not in (self.run_config or {})
-              and (not served or self.privacy_level == "data-point")):
+        elif (
+            getattr(self, "_points", None)
+            and "lloyd-rounds" not in (self.run_config or {})
+            and (not served or self.privacy_level == "data-point")
+        ):
             # as many rounds as the budget carries for this many points (lloyd_rounds_for; a
             # data-point level rule: with server data at client level FedDP-Init runs alone);
             # the count is then public-points, listed outside the guarantee
-            own["lloyd-rounds"] = feddp_kmeans.lloyd_rounds_for(self._points, self.n_clusters, self._dimension,
-                                                                self.epsilon, self.delta)
+            own["lloyd-rounds"] = feddp_kmeans.lloyd_rounds_for(
+                self._points, self.n_clusters, self._dimension, self.epsilon, self.delta
+            )
             own["public-points"] = self._points
         if getattr(self, "_dimension", None) and not served and "dimension" not in (self.run_config or {}):
             own["dimension"] = self._dimension  # without server data: the clients' (public: their arrays' width)
@@ -322,14 +372,24 @@ class FederatedSpectralClustering(_InProcess):
     ``n_iter_``, ``history_``, ``result_``.
     """
 
-    def __init__(self, n_clusters: int = 8, *, algorithm: str = "fedspectral-plus", n_nodes: int | None = None,
-                 random_state: Any = None, max_iter: int | None = None, run_config: dict[str, Any] | None = None,
-                 output_dir: str | None = None, verbose: bool = False) -> None:
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        *,
+        algorithm: str = "fedspectral-plus",
+        n_nodes: int | None = None,
+        random_state: Any = None,
+        max_iter: int | None = None,
+        run_config: dict[str, Any] | None = None,
+        output_dir: str | None = None,
+        verbose: bool = False,
+    ) -> None:
         _keep(self, locals())
 
     def fit(self, clients: Sequence[Any], y: Any = None) -> "FederatedSpectralClustering":
-        own: dict[str, Any] = _own_keys("FederatedSpectralClustering", self.algorithm, {"max_iter": self.max_iter},
-                                        "graphs: node ids in edge lists")
+        own: dict[str, Any] = _own_keys(
+            "FederatedSpectralClustering", self.algorithm, {"max_iter": self.max_iter}, "graphs: node ids in edge lists"
+        )
         if isinstance(clients, np.ndarray) or not isinstance(clients, Sequence) or len(clients) == 0:
             raise ValueError("clients must be a non-empty list with one (edges × 2) integer array per client")
         edges = []
@@ -344,8 +404,9 @@ class FederatedSpectralClustering(_InProcess):
         n_nodes = self.n_nodes if self.n_nodes is not None else largest + 1
         if largest >= n_nodes:
             raise ValueError(f"a client holds node id {largest}, but n_nodes={n_nodes} (ids 0 .. {n_nodes - 1})")
-        own.update({"algorithm": self.algorithm, "k": self.n_clusters, "seed": _seed(self.random_state),
-                    "num-nodes": n_nodes})
+        own.update(
+            {"algorithm": self.algorithm, "k": self.n_clusters, "seed": _seed(self.random_state), "num-nodes": n_nodes}
+        )
         writers = [lambda folder, i, e=e: np.savetxt(folder / f"client_{i:05d}.txt", e, fmt="%d") for e in edges]
         _, loaded = self._federate(_merged(self.run_config, own), "edge-dir", writers, ("labels", "embedding"))
         self.labels_, self.embedding_ = loaded["labels"], loaded["embedding"]

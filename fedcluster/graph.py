@@ -197,20 +197,23 @@ def split_edges(
     if num_clients < 1:
         raise ValueError(f"num_clients must be >= 1, got {num_clients}")
     if not 1 <= overlap_clients <= num_clients:
-        raise ValueError(
-            f"overlap_clients must be between 1 and num_clients={num_clients}, got {overlap_clients}"
-        )
+        raise ValueError(f"overlap_clients must be between 1 and num_clients={num_clients}, got {overlap_clients}")
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     graph = canonical_edges(edges)
     m = graph.shape[0]
     # r distinct clients per edge: the first r of a random permutation of the J clients,
     # drawn a block of edges at a time (the same stream as one m x J draw, in bounded memory).
     rows = max(1, 2**20 // num_clients)
-    holders = np.concatenate([np.argsort(rng.random((min(rows, m - start), num_clients)), axis=1)[:, :overlap_clients]
-                              for start in range(0, m, rows)] or [np.zeros((0, overlap_clients), dtype=np.int64)])
+    holders = np.concatenate(
+        [
+            np.argsort(rng.random((min(rows, m - start), num_clients)), axis=1)[:, :overlap_clients]
+            for start in range(0, m, rows)
+        ]
+        or [np.zeros((0, overlap_clients), dtype=np.int64)]
+    )
     edge_of = np.argsort(holders.ravel(), kind="stable") // overlap_clients  # each client's edges, in order
     bounds = np.searchsorted(np.sort(holders.ravel()), np.arange(num_clients + 1))
-    return [graph[edge_of[bounds[j]:bounds[j + 1]]] for j in range(num_clients)]
+    return [graph[edge_of[bounds[j] : bounds[j + 1]]] for j in range(num_clients)]
 
 
 def write_client_edge_files(parts: Sequence[np.ndarray], out_dir: str | os.PathLike) -> list[Path]:
@@ -395,11 +398,7 @@ def local_graph(data: DeviceData, num_nodes: int) -> AdjacencyOperator:
     """
     edges = data.require_edges()
     cached = data.extra.get(_CACHE_KEY)
-    if (
-        isinstance(cached, _CachedGraph)
-        and cached.edges is edges
-        and cached.operator.num_nodes == num_nodes
-    ):
+    if isinstance(cached, _CachedGraph) and cached.edges is edges and cached.operator.num_nodes == num_nodes:
         return cached.operator
     array = _as_edge_array(edges, what=f"device edge list ({data.source})")
     if array.shape[0] and int(array.max()) >= num_nodes:

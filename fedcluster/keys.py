@@ -66,33 +66,69 @@ class Section:
 
 
 # Keys more than one algorithm reads: declared once here, listed in each reader's section.
-STANDARDIZE = Key("standardize", False, "every feature to mean 0 and variance 1 first (scikit-learn's StandardScaler, "
-                  "federated: one round of per-device sums), centers written in the original units (FedKMeans, k-FED, "
-                  "DA-UFL; not FedDP-KMeans, whose privacy guarantee would not cover the exact per-device sums)")
-WRITE_LABELS = Key("write-labels", False, "after the run every device saves its points' labels in fedcluster-labels/ "
-                   "beside its data file (never sent; center-based algorithms: a graph run stores one label per graph "
-                   "node in labels.npy)")
-AGGREGATION = Key("aggregation", "mean", "combining the devices' centers (FedKMeans) or agents' implied means (DA-UFL): "
-                  "mean (the papers), trimmed-mean, median", allowed=StrOptions(("mean", "trimmed-mean", "median")))
-TRIM_FRACTION = Key("trim-fraction", 0.1, "trimmed-mean: share of a cluster's devices dropped at each end", allowed=Interval(float, 0, 0.5))
-SERVER_DATA = Key("server-data", "", "a .npy of server-side points (FedDP-KMeans; FedKMeans with init='server-kmeans++')")
-INIT_CANDIDATES = Key("init-candidates", 10, "candidate center sets scored in one federated round (FedKMeans; DA-UFL: at "
-                      "most this many distinct optima of init-restarts)", allowed=Interval(int, 1, 10_000))
-SECURE_AGGREGATION = Key("secure-aggregation", False, "the summed statistics by secure aggregation (FedDP-KMeans: the "
-                         "histogram start's counts and the Lloyd rounds' sums and counts; FedSpectral+: the clients' "
-                         "products): the server gets masked integer vectors and learns only their sum over at least the "
-                         "threshold of devices (2 round trips per sum, 2 more once per session; docs/security.md)")
-SECAGG_THRESHOLD = Key("secagg-threshold", 2 / 3, "secure aggregation: threshold as a fraction of the participants (at "
-                       "least 2 and more than half): the fewest devices a sum may hold; with secagg-neighbours, also "
-                       "the Shamir threshold as a fraction of each device's neighbourhood",
-                       allowed=Interval(float, 0, 1, closed="right"))
-SECAGG_NEIGHBOURS = Key("secagg-neighbours", 0, "secure aggregation: how many other devices each device masks with and "
-                        "shares its keys with. 0: every other device (SecAgg, O(n) work per device and O(n^2) through the "
-                        "server); m: SecAgg+'s sparse graph as Flower builds it (the devices in a random order on a ring, "
-                        "each joined to the m/2 before and after it, m rounded up to even), O(m) per device: any threshold "
-                        "of one device's neighbourhood colluding with the server can unmask it (docs/security.md)",
-                        allowed=Interval(int, 0, MANY))
-
+STANDARDIZE = Key(
+    "standardize",
+    False,
+    "every feature to mean 0 and variance 1 first (scikit-learn's StandardScaler, "
+    "federated: one round of per-device sums), centers written in the original units (FedKMeans, k-FED, "
+    "DA-UFL; not FedDP-KMeans, whose privacy guarantee would not cover the exact per-device sums)",
+)
+WRITE_LABELS = Key(
+    "write-labels",
+    False,
+    "after the run every device saves its points' labels in fedcluster-labels/ "
+    "beside its data file (never sent; center-based algorithms: a graph run stores one label per graph "
+    "node in labels.npy)",
+)
+AGGREGATION = Key(
+    "aggregation",
+    "mean",
+    "combining the devices' centers (FedKMeans) or agents' implied means (DA-UFL): "
+    "mean (the papers), trimmed-mean, median",
+    allowed=StrOptions(("mean", "trimmed-mean", "median")),
+)
+TRIM_FRACTION = Key(
+    "trim-fraction",
+    0.1,
+    "trimmed-mean: share of a cluster's devices dropped at each end",
+    allowed=Interval(float, 0, 0.5),
+)
+SERVER_DATA = Key(
+    "server-data", "", "a .npy of server-side points (FedDP-KMeans; FedKMeans with init='server-kmeans++')"
+)
+INIT_CANDIDATES = Key(
+    "init-candidates",
+    10,
+    "candidate center sets scored in one federated round (FedKMeans; DA-UFL: at "
+    "most this many distinct optima of init-restarts)",
+    allowed=Interval(int, 1, 10_000),
+)
+SECURE_AGGREGATION = Key(
+    "secure-aggregation",
+    False,
+    "the summed statistics by secure aggregation (FedDP-KMeans: the "
+    "histogram start's counts and the Lloyd rounds' sums and counts; FedSpectral+: the clients' "
+    "products): the server gets masked integer vectors and learns only their sum over at least the "
+    "threshold of devices (2 round trips per sum, 2 more once per session; docs/security.md)",
+)
+SECAGG_THRESHOLD = Key(
+    "secagg-threshold",
+    2 / 3,
+    "secure aggregation: threshold as a fraction of the participants (at "
+    "least 2 and more than half): the fewest devices a sum may hold; with secagg-neighbours, also "
+    "the Shamir threshold as a fraction of each device's neighbourhood",
+    allowed=Interval(float, 0, 1, closed="right"),
+)
+SECAGG_NEIGHBOURS = Key(
+    "secagg-neighbours",
+    0,
+    "secure aggregation: how many other devices each device masks with and "
+    "shares its keys with. 0: every other device (SecAgg, O(n) work per device and O(n^2) through the "
+    "server); m: SecAgg+'s sparse graph as Flower builds it (the devices in a random order on a ring, "
+    "each joined to the m/2 before and after it, m rounded up to even), O(m) per device: any threshold "
+    "of one device's neighbourhood colluding with the server can unmask it (docs/security.md)",
+    allowed=Interval(int, 0, MANY),
+)
 
 
 def number_list(text: str, name: str) -> tuple[float, ...]:

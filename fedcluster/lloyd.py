@@ -81,11 +81,12 @@ class LloydStatistics:
     def __add__(self, other: "LloydStatistics") -> "LloydStatistics":
         scatter = None
         if self.scatter is not None and other.scatter is not None:
-            scatter = pooled_scatter(np.stack([self.counts, other.counts]), np.stack([self.sums, other.sums]),
-                                     np.stack([self.scatter, other.scatter]))
-        return LloydStatistics(
-            self.sums + other.sums, self.counts + other.counts, self.cost + other.cost, scatter
-        )
+            scatter = pooled_scatter(
+                np.stack([self.counts, other.counts]),
+                np.stack([self.sums, other.sums]),
+                np.stack([self.scatter, other.scatter]),
+            )
+        return LloydStatistics(self.sums + other.sums, self.counts + other.counts, self.cost + other.cost, scatter)
 
     def centers(self, previous: np.ndarray) -> np.ndarray:
         """Lloyd update: the mean of each cluster; a cluster with no mass keeps ``previous``."""
@@ -169,7 +170,9 @@ def undecided(Xc: np.ndarray, settle: tuple[np.ndarray, float, float] | None):
     return settle if 2.0 * form_rounding(Xc.shape[1], largest, settle[2]) > RESOLUTION * settle[1] else None
 
 
-def _settle(Xc: np.ndarray, values: np.ndarray, labels: np.ndarray, settle: tuple[np.ndarray, float, float]) -> np.ndarray:
+def _settle(
+    Xc: np.ndarray, values: np.ndarray, labels: np.ndarray, settle: tuple[np.ndarray, float, float]
+) -> np.ndarray:
     """``labels`` (the argmin of ``values`` (rows x k), the BLAS form ``||c||² − 2 x·c`` of
     the rows ``Xc`` against ``settle``'s centers, see :func:`settling`) with every row whose
     smallest value the form's rounding cannot tell from another's given the nearest center
@@ -198,7 +201,9 @@ def pooled_scatter(counts: np.ndarray, sums: np.ndarray, scatter: np.ndarray) ->
     safe = np.where(counts > 0, counts, 1.0)[..., None]
     means = np.asarray(sums, dtype=np.float64) / safe
     pooled_mean = np.asarray(sums, dtype=np.float64).sum(axis=0) / np.where(total > 0, total, 1.0)[..., None]
-    return np.asarray(scatter, dtype=np.float64).sum(axis=0) + (counts[..., None] * (means - pooled_mean) ** 2).sum(axis=0)
+    return np.asarray(scatter, dtype=np.float64).sum(axis=0) + (counts[..., None] * (means - pooled_mean) ** 2).sum(
+        axis=0
+    )
 
 
 def squared_distances(X: np.ndarray, centers: np.ndarray, x_sq: np.ndarray | None = None) -> np.ndarray:
@@ -455,6 +460,7 @@ def lloyd_until_stable(
                 return sums / counts[:, None], counts
             return LloydStatistics(sums, counts, 0.0).centers(previous), counts
     else:
+
         def assign(c: np.ndarray) -> np.ndarray:
             return nearest(X, c)
 
@@ -504,6 +510,7 @@ def lloyd_until_stable(
         cost += float(row_cost.sum() if w is None else row_cost @ w[start : start + step])
     return centers, labels, cost
 
+
 def lloyd_statistics(
     X: np.ndarray,
     centers: np.ndarray,
@@ -531,9 +538,7 @@ def lloyd_statistics(
     X = np.asarray(X, dtype=np.float64)
     centers = np.asarray(centers, dtype=np.float64)
     if X.ndim != 2 or centers.ndim != 2 or X.shape[1] != centers.shape[1]:
-        raise ValueError(
-            f"data of shape {X.shape} and centers of shape {centers.shape} do not match"
-        )
+        raise ValueError(f"data of shape {X.shape} and centers of shape {centers.shape} do not match")
     n, d = X.shape
     k = centers.shape[0]
     w_all = None if weights is None else np.asarray(weights, dtype=np.float64)

@@ -81,8 +81,7 @@ def _check_labellings(
     labels_b = _check_labels(labels_b, name_b)
     if labels_a.shape[0] != labels_b.shape[0]:
         raise ValueError(
-            f"length mismatch: {name_a} has {labels_a.shape[0]} labels "
-            f"but {name_b} has {labels_b.shape[0]}"
+            f"length mismatch: {name_a} has {labels_a.shape[0]} labels but {name_b} has {labels_b.shape[0]}"
         )
     return labels_a, labels_b
 
@@ -91,9 +90,7 @@ def _check_points_and_labels(X: np.ndarray, labels: np.ndarray) -> tuple[np.ndar
     X = check_points(X)
     labels = _check_labels(labels, "labels")
     if labels.shape[0] != X.shape[0]:
-        raise ValueError(
-            f"length mismatch: X has {X.shape[0]} points but labels has {labels.shape[0]} entries"
-        )
+        raise ValueError(f"length mismatch: X has {X.shape[0]} points but labels has {labels.shape[0]} entries")
     return X, labels
 
 
@@ -296,9 +293,7 @@ def variation_of_information(labels_a: np.ndarray, labels_b: np.ndarray) -> floa
     labels_a, labels_b = _check_labellings(labels_a, labels_b)
     table = _contingency(labels_a, labels_b)
     value = (
-        _entropy(table.row_totals, table.n)
-        + _entropy(table.column_totals, table.n)
-        - 2.0 * _mutual_information(table)
+        _entropy(table.row_totals, table.n) + _entropy(table.column_totals, table.n) - 2.0 * _mutual_information(table)
     )
     return float(max(value, 0.0))
 
@@ -354,9 +349,7 @@ def cost_per_point(X: np.ndarray, centers: np.ndarray) -> float:
     X = check_points(X)
     centers = check_points(centers, "centers")
     if centers.shape[1] != X.shape[1]:
-        raise ValueError(
-            f"dimension mismatch: X has {X.shape[1]} columns but centers have {centers.shape[1]}"
-        )
+        raise ValueError(f"dimension mismatch: X has {X.shape[1]} columns but centers have {centers.shape[1]}")
     return kmeans_cost(X, centers) / X.shape[0]
 
 
@@ -421,13 +414,10 @@ def davies_bouldin(X: np.ndarray, labels: np.ndarray) -> float:
     codes, number_of_clusters = _encode(labels)
     if not 2 <= number_of_clusters <= X.shape[0] - 1:
         raise ValueError(
-            f"the Davies-Bouldin index needs between 2 and n - 1 = {X.shape[0] - 1} clusters, "
-            f"got {number_of_clusters}"
+            f"the Davies-Bouldin index needs between 2 and n - 1 = {X.shape[0] - 1} clusters, got {number_of_clusters}"
         )
     means, sizes = _cluster_means(X, codes, number_of_clusters)
-    spread = np.bincount(
-        codes, weights=np.linalg.norm(X - means[codes], axis=1), minlength=number_of_clusters
-    ) / sizes
+    spread = np.bincount(codes, weights=np.linalg.norm(X - means[codes], axis=1), minlength=number_of_clusters) / sizes
     # Direct differences (k x k x d, k is small): exact zeros for coinciding means, which
     # the BLAS form ||a||^2 - 2 a.b + ||b||^2 would turn into tiny positive distances.
     distances = np.linalg.norm(means[:, None, :] - means[None, :, :], axis=2)

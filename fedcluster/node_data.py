@@ -118,8 +118,18 @@ def generated_server_points(run_config: dict[str, Any]) -> np.ndarray | None:
 
 
 _SPEC_KEYS = (
-    "dataset", "seed", "num-points", "dim", "components", "k", "separation",
-    "partition", "dirichlet-alpha", "classes-per-client", "snr-db", "class-std",
+    "dataset",
+    "seed",
+    "num-points",
+    "dim",
+    "components",
+    "k",
+    "separation",
+    "partition",
+    "dirichlet-alpha",
+    "classes-per-client",
+    "snr-db",
+    "class-std",
 )
 
 
@@ -141,7 +151,9 @@ def _generated(spec: tuple, partitions: int) -> tuple[list[np.ndarray], list[np.
         # i.i.d. from the whole mixture (means ~ U[0,1]^dim, variance 0.5).
         per_client = int(cfg["num-points"]) // partitions
         if per_client < 1:
-            raise data.DataError(f"num-points={cfg['num-points']} is fewer than one point per client for {partitions} clients")
+            raise data.DataError(
+                f"num-points={cfg['num-points']} is fewer than one point per client for {partitions} clients"
+            )
         points, labels, _ = data.feddp_mixture(
             partitions, per_client, int(cfg["dim"]), int(cfg["components"]) or int(cfg["k"]), 0.5, seed
         )

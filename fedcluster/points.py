@@ -29,8 +29,10 @@ def duplicate_warning(centers: np.ndarray) -> str | None:
     duplicates = k - np.unique(centers, axis=0).shape[0]
     if not duplicates:
         return None
-    return (f"{duplicates} of the k={k} centers coincide with another one: the devices' points hold fewer distinct "
-            f"values than k (centers.npy keeps the duplicates; k={k - duplicates} describes these data as well)")
+    return (
+        f"{duplicates} of the k={k} centers coincide with another one: the devices' points hold fewer distinct "
+        f"values than k (centers.npy keeps the duplicates; k={k - duplicates} describes these data as well)"
+    )
 
 
 def center_shift(new: np.ndarray, old: np.ndarray) -> float:

@@ -19,8 +19,27 @@ import fedcluster.registry as registry
 import fedcluster.shared_tasks as shared_tasks
 from .secagg import protocol as secure
 from .task import (  # noqa: F401 (the names every caller of the protocol uses)
-    ARRAYS, BUNDLE, CONFIG, DIM, ERROR, FREE_MAX, METRICS, NUM_EXAMPLES, PARTITION, SEEDS, ArrayField, Limit, Param, Task,
-    check_arrays, device_seed, part, partition_of, partition_problem, undeclared_array)
+    ARRAYS,
+    BUNDLE,
+    CONFIG,
+    DIM,
+    ERROR,
+    FREE_MAX,
+    METRICS,
+    NUM_EXAMPLES,
+    PARTITION,
+    SEEDS,
+    ArrayField,
+    Limit,
+    Param,
+    Task,
+    check_arrays,
+    device_seed,
+    part,
+    partition_of,
+    partition_problem,
+    undeclared_array,
+)
 
 secure_name = secure.secure_name
 
@@ -73,7 +92,8 @@ def markdown_table() -> str:
                 spec.doc,
                 ", ".join(a.describe() for a in spec.request) or "—",
                 ", ".join(p.describe() for p in spec.config) or "—",
-                ", ".join(a.describe() for a in spec.reply) + ("; metrics " + ", ".join(f"`{m}`" for m in spec.metrics) if spec.metrics else "")
+                ", ".join(a.describe() for a in spec.reply)
+                + ("; metrics " + ", ".join(f"`{m}`" for m in spec.metrics) if spec.metrics else "")
                 + "".join(f"; {limit.symbol} ≤ {limit.doc}" for limit in spec.limits),
                 ", ".join(spec.used_by),
             )

@@ -51,8 +51,9 @@ class Scaling:
         scale[scale <= np.maximum(coordinate_rounding(mean), 1e-300)] = 1.0
         return cls(mean, scale)
 
-    def apply_moments(self, points: float, sums: np.ndarray, scatter: np.ndarray,
-                      rounding: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def apply_moments(
+        self, points: float, sums: np.ndarray, scatter: np.ndarray, rounding: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A device's per-feature sum and scatter about its mean, and how far one of its
         coordinates may be off by rounding (``rounding``), in standardized units: the sum of
         ``points`` points ``(x − mean)/scale`` is ``(S − n·mean)/scale``; the scatter scales by
@@ -61,8 +62,7 @@ class Scaling:
         from .bounds import coordinate_rounding
 
         mean, scale = self.mean, self.scale
-        return ((sums - points * mean) / scale, scatter / scale**2,
-                (rounding + coordinate_rounding(mean)) / scale)
+        return ((sums - points * mean) / scale, scatter / scale**2, (rounding + coordinate_rounding(mean)) / scale)
 
     def scale_declared(self, declared: Any) -> None:
         """A device's declaration (:class:`fedcluster.bounds.Declared`: box, moments and
@@ -73,7 +73,8 @@ class Scaling:
         declared.low, declared.high = self.apply(declared.low), self.apply(declared.high)
         if declared.moment_sum is not None:
             declared.moment_sum, declared.moment_scatter, rounding = self.apply_moments(
-                declared.points, declared.moment_sum, declared.moment_scatter, rounding)
+                declared.points, declared.moment_sum, declared.moment_scatter, rounding
+            )
         else:
             rounding = (rounding + coordinate_rounding(self.mean)) / self.scale
         declared.rounding = np.maximum(rounding, coordinate_rounding(declared.low, declared.high))
@@ -88,7 +89,9 @@ class Scaling:
             raise ValueError(f"a standardized request needs both {SHIFT!r} and {FACTOR!r}")
         mean, scale = (np.asarray(arrays[name], dtype=np.float64) for name in (SHIFT, FACTOR))
         if mean.ndim != 1 or mean.shape != scale.shape:
-            raise ValueError(f"{SHIFT!r} and {FACTOR!r} must be two vectors of one length, got {mean.shape} and {scale.shape}")
+            raise ValueError(
+                f"{SHIFT!r} and {FACTOR!r} must be two vectors of one length, got {mean.shape} and {scale.shape}"
+            )
         if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(scale)) and np.all(scale > 0)):
             raise ValueError(f"{SHIFT!r} must be finite and {FACTOR!r} finite and positive")
         return cls(mean, scale)
@@ -110,12 +113,17 @@ class Scaling:
         except (TypeError, ValueError, OverflowError):
             raise ValueError("result.json's standardize mean and scale must be lists of numbers") from None
         if mean.ndim != 1 or mean.shape != scale.shape or mean.size == 0:
-            raise ValueError(f"result.json's standardize mean and scale must be two lists of one length, got {mean.shape} and {scale.shape}")
+            raise ValueError(
+                f"result.json's standardize mean and scale must be two lists of one length, got {mean.shape} and "
+                f"{scale.shape}"
+            )
         if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(scale)) and np.all(scale > 0)):
             raise ValueError("result.json's standardize mean must be finite and its scale finite and positive")
         if np.max(np.abs(mean)) > 1e150 or np.min(scale) < 1e-150:
-            raise ValueError("result.json's standardize record has a mean above 1e150 or a scale below 1e-150 in size: "
-                             "standardized points would overflow float64")
+            raise ValueError(
+                "result.json's standardize record has a mean above 1e150 or a scale below 1e-150 in size: "
+                "standardized points would overflow float64"
+            )
         return cls(mean, scale)
 
     @classmethod
@@ -159,7 +167,9 @@ def scaled(data: Any, arrays: Mapping[str, np.ndarray]) -> tuple[Any, dict[str, 
     if scaling is None or data.points is None:
         return data, rest
     if scaling.mean.shape[0] != data.points.shape[1]:
-        raise ValueError(f"the standardization has {scaling.mean.shape[0]} features, the device's data {data.points.shape[1]}")
+        raise ValueError(
+            f"the standardization has {scaling.mean.shape[0]} features, the device's data {data.points.shape[1]}"
+        )
     key = ("scaled", scaling.mean.tobytes(), scaling.scale.tobytes())
     cache = data.extra.setdefault("scaled", {})
     if key not in cache:

@@ -28,8 +28,7 @@ def matching_dimension(points: np.ndarray, array: np.ndarray, name: str = "cente
     if its last dimension is the device's data dimension, else a ``ValueError``."""
     if array.shape[-1] != points.shape[1]:
         raise ValueError(
-            f"the device's data has dimension {points.shape[1]} but the {name} have "
-            f"dimension {array.shape[-1]}"
+            f"the device's data has dimension {points.shape[1]} but the {name} have dimension {array.shape[-1]}"
         )
     return array
 
@@ -62,7 +61,9 @@ def data_summary(data: DeviceData, arrays: dict, config: dict):
 def lloyd_stats(data: DeviceData, arrays: dict, config: dict):
     X = data.require_points()
     stats = lloyd_statistics(X, matching_dimension(X, arrays["centers"]))
-    return {"sums": stats.sums, "counts": stats.counts, "cost": np.array([stats.cost])}, {"num-examples": int(X.shape[0])}
+    return {"sums": stats.sums, "counts": stats.counts, "cost": np.array([stats.cost])}, {
+        "num-examples": int(X.shape[0])
+    }
 
 
 LABELS_FOLDER = "fedcluster-labels"

@@ -252,7 +252,10 @@ def _dtype_problem(field: ArrayField, dtype: np.dtype) -> str | None:
     kinds, smallest, largest = DTYPES[field.dtype]
     if dtype.kind not in kinds or not smallest <= dtype.itemsize <= largest or dtype.shape != ():
         size = f"{largest} byte{'s' if largest > 1 else ''}" if smallest == largest else f"at most {largest} bytes"
-        return f"array {field.name!r} has dtype {dtype}, the protocol declares {field.dtype} (kind {'/'.join(kinds)}, {size} an item)"
+        return (
+            f"array {field.name!r} has dtype {dtype}, the protocol declares {field.dtype} (kind {'/'.join(kinds)}, "
+            f"{size} an item)"
+        )
     return None
 
 
@@ -265,7 +268,10 @@ def undeclared_array(fields: tuple[ArrayField, ...], names, config: Mapping[str,
     declared = _declared(fields, config or {})
     for name in names:
         if name not in declared:
-            return f"holds undeclared array {str(name)[:80]!r} (the reply declares {', '.join(map(repr, declared)) or 'none'})"
+            return (
+                f"holds undeclared array {str(name)[:80]!r} (the reply declares "
+                f"{', '.join(map(repr, declared)) or 'none'})"
+            )
     return None
 
 
@@ -301,7 +307,10 @@ def check_layout(
             at_most = FREE_MAX if at_most is None else min(int(at_most), FREE_MAX)
             if actual > at_most:
                 rule = f" ({symbol} ≤ {limit.doc})" if limit is not None else ""
-                return f"array {name!r} has shape {tuple(shape)}: {symbol}={actual} is above the most the protocol allows, {at_most}{rule}"
+                return (
+                    f"array {name!r} has shape {tuple(shape)}: {symbol}={actual} is above the most the protocol "
+                    f"allows, {at_most}{rule}"
+                )
     return None
 
 
@@ -380,11 +389,18 @@ class Task:
         for spec in self.request:
             if spec.name in arrays:
                 _bind(spec.shape, tuple(np.shape(arrays[spec.name])), bound)
-        return {**bound, **{key: value for key, value in sizes.items() if value is not None},
-                **{key: None for key, value in sizes.items() if value is None and key not in bound}}
+        return {
+            **bound,
+            **{key: value for key, value in sizes.items() if value is not None},
+            **{key: None for key, value in sizes.items() if value is None and key not in bound},
+        }
 
-    def check_layout(self, layouts: Mapping[str, tuple[np.dtype, tuple[int, ...]]], sizes: Mapping[str, int | None],
-                     config: Mapping[str, Any] | None = None) -> str | None:
+    def check_layout(
+        self,
+        layouts: Mapping[str, tuple[np.dtype, tuple[int, ...]]],
+        sizes: Mapping[str, int | None],
+        config: Mapping[str, Any] | None = None,
+    ) -> str | None:
         """The reason a reply's arrays of these ``(dtype, shape)`` are refused before any is
         decoded (:func:`check_layout` with this task's reply and limits), or None."""
         return check_layout(self.reply, layouts, sizes, config, self.limits)

@@ -69,8 +69,11 @@ def array_layout(array) -> tuple[np.dtype, tuple[int, ...]]:
     except (TypeError, ValueError, SyntaxError):
         raise ValueError(f"has an unreadable dtype {str(array.dtype)[:40]!r}") from None
     shape = getattr(array, "shape", None)
-    if not isinstance(shape, (list, tuple)) or len(shape) > 32 or not all(
-            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0 for s in shape):
+    if (
+        not isinstance(shape, (list, tuple))
+        or len(shape) > 32
+        or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0 for s in shape)
+    ):
         raise ValueError(f"has an unreadable shape {str(shape)[:60]}")
     shape = tuple(int(s) for s in shape)
     data = getattr(array, "data", None)
@@ -78,8 +81,10 @@ def array_layout(array) -> tuple[np.dtype, tuple[int, ...]]:
         raise ValueError("has no data bytes")
     payload = math.prod(shape) * dtype.itemsize
     if not payload <= len(data) <= payload + NPY_HEADER_MAX:
-        raise ValueError(f"holds {len(data)} bytes, not the {payload} of its shape {shape} and dtype {dtype} "
-                         f"(and a header of at most {NPY_HEADER_MAX})")
+        raise ValueError(
+            f"holds {len(data)} bytes, not the {payload} of its shape {shape} and dtype {dtype} "
+            f"(and a header of at most {NPY_HEADER_MAX})"
+        )
     return dtype, shape
 
 

@@ -49,7 +49,9 @@ def main():
     parser.add_argument("--assign", required=True, help=".npy: the client (0 .. clients-1) of every row")
     parser.add_argument("--k", type=int, required=True)
     parser.add_argument("--epsilon", type=float, required=True)
-    parser.add_argument("--seed", type=int, required=True, help=">= 1 (FastLloyd seeds its noise with seed x iteration)")
+    parser.add_argument(
+        "--seed", type=int, required=True, help=">= 1 (FastLloyd seeds its noise with seed x iteration)"
+    )
     parser.add_argument("--out", required=True, help="where the centers (.npy) go")
     args = parser.parse_args()
     Params, to_fixed, unscale, local_proto = import_fastlloyd(args.fastlloyd)
@@ -61,8 +63,17 @@ def main():
         sys.exit("the data must lie in [-1, 1]: FastLloyd's privacy bounds assume it")
     n, d = X.shape
     clients = int(ids.max()) + 1
-    params = Params(num_clients=clients, k=args.k, dim=d, data_size=n, dp="gaussiananalytic", eps=args.epsilon,
-                    method="diagonal_then_frac", post="fold", delay=0)
+    params = Params(
+        num_clients=clients,
+        k=args.k,
+        dim=d,
+        data_size=n,
+        dp="gaussiananalytic",
+        eps=args.epsilon,
+        method="diagonal_then_frac",
+        post="fold",
+        delay=0,
+    )
     params.alpha = 0.8
     params.calculate_iters()
     params.seed = args.seed

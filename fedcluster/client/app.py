@@ -67,7 +67,9 @@ def _failure(task: str, where: str, exc: Exception) -> str:
     return reason
 
 
-def _run(task: str, data: DeviceData, records: ArrayRecord | None, config: ConfigRecord | None) -> tuple[ArrayRecord, MetricRecord]:
+def _run(
+    task: str, data: DeviceData, records: ArrayRecord | None, config: ConfigRecord | None
+) -> tuple[ArrayRecord, MetricRecord]:
     """One task on this device's data: request records in, reply records out."""
     arrays = {k: array_numpy(v) for k, v in records.items()} if records is not None else {}
     out_arrays, metrics = run_task(task, data, arrays, dict(config) if config is not None else {})
@@ -109,7 +111,10 @@ def run_bundle(content: RecordDict, data: DeviceData, where: str = "") -> Record
     for index, task in enumerate(tasks):
         try:
             arrays, metrics = _run(
-                task, data, records.get(protocol.part(protocol.ARRAYS, index)), configs.get(protocol.part(protocol.CONFIG, index))
+                task,
+                data,
+                records.get(protocol.part(protocol.ARRAYS, index)),
+                configs.get(protocol.part(protocol.CONFIG, index)),
             )
             reply[protocol.part(protocol.ARRAYS, index)] = arrays
             reply[protocol.part(protocol.METRICS, index)] = metrics

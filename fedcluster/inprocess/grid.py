@@ -180,10 +180,12 @@ class InProcessGrid(Grid):
         joined = RecordDict()
         for index, task in enumerate(tasks):
             part = Message(
-                RecordDict({
-                    protocol.ARRAYS: content.array_records[protocol.part(protocol.ARRAYS, index)],
-                    protocol.CONFIG: content.config_records[protocol.part(protocol.CONFIG, index)],
-                }),
+                RecordDict(
+                    {
+                        protocol.ARRAYS: content.array_records[protocol.part(protocol.ARRAYS, index)],
+                        protocol.CONFIG: content.config_records[protocol.part(protocol.CONFIG, index)],
+                    }
+                ),
                 node,
                 protocol.task(task).message_type,
                 group_id=message.metadata.group_id,

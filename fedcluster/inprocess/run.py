@@ -53,8 +53,15 @@ def run(
     _check_here(config, len(node_configs))
     run_id = next(_RUN_IDS)
     set_task_identity(run_id=run_id, node_id=InProcessGrid.SERVER_NODE_ID)
-    grid = InProcessGrid(client_app, config, node_configs, run_id=run_id, reply_hook=reply_hook, node_ids=node_ids,
-                         availability=availability)
+    grid = InProcessGrid(
+        client_app,
+        config,
+        node_configs,
+        run_id=run_id,
+        reply_hook=reply_hook,
+        node_ids=node_ids,
+        availability=availability,
+    )
     # the server starts with the nodes connected at the start; the others join when they come
     config = config.replace(min_nodes=config.min_nodes or len(list(grid.get_node_ids())))
     result = run_algorithm(grid, config, journal=journal)
@@ -151,8 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         prog="fedcluster-run",
         description="Run a fedcluster federation in one process (no Ray, no network).",
     )
-    parser.add_argument("--num-nodes", type=integer(1, NUM_NODES_MAX), default=10,
-                        help=f"number of simulated nodes, 1 to {NUM_NODES_MAX} (default 10)")
+    parser.add_argument(
+        "--num-nodes",
+        type=integer(1, NUM_NODES_MAX),
+        default=10,
+        help=f"number of simulated nodes, 1 to {NUM_NODES_MAX} (default 10)",
+    )
     parser.add_argument("--run-config", default="", help="overrides, Flower syntax: \"k=8 dataset='npy-dir'\"")
     parser.add_argument(
         "--data-path",

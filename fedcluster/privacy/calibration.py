@@ -97,8 +97,12 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
 
 def _use(epsilon: float, sensitivity: float, compositions: int, sampling_rate: float | None) -> tuple:
     """A mechanism's repeated use, checked: (ε, sensitivity, compositions, sampling rate)."""
-    return (check_epsilon(epsilon), check_sensitivity(sensitivity), check_compositions(compositions),
-            check_sampling_rate(sampling_rate))
+    return (
+        check_epsilon(epsilon),
+        check_sensitivity(sensitivity),
+        check_compositions(compositions),
+        check_sampling_rate(sampling_rate),
+    )
 
 
 def gaussian_sigma_for(
@@ -400,7 +404,9 @@ class StepSpec:
 
     def __post_init__(self):
         if self.mechanism not in MECHANISMS:
-            raise ValueError(f"step {self.name!r}: mechanism must be one of {tuple(MECHANISMS)}, got {self.mechanism!r}")
+            raise ValueError(
+                f"step {self.name!r}: mechanism must be one of {tuple(MECHANISMS)}, got {self.mechanism!r}"
+            )
         if not (float(self.weight) > 0 and math.isfinite(float(self.weight))):
             raise ValueError(f"step {self.name!r}: weight must be > 0 (leave a step with no budget out)")
         check_sensitivity(self.sensitivity)
@@ -460,9 +466,7 @@ def calibrate_step(
         if spec.name in guesses:  # z scales roughly like 1/ε: extrapolate from the last solve
             previous_epsilon, previous_multiplier = guesses[spec.name]
             guess = previous_multiplier * previous_epsilon / epsilon
-        multiplier = _sampled_gaussian_multiplier(
-            epsilon, delta, spec.compositions, sampling_rate, unsampled, guess
-        )
+        multiplier = _sampled_gaussian_multiplier(epsilon, delta, spec.compositions, sampling_rate, unsampled, guess)
         guesses[spec.name] = (epsilon, multiplier)
         return _calibrated(spec, epsilon, delta, float(spec.sensitivity) * multiplier)
     return _calibrated(spec, epsilon, delta)
@@ -477,9 +481,14 @@ def _calibrated(spec: StepSpec, epsilon: float, delta: float, noise: float | Non
     elif noise is None:
         noise = gaussian_sigma_for(epsilon, delta, spec.sensitivity, spec.compositions, sampling_rate)
     return CalibratedStep(
-        name=spec.name, mechanism=spec.mechanism, sensitivity=float(spec.sensitivity),
-        noise_scale=noise, epsilon_share=epsilon, delta=None if spec.mechanism == "laplace" else delta,
-        compositions=spec.compositions, sampling_rate=sampling_rate,
+        name=spec.name,
+        mechanism=spec.mechanism,
+        sensitivity=float(spec.sensitivity),
+        noise_scale=noise,
+        epsilon_share=epsilon,
+        delta=None if spec.mechanism == "laplace" else delta,
+        compositions=spec.compositions,
+        sampling_rate=sampling_rate,
     )
 
 
@@ -556,7 +565,11 @@ def _calibrate_to_total(
     if not searched:  # no sampled step: one search on the accounting grid
         guesses: dict[str, tuple[float, float]] = {}
         return _search_scale(
-            target_epsilon, delta, specs, band, SEARCH_DISCRETIZATION,
+            target_epsilon,
+            delta,
+            specs,
+            band,
+            SEARCH_DISCRETIZATION,
             lambda spec, epsilon: calibrate_step(spec, epsilon, delta, guesses),
         )[0]
     # The search on a coarser grid first, then on the accounting grid from its answer:
@@ -571,16 +584,29 @@ def _calibrate_to_total(
         width = _PILOT_BAND * relative_tolerance
         try:
             outer = _search_scale(
-                target_epsilon, delta, specs, (math.exp(aim) * (1.0 - width), math.exp(aim) * (1.0 + width)), grid,
-                _curve_calibrator(delta, grid, hints, {}, plds), plds, start,
+                target_epsilon,
+                delta,
+                specs,
+                (math.exp(aim) * (1.0 - width), math.exp(aim) * (1.0 + width)),
+                grid,
+                _curve_calibrator(delta, grid, hints, {}, plds),
+                plds,
+                start,
             )[1]
             start, slope = _start_from(outer, aim)
         except RuntimeError:  # the pilot is only a shortcut
             hints = {}
         plds.clear()  # on the pilot grid: never composed again
     return _search_scale(
-        target_epsilon, delta, specs, band, SEARCH_DISCRETIZATION,
-        _curve_calibrator(delta, SEARCH_DISCRETIZATION, {}, hints, plds), plds, start, slope,
+        target_epsilon,
+        delta,
+        specs,
+        band,
+        SEARCH_DISCRETIZATION,
+        _curve_calibrator(delta, SEARCH_DISCRETIZATION, {}, hints, plds),
+        plds,
+        start,
+        slope,
     )[0]
 
 
@@ -599,8 +625,17 @@ def _curve_calibrator(delta: float, discretization: float, curves: dict, hints: 
         unsampled = math.sqrt(spec.compositions) * analytic_gaussian_sigma(epsilon, delta)
         guess = min(unsampled, _first_multiplier_guess(epsilon, delta, spec.compositions, spec.sampling_rate))
         multiplier = _sampled_gaussian_multiplier(
-            epsilon, delta, spec.compositions, spec.sampling_rate, unsampled, guess,
-            discretization, curves.setdefault(curve, []), hints.get(curve, ()), plds, float(spec.sensitivity),
+            epsilon,
+            delta,
+            spec.compositions,
+            spec.sampling_rate,
+            unsampled,
+            guess,
+            discretization,
+            curves.setdefault(curve, []),
+            hints.get(curve, ()),
+            plds,
+            float(spec.sensitivity),
         )
         return _calibrated(spec, epsilon, delta, float(spec.sensitivity) * multiplier)
 

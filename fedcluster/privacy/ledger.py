@@ -69,9 +69,7 @@ def pld_epsilon(
 ) -> float:
     """ε at ``delta`` of one (possibly composed) ``DpEvent`` with the PLD accountant
     (add-or-remove-one neighbours). Events with zero noise give ``inf``."""
-    accountant = pld_privacy_accountant.PLDAccountant(
-        value_discretization_interval=value_discretization_interval
-    )
+    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=value_discretization_interval)
     accountant.compose(event)
     return float(accountant.get_epsilon(delta))
 
@@ -104,19 +102,28 @@ def event_plds(
     if not isinstance(event, (dp_accounting.GaussianDpEvent, dp_accounting.LaplaceDpEvent)) or not multiplier:
         raise ValueError(f"no PLD for {event!r}")
     if isinstance(event, dp_accounting.LaplaceDpEvent):
-        return [privacy_loss_distribution.from_laplace_mechanism(
-            parameter=multiplier, value_discretization_interval=interval, sampling_prob=sampling_rate
-        ).self_compose(count)]
+        return [
+            privacy_loss_distribution.from_laplace_mechanism(
+                parameter=multiplier, value_discretization_interval=interval, sampling_prob=sampling_rate
+            ).self_compose(count)
+        ]
     relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
     if sampling_rate == 1.0:  # T Gaussians are one Gaussian with σ/√T; the accountant uses that
-        return [privacy_loss_distribution.from_gaussian_mechanism(
-            standard_deviation=multiplier / math.sqrt(count), value_discretization_interval=interval,
+        return [
+            privacy_loss_distribution.from_gaussian_mechanism(
+                standard_deviation=multiplier / math.sqrt(count),
+                value_discretization_interval=interval,
+                neighboring_relation=relation,
+            )
+        ]
+    return [
+        privacy_loss_distribution.from_gaussian_mechanism(
+            standard_deviation=multiplier,
+            value_discretization_interval=interval,
+            sampling_prob=sampling_rate,
             neighboring_relation=relation,
-        )]
-    return [privacy_loss_distribution.from_gaussian_mechanism(
-        standard_deviation=multiplier, value_discretization_interval=interval, sampling_prob=sampling_rate,
-        neighboring_relation=relation,
-    ).self_compose(count)]
+        ).self_compose(count)
+    ]
 
 
 def composed_pld_epsilon(

@@ -45,7 +45,9 @@ class SkellamRelease:
         if self.variance == 0:
             return math.inf
         v, l1, l2 = self.variance, self.l1, self.l2
-        return self.compositions * (alpha * l2**2 / (2 * v) + min(((2 * alpha - 1) * l2**2 + 6 * l1) / (4 * v**2), 3 * l1 / (2 * v)))
+        return self.compositions * (
+            alpha * l2**2 / (2 * v) + min(((2 * alpha - 1) * l2**2 + 6 * l1) / (4 * v**2), 3 * l1 / (2 * v))
+        )
 
     @property
     def noise_std(self) -> float:
@@ -70,9 +72,19 @@ def calibrate(steps: Sequence[dict[str, Any]], target: float, delta: float) -> l
     the step's share of the budget) so that the composition costs at most ``target`` at
     ``delta``: the Gaussian part of step s costs ρ_s ∝ weight_s (variance_s = c·T_s·Δ2_s² /
     weight_s) and c is the smallest found by bisection. ``target = inf``: no noise."""
+
     def releases(scale: float) -> list[SkellamRelease]:
-        return [SkellamRelease(s["name"], s["l1"], s["l2"], scale * s["compositions"] * s["l2"] ** 2 / s["weight"],
-                               s["compositions"], s["grid"]) for s in steps]
+        return [
+            SkellamRelease(
+                s["name"],
+                s["l1"],
+                s["l2"],
+                scale * s["compositions"] * s["l2"] ** 2 / s["weight"],
+                s["compositions"],
+                s["grid"],
+            )
+            for s in steps
+        ]
 
     if math.isinf(target):
         return releases(0.0)
@@ -117,10 +129,24 @@ class SkellamLedger:
     def to_dict(self, delta: float) -> dict[str, Any]:
         eps = self.epsilon(delta)
         return {
-            "level": self.level, "delta": delta, "epsilon": eps if math.isfinite(eps) else None,
+            "level": self.level,
+            "delta": delta,
+            "epsilon": eps if math.isfinite(eps) else None,
             "accountant": "RDP, Skellam mechanism (Agarwal et al. 2021, Corollary 3.6), integer orders 2..1024",
-            "noise_added_by": "the devices", "min_noisy_devices": self.devices,
-            "steps": [{"name": r.name, "mechanism": "skellam", "l1": r.l1, "l2": r.l2, "variance": r.variance,
-                       "grid": r.grid, "noise_std": r.noise_std, "compositions": r.compositions,
-                       "epsilon": epsilon([r], delta)} for r in self.releases],
+            "noise_added_by": "the devices",
+            "min_noisy_devices": self.devices,
+            "steps": [
+                {
+                    "name": r.name,
+                    "mechanism": "skellam",
+                    "l1": r.l1,
+                    "l2": r.l2,
+                    "variance": r.variance,
+                    "grid": r.grid,
+                    "noise_std": r.noise_std,
+                    "compositions": r.compositions,
+                    "epsilon": epsilon([r], delta),
+                }
+                for r in self.releases
+            ],
         }

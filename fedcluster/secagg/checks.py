@@ -29,7 +29,7 @@ import hashlib
 from typing import Callable, Iterable, Mapping, NamedTuple
 
 from fedcluster.secagg.crypto import flower_crypto
-from fedcluster.secagg.protocol import HASH_BYTES, POINT_BYTES, SCALAR_BYTES, SEED_BYTES
+from fedcluster.secagg.protocol import HASH_BYTES, SCALAR_BYTES, SEED_BYTES
 
 
 def share_width(secret_bytes: int) -> int:
@@ -53,8 +53,10 @@ def share_hash(share: bytes, session: int, dealer: int, holder: int, index: int,
 
 def share_hashes(b_shares: list[bytes], sk_shares: list[bytes], session: int, dealer: int, holder: int) -> bytes:
     """Per sum 1..h the hash of the b share, then of the sk share (h × 64 bytes)."""
-    return b"".join(share_hash(b, session, dealer, holder, i, "b") + share_hash(sk, session, dealer, holder, i, "sk")
-                    for i, (b, sk) in enumerate(zip(b_shares, sk_shares), start=1))
+    return b"".join(
+        share_hash(b, session, dealer, holder, i, "b") + share_hash(sk, session, dealer, holder, i, "sk")
+        for i, (b, sk) in enumerate(zip(b_shares, sk_shares), start=1)
+    )
 
 
 def share_digest(hashes: bytes, session: int, dealer: int, holder: int) -> bytes:
@@ -65,7 +67,7 @@ def share_digest(hashes: bytes, session: int, dealer: int, holder: int) -> bytes
 def hash_of(hashes: bytes, index: int, kind: str) -> bytes:
     """The committed hash of the ``kind`` share of sum ``index`` in a row of :func:`share_hashes`."""
     start = (index - 1) * 2 * HASH_BYTES + (HASH_BYTES if kind == "sk" else 0)
-    return bytes(hashes[start:start + HASH_BYTES])
+    return bytes(hashes[start : start + HASH_BYTES])
 
 
 # ==================================================================== ephemeral keys (ECIES)
@@ -118,8 +120,9 @@ def holder_key(private_pem: bytes, point: bytes) -> bytes:
 
 
 # ==================================================================== opening a share
-def opened_share(token: bytes, key: bytes, session: int, source: int, holder: int, digest: bytes,
-                 sums: int) -> tuple[list[bytes], list[bytes]]:
+def opened_share(
+    token: bytes, key: bytes, session: int, source: int, holder: int, digest: bytes, sums: int
+) -> tuple[list[bytes], list[bytes]]:
     """The b and sk shares (one per sum) in ``source``'s token for ``holder``, checked as a
     holder checks them: the token decrypts under ``key``, is addressed from ``source`` to
     ``holder``, holds ``sums`` shares of each kind of the right width, and their hashes'
@@ -135,15 +138,24 @@ def opened_share(token: bytes, key: bytes, session: int, source: int, holder: in
     b_width, sk_width = share_width(SEED_BYTES), share_width(SCALAR_BYTES)
     if len(b_joined) != sums * b_width or len(sk_joined) != sums * sk_width:
         raise ValueError("the share has the wrong length")
-    b = [b_joined[i * b_width:(i + 1) * b_width] for i in range(sums)]
-    sk = [sk_joined[i * sk_width:(i + 1) * sk_width] for i in range(sums)]
+    b = [b_joined[i * b_width : (i + 1) * b_width] for i in range(sums)]
+    sk = [sk_joined[i * sk_width : (i + 1) * sk_width] for i in range(sums)]
     if share_digest(share_hashes(b, sk, session, source, holder), session, source, holder) != bytes(digest):
         raise ValueError("the share does not match its dealer's commitment")
     return b, sk
 
 
-def share_fault(token: bytes, point: bytes, scalar: bytes | None, holder_pem: bytes, session: int, source: int,
-                holder: int, digest: bytes, sums: int) -> str | None:
+def share_fault(
+    token: bytes,
+    point: bytes,
+    scalar: bytes | None,
+    holder_pem: bytes,
+    session: int,
+    source: int,
+    holder: int,
+    digest: bytes,
+    sums: int,
+) -> str | None:
     """Settles a refusal: why ``source``'s token for ``holder`` (as the server forwarded it)
     cannot be opened given the ephemeral ``scalar`` its dealer revealed (None: no proof),
     or None when it opens as a holder opens it — then the holder's refusal is false."""
@@ -169,8 +181,13 @@ class Rebuilt(NamedTuple):
     dealer_lied: bool
 
 
-def rebuilt(shares: Mapping[int, bytes], committed: Callable[[int], bytes], hashed: Callable[[int, bytes], bytes],
-            threshold: int, matches: Callable[[bytes], bool]) -> Rebuilt:
+def rebuilt(
+    shares: Mapping[int, bytes],
+    committed: Callable[[int], bytes],
+    hashed: Callable[[int, bytes], bytes],
+    threshold: int,
+    matches: Callable[[bytes], bool],
+) -> Rebuilt:
     """``shares``: holder -> the share it returned; ``committed(holder)``: the hash its
     dealer committed to, ``hashed(holder, share)``: the same hash of the returned share;
     ``matches(secret)``: whether a secret is the committed one. Every matching share is

@@ -54,7 +54,15 @@ HALF_LEVELS = 2**40
 MAX_PARTICIPANTS = 2**21 - 1  # n · HALF_LEVELS < R / 2: the signed sum is read back exactly
 STATE = "secagg-state"  # data.extra key of the device's session store
 RANGE_POINTS = 2**20  # without a cap on a device's points, its sums' public range: this many points
-_LISTS = ("positions", "peers", "masked-with", "unmask-dropped", "unmask-recovered", "refused", "revealed")  # list[int] entries; "sk1", "pk1", "peer-pk*", "seeds": list[bytes]
+_LISTS = (
+    "positions",
+    "peers",
+    "masked-with",
+    "unmask-dropped",
+    "unmask-recovered",
+    "refused",
+    "revealed",
+)  # list[int] entries; "sk1", "pk1", "peer-pk*", "seeds": list[bytes]
 _MAPS = ("b-shares", "sk-shares", "pair-keys", "ephemeral")  # dict[int, bytes] entries
 
 
@@ -138,7 +146,7 @@ def _split(words: np.ndarray, shapes: Mapping[str, tuple]) -> dict[str, np.ndarr
     out, start = {}, 0
     for name, shape in shapes.items():
         size = int(np.prod(shape))
-        out[name] = words[start:start + size].reshape(shape)
+        out[name] = words[start : start + size].reshape(shape)
         start += size
     return out
 
@@ -209,20 +217,25 @@ def neighbourhoods(participants: int, neighbours: int, rng: np.random.Generator)
         return {p: everyone - {p} for p in everyone}
     half = joined // 2
     ring = [int(p) + 1 for p in rng.permutation(participants)]
-    return {ring[i]: {ring[(i + offset) % participants] for offset in range(-half, half + 1)} - {ring[i]}
-            for i in range(participants)}
+    return {
+        ring[i]: {ring[(i + offset) % participants] for offset in range(-half, half + 1)} - {ring[i]}
+        for i in range(participants)
+    }
 
 
-def short_neighbourhoods(alive: Iterable[int], dropped: Iterable[int], neighbours: Mapping[int, set[int]],
-                         threshold: int) -> list[int]:
+def short_neighbourhoods(
+    alive: Iterable[int], dropped: Iterable[int], neighbours: Mapping[int, set[int]], threshold: int
+) -> list[int]:
     """The positions whose masks could not come off a sum over ``alive``: a device in it
     with fewer than ``threshold`` of its neighbourhood (itself included) in it (it refuses
     to unmask, and its seed cannot be rebuilt), or one of ``dropped`` with fewer than
     ``threshold`` neighbours in it (its mask key cannot be rebuilt). None on the full graph
     while at least ``threshold`` are alive."""
     alive = set(alive)
-    return sorted([p for p in alive if len(neighbours[p] & alive) + 1 < threshold]
-                  + [p for p in dropped if len(neighbours[p] & alive) < threshold])
+    return sorted(
+        [p for p in alive if len(neighbours[p] & alive) + 1 < threshold]
+        + [p for p in dropped if len(neighbours[p] & alive) < threshold]
+    )
 
 
 def connected(positions: Iterable[int], neighbours: Mapping[int, set[int]]) -> bool:
@@ -262,7 +275,7 @@ def split_keys(joined: bytes, count: int) -> list[bytes]:
     if count < 1 or len(joined) % count:
         raise ValueError("secure aggregation: parts of unequal length")
     width = len(joined) // count
-    return [joined[i * width:(i + 1) * width] for i in range(count)]
+    return [joined[i * width : (i + 1) * width] for i in range(count)]
 
 
 @device_task(protocol.task("secagg_setup"))
@@ -277,12 +290,25 @@ def secagg_setup(data: DeviceData, arrays: dict, config: dict):
     pairs = [f["generate_key_pairs"]() for _ in range(config["sums"] + 1)]
     sk1 = [f["private_key_to_bytes"](sk) for sk, _ in pairs[:-1]]
     pk1 = [f["public_key_to_bytes"](pk) for _, pk in pairs[:-1]]
-    store.update({"session": config["session"], "position": config["position"], "threshold": config["threshold"],
-                  "sums": config["sums"], "participants": config["participants"], "stage": "setup", "sum": 0, "sk1": sk1, "pk1": pk1,
-                  "sk2": f["private_key_to_bytes"](pairs[-1][0]), "pk2": f["public_key_to_bytes"](pairs[-1][1])})
-    return {"pk1": np.frombuffer(b"".join(pk1), np.uint8).reshape(len(pk1), -1),
-            "pk2": np.frombuffer(store["pk2"], np.uint8)}, {}
-
+    store.update(
+        {
+            "session": config["session"],
+            "position": config["position"],
+            "threshold": config["threshold"],
+            "sums": config["sums"],
+            "participants": config["participants"],
+            "stage": "setup",
+            "sum": 0,
+            "sk1": sk1,
+            "pk1": pk1,
+            "sk2": f["private_key_to_bytes"](pairs[-1][0]),
+            "pk2": f["public_key_to_bytes"](pairs[-1][1]),
+        }
+    )
+    return {
+        "pk1": np.frombuffer(b"".join(pk1), np.uint8).reshape(len(pk1), -1),
+        "pk2": np.frombuffer(store["pk2"], np.uint8),
+    }, {}
 
 
 def _participants(store: MutableMapping[str, Any], arrays: dict) -> tuple[list[int], list[bytes], list[bytes]]:
@@ -330,17 +356,33 @@ def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
         destinations.append(position)
         ciphertexts.append(f["encrypt"](checks.sender_key(scalar, pk2[index]), plaintext))
         points.append(point)
-        hashes.append(np.frombuffer(checks.share_hashes(b_parts, sk_parts, session, me, position), np.uint8).reshape(sums, -1))
+        hashes.append(
+            np.frombuffer(checks.share_hashes(b_parts, sk_parts, session, me, position), np.uint8).reshape(sums, -1)
+        )
         ephemeral[position] = scalar
-    store.update({"stage": "shared", "seeds": seeds, "positions": positions,
-                  "peer-pk1": pk1, "peer-pk2": pk2, "ephemeral": ephemeral, "revealed": [],
-                  "b-shares": {me: b"".join(shares[mine] for shares in b_shares)},
-                  "sk-shares": {me: b"".join(shares[mine] for shares in sk_shares)}, "peers": [], "pair-keys": {}})
+    store.update(
+        {
+            "stage": "shared",
+            "seeds": seeds,
+            "positions": positions,
+            "peer-pk1": pk1,
+            "peer-pk2": pk2,
+            "ephemeral": ephemeral,
+            "revealed": [],
+            "b-shares": {me: b"".join(shares[mine] for shares in b_shares)},
+            "sk-shares": {me: b"".join(shares[mine] for shares in sk_shares)},
+            "peers": [],
+            "pair-keys": {},
+        }
+    )
     committed = [checks.seed_commitment(seed, session, me, i) for i, seed in enumerate(seeds, start=1)]
-    return {"destinations": np.array(destinations, dtype=np.int64), "ciphertexts": stack_bytes(ciphertexts),
-            "ephemeral": np.array([list(p) for p in points], dtype=np.uint8).reshape(len(points), checks.POINT_BYTES),
-            "commitments": np.stack(hashes) if hashes else np.zeros((0, sums, 2 * checks.HASH_BYTES), np.uint8),
-            "seed-commitments": np.array([list(c) for c in committed], dtype=np.uint8)}, {}
+    return {
+        "destinations": np.array(destinations, dtype=np.int64),
+        "ciphertexts": stack_bytes(ciphertexts),
+        "ephemeral": np.array([list(p) for p in points], dtype=np.uint8).reshape(len(points), checks.POINT_BYTES),
+        "commitments": np.stack(hashes) if hashes else np.zeros((0, sums, 2 * checks.HASH_BYTES), np.uint8),
+        "seed-commitments": np.array([list(c) for c in committed], dtype=np.uint8),
+    }, {}
 
 
 def _receive_shares(store: MutableMapping[str, Any], arrays: dict) -> list[int]:
@@ -357,19 +399,27 @@ def _receive_shares(store: MutableMapping[str, Any], arrays: dict) -> list[int]:
         raise ValueError("secure aggregation: shares from unknown or repeated participants")
     own = [f["bytes_to_private_key"](key) for key in store["sk1"]]
     refused = []
-    for source, row, point, digest in zip(sources, arrays["secagg-ciphertexts"], arrays["secagg-ephemeral"],
-                                          arrays["secagg-digests"]):
+    for source, row, point, digest in zip(
+        sources, arrays["secagg-ciphertexts"], arrays["secagg-ephemeral"], arrays["secagg-digests"]
+    ):
         try:
             key = checks.holder_key(store["sk2"], row_bytes(point, strip=False))
-            b_parts, sk_parts = checks.opened_share(row_bytes(row), key, session, source, me, row_bytes(digest, strip=False), sums)
+            b_parts, sk_parts = checks.opened_share(
+                row_bytes(row), key, session, source, me, row_bytes(digest, strip=False), sums
+            )
             # the pairwise keys of every sum, once: ECDH(sk1_s, pk1_s of the peer), sums joined
             public = split_keys(store["peer-pk1"][positions.index(source)], sums)
-            pair = b"".join(f["generate_shared_key"](mine, f["bytes_to_public_key"](theirs))
-                            for mine, theirs in zip(own, public))
+            pair = b"".join(
+                f["generate_shared_key"](mine, f["bytes_to_public_key"](theirs)) for mine, theirs in zip(own, public)
+            )
         except Exception:  # noqa: BLE001 -- whatever a hostile sender put in its share: refuse it
             refused.append(source)
             continue
-        store["b-shares"][source], store["sk-shares"][source], store["pair-keys"][source] = b"".join(b_parts), b"".join(sk_parts), pair
+        store["b-shares"][source], store["sk-shares"][source], store["pair-keys"][source] = (
+            b"".join(b_parts),
+            b"".join(sk_parts),
+            pair,
+        )
     store["peers"], store["stage"] = [p for p in sources if p not in refused], "ready"
     return refused
 
@@ -393,9 +443,13 @@ def masked_reply(name: str):
         store = _session(data, config["secagg-session"])
         index = int(config["secagg-sum"])
         if store["stage"] == "shared":  # the shares come with this device's first masked request, whichever sum
-            store["refused"] = _receive_shares(store, arrays)  # (forwarded again while the server lacks its reply: kept)
+            store["refused"] = _receive_shares(
+                store, arrays
+            )  # (forwarded again while the server lacks its reply: kept)
         if store["stage"] not in ("ready", "masked", "unmasked") or index <= store["sum"] or index > store["sums"]:
-            raise ValueError("secure aggregation: a masked reply out of order, or twice")  # (a missed sum or unmask is fine)
+            raise ValueError(
+                "secure aggregation: a masked reply out of order, or twice"
+            )  # (a missed sum or unmask is fine)
         absent = {int(p) for p in arrays["secagg-absent"]}
         peers = [p for p in store["peers"] if p not in absent]
         refused = store.get("refused", [])  # repeated in every sum of the session, lest a lost reply hide them
@@ -412,10 +466,22 @@ def masked_reply(name: str):
         flags[[p - 1 for p in refused]] = 1
         if refused:  # masks that do not cancel: this sum is never unmasked, so nothing of the data is sent
             store.update({"stage": "masked", "sum": index, "masked-with": peers})
-            return {**{key: np.zeros(shape, dtype=np.uint64) for key, shape in shapes.items()}, "secagg-refused": flags}, {}
-        size, stream, me, sums = _flat_size(shapes), stream_name(store["session"], index), store["position"], store["sums"]
-        words = np.concatenate([quantize(result[key], bound, level).ravel() + noise(variance, int(np.prod(shapes[key])))
-                                for key, bound, level, variance in zip(summed, ranges, levels, variances)])
+            return {
+                **{key: np.zeros(shape, dtype=np.uint64) for key, shape in shapes.items()},
+                "secagg-refused": flags,
+            }, {}
+        size, stream, me, sums = (
+            _flat_size(shapes),
+            stream_name(store["session"], index),
+            store["position"],
+            store["sums"],
+        )
+        words = np.concatenate(
+            [
+                quantize(result[key], bound, level).ravel() + noise(variance, int(np.prod(shapes[key])))
+                for key, bound, level, variance in zip(summed, ranges, levels, variances)
+            ]
+        )
         words = words.astype(np.uint64) + mask(store["seeds"][index - 1], "self", stream, size)
         for peer in peers:
             pair = mask(split_keys(store["pair-keys"][peer], sums)[index - 1], "pair", stream, size)
@@ -481,7 +547,11 @@ def secagg_prove(data: DeviceData, arrays: dict, config: dict):
     if len(revealed | set(positions)) >= store["threshold"]:
         raise ValueError("secure aggregation: asked to prove as many shares as the threshold")
     store["revealed"] = sorted(revealed | set(positions))
-    return {"scalars": np.array([list(ephemeral[p]) for p in positions], dtype=np.uint8).reshape(len(positions), checks.SCALAR_BYTES)}, {}
+    return {
+        "scalars": np.array([list(ephemeral[p]) for p in positions], dtype=np.uint8).reshape(
+            len(positions), checks.SCALAR_BYTES
+        )
+    }, {}
 
 
 for _name in protocol.SECURE_TASKS:
@@ -523,16 +593,25 @@ def forwarded(mail: list[tuple[int, np.ndarray, np.ndarray, bytes]]) -> dict[str
     """The shares the server forwards to one device with its first masked request: the
     senders' positions, their tokens, ephemeral points and the digests of their share
     commitments for this device (none: zero rows)."""
-    return {"secagg-sources": np.array([source for source, *_ in mail], dtype=np.int64),
-            "secagg-ciphertexts": np.stack([row for _, row, _, _ in mail]) if mail else np.zeros((0, 1), np.uint8),
-            "secagg-ephemeral": np.array([list(bytes(point)) for _, _, point, _ in mail], dtype=np.uint8).reshape(
-                len(mail), checks.POINT_BYTES),
-            "secagg-digests": np.array([list(digest) for *_, digest in mail], dtype=np.uint8).reshape(
-                len(mail), checks.HASH_BYTES)}
+    return {
+        "secagg-sources": np.array([source for source, *_ in mail], dtype=np.int64),
+        "secagg-ciphertexts": np.stack([row for _, row, _, _ in mail]) if mail else np.zeros((0, 1), np.uint8),
+        "secagg-ephemeral": np.array([list(bytes(point)) for _, _, point, _ in mail], dtype=np.uint8).reshape(
+            len(mail), checks.POINT_BYTES
+        ),
+        "secagg-digests": np.array([list(digest) for *_, digest in mail], dtype=np.uint8).reshape(
+            len(mail), checks.HASH_BYTES
+        ),
+    }
 
 
-def within_ranges(total: Mapping[str, np.ndarray], ranges: Mapping[str, float], devices: int,
-                  noise: Mapping[str, tuple[float, float]] | None = None, threshold: int = 1) -> bool:
+def within_ranges(
+    total: Mapping[str, np.ndarray],
+    ranges: Mapping[str, float],
+    devices: int,
+    noise: Mapping[str, tuple[float, float]] | None = None,
+    threshold: int = 1,
+) -> bool:
     """Whether a decoded sum of ``devices`` devices' arrays can be theirs: every coordinate
     within ``devices`` × its public range (and finite), plus, where the devices add noise
     (``noise[name]`` = its variance in grid steps and the levels of the grid, over
@@ -546,8 +625,10 @@ def within_ranges(total: Mapping[str, np.ndarray], ranges: Mapping[str, float], 
         grid = float(ranges[name]) / levels
         return devices * float(ranges[name]) + 12 * grid * math.sqrt(variance * devices / threshold)
 
-    return all(bool(np.all(np.isfinite(value))) and float(np.max(np.abs(value), initial=0.0)) <= limit(name)
-               for name, value in total.items())
+    return all(
+        bool(np.all(np.isfinite(value))) and float(np.max(np.abs(value), initial=0.0)) <= limit(name)
+        for name, value in total.items()
+    )
 
 
 def refused_positions(flags: np.ndarray) -> list[int]:

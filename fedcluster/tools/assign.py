@@ -39,10 +39,14 @@ def run_centers(run_dir: str | Path) -> np.ndarray:
         try:
             status = json.loads(marker.read_text()).get("status")
         except (ValueError, AttributeError, UnicodeDecodeError):
-            raise DataError(f"{marker} is not a run's marker (unreadable): is {folder} the output folder of a run?") from None
+            raise DataError(
+                f"{marker} is not a run's marker (unreadable): is {folder} the output folder of a run?"
+            ) from None
         if status != "finished":
-            raise DataError(f"{folder} holds an unfinished run ({RUN_MARKER} says status {str(status)[:40]!r}): its "
-                            "centers are not final; wait for it to finish, or resume it (resume = true)")
+            raise DataError(
+                f"{folder} holds an unfinished run ({RUN_MARKER} says status {str(status)[:40]!r}): its "
+                "centers are not final; wait for it to finish, or resume it (resume = true)"
+            )
     file = folder / "centers.npy"
     if not file.is_file():
         if (folder / "labels.npy").is_file():
@@ -53,9 +57,11 @@ def run_centers(run_dir: str | Path) -> np.ndarray:
         raise DataError(f"{file} holds no usable centers (shape {centers.shape})")
     magnitude = float(np.max(np.abs(centers)))
     if magnitude > LARGEST_VALUE:  # the bound device data is held to: distances would overflow
-        raise DataError(f"{file} holds centers with values up to {magnitude:.3g}: squared distances to them would "
-                        f"overflow float64 (the limit is {LARGEST_VALUE:g}, as for device data); these are not "
-                        "centers a run of this project writes")
+        raise DataError(
+            f"{file} holds centers with values up to {magnitude:.3g}: squared distances to them would "
+            f"overflow float64 (the limit is {LARGEST_VALUE:g}, as for device data); these are not "
+            "centers a run of this project writes"
+        )
     return centers
 
 
@@ -68,7 +74,9 @@ def assign_labels(run_dir: str | Path, points: np.ndarray) -> np.ndarray:
         raise DataError(f"the points have shape {points.shape}, the run's centers have dimension {centers.shape[1]}")
     scaling = Scaling.of_folder(run_dir)
     if scaling is not None and scaling.mean.shape != (centers.shape[1],):
-        raise DataError(f"the run's standardize record has {scaling.mean.size} features, its centers {centers.shape[1]}")
+        raise DataError(
+            f"the run's standardize record has {scaling.mean.size} features, its centers {centers.shape[1]}"
+        )
     return (scaling.nearest(points, centers) if scaling is not None else nearest(points, centers)).astype(np.int64)
 
 
@@ -84,14 +92,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.out is not None:
             out = outside(output_file(args.out, "--out", overwrite=args.overwrite), args.run_dir, "--out")
         else:  # its own sub-folder beside the points, made here
-            out = output_file(labels_path(str(points_path)), "--out (default)", overwrite=args.overwrite, create_parent=True)
+            out = output_file(
+                labels_path(str(points_path)), "--out (default)", overwrite=args.overwrite, create_parent=True
+            )
         labels = assign_labels(args.run_dir, load_points(str(points_path)))
         save_npy(out, labels, overwrite=args.overwrite)
     except (DataError, ValueError, OSError) as exc:
         return refuse("fedcluster-assign", exc)
     sizes = np.bincount(labels)
-    print(json.dumps({"points": int(labels.size), "labels": str(out),
-                      "cluster_sizes": {str(i): int(s) for i, s in enumerate(sizes) if s}}))
+    print(
+        json.dumps(
+            {
+                "points": int(labels.size),
+                "labels": str(out),
+                "cluster_sizes": {str(i): int(s) for i, s in enumerate(sizes) if s},
+            }
+        )
+    )
     return 0
 
 

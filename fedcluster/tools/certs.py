@@ -115,14 +115,21 @@ def make_certs(out: Path, hosts=DEFAULT_HOSTS, supernodes: int = 2, days: int = 
     if not hosts:
         raise ValueError("give at least one --host (the names and addresses SuperNodes and flwr use for the SuperLink)")
     if not 0 <= supernodes <= MAX_SUPERNODES:
-        raise ValueError(f"--supernodes must be between 0 and {MAX_SUPERNODES}, got {supernodes} "
-                         "(each is a key pair to register and keep; make more in further folders)")
+        raise ValueError(
+            f"--supernodes must be between 0 and {MAX_SUPERNODES}, got {supernodes} "
+            "(each is a key pair to register and keep; make more in further folders)"
+        )
     if not 1 <= days <= MAX_DAYS:  # X.509 dates end in 9999; a certificate of centuries is a typo
         raise ValueError(f"--days must be between 1 and {MAX_DAYS} (ten years), got {days}")
     out = Path(out).expanduser().resolve()
     made = Made(
-        out, out / "ca.crt", out / "ca.key", out / "superlink.crt", out / "superlink.key",
-        [out / f"supernode-{i}.key" for i in range(1, supernodes + 1)], hosts,
+        out,
+        out / "ca.crt",
+        out / "ca.key",
+        out / "superlink.crt",
+        out / "superlink.key",
+        [out / f"supernode-{i}.key" for i in range(1, supernodes + 1)],
+        hosts,
     )
     targets = [made.ca_cert, made.ca_key, made.superlink_cert, made.superlink_key]
     targets += [p for key in made.supernode_keys for p in (key, key.with_name(key.name + ".pub"))]
@@ -180,7 +187,9 @@ def make_certs(out: Path, hosts=DEFAULT_HOSTS, supernodes: int = 2, days: int = 
     _write(made.superlink_cert, link_cert.public_bytes(serialization.Encoding.PEM), private=False)
     for index, path in enumerate(made.supernode_keys, start=1):
         key = ec.generate_private_key(ec.SECP384R1())
-        private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
+        private = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+        )
         public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
         _write(path, private, private=True)
         _write(path.with_name(path.name + ".pub"), public + f" fedcluster-supernode-{index}\n".encode(), private=False)
@@ -198,16 +207,19 @@ def instructions(made: Made, connection: str = "my-superlink", port: int = 8000)
         "1. SuperLink (on the server):",
         "   FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 flower-superlink --host 0.0.0.0 --port "
         f"{port} --disable-runtime-dependency-installation \\",
-        f"       --ssl-ca-certfile {made.ca_cert} --ssl-certfile {made.superlink_cert} --ssl-keyfile {made.superlink_key} \\",
+        f"       --ssl-ca-certfile {made.ca_cert} --ssl-certfile {made.superlink_cert} --ssl-keyfile "
+        f"{made.superlink_key} \\",
         "       --enable-supernode-auth",
-        f"2. A connection for flwr, in $FLWR_HOME/config.toml (default ~/.flwr/config.toml):",
+        "2. A connection for flwr, in $FLWR_HOME/config.toml (default ~/.flwr/config.toml):",
         f"   [superlink.{connection}]",
         f'   address = "{address}"',
         f'   root-certificates = "{made.ca_cert}"',
         "3. Register every SuperNode's public key (from where flwr runs):",
     ]
     lines += [f"   flwr supernode register {key}.pub {connection}" for key in made.supernode_keys]
-    lines.append("4. Start SuperNode N on its device with its own key and data file (copy ca.crt and supernode-N.key there;")
+    lines.append(
+        "4. Start SuperNode N on its device with its own key and data file (copy ca.crt and supernode-N.key there;"
+    )
     lines.append("   SuperNodes sharing a host need one --port each):")
     for index, key in enumerate(made.supernode_keys, start=1):
         lines.append(
@@ -215,7 +227,10 @@ def instructions(made: Made, connection: str = "my-superlink", port: int = 8000)
             f"--root-certificates {made.ca_cert} --auth-supernode-private-key {key} --port {9093 + index} "
             f"--node-config 'data-path=\"/data/client.npy\"'"
         )
-    lines.append(f"5. flwr run . {connection} --run-config \"k=8 min-nodes={max(len(made.supernode_keys), 1)} output-dir='/abs/out'\"")
+    lines.append(
+        f'5. flwr run . {connection} --run-config "k=8 min-nodes={max(len(made.supernode_keys), 1)} '
+        "output-dir='/abs/out'\""
+    )
     lines.append(f"   then: flwr ls {connection}; flwr log RUN_ID {connection} --show")
     return "\n".join(lines)
 
@@ -228,23 +243,48 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default="certs", help="folder to write into (default ./certs)")
     parser.add_argument(
-        "--host", action="append", default=None,
+        "--host",
+        action="append",
+        default=None,
         help="a name or address clients use for the SuperLink (repeatable; the first is the one printed); "
         f"default: {', '.join(DEFAULT_HOSTS)}",
     )
-    parser.add_argument("--supernodes", type=integer(0, MAX_SUPERNODES), default=2,
-                        help=f"number of SuperNode key pairs, 0 to {MAX_SUPERNODES} (default 2)")
-    parser.add_argument("--days", type=integer(1, MAX_DAYS), default=365, help=f"validity of the certificates in days, 1 to {MAX_DAYS} (default 365)")
-    parser.add_argument("--connection", type=connection_name, default="my-superlink",
-                        help="the flwr connection name used in the printed commands (letters, digits, - and _)")
-    parser.add_argument("--port", type=integer(1, 65535), default=8000, help="the SuperLink's port used in the printed commands (default 8000)")
+    parser.add_argument(
+        "--supernodes",
+        type=integer(0, MAX_SUPERNODES),
+        default=2,
+        help=f"number of SuperNode key pairs, 0 to {MAX_SUPERNODES} (default 2)",
+    )
+    parser.add_argument(
+        "--days",
+        type=integer(1, MAX_DAYS),
+        default=365,
+        help=f"validity of the certificates in days, 1 to {MAX_DAYS} (default 365)",
+    )
+    parser.add_argument(
+        "--connection",
+        type=connection_name,
+        default="my-superlink",
+        help="the flwr connection name used in the printed commands (letters, digits, - and _)",
+    )
+    parser.add_argument(
+        "--port",
+        type=integer(1, 65535),
+        default=8000,
+        help="the SuperLink's port used in the printed commands (default 8000)",
+    )
     parser.add_argument("--force", action="store_true", help="overwrite existing files in --out")
     args = parser.parse_args(argv)
     try:
         hosts = tuple(_checked_host(host) for host in args.host or DEFAULT_HOSTS)
         keys = [f"supernode-{i}.key{end}" for i in range(1, args.supernodes + 1) for end in ("", ".pub")]
-        out = output_folder(args.out, "--out", writes=("ca.crt", "ca.key", "superlink.crt", "superlink.key", *keys),
-                            overwrite=args.force, overwrite_flag="--force")
+        out = output_folder(
+            args.out,
+            "--out",
+            writes=("ca.crt", "ca.key", "superlink.crt", "superlink.key", *keys),
+            overwrite=args.force,
+            overwrite_flag="--force",
+        )
     except ValueError as exc:
         parser.error(str(exc) if str(exc).startswith("argument") else f"argument {exc}")
     try:

@@ -38,6 +38,7 @@ class UsageError(ValueError):
 
 def integer(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
     """An argparse type: a whole number in [low, high]."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -53,6 +54,7 @@ def integer(low: int | None = None, high: int | None = None) -> Callable[[str], 
 
 def number(low: float | None = None, high: float | None = None, *, low_open: bool = False) -> Callable[[str], float]:
     """An argparse type: a finite number in [low, high] (``low_open``: above low)."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -81,8 +83,15 @@ def _given(value: str | Path, flag: str) -> Path:
     return Path(value).expanduser()
 
 
-def output_file(value: str | Path, flag: str, *, suffix: str = ".npy", overwrite: bool = False,
-                overwrite_flag: str = "--overwrite", create_parent: bool = False) -> Path:
+def output_file(
+    value: str | Path,
+    flag: str,
+    *,
+    suffix: str = ".npy",
+    overwrite: bool = False,
+    overwrite_flag: str = "--overwrite",
+    create_parent: bool = False,
+) -> Path:
     """The file ``flag`` names, checked before any work: it ends in ``suffix`` (the path the
     tool prints is the one it writes), is not a folder, is in a folder that exists (or one
     the tool makes: ``create_parent``), and is not there yet unless ``overwrite``."""
@@ -105,13 +114,22 @@ def outside(path: Path, folder: str | Path, flag: str) -> Path:
     """``path``, unless it is inside ``folder`` (a run's output folder: it holds what that run
     wrote, and a later run or tool takes everything in it for the run's)."""
     if Path(folder).resolve() in Path(path).resolve().parents:
-        raise UsageError(f"argument {flag}: {path} is inside the run folder {folder}, which holds only what the run "
-                         "wrote: give a path outside it")
+        raise UsageError(
+            f"argument {flag}: {path} is inside the run folder {folder}, which holds only what the run "
+            "wrote: give a path outside it"
+        )
     return path
 
 
-def output_folder(value: str | Path, flag: str, *, writes: tuple[str, ...] = (), overwrite: bool = False,
-                  overwrite_flag: str = "--overwrite", empty: bool = False) -> Path:
+def output_folder(
+    value: str | Path,
+    flag: str,
+    *,
+    writes: tuple[str, ...] = (),
+    overwrite: bool = False,
+    overwrite_flag: str = "--overwrite",
+    empty: bool = False,
+) -> Path:
     """The folder ``flag`` names, checked before any work: not a file; none of the files the
     tool ``writes`` there already in it unless ``overwrite`` (``empty``: nothing at all in it)."""
     folder = _given(value, flag)
@@ -122,8 +140,10 @@ def output_folder(value: str | Path, flag: str, *, writes: tuple[str, ...] = (),
             raise UsageError(f"argument {flag}: {folder} is not empty; give a new folder")
         taken = [name for name in writes if (folder / name).exists()]
         if taken and not overwrite:
-            raise UsageError(f"argument {flag}: {folder} already holds {', '.join(taken)}: pass {overwrite_flag} "
-                             "to replace them, or give another folder")
+            raise UsageError(
+                f"argument {flag}: {folder} already holds {', '.join(taken)}: pass {overwrite_flag} "
+                "to replace them, or give another folder"
+            )
     return folder
 
 

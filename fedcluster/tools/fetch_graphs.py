@@ -128,16 +128,25 @@ def base_url(text: str) -> str:
 
 
 def build_parser() -> ToolParser:
-    what = "Download the SNAP graphs (email-Eu-core with its department labels, ego-Facebook) and verify each against its SHA-256."
+    what = (
+        "Download the SNAP graphs (email-Eu-core with its department labels, ego-Facebook) and verify each against "
+        "its SHA-256."
+    )
     parser = ToolParser(prog="fedcluster-fetch-graphs", description=what)
     parser.add_argument("--out", default="graphs", help="folder to write NAME.txt into (default: ./graphs)")
     parser.add_argument(
-        "--base-url", type=base_url, default=DEFAULT_BASE_URL,
+        "--base-url",
+        type=base_url,
+        default=DEFAULT_BASE_URL,
         help=f"where the NAME.txt.gz files are (default {DEFAULT_BASE_URL}; file:///dir/ for a local mirror)",
     )
     parser.add_argument("--force", action="store_true", help="download again even when a verified copy is there")
-    parser.add_argument("--timeout", type=number(0, 10**6, low_open=True), default=60.0,
-                        help="seconds per download before giving up (default 60)")
+    parser.add_argument(
+        "--timeout",
+        type=number(0, 10**6, low_open=True),
+        default=60.0,
+        help="seconds per download before giving up (default 60)",
+    )
     return parser
 
 

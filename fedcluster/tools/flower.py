@@ -61,6 +61,7 @@ def tool(name: str) -> str:
 
 def run_config_text(config: dict[str, Any]) -> str:
     """A run config as ``flwr run --run-config`` takes it (TOML values: strings quoted)."""
+
     def value(v: Any) -> str:
         return json.dumps(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v)
 
@@ -93,8 +94,15 @@ class FlowerProcesses:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = open(self.logs / f"{name}.log", "w")
         self._log_files.append(log)
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=self.env, cwd=cwd or self.workdir, start_new_session=True)
+        process = subprocess.Popen(
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            cwd=cwd or self.workdir,
+            start_new_session=True,
+        )
         self.processes[name] = process
         return process
 
@@ -136,23 +144,46 @@ class FlowerProcesses:
         return "\n".join(f"--- {path.name}\n{self.tail(path.stem, chars)}" for path in sorted(self.logs.glob("*.log")))
 
     # ---------------------------------------------------------------- SuperLink, SuperNodes
-    def start_superlink(self, simulation: bool = False, certs: Any = None, supernode_auth: bool = False,
-                        port: int | None = None) -> None:
+    def start_superlink(
+        self, simulation: bool = False, certs: Any = None, supernode_auth: bool = False, port: int | None = None
+    ) -> None:
         """A SuperLink on a free loopback port (or ``port``: the one it had before a
         restart; ``certs``: TLS with a :func:`fedcluster.tools.certs.make_certs` bundle),
         and the connection to it. Its state (registered SuperNodes, runs) is in the work
         folder's database, so a restarted SuperLink knows its SuperNodes."""
         self.home.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
-        security = (["--ssl-ca-certfile", str(certs.ca_cert), "--ssl-certfile", str(certs.superlink_cert),
-                     "--ssl-keyfile", str(certs.superlink_key)] if certs else ["--insecure"])
+        security = (
+            [
+                "--ssl-ca-certfile",
+                str(certs.ca_cert),
+                "--ssl-certfile",
+                str(certs.superlink_cert),
+                "--ssl-keyfile",
+                str(certs.superlink_key),
+            ]
+            if certs
+            else ["--insecure"]
+        )
         superlink_dir = self.workdir / "superlink"
         superlink_dir.mkdir(parents=True, exist_ok=True)
-        self._start("superlink", [
-            tool("flower-superlink"), "--host", "127.0.0.1", "--port", str(self.port), *security,
-            *(["--enable-supernode-auth"] if supernode_auth else []), *(["--simulation"] if simulation else []),
-            "--disable-runtime-dependency-installation", "--database", str(self.workdir / "state.db"),
-        ], cwd=superlink_dir)
+        self._start(
+            "superlink",
+            [
+                tool("flower-superlink"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                *security,
+                *(["--enable-supernode-auth"] if supernode_auth else []),
+                *(["--simulation"] if simulation else []),
+                "--disable-runtime-dependency-installation",
+                "--database",
+                str(self.workdir / "state.db"),
+            ],
+            cwd=superlink_dir,
+        )
         self._wait_for_port(self.port, "superlink")
         trust = f'root-certificates = "{certs.ca_cert}"' if certs else "insecure = true"
         (self.home / "config.toml").write_text(
@@ -160,15 +191,26 @@ class FlowerProcesses:
             f'address = "127.0.0.1:{self.port}"\n{trust}\n'
         )
 
-    def start_supernode(self, name: str, node_config: str, certs: Any = None, key: Path | None = None) -> subprocess.Popen:
+    def start_supernode(
+        self, name: str, node_config: str, certs: Any = None, key: Path | None = None
+    ) -> subprocess.Popen:
         """A SuperNode on its own free ``--port`` (two on one host must not share one)."""
-        security = (["--root-certificates", str(certs.ca_cert)] if certs else ["--insecure"])
+        security = ["--root-certificates", str(certs.ca_cert)] if certs else ["--insecure"]
         if key is not None:
             security += ["--auth-supernode-private-key", str(key)]
-        return self._start(name, [
-            tool("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}", *security,
-            "--port", str(free_port()), "--node-config", node_config,
-        ])
+        return self._start(
+            name,
+            [
+                tool("flower-supernode"),
+                "--superlink",
+                f"127.0.0.1:{self.port}",
+                *security,
+                "--port",
+                str(free_port()),
+                "--node-config",
+                node_config,
+            ],
+        )
 
     def _wait_for_port(self, port: int, name: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -183,8 +225,15 @@ class FlowerProcesses:
 
     # ---------------------------------------------------------------- runs
     def flwr(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([tool("flwr"), *args], capture_output=True, text=True, env=self.env,
-                              timeout=timeout, cwd=self.workdir, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [tool("flwr"), *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=timeout,
+            cwd=self.workdir,
+            stdin=subprocess.DEVNULL,
+        )
 
     def submit(self, app: Path, run_config: str, federation_config: str | None = None) -> str:
         """``flwr run`` (detached); the run id."""
@@ -192,7 +241,7 @@ class FlowerProcesses:
         done = self.flwr(*args, *(["--federation-config", federation_config] if federation_config else []), timeout=300)
         text = done.stdout
         try:
-            payload = json.loads(text[text.index("{"):])
+            payload = json.loads(text[text.index("{") :])
         except ValueError:
             payload = {}
         if done.returncode != 0 or not payload.get("success"):
@@ -203,7 +252,7 @@ class FlowerProcesses:
         done = self.flwr("ls", self.connection, "--format", "json", timeout=60)
         if done.returncode != 0 or "{" not in done.stdout:
             return ""
-        runs = json.loads(done.stdout[done.stdout.index("{"):]).get("runs", [])
+        runs = json.loads(done.stdout[done.stdout.index("{") :]).get("runs", [])
         entry = next((r for r in runs if str(r.get("run-id")) == run_id), {})
         return str(entry.get("status", ""))
 
@@ -219,21 +268,28 @@ class FlowerProcesses:
             if status.startswith("finished"):
                 return status
             if self.processes["superlink"].poll() is not None:
-                raise FlowerError(f"the SuperLink exited (rc {self.processes['superlink'].returncode}):\n{self.tail('superlink')}")
+                raise FlowerError(
+                    f"the SuperLink exited (rc {self.processes['superlink'].returncode}):\n{self.tail('superlink')}"
+                )
             time.sleep(poll)
-        raise FlowerError(f"run {run_id} did not finish within {timeout:.0f} s (last status {last or 'unknown'}); "
-                          f"see {self.logs}\n{self.all_logs()}")
+        raise FlowerError(
+            f"run {run_id} did not finish within {timeout:.0f} s (last status {last or 'unknown'}); "
+            f"see {self.logs}\n{self.all_logs()}"
+        )
 
     def run_log(self, run_id: str) -> str:
         """The run's own log (ServerApp output), as ``flwr log RUN_ID --show`` prints it."""
         done = self.flwr("log", run_id, self.connection, "--show", timeout=60)
         return done.stdout + done.stderr
 
-    def run_streamed(self, app: Path, run_config: str, federation_config: str | None = None,
-                     timeout: float = 3600) -> tuple[subprocess.CompletedProcess, float]:
+    def run_streamed(
+        self, app: Path, run_config: str, federation_config: str | None = None, timeout: float = 3600
+    ) -> tuple[subprocess.CompletedProcess, float]:
         """``flwr run --stream`` to the end; (the completed command, its wall seconds). The
         caller checks the run's own output: ``--stream`` exits 0 even when the run failed."""
         args = ["run", str(app), self.connection, "--stream", "--run-config", run_config]
         started = time.perf_counter()
-        done = self.flwr(*args, *(["--federation-config", federation_config] if federation_config else []), timeout=timeout)
+        done = self.flwr(
+            *args, *(["--federation-config", federation_config] if federation_config else []), timeout=timeout
+        )
         return done, time.perf_counter() - started

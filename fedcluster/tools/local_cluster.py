@@ -69,7 +69,9 @@ class LocalCluster(FlowerProcesses):
 
     def start_superlink(self, extra_hosts: tuple[str, ...] = ()) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.certs = make_certs(self.workdir / "certs", ("127.0.0.1", "localhost", *extra_hosts), len(self.data_files), force=True)
+        self.certs = make_certs(
+            self.workdir / "certs", ("127.0.0.1", "localhost", *extra_hosts), len(self.data_files), force=True
+        )
         super().start_superlink(certs=self.certs, supernode_auth=True)
         self.echo(f"SuperLink on https://127.0.0.1:{self.port} (TLS, SuperNode authentication on); logs in {self.logs}")
 
@@ -86,13 +88,19 @@ class LocalCluster(FlowerProcesses):
         public = f"{self.certs.supernode_keys[index]}.pub"
         done = self.flwr("supernode", "register", public, CONNECTION)
         if done.returncode != 0:
-            raise ClusterError(f"flwr supernode register {public} failed (rc {done.returncode}): {(done.stdout + done.stderr)[-2000:]}")
+            raise ClusterError(
+                f"flwr supernode register {public} failed (rc {done.returncode}): {(done.stdout + done.stderr)[-2000:]}"
+            )
 
     def start_supernode(self, index: int, key: Path | None = None) -> subprocess.Popen:
         """Start SuperNode ``index`` (0-based) on its own data file; its ``partition-id`` is
         ``index``, so a run repeats with its seed (docs/DESIGN.md)."""
-        return super().start_supernode(f"supernode-{index + 1}", f'data-path="{self.data_files[index]}" partition-id={index}',
-                                       certs=self.certs, key=key or self.certs.supernode_keys[index])
+        return super().start_supernode(
+            f"supernode-{index + 1}",
+            f'data-path="{self.data_files[index]}" partition-id={index}',
+            certs=self.certs,
+            key=key or self.certs.supernode_keys[index],
+        )
 
     def start(self) -> None:
         self.start_superlink()
@@ -107,7 +115,8 @@ def find_app(app: str | None) -> Path:
     pyproject = path / "pyproject.toml"
     if not pyproject.is_file() or "[tool.flwr.app]" not in pyproject.read_text():
         raise ClusterError(
-            f"no Flower app in {path} (pyproject.toml with [tool.flwr.app]): pass --app /path/to/the/fedcluster/checkout"
+            f"no Flower app in {path} (pyproject.toml with [tool.flwr.app]): pass --app "
+            "/path/to/the/fedcluster/checkout"
         )
     return path
 
@@ -136,16 +145,37 @@ def build_parser() -> ToolParser:
         "authentication, free loopback ports), run one job, print where the results are, stop everything.",
     )
     data = parser.add_argument_group("data (one SuperNode per file)")
-    data.add_argument("--data", action="append", metavar="FILE", help="a SuperNode's data file (.npy points or an edge list); repeatable")
+    data.add_argument(
+        "--data",
+        action="append",
+        metavar="FILE",
+        help="a SuperNode's data file (.npy points or an edge list); repeatable",
+    )
     data.add_argument("--data-dir", metavar="DIR", help="every .npy/.txt/.csv file in DIR is one SuperNode's data")
-    data.add_argument("--demo-nodes", type=integer(0, MAX_SUPERNODES), default=0, metavar="N",
-                      help=f"make N small non-IID 2-D demo files instead (at most {MAX_SUPERNODES})")
-    parser.add_argument("--run-config", default="", help="passed to flwr run (TOML key=value pairs); min-nodes and output-dir are added unless given")
-    parser.add_argument("--workdir", default=None, help="a new or empty folder for certificates, logs and results "
-                        "(default ./local-cluster/<time>)")
+    data.add_argument(
+        "--demo-nodes",
+        type=integer(0, MAX_SUPERNODES),
+        default=0,
+        metavar="N",
+        help=f"make N small non-IID 2-D demo files instead (at most {MAX_SUPERNODES})",
+    )
+    parser.add_argument(
+        "--run-config",
+        default="",
+        help="passed to flwr run (TOML key=value pairs); min-nodes and output-dir are added unless given",
+    )
+    parser.add_argument(
+        "--workdir",
+        default=None,
+        help="a new or empty folder for certificates, logs and results (default ./local-cluster/<time>)",
+    )
     parser.add_argument("--app", default=None, help="the Flower app to submit (default: this checkout)")
-    parser.add_argument("--timeout", type=number(0, 10**7, low_open=True), default=900.0,
-                        help="seconds to wait for the run to finish (default 900)")
+    parser.add_argument(
+        "--timeout",
+        type=number(0, 10**7, low_open=True),
+        default=900.0,
+        help="seconds to wait for the run to finish (default 900)",
+    )
     return parser
 
 

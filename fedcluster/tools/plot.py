@@ -103,8 +103,11 @@ def _save(fig, plt, path: Path) -> None:
 def _series(rounds: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
     """The rounds that recorded ``key`` and its values (a round without it is left out; a
     value that is not a number that can be drawn is an error naming the field)."""
-    pairs = [(_number(r["round"], f"rounds[{i}].round"), _number(r[key], f"rounds[{i}].{key}"))
-             for i, r in enumerate(rounds) if r.get(key) is not None]
+    pairs = [
+        (_number(r["round"], f"rounds[{i}].round"), _number(r[key], f"rounds[{i}].{key}"))
+        for i, r in enumerate(rounds)
+        if r.get(key) is not None
+    ]
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
@@ -119,11 +122,17 @@ def plot_cost(result: dict[str, Any], plt, path: Path) -> str | None:
     if not x:
         return "no round recorded a cost (FedDP keeps costs private; eval-every = 0; one-shot run)"
     reference = result.get("reference") or {}
-    central = _number(reference["central_cost"], "reference.central_cost") if isinstance(reference, dict) \
-        and reference.get("central_cost") is not None else None
+    central = (
+        _number(reference["central_cost"], "reference.central_cost")
+        if isinstance(reference, dict) and reference.get("central_cost") is not None
+        else None
+    )
     best = result.get("best_seen")
-    marked = (_number(best.get("round"), "best_seen.round"), _number(best.get("cost"), "best_seen.cost")) \
-        if isinstance(best, dict) and best else None
+    marked = (
+        (_number(best.get("round"), "best_seen.round"), _number(best.get("cost"), "best_seen.cost"))
+        if isinstance(best, dict) and best
+        else None
+    )
     fig, ax = plt.subplots(figsize=(6.4, 4))
     ax.plot(x, y, marker="o" if len(x) <= 30 else None, label="federated cost per point")
     if central is not None:
@@ -163,7 +172,9 @@ def plot_replies(result: dict[str, Any], plt, path: Path) -> str | None:
     ax.bar(x, replies, label="valid replies (every phase of the round)", color="tab:blue")
     bottom = replies.copy()
     for kind in kinds:
-        counts = np.array([sum(str(f.get("kind", "error")) == kind for f in r.get("failures", [])) for r in rounds], float)
+        counts = np.array(
+            [sum(str(f.get("kind", "error")) == kind for f in r.get("failures", [])) for r in rounds], float
+        )
         ax.bar(x, counts, bottom=bottom, label=f"failed: {kind}")
         bottom += counts
     ax.set(xlabel="round", ylabel="replies", title=f"Replies and failures per round: {_title(result)}")
@@ -176,8 +187,11 @@ def plot_privacy(result: dict[str, Any], plt, path: Path) -> str | None:
     steps = (privacy.get("steps") if isinstance(privacy, dict) else None) or []
     if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
         raise FieldError("result.json privacy.steps is not a list of step records")
-    steps = [(str(s.get("name", f"step {i + 1}")), _number(s["epsilon"], f"privacy.steps[{i}].epsilon"))
-             for i, s in enumerate(steps) if s.get("epsilon") is not None]
+    steps = [
+        (str(s.get("name", f"step {i + 1}")), _number(s["epsilon"], f"privacy.steps[{i}].epsilon"))
+        for i, s in enumerate(steps)
+        if s.get("epsilon") is not None
+    ]
     if not steps:
         return "not a FedDP-KMeans run (no privacy steps)"
     total = privacy.get("epsilon")
@@ -185,8 +199,10 @@ def plot_privacy(result: dict[str, Any], plt, path: Path) -> str | None:
     fig, ax = plt.subplots(figsize=(6.4, 4))
     ax.bar(range(len(steps)), [epsilon for _, epsilon in steps], color="tab:purple")
     ax.set_xticks(range(len(steps)), [name for name, _ in steps], rotation=30, ha="right")
-    ax.set(ylabel="ε of the step alone", title="Privacy budget per step"
-           + (f" (composed total ε = {total:.3g})" if total else ""))
+    ax.set(
+        ylabel="ε of the step alone",
+        title="Privacy budget per step" + (f" (composed total ε = {total:.3g})" if total else ""),
+    )
     ax.set_xlabel("step (the composed total, by PLD accounting, is below the sum of the steps)", fontsize=9)
     return _save(fig, plt, path)
 
@@ -214,8 +230,10 @@ def plot_k_range(result: dict[str, Any], plt, path: Path) -> str | None:
     if not isinstance(report, dict):
         raise FieldError("result.json k_range is not a record")
     try:
-        ks, cost, ch = ([_number(v, f"k_range.{key}[{i}]") for i, v in enumerate(report[key])]
-                        for key in ("k", "cost", "calinski_harabasz"))
+        ks, cost, ch = (
+            [_number(v, f"k_range.{key}[{i}]") for i, v in enumerate(report[key])]
+            for key in ("k", "cost", "calinski_harabasz")
+        )
         elbow, best_k = (_number(report[key], f"k_range.{key}") for key in ("elbow_k", "calinski_harabasz_k"))
     except (KeyError, TypeError) as exc:
         raise FieldError(f"result.json k_range lacks a readable {exc}") from None
@@ -226,8 +244,12 @@ def plot_k_range(result: dict[str, Any], plt, path: Path) -> str | None:
     left.set(xlabel="k", ylabel="cost per point", title="Choosing k (one federated scoring round)")
     right = left.twinx()
     right.plot(ks, ch, marker="s", color="tab:orange", label="Calinski–Harabasz")
-    right.axvline(report["calinski_harabasz_k"], color="tab:orange", linestyle="--",
-                  label=f"CH maximum: k = {report['calinski_harabasz_k']}")
+    right.axvline(
+        report["calinski_harabasz_k"],
+        color="tab:orange",
+        linestyle="--",
+        label=f"CH maximum: k = {report['calinski_harabasz_k']}",
+    )
     right.set_ylabel("Calinski–Harabasz (higher is better)")
     lines = left.get_legend_handles_labels()
     more = right.get_legend_handles_labels()
@@ -275,13 +297,16 @@ def plot_points(points_file: str | None, drawn: tuple[np.ndarray, np.ndarray] | 
 PICTURES = ("cost.png", "communication.png", "replies.png", "privacy.png", "spectral.png", "k_range.png", "points.png")
 
 
-def plot_run(run_dir: str | Path, points: str | None = None, out: str | Path | None = None,
-             overwrite: bool = False) -> dict[str, Any]:
+def plot_run(
+    run_dir: str | Path, points: str | None = None, out: str | Path | None = None, overwrite: bool = False
+) -> dict[str, Any]:
     """Write every picture that applies; return ``{"written": [...], "skipped": {name: reason}}``.
     Pictures already in the folder are replaced only with ``overwrite`` (else UsageError)."""
     run_dir = Path(run_dir)
     result = load_result(run_dir)
-    folder = output_folder(run_dir if out is None else out, "RUN_DIR" if out is None else "--out", writes=PICTURES, overwrite=overwrite)
+    folder = output_folder(
+        run_dir if out is None else out, "RUN_DIR" if out is None else "--out", writes=PICTURES, overwrite=overwrite
+    )
     drawn = device_points(run_dir, points)
     plt = _pyplot()
     folder.mkdir(parents=True, exist_ok=True)

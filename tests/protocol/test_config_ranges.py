@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedcluster import data
-from fedcluster.algorithms.feddp_kmeans import model as feddp_kmeans
+from fedcluster.algorithms.feddp_kmeans import config as feddp_kmeans
 from fedcluster.config import ConfigError
 from fedcluster.inprocess import run
 

@@ -826,6 +826,7 @@ def test_a_cap_doubles_the_data_point_sensitivities():
     capped = feddp_kmeans.clipping_bounds("data-point", 3.0, k=4, capped=True)
     assert capped == {"step1": pytest.approx(math.sqrt(2) * 9.0), "step2": 2.0, "step3_gaussian": 6.0,
                       "step3_laplace": 2.0, "lloyd_gaussian": 6.0, "lloyd_laplace": 2.0}
+    assert all(capped[step] >= plain[step] for step in plain) and capped["lloyd_gaussian"] == 2 * plain["lloyd_gaussian"]
     # the worst swap reaches each bound: x, y of norm Δ (opposite in one cluster; orthogonal for xxᵀ)
     x, y = np.array([3.0, 0.0]), np.array([0.0, 3.0])
     assert np.linalg.norm(np.outer(x, x) - np.outer(y, y)) == pytest.approx(capped["step1"])

@@ -801,6 +801,7 @@ def test_a_claim_more_scattered_than_its_cell_can_hold_is_dropped_in_training(sp
     config = {"k": 5, "dataset": "npy-dir", "data-dir": str(folder), "seed": seed, "reference": False}
     attacked = run({**config, "output-dir": str(tmp_path / "a")}, num_nodes=10, reply_hook=all_in_one_everywhere)
     honest = run({**config, "output-dir": str(tmp_path / "b")}, num_nodes=10)
+    assert not any(p["failures"] for p in honest["phases"])
     failures = [f for p in attacked["phases"] for f in p["failures"]]
     assert failures and all(str(f["node"]) == "1000" for f in failures), failures
     assert any("scatter more than any points inside" in f["reason"] for f in failures), failures

@@ -63,7 +63,7 @@ def test_held_out_device_is_labelled_as_well_as_participants(tmp_path):
     out = tmp_path / "out"
     run({"algorithm": "kfed", "k": 16, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(out)}, num_nodes=len(participants))
     participant_acc = accuracy(
-        np.concatenate([l for i, l in enumerate(labels) if i != held_out]),
+        np.concatenate([part for i, part in enumerate(labels) if i != held_out]),
         induced(out, participants, [1000 + i for i in range(len(participants))]),
     )
     new_labels = label_new_device(out, devices[held_out])

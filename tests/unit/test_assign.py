@@ -68,10 +68,13 @@ def test_errors_name_the_problem(setup, message, tmp_path, capsys):
         np.save(folder / "centers.npy", np.array([[1e300, 0.0], [-1e300, 0.0]]))
     if setup.startswith(("scale", "record", "deep")):  # a hand-edited result.json beside good centers
         np.save(folder / "centers.npy", np.array([[0.0, 0.0], [1.0, 1.0]]))
-        records = {"scale-zero": {"standardize": {"mean": [0, 0], "scale": [0, 1]}},  # every label 0, once
-                   "scale-tiny": {"standardize": {"mean": [0, 0], "scale": [1e-300, 1]}},
-                   "scale-length": {"standardize": {"mean": [0, 0, 0], "scale": [1, 1, 1]}},
-                   "record-list": [1, 2], "record-text": {"standardize": "yes"}}
+        records = {
+            "scale-zero": {"standardize": {"mean": [0, 0], "scale": [0, 1]}},  # every label 0, once
+            "scale-tiny": {"standardize": {"mean": [0, 0], "scale": [1e-300, 1]}},
+            "scale-length": {"standardize": {"mean": [0, 0, 0], "scale": [1, 1, 1]}},
+            "record-list": [1, 2],
+            "record-text": {"standardize": "yes"},
+        }
         text = "[" * 100_000 + "]" * 100_000 if setup == "deep" else json.dumps(records[setup])
         (folder / "result.json").write_text(text)
     assert main([str(folder), str(tmp_path / "p.npy")]) == 1

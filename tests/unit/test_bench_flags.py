@@ -27,13 +27,19 @@ OWN_PAGE = {"real_data.py": "real-data.md (its --name), .json.gz and .svg"}
 
 
 def scripts() -> dict[str, str]:
-    return {path.name: path.read_text(encoding="utf-8") for path in sorted(BENCH.glob("*.py")) if path.name != "_common.py"}
+    return {
+        path.name: path.read_text(encoding="utf-8") for path in sorted(BENCH.glob("*.py")) if path.name != "_common.py"
+    }
 
 
 def _from_common(tree: ast.AST) -> set[str]:
     """Names the script imports from ``_common`` (or ``bench._common``)."""
-    return {alias.asname or alias.name for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and node.module in ("_common", "bench._common") for alias in node.names}
+    return {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module in ("_common", "bench._common")
+        for alias in node.names
+    }
 
 
 def _called(tree: ast.AST) -> list[tuple[str, list]]:
@@ -51,8 +57,13 @@ def missing(source: str) -> list[str]:
     """What a script's source lacks: the flags it does not declare, and the page."""
     tree = ast.parse(source)
     imported, calls = _from_common(tree), _called(tree)
-    declared = {arg.value for name, args in calls if name == "add_argument"
-                for arg in args if isinstance(arg, ast.Constant) and arg.value in FLAGS}
+    declared = {
+        arg.value
+        for name, args in calls
+        if name == "add_argument"
+        for arg in args
+        if isinstance(arg, ast.Constant) and arg.value in FLAGS
+    }
     if HELPER in imported and any(name == HELPER for name, _ in calls):
         declared.update(FLAGS)
     lacks = [flag for flag in FLAGS if flag not in declared]
@@ -73,14 +84,22 @@ def test_every_bench_script_declares_quick_and_out_and_writes_its_page():
     found = scripts()
     assert len(found) >= 20, sorted(found)
     bad = offenders(found)
-    assert not bad, "bench scripts without --quick / --out / the page (use _common.add_bench_flags and " \
-                    "_common.page_output): " + "; ".join(f"{name}: {', '.join(lacks)}" for name, lacks in bad.items())
+    assert not bad, (
+        "bench scripts without --quick / --out / the page (use _common.add_bench_flags and "
+        "_common.page_output): " + "; ".join(f"{name}: {', '.join(lacks)}" for name, lacks in bad.items())
+    )
 
 
 def test_the_check_finds_a_script_without_the_flags():
-    plain = "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--seeds')\nargs = parser.parse_args()\n"
+    plain = (
+        "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--seeds')\nargs = "
+        "parser.parse_args()\n"
+    )
     direct = plain + "parser.add_argument('--quick', action='store_true')\n"
-    helper = "from _common import add_bench_flags, page_output\nadd_bench_flags(parser, quick='x')\nwith page_output(None, __file__):\n    pass\n"
+    helper = (
+        "from _common import add_bench_flags, page_output\nadd_bench_flags(parser, quick='x')\nwith "
+        "page_output(None, __file__):\n    pass\n"
+    )
     not_imported = "add_bench_flags(parser, quick='x')\npage_output(None, __file__)\n"
     assert offenders({"a.py": plain, "b.py": direct, "c.py": helper, "d.py": not_imported}) == {
         "a.py": ["--quick", "--out", "page_output(...) from _common"],
@@ -159,5 +178,11 @@ def test_a_page_says_what_ran_and_links_its_figures_beside_it(common, tmp_path, 
     assert text.startswith("# My bench\n\nWritten by `bench/" + "my_bench.py`.\n\nWhat it measures.\n")
     assert "Usage" not in text and f"command : python {script} --out DIR" in text
     assert "code    : " in text and "unknown" not in text  # this checkout is a git checkout
-    assert common.figure_path(tmp_path, Path("elsewhere"), script, "a.svg") == (tmp_path / "my_bench-a.svg", "my_bench-a.svg")
-    assert common.figure_path(None, Path("elsewhere"), script, "a.svg") == (Path("elsewhere") / "a.svg", "elsewhere/a.svg")
+    assert common.figure_path(tmp_path, Path("elsewhere"), script, "a.svg") == (
+        tmp_path / "my_bench-a.svg",
+        "my_bench-a.svg",
+    )
+    assert common.figure_path(None, Path("elsewhere"), script, "a.svg") == (
+        Path("elsewhere") / "a.svg",
+        "elsewhere/a.svg",
+    )

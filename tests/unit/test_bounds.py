@@ -66,12 +66,16 @@ def test_client_kmeans_centers_may_lie_between_the_box_and_the_received_centers(
     inside = {**base, "centers": np.array([[[-4.0, 1.0], [1.5, 3.9]]])}  # moved from -5 towards the box
     assert violation(TRAIN, inside, {"num-examples": 10}, {"centers": received}, declared) is None
     beyond = {**base, "centers": np.array([[[-6.0, 1.0], [1.5, 3.9]]])}  # further away than it was sent
-    assert "'centers' row 0 lies outside" in violation(TRAIN, beyond, {"num-examples": 10}, {"centers": received}, declared)
+    assert "'centers' row 0 lies outside" in violation(
+        TRAIN, beyond, {"num-examples": 10}, {"centers": received}, declared
+    )
     # 5 points with y in [0, 4] scatter at most 5 · 4²/4 = 20 about their mean
     spread = {**inside, "scatter": np.array([[[1.0, 1.0], [1.0, 20.0]]])}
     assert violation(TRAIN, spread, {"num-examples": 10}, {"centers": received}, declared) is None
     spread["scatter"] = np.array([[[1.0, 1.0], [1.0, 20.1]]])
-    assert "'scatter' row 1 spreads more" in violation(TRAIN, spread, {"num-examples": 10}, {"centers": received}, declared)
+    assert "'scatter' row 1 spreads more" in violation(
+        TRAIN, spread, {"num-examples": 10}, {"centers": received}, declared
+    )
 
 
 def test_every_center_set_of_a_training_reply_is_bound_on_its_own():
@@ -79,15 +83,23 @@ def test_every_center_set_of_a_training_reply_is_bound_on_its_own():
     points, each set's centers lie between the box and the centers of THAT set."""
     declared = Declared(10, np.array([0.0, 0.0]), np.array([2.0, 4.0]))
     received = np.array([[[-5.0, 1.0], [1.0, 1.0]], [[1.0, 1.0], [1.0, 3.0]]])
-    honest = {"counts": np.array([[5.0, 5.0], [4.0, 6.0]]), "scatter": np.ones((2, 2, 2)), "cost": np.array([1.0, 2.0]),
-              "centers": np.array([[[-4.0, 1.0], [1.5, 3.9]], [[1.0, 0.5], [1.5, 3.5]]])}
+    honest = {
+        "counts": np.array([[5.0, 5.0], [4.0, 6.0]]),
+        "scatter": np.ones((2, 2, 2)),
+        "cost": np.array([1.0, 2.0]),
+        "centers": np.array([[[-4.0, 1.0], [1.5, 3.9]], [[1.0, 0.5], [1.5, 3.5]]]),
+    }
     assert violation(TRAIN, honest, {"num-examples": 10}, {"centers": received}, declared) is None
     # -4 is allowed for set 0 (sent -5) but not for set 1 (sent 1: the box bounds it)
     moved = {**honest, "centers": honest["centers"].copy()}
     moved["centers"][1, 0, 0] = -4.0
-    assert violation(TRAIN, moved, {"num-examples": 10}, {"centers": received}, declared).startswith("set 1: array 'centers' row 0")
+    assert violation(TRAIN, moved, {"num-examples": 10}, {"centers": received}, declared).startswith(
+        "set 1: array 'centers' row 0"
+    )
     counted = {**honest, "counts": np.array([[5.0, 5.0], [4.0, 16.0]])}
-    assert "set 1: its counts add up to 20" in violation(TRAIN, counted, {"num-examples": 10}, {"centers": received}, declared)
+    assert "set 1: its counts add up to 20" in violation(
+        TRAIN, counted, {"num-examples": 10}, {"centers": received}, declared
+    )
 
 
 def test_suppressed_clusters_may_count_fewer_points_but_never_more():
@@ -100,10 +112,14 @@ def test_suppressed_clusters_may_count_fewer_points_but_never_more():
 
 def test_declarations_come_from_the_first_reply_and_a_data_summary_brings_the_box():
     summary = protocol.task("data_summary")
-    first = declaration(summary, {"min": np.array([0.0, 1.0]), "max": np.array([2.0, 3.0])}, {"num-examples": 7, "dim": 2})
+    first = declaration(
+        summary, {"min": np.array([0.0, 1.0]), "max": np.array([2.0, 3.0])}, {"num-examples": 7, "dim": 2}
+    )
     assert first.points == 7 and first.low.tolist() == [0.0, 1.0] and first.high.tolist() == [2.0, 3.0]
     assert declaration(LLOYD, {}, {"num-examples": 7}).low is None
-    assert "minimum above its maximum" in box_violation(summary, {"min": np.array([0.0, 5.0]), "max": np.array([2.0, 3.0])})
+    assert "minimum above its maximum" in box_violation(
+        summary, {"min": np.array([0.0, 5.0]), "max": np.array([2.0, 3.0])}
+    )
 
 
 def test_without_a_box_only_the_point_count_binds():
@@ -111,13 +127,16 @@ def test_without_a_box_only_the_point_count_binds():
     _, centers, reply, _ = honest_device()
     far = {**reply, "sums": reply["sums"] + 1e6}
     assert violation(LLOYD, far, {"num-examples": 10}, {"centers": centers}, declared) is None
-    assert "not to the 10 points" in violation(LLOYD, {**far, "counts": np.array([5.0, 6.0])}, {"num-examples": 10}, {"centers": centers}, declared)
+    assert "not to the 10 points" in violation(
+        LLOYD, {**far, "counts": np.array([5.0, 6.0])}, {"num-examples": 10}, {"centers": centers}, declared
+    )
 
 
 # ------------------------------------------------------------- declared moments, Voronoi
 def with_moments(X, declared):
-    return Declared(declared.points, declared.low, declared.high, moment_sum=X.sum(0),
-                    moment_scatter=((X - X.mean(0)) ** 2).sum(0))
+    return Declared(
+        declared.points, declared.low, declared.high, moment_sum=X.sum(0), moment_scatter=((X - X.mean(0)) ** 2).sum(0)
+    )
 
 
 def test_a_data_summary_with_moments_declares_them():
@@ -150,9 +169,14 @@ def test_lloyd_statistics_must_add_up_to_the_declared_moments(change, reason):
 def test_points_put_in_the_wrong_cluster_are_refused_whatever_the_moments():
     X, centers, reply, declared = honest_device()
     # all ten points "assigned" to center 1: true sums and counts, true cost of that partition
-    lie = {"sums": np.stack([np.zeros(2), X.sum(0)]), "counts": np.array([0.0, 10.0]),
-           "cost": np.array([float(((X - centers[1]) ** 2).sum())])}
-    assert "not a nearest-center assignment" in violation(LLOYD, lie, {"num-examples": 10}, {"centers": centers}, declared)
+    lie = {
+        "sums": np.stack([np.zeros(2), X.sum(0)]),
+        "counts": np.array([0.0, 10.0]),
+        "cost": np.array([float(((X - centers[1]) ** 2).sum())]),
+    }
+    assert "not a nearest-center assignment" in violation(
+        LLOYD, lie, {"num-examples": 10}, {"centers": centers}, declared
+    )
 
 
 def test_voronoi_check_by_loops_over_random_assignments():

@@ -58,8 +58,12 @@ def test_the_largest_variance_in_a_cut_box_by_hand():
     low, high = np.array([-1.0, -1.0]), np.array([1.0, 1.0])
     mean = np.zeros(2)
     assert largest_variance_gap(mean, np.array([0.45, 0.1]), centers, 0, low, high) >= 0
-    assert largest_variance_gap(mean, np.array([0.55, 0.0]), centers, 0, low, high) == pytest.approx((0.5 - 0.55) / 4, abs=1e-6)
-    assert largest_variance_gap(mean, np.array([0.0, 1.1]), centers, 0, low, high) == pytest.approx((1.0 - 1.1) / 4, abs=1e-6)
+    assert largest_variance_gap(mean, np.array([0.55, 0.0]), centers, 0, low, high) == pytest.approx(
+        (0.5 - 0.55) / 4, abs=1e-6
+    )
+    assert largest_variance_gap(mean, np.array([0.0, 1.1]), centers, 0, low, high) == pytest.approx(
+        (1.0 - 1.1) / 4, abs=1e-6
+    )
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -80,7 +84,9 @@ def test_nearest_center_statistics_always_pass(seed):
             X[:, 0] = 2.5
             X = np.concatenate([X, X[: n // 3]])
         low, high = X.min(0), X.max(0)
-        sets = np.stack([X[rng.choice(len(X), size=k)] + rng.normal(size=(k, d)) * rng.choice([0.0, 0.3]) for _ in range(3)])
+        sets = np.stack(
+            [X[rng.choice(len(X), size=k)] + rng.normal(size=(k, d)) * rng.choice([0.0, 0.3]) for _ in range(3)]
+        )
         if kind == 1:
             sets = np.round(sets) + 0.5
         stats = [_statistics(X, _nearest(X, C), k) for C in sets]
@@ -159,16 +165,53 @@ def test_decoys_do_not_shield_a_cluster_the_solver_rejects():
     (with a fixed ranking a device could hide it behind decoys for good)."""
     from fedcluster import cell_moments
 
-    C = np.array([[5.7823471645833795, 0.5435513025992644], [3.3827675543327276, 6.515112480817679], [1.1005475194045322, 4.189591313359542], [8.25674592180239, 6.348336490322925], [6.5463586926091475, 5.015320189175555], [5.674000722759067, 0.4965075258279361]])
-    X = np.array([[3.5588414189508266, 3.416953657349835], [4.971217518645812, 6.957055433175363], [2.339962194257078, 8.548303732080004], [4.516507305428965, 6.28388180665981], [8.32943526909322, 1.0277250208250244], [7.939072615369124, 6.276389599558652], [3.036832547007232, 2.432262419987855], [7.865295782204682, 2.3839874292729855], [6.881566841389749, 6.560720332996585], [5.640424743251918, 0.5950197132502966], [4.734662278151726, 2.1942346238886454], [9.686310626102584, 1.1690409076515063], [8.975651480657822, 5.423074387238087], [7.700880027246164, 4.476083533628734], [6.236999099396617, 9.553659956591172], [0.46611570372969147, 9.45196015672112]])
+    C = np.array(
+        [
+            [5.7823471645833795, 0.5435513025992644],
+            [3.3827675543327276, 6.515112480817679],
+            [1.1005475194045322, 4.189591313359542],
+            [8.25674592180239, 6.348336490322925],
+            [6.5463586926091475, 5.015320189175555],
+            [5.674000722759067, 0.4965075258279361],
+        ]
+    )
+    X = np.array(
+        [
+            [3.5588414189508266, 3.416953657349835],
+            [4.971217518645812, 6.957055433175363],
+            [2.339962194257078, 8.548303732080004],
+            [4.516507305428965, 6.28388180665981],
+            [8.32943526909322, 1.0277250208250244],
+            [7.939072615369124, 6.276389599558652],
+            [3.036832547007232, 2.432262419987855],
+            [7.865295782204682, 2.3839874292729855],
+            [6.881566841389749, 6.560720332996585],
+            [5.640424743251918, 0.5950197132502966],
+            [4.734662278151726, 2.1942346238886454],
+            [9.686310626102584, 1.1690409076515063],
+            [8.975651480657822, 5.423074387238087],
+            [7.700880027246164, 4.476083533628734],
+            [6.236999099396617, 9.553659956591172],
+            [0.46611570372969147, 9.45196015672112],
+        ]
+    )
     labels = np.array([4, 1, 1, 1, 0, 3, 4, 0, 3, 5, 5, 0, 3, 4, 3, 1])
     means, counts, scatter = _statistics(X, labels, len(C))
     low, high = X.min(0), X.max(0)
     var = scatter[0] / np.maximum(counts[0], 1)[:, None]
-    false = [j for j in range(len(C)) if counts[0, j] > 1
-             and (largest_variance_gap(means[0, j], var[j] * (1 - 1e-6), C, j, low, high) or 0.0) < -cell_moments.TOLERANCE]
+    false = [
+        j
+        for j in range(len(C))
+        if counts[0, j] > 1
+        and (largest_variance_gap(means[0, j], var[j] * (1 - 1e-6), C, j, low, high) or 0.0) < -cell_moments.TOLERANCE
+    ]
     assert len(false) == 1
-    passed, need = cell_moments._axis_certificate(means[0], var, np.repeat(C[None], len(C), 0), np.arange(len(C)), low, high)
+    passed, need = cell_moments._axis_certificate(
+        means[0], var, np.repeat(C[None], len(C), 0), np.arange(len(C)), low, high
+    )
     assert (need[~passed] > need[false[0]]).sum() >= 1  # not the one farthest from passing
-    caught = [cell_moments_violation(means, counts, scatter, C[None], low, high, np.random.default_rng(seed)) for seed in range(40)]
+    caught = [
+        cell_moments_violation(means, counts, scatter, C[None], low, high, np.random.default_rng(seed))
+        for seed in range(40)
+    ]
     assert any(found is not None and f"center {false[0]}" in found[1] for found in caught)

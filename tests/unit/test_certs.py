@@ -29,7 +29,10 @@ def test_superlink_certificate_is_signed_by_the_ca_with_every_host_as_san(tmp_pa
     assert not link.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
     san = link.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert san.get_values_for_type(x509.DNSName) == ["superlink.example"]
-    assert set(san.get_values_for_type(x509.IPAddress)) == {ipaddress.ip_address("10.1.2.3"), ipaddress.ip_address("::1")}
+    assert set(san.get_values_for_type(x509.IPAddress)) == {
+        ipaddress.ip_address("10.1.2.3"),
+        ipaddress.ip_address("::1"),
+    }
     assert ExtendedKeyUsageOID.SERVER_AUTH in link.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     key = load_pem_private_key(made.superlink_key.read_bytes(), None)
     assert key.public_key().public_numbers() == link.public_key().public_numbers()
@@ -83,15 +86,21 @@ def refused(capsys, argv) -> str:
 
 
 def test_bad_arguments_are_named(tmp_path, capsys):
-    assert "--supernodes: must be a whole number in [0, 1000]" in refused(capsys, ["--out", str(tmp_path), "--supernodes", "-1"])
-    assert "--supernodes: must be a whole number in [0, 1000]" in refused(capsys, ["--out", str(tmp_path / "many"), "--supernodes", "100000"])
+    assert "--supernodes: must be a whole number in [0, 1000]" in refused(
+        capsys, ["--out", str(tmp_path), "--supernodes", "-1"]
+    )
+    assert "--supernodes: must be a whole number in [0, 1000]" in refused(
+        capsys, ["--out", str(tmp_path / "many"), "--supernodes", "100000"]
+    )
     assert not (tmp_path / "many").exists()  # refused before any file is written
     for host in ("", "bad host", "-x.example", "a" * 64 + ".example", "x..y"):
         err = refused(capsys, ["--out", str(tmp_path / "h"), "--host", "ok.example", f"--host={host}"])
         assert f"--host {host!r} is neither an IP address nor a DNS name" in err
     assert not (tmp_path / "h").exists()
     for days in ("0", "100000000"):  # 1e8 days once overflowed the date arithmetic with a raw traceback
-        assert "--days: must be a whole number in [1, 3653]" in refused(capsys, ["--out", str(tmp_path / "d"), "--days", days])
+        assert "--days: must be a whole number in [1, 3653]" in refused(
+            capsys, ["--out", str(tmp_path / "d"), "--days", days]
+        )
     assert not (tmp_path / "d").exists()
 
 

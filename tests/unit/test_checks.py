@@ -11,12 +11,15 @@ from fedcluster.config import KEYS, ConfigError
 from fedcluster.protocol import Param
 
 
-@pytest.mark.parametrize("closed, inside, outside", [
-    ("both", [0, 0.5, 1], [-1e-9, 1 + 1e-9]),
-    ("left", [0, 0.999], [1, -0.1]),
-    ("right", [1, 1e-12], [0, 1.5]),
-    ("neither", [0.5], [0, 1]),
-])
+@pytest.mark.parametrize(
+    "closed, inside, outside",
+    [
+        ("both", [0, 0.5, 1], [-1e-9, 1 + 1e-9]),
+        ("left", [0, 0.999], [1, -0.1]),
+        ("right", [1, 1e-12], [0, 1.5]),
+        ("neither", [0.5], [0, 1]),
+    ],
+)
 def test_interval_bounds_follow_closed(closed, inside, outside):
     allowed = Interval(float, 0, 1, closed=closed)
     assert all(v in allowed for v in inside) and not any(v in allowed for v in outside)
@@ -47,10 +50,16 @@ def test_typed_takes_numpy_scalars_and_whole_floats_and_nothing_else():
     assert typed("x", np.int64(3), int) == 3 and type(typed("x", 3.0, int)) is int
     assert typed("x", np.True_, bool) is True and typed("x", 2, float) == 2.0
     assert typed("x", 10**400, int) == 10**400 and typed("x", np.longdouble(0.25), float) == 0.25
-    for value, kind, message in [(True, int, "x must be an integer"), (3.5, int, "x must be an integer"),
-                                 ("3", float, "x must be a number"), (1, bool, "x must be true or false"),
-                                 (3, str, "x must be a string"), (np.array([3]), int, "x must be an integer"),
-                                 (math.nan, float, "x must be a finite number"), (math.inf, int, "x must be a finite number")]:
+    for value, kind, message in [
+        (True, int, "x must be an integer"),
+        (3.5, int, "x must be an integer"),
+        ("3", float, "x must be a number"),
+        (1, bool, "x must be true or false"),
+        (3, str, "x must be a string"),
+        (np.array([3]), int, "x must be an integer"),
+        (math.nan, float, "x must be a finite number"),
+        (math.inf, int, "x must be a finite number"),
+    ]:
         with pytest.raises(ValueError, match=message):
             typed("x", value, kind)
 

@@ -33,8 +33,16 @@ def _script(path: Path, body: str) -> None:
     path.chmod(0o755)
 
 
-def run_step(tmp_path: Path, *, dockerd: str | None = "ok", packages: bool = True, uid: int = 0, env: dict | None = None,
-             projects: tuple[str, ...] = (), name: str = "run"):
+def run_step(
+    tmp_path: Path,
+    *,
+    dockerd: str | None = "ok",
+    packages: bool = True,
+    uid: int = 0,
+    env: dict | None = None,
+    projects: tuple[str, ...] = (),
+    name: str = "run",
+):
     """dockerd: None (not installed), "dies" (exits at once), "ok" (the engine answers once it
     runs). packages: docker-compose and debootstrap present. projects: the compose projects
     the engine holds (each has a container, a network and a volume named "<kind>-<project>").
@@ -53,7 +61,9 @@ def run_step(tmp_path: Path, *, dockerd: str | None = "ok", packages: bool = Tru
     _script(bin_dir / "apt-get", log)
     # the engine answers while the stand-in dockerd runs (it holds the marker file)
     listed = "".join(f"echo {project}; " for project in projects)
-    _script(bin_dir / "docker", f"""{log}
+    _script(
+        bin_dir / "docker",
+        f"""{log}
 last="${{@: -1}}"
 case "$1" in
     info) [ -e {up} ];;
@@ -65,17 +75,24 @@ case "$1" in
             *--filter*) kind="$1"; [ "$kind" != ps ] || kind=container; echo "$kind-${{last##*=}}";;
         esac;;
     *) exit 0;;
-esac""")
+esac""",
+    )
     if dockerd == "dies":
         _script(bin_dir / "dockerd", f'{log}\necho "failed to start daemon: no cgroups" >&2; exit 1')
     elif dockerd == "ok":
-        _script(bin_dir / "dockerd", f'{log}\ntouch {up}\ntrap "rm -f {up}; exit 0" TERM\nwhile true; do sleep 0.2; done')
+        _script(
+            bin_dir / "dockerd", f'{log}\ntouch {up}\ntrap "rm -f {up}; exit 0" TERM\nwhile true; do sleep 0.2; done'
+        )
     if packages:
-        _script(bin_dir / "docker-compose", 'echo 1.29.2')
+        _script(bin_dir / "docker-compose", "echo 1.29.2")
         _script(bin_dir / "debootstrap", "exit 0")
     _script(work / "docker" / "build.sh", f'echo "build.sh $*" >> {calls}')
     done = subprocess.run(
-        [str(bin_dir / "bash"), "-c", HARNESS], capture_output=True, text=True, timeout=120, cwd=work,
+        [str(bin_dir / "bash"), "-c", HARNESS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=work,
         env={"PATH": str(bin_dir), "HOME": str(tmp_path), "TMPDIR": str(tmp_path), **(env or {})},
     )
     return done, calls.read_text(), up
@@ -134,7 +151,11 @@ def test_it_removes_what_its_own_run_left_and_never_another_runs_projects(tmp_pa
     assert done.returncode == 0, done.stderr
     assert "TESTS=1" in done.stdout
     assert f"-{other}" not in calls and "unrelated" not in calls  # listed by the engine, never touched
-    for removal in (f"docker rm -f container-{mine}", f"docker network rm network-{mine}", f"docker volume rm volume-{mine}"):
+    for removal in (
+        f"docker rm -f container-{mine}",
+        f"docker network rm network-{mine}",
+        f"docker volume rm volume-{mine}",
+    ):
         assert removal in calls
     assert f"removing what the test left of {mine}" in done.stdout and other not in done.stdout
 

@@ -17,8 +17,9 @@ def test_pyprojects_defaults_are_the_generated_ones():
     from fedcluster.config import PYPROJECT_END, PYPROJECT_START, pyproject_block
 
     text = (ROOT / "pyproject.toml").read_text()
-    assert PYPROJECT_START + pyproject_block() + PYPROJECT_END in text, \
+    assert PYPROJECT_START + pyproject_block() + PYPROJECT_END in text, (
         "regenerate: python -m fedcluster.config pyproject.toml"
+    )
 
 
 def test_unknown_key_is_rejected_with_a_hint():
@@ -104,19 +105,28 @@ def test_cross_key_rules_are_checked_before_the_run():
         with_defaults({"algorithm": "feddp-kmeans", "budget-split": "1,2"})
     with pytest.raises(ConfigError, match="run-config init must be one of auto, local-summaries"):
         with_defaults({"algorithm": "fedkmeans", "init": "sphere-packing"})  # FedDP-KMeans' start, not FedKMeans'
-    assert with_defaults({"algorithm": "feddp-kmeans", "init": "sphere-packing", "lloyd-rounds": 1}).init == "sphere-packing"
+    assert (
+        with_defaults({"algorithm": "feddp-kmeans", "init": "sphere-packing", "lloyd-rounds": 1}).init
+        == "sphere-packing"
+    )
     with pytest.raises(ConfigError, match="needs run-config server-data"):
         with_defaults({"algorithm": "fedkmeans", "init": "server-kmeans++"})
 
 
 def test_a_key_the_algorithm_does_not_read_is_refused_unless_at_its_default():
-    with pytest.raises(ConfigError, match=r"run-config fraction = 0.5 is not read by algorithm 'kfed' \(a key of fedkmeans"):
+    with pytest.raises(
+        ConfigError, match=r"run-config fraction = 0.5 is not read by algorithm 'kfed' \(a key of fedkmeans"
+    ):
         with_defaults({"algorithm": "kfed", "fraction": 0.5})
-    with pytest.raises(ConfigError, match="standardize = True is not read by algorithm 'feddp-kmeans'.*privacy guarantee"):
+    with pytest.raises(
+        ConfigError, match="standardize = True is not read by algorithm 'feddp-kmeans'.*privacy guarantee"
+    ):
         with_defaults({"algorithm": "feddp-kmeans", "standardize": True})
     with pytest.raises(ConfigError, match="kfed-min-devices = 2 is not read by algorithm 'da-ufl'"):
         with_defaults({"algorithm": "da-ufl", "kfed-min-devices": 2})
-    assert with_defaults({"algorithm": "kfed", "fraction": 1.0, "epsilon": 1}).kfed_weighting == "count"  # defaults pass
+    assert (
+        with_defaults({"algorithm": "kfed", "fraction": 1.0, "epsilon": 1}).kfed_weighting == "count"
+    )  # defaults pass
     with pytest.raises(ConfigError, match="run-config epsilon must be"):  # a value out of range is named as such first
         with_defaults({"algorithm": "kfed", "epsilon": -1.0})
     # A key several algorithms read is declared in each of their sections, with one default.
@@ -129,7 +139,12 @@ def test_a_key_the_algorithm_does_not_read_is_refused_unless_at_its_default():
 
 def test_a_key_read_only_under_another_key_is_refused_without_it():
     # FedKMeans' k-FED start reads k-FED's keys; its server-kmeans++ start reads server-data.
-    assert with_defaults({"algorithm": "fedkmeans", "init": "kfed", "k-prime": 3, "kfed-weighting": "capped-count"}).k_prime == 3
+    assert (
+        with_defaults(
+            {"algorithm": "fedkmeans", "init": "kfed", "k-prime": 3, "kfed-weighting": "capped-count"}
+        ).k_prime
+        == 3
+    )
     with pytest.raises(ConfigError, match="k-prime is read by FedKMeans only with init='kfed', not init='auto'"):
         with_defaults({"algorithm": "fedkmeans", "k-prime": 3})
     with pytest.raises(ConfigError, match=r"server-data is read by FedKMeans only with init='server-kmeans\+\+'"):
@@ -167,8 +182,15 @@ def test_values_arrive_typed():
 def test_numpy_scalars_are_taken_as_the_numbers_they_hold():
     import numpy as np
 
-    config = with_defaults({"algorithm": "feddp-kmeans", "delta": np.float64(1e-5), "k": np.int64(3),
-                            "evaluate-cost": np.False_, "epsilon": np.float32(2.0)})
+    config = with_defaults(
+        {
+            "algorithm": "feddp-kmeans",
+            "delta": np.float64(1e-5),
+            "k": np.int64(3),
+            "evaluate-cost": np.False_,
+            "epsilon": np.float32(2.0),
+        }
+    )
     assert (config["delta"], config["k"], config["evaluate-cost"], config["epsilon"]) == (1e-5, 3, False, 2.0)
     assert type(config["delta"]) is float and type(config["k"]) is int and type(config["evaluate-cost"]) is bool
     with pytest.raises(ConfigError, match="run-config k must be an integer"):
@@ -199,7 +221,9 @@ def test_readme_config_table_is_generated_from_the_declarations():
     from fedcluster.config import markdown_table
 
     block = f"<!-- generated: python -m fedcluster.config -->\n{markdown_table()}\n<!-- end generated -->"
-    assert block in (ROOT / "docs" / "reference.md").read_text(), "regenerate: python -m fedcluster.config docs/reference.md"
+    assert block in (ROOT / "docs" / "reference.md").read_text(), (
+        "regenerate: python -m fedcluster.config docs/reference.md"
+    )
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,8 @@ def naive_weighted_means(points_list, weights_list, centers):
 def step(X, centers, anchor, weights, binning="uniform", outer=1, xi=0.0, seed=0, bins=10, **arrays):
     data = DeviceData(points=X, source="test")
     out, metrics = run_task(
-        "daufl_step", data,
+        "daufl_step",
+        data,
         {"centers": centers, "anchor": anchor, "weights": np.asarray(weights, float), **arrays},
         {"binning": binning, "outer": outer, "xi-max": xi, "seed": seed, "bins": bins},
     )
@@ -104,7 +105,14 @@ def test_full_overlap_counts_every_distinct_point_once():
     rng = np.random.default_rng(3)
     X = rng.normal(size=(50, 2))
     low, high = X.min(0), X.max(0)
-    counts = np.stack([run_task("bin_counts", DeviceData(points=X), {"low": low, "high": high}, {"binning": "grid", "bins": 4})[0]["counts"] for _ in range(3)])
+    counts = np.stack(
+        [
+            run_task("bin_counts", DeviceData(points=X), {"low": low, "high": high}, {"binning": "grid", "bins": 4})[0][
+                "counts"
+            ]
+            for _ in range(3)
+        ]
+    )
     assert counts.sum() == 150
     w = da_ufl.bin_weights(counts)
     centers = X[:2].copy()
@@ -148,8 +156,12 @@ def test_changed_labels_are_counted_against_the_previous_iteration():
     X = rng.normal(size=(80, 2))
     before, after = np.array([[0.0, 0.0], [1.0, 1.0]]), np.array([[0.0, 0.0], [0.2, 0.2]])
     data = DeviceData(points=X)
-    out, _ = run_task("daufl_step", data, {"centers": after, "anchor": after, "weights": np.ones(1), "previous": before},
-                      {"binning": "uniform", "outer": 2, "previous-outer": 1})
+    out, _ = run_task(
+        "daufl_step",
+        data,
+        {"centers": after, "anchor": after, "weights": np.ones(1), "previous": before},
+        {"binning": "uniform", "outer": 2, "previous-outer": 1},
+    )
     oracle = sum(int(np.argmin(((x - before) ** 2).sum(1)) != np.argmin(((x - after) ** 2).sum(1))) for x in X)
     assert oracle > 0 and out["changed"][0] == oracle
 
@@ -209,8 +221,10 @@ def test_weighted_init_with_restarts_is_the_cheapest_distinct_start():
     points = rng.normal(size=(60, 2)) + np.repeat([[0, 0], [6, 0], [0, 6], [6, 6]], 15, axis=0)
     counts = rng.integers(1, 9, size=60)
     candidates = da_ufl.init_candidates(points, counts, 4, np.random.default_rng(0), 20, 5)
+
     def cost(C):
         return float(np.sum(counts * ((points[:, None] - C[None]) ** 2).sum(-1).min(1)))
+
     costs = [cost(C) for C in candidates]
     assert costs == sorted(costs) and len(set(np.round(costs, 9))) == len(costs)
     np.testing.assert_array_equal(da_ufl.weighted_init(points, counts, 4, np.random.default_rng(0), 20), candidates[0])
@@ -283,8 +297,10 @@ def agents_with_labels(seed=3, num_agents=4, k=3, d=2, offset=0.0):
     """Agents' points, bin weights and FIXED labels (an outer iteration), and a naive
     gradient at any centers by loops: g_k = Σ_{label k} w (m_k − x), W_k = Σ_{label k} w."""
     rng = np.random.default_rng(seed)
-    agents = [(offset + rng.normal(scale=3.0, size=(30, d)), rng.uniform(0.1, 2.0, size=30), rng.integers(k, size=30))
-              for _ in range(num_agents)]
+    agents = [
+        (offset + rng.normal(scale=3.0, size=(30, d)), rng.uniform(0.1, 2.0, size=30), rng.integers(k, size=30))
+        for _ in range(num_agents)
+    ]
 
     def naive(agent, centers):
         X, w, labels = agent
@@ -325,8 +341,15 @@ def test_a_step_over_held_statistics_is_the_step_with_every_agent_answering():
                 continue  # away: the server keeps what it sent last
             held[j] = (*naive(agent, centers), centers)
         rows = [held[j] for j in sorted(held)]
-        z, centers = da_ufl.inner_step(anchor, z, centers, np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]),
-                                       np.stack([r[2] for r in rows]), 0.6)
+        z, centers = da_ufl.inner_step(
+            anchor,
+            z,
+            centers,
+            np.stack([r[0] for r in rows]),
+            np.stack([r[1] for r in rows]),
+            np.stack([r[2] for r in rows]),
+            0.6,
+        )
         np.testing.assert_allclose(centers, full[0], rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(z, full[1], rtol=1e-12, atol=1e-9)
 

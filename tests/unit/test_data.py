@@ -189,7 +189,9 @@ def test_a_folder_of_csv_files_is_refused_before_any_device_with_the_hint(tmp_pa
     (folder / "a.csv").write_text("1,2\n3,4\n")
     from fedcluster.config import ConfigError
 
-    with pytest.raises(ConfigError, match=r"run-config data-dir: .*npy-dir.*--data-path .*a\.csv"):  # before any node is made
+    with pytest.raises(
+        ConfigError, match=r"run-config data-dir: .*npy-dir.*--data-path .*a\.csv"
+    ):  # before any node is made
         run({"dataset": "npy-dir", "data-dir": str(folder), "k": 1, "output-dir": str(tmp_path / "out")}, 1)
 
 
@@ -360,7 +362,10 @@ def test_partition_dirichlet_skew_grows_as_alpha_shrinks():
     labels = np.random.default_rng(0).integers(10, size=5000)
     purity = {
         alpha: np.mean(
-            [label_purity(labels, data.partition_dirichlet(labels, 20, alpha, np.random.default_rng(seed))) for seed in range(5)]
+            [
+                label_purity(labels, data.partition_dirichlet(labels, 20, alpha, np.random.default_rng(seed)))
+                for seed in range(5)
+            ]
         )
         for alpha in (0.05, 0.5, 100.0)
     }

@@ -48,7 +48,8 @@ SCRIPT = BLOCK + textwrap.dedent(
         if spec.name.startswith(("secagg_", "secure_")):
             continue  # a secure-aggregation stage needs the earlier stages' state (tests/protocol/test_secagg.py)
         arrays = {a.name: rng.normal(size=tuple(sizes[s] for s in a.shape)) for a in spec.request if not a.optional}
-        arrays = {k: np.abs(v) if next(a for a in spec.request if a.name == k).nonnegative else v for k, v in arrays.items()}
+        arrays = {k: np.abs(v) if next(a for a in spec.request if a.name == k).nonnegative else v for k, v in
+        arrays.items()}
         config = {p.name: required[p.name] for p in spec.config if p.name in required}
         content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}),
                               "config": ConfigRecord(config)})
@@ -56,7 +57,8 @@ SCRIPT = BLOCK + textwrap.dedent(
         message.metadata.__dict__["_message_id"] = "m-" + spec.name
         reply = app(message, context)
         assert not reply.has_error(), (spec.name, reply.error)
-        assert set(reply.content.array_records["arrays"]) >= {a.name for a in spec.reply if not a.optional and not a.when}
+        assert set(reply.content.array_records["arrays"]) >= {a.name for a in spec.reply if not a.optional and not
+        a.when}
         ran.append(spec.name)
     assert len(ran) >= 9, ran
     loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("scipy", "sklearn"))
@@ -95,7 +97,8 @@ GRAPH_SCRIPT = BLOCK + textwrap.dedent(
     out = {
         "sparse": AdjacencyOperator(edges, n).sparse,
         "global": power_step(data, {"Q": Q, "degrees": degrees},
-                             {"num-nodes": n, "iters": 1, "normalization": "global", "edge-weight": 0.5})[0]["Q"].tolist(),
+                             {"num-nodes": n, "iters": 1, "normalization": "global", "edge-weight":
+                             0.5})[0]["Q"].tolist(),
         "local": power_step(data, {"Q": Q}, {"num-nodes": n, "iters": 3, "normalization": "local",
                                               "edge-weight": 1.0})[0]["Q"].tolist(),
         "labels": local_spectral_labels(data, {}, {"num-nodes": n, "k": 3, "seed": 1, "block": 0,

@@ -26,7 +26,9 @@ def _script(path: Path, body: str) -> None:
     path.chmod(0o755)
 
 
-def run_check(tmp_path: Path, *, docker: str | None = None, compose_v1: bool = False, debootstrap: bool = False, uid: int = 0):
+def run_check(
+    tmp_path: Path, *, docker: str | None = None, compose_v1: bool = False, debootstrap: bool = False, uid: int = 0
+):
     """docker: None (absent), "dead" (no engine answers), "nocompose" (engine, no v2 plugin), "ok"."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -36,7 +38,10 @@ def run_check(tmp_path: Path, *, docker: str | None = None, compose_v1: bool = F
     if docker == "dead":
         _script(bin_dir / "docker", "exit 1")
     elif docker == "nocompose":
-        _script(bin_dir / "docker", 'case "$1" in info) exit 0;; compose) echo "unknown flag" >&2; exit 125;; *) exit 1;; esac')
+        _script(
+            bin_dir / "docker",
+            'case "$1" in info) exit 0;; compose) echo "unknown flag" >&2; exit 125;; *) exit 1;; esac',
+        )
     elif docker == "ok":
         _script(bin_dir / "docker", 'case "$1" in info|compose) exit 0;; *) exit 1;; esac')  # no base image yet
     if compose_v1:
@@ -44,7 +49,9 @@ def run_check(tmp_path: Path, *, docker: str | None = None, compose_v1: bool = F
     if debootstrap:
         _script(bin_dir / "debootstrap", "exit 0")
     env = {"PATH": str(bin_dir), "HOME": str(tmp_path), "PYTHON": sys.executable}
-    return subprocess.run([str(bin_dir / "bash"), str(BUILD), "--check"], capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run(
+        [str(bin_dir / "bash"), str(BUILD), "--check"], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def test_without_docker_it_says_what_to_install(tmp_path):
@@ -91,11 +98,22 @@ def test_a_build_waits_for_another_build_on_the_machine(tmp_path):
     # builds beside each other would prune each other's untagged layers mid-build
     lock = tmp_path / "build.lock"
     run_check(tmp_path, docker="ok", debootstrap=True)  # makes the stand-ins in tmp_path/bin
-    env = {"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path), "PYTHON": sys.executable, "FEDCLUSTER_BUILD_LOCK": str(lock)}
+    env = {
+        "PATH": str(tmp_path / "bin"),
+        "HOME": str(tmp_path),
+        "PYTHON": sys.executable,
+        "FEDCLUSTER_BUILD_LOCK": str(lock),
+    }
     with open(lock, "a") as other:
         fcntl.flock(other, fcntl.LOCK_EX)  # another build holds it
-        build = subprocess.Popen([str(tmp_path / "bin" / "bash"), str(BUILD)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True, env=env, start_new_session=True)
+        build = subprocess.Popen(
+            [str(tmp_path / "bin" / "bash"), str(BUILD)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
         try:
             out, _ = build.communicate(timeout=5)
         except subprocess.TimeoutExpired:

@@ -76,7 +76,17 @@ def test_a_superlink_that_never_answers_leaves_its_status(run_job, monkeypatch, 
     closed = socket.create_server(("127.0.0.1", 0))
     address = f"127.0.0.1:{closed.getsockname()[1]}"
     closed.close()  # nothing listens there any more
-    code = job(run_job, monkeypatch, "k=4", "--superlink", address, "--status-dir", str(tmp_path / "status"), "--connect-timeout", "0")
+    code = job(
+        run_job,
+        monkeypatch,
+        "k=4",
+        "--superlink",
+        address,
+        "--status-dir",
+        str(tmp_path / "status"),
+        "--connect-timeout",
+        "0",
+    )
     assert code == 1
     status = json.loads((tmp_path / "status" / "flwr-run.json").read_text())
     assert status["status"] == "superlink-unreachable" and address in status["error"]
@@ -84,7 +94,10 @@ def test_a_superlink_that_never_answers_leaves_its_status(run_job, monkeypatch, 
 
 def test_a_failed_run_is_its_status_with_flowers_details_and_exit_1(run_job, monkeypatch, tmp_path, superlink):
     # flwr run succeeds (it exits 0 even for a run that will fail); flwr ls says how it ended
-    ls = {"success": True, "runs": [{"run-id": 42, "status": "finished:failed", "status-details": "No heartbeat received from the task"}]}
+    ls = {
+        "success": True,
+        "runs": [{"run-id": 42, "status": "finished:failed", "status-details": "No heartbeat received from the task"}],
+    }
     stand_in_flwr(monkeypatch, tmp_path, run='{"success": true, "run-id": 42}', ls=json.dumps(ls))
     out = tmp_path / "out"
     out.mkdir()

@@ -26,7 +26,9 @@ def test_cited_sections_of_algorithms_md_exist():
         if rel.parts[0] == "docs" or rel == Path("tests/unit/test_docs.py"):
             continue
         for match in re.finditer(r"(\S*)ALGORITHMS\.md(?:\]\([^)]*\))?(?:,? (?:§|section )(\d+))?", text):
-            assert match.group(1).endswith("docs/") or match.group(1).endswith("[docs/"), f"{rel}: {match.group(0)!r} should cite docs/ALGORITHMS.md"
+            assert match.group(1).endswith("docs/") or match.group(1).endswith("[docs/"), (
+                f"{rel}: {match.group(0)!r} should cite docs/ALGORITHMS.md"
+            )
             if match.group(2):
                 cited.add(match.group(2))
     assert cited and cited <= headings, cited
@@ -59,8 +61,16 @@ def deployment_section() -> str:
 def test_readme_deployment_is_secure_by_default():
     section = deployment_section()
     commands = "\n".join(re.findall(r"```bash\n(.*?)\n```", section, flags=re.S))
-    for option in ("--ssl-ca-certfile", "--ssl-certfile", "--ssl-keyfile", "--enable-supernode-auth",
-                   "--root-certificates", "--auth-supernode-private-key", "flwr supernode register", "fedcluster-make-certs"):
+    for option in (
+        "--ssl-ca-certfile",
+        "--ssl-certfile",
+        "--ssl-keyfile",
+        "--enable-supernode-auth",
+        "--root-certificates",
+        "--auth-supernode-private-key",
+        "flwr supernode register",
+        "fedcluster-make-certs",
+    ):
         assert option in commands, option
     assert "--insecure" not in commands  # insecure is an opt-in described in prose, not the path shown
 
@@ -69,8 +79,12 @@ def test_readme_deployments_commands_cover_what_a_new_user_hit():
     # the commands shown, not the prose around them: several SuperNodes on one host, the
     # run's status and log, no dependency installation at run time, the local cluster
     commands = "\n".join(re.findall(r"```(?:bash|sh)?\n(.*?)\n```", deployment_section(), flags=re.S))
-    for needed in ("--port", "flwr ls", "flwr log", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1",
-                   ):
+    for needed in (
+        "--port",
+        "flwr ls",
+        "flwr log",
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1",
+    ):
         assert needed in commands, needed
 
 
@@ -113,7 +127,7 @@ def supernode_commands(text: str) -> list[list[str]]:
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True) if "flower-supernode" in line else []
             if "flower-supernode" in words:
-                commands.append(words[words.index("flower-supernode") + 1:])
+                commands.append(words[words.index("flower-supernode") + 1 :])
     return commands
 
 
@@ -139,7 +153,8 @@ def test_every_supernode_command_in_the_docs_parses_and_has_its_own_port():
         assert len(set(ports)) == len(ports), f"{page.relative_to(ROOT)}: SuperNodes share a --port: {ports}"
     assert found, "no flower-supernode command found in the docs: is the pattern still right?"
     assert supernode_commands("```bash\nX=1 flower-supernode --superlink s:8000 \\\n    --port 9095  # one\n```") == [
-        ["--superlink", "s:8000", "--port", "9095"]]
+        ["--superlink", "s:8000", "--port", "9095"]
+    ]
 
 
 def test_the_guides_commands_write_where_git_does_not_look():
@@ -153,13 +168,17 @@ def test_the_guides_commands_write_where_git_does_not_look():
     for page in pages:
         for language, block in re.findall(r"^```(\w*)\n(.*?)^```", page.read_text(), flags=re.S | re.M):
             if language in ("", "bash", "sh"):
-                written += [(page, path) for path in re.findall(
-                    r"""(?:output-dir=|--out |--figures |np\.save\()['"]?([^'"\s,)]+)""", block)]
+                written += [
+                    (page, path)
+                    for path in re.findall(r"""(?:output-dir=|--out |--figures |np\.save\()['"]?([^'"\s,)]+)""", block)
+                ]
     assert len(written) >= 8, written  # the pattern still finds the guides' outputs
     inside = [(page, path) for page, path in written if not path.startswith(("/", "~"))]
     if subprocess.run(["git", "rev-parse"], cwd=ROOT, capture_output=True).returncode != 0:
         return  # not a git checkout: nothing to leave untracked
     for page, path in inside:
-        ignored = any(subprocess.run(["git", "check-ignore", "-q", candidate], cwd=ROOT).returncode == 0
-                      for candidate in (path, f"{path.rstrip('/')}/x"))
+        ignored = any(
+            subprocess.run(["git", "check-ignore", "-q", candidate], cwd=ROOT).returncode == 0
+            for candidate in (path, f"{path.rstrip('/')}/x")
+        )
         assert ignored, f"{page.relative_to(ROOT)}: a command writes {path}, which git does not ignore"

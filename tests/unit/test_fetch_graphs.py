@@ -96,4 +96,8 @@ def test_the_recorded_checksums_are_snaps_files(tmp_path):
 
 def test_default_base_url_is_snap():
     assert fetch_graphs.DEFAULT_BASE_URL.startswith("https://snap.stanford.edu/")
-    assert {g.remote for g in GRAPHS} == {"email-Eu-core.txt.gz", "email-Eu-core-department-labels.txt.gz", "facebook_combined.txt.gz"}
+    assert {g.remote for g in GRAPHS} == {
+        "email-Eu-core.txt.gz",
+        "email-Eu-core-department-labels.txt.gz",
+        "facebook_combined.txt.gz",
+    }

@@ -12,8 +12,12 @@ import numpy as np
 import pytest
 
 from fedcluster.algorithms.fedspectral.model import (
-    local_degrees, inverse_sqrt_degrees, local_spectral_embedding, local_spectral_labels, power_step,
-    shifted_global_product
+    local_degrees,
+    inverse_sqrt_degrees,
+    local_spectral_embedding,
+    local_spectral_labels,
+    power_step,
+    shifted_global_product,
 )
 from fedcluster.graph import (
     AdjacencyOperator,
@@ -369,7 +373,9 @@ def test_power_step_input_errors():
     with pytest.raises(ValueError, match="degrees"):
         power_step(data, {"Q": Q}, {"num-nodes": 4, "normalization": "global"})
     with pytest.raises(ValueError, match="node 1"):
-        power_step(data, {"Q": Q, "degrees": np.array([1.0, 0.0, 1.0, 0.0])}, {"num-nodes": 4, "normalization": "global"})
+        power_step(
+            data, {"Q": Q, "degrees": np.array([1.0, 0.0, 1.0, 0.0])}, {"num-nodes": 4, "normalization": "global"}
+        )
     with pytest.raises(ValueError, match="shape"):
         power_step(data, {"Q": np.ones((3, 2))}, {"num-nodes": 4})
     with pytest.raises(ValueError, match="NaN"):
@@ -433,7 +439,9 @@ def test_inverse_sqrt_degrees_zero_for_isolated():
 
 
 def test_local_spectral_labels_tiny_graph_each_node_own_cluster():
-    labels = local_spectral_labels(DeviceData(edges=np.array([[0, 1]])), {}, {"num-nodes": 4, "k": 3, "seed": 0})[0]["labels"]
+    labels = local_spectral_labels(DeviceData(edges=np.array([[0, 1]])), {}, {"num-nodes": 4, "k": 3, "seed": 0})[0][
+        "labels"
+    ]
     np.testing.assert_array_equal(labels, [0, 1, -1, -1])
 
 

@@ -21,8 +21,10 @@ def reply(node: int, value: float):
     from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
     request = Message(RecordDict(), node, "query.x")
-    return Message(RecordDict({"arrays": ArrayRecord({"v": Array(np.array([value]))}), "metrics": MetricRecord({"p": node})}),
-                   reply_to=request)
+    return Message(
+        RecordDict({"arrays": ArrayRecord({"v": Array(np.array([value]))}), "metrics": MetricRecord({"p": node})}),
+        reply_to=request,
+    )
 
 
 def three_records(folder):

@@ -10,7 +10,12 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 from fedcluster.algorithms.kfed.model import (
-    farthest_point_init, induced_labels, kfed_assign_new_device, TooFewCenters, kfed_merge, local_kprime_means
+    farthest_point_init,
+    induced_labels,
+    kfed_assign_new_device,
+    TooFewCenters,
+    kfed_merge,
+    local_kprime_means,
 )
 from fedcluster.kernel import DeviceData
 from fedcluster.device import kernels
@@ -67,9 +72,7 @@ def run_kfed(xs, k, k_prime, seed, **merge_kwargs):
     device_kwargs = merge_kwargs.pop("device_kwargs", {})
     rng = np.random.default_rng(seed)
     local = [local_kprime_means(x, k_prime, rng, **device_kwargs) for x in xs]
-    centers, assignment = kfed_merge(
-        [c for c, _, _ in local], [n for _, n, _ in local], k, rng, **merge_kwargs
-    )
+    centers, assignment = kfed_merge([c for c, _, _ in local], [n for _, n, _ in local], k, rng, **merge_kwargs)
     preds = [induced_labels(lab, a) for (_, _, lab), a in zip(local, assignment)]
     return local, centers, assignment, preds
 
@@ -422,9 +425,7 @@ def test_absent_device_and_new_device_mapping():
     rng = np.random.default_rng(0)
     local = [local_kprime_means(x, k_prime, rng) for x in xs]
     present = [z for z in range(len(xs)) if z != held_out]
-    centers, assignment = kfed_merge(
-        [local[z][0] for z in present], [local[z][1] for z in present], k, rng
-    )
+    centers, assignment = kfed_merge([local[z][0] for z in present], [local[z][1] for z in present], k, rng)
     preds = [induced_labels(local[z][2], a) for z, a in zip(present, assignment)]
     truth = np.concatenate([ys[z] for z in present])
     pred_to_true, accuracy = matching(truth, np.concatenate(preds), k)
@@ -520,7 +521,9 @@ def test_unsupported_centers_matches_a_naive_count_of_devices_per_cluster():
         owner = rng.integers(0, 7, size=int(rng.integers(1, 30)))
         labels = rng.integers(0, k, size=owner.size)
         for min_devices in (1, 2, 3):
-            naive = np.array([len({o for o, l in zip(owner, labels) if l == label}) < min_devices for label in labels])
+            naive = np.array(
+                [len({o for o, lab in zip(owner, labels) if lab == label}) < min_devices for label in labels]
+            )
             assert np.array_equal(unsupported_centers(owner, labels, k, min_devices), naive)
 
 
@@ -575,11 +578,16 @@ def test_ward_agglomeration_by_its_invariants_and_a_naive_merge():
         groups, weights = [row for row in C], list(N)
         while len(groups) > 1:
             g = len(groups)
-            pairs = [(weights[i] * weights[j] / (weights[i] + weights[j]) * ((groups[i] - groups[j]) ** 2).sum(), i, j)
-                     for i in range(g) for j in range(i + 1, g)]
+            pairs = [
+                (weights[i] * weights[j] / (weights[i] + weights[j]) * ((groups[i] - groups[j]) ** 2).sum(), i, j)
+                for i in range(g)
+                for j in range(i + 1, g)
+            ]
             _, i, j = min(pairs)
             groups[i] = (weights[i] * groups[i] + weights[j] * groups[j]) / (weights[i] + weights[j])
             weights[i] += weights[j]
             del groups[j], weights[j]
             left = ward_agglomeration(C, N, len(groups))[1]
-            np.testing.assert_allclose(np.array(sorted(map(tuple, left))), np.array(sorted(map(tuple, groups))), atol=1e-9)
+            np.testing.assert_allclose(
+                np.array(sorted(map(tuple, left))), np.array(sorted(map(tuple, groups))), atol=1e-9
+            )

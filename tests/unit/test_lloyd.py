@@ -54,7 +54,7 @@ def test_cost_from_statistics_is_accurate_far_from_the_origin_and_never_negative
     assert lloyd_statistics(X, C, chunk_rows=64).cost == pytest.approx(cost, rel=1e-6)
     on_centers = np.repeat(C, 3, axis=0)
     assert lloyd_statistics(on_centers, C).cost >= 0.0
-    assert lloyd_statistics(on_centers, C).cost <= 1e-6 * float((on_centers ** 2).sum()) * 1e-9
+    assert lloyd_statistics(on_centers, C).cost <= 1e-6 * float((on_centers**2).sum()) * 1e-9
 
 
 @pytest.mark.parametrize("k", [4, MEMBERSHIP_MAX_K + 4])
@@ -144,7 +144,12 @@ def naive_lloyd_until_stable(X, C, w, max_iter):
     w = np.ones(len(X)) if w is None else w
     labels = ((X[:, None] - C[None]) ** 2).sum(-1).argmin(1)
     for it in range(max_iter + 1):
-        C = np.array([(X[labels == j] * w[labels == j, None]).sum(0) / w[labels == j].sum() if (labels == j).any() else C[j] for j in range(len(C))])
+        C = np.array(
+            [
+                (X[labels == j] * w[labels == j, None]).sum(0) / w[labels == j].sum() if (labels == j).any() else C[j]
+                for j in range(len(C))
+            ]
+        )
         if it == max_iter:
             break
         new = ((X[:, None] - C[None]) ** 2).sum(-1).argmin(1)
@@ -195,5 +200,6 @@ def test_kmeans_plus_plus_indices_are_distinct_even_with_duplicates():
         assert len(set(rows.tolist())) == 6
         assert {tuple(X[r]) for r in rows} == {(0.0, 0.0), (1.0, 1.0)}
     np.testing.assert_array_equal(
-        kmeans_plus_plus(X, 2, np.random.default_rng(3)), X[kmeans_plus_plus(X, 2, np.random.default_rng(3), indices=True)]
+        kmeans_plus_plus(X, 2, np.random.default_rng(3)),
+        X[kmeans_plus_plus(X, 2, np.random.default_rng(3), indices=True)],
     )

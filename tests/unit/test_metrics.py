@@ -33,9 +33,7 @@ def test_rand_index_matches_sklearn(seed, n, k_a, k_b):
 
 def test_rand_index_matches_pair_enumeration():
     a, b = random_labellings(11, 40, 4, 3)
-    agree = [
-        (a[i] == a[j]) == (b[i] == b[j]) for i, j in itertools.combinations(range(a.size), 2)
-    ]
+    agree = [(a[i] == a[j]) == (b[i] == b[j]) for i, j in itertools.combinations(range(a.size), 2)]
     assert metrics.rand_index(a, b) == pytest.approx(np.mean(agree), abs=1e-12)
 
 
@@ -57,9 +55,7 @@ def test_nmi_matches_sklearn(seed, n, k_a, k_b, average):
 def test_variation_of_information_matches_entropies(seed, n, k_a, k_b):
     a, b = random_labellings(seed, n, k_a, k_b)
     mutual_information = sk.mutual_info_score(a, b)
-    expected = (
-        entropy(np.bincount(a)) + entropy(np.bincount(b)) - 2.0 * mutual_information
-    )
+    expected = entropy(np.bincount(a)) + entropy(np.bincount(b)) - 2.0 * mutual_information
     assert metrics.variation_of_information(a, b) == pytest.approx(expected, abs=1e-10)
 
 
@@ -100,7 +96,13 @@ def test_large_n_does_not_overflow():
 
 @pytest.mark.parametrize(
     "function",
-    [metrics.rand_index, metrics.adjusted_rand, metrics.nmi, metrics.variation_of_information, metrics.hungarian_accuracy],
+    [
+        metrics.rand_index,
+        metrics.adjusted_rand,
+        metrics.nmi,
+        metrics.variation_of_information,
+        metrics.hungarian_accuracy,
+    ],
 )
 def test_label_length_mismatch_is_rejected(function):
     with pytest.raises(ValueError, match="length mismatch"):
@@ -147,9 +149,7 @@ def test_hungarian_accuracy_matches_brute_force(k_true, k_pred):
     rng = np.random.default_rng(k_true * 10 + k_pred)
     true = rng.integers(k_true, size=60)
     pred = np.where(rng.random(60) < 0.6, true % k_pred, rng.integers(k_pred, size=60))
-    assert metrics.hungarian_accuracy(true, pred) == pytest.approx(
-        brute_force_matching_accuracy(true, pred)
-    )
+    assert metrics.hungarian_accuracy(true, pred) == pytest.approx(brute_force_matching_accuracy(true, pred))
 
 
 def test_hungarian_accuracy_counts_unmatched_labels_as_wrong():
@@ -185,9 +185,7 @@ def test_intra_cluster_distance_matches_loop():
     rng = np.random.default_rng(2)
     X = rng.normal(size=(200, 3))
     labels = rng.integers(6, size=200)
-    expected = np.mean(
-        [np.linalg.norm(X[i] - X[labels == labels[i]].mean(axis=0)) for i in range(200)]
-    )
+    expected = np.mean([np.linalg.norm(X[i] - X[labels == labels[i]].mean(axis=0)) for i in range(200)])
     assert metrics.intra_cluster_distance(X, labels) == pytest.approx(expected)
 
 

@@ -10,8 +10,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedcluster.lloyd import (MEMBERSHIP_MAX_K, assign, kmeans, kmeans_cost, lloyd, lloyd_statistics, lloyd_until_stable,
-                              nearest)
+from fedcluster.lloyd import (
+    MEMBERSHIP_MAX_K,
+    assign,
+    kmeans,
+    kmeans_cost,
+    lloyd,
+    lloyd_statistics,
+    lloyd_until_stable,
+    nearest,
+)
 
 OFFSETS = [1e6, 1e8, 1e9, 1.7e9, 1e12]
 _EPS = np.finfo(np.float64).eps
@@ -58,8 +66,11 @@ def test_lloyd_statistics_far_from_the_origin_are_those_about_it(offset, k):
     counts = np.bincount(labels, minlength=k).astype(float)
     np.testing.assert_array_equal(stats.counts, counts)
     means = np.stack([Xr[labels == j].mean(0) if counts[j] else Cr[j] for j in range(k)])
-    np.testing.assert_allclose(stats.sums - counts[:, None] * offset, counts[:, None] * means,
-                               atol=float(counts.max()) * 16 * _EPS * offset + 1e-9)
+    np.testing.assert_allclose(
+        stats.sums - counts[:, None] * offset,
+        counts[:, None] * means,
+        atol=float(counts.max()) * 16 * _EPS * offset + 1e-9,
+    )
     cost = float(d2[np.arange(len(labels)), labels].sum())
     assert stats.cost == pytest.approx(cost, rel=1e-9)
     assert kmeans_cost(X, C) == pytest.approx(cost, rel=1e-9)
@@ -72,7 +83,9 @@ def test_lloyd_k_means_and_its_stable_form_are_shift_invariant(offset):
     X, C, Xr, Cr = shifted(offset)
     near, far = lloyd(Xr, Cr, tol=1e-4), lloyd(X, C, tol=1e-4)
     assert far[2] == near[2]  # as many iterations: tol is relative to the data's spread, not their norm
-    np.testing.assert_allclose(far[0] - offset, near[0], atol=1e-9 + 4 * np.spacing(offset))  # centers rounded at the offset
+    np.testing.assert_allclose(
+        far[0] - offset, near[0], atol=1e-9 + 4 * np.spacing(offset)
+    )  # centers rounded at the offset
     assert far[1] == pytest.approx(near[1], rel=1e-6)
     stable_near, stable_far = lloyd_until_stable(Xr, Cr, 100), lloyd_until_stable(X, C, 100)
     np.testing.assert_array_equal(stable_far[1], stable_near[1])
@@ -145,8 +158,11 @@ def test_the_data_summary_and_standardize_are_shift_invariant():
         replies = [data_summary(DeviceData(points=p), {}, {"moments": True})[0] for p in parts]
         for reply, part in zip(replies, rounded):
             np.testing.assert_allclose(reply["scatter"], ((part - part.mean(0)) ** 2).sum(0), rtol=1e-9)
-        scaling = Scaling.from_summaries(np.array([len(p) for p in parts]), np.stack([r["sum"] for r in replies]),
-                                         np.stack([r["scatter"] for r in replies]))
+        scaling = Scaling.from_summaries(
+            np.array([len(p) for p in parts]),
+            np.stack([r["sum"] for r in replies]),
+            np.stack([r["scatter"] for r in replies]),
+        )
         # a device's mean travels as its sum, rounded at n × the offset: a coordinate's rounding
         np.testing.assert_allclose(scaling.scale, pooled.std(0), rtol=1e-9, atol=4 * np.spacing(offset))
         np.testing.assert_allclose(scaling.mean - offset, pooled.mean(0), atol=1e-9 + 4 * np.spacing(offset))
@@ -162,8 +178,13 @@ def lloyd_reply(Xr, Cr, offset):
     counts = np.bincount(labels, minlength=k).astype(float)
     sums = np.stack([Xr[labels == j].sum(0) for j in range(k)]) + counts[:, None] * offset
     cost = float(((Xr - Cr[labels]) ** 2).sum())
-    declared = Declared(float(len(Xr)), Xr.min(0) + offset, Xr.max(0) + offset, moment_sum=Xr.sum(0) + len(Xr) * offset,
-                        moment_scatter=((Xr - Xr.mean(0)) ** 2).sum(0))
+    declared = Declared(
+        float(len(Xr)),
+        Xr.min(0) + offset,
+        Xr.max(0) + offset,
+        moment_sum=Xr.sum(0) + len(Xr) * offset,
+        moment_scatter=((Xr - Xr.mean(0)) ** 2).sum(0),
+    )
     declared.rounding = None
     return {"sums": sums, "counts": counts, "cost": np.array([cost])}, declared
 
@@ -205,20 +226,28 @@ def test_a_full_batch_training_reply_passes_every_check_far_from_the_origin(offs
     from fedcluster.bounds import Declared, moments_violation, voronoi_violation
     from fedcluster.cell_moments import cell_moments_violation
     from fedcluster.algorithms.fedkmeans.model import (
-        client_kmeans, implied_means, partitions_violation, stated_in_reply, train_cost_mismatch, whole_partition
+        client_kmeans,
+        implied_means,
+        partitions_violation,
+        stated_in_reply,
+        train_cost_mismatch,
+        whole_partition,
     )
 
     X, C, Xr, Cr = shifted(offset, seed=2)
     X, Xr = X[:400], Xr[:400]
-    declared = Declared(400.0, X.min(0), X.max(0), moment_sum=Xr.sum(0) + 400 * offset,
-                        moment_scatter=((Xr - Xr.mean(0)) ** 2).sum(0))
+    declared = Declared(
+        400.0, X.min(0), X.max(0), moment_sum=Xr.sum(0) + 400 * offset, moment_scatter=((Xr - Xr.mean(0)) ** 2).sum(0)
+    )
     counts, centers, scatter = client_kmeans(X, C)
     cost = kmeans_cost(X, C)
     means = implied_means(C, centers, 1.0)
     assert train_cost_mismatch(C, centers, counts, scatter, cost, 1.0) is None
     assert voronoi_violation(means, counts, C) is None
     assert moments_violation(counts[:, None] * means, scatter, declared, counts=counts) is None
-    assert cell_moments_violation(means[None], counts[None], scatter[None], C[None], declared.low, declared.high) is None
+    assert (
+        cell_moments_violation(means[None], counts[None], scatter[None], C[None], declared.low, declared.high) is None
+    )
     arrays = {"centers": centers[None], "counts": counts[None], "scatter": scatter[None], "cost": np.array([cost])}
     assert partitions_violation(stated_in_reply(C[None], arrays, 1.0), [], whole_partition(declared)) is None
     assert "does not match" in train_cost_mismatch(C, centers, counts, scatter, 0.9 * cost, 1.0)
@@ -238,7 +267,9 @@ def test_all_points_claimed_for_the_middle_cell_are_caught_far_from_the_origin(o
     scatter = ((X - mean) ** 2).sum(0)
     means, counts, scatters = np.tile(C, (1, 1, 1)).astype(float), np.zeros((1, 5)), np.zeros((1, 5, 2))
     means[0, 4], counts[0, 4], scatters[0, 4] = mean, 100.0, scatter
-    found = cell_moments_violation(means + offset, counts, scatters, C[None] + offset, X.min(0) + offset, X.max(0) + offset)
+    found = cell_moments_violation(
+        means + offset, counts, scatters, C[None] + offset, X.min(0) + offset, X.max(0) + offset
+    )
     assert found is not None and "center 4" in found[1], found
 
 

@@ -38,12 +38,18 @@ def written_arrays(source: str) -> set[str]:
             for key, value in zip(node.keys, node.values):
                 if _constant(key) == "arrays" and isinstance(value, ast.Dict):
                     names |= _keys(value)
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
         for target in targets:
             if isinstance(target, ast.Name) and target.id == "arrays" and isinstance(node.value, ast.Dict):  # rule 2
                 names |= _keys(node.value)
-            if (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Subscript)  # rule 3
-                    and _constant(target.value.slice) == "arrays" and _constant(target.slice) is not None):
+            if (
+                isinstance(target, ast.Subscript)
+                and isinstance(target.value, ast.Subscript)  # rule 3
+                and _constant(target.value.slice) == "arrays"
+                and _constant(target.slice) is not None
+            ):
                 names.add(_constant(target.slice))
     return names
 
@@ -56,7 +62,9 @@ def documented_arrays() -> set[str]:
 
 
 def code_arrays() -> set[str]:
-    files = sorted((ROOT / "fedcluster" / "server").glob("*.py")) + sorted((ROOT / "fedcluster" / "algorithms").glob("*/strategy*.py"))
+    files = sorted((ROOT / "fedcluster" / "server").glob("*.py")) + sorted(
+        (ROOT / "fedcluster" / "algorithms").glob("*/strategy*.py")
+    )
     return set().union(*(written_arrays(f.read_text()) for f in files))
 
 
@@ -64,12 +72,17 @@ def test_every_array_a_run_writes_is_in_the_outputs_table_and_only_those():
     written, documented = code_arrays(), documented_arrays()
     # the rules still find what they should (else a refactor could make this test vacuous)
     assert {"centers", "init_centers", "last_centers", "projection", "bin_counts", "labels", "client_labels"} <= written
-    assert not written - documented, f"written by the server or a strategy but not in docs/reference.md's outputs table: {sorted(written - documented)}"
-    assert not documented - written, f"in docs/reference.md's outputs table but written by no strategy: {sorted(documented - written)}"
+    assert not written - documented, (
+        "written by the server or a strategy but not in docs/reference.md's outputs table: "
+        f"{sorted(written - documented)}"
+    )
+    assert not documented - written, (
+        f"in docs/reference.md's outputs table but written by no strategy: {sorted(documented - written)}"
+    )
 
 
 def test_the_rules_find_each_way_of_writing_an_array_and_skip_messages():
-    source = '''
+    source = """
 def run(self):
     arrays = {"from_rule_2": a}
     outcome = {"centers": c, "arrays": {"from_rule_1": b, **arrays}}
@@ -77,7 +90,7 @@ def run(self):
     self.broadcast("task", nodes, arrays={"message": m})
     reply.arrays["min"] = low
     return outcome
-'''
+"""
     assert written_arrays(source) == {"from_rule_1", "from_rule_2", "from_rule_3"}
 
 
@@ -85,4 +98,3 @@ def test_a_data_folder_refuses_every_array_name_a_run_writes():
     from fedcluster.data import RESULT_ARRAYS
 
     assert set(RESULT_ARRAYS) == code_arrays()
-

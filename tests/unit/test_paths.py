@@ -39,7 +39,10 @@ def tracked_files() -> list[str]:
     try:
         done = subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=ROOT, capture_output=True, text=True, timeout=30,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     except (OSError, subprocess.SubprocessError) as exc:
         pytest.skip(f"git is not available: {exc}")
@@ -53,9 +56,7 @@ def path_pattern(folders) -> re.Pattern:
     of the NAMED suffixes that ends the path (``x.json.gz`` is not ``x.json``; a sentence's
     full stop after it is not part of it). Rule 1 is the look-behind."""
     top = "|".join(sorted(map(re.escape, folders)))
-    return re.compile(
-        rf"(?<![\w./-])((?:{top})/[\w./<>*{{}}-]*?\.(?:{'|'.join(NAMED)}))(?![\w/-]|\.\w)"
-    )
+    return re.compile(rf"(?<![\w./-])((?:{top})/[\w./<>*{{}}-]*?\.(?:{'|'.join(NAMED)}))(?![\w/-]|\.\w)")
 
 
 def named_paths(text: str, pattern: re.Pattern):
@@ -87,13 +88,15 @@ def test_every_repository_path_named_exists():
 
 def test_the_rules_match_and_skip_what_the_docstring_says():
     pattern = path_pattern({"tests", "docs", "fedcluster", ".ci"})
-    text = "\n".join([
-        "see tests/unit/test_paths.py.",                  # found; the full stop is not part of it
-        "`docs/results/real-data.json.gz` and .ci/docker.sh",  # .json.gz is not .json; .ci/ is a folder
-        "python /opt/fedcluster/run_job.py",             # rule 1: absolute
-        "https://example.org/x/docs/a.md",               # rule 1: URL
-        "../shared/docs/b.md ../docs/c.md",              # rule 1: relative to another folder
-        "fedcluster/<algorithm>.py docs/*.md docs/{name}.md",  # rule 2: placeholders
-        "runs/tests/result.json",                        # rule 1: an output folder's sub-path
-    ])
+    text = "\n".join(
+        [
+            "see tests/unit/test_paths.py.",  # found; the full stop is not part of it
+            "`docs/results/real-data.json.gz` and .ci/docker.sh",  # .json.gz is not .json; .ci/ is a folder
+            "python /opt/fedcluster/run_job.py",  # rule 1: absolute
+            "https://example.org/x/docs/a.md",  # rule 1: URL
+            "../shared/docs/b.md ../docs/c.md",  # rule 1: relative to another folder
+            "fedcluster/<algorithm>.py docs/*.md docs/{name}.md",  # rule 2: placeholders
+            "runs/tests/result.json",  # rule 1: an output folder's sub-path
+        ]
+    )
     assert list(named_paths(text, pattern)) == [(1, "tests/unit/test_paths.py"), (2, ".ci/docker.sh")]

@@ -55,6 +55,7 @@ def hand_pld_epsilon(events, delta=DELTA, interval=REPORT_DISCRETIZATION):
 
 # ------------------------------------------------------------------ analytic Gaussian
 
+
 @pytest.mark.parametrize("epsilon, expected", [(1.0, 4.2247), (0.5, 8.0576)])
 def test_analytic_gaussian_sigma_matches_balle_wang_values(epsilon, expected):
     assert analytic_gaussian_sigma(epsilon, 1e-6) == pytest.approx(expected, abs=1e-3)
@@ -91,6 +92,7 @@ def test_gaussian_at_agm_sigma_reports_its_epsilon_via_pld_and_is_tight(epsilon)
 
 
 # ------------------------------------------------------------------ calibration helpers
+
 
 def test_gaussian_sigma_for_repeated_rounds_is_sqrt_t_agm_and_meets_epsilon():
     sigma = gaussian_sigma_for(1.0, DELTA, sensitivity=11.0, compositions=4)
@@ -245,6 +247,7 @@ def test_mechanism_without_rng_draws_fresh_entropy():
 
 # ------------------------------------------------------------------ ledger
 
+
 def _fixed_ledger() -> PrivacyLedger:
     ledger = PrivacyLedger("data-point")
     ledger.record("step1_subspace", SymmetricGaussianMechanism(600.0, sensitivity=121.0), delta=DELTA)
@@ -285,15 +288,26 @@ def test_ledger_to_dict_is_json_and_recomputes_the_same_total():
     assert report["delta"] == DELTA
     assert [s["name"] for s in report["steps"]][:2] == ["step1_subspace", "step2_weights"]
     assert set(report["steps"][0]) >= {
-        "name", "mechanism", "sensitivity", "noise_std", "epsilon", "delta", "compositions", "sampling_rate",
+        "name",
+        "mechanism",
+        "sensitivity",
+        "noise_std",
+        "epsilon",
+        "delta",
+        "compositions",
+        "sampling_rate",
     }
     assert report["steps"][5]["sampling_rate"] == 0.2 and report["steps"][5]["compositions"] == 3
     assert report["steps"][1]["noise_std"] == pytest.approx(math.sqrt(2) * 5.0)
     report = json.loads(json.dumps(report))  # JSON as written
     assert report["steps"][5]["event"] == {
-        "type": "SelfComposedDpEvent", "count": 3,
-        "event": {"type": "PoissonSampledDpEvent", "sampling_probability": 0.2,
-                  "event": {"type": "LaplaceDpEvent", "noise_multiplier": 8.0}},
+        "type": "SelfComposedDpEvent",
+        "count": 3,
+        "event": {
+            "type": "PoissonSampledDpEvent",
+            "sampling_probability": 0.2,
+            "event": {"type": "LaplaceDpEvent", "noise_multiplier": 8.0},
+        },
     }
     # Recompute from the plain numbers alone, as an outside reader would.
     events = []
@@ -319,17 +333,23 @@ def test_ledger_knows_one_spelling_per_level_and_reports_zero_when_empty():
 
 
 def test_event_to_dict_describes_nested_events_with_dp_accountings_fields():
-    event = dp_accounting.ComposedDpEvent([
-        dp_accounting.GaussianDpEvent(1.5),
-        dp_accounting.SelfComposedDpEvent(dp_accounting.NoOpDpEvent(), 2),
-    ])
-    assert event_to_dict(event) == {"type": "ComposedDpEvent", "events": [
-        {"type": "GaussianDpEvent", "noise_multiplier": 1.5},
-        {"type": "SelfComposedDpEvent", "event": {"type": "NoOpDpEvent"}, "count": 2},
-    ]}
+    event = dp_accounting.ComposedDpEvent(
+        [
+            dp_accounting.GaussianDpEvent(1.5),
+            dp_accounting.SelfComposedDpEvent(dp_accounting.NoOpDpEvent(), 2),
+        ]
+    )
+    assert event_to_dict(event) == {
+        "type": "ComposedDpEvent",
+        "events": [
+            {"type": "GaussianDpEvent", "noise_multiplier": 1.5},
+            {"type": "SelfComposedDpEvent", "event": {"type": "NoOpDpEvent"}, "count": 2},
+        ],
+    }
 
 
 # ------------------------------------------------------------------ budget
+
 
 def test_calibrate_step_is_the_single_step_calibration():
     gaussian = calibrate_step(StepSpec("g", "gaussian", 1.0, sensitivity=3.0, compositions=2), 0.7, DELTA)
@@ -362,16 +382,15 @@ def test_calibrate_to_total_meets_target_for_feddp_init_data_point():
     # An independent re-accounting (ledger, finer PLD grid) agrees.
     ledger = PrivacyLedger("data-point")
     for step, rng in zip(calibration.steps, independent_generators(0, len(calibration.steps))):
-        ledger.record(step.name, step.mechanism_instance(rng), compositions=step.compositions,
-                                sampling_rate=step.sampling_rate)
+        ledger.record(
+            step.name, step.mechanism_instance(rng), compositions=step.compositions, sampling_rate=step.sampling_rate
+        )
     assert ledger.epsilon(DELTA) == pytest.approx(1.0, rel=0.01)
     assert ledger.epsilon(DELTA) <= 1.0
     # The target total is honoured where the naive split is not: the shares sum above 1.
     assert sum(shares.values()) > 1.0
     step1 = next(step for step in calibration.steps if step.name == "step1")
-    assert step1.noise_scale == pytest.approx(
-        121.0 * analytic_gaussian_sigma(shares["step1"], DELTA), rel=1e-9
-    )
+    assert step1.noise_scale == pytest.approx(121.0 * analytic_gaussian_sigma(shares["step1"], DELTA), rel=1e-9)
 
 
 def test_calibrate_to_total_with_poisson_sampled_clients():
@@ -387,6 +406,7 @@ def test_calibrate_to_total_with_poisson_sampled_clients():
 
 
 # ------------------------------------------------------------------ clipping
+
 
 def _random_rows(rng, n=2000, d=7):
     scales = 10.0 ** rng.uniform(-8, 8, size=n)

@@ -34,9 +34,14 @@ def calibrated_without_pilot(target_epsilon: float, delta: float, specs: tuple, 
     guesses: dict = {}
     band = (target_epsilon * (1.0 - relative_tolerance), target_epsilon)
     return calibration._search_scale(
-        target_epsilon, delta, specs, band, SEARCH_DISCRETIZATION,
+        target_epsilon,
+        delta,
+        specs,
+        band,
+        SEARCH_DISCRETIZATION,
         lambda spec, epsilon: calibration.calibrate_step(spec, epsilon, delta, guesses),
     )[0]
+
 
 DELTA = 1e-6
 TOLERANCE = 1e-3
@@ -63,8 +68,10 @@ def test_event_plds_compose_to_the_accountants_epsilon_bit_for_bit(interval):
         wrap_event(dp_accounting.GaussianDpEvent(3.0), 4),
         dp_accounting.PoissonSampledDpEvent(0.0, dp_accounting.GaussianDpEvent(1.0)),
         dp_accounting.SelfComposedDpEvent(
-            dp_accounting.ComposedDpEvent([wrap_event(dp_accounting.GaussianDpEvent(2.0), 2, 0.3),
-                                           dp_accounting.LaplaceDpEvent(3.0)]), 2
+            dp_accounting.ComposedDpEvent(
+                [wrap_event(dp_accounting.GaussianDpEvent(2.0), 2, 0.3), dp_accounting.LaplaceDpEvent(3.0)]
+            ),
+            2,
         ),
     ]
     for event in events:
@@ -82,8 +89,9 @@ def test_event_plds_compose_to_the_accountants_epsilon_bit_for_bit(interval):
 def test_sampled_calibration_lands_in_the_band_and_never_above_the_target(q, rounds, target):
     result = calibration._calibrate_to_total(target, DELTA, tuple(sampled_specs(q, rounds)), TOLERANCE)
     # The total is certified by the PLD accountant itself, on the search grid.
-    accounted = pld_epsilon(dp_accounting.ComposedDpEvent([step.event() for step in result.steps]), DELTA,
-                            SEARCH_DISCRETIZATION)
+    accounted = pld_epsilon(
+        dp_accounting.ComposedDpEvent([step.event() for step in result.steps]), DELTA, SEARCH_DISCRETIZATION
+    )
     assert result.total_epsilon == accounted
     assert target * (1 - TOLERANCE) <= accounted <= target
     # Every sampled Gaussian step is calibrated on its own for its share, in its band.

@@ -10,7 +10,27 @@ import pytest
 from fedcluster import protocol
 from fedcluster.device import kernels
 
-SIZES = {"k": 3, "d": 4, "m": 2, "n": 6, "b": 2, "s": 5, "r": 2, "p": 10, "c": 3, "u": 4, "q": 6, "e": 2, "a": 3, "v": 1, "g": 1, "w": 1, "h": 2, "i": 5, "*": 7}
+SIZES = {
+    "k": 3,
+    "d": 4,
+    "m": 2,
+    "n": 6,
+    "b": 2,
+    "s": 5,
+    "r": 2,
+    "p": 10,
+    "c": 3,
+    "u": 4,
+    "q": 6,
+    "e": 2,
+    "a": 3,
+    "v": 1,
+    "g": 1,
+    "w": 1,
+    "h": 2,
+    "i": 5,
+    "*": 7,
+}
 
 
 def valid_reply(spec: protocol.Task, config: dict) -> tuple[dict, dict]:
@@ -66,7 +86,9 @@ def test_every_hostile_reply_field_is_refused_with_a_reason(spec, config):
         for bad_value in (float("nan"), -1, "7", None, float("inf")):
             reason = spec.check_reply(arrays, {**metrics, key: bad_value}, SIZES, config)
             assert reason and key in reason, (spec.name, key, bad_value)
-        assert "misses metric" in spec.check_reply(arrays, {k: v for k, v in metrics.items() if k != key}, SIZES, config)
+        assert "misses metric" in spec.check_reply(
+            arrays, {k: v for k, v in metrics.items() if k != key}, SIZES, config
+        )
 
 
 def test_a_free_symbol_must_agree_between_the_arrays_of_one_reply():
@@ -117,11 +139,22 @@ def test_every_reply_is_refused_by_its_declared_sizes_and_dtypes_before_decoding
     reason = spec.check_layout({**layouts, "junk": (np.dtype(np.float64), (10**8,))}, SIZES, config)
     assert reason and "undeclared array 'junk'" in reason
     for name, (dtype, shape) in layouts.items():
-        for case, bad in {"complex": (np.dtype(np.complex128), shape), "object": (np.dtype(object), shape),
-                          "wide": (np.dtype(np.float64) if fields[name].dtype == "byte" else np.dtype(np.longdouble), shape),
-                          "rank": (dtype, shape + (1,)), "rows": (dtype, (10**9,) + shape[1:]),
-                          **({"float32": (np.dtype(np.float32), shape), "int": (np.dtype(np.int64), shape),
-                              "bool": (np.dtype(bool), shape)} if fields[name].dtype == "real" else {})}.items():
+        for case, bad in {
+            "complex": (np.dtype(np.complex128), shape),
+            "object": (np.dtype(object), shape),
+            "wide": (np.dtype(np.float64) if fields[name].dtype == "byte" else np.dtype(np.longdouble), shape),
+            "rank": (dtype, shape + (1,)),
+            "rows": (dtype, (10**9,) + shape[1:]),
+            **(
+                {
+                    "float32": (np.dtype(np.float32), shape),
+                    "int": (np.dtype(np.int64), shape),
+                    "bool": (np.dtype(bool), shape),
+                }
+                if fields[name].dtype == "real"
+                else {}
+            ),
+        }.items():
             reason = spec.check_layout({**layouts, name: bad}, SIZES, config)
             assert reason and repr(name) in reason, (spec.name, name, case, reason)
 
@@ -132,7 +165,9 @@ def test_a_symbol_the_device_chooses_is_held_to_its_declared_limit():
     assert spec.check_layout(layouts(5), {"d": 4}, {"k": 5}) is None
     reason = spec.check_layout(layouts(6), {"d": 4}, {"k": 5})
     assert reason and "c=6" in reason and "c ≤ k" in reason
-    reason = protocol.task("data_summary").check_layout({"min": (np.dtype(np.float64), (protocol.FREE_MAX + 1,))}, {"d": None})
+    reason = protocol.task("data_summary").check_layout(
+        {"min": (np.dtype(np.float64), (protocol.FREE_MAX + 1,))}, {"d": None}
+    )
     assert reason and "'min'" in reason and str(protocol.FREE_MAX) in reason
 
 

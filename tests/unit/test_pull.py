@@ -48,7 +48,9 @@ def test_pause_is_flowers_own_pull_interval():
 
 def test_pull_loop_pulls_again_soon_while_replies_arrive(monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(journal, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep, perf_counter=clock.monotonic))
+    monkeypatch.setattr(
+        journal, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep, perf_counter=clock.monotonic)
+    )
     grid = _Grid(clock, 0.01, empty={2})
     pending = {f"m{i}" for i in range(4)}
     out = Journal(None).pull(grid, set(pending), deadline=1e9)
@@ -60,7 +62,9 @@ def test_pull_loop_pulls_again_soon_while_replies_arrive(monkeypatch):
 
 def test_pull_loop_stops_at_the_deadline(monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(journal, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep, perf_counter=clock.monotonic))
+    monkeypatch.setattr(
+        journal, "time", SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep, perf_counter=clock.monotonic)
+    )
     grid = _Grid(clock, 0.5)
     out = Journal(None).pull(grid, {"a", "b", "c"}, deadline=0.4)
     assert len(out) == 1 and clock.sleeps == []

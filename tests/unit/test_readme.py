@@ -28,4 +28,6 @@ def test_readme_task_table_is_generated_from_the_protocol():
     from fedcluster.protocol import markdown_table
 
     block = f"<!-- generated: python -m fedcluster.protocol -->\n{markdown_table()}\n<!-- end generated -->"
-    assert block in (ROOT / "docs" / "reference.md").read_text(), "regenerate: python -m fedcluster.protocol docs/reference.md"
+    assert block in (ROOT / "docs" / "reference.md").read_text(), (
+        "regenerate: python -m fedcluster.protocol docs/reference.md"
+    )

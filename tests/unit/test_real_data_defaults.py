@@ -52,9 +52,15 @@ def naive_ward(C, N):
     groups = [(np.array(c, float), float(n)) for c, n in zip(C, N)]
     out = []
     while len(groups) > 1:
-        a, b = min(itertools.combinations(range(len(groups)), 2),
-                   key=lambda p: groups[p[0]][1] * groups[p[1]][1] / (groups[p[0]][1] + groups[p[1]][1])
-                   * float(((groups[p[0]][0] - groups[p[1]][0]) ** 2).sum()))
+        a, b = min(
+            itertools.combinations(range(len(groups)), 2),
+            key=lambda p: (
+                groups[p[0]][1]
+                * groups[p[1]][1]
+                / (groups[p[0]][1] + groups[p[1]][1])
+                * float(((groups[p[0]][0] - groups[p[1]][0]) ** 2).sum())
+            ),
+        )
         (ca, na), (cb, nb) = groups[a], groups[b]
         out.append(na * nb / (na + nb) * float(((ca - cb) ** 2).sum()))
         groups[a] = ((na * ca + nb * cb) / (na + nb), na + nb)
@@ -102,7 +108,9 @@ def test_induced_over_nearest_is_the_induced_cost_over_the_nearest_cost():
     nearest = sum(((X[:, None] - G[None]) ** 2).sum(-1).min(1).sum() for X in devices)
     costs = [((X - c[lab]) ** 2).sum() for X, c, lab in zip(devices, local, labels)]
     counts = [np.array([15, 15]) for _ in devices]
-    assert induced_over_nearest(local, counts, costs, assignment, G, nearest) == pytest.approx(induced / nearest, rel=1e-10)
+    assert induced_over_nearest(local, counts, costs, assignment, G, nearest) == pytest.approx(
+        induced / nearest, rel=1e-10
+    )
 
 
 # ----------------------------------------------------------------------------- DA-UFL
@@ -131,11 +139,16 @@ def test_federated_moments_give_standard_scalers_mean_and_scale():
     rng = np.random.default_rng(4)
     parts = [rng.normal(size=(50 + 10 * i, 3)) * [1.0, 100.0, 0.0] + [5.0, -3.0, 7.0] for i in range(4)]
     X = np.concatenate(parts)
-    scaling = Scaling.from_summaries(np.array([len(p) for p in parts]), np.stack([p.sum(0) for p in parts]),
-                                     np.stack([((p - p.mean(0)) ** 2).sum(0) for p in parts]))
+    scaling = Scaling.from_summaries(
+        np.array([len(p) for p in parts]),
+        np.stack([p.sum(0) for p in parts]),
+        np.stack([((p - p.mean(0)) ** 2).sum(0) for p in parts]),
+    )
     reference = StandardScaler().fit(X)
     np.testing.assert_allclose(scaling.mean, reference.mean_, rtol=1e-9)
-    np.testing.assert_allclose(scaling.scale, reference.scale_, rtol=1e-6)  # constant feature: scale 1, as StandardScaler
+    np.testing.assert_allclose(
+        scaling.scale, reference.scale_, rtol=1e-6
+    )  # constant feature: scale 1, as StandardScaler
     np.testing.assert_allclose(scaling.apply(X), reference.transform(X), atol=1e-6)
     np.testing.assert_allclose(scaling.undo(scaling.apply(X)), X, atol=1e-9)
 

@@ -31,8 +31,10 @@ def test_the_skellam_bound_exceeds_and_approaches_the_gaussian_of_the_same_varia
 
 
 def test_the_calibration_meets_its_target_and_shares_it_by_weight():
-    steps = [{"name": "counts", "l1": 2**20 + 4, "l2": 2**20 + 2, "grid": 2**-20, "weight": 0.1, "compositions": 1},
-             {"name": "sums", "l1": 3e6, "l2": 2**20 + 4, "grid": 1e-6, "weight": 0.9, "compositions": 5}]
+    steps = [
+        {"name": "counts", "l1": 2**20 + 4, "l2": 2**20 + 2, "grid": 2**-20, "weight": 0.1, "compositions": 1},
+        {"name": "sums", "l1": 3e6, "l2": 2**20 + 4, "grid": 1e-6, "weight": 0.9, "compositions": 5},
+    ]
     releases = skellam.calibrate(steps, 0.5, 1e-6)
     assert 0.5 * (1 - 1e-4) <= skellam.epsilon(releases, 1e-6) <= 0.5
     rho = {r.name: r.compositions * r.l2**2 / r.variance for r in releases}  # the Gaussian parts' costs

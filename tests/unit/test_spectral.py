@@ -9,9 +9,23 @@ import numpy as np
 import pytest
 
 from fedcluster.algorithms.fedspectral.model import (
-    affinity_embedding, affinity_spectral_labels, coassociation_matrix, coassociation_spectral, embedding_labels,
-    local_degrees, initial_block, label_problem, local_cluster_counts, nodes_held, paper_aggregate, power_step,
-    principal_angle_sines, row_normalize, shifted_global_product, subspace_distance, top_eigenpairs_by_component
+    affinity_embedding,
+    affinity_spectral_labels,
+    coassociation_matrix,
+    coassociation_spectral,
+    embedding_labels,
+    local_degrees,
+    initial_block,
+    label_problem,
+    local_cluster_counts,
+    nodes_held,
+    paper_aggregate,
+    power_step,
+    principal_angle_sines,
+    row_normalize,
+    shifted_global_product,
+    subspace_distance,
+    top_eigenpairs_by_component,
 )
 from fedcluster.graph import canonical_edges, load_edge_list, split_edges
 from fedcluster.linalg import orthonormalize, rayleigh_ritz
@@ -209,9 +223,7 @@ def federated_exact(edges, n, clients, overlap, block, rounds, seed, split_seed=
     parts = split_edges(edges, clients, overlap, split_seed)
     devices = [DeviceData(edges=p, source=f"client {j}") for j, p in enumerate(parts)]
     weight = 1.0 / overlap
-    degrees = sum(
-        local_degrees(d, n, weight) for d in devices
-    )
+    degrees = sum(local_degrees(d, n, weight) for d in devices)
     config = {"num-nodes": n, "iters": 1, "normalization": "global", "edge-weight": weight}
     Q = initial_block(n, block, seed)
     MQ = None
@@ -275,7 +287,7 @@ def test_coassociation_matches_naive(denominator):
         label_lists.append(labels)
     label_lists.append(np.full(n, -1))  # a client that holds nothing
     label_lists[0][5] = 7  # non-contiguous label ids are fine
-    label_lists = [np.asarray(l) for l in label_lists]
+    label_lists = [np.asarray(labels) for labels in label_lists]
     for lab in label_lists:
         lab[11] = -1  # node 11 absent everywhere
     S = coassociation_matrix(label_lists, n, denominator=denominator)

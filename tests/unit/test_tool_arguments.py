@@ -33,12 +33,14 @@ def refused(capsys, main, argv, code: int) -> str:
 def tool(module: str, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     """A tool in a child process with at most 2 GiB of memory and ``timeout`` seconds (an
     argument that once made a tool allocate without bound, or hang)."""
+
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
 
     code = f"import sys; from {module} import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=limit)
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=timeout, preexec_fn=limit
+    )
 
 
 @pytest.fixture
@@ -47,7 +49,10 @@ def kfed_run(tmp_path):
     folder.mkdir()
     np.save(folder / "centers.npy", np.array([[0.0, 0.0], [10.0, 10.0]]))
     (folder / "result.json").write_text(json.dumps({"algorithm": "kfed", "config": {"k": 2, "k-prime": 2}}))
-    np.save(tmp_path / "points.npy", np.random.default_rng(0).normal(size=(40, 2)) + np.repeat([[0.0, 0.0], [10.0, 10.0]], 20, axis=0))
+    np.save(
+        tmp_path / "points.npy",
+        np.random.default_rng(0).normal(size=(40, 2)) + np.repeat([[0.0, 0.0], [10.0, 10.0]], 20, axis=0),
+    )
     return folder, tmp_path / "points.npy"
 
 
@@ -71,7 +76,9 @@ def _data_file(folder, case: str) -> str:
     """A node's file no run can use (what the run's devices would refuse)."""
     rng = np.random.default_rng(0)
     if case == "nan":
-        points = rng.normal(size=(20, 3)); points[4, 1] = np.nan; np.save(folder / "nan.npy", points)
+        points = rng.normal(size=(20, 3))
+        points[4, 1] = np.nan
+        np.save(folder / "nan.npy", points)
     elif case == "empty":
         np.save(folder / "empty.npy", np.zeros((0, 3)))
     elif case == "object":
@@ -91,15 +98,28 @@ def _data_file(folder, case: str) -> str:
     return str(next(p for p in folder.iterdir() if p.name != "good.npy"))
 
 
-@pytest.mark.parametrize("case", ["nan", "empty", "object", "strings", "bad csv", "3-D", "binary", "edges for points", "other dimension"])
+@pytest.mark.parametrize(
+    "case", ["nan", "empty", "object", "strings", "bad csv", "3-D", "binary", "edges for points", "other dimension"]
+)
 def test_run_refuses_a_data_path_no_node_could_use_naming_the_file(capsys, tmp_path, case):
     """The run would drop that node and go on with the others, silently another data set."""
     from fedcluster.inprocess.run import main
 
     np.save(tmp_path / "good.npy", np.random.default_rng(1).normal(size=(30, 3)))
     bad = _data_file(tmp_path, case)
-    line = refused(capsys, main, ["--data-path", bad, "--data-path", str(tmp_path / "good.npy"),
-                                  "--run-config", f"k=2 num-rounds=2 output-dir='{tmp_path / 'out'}'"], 2)
+    line = refused(
+        capsys,
+        main,
+        [
+            "--data-path",
+            bad,
+            "--data-path",
+            str(tmp_path / "good.npy"),
+            "--run-config",
+            f"k=2 num-rounds=2 output-dir='{tmp_path / 'out'}'",
+        ],
+        2,
+    )
     assert "argument --data-path" in line and bad.rsplit("/", 1)[-1] in line and not (tmp_path / "out").exists()
 
 
@@ -117,8 +137,10 @@ def test_kfed_assign_refuses_a_result_whose_config_is_not_a_record(capsys, kfed_
     assert "result.json" in line and "config is a JSON list" in line
 
 
-@pytest.mark.parametrize("where, words", [("missing/labels.npy", "does not exist"), ("folder", "must end in .npy"),
-                                          ("labels", "must end in .npy")])
+@pytest.mark.parametrize(
+    "where, words",
+    [("missing/labels.npy", "does not exist"), ("folder", "must end in .npy"), ("labels", "must end in .npy")],
+)
 def test_kfed_assign_refuses_an_out_path_it_cannot_write_as_given(capsys, kfed_run, tmp_path, where, words):
     folder, points = kfed_run
     (tmp_path / "folder").mkdir()
@@ -194,13 +216,20 @@ def test_plot_never_replaces_its_pictures_without_overwrite(capsys, tmp_path):
 
 
 # ------------------------------------------------------------------ fedcluster-split-graph
-@pytest.mark.parametrize("text, words", [("0 1\n1 %d\n" % 2**63, "line 2: node id 9223372036854775808"),
-                                         ("# nothing\n", "holds no edge"),
-                                         ("1 1\n2 2\n", "no edge between two different nodes"),
-                                         ("0 1\n\udc80\udc81\n", "not a text edge list")])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("0 1\n1 %d\n" % 2**63, "line 2: node id 9223372036854775808"),
+        ("# nothing\n", "holds no edge"),
+        ("1 1\n2 2\n", "no edge between two different nodes"),
+        ("0 1\n\udc80\udc81\n", "not a text edge list"),
+    ],
+)
 def test_split_graph_refuses_an_edge_list_it_cannot_split_by_line(capsys, tmp_path, text, words):
     (tmp_path / "edges.txt").write_bytes(text.encode("utf-8", "surrogateescape"))
-    line = refused(capsys, graph_cli.main, [str(tmp_path / "edges.txt"), "--clients", "2", "--out", str(tmp_path / "o")], 1)
+    line = refused(
+        capsys, graph_cli.main, [str(tmp_path / "edges.txt"), "--clients", "2", "--out", str(tmp_path / "o")], 1
+    )
     assert words in line and not (tmp_path / "o").exists()
 
 
@@ -213,7 +242,10 @@ def test_split_graph_never_writes_client_files_into_a_run_folder(capsys, kfed_ru
 
 def test_split_graph_refuses_more_clients_than_it_can_write_without_hanging(tmp_path):
     (tmp_path / "edges.txt").write_text("0 1\n1 2\n")
-    done = tool("fedcluster.algorithms.fedspectral.split_tool", [str(tmp_path / "edges.txt"), "--clients", str(10**7), "--out", str(tmp_path / "o")])
+    done = tool(
+        "fedcluster.algorithms.fedspectral.split_tool",
+        [str(tmp_path / "edges.txt"), "--clients", str(10**7), "--out", str(tmp_path / "o")],
+    )
     assert done.returncode == 2 and "argument --clients: must be a whole number in [1, 10000]" in done.stderr
     assert not (tmp_path / "o").exists()
 
@@ -229,7 +261,10 @@ def test_local_cluster_refuses_a_workdir_it_would_write_into_before_starting_any
         (workdir / "notes.txt").write_text("mine")
     line = refused(capsys, local_cluster.main, ["--workdir", str(workdir), "--demo-nodes", "2"], 2)
     assert "argument --workdir" in line
-    assert (workdir.read_text() if kind == "file" else sorted(p.name for p in workdir.iterdir())) in ("mine", ["notes.txt"])
+    assert (workdir.read_text() if kind == "file" else sorted(p.name for p in workdir.iterdir())) in (
+        "mine",
+        ["notes.txt"],
+    )
 
 
 @pytest.mark.parametrize("port", ["-1", "0", "99999"])

@@ -72,14 +72,17 @@ def test_layout_is_read_from_the_metadata_alone(array):
     assert array_layout(Array(array)) == (array.dtype, array.shape)  # Flower's own conversion too
 
 
-@pytest.mark.parametrize("lie, words", [
-    ({"shape": (10**9,)}, "holds"),  # more elements than the bytes carry
-    ({"dtype": "(1000000,)f8"}, "holds"),  # a sub-array dtype of 8 MB items
-    ({"dtype": "no such type"}, "unreadable dtype"),
-    ({"shape": (-1,)}, "unreadable shape"),
-    ({"shape": "5"}, "unreadable shape"),
-    ({"stype": "torch.Tensor"}, "not a NumPy array"),
-])
+@pytest.mark.parametrize(
+    "lie, words",
+    [
+        ({"shape": (10**9,)}, "holds"),  # more elements than the bytes carry
+        ({"dtype": "(1000000,)f8"}, "holds"),  # a sub-array dtype of 8 MB items
+        ({"dtype": "no such type"}, "unreadable dtype"),
+        ({"shape": (-1,)}, "unreadable shape"),
+        ({"shape": "5"}, "unreadable shape"),
+        ({"stype": "torch.Tensor"}, "not a NumPy array"),
+    ],
+)
 def test_metadata_that_cannot_be_what_it_says_is_refused_unread(lie, words):
     array = Array(**array_fields(np.arange(5.0)))
     for key, value in lie.items():

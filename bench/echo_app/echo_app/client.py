@@ -10,8 +10,10 @@ app = ClientApp()
 @app.query()
 def echo(message: Message, context: Context) -> Message:
     up = int(message.content.config_records["config"]["up-floats"])
-    reply = RecordDict({
-        "arrays": ArrayRecord({"y": Array(np.zeros(up))}),
-        "metrics": MetricRecord({"num-examples": 1}),
-    })
+    reply = RecordDict(
+        {
+            "arrays": ArrayRecord({"y": Array(np.zeros(up))}),
+            "metrics": MetricRecord({"num-examples": 1}),
+        }
+    )
     return Message(reply, reply_to=message)

@@ -30,10 +30,12 @@ def main(grid: Grid, context: Context) -> None:
         started = time.perf_counter()
         messages = [
             Message(
-                RecordDict({
-                    "arrays": ArrayRecord({"x": Array(np.zeros(down))}),
-                    "config": ConfigRecord({"up-floats": up}),
-                }),
+                RecordDict(
+                    {
+                        "arrays": ArrayRecord({"x": Array(np.zeros(down))}),
+                        "config": ConfigRecord({"up-floats": up}),
+                    }
+                ),
                 dst_node_id=node,
                 message_type="query",
             )

@@ -4,7 +4,13 @@
 from fedcluster.algorithm import Algorithm
 
 ALGORITHMS = (
-    Algorithm("da-ufl", __name__, "DA-UFL", strategy="DAUFL",
-              uses=("data_summary", "lloyd_stats", "score_candidates", "write_labels", "identify"),
-              estimator="FederatedKMeans", estimator_keys=(("max_iter", "outer-iterations"),)),
+    Algorithm(
+        "da-ufl",
+        __name__,
+        "DA-UFL",
+        strategy="DAUFL",
+        uses=("data_summary", "lloyd_stats", "score_candidates", "write_labels", "identify"),
+        estimator="FederatedKMeans",
+        estimator_keys=(("max_iter", "outer-iterations"),),
+    ),
 )

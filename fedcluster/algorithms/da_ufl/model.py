@@ -167,8 +167,10 @@ def start_support(points: np.ndarray, counts: np.ndarray, k: int) -> tuple[np.nd
         return points[keep], weights[keep]
     distinct = np.unique(points, axis=0).shape[0]
     if distinct < k:
-        raise ValueError(f"only {distinct} distinct bin representatives ({int(keep.sum())} populated) for k={k} clusters: "
-                         f"the agents' points hold too few distinct values for k={k} (lower k)")
+        raise ValueError(
+            f"only {distinct} distinct bin representatives ({int(keep.sum())} populated) for k={k} clusters: "
+            f"the agents' points hold too few distinct values for k={k} (lower k)"
+        )
     filler = 1e-6 * float(weights[keep].min()) if keep.any() else 1.0
     return points, np.where(keep, weights, filler)
 
@@ -216,7 +218,9 @@ def point_weights(X: np.ndarray, bin_weight: np.ndarray, binning: str, arrays: d
 # ------------------------------------------------------------------------------- DA
 
 
-def perturbed_labels(X: np.ndarray, centers: np.ndarray, outer: int, xi_max: float, rng: np.random.Generator) -> np.ndarray:
+def perturbed_labels(
+    X: np.ndarray, centers: np.ndarray, outer: int, xi_max: float, rng: np.random.Generator
+) -> np.ndarray:
     """Eq. (2): label = argmin_k (1 + ξ_nk / t1) · ||x_n − m_k||, ξ_nk ~ U(0, ξ_max) drawn
     per point and per cluster; ξ_max = 0 is the plain nearest center (no draw)."""
     if xi_max == 0:
@@ -333,8 +337,15 @@ def gradients_at(centers: np.ndarray, gradients: np.ndarray, weights: np.ndarray
 
 
 def inner_step(
-    origin: np.ndarray, z: np.ndarray, centers: np.ndarray, gradients: np.ndarray, weights: np.ndarray,
-    at: np.ndarray, eta: float, method: str = "mean", trim: float = 0.1,
+    origin: np.ndarray,
+    z: np.ndarray,
+    centers: np.ndarray,
+    gradients: np.ndarray,
+    weights: np.ndarray,
+    at: np.ndarray,
+    eta: float,
+    method: str = "mean",
+    trim: float = 0.1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One dual-averaging step (docs/ALGORITHMS.md §2) over every agent the server holds
     statistics of: the gradients (m, k, d) each agent sent at ``at`` moved to ``centers``
@@ -360,20 +371,30 @@ def implied_mean_violation(
     over such replies keeps every center in the federation's box."""
     empty = weight <= 0
     if np.any(gradient[empty] != 0):
-        return (f"it sends a gradient for cluster {int(np.flatnonzero(empty & np.any(gradient != 0, axis=1))[0])} "
-                "that holds none of its points (weight 0)")
+        return (
+            f"it sends a gradient for cluster {int(np.flatnonzero(empty & np.any(gradient != 0, axis=1))[0])} "
+            "that holds none of its points (weight 0)"
+        )
     live = ~empty
     means = centers[live] - gradient[live] / weight[live, None]
     slack = IMPLIED_SLACK * (np.abs(centers[live]) + np.maximum(np.abs(low), np.abs(high)))
     outside = ~np.all((means >= low - slack) & (means <= high + slack), axis=1)  # NaN counts as outside
     if np.any(outside):
-        return (f"the mean its gradient implies for cluster {int(np.flatnonzero(live)[np.argmax(outside)])} lies "
-                "outside the bounding box its data summary declared (a step no points of its produce)")
+        return (
+            f"the mean its gradient implies for cluster {int(np.flatnonzero(live)[np.argmax(outside)])} lies "
+            "outside the bounding box its data summary declared (a step no points of its produce)"
+        )
     return None
 
 
-def restated_violation(centers: np.ndarray, gradient: np.ndarray, weight: np.ndarray, held_at: np.ndarray,
-                       held_gradient: np.ndarray, held_weight: np.ndarray) -> str | None:
+def restated_violation(
+    centers: np.ndarray,
+    gradient: np.ndarray,
+    weight: np.ndarray,
+    held_at: np.ndarray,
+    held_gradient: np.ndarray,
+    held_weight: np.ndarray,
+) -> str | None:
     """Why an agent's step reply cannot follow its reply held from an earlier step of the
     same outer iteration, or None. Its labels and its point weights are fixed for the outer
     iteration, so its per-cluster weights W and weighted sums S = W m − g are too: the
@@ -384,8 +405,10 @@ def restated_violation(centers: np.ndarray, gradient: np.ndarray, weight: np.nda
     tolerance = 1e-9 * np.maximum(np.abs(weight), np.abs(held_weight)) + 1e-300
     moved = np.flatnonzero(np.abs(weight - held_weight) > tolerance)
     if moved.size:
-        return (f"its weight of cluster {int(moved[0])} changed within one outer iteration (its labels and weights "
-                "are fixed for it)")
+        return (
+            f"its weight of cluster {int(moved[0])} changed within one outer iteration (its labels and weights "
+            "are fixed for it)"
+        )
     live = weight > 0
     if not np.any(live):
         return None
@@ -395,8 +418,10 @@ def restated_violation(centers: np.ndarray, gradient: np.ndarray, weight: np.nda
     slack = 4.0 * coordinate_rounding(centers, held_at, now, before) + 1e-9 * spread
     apart = ~np.all(np.abs(now - before) <= slack, axis=1)  # NaN counts as apart
     if np.any(apart):
-        return (f"the mean its gradient implies for cluster {int(np.flatnonzero(live)[np.argmax(apart)])} moved "
-                "within one outer iteration (its points and labels did not: the same weighted sums at every step)")
+        return (
+            f"the mean its gradient implies for cluster {int(np.flatnonzero(live)[np.argmax(apart)])} moved "
+            "within one outer iteration (its points and labels did not: the same weighted sums at every step)"
+        )
     return None
 
 
@@ -412,8 +437,16 @@ def effective_counts(weight: np.ndarray, table: np.ndarray, bin_counts: np.ndarr
     return np.asarray(weight, dtype=np.float64) / heaviest
 
 
-def weighted_step_violation(centers: np.ndarray, gradient: np.ndarray, weight: np.ndarray, anchor: np.ndarray,
-                            ratio: float, table: np.ndarray, bin_counts: np.ndarray, scatter: float | None) -> str | None:
+def weighted_step_violation(
+    centers: np.ndarray,
+    gradient: np.ndarray,
+    weight: np.ndarray,
+    anchor: np.ndarray,
+    ratio: float,
+    table: np.ndarray,
+    bin_counts: np.ndarray,
+    scatter: float | None,
+) -> str | None:
     """Why an agent's step reply under bin or SOM weights cannot be its own, or None. The
     server sent the weight of each bin (``table``) and holds the agent's points per bin
     (``bin_counts``): its cluster weights must add up to Σ_b w_b c_b, and each cluster's
@@ -431,7 +464,9 @@ def weighted_step_violation(centers: np.ndarray, gradient: np.ndarray, weight: n
 # ------------------------------------------------------------------------------- kernels
 
 
-def _cached_labels(data: DeviceData, X: np.ndarray, anchor: np.ndarray, outer: int, xi_max: float, seed: int) -> np.ndarray:
+def _cached_labels(
+    data: DeviceData, X: np.ndarray, anchor: np.ndarray, outer: int, xi_max: float, seed: int
+) -> np.ndarray:
     """Labels of one outer iteration, recomputed from (anchor, t1, ξ_max, seed) or cached."""
     key = (anchor.tobytes(), outer, xi_max, seed)
     cache = data.extra.setdefault("da-ufl-labels", {})
@@ -480,7 +515,9 @@ def daufl_step(data: DeviceData, arrays: dict, config: dict[str, Any]):
     gradient, weight = weighted_gradient(X, labels, point_weights(X, weight_of_bin, binning, arrays, bins), centers)
     changed = 0
     if "previous" in arrays:
-        before = _cached_labels(data, X, arrays["previous"], config["previous-outer"], config["xi-max"], config["previous-seed"])
+        before = _cached_labels(
+            data, X, arrays["previous"], config["previous-outer"], config["xi-max"], config["previous-seed"]
+        )
         changed = int(np.count_nonzero(before != labels))
     return (
         {"gradient": gradient, "weight": weight, "changed": np.array([float(changed)])},

@@ -24,16 +24,21 @@ import fedcluster.privacy as privacy
 from fedcluster.task import named
 from .protocol import TASKS
 from fedcluster.kernel import DeviceData, device_task
-from fedcluster.keys import ConfigError
 from fedcluster.linalg import top_eigenpairs
-from fedcluster.lloyd import LloydStatistics, assign, farthest_first, kmeans, label_sums, rows_per_chunk, squared_distances
-from fedcluster.privacy.clipping import CLIENT, DATA_POINT, LEVELS, clip_l1, clip_l2, clip_rows_l2, scale_l2
+from fedcluster.lloyd import (
+    LloydStatistics,
+    assign,
+    farthest_first,
+    kmeans,
+    label_sums,
+    rows_per_chunk,
+    squared_distances,
+)
+from fedcluster.privacy.clipping import CLIENT, DATA_POINT, clip_l1, clip_l2, clip_rows_l2, scale_l2
 from fedcluster.shared_kernels import matching_dimension
 
-from .config import (
-    CLIP_CENTERS, CLIP_MAX, DATA_FREE_STARTS, DELTA, EPSILON, INIT_METHODS, INIT_STEPS, LLOYD_STEPS, RUN_CONFIG,
-    SAMPLING_RATE, clip_center_point, start_method, step_names
-)
+from .config import DATA_FREE_STARTS, INIT_STEPS, LLOYD_STEPS, clip_center_point
+from .config import start_method, step_names  # noqa: F401 (what the strategy reads through this module)
 
 # ==================================================================== device kernels
 # Tasks (message types ``query.<task>``; the protocol table is fedcluster/protocol.py):
@@ -225,8 +230,10 @@ def outer_dimension_problem(d: int) -> str | None:
     """Why step 1 cannot run at dimension ``d``, or None."""
     if d <= MAX_OUTER_DIMENSION:
         return None
-    return (f"dimension d={d} is above {MAX_OUTER_DIMENSION}: FedDP-Init step 1's d × d second moment would take "
-            f"{8 * d * d / 2**30:.1f} GiB on every device and on the server")
+    return (
+        f"dimension d={d} is above {MAX_OUTER_DIMENSION}: FedDP-Init step 1's d × d second moment would take "
+        f"{8 * d * d / 2**30:.1f} GiB on every device and on the server"
+    )
 
 
 # The histogram start sends its 10·k candidates (k·d·80 bytes) to every device; SpherePacking
@@ -240,16 +247,22 @@ def start_problem(start: str, k: int, d: int, has_server_data: bool) -> str | No
     named), or None. Checked before any work."""
     outer = outer_dimension_problem(d) if start == "feddp" else None
     if outer:
-        return (f"{outer}; reduce the dimension first (e.g. a projection agreed in advance) or "
-                "start from init='histogram', 'sphere-packing' or 'server-kmeans++', which need no second moment")
+        return (
+            f"{outer}; reduce the dimension first (e.g. a projection agreed in advance) or "
+            "start from init='histogram', 'sphere-packing' or 'server-kmeans++', which need no second moment"
+        )
     size = HISTOGRAM_CANDIDATES_PER_CLUSTER * k * d * 8
     if start == "histogram" and size > MAX_CANDIDATE_BYTES:
-        return (f"init='histogram' would send {size / 1e6:.0f} MB of candidates (10·k × d) to every device (limit "
-                f"{MAX_CANDIDATE_BYTES / 1e6:.0f} MB): lower k or the dimension, or start from init='server-kmeans++'")
+        return (
+            f"init='histogram' would send {size / 1e6:.0f} MB of candidates (10·k × d) to every device (limit "
+            f"{MAX_CANDIDATE_BYTES / 1e6:.0f} MB): lower k or the dimension, or start from init='server-kmeans++'"
+        )
     packing = start == "sphere-packing" or (start == "histogram" and not has_server_data)
     if packing and d > MAX_SPHERE_DIMENSION:
-        return (f"dimension d={d} is above {MAX_SPHERE_DIMENSION} for SpherePacking (init='{start}' draws "
-                f"{SPHERE_ATTEMPTS} points of dimension d per center and search step): reduce the dimension first")
+        return (
+            f"dimension d={d} is above {MAX_SPHERE_DIMENSION} for SpherePacking (init='{start}' draws "
+            f"{SPHERE_ATTEMPTS} points of dimension d per center and search step): reduce the dimension first"
+        )
     return None
 
 
@@ -351,8 +364,12 @@ RULE_OF_THUMB = {DATA_POINT: (0.20, 0.20, 0.45, 0.15), CLIENT: (0.35, 0.10, 0.45
 
 # Client-level bound keys of the run config, per step (0 = derive from Δ, k, m).
 CLIENT_BOUND_KEYS = {
-    "step1": "clip-outer", "step2": "clip-histogram", "step3_gaussian": "clip-means",
-    "step3_laplace": "clip-nonempty", "lloyd_gaussian": "clip-sums", "lloyd_laplace": "clip-counts",
+    "step1": "clip-outer",
+    "step2": "clip-histogram",
+    "step3_gaussian": "clip-means",
+    "step3_laplace": "clip-nonempty",
+    "lloyd_gaussian": "clip-sums",
+    "lloyd_laplace": "clip-counts",
 }
 
 # Client-level step 1 with no chosen ``clip-outer``: every device sends XᵀX scaled to this
@@ -377,8 +394,13 @@ SPHERE_SEARCH_STEPS = 40
 
 
 def clipping_bounds(
-    level: str, clip_norm: float, k: int, client_max_points: float = 0.0, chosen: Mapping[str, float] | None = None,
-    typical_norm: float | None = None, capped: bool = False,
+    level: str,
+    clip_norm: float,
+    k: int,
+    client_max_points: float = 0.0,
+    chosen: Mapping[str, float] | None = None,
+    typical_norm: float | None = None,
+    capped: bool = False,
 ) -> dict[str, float]:
     """Sensitivity of every step, i.e. the clipping bound the device enforces.
 
@@ -386,7 +408,8 @@ def clipping_bounds(
     (Frobenius norm of xxᵀ), step 2 1, step 3 and Lloyd sums Δ, counts 1. With a cap on the
     points a device uses (``capped``), adding a point to a device at the cap swaps one
     point y of its subset for x: step 1 √2·Δ² (‖xxᵀ − yyᵀ‖_F² = ‖x‖⁴ + ‖y‖⁴ − 2(x·y)²),
-    step 2 2, sums 2Δ (‖x − y‖ in one cluster), counts 2 (one leaves a cluster, one joins). Client level: ``chosen[step]`` when > 0, else for
+    step 2 2, sums 2Δ (‖x − y‖ in one cluster), counts 2 (one leaves a cluster, one joins). Client level:
+    ``chosen[step]`` when > 0, else for
     step 1 ``NORMALIZED_OUTER`` (each device scales its XᵀX to that Frobenius norm: step 1
     releases only eigenvectors, see ``normalized_outer``), for the step-3 means √k·ρ with
     ρ = min(Δ, ``typical_norm``) -- the Frobenius norm of k per-cluster means, each of
@@ -398,19 +421,31 @@ def clipping_bounds(
     delta = float(clip_norm)
     if level == DATA_POINT and capped:
         return {
-            "step1": math.sqrt(2) * delta**2, "step2": 2.0, "step3_gaussian": 2 * delta, "step3_laplace": 2.0,
-            "lloyd_gaussian": 2 * delta, "lloyd_laplace": 2.0,
+            "step1": math.sqrt(2) * delta**2,
+            "step2": 2.0,
+            "step3_gaussian": 2 * delta,
+            "step3_laplace": 2.0,
+            "lloyd_gaussian": 2 * delta,
+            "lloyd_laplace": 2.0,
         }
     if level == DATA_POINT:
         return {
-            "step1": delta**2, "step2": 1.0, "step3_gaussian": delta, "step3_laplace": 1.0,
-            "lloyd_gaussian": delta, "lloyd_laplace": 1.0,
+            "step1": delta**2,
+            "step2": 1.0,
+            "step3_gaussian": delta,
+            "step3_laplace": 1.0,
+            "lloyd_gaussian": delta,
+            "lloyd_laplace": 1.0,
         }
     m = float(client_max_points)
     rho = delta if typical_norm is None else min(delta, float(typical_norm))
     worst = {
-        "step1": NORMALIZED_OUTER, "step2": m, "step3_gaussian": math.sqrt(k) * rho, "step3_laplace": float(k),
-        "lloyd_gaussian": m * delta, "lloyd_laplace": m,
+        "step1": NORMALIZED_OUTER,
+        "step2": m,
+        "step3_gaussian": math.sqrt(k) * rho,
+        "step3_laplace": float(k),
+        "lloyd_gaussian": m * delta,
+        "lloyd_laplace": m,
     }
     chosen = chosen or {}
     return {name: float(chosen.get(name, 0.0)) or value for name, value in worst.items()}
@@ -431,7 +466,11 @@ def step_weights(
     gaussian, laplace = split[2], split[3]
     lloyd = {"lloyd_gaussian": gaussian / (gaussian + laplace), "lloyd_laplace": laplace / (gaussian + laplace)}
     if init_method == "histogram":
-        return {"step2": HISTOGRAM_SHARE, **{name: (1.0 - HISTOGRAM_SHARE) * w for name, w in lloyd.items()}} if lloyd_rounds > 0 else {}
+        return (
+            {"step2": HISTOGRAM_SHARE, **{name: (1.0 - HISTOGRAM_SHARE) * w for name, w in lloyd.items()}}
+            if lloyd_rounds > 0
+            else {}
+        )
     if init_method != "feddp":
         return lloyd if lloyd_rounds > 0 else {}
     fraction = float(lloyd_fraction) if lloyd_rounds > 0 else 0.0
@@ -465,8 +504,12 @@ def step_specs(
     repetitions (Lloyd rounds) and Poisson client sampling."""
     return [
         privacy.StepSpec(
-            name, STEPS[name][0], weight, sensitivity=bounds[name],
-            compositions=lloyd_rounds if name in LLOYD_STEPS else 1, sampling_rate=sampling_rate,
+            name,
+            STEPS[name][0],
+            weight,
+            sensitivity=bounds[name],
+            compositions=lloyd_rounds if name in LLOYD_STEPS else 1,
+            sampling_rate=sampling_rate,
         )
         for name, weight in weights.items()
     ]
@@ -508,8 +551,9 @@ def server_typical_norm(points: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.einsum("ij,ij->i", points, points))))
 
 
-def public_dimension(server: np.ndarray | None, dimension: int, clip_norm: float, init: str,
-                     lloyd_rounds: int) -> tuple[int, str | None]:
+def public_dimension(
+    server: np.ndarray | None, dimension: int, clip_norm: float, init: str, lloyd_rounds: int
+) -> tuple[int, str | None]:
     """The data's dimension, which every party may know (the server data's, or ``dimension``
     agreed in advance), and what stops the run when it cannot start: without server data
     only SpherePacking in the ball of radius ``clip_norm`` can, followed by Lloyd rounds."""
@@ -518,15 +562,24 @@ def public_dimension(server: np.ndarray | None, dimension: int, clip_norm: float
         if dimension and dimension != d:
             return d, f"run-config dimension={dimension} but the server data has dimension {d}"
         return d, None
-    missing = [text for text, bad in (
-        ("init='histogram', 'sphere-packing' or 'auto' (the other starts run on the server data)", init not in DATA_FREE_STARTS),
-        ("dimension (the data's, agreed in advance)", dimension <= 0),
-        ("clip-norm (Δ: every point is clipped to it, and the start is drawn within it)", clip_norm <= 0),
-        ("lloyd-rounds >= 1 (else the centers never see the devices' data)", lloyd_rounds < 1),
-    ) if bad]
+    missing = [
+        text
+        for text, bad in (
+            (
+                "init='histogram', 'sphere-packing' or 'auto' (the other starts run on the server data)",
+                init not in DATA_FREE_STARTS,
+            ),
+            ("dimension (the data's, agreed in advance)", dimension <= 0),
+            ("clip-norm (Δ: every point is clipped to it, and the start is drawn within it)", clip_norm <= 0),
+            ("lloyd-rounds >= 1 (else the centers never see the devices' data)", lloyd_rounds < 1),
+        )
+        if bad
+    ]
     if missing:
-        return int(dimension), ("feddp-kmeans without server-side data (run-config server-data, or dataset="
-                                "'feddp-mixture', which generates it) needs " + "; ".join(missing))
+        return int(dimension), (
+            "feddp-kmeans without server-side data (run-config server-data, or dataset="
+            "'feddp-mixture', which generates it) needs " + "; ".join(missing)
+        )
     return int(dimension), None
 
 
@@ -539,7 +592,10 @@ def clip_origin(center: str, server: np.ndarray | None) -> tuple[np.ndarray | No
     point = clip_center_point(center)
     if point is not None:
         if server is not None and server.shape[1] != point.size:
-            return None, f"clip-center is a point of {point.size} coordinates, the server data has dimension {server.shape[1]}"
+            return (
+                None,
+                f"clip-center is a point of {point.size} coordinates, the server data has dimension {server.shape[1]}",
+            )
         return point, None
     if center == "origin" or (center == "auto" and server is None):
         return None, None
@@ -555,10 +611,12 @@ def clip_center_warning(center: str, server: np.ndarray | None) -> str | None:
     the server outside the private releases)."""
     if center != "auto" or server is not None:
         return None
-    return ("clip-center = auto without server data clips every point to the ball of radius clip-norm around the "
-            "origin: data farther from it are moved onto its sphere and the centers are wrong, which no private step "
-            "can detect. Set clip-center to a public point near the data ('x1,...,xd'), or to 'origin' if they lie "
-            "within clip-norm of it")
+    return (
+        "clip-center = auto without server data clips every point to the ball of radius clip-norm around the "
+        "origin: data farther from it are moved onto its sphere and the centers are wrong, which no private step "
+        "can detect. Set clip-center to a public point near the data ('x1,...,xd'), or to 'origin' if they lie "
+        "within clip-norm of it"
+    )
 
 
 def clip_center_name(center: str, origin: np.ndarray | None) -> str:
@@ -675,8 +733,16 @@ SECURED_STEPS = {  # step: (its summed array, its size as a function of k and d,
 }
 
 
-def device_noise_steps(weights: Mapping[str, float], bounds: Mapping[str, float], lloyd_rounds: int, points: float,
-                       per_point: float, k: int, d: int, levels: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+def device_noise_steps(
+    weights: Mapping[str, float],
+    bounds: Mapping[str, float],
+    lloyd_rounds: int,
+    points: float,
+    per_point: float,
+    k: int,
+    d: int,
+    levels: Mapping[str, float] | None = None,
+) -> list[dict[str, Any]]:
     """The secured steps as :func:`fedcluster.privacy.skellam.calibrate` takes them, in
     fixed-point grid units (the grid step is the array's public range / its ``levels``,
     2^40 by default): a bound on the L1 norm (counts) also bounds the L2 norm, one on the L2
@@ -691,14 +757,36 @@ def device_noise_steps(weights: Mapping[str, float], bounds: Mapping[str, float]
         array, size_of, norm = SECURED_STEPS[name]
         size, grid = size_of(k, d), ranges[array] / levels.get(name, HALF_LEVELS)
         bound = bounds[name] / grid
-        l1, l2 = (bound + size, bound + math.sqrt(size)) if norm == 1 else (bound * math.sqrt(size) + size, bound + math.sqrt(size))
-        steps.append({"name": name, "l1": l1, "l2": l2, "grid": grid, "weight": weight, "range": ranges[array],
-                      "compositions": lloyd_rounds if name in LLOYD_STEPS else 1})
+        l1, l2 = (
+            (bound + size, bound + math.sqrt(size))
+            if norm == 1
+            else (bound * math.sqrt(size) + size, bound + math.sqrt(size))
+        )
+        steps.append(
+            {
+                "name": name,
+                "l1": l1,
+                "l2": l2,
+                "grid": grid,
+                "weight": weight,
+                "range": ranges[array],
+                "compositions": lloyd_rounds if name in LLOYD_STEPS else 1,
+            }
+        )
     return steps
 
 
-def device_noise_plan(weights: Mapping[str, float], bounds: Mapping[str, float], lloyd_rounds: int, points: float,
-                      per_point: float, k: int, d: int, epsilon: float, delta: float) -> dict[str, "DeviceNoiseStep"]:
+def device_noise_plan(
+    weights: Mapping[str, float],
+    bounds: Mapping[str, float],
+    lloyd_rounds: int,
+    points: float,
+    per_point: float,
+    k: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+) -> dict[str, "DeviceNoiseStep"]:
     """The devices' Skellam noise of every secured step, for ``epsilon`` at ``delta``: a
     first calibration on the finest grid gives each step's noise, then each array's grid is
     coarsened to at most 2^25 steps per noise standard deviation
@@ -707,7 +795,9 @@ def device_noise_plan(weights: Mapping[str, float], bounds: Mapping[str, float],
     from fedcluster.privacy import skellam
     from fedcluster.secagg.device import noise_levels
 
-    first = skellam.calibrate(device_noise_steps(weights, bounds, lloyd_rounds, points, per_point, k, d), epsilon, delta)
+    first = skellam.calibrate(
+        device_noise_steps(weights, bounds, lloyd_rounds, points, per_point, k, d), epsilon, delta
+    )
     steps = device_noise_steps(weights, bounds, lloyd_rounds, points, per_point, k, d)
     levels = {r.name: noise_levels(s["range"], r.noise_std) for r, s in zip(first, steps)}
     steps = device_noise_steps(weights, bounds, lloyd_rounds, points, per_point, k, d, levels)
@@ -800,15 +890,19 @@ def over_l1(name: str, value: np.ndarray, bound: float) -> str | None:
     return None
 
 
-def outer_violation(packed: np.ndarray, d: int, num_examples: int, level: str, clip_norm: float, bound: float) -> str | None:
+def outer_violation(
+    packed: np.ndarray, d: int, num_examples: int, level: str, clip_norm: float, bound: float
+) -> str | None:
     """Step 1: data-point level, a PSD-like diagonal with trace ≤ n·Δ²; client level,
     Frobenius norm ≤ ``bound``."""
     if level == DATA_POINT:
         diagonal = packed_diagonal(packed, d)
         trace = float(diagonal.sum())
         if np.any(diagonal < 0) or trace > num_examples * clip_norm**2 * (1 + REPLY_SLACK):
-            return (f"array 'outer' exceeds the clipping bound: trace {trace:.6g} > "
-                    f"num-examples·Δ² = {num_examples}·{clip_norm:.6g}²")
+            return (
+                f"array 'outer' exceeds the clipping bound: trace {trace:.6g} > "
+                f"num-examples·Δ² = {num_examples}·{clip_norm:.6g}²"
+            )
         return None
     norm = packed_frobenius(packed, d)
     if norm > bound * (1 + REPLY_SLACK):
@@ -820,7 +914,10 @@ def histogram_violation(histogram: np.ndarray, num_examples: int, level: str, bo
     """Step 2: data-point level, integer counts summing to n; client level, L1 ≤ ``bound``."""
     if level == DATA_POINT:
         if np.any(histogram != np.round(histogram)) or float(histogram.sum()) != num_examples:
-            return f"array 'histogram' is not a count of the node's {num_examples} points (clipping bound: one count per point)"
+            return (
+                f"array 'histogram' is not a count of the node's {num_examples} points (clipping bound: one count per "
+                "point)"
+            )
         return None
     return over_l1("histogram", histogram, bound)
 
@@ -833,12 +930,16 @@ def sums_counts_violation(
     update: the per-point bound)."""
     total = float(counts.sum())
     if np.any(counts != np.round(counts)) or total > num_examples or (exact_total and total != num_examples):
-        return f"array 'counts' is not a count of the node's {num_examples} points (clipping bound: one count per point)"
+        return (
+            f"array 'counts' is not a count of the node's {num_examples} points (clipping bound: one count per point)"
+        )
     norms = np.linalg.norm(sums, axis=1)
     if np.any(norms > counts * clip_norm * (1 + REPLY_SLACK) + 1e-12):
         j = int(np.argmax(norms - counts * clip_norm))
-        return (f"array 'sums' exceeds the clipping bound: row {j} has norm {norms[j]:.6g} > "
-                f"count × the per-point bound = {counts[j]:.0f}·{clip_norm:.6g}")
+        return (
+            f"array 'sums' exceeds the clipping bound: row {j} has norm {norms[j]:.6g} > "
+            f"count × the per-point bound = {counts[j]:.0f}·{clip_norm:.6g}"
+        )
     return None
 
 
@@ -851,8 +952,13 @@ def means_violation(means: np.ndarray, nonempty: np.ndarray, means_bound: float,
 
 
 def lloyd_violation(
-    sums: np.ndarray, counts: np.ndarray, num_examples: int, level: str, clip_norm: float,
-    sums_bound: float, counts_bound: float,
+    sums: np.ndarray,
+    counts: np.ndarray,
+    num_examples: int,
+    level: str,
+    clip_norm: float,
+    sums_bound: float,
+    counts_bound: float,
 ) -> str | None:
     """FedDP-Lloyds: client level, sums L2 and counts L1 within their bounds; data-point
     level, :func:`sums_counts_violation` with an exact total."""
@@ -862,8 +968,9 @@ def lloyd_violation(
 
 
 # ------------------------------------------------------------------ SpherePacking baseline
-def histogram_candidates(k: int, d: int, half_width: float, rng: np.random.Generator,
-                         server: np.ndarray | None = None) -> np.ndarray:
+def histogram_candidates(
+    k: int, d: int, half_width: float, rng: np.random.Generator, server: np.ndarray | None = None
+) -> np.ndarray:
     """init = histogram: ``HISTOGRAM_CANDIDATES_PER_CLUSTER``·k candidates: server points
     (a random subset of them, when there are more) and, for the rest, points drawn uniformly
     from the cube [−h, h]^d (h = ``half_width``), independently of any data; the devices
@@ -874,8 +981,16 @@ def histogram_candidates(k: int, d: int, half_width: float, rng: np.random.Gener
     return np.vstack([taken, rng.uniform(-half_width, half_width, size=(wanted - taken.shape[0], d))])
 
 
-def histogram_start(candidates: np.ndarray, noisy_counts: np.ndarray, noise_scale: float, k: int, half_width: float,
-                    rng: np.random.Generator, n_init: int, server: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+def histogram_start(
+    candidates: np.ndarray,
+    noisy_counts: np.ndarray,
+    noise_scale: float,
+    k: int,
+    half_width: float,
+    rng: np.random.Generator,
+    n_init: int,
+    server: np.ndarray | None = None,
+) -> tuple[np.ndarray, dict[str, Any]]:
     """The start from the noisy histogram: weighted k-means of the candidates whose count
     stands out of the noise (:func:`significant_candidates`); with fewer than k of them,
     those candidates and, for the other centers, the server's own k-means centers farthest
@@ -883,8 +998,12 @@ def histogram_start(candidates: np.ndarray, noisy_counts: np.ndarray, noise_scal
     SpherePacking in the cube, away from them (the rest of the histogram is noise). Returns
     the centers and what the init record says of them."""
     significant = significant_candidates(noisy_counts, noise_scale)
-    record: dict[str, Any] = {"method": "histogram", "candidates": int(candidates.shape[0]),
-                              "candidates_kept": int(significant.sum()), "cube_half_width": half_width}
+    record: dict[str, Any] = {
+        "method": "histogram",
+        "candidates": int(candidates.shape[0]),
+        "candidates_kept": int(significant.sum()),
+        "cube_half_width": half_width,
+    }
     if significant.sum() >= k:
         centers, _ = kmeans(candidates[significant], k, rng, noisy_counts[significant], n_init=n_init)
         return centers, record
@@ -914,8 +1033,9 @@ def significant_candidates(noisy_counts: np.ndarray, noise_scale: float) -> np.n
     return noisy_counts > noise_scale * math.log(max(noisy_counts.size, 2))
 
 
-def sphere_packing(k: int, d: int, radius: float, rng: np.random.Generator,
-                   fixed: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+def sphere_packing(
+    k: int, d: int, radius: float, rng: np.random.Generator, fixed: np.ndarray | None = None
+) -> tuple[np.ndarray, float]:
     """SpherePacking initialization (Su et al. 2017; docs/ALGORITHMS.md section 3, App. G.3).
 
     For a radius a, center j is drawn uniformly from the cube [−r, r]^d until it is at
@@ -935,9 +1055,14 @@ def sphere_packing(k: int, d: int, radius: float, rng: np.random.Generator,
             candidates = rng.uniform(-radius, radius, size=(SPHERE_ATTEMPTS, d))
             ok = np.linalg.norm(radius - np.abs(candidates), axis=1) >= a
             if j > 0:
-                gaps = np.sqrt(np.maximum(
-                    np.einsum("ij,ij->i", candidates, candidates)[:, None]
-                    - 2 * candidates @ centers[:j].T + np.einsum("ij,ij->i", centers[:j], centers[:j])[None], 0.0))
+                gaps = np.sqrt(
+                    np.maximum(
+                        np.einsum("ij,ij->i", candidates, candidates)[:, None]
+                        - 2 * candidates @ centers[:j].T
+                        + np.einsum("ij,ij->i", centers[:j], centers[:j])[None],
+                        0.0,
+                    )
+                )
                 ok &= np.all(gaps >= 2 * a, axis=1)
             hits = np.flatnonzero(ok)
             if hits.size == 0:

@@ -4,7 +4,8 @@ Device (NumPy only): ClientKMeans (:func:`client_kmeans`, task ``fedkmeans_train
 starts from the global centers, runs E passes of mini-batch k-means with learning rate β
 and returns its last epoch's per-cluster counts, its updated centers, per-cluster scatter
 (squared deviations from each cluster's mean, per coordinate: the server's spread estimate
-for reassignment, no point leaves the device) and the cost of the centers it RECEIVED (the federated cost of the previous
+for reassignment, no point leaves the device) and the cost of the centers it RECEIVED (the federated cost of the
+previous
 global model without an extra round trip). Initialization tasks: ``local_summary`` (a
 small local k-means whose clusters under ``min-count`` points are suppressed) and
 ``score_candidates`` (the cost of m candidate center sets in one pass).
@@ -24,14 +25,26 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from fedcluster.algorithms.kfed import model as kfed
-from fedcluster.bounds import RELATIVE_SLACK, coordinate_rounding, deviation_rounding, expansion_rounding, scatter_rounding
+from fedcluster.bounds import (
+    RELATIVE_SLACK,
+    coordinate_rounding,
+    deviation_rounding,
+    expansion_rounding,
+    scatter_rounding,
+)
 from fedcluster.task import named
 from .protocol import TASKS
 from fedcluster.kernel import DeviceData, device_task
-from fedcluster.keys import ConfigError
-from fedcluster.lloyd import (assign, kmeans, kmeans_cost, kmeans_plus_plus, lloyd, lloyd_statistics, pooled_scatter,
-                              rows_per_chunk, squared_distances)
+from fedcluster.lloyd import (
+    assign,
+    kmeans,
+    kmeans_cost,
+    kmeans_plus_plus,
+    lloyd,
+    lloyd_statistics,
+    pooled_scatter,
+    squared_distances,
+)
 from fedcluster.points import center_shift
 from fedcluster.robust import aggregate_centers
 from fedcluster.shared_kernels import matching_dimension
@@ -88,8 +101,13 @@ def client_kmeans(
         for batch in batches:
             stats = lloyd_statistics(batch, centers, with_scatter=True)
             seen = stats.counts > 0
-            scatter = pooled_scatter(np.stack([counts, stats.counts]), np.stack([sums, stats.sums]),
-                                     np.stack([scatter, stats.scatter])) if len(batches) > 1 else stats.scatter
+            scatter = (
+                pooled_scatter(
+                    np.stack([counts, stats.counts]), np.stack([sums, stats.sums]), np.stack([scatter, stats.scatter])
+                )
+                if len(batches) > 1
+                else stats.scatter
+            )
             sums += stats.sums
             counts[seen] += stats.counts[seen]
             batch_means = stats.sums[seen] / stats.counts[seen, None]
@@ -106,12 +124,20 @@ def fedkmeans_train(data: DeviceData, arrays: dict, config: dict):
     X = data.require_points()
     incoming = matching_dimension(X, arrays["centers"])
     rng = np.random.default_rng(config["seed"])
-    out = {"centers": np.empty_like(incoming), "counts": np.empty(incoming.shape[:2]), "scatter": np.empty_like(incoming),
-           "cost": np.empty(incoming.shape[0])}
+    out = {
+        "centers": np.empty_like(incoming),
+        "counts": np.empty(incoming.shape[:2]),
+        "scatter": np.empty_like(incoming),
+        "cost": np.empty(incoming.shape[0]),
+    }
     for s, centers in enumerate(incoming):
         out["counts"][s], out["centers"][s], out["scatter"][s] = client_kmeans(
-            X, centers, epochs=config["local-epochs"], batch_size=config["batch-size"],
-            learning_rate=config["client-lr"], rng=rng,
+            X,
+            centers,
+            epochs=config["local-epochs"],
+            batch_size=config["batch-size"],
+            learning_rate=config["client-lr"],
+            rng=rng,
         )
         out["cost"][s] = kmeans_cost(X, centers)
     return out, {"num-examples": int(X.shape[0])}
@@ -272,8 +298,9 @@ def train_cost_mismatch(
     # the implied means carry the centers' rounding over β
     rounding = deviation_rounding(float(n.sum()), implied, coordinate_rounding(incoming, centers) / learning_rate)
     if abs(cost - implied) > relative * (implied + abs(cost)) + rounding:
-        return (f"cost {cost:.10g} of the received centers does not match its counts, centers and scatters "
-                f"({implied:.10g})")
+        return (
+            f"cost {cost:.10g} of the received centers does not match its counts, centers and scatters ({implied:.10g})"
+        )
     return None
 
 
@@ -335,7 +362,12 @@ def box_candidates(k: int, count: int, low: np.ndarray, high: np.ndarray, rng: n
 
 
 def summary_seeds(
-    points: np.ndarray, weights: np.ndarray, k: int, count: int, low: np.ndarray, high: np.ndarray,
+    points: np.ndarray,
+    weights: np.ndarray,
+    k: int,
+    count: int,
+    low: np.ndarray,
+    high: np.ndarray,
     rng: np.random.Generator,
 ) -> np.ndarray:
     """``count`` UNREFINED weighted k-means++ draws on the devices' summaries (count, k, d)
@@ -344,7 +376,11 @@ def summary_seeds(
     scikit-learn's ``n_init`` starts, and the devices' data decide among them."""
     if points.shape[0] < k:
         return box_candidates(k, count, low, high, rng) if count else np.zeros((0, k, low.size))
-    return np.stack([kmeans_plus_plus(points, k, rng, weights) for _ in range(count)]) if count else np.zeros((0, k, low.size))
+    return (
+        np.stack([kmeans_plus_plus(points, k, rng, weights) for _ in range(count)])
+        if count
+        else np.zeros((0, k, low.size))
+    )
 
 
 # n-init = 0: as many center sets as fit in this many floats of centers, at most AUTO_SETS
@@ -369,7 +405,9 @@ def start_sets(costs: np.ndarray, sets: int, seeds: Sequence[int] = ()) -> list[
     for index in [order[0], *seeds, *order[1:]]:
         if len(chosen) == sets:
             break
-        if index not in chosen and all(abs(costs[index] - costs[c]) > 1e-9 * max(abs(costs[c]), 1e-300) for c in chosen):
+        if index not in chosen and all(
+            abs(costs[index] - costs[c]) > 1e-9 * max(abs(costs[c]), 1e-300) for c in chosen
+        ):
             chosen.append(int(index))
     return chosen
 
@@ -382,9 +420,19 @@ def cheapest_estimates(pool: list[tuple], entry: tuple, size: int) -> list[tuple
     return sorted(pool + [entry], key=lambda e: e[0])[:size]
 
 
-def last_versus_best(last_cost: float, last_round: int, last_set: int, cost: float, best_round: int, best_set: int,
-                     several_sets: bool, warn_above: float, last_centers: np.ndarray | None = None,
-                     best_centers: np.ndarray | None = None, tie: float = 0.0) -> tuple[dict[str, Any] | None, str, bool]:
+def last_versus_best(
+    last_cost: float,
+    last_round: int,
+    last_set: int,
+    cost: float,
+    best_round: int,
+    best_set: int,
+    several_sets: bool,
+    warn_above: float,
+    last_centers: np.ndarray | None = None,
+    best_centers: np.ndarray | None = None,
+    tie: float = 0.0,
+) -> tuple[dict[str, Any] | None, str, bool]:
     """When the centers returned (the cheapest measured) are not the last ones: the
     ``last`` and ``best_seen`` records of result.json, the sentence that says so, and
     whether the last cost so much more (``warn_above``, relative) that it is a warning.
@@ -394,13 +442,17 @@ def last_versus_best(last_cost: float, last_round: int, last_set: int, cost: flo
     same = last_centers is not None and best_centers is not None and np.array_equal(last_centers, best_centers)
     if (best_round == last_round and best_set == last_set) or same:
         return None, "", False
-    extras = {"last": {"cost": last_cost, "round": last_round, "set": last_set},
-              "best_seen": {"round": best_round, "cost": cost, "set": best_set, "returned": "centers.npy"}}
-    text = (f"the last centers (round {last_round}) cost {last_cost:.6g} per point, "
-            f"{how_much_more(last_cost, cost)} those of round {best_round}"
-            f"{f' (set {best_set})' if several_sets else ''}{'' if cost > 0 else ', which cost 0'}: centers.npy holds the "
-            "cheaper ones, "
-            "last_centers.npy the last")
+    extras = {
+        "last": {"cost": last_cost, "round": last_round, "set": last_set},
+        "best_seen": {"round": best_round, "cost": cost, "set": best_set, "returned": "centers.npy"},
+    }
+    text = (
+        f"the last centers (round {last_round}) cost {last_cost:.6g} per point, "
+        f"{how_much_more(last_cost, cost)} those of round {best_round}"
+        f"{f' (set {best_set})' if several_sets else ''}{'' if cost > 0 else ', which cost 0'}: centers.npy holds the "
+        "cheaper ones, "
+        "last_centers.npy the last"
+    )
     return extras, text, last_cost > (1 + warn_above) * cost + tie
 
 
@@ -417,7 +469,9 @@ def cost_tie(declared: Sequence[Any]) -> float:
     if not known:
         return 0.0
     counts = np.array([d.points for d in known], dtype=np.float64)
-    scatter = pooled_scatter(counts, np.stack([d.moment_sum for d in known]), np.stack([d.moment_scatter for d in known]))
+    scatter = pooled_scatter(
+        counts, np.stack([d.moment_sum for d in known]), np.stack([d.moment_scatter for d in known])
+    )
     return COST_TIE * float(np.sum(scatter)) / max(float(counts.sum()), 1.0)
 
 
@@ -510,7 +564,8 @@ class Memory:
     """Every node's latest statistics for one center set (``server-memory``): its centers,
     counts, per-cluster scatters and means (a full-batch reply's implied means, else its
     centers), and whether the reply states the partition of its points (a full-batch one
-    does: its clusters' counts, means and scatters), as rows of dense arrays, one row per node. A round's server step over
+    does: its clusters' counts, means and scatters), as rows of dense arrays, one row per node. A round's server step
+    over
     every node's memory is then a few array operations, not a loop over the nodes: its
     cost follows the nodes sampled, not the population. Rows follow :meth:`reserve`'s
     order (the strategy's node order), then the order nodes first report (newcomers:
@@ -531,10 +586,14 @@ class Memory:
         old = {name: getattr(self, name) for name in self._ARRAYS} if hasattr(self, "present") else {}
         self.present = np.zeros(capacity, dtype=bool)
         self.stated = np.zeros(capacity, dtype=bool)  # its latest reply stated a partition
-        self.centers, self.counts, self.scatter = np.zeros((capacity, k, d)), np.zeros((capacity, k)), np.zeros((capacity, k, d))
+        self.centers, self.counts, self.scatter = (
+            np.zeros((capacity, k, d)),
+            np.zeros((capacity, k)),
+            np.zeros((capacity, k, d)),
+        )
         self.means = np.zeros((capacity, k, d))  # of its clusters: implied by a full-batch reply, else its centers
         for name, values in old.items():
-            getattr(self, name)[:len(values)] = values
+            getattr(self, name)[: len(values)] = values
 
     _ARRAYS = ("present", "stated", "centers", "counts", "scatter", "means")
 
@@ -552,7 +611,7 @@ class Memory:
             self._row(node)
 
     def __len__(self) -> int:
-        return int(self.present[:len(self.rows)].sum())
+        return int(self.present[: len(self.rows)].sum())
 
     def __contains__(self, node: int) -> bool:
         row = self.rows.get(node)
@@ -581,7 +640,7 @@ class Memory:
         for node in [node for node, row in self.rows.items() if row >= self._journal_rows]:
             self.rows.pop(node)  # first reported since: the last rows, so the rows stay 0..len-1
         for name in self._ARRAYS:
-            getattr(self, name)[self._journal_rows:] = 0
+            getattr(self, name)[self._journal_rows :] = 0
         for row in self._forgotten:
             for name in self._ARRAYS:
                 getattr(self, name)[row] = 0
@@ -594,9 +653,15 @@ class Memory:
             row = self._row(r.node_id)
             self._save(row)
             self.present[row] = True
-            self.centers[row], self.counts[row], self.scatter[row] = r.arrays["centers"], r.arrays["counts"], r.arrays["scatter"]
+            self.centers[row], self.counts[row], self.scatter[row] = (
+                r.arrays["centers"],
+                r.arrays["counts"],
+                r.arrays["scatter"],
+            )
             self.stated[row] = incoming is not None
-            self.means[row] = r.arrays["centers"] if incoming is None else implied_means(incoming, r.arrays["centers"], learning_rate)
+            self.means[row] = (
+                r.arrays["centers"] if incoming is None else implied_means(incoming, r.arrays["centers"], learning_rate)
+            )
 
     def forget(self, nodes: Iterable[int]) -> None:
         for node in nodes:
@@ -650,7 +715,11 @@ class Memory:
             return None
         n = self.counts[used].reshape(-1)
         parts = n > 0  # the parts of the stated partitions (a cluster a node did not see has none)
-        every = (n[parts], self.means[used].reshape(-1, self.d)[parts], self.scatter[used].sum(axis=-1).reshape(-1)[parts])
+        every = (
+            n[parts],
+            self.means[used].reshape(-1, self.d)[parts],
+            self.scatter[used].sum(axis=-1).reshape(-1)[parts],
+        )
         return partition_bound(every, centers)[0] / max(float(every[0].sum()), 1.0)
 
 
@@ -727,7 +796,13 @@ class CenterSet:
         self.protected[undo.clusters] = True
         self.state.starved_rounds[undo.clusters] = 0
         self.state.velocity[:] = 0.0
-        self.undone, self.moved, self.orphans, self.undo_cost_before, self.undo = undo.clusters, [], [], undo.cost_before, None
+        self.undone, self.moved, self.orphans, self.undo_cost_before, self.undo = (
+            undo.clusters,
+            [],
+            [],
+            undo.cost_before,
+            None,
+        )
 
     @property
     def stalled(self) -> bool:
@@ -735,13 +810,20 @@ class CenterSet:
         return self.shift == 0.0 and not self.moved and self.undo is None and not self.state.starved_rounds.any()
 
     def record(self, report: dict[str, Any]) -> dict[str, Any]:
-        return {"set": self.index, "sampled_cost_of_received": report["sampled_cost"], "center_shift": self.shift,
-                "empty_clusters": self.empty, "reassigned": self.moved, "orphaned": self.orphans,
-                **({"reseed_undone": self.undone} if self.undone else {})}
+        return {
+            "set": self.index,
+            "sampled_cost_of_received": report["sampled_cost"],
+            "center_shift": self.shift,
+            "empty_clusters": self.empty,
+            "reassigned": self.moved,
+            "orphaned": self.orphans,
+            **({"reseed_undone": self.undone} if self.undone else {}),
+        }
 
 
-def partition_of_reply(incoming: np.ndarray, centers: np.ndarray, counts: np.ndarray, scatter: np.ndarray,
-                       learning_rate: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def partition_of_reply(
+    incoming: np.ndarray, centers: np.ndarray, counts: np.ndarray, scatter: np.ndarray, learning_rate: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The partition of its points a full-batch training reply states, as ``(n, means,
     scatters)`` of its non-empty clusters (counts, implied means, each cluster's scatter
     about its mean summed over the coordinates)."""
@@ -778,8 +860,13 @@ def partition_bound(partition: tuple[np.ndarray, np.ndarray, np.ndarray], center
 Stated = tuple[float, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]  # (cost, centers, partition)
 
 
-def partitions_violation(stated: list[Stated], earlier: Sequence[Stated] = (), whole: Stated | None = None,
-                         relative: float = RELATIVE_SLACK, names: Sequence[str] = ()) -> str | None:
+def partitions_violation(
+    stated: list[Stated],
+    earlier: Sequence[Stated] = (),
+    whole: Stated | None = None,
+    relative: float = RELATIVE_SLACK,
+    names: Sequence[str] = (),
+) -> str | None:
     """Why the center sets of one training reply (``stated``: each set's cost of its
     received centers and the partition it states; ``names``: what to call them, default
     "set s"), the node's earlier accepted replies (``earlier``) and its declared moments
@@ -812,13 +899,16 @@ def partitions_violation(stated: list[Stated], earlier: Sequence[Stated] = (), w
             return labels[next(t for t, s in enumerate(stated) if s is every[k])]
         return "its declared moments" if every[k] is whole else "an earlier reply"
 
-    return (f"{name(i)} against {name(j)}: cost {costs[i]:.10g} of the received centers exceeds {bounds[j, i]:.10g}, "
-            f"what another partition of its points it stated costs with them: its statistics do not come from one "
-            f"fixed set of points")
+    return (
+        f"{name(i)} against {name(j)}: cost {costs[i]:.10g} of the received centers exceeds {bounds[j, i]:.10g}, "
+        f"what another partition of its points it stated costs with them: its statistics do not come from one "
+        f"fixed set of points"
+    )
 
 
-def _partition_slack(every: list[Stated], bounds: np.ndarray, costs: np.ndarray, points: np.ndarray,
-                     relative: float) -> np.ndarray:
+def _partition_slack(
+    every: list[Stated], bounds: np.ndarray, costs: np.ndarray, points: np.ndarray, relative: float
+) -> np.ndarray:
     """The rounding allowed between partition j's bound with set i's centers and set i's
     stated cost: relative to both, plus the coordinates' own rounding of partition j's
     means and set i's centers, plus that of bound (j, i)'s squared distances."""
@@ -826,8 +916,12 @@ def _partition_slack(every: list[Stated], bounds: np.ndarray, costs: np.ndarray,
     of_centers = np.stack([coordinate_rounding(c) for _, c, _ in every])
     e = np.sqrt(np.sum(np.maximum(of_means[:, None, :], of_centers[None, :, :]) ** 2, axis=2))
     expansion = np.array([[expansion_rounding(pj[0], pj[1], ci) for _, ci, _ in every] for _, _, pj in every])
-    return (relative * (np.abs(bounds) + np.abs(costs)[None, :]) + 2.0 * e * np.sqrt(points * np.maximum(bounds, 0.0))
-            + points * e * e + expansion)
+    return (
+        relative * (np.abs(bounds) + np.abs(costs)[None, :])
+        + 2.0 * e * np.sqrt(points * np.maximum(bounds, 0.0))
+        + points * e * e
+        + expansion
+    )
 
 
 def whole_partition(declared: Any) -> Stated | None:
@@ -838,13 +932,17 @@ def whole_partition(declared: Any) -> Stated | None:
     if declared is None or declared.moment_sum is None:
         return None
     mean = declared.moment_mean[None, :]
-    part = (np.array([declared.points]), mean,
-            np.array([float(np.sum(declared.moment_scatter)) + float(np.sum(scatter_rounding(declared)))]))
+    part = (
+        np.array([declared.points]),
+        mean,
+        np.array([float(np.sum(declared.moment_scatter)) + float(np.sum(scatter_rounding(declared)))]),
+    )
     return 0.0, mean, part
 
 
-def evaluation_statement(arrays: Mapping[str, np.ndarray], centers: np.ndarray, declared: Any,
-                         earlier: Sequence[Stated] = ()) -> Stated | None:
+def evaluation_statement(
+    arrays: Mapping[str, np.ndarray], centers: np.ndarray, declared: Any, earlier: Sequence[Stated] = ()
+) -> Stated | None:
     """An evaluation reply (``lloyd_stats``: the counts, sums and cost of its points'
     nearest-center partition for ``centers``) as a stated partition, so that
     :func:`partitions_violation` holds it against the device's training replies. Its parts'
@@ -872,8 +970,13 @@ def evaluation_statement(arrays: Mapping[str, np.ndarray], centers: np.ndarray, 
     return float(arrays["cost"][0]), centers, (n, means, within)
 
 
-def scores_violation(costs: np.ndarray, candidates: np.ndarray, earlier: Sequence[Stated], whole: Stated | None,
-                     relative: float = RELATIVE_SLACK) -> str | None:
+def scores_violation(
+    costs: np.ndarray,
+    candidates: np.ndarray,
+    earlier: Sequence[Stated],
+    whole: Stated | None,
+    relative: float = RELATIVE_SLACK,
+) -> str | None:
     """Why a device's costs of candidate center sets (``score_candidates``) cannot come from
     the points its stated partitions (``earlier``, ``whole``) describe: a cost above what
     one of those partitions costs with the same centers (:func:`partition_bound`), which
@@ -884,13 +987,16 @@ def scores_violation(costs: np.ndarray, candidates: np.ndarray, earlier: Sequenc
             bound, rounding = partition_bound(statement[2], centers)
             if cost > bound + relative * (abs(bound) + abs(cost)) + rounding:
                 source = "its declared moments" if statement is whole else "an earlier reply"
-                return (f"candidate {m}: cost {cost:.10g} exceeds {bound:.10g}, what {source} costs with these centers: "
-                        f"its statistics do not come from one fixed set of points")
+                return (
+                    f"candidate {m}: cost {cost:.10g} exceeds {bound:.10g}, what {source} costs with these centers: "
+                    f"its statistics do not come from one fixed set of points"
+                )
     return None
 
 
-def lloyd_step(replies_counts: np.ndarray, replies_sums: np.ndarray, centers: np.ndarray, method: str = "mean",
-               trim: float = 0.1) -> np.ndarray:
+def lloyd_step(
+    replies_counts: np.ndarray, replies_sums: np.ndarray, centers: np.ndarray, method: str = "mean", trim: float = 0.1
+) -> np.ndarray:
     """One Lloyd step from evaluation replies (per device: counts (m, k), sums (m, k, d)
     of ``centers``), combined like training replies (:func:`fedcluster.robust.aggregate_centers`);
     a cluster no device saw keeps its center."""
@@ -906,6 +1012,13 @@ def lloyd_step(replies_counts: np.ndarray, replies_sums: np.ndarray, centers: np
 def stated_in_reply(incoming: np.ndarray, arrays: Mapping[str, np.ndarray], learning_rate: float) -> list[Stated]:
     """Each center set of a full-batch training reply: its cost of the centers it received,
     those centers and the partition it states (:func:`partition_of_reply`)."""
-    return [(float(arrays["cost"][s]), incoming[s],
-             partition_of_reply(incoming[s], arrays["centers"][s], arrays["counts"][s], arrays["scatter"][s], learning_rate))
-            for s in range(incoming.shape[0])]
+    return [
+        (
+            float(arrays["cost"][s]),
+            incoming[s],
+            partition_of_reply(
+                incoming[s], arrays["centers"][s], arrays["counts"][s], arrays["scatter"][s], learning_rate
+            ),
+        )
+        for s in range(incoming.shape[0])
+    ]

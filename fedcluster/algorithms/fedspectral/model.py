@@ -1,6 +1,7 @@
 """FedSpectral and FedSpectral+: federated spectral clustering of a graph whose edges are
 spread over clients ("FedSpectral+: Spectral Clustering using Federated Learning", 2023;
-working specification docs/ALGORITHMS.md section 5). The phases are in ``fedcluster/algorithms/fedspectral/strategy.py``.
+working specification docs/ALGORITHMS.md section 5). The phases are in
+``fedcluster/algorithms/fedspectral/strategy.py``.
 
 Spectral clustering is Ng-Jordan-Weiss on ``M = (I + N)/2``, ``N = D^{-1/2} A D^{-1/2}``
 (a degree-0 node has ``D^{-1/2} = 0``): top-``k`` eigenvectors, rows normalized, k-means.
@@ -14,7 +15,7 @@ subspace iteration or block Krylov on summed client products).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -128,7 +129,12 @@ def power_step(data: DeviceData, arrays: dict, config: dict) -> tuple[dict, dict
       the server adds ``Q`` and halves (:func:`shifted_global_product`), so a client with no
       edges contributes exactly zero.
     """
-    n, iters, normalization, weight = config["num-nodes"], config["iters"], config["normalization"], config["edge-weight"]
+    n, iters, normalization, weight = (
+        config["num-nodes"],
+        config["iters"],
+        config["normalization"],
+        config["edge-weight"],
+    )
     Q = _block(arrays, n)
     graph = local_graph(data, n)
     metrics = {"num-examples": graph.num_edges}
@@ -153,22 +159,27 @@ def power_step(data: DeviceData, arrays: dict, config: dict) -> tuple[dict, dict
 _PRODUCT_KEY = "fedcluster.algorithms.fedspectral.model.global-product"
 
 
-def _global_product(data: DeviceData, graph: AdjacencyOperator, degrees: np.ndarray,
-                    weight: float) -> Callable[[np.ndarray], np.ndarray]:
+def _global_product(
+    data: DeviceData, graph: AdjacencyOperator, degrees: np.ndarray, weight: float
+) -> Callable[[np.ndarray], np.ndarray]:
     """``Q -> w D^{-1/2} A_j D^{-1/2} Q`` for the global degrees ``degrees`` (``(n,)``,
     finite, non-negative: checked by the protocol), kept on the device while the server
     sends the same degrees and weight (every round of a run). Raises ``ValueError`` when a
     node with local edges has global degree 0."""
     kept = data.extra.get(_PRODUCT_KEY)
-    if (kept is not None and kept[0] == weight and kept[1] is graph
-            and kept[2].shape == degrees.shape and np.array_equal(kept[2], degrees)):
+    if (
+        kept is not None
+        and kept[0] == weight
+        and kept[1] is graph
+        and kept[2].shape == degrees.shape
+        and np.array_equal(kept[2], degrees)
+    ):
         return kept[3]
     missing = (graph.degrees > 0) & (degrees <= 0)
     if np.any(missing):
         node = int(np.flatnonzero(missing)[0])
         raise ValueError(
-            f"global degree of node {node} is 0 but the node has local edges: "
-            "the degree vector does not match the data"
+            f"global degree of node {node} is 0 but the node has local edges: the degree vector does not match the data"
         )
     scale = inverse_sqrt_degrees(degrees)
     product = graph.scaled(weight * scale, scale)
@@ -194,7 +205,10 @@ def product_violation(product: np.ndarray, X: np.ndarray, weight: float, edges: 
         if np.any(degrees < 0):
             return f"its degree column has {int(np.sum(degrees < 0))} negative entries"
         if degrees.sum() > 2 * weight * edges * (1 + 1e-9) + 1e-9:
-            return f"its degrees add up to {degrees.sum():.6g}, more than 2·w per local edge allows ({2 * weight * edges:.6g})"
+            return (
+                f"its degrees add up to {degrees.sum():.6g}, more than 2·w per local edge allows "
+                f"({2 * weight * edges:.6g})"
+            )
         bound = weight * np.sqrt(2.0 * max(edges, 0.0)) * lengths
     else:
         bound = lengths
@@ -443,9 +457,7 @@ def label_problem(labels: np.ndarray, num_nodes: int) -> str | None:
     return None
 
 
-def coassociation_matrix(
-    label_lists: Sequence[np.ndarray], n: int, denominator: str = "both-present"
-) -> np.ndarray:
+def coassociation_matrix(label_lists: Sequence[np.ndarray], n: int, denominator: str = "both-present") -> np.ndarray:
     """Co-association similarity of several (partial) clusterings, dense ``n x n``.
 
     ``label_lists[j]`` is client j's ``(n,)`` label vector, ``-1`` for nodes absent from its
@@ -478,9 +490,7 @@ def coassociation_matrix(
         nodes = np.flatnonzero(labels >= 0)
         presence[nodes, j] = 1.0
         clusters, inverse = np.unique(labels[nodes], return_inverse=True)
-        blocks.append(
-            sp.csr_matrix((np.ones(nodes.size), (nodes, inverse)), shape=(n, max(clusters.size, 1)))
-        )
+        blocks.append(sp.csr_matrix((np.ones(nodes.size), (nodes, inverse)), shape=(n, max(clusters.size, 1))))
     H = sp.hstack(blocks).tocsr()
     together = (H @ H.T).toarray()
     if denominator == "all-clients":

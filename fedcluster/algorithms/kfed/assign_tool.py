@@ -23,7 +23,10 @@ from fedcluster.tools.assign import run_centers
 from fedcluster.tools.cli import ToolParser, integer, output_file, outside, refuse, save_npy
 from fedcluster.scaling import Scaling
 from fedcluster.algorithms.kfed.model import (
-    auto_local_means, induced_labels, kfed_assign_new_device, local_kprime_means
+    auto_local_means,
+    induced_labels,
+    kfed_assign_new_device,
+    local_kprime_means,
 )
 
 
@@ -32,7 +35,9 @@ def _run_record(result_dir: Path) -> dict:
     try:
         record = json.loads(file.read_text())
     except (OSError, ValueError, RecursionError):
-        raise DataError(f"{file} is missing or unreadable: is {result_dir} the folder of a finished k-FED run?") from None
+        raise DataError(
+            f"{file} is missing or unreadable: is {result_dir} the folder of a finished k-FED run?"
+        ) from None
     if not isinstance(record, dict):
         raise DataError(f"{file} holds a JSON {type(record).__name__}, not a run's record (a JSON object)")
     return record
@@ -45,7 +50,9 @@ def _run_k_prime(record: dict, file: Path) -> int:
         raise DataError(f"{file}: its config is a JSON {type(config).__name__}, not a record of run-config keys")
     value = config.get("k-prime", 0)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= NODE_K_PRIME_MAX:
-        raise DataError(f"{file}: its config's k-prime must be a whole number in [0, {NODE_K_PRIME_MAX}], got {value!r}")
+        raise DataError(
+            f"{file}: its config's k-prime must be a whole number in [0, {NODE_K_PRIME_MAX}], got {value!r}"
+        )
     return value
 
 
@@ -65,8 +72,10 @@ def label_new_device(
     record = _run_record(result_dir)
     algorithm = str(record.get("algorithm", "unknown"))[:40]
     if algorithm != "kfed":
-        raise DataError(f"{result_dir} holds a {algorithm} run, not a k-FED one: a new device joins a k-FED run "
-                        "(for other runs label points with fedcluster-assign)")
+        raise DataError(
+            f"{result_dir} holds a {algorithm} run, not a k-FED one: a new device joins a k-FED run "
+            "(for other runs label points with fedcluster-assign)"
+        )
     if k_prime is None:
         k_prime = _run_k_prime(record, result_dir / "result.json")
     global_centers = run_centers(result_dir)
@@ -91,12 +100,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("data", help="the new device's points (.npy or .csv, rows = points)")
     parser.add_argument("--out", help="write the labels here (.npy); default: print a summary")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    parser.add_argument("--k-prime", type=integer(0, NODE_K_PRIME_MAX), default=None,
-                        help=f"local clusters, up to {NODE_K_PRIME_MAX}; 0: the device chooses, up to k (default: the run's rule)")
+    parser.add_argument(
+        "--k-prime",
+        type=integer(0, NODE_K_PRIME_MAX),
+        default=None,
+        help=f"local clusters, up to {NODE_K_PRIME_MAX}; 0: the device chooses, up to k (default: the run's rule)",
+    )
     parser.add_argument("--seed", type=integer(0, 2**32 - 1), default=0)
     args = parser.parse_args(argv)
     try:
-        out = outside(output_file(args.out, "--out", overwrite=args.overwrite), args.result_dir, "--out") if args.out is not None else None
+        out = (
+            outside(output_file(args.out, "--out", overwrite=args.overwrite), args.result_dir, "--out")
+            if args.out is not None
+            else None
+        )
         labels = label_new_device(args.result_dir, load_points(args.data), k_prime=args.k_prime, seed=args.seed)
         if out is not None:
             save_npy(out, labels, overwrite=args.overwrite)

@@ -49,7 +49,6 @@ from .protocol import TASKS
 from fedcluster.kernel import DeviceData, device_task
 
 
-
 __all__ = [
     "local_kprime_means",
     "kfed_local",
@@ -213,8 +212,9 @@ def _checked_device_data(A: np.ndarray, k_prime: int, seeding: str) -> tuple[np.
     return A, k_prime
 
 
-def _steps_3_and_4(A: np.ndarray, A_hat: np.ndarray, nu: np.ndarray, V: np.ndarray, mean: np.ndarray, seeding: str,
-                   max_iter: int) -> tuple[np.ndarray, np.ndarray, float]:
+def _steps_3_and_4(
+    A: np.ndarray, A_hat: np.ndarray, nu: np.ndarray, V: np.ndarray, mean: np.ndarray, seeding: str, max_iter: int
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Steps 3-4 from the projected centers ``nu``: seeds in the original space (core sets
     and/or Voronoi-cell means), then Lloyd there until the assignment is stable; the
     cheapest. Two starts with the same first assignment follow the same Lloyd path: run once."""
@@ -290,7 +290,7 @@ def separated_clusters(merge: np.ndarray, jump: float = SEPARATION_JUMP) -> int 
     times any merge before it (:func:`ward_costs`): c clusters a device can SHOW it holds.
     None when no merge stands out that much (then it cannot tell)."""
     for groups in range(merge.shape[0], 1, -1):
-        earlier = merge[groups - 1:]  # the merges down to `groups` groups
+        earlier = merge[groups - 1 :]  # the merges down to `groups` groups
         if merge[groups - 2] >= jump * max(float(earlier.max()), 1e-300):
             return groups
     return None
@@ -385,9 +385,7 @@ def kfed_assign_new_device(local_centers: np.ndarray, global_centers: np.ndarray
     """
     local_centers = np.asarray(local_centers, dtype=np.float64)
     global_centers = np.asarray(global_centers, dtype=np.float64)
-    if local_centers.ndim != 2 or global_centers.ndim != 2 or (
-        local_centers.shape[1] != global_centers.shape[1]
-    ):
+    if local_centers.ndim != 2 or global_centers.ndim != 2 or (local_centers.shape[1] != global_centers.shape[1]):
         raise ValueError(
             f"local centers of shape {local_centers.shape} and global centers of shape "
             f"{global_centers.shape} do not match"
@@ -447,8 +445,9 @@ def score_bounds(centers: np.ndarray, counts: np.ndarray, cost: float, candidate
     return score_range(centers, counts, cost, candidates)[1]
 
 
-def score_range(centers: np.ndarray, counts: np.ndarray, cost: float,
-                candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def score_range(
+    centers: np.ndarray, counts: np.ndarray, cost: float, candidates: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The least and the most a device's points can cost under each candidate center set,
     given its ``kfed_local`` declaration (:func:`score_bounds` is the most). The least: a
     point x of cluster j is at least ‖c_j − c(x)‖ − ‖x − c_j‖ from its nearest candidate
@@ -471,8 +470,11 @@ def score_range(centers: np.ndarray, counts: np.ndarray, cost: float,
     # the moved mass moves either bound by at most 2√(MΔ) + 2√(LΔ) + Δ)
     delta = coordinate_rounding(centers, candidates)
     moved_rounding = np.array([expansion_rounding(counts, centers, c) for c in candidates])
-    slack = (np.array([deviation_rounding(float(counts.sum()), b, delta) for b in high])
-             + 2.0 * (root_cost + np.sqrt(moved)) * np.sqrt(moved_rounding) + moved_rounding)
+    slack = (
+        np.array([deviation_rounding(float(counts.sum()), b, delta) for b in high])
+        + 2.0 * (root_cost + np.sqrt(moved)) * np.sqrt(moved_rounding)
+        + moved_rounding
+    )
     return np.maximum(low - slack, 0.0), high + slack
 
 
@@ -482,14 +484,18 @@ def score_violation(costs: np.ndarray, bounds: np.ndarray, floors: np.ndarray | 
     costs = np.asarray(costs, dtype=np.float64)
     over = np.flatnonzero(costs > bounds * (1 + 1e-9) + 1e-9)
     if over.size:
-        return (f"its cost of candidate {int(over[0])} exceeds what its declared local centers, counts and cost "
-                f"allow ({float(costs[over[0]]):.6g} > {float(bounds[over[0]]):.6g})")
+        return (
+            f"its cost of candidate {int(over[0])} exceeds what its declared local centers, counts and cost "
+            f"allow ({float(costs[over[0]]):.6g} > {float(bounds[over[0]]):.6g})"
+        )
     if floors is not None:
         under = np.flatnonzero(costs < floors * (1 - 1e-9) - 1e-9)
         if under.size:
-            return (f"its cost of candidate {int(under[0])} is below what its declared local centers, counts and "
-                    f"cost allow ({float(costs[under[0]]):.6g} < {float(floors[under[0]]):.6g}): its points are not "
-                    f"where its local centers say")
+            return (
+                f"its cost of candidate {int(under[0])} is below what its declared local centers, counts and "
+                f"cost allow ({float(costs[under[0]]):.6g} < {float(floors[under[0]]):.6g}): its points are not "
+                f"where its local centers say"
+            )
     return None
 
 
@@ -511,9 +517,7 @@ def _stack_centers(device_centers: Sequence[np.ndarray]) -> tuple[np.ndarray, np
     return np.vstack([m.reshape(-1, d) for m in mats]), owner
 
 
-def _farthest_point_indices(
-    all_centers: np.ndarray, owner: np.ndarray, k: int, start_device: int
-) -> np.ndarray:
+def _farthest_point_indices(all_centers: np.ndarray, owner: np.ndarray, k: int, start_device: int) -> np.ndarray:
     rows = np.flatnonzero(owner == start_device)
     if rows.size > k:  # first k by farthest-first traversal within the device
         sub = farthest_first(all_centers[rows], np.array([0]), k)
@@ -557,8 +561,12 @@ def paper_k_prime(k: int) -> int:
 
 
 def induced_over_nearest(
-    device_centers: Sequence[np.ndarray], device_counts: Sequence[np.ndarray], device_costs: Sequence[float],
-    assignment: Sequence[np.ndarray], global_centers: np.ndarray, nearest_cost: float,
+    device_centers: Sequence[np.ndarray],
+    device_counts: Sequence[np.ndarray],
+    device_costs: Sequence[float],
+    assignment: Sequence[np.ndarray],
+    global_centers: np.ndarray,
+    nearest_cost: float,
 ) -> float:
     """The k-means cost of k-FED's induced clustering (every point takes its local center's
     global cluster) over the cost of the same global centers with every point at its
@@ -566,8 +574,11 @@ def induced_over_nearest(
     sent: Σ local cost + Σ count·||local center − its global center||². Near 1: local
     clusters sit inside global ones; well above 1: local clusters span several global
     clusters, i.e. k' was too small for how the devices' data are clustered."""
-    spread = sum(float(np.sum(np.asarray(n) * np.sum((np.asarray(c) - global_centers[np.asarray(a)]) ** 2, axis=1)))
-                 for c, n, a in zip(device_centers, device_counts, assignment) if len(c))
+    spread = sum(
+        float(np.sum(np.asarray(n) * np.sum((np.asarray(c) - global_centers[np.asarray(a)]) ** 2, axis=1)))
+        for c, n, a in zip(device_centers, device_counts, assignment)
+        if len(c)
+    )
     return (float(sum(device_costs)) + spread) / nearest_cost if nearest_cost > 0 else 1.0
 
 
@@ -676,9 +687,7 @@ def kfed_merge(
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
     if len(device_counts) != len(device_centers):
-        raise ValueError(
-            f"{len(device_centers)} center arrays but {len(device_counts)} count arrays"
-        )
+        raise ValueError(f"{len(device_centers)} center arrays but {len(device_counts)} count arrays")
     points, owner = _stack_centers(device_centers)
     counts = _checked_counts(device_counts, device_centers)
     k = int(k)
@@ -739,8 +748,14 @@ def left_out_by_node(node_of_row: np.ndarray, kept: np.ndarray) -> list[dict[str
 
 
 def _groupings(
-    points: np.ndarray, owner: np.ndarray, weights: np.ndarray, k: int, rng: np.random.Generator,
-    n_init: int, early_stop: int, lloyd_rounds: int,
+    points: np.ndarray,
+    owner: np.ndarray,
+    weights: np.ndarray,
+    k: int,
+    rng: np.random.Generator,
+    n_init: int,
+    early_stop: int,
+    lloyd_rounds: int,
 ) -> list[tuple[float, np.ndarray, np.ndarray]]:
     """Steps 2-7 from every start of :func:`kfed_merge` (the paper's farthest-point start
     from a seeded device first): the distinct groupings ``(weighted cost, centers, labels)``
