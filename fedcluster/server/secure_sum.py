@@ -106,7 +106,7 @@ class SecureAggregation(SecaggChecks):
             # a device away now is not asked (the others mask without it); a new session when those connected
             # cannot unmask a sum, or when it was opened before a resumed run went live (gone from the devices)
             present = self.present(nodes)
-            if not (session is None or session.used == session.sums or self.journal.lost(session.opened_at)
+            if not (session is None or session.used == session.sums or self.results.journal.lost(session.opened_at)
                     or session.short({session.position[n] for n in nodes if n in session.members and n in present})):
                 break
             session = self.secagg_open(nodes, phase, session.floor if session else 0)
@@ -139,7 +139,7 @@ class SecureAggregation(SecaggChecks):
             self.secagg_again(session, [node for node in nodes if node not in out], phase, "after refused shares")
             return out
         alive, in_sum = [position[r.node_id] for r in replies], [r.node_id for r in replies]
-        if self.journal.lost(session.opened_at):  # a resumed run: the devices no longer hold this session's seeds
+        if self.results.journal.lost(session.opened_at):  # a resumed run: the devices no longer hold this session's seeds
             log(WARNING, "[fedcluster] %s: the run was resumed between masking and unmasking; the sum is set up "
                 "again in a new session (the masked one was never unmasked)", phase)
             self.secagg_again(session, in_sum, phase, "after the resume")
@@ -212,8 +212,8 @@ class SecureAggregation(SecaggChecks):
         replies = self.broadcast("secagg_setup", nodes, config={**common, "participants": len(nodes), "threshold": share_t, "sums": sums},
                                  per_node=lambda node: (None, {"position": position[node]}), phase=f"{phase}-setup",
                                  sizes={"h": sums}, check=secagg.keys_problem, min_replies=t)
-        opened_at = self.journal.last  # the setup's round trip (a broadcast's last exchange)
-        if self.journal.lost(opened_at):  # the keys came in the first attempt: gone from the devices now
+        opened_at = self.results.journal.last  # the setup's round trip (a broadcast's last exchange)
+        if self.results.journal.lost(opened_at):  # the keys came in the first attempt: gone from the devices now
             return self.secagg_reopen(nodes, phase, floor)
         replies = secagg.unique_keys(replies, lambda r: (bytes(r.arrays["pk1"].tobytes()), bytes(r.arrays["pk2"].tobytes())))
         keys = {position[r.node_id]: (r.arrays["pk1"], r.arrays["pk2"]) for r in replies}
@@ -233,13 +233,13 @@ class SecureAggregation(SecaggChecks):
                                  phase=f"{phase}-share-keys", min_replies=0, sizes={"h": sums},
                                  check=lambda r: secagg.destinations_problem(r.arrays["destinations"], near[position[r.node_id]],
                                                                              position[r.node_id]))
-        if self.journal.lost(opened_at):  # the shares went round in the first attempt: gone from the devices now
+        if self.results.journal.lost(opened_at):  # the shares went round in the first attempt: gone from the devices now
             return self.secagg_reopen(nodes, phase, floor)
-        if len(replies) < t and self.away_now:  # devices away since the keys came: set up again among those connected
+        if len(replies) < t and self.members.away_now:  # devices away since the keys came: set up again among those connected
             log(WARNING, "[fedcluster] %s: %d device(s) away at the key sharing leave %d of the threshold %d: the "
-                "session is set up again", phase, len(self.away_now), len(replies), t)
+                "session is set up again", phase, len(self.members.away_now), len(replies), t)
             return None
-        self.require(f"{phase}-share-keys", len(replies), len(order), t, self.phases[-1]["failures"])
+        self.require(f"{phase}-share-keys", len(replies), len(order), t, self.results.phases[-1]["failures"])
         shared = {position[r.node_id] for r in replies}
         if len(shared) < len(nodes):
             log(WARNING, "[fedcluster] %s: %d of %d devices sit this secure-aggregation session out (no reply, keys that "

@@ -109,7 +109,7 @@ class SecaggChecks:
                            config={"session": number, "sum": index}, per_node=among_neighbours)
             replies = self.broadcast(**request, nodes=[node_of[p] for p in targets])
             for _ in range(SETUP_RETRIES):  # the same request to those away or late: they hold the shares
-                failed = {f["node"] for f in self.phases[-1]["failures"] if f["kind"] != "timeout"}
+                failed = {f["node"] for f in self.results.phases[-1]["failures"] if f["kind"] != "timeout"}
                 answered = {r.node_id for r in replies}
                 again = [node_of[p] for p in targets if node_of[p] not in answered | failed and node_of[p] in self.active_nodes]
                 if not again:

@@ -58,11 +58,11 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
             server = server - self.origin
         self.server = server
         self.init_method = feddp_kmeans.start_method(cfg.init, server is not None, self.level, self.lloyd_rounds)
-        self.dimension, problem = feddp_kmeans.public_dimension(server, cfg.dimension, cfg.clip_norm,
+        self.members.dimension, problem = feddp_kmeans.public_dimension(server, cfg.dimension, cfg.clip_norm,
                                                                 self.init_method, self.lloyd_rounds)
         if problem:
             raise FederationError(problem)
-        problem = feddp_kmeans.start_problem(self.init_method, k, self.dimension, server is not None)
+        problem = feddp_kmeans.start_problem(self.init_method, k, self.members.dimension, server is not None)
         if problem:
             raise FederationError(problem)
         if server is not None and k > server.shape[0] and self.init_method not in feddp_kmeans.DATA_FREE_STARTS:
@@ -77,13 +77,13 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         self.lloyd_update = feddp_kmeans.lloyd_mode(cfg.lloyd_update, self.level, self.init_method)
         self.radius = None
         if self.lloyd_update == "relative":  # one point moves a cluster's sum by at most r (2r: a swap under a cap)
-            self.radius = feddp_kmeans.lloyd_radius(cfg.lloyd_radius, self.clip_norm, k, self.dimension)
+            self.radius = feddp_kmeans.lloyd_radius(cfg.lloyd_radius, self.clip_norm, k, self.members.dimension)
             self.bounds["lloyd_gaussian"] = self.radius * (2 if cfg.max_device_points > 0 else 1)
         self.secure_points = feddp_kmeans.secure_points(self.level, cfg.max_device_points, cfg.client_max_points)
         if self.secure:  # one session of keys serves the histogram and every Lloyd round
             self.secagg_planned = int(self.init_method == "histogram") + self.lloyd_rounds
         if self.secure and not self.distributed:  # the server's noise covers the rounding too
-            self.bounds = feddp_kmeans.secure_bounds(self.bounds, self.secure_points, self.radius or self.clip_norm, k, self.dimension)
+            self.bounds = feddp_kmeans.secure_bounds(self.bounds, self.secure_points, self.radius or self.clip_norm, k, self.members.dimension)
         self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg.clip_outer)
         self.plan = self.privacy_plan()
         streams = fedcluster.privacy.independent_generators(self.noise_seed(), len(feddp_kmeans.STEPS) + 1)
@@ -166,7 +166,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
 
     # ------------------------------------------------------------------ FedDP-Init
     def feddp_init(self, server: np.ndarray, k: int) -> tuple[np.ndarray, dict[str, Any], dict[str, np.ndarray]]:
-        d = self.dimension
+        d = self.members.dimension
         components = min(k, d)
 
         # Step 1: the data subspace from the noisy Σ XᵢᵀXᵢ.
@@ -233,8 +233,8 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         candidates (server points, which the devices then see, and data-independent points;
         task ``feddp_candidates``; step 2's noise and sensitivity), then
         :func:`fedcluster.algorithms.feddp_kmeans.model.histogram_start`."""
-        half_width = self.clip_norm / math.sqrt(self.dimension)
-        candidates = feddp_kmeans.histogram_candidates(k, self.dimension, half_width, self.rng, self.server)
+        half_width = self.clip_norm / math.sqrt(self.members.dimension)
+        candidates = feddp_kmeans.histogram_candidates(k, self.members.dimension, half_width, self.rng, self.server)
         request = {"candidates": candidates} if self.origin is None else {"candidates": candidates, "origin": self.origin}
         self.devices_release("feddp_candidates", "step2")
         total, devices = self.summed("feddp_candidates", self.participants(), request, self.client_config(laplace="step2"),
@@ -263,8 +263,8 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         # the server data's radius; without server data, the cube inscribed in the ball of
         # radius Δ that holds every point a device uses (its corners on the sphere: the cube
         # [−Δ, Δ]^d would put nearly every center outside the ball in high d)
-        radius = feddp_kmeans.data_radius(server) if server is not None else self.clip_norm / math.sqrt(self.dimension)
-        centers, a = feddp_kmeans.sphere_packing(k, self.dimension, radius, self.rng)
+        radius = feddp_kmeans.data_radius(server) if server is not None else self.clip_norm / math.sqrt(self.members.dimension)
+        centers, a = feddp_kmeans.sphere_packing(k, self.members.dimension, radius, self.rng)
         return centers, {"method": method, "cube_half_width": radius, "radius_a": a}
 
     # ------------------------------------------------------------------ FedDP-Lloyds

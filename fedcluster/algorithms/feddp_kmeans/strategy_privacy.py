@@ -45,9 +45,9 @@ class FedDPPrivacy:
         weights = feddp_kmeans.step_weights(self.init_method, self.lloyd_rounds, list(shares), cfg.lloyd_fraction)
         if self.distributed:
             self.budget_mode = "no noise (epsilon = inf)" if math.isinf(cfg.epsilon) else "target-total"
-            weights = weights if cfg.budget_split else feddp_kmeans.device_noise_weights(weights, self.dimension)
+            weights = weights if cfg.budget_split else feddp_kmeans.device_noise_weights(weights, self.members.dimension)
             return feddp_kmeans.device_noise_plan(weights, self.bounds, self.lloyd_rounds, self.secure_points,
-                                                  self.radius or self.clip_norm, cfg.k, self.dimension, cfg.epsilon, cfg.delta)
+                                                  self.radius or self.clip_norm, cfg.k, self.members.dimension, cfg.epsilon, cfg.delta)
         q = cfg.client_sampling_rate
         sampling = q if self.level == "client" and q < 1 else None
         specs = feddp_kmeans.step_specs(weights, self.bounds, self.lloyd_rounds, sampling)
@@ -90,7 +90,7 @@ class FedDPPrivacy:
         released = mechanism.add(value)
         if not self.distributed:
             step = self.plan[name]
-            self.folder.releases.release(name, {
+            self.results.folder.releases.release(name, {
                 "mechanism": mechanism.name, "scale": mechanism.scale, "sensitivity": mechanism.sensitivity,
                 "sampling_rate": step.sampling_rate, "delta": self.config.delta if step.mechanism != "laplace" else None,
             }, released)
@@ -114,12 +114,12 @@ class FedDPPrivacy:
         enters it again ("again": spent twice, the devices' noise drawn afresh; the first
         attempt may have received the shares, and the server cannot tell whether it did)."""
         names, self.unmask_releases = self.unmask_releases, ()
-        replayed = self.journal.ahead(fedcluster.protocol.task("secagg_unmask").message_type)
+        replayed = self.results.journal.ahead(fedcluster.protocol.task("secagg_unmask").message_type)
         for name in names:
-            if replayed and self.folder.releases.matches_replay(name):
+            if replayed and self.results.folder.releases.matches_replay(name):
                 continue
             release = self.plan[name].release
-            self.folder.releases.release(name, {"mechanism": "skellam", **dataclasses.asdict(release), "compositions": 1}, None)
+            self.results.folder.releases.release(name, {"mechanism": "skellam", **dataclasses.asdict(release), "compositions": 1}, None)
 
     def new_ledger(self):
         if self.distributed:
@@ -193,7 +193,7 @@ class FedDPPrivacy:
             "not_covered": self.not_covered(),
             "secure_aggregation": self.secagg_record() if self.secure else None,
         })
-        extra = self.folder.releases.extra() if self.folder is not None else []
+        extra = self.results.folder.releases.extra() if self.results.folder is not None else []
         if extra:  # releases from this folder the run's own ledger does not count: they are spent all the same
             with_them = epsilon_with(self.ledger, extra, delta)
             report["releases_beyond_this_run"] = {
@@ -212,7 +212,7 @@ class FedDPPrivacy:
         return feddp_kmeans.usable_points(reply.num_examples, self.level, self.config.max_device_points)
 
     def check_outer(self, reply: Reply) -> str | None:
-        return feddp_kmeans.outer_violation(reply.arrays["outer"], self.dimension, self.usable(reply), self.level,
+        return feddp_kmeans.outer_violation(reply.arrays["outer"], self.members.dimension, self.usable(reply), self.level,
                                    self.clip_norm, self.bounds["step1"])
 
     def check_histogram(self, reply: Reply) -> str | None:

@@ -62,12 +62,12 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             if not bounds and self.config.init_coarse and coarse_k < k:
                 requests.append(self.local_summary_request(coarse_k, phase="init-coarse-summaries", stream=COARSE_STREAM))
             summaries, groups = self.survey(*requests)
-            local = summary_points(groups[0], self.dimension)
-            coarse = summary_points(groups[1], self.dimension) if len(groups) > 1 else None
+            local = summary_points(groups[0], self.members.dimension)
+            coarse = summary_points(groups[1], self.members.dimension) if len(groups) > 1 else None
         else:
             summaries = self.discover_dimension()
         total = sum(r.num_examples for r in summaries)
-        self.cost_tie = cost_tie([self.declared.get(r.node_id) for r in summaries])  # rounding: the same cost
+        self.cost_tie = cost_tie([self.members.declared.get(r.node_id) for r in summaries])  # rounding: the same cost
         low, high = bounding_box([r.arrays["min"] for r in summaries], [r.arrays["max"] for r in summaries])
         if bounds:
             return self.choose_k(bounds, total, low, high, local)
@@ -75,12 +75,12 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             raise FederationError(f"k={k} is larger than the {total} points held by the federation")
         starts, init_record = self.initialize(k, low, high, local, coarse)
         last = self.train(starts, self.config.num_rounds)
-        first = len(self.phases)
+        first = len(self.results.phases)
         total_cost, num_points, replies = self.final_evaluation(last)
-        if self.rounds and self.rounds[-1].get("cost") is None:
-            self.rounds[-1]["cost"] = total_cost / num_points
-        final_round = self.rounds[-1]["round"] if self.rounds else 0
-        caught = sorted({f["node"] for p in self.phases[first:] for f in p["failures"] if f["kind"] == "inconsistent"})
+        if self.results.rounds and self.results.rounds[-1].get("cost") is None:
+            self.results.rounds[-1]["cost"] = total_cost / num_points
+        final_round = self.results.rounds[-1]["round"] if self.results.rounds else 0
+        caught = sorted({f["node"] for p in self.results.phases[first:] for f in p["failures"] if f["kind"] == "inconsistent"})
         if caught:
             total_cost, num_points = self.recover(last, replies, caught)
         self.consider_best(total_cost / num_points, final_round, last, num_points)
@@ -120,7 +120,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
 
         def check(reply: Reply) -> str | None:
             a = reply.arrays
-            declared = self.declared.get(reply.node_id)
+            declared = self.members.declared.get(reply.node_id)
             for s in range(incoming.shape[0]):
                 reason = train_cost_mismatch(incoming[s], a["centers"][s], a["counts"][s], a["scatter"][s], float(a["cost"][s]), beta)
                 means = implied_means(incoming[s], a["centers"][s], beta)
@@ -183,8 +183,8 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             final = everyone and cfg.batch_size == 0 and all(r["exact"] for r in reports)
             keep = keep_sets([r["cost"] for r in reports], [final and c.stalled for c in live], finished)
             leader = min(keep, key=lambda i: reports[i]["cost"])
-            if t > 1 and self.rounds[-1].get("cost") is None and reports[leader]["exact"]:
-                self.rounds[-1]["cost"] = reports[leader]["cost"]
+            if t > 1 and self.results.rounds[-1].get("cost") is None and reports[leader]["exact"]:
+                self.results.rounds[-1]["cost"] = reports[leader]["cost"]
             record = self.end_round(cost=None, sampled_nodes=len(nodes), **live[leader].record(reports[leader]),
                                     **({"sets": [c.record(r) for c, r in zip(live, reports)]} if len(live) > 1 else {}))
             for i in set(range(len(live))) - set(keep):  # a set that stops needs no memory of the devices
@@ -230,13 +230,13 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         joining = self.newcomers()
         if joining:
             requests["join"] = self.join_request(joining)
-        first = len(self.phases)
+        first = len(self.results.phases)
         got = dict(zip(requests, self.broadcast_together(*requests.values())))
         if joining:
             self.admit_newcomers(got["join"])
         got["train"] = self.refill(dict(train, min_replies=None), got["train"], first)
         measure, out = got.get("measure", []), {}
-        dropped = {f["node"] for p in self.phases[first:] if p["phase"] == "train" for f in p["failures"]
+        dropped = {f["node"] for p in self.results.phases[first:] if p["phase"] == "train" for f in p["failures"]
                    if f["kind"] == "invalid"}  # its old statistics too
         for position, center_set in enumerate(live):
             center_set.forget(dropped)

@@ -35,7 +35,7 @@ class FedKMeansMeasure:
         sampled_cost = float(sum(float(r.arrays["cost"][0]) for r in replies))
         sampled_points = int(sum_metric(replies))
         cost, points = sampled_cost + measured[0], sampled_points + measured[1]
-        active = self.active_points()
+        active = self.members.active_points()
         exact = measuring and points > 0 and points >= active
         report = {"cost": cost / max(points, 1), "points": points, "exact": exact,
                   "sampled_cost": sampled_cost / max(sampled_points, 1)}
@@ -132,7 +132,7 @@ class FedKMeansMeasure:
         honest device's nearest-center cost of fixed points never exceeds what any other
         partition of them costs. A contradiction proves a liar, which leaves the run."""
         def check(reply: Reply) -> str | None:
-            declared = self.declared.get(reply.node_id)
+            declared = self.members.declared.get(reply.node_id)
             earlier = self.stated_partitions.get(reply.node_id, [])
             whole = whole_partition(declared)
             if scores:

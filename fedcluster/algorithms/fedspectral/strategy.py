@@ -133,7 +133,7 @@ class FedSpectralPlus(SecureAggregation, GraphStrategy):
             "[fedcluster] fedspectral-plus (%s): %d communication rounds, last subspace change %.3g",
             cfg.mode,
             final["communication_rounds"],
-            self.rounds[-1].get("subspace_change") or 0.0,
+            self.results.rounds[-1].get("subspace_change") or 0.0,
         )
         outcome: dict[str, Any] = {"arrays": {"labels": labels, "embedding": embedding}, "final": final}
         reference = self.reference(embedding, labels, len(nodes))
@@ -163,7 +163,7 @@ class FedSpectralPlus(SecureAggregation, GraphStrategy):
             replies = self.all_clients("power_step", nodes, arrays=request, config=config, sizes=sizes, phase=phase,
                                        check=product_check(X, weight, first))
             return sum_arrays(replies, "Q"), len(replies)
-        asked = [node for node in nodes if node not in self.excluded]
+        asked = [node for node in nodes if node not in self.members.excluded]
         total, summed = self.summed("power_step", asked, request, config, sizes, None, phase,
                                     {"Q": product_range(X, weight, first)})
         for node in sorted(set(asked) - set(summed)):
@@ -186,7 +186,7 @@ class FedSpectralPlus(SecureAggregation, GraphStrategy):
             change = subspace_distance(new, Q)
             Q = new
             self.end_round(subspace_change=change, block_columns=k)
-        return Q, {"mode": "paper", "iters": iters, "block": k, "communication_rounds": len(self.rounds)}
+        return Q, {"mode": "paper", "iters": iters, "block": k, "communication_rounds": len(self.results.rounds)}
 
     # ------------------------------------------------------------------ exact mode
     def block_size(self, n: int, k: int) -> int:
@@ -250,7 +250,7 @@ class FedSpectralPlus(SecureAggregation, GraphStrategy):
             "acceleration": solver.acceleration,
             "block": solver.block,
             "max_basis": solver.max_basis,
-            "communication_rounds": len(self.rounds),
+            "communication_rounds": len(self.results.rounds),
             "stopped": stopped,
             "ritz_values": values,
             "ritz_residuals": residuals,

@@ -66,7 +66,7 @@ def collect_device_centers(strategy: FederatedStrategy, phase: str = "kfed-local
     replies = strategy.broadcast(**request, nodes=strategy.active_nodes)
     if not replies:
         raise FederationError(f"phase {phase!r}: no device returned local centers (every one away)")
-    if strategy.dimension is None:
+    if strategy.members.dimension is None:
         replies = strategy.vote_dimension(replies, lambda reply: reply.arrays["centers"].shape[1])
     replies = strategy.ask_again(request, replies)  # devices away, late or newly connected: one shot each
     if costs is not None:
@@ -158,7 +158,7 @@ class KFed(FederatedStrategy):
                     return Inconsistent(reason) if reason else None
 
                 candidate_costs, points = self.score_merges(stacked, within_declaration)
-                staying = [i for i, node in enumerate(nodes) if node not in self.excluded]
+                staying = [i for i, node in enumerate(nodes) if node not in self.members.excluded]
                 if len(staying) == len(nodes):
                     break
                 log(INFO, "[fedcluster] k-FED: merging again without the local centers of %d device(s) whose "
