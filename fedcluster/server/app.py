@@ -11,6 +11,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from .algorithms import strategy_for, validated_config
+from .startup import check_data_coverage
 from fedcluster.central import central_reference
 
 app = ServerApp()
@@ -34,7 +35,7 @@ def run_algorithm(grid: Grid, run_config: dict[str, Any], journal: bool = True) 
 
 def _run(strategy: Any, config: Any) -> dict[str, Any]:
     strategy.wait_for_nodes()
-    strategy.members.check_data_coverage()
+    check_data_coverage(strategy.members)
     outcome = strategy.run()
     if config["write-labels"] and outcome.get("centers") is not None:
         outcome["labels_written"] = strategy.write_device_labels(outcome["centers"])

@@ -38,6 +38,7 @@ from fedcluster.points import majority_value
 from .membership import Membership
 from .messages import FederationError, Reply, sum_arrays, sum_metric  # noqa: F401 (the strategies' imports)
 from .results import Results
+from .startup import wait_for_nodes
 from .transport import Transport
 
 
@@ -133,7 +134,7 @@ class FederatedStrategy:
         return self.results.server_random(purpose)
 
     def wait_for_nodes(self) -> list[int]:
-        return self.members.wait_for_nodes(self.name)
+        return wait_for_nodes(self.members, self.name)
 
     # ------------------------------------------------------------------ shared phases
     def score_candidates(self, candidates: np.ndarray, phase: str, check: Callable | None = None) -> tuple[np.ndarray, int]:

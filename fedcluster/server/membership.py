@@ -6,9 +6,7 @@ the run's :class:`fedcluster.server.results.Results`."""
 from __future__ import annotations
 
 import math
-import time
 from logging import INFO, WARNING
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -18,10 +16,9 @@ from flwr.serverapp import Grid
 import fedcluster.bounds as bounds
 import fedcluster.protocol as protocol
 from fedcluster.config import RunConfig
-from fedcluster.data import list_client_files
 from fedcluster.scaling import Scaling
 
-from .messages import FederationError, Reply
+from .messages import Reply
 from .results import Results
 from .resume import match_nodes
 
@@ -60,64 +57,6 @@ class Membership:
         return {"connected": len(self.nodes), "active": len(self.active_nodes),
                 "excluded": {str(k): v for k, v in self.excluded.items()}, "exclusions": self.exclusions,
                 "joined": self.joined, "away_at_end": self.away_now}
-
-    def wait_for_nodes(self, name: str) -> list[int]:
-        """Wait until ``min-nodes`` nodes are connected (or, when 0, until the count has
-        been stable for ``node-settle-s`` seconds), at most ``node-wait-s`` seconds."""
-        journal = self.results.journal
-        if journal.replaying:  # a resumed run: the nodes its first attempt started with
-            self.nodes = journal.node_ids(lambda: ())
-            log(INFO, "[fedcluster] resuming %s: %d node(s) at the start, replayed", name, len(self.nodes))
-            return self.nodes
-        expected = self.config.min_nodes
-        deadline = time.monotonic() + self.config.node_wait_s
-        settle = self.config.node_settle_s
-        last_count, stable_since = -1, time.monotonic()
-        while True:
-            ids = sorted(int(i) for i in self.grid.get_node_ids())
-            now = time.monotonic()
-            if len(ids) != last_count:
-                last_count, stable_since = len(ids), now
-                if ids:
-                    log(INFO, "[fedcluster] %d node(s) connected", len(ids))
-            if expected > 0 and len(ids) >= expected:
-                break
-            if expected <= 0 and ids and now - stable_since >= settle:
-                break
-            if now > deadline:
-                if expected > 0:
-                    raise FederationError(
-                        f"only {len(ids)} of the {expected} expected nodes (run-config "
-                        f"min-nodes) connected within node-wait-s={self.config['node-wait-s']} s"
-                    )
-                if not ids:
-                    raise FederationError(
-                        f"no node connected within node-wait-s={self.config['node-wait-s']} s"
-                    )
-                break
-            time.sleep(0.2 if expected > 0 else min(0.2, settle / 4 + 1e-3))
-        self.nodes = journal.node_ids(lambda: ids)
-        log(INFO, "[fedcluster] starting %s with %d node(s)", name, len(ids))
-        return ids
-
-    def check_data_coverage(self) -> None:
-        """With one data file per client (``npy-dir``, ``edge-dir``) and fewer nodes than
-        files, say which files are left out; for a graph, where every client's edges are
-        needed, refuse. (Only when the server can see ``data-dir``: a simulation.)"""
-        dataset, directory = self.config.dataset, self.config.data_dir
-        if dataset not in ("npy-dir", "edge-dir") or not directory or not Path(directory).is_dir():
-            return
-        files = list_client_files(directory, "*.npy" if dataset == "npy-dir" else "*.txt")
-        if len(self.nodes) >= len(files):
-            return
-        unused = [f.name for f in files[len(self.nodes):]]
-        text = (
-            f"{len(files)} data files in {directory} but only {len(self.nodes)} nodes: "
-            f"{', '.join(unused[:5])}{' …' if len(unused) > 5 else ''} will not be used"
-        )
-        if dataset == "edge-dir":
-            raise FederationError(f"{text}; a graph needs every client's edges: start one node per file")
-        self.results.warn(text)
 
     @property
     def nodes(self) -> list[int]:

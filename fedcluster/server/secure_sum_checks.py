@@ -105,16 +105,15 @@ class SecaggChecks:
         # each survivor's own seed, checked, and its dropped neighbours' mask-key shares
         answered = self.unmask(session, index, alive, dropped, [], f"{phase}-unmask", shares)
         seeds, liars = self.own_seeds(session, index, answered)
-        rest, grown = [p for p in alive if p not in liars], False
-        if liars and not session.short(rest, dropped + list(liars)) and secagg.connected(rest, session.graph):
+        grown = self.can_leave_out(session, alive, dropped, liars)
+        if grown:
             total = secagg.without(total, [vectors[p] for p in liars])  # their vectors out: as if dropped before masking
-            alive, dropped, grown = rest, sorted(dropped + list(liars)), True
+            alive, dropped = [p for p in alive if p not in liars], sorted(dropped + list(liars))
         missing = [p for p in alive if p not in seeds]  # no answer, or a liar that cannot be taken out: rebuild its seed
         if missing or grown:
             self.unmask(session, index, [p for p in answered if p not in liars], dropped, missing, f"{phase}-recover", shares)
         secrets, short, spoilt = self.rebuild(session, index, shares, missing, dropped, liars)
-        for p, reason in sorted(liars.items()):
-            self.liar(session, node_of[p], reason)
+        self.name_liars(session, liars)
         if short:  # the sum stays masked and the run stops; never set up again (docs/security.md)
             raise FederationError(f"phase {phase!r}: secure aggregation: fewer than {t} shares to unmask positions {short} "
                                   "(too few of their neighbours answered the unmasking)")
@@ -125,12 +124,18 @@ class SecaggChecks:
                             "unmasking and the other devices' shares cannot make up for it (named and excluded)")
             log(WARNING, "[fedcluster] %s: %s; this update is skipped", phase, self.failure)
             return None, in_sum
-        seeds.update({p: s for (kind, p), s in secrets.items() if kind == "b"})
-        sk1 = {p: s for (kind, p), s in secrets.items() if kind == "sk"}
-        total = secagg.unmasked_sum(total, ranges, secagg.stream_name(session.number, index),
-                                    {p: session.pk1[p][index - 1] for p in alive}, {p: seeds[p] for p in alive}, sk1,
-                                    levels, session.graph)
-        return total, in_sum
+        return opened(session, index, total, alive, seeds, secrets, ranges, levels), in_sum
+
+    @staticmethod
+    def can_leave_out(session: "Session", alive: list[int], dropped: list[int], liars: dict[int, str]) -> bool:
+        """Whether the devices whose seed lied can be taken out of the sum as if dropped
+        before masking: the rest still unmask, on a graph still connected."""
+        rest = [p for p in alive if p not in liars]
+        return bool(liars) and not session.short(rest, dropped + list(liars)) and secagg.connected(rest, session.graph)
+
+    def name_liars(self, session: "Session", liars: dict[int, str]) -> None:
+        for p, reason in sorted(liars.items()):
+            self.liar(session, session.node_of[p], reason)
 
     def unmask(self, session: "Session", index: int, targets: list[int], gone: list[int], recover: list[int],
                phase: str, shares: dict[tuple[str, int], dict[int, bytes]]) -> dict[int, Reply]:
@@ -214,3 +219,14 @@ class SecaggChecks:
         """What result.json says of the devices the checks caught."""
         return {"left_out_over_refused_shares": list(self.refused), "excluded_liars": sorted(set(self.liars)),
                 "incomplete": list(self.incomplete)}
+
+
+def opened(session: "Session", index: int, total: Any, alive: list[int], seeds: dict[int, bytes],
+           secrets: dict[tuple[str, int], bytes], ranges: dict[str, float], levels: dict[str, float]) -> dict[str, np.ndarray]:
+    """The float sum of sum ``index`` over ``alive``: the masked ``total`` with every mask
+    taken off (the survivors' seeds, those rebuilt, and the dropped devices' mask keys)."""
+    seeds = {**seeds, **{p: s for (kind, p), s in secrets.items() if kind == "b"}}
+    sk1 = {p: s for (kind, p), s in secrets.items() if kind == "sk"}
+    return secagg.unmasked_sum(total, ranges, secagg.stream_name(session.number, index),
+                               {p: session.pk1[p][index - 1] for p in alive}, {p: seeds[p] for p in alive}, sk1,
+                               levels, session.graph)

@@ -18,15 +18,14 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-import fedcluster.bounds as bounds
 
 import fedcluster.protocol as protocol
 from fedcluster.config import RunConfig
-from fedcluster.wire import array_numpy
 
-from .messages import FederationError, Incoming, Inconsistent, Reply, ReplySpec, bundle_message, dimension_hint, incoming, kept_of, layout_problem, part_key, payload_bytes, to_array_record
+from .messages import FederationError, Incoming, Inconsistent, Reply, ReplySpec, bundle_message, incoming, kept_of, part_key, payload_bytes, to_array_record
 from .membership import Membership
 from .results import Results
+from .reply_check import validate
 from .resume import match_nodes
 
 
@@ -218,7 +217,7 @@ class Transport:
             failures.append({"node": node, "kind": reply.kind, "reason": reply.error})
             return None, reply.up
         try:
-            reason, valid = self._validate(node, reply, spec)
+            reason, valid = validate(self.members, self._unread, node, reply, spec)
         except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
             reason, valid = f"unreadable reply: {type(exc).__name__}: {exc}", None
         if reason:
@@ -268,56 +267,3 @@ class Transport:
     def required_replies(self, sent: int) -> int:
         fraction = self.config.min_reply_fraction
         return min(sent, max(self.config.min_replies, int(math.ceil(fraction * sent))))
-
-    def _validate(self, node: int, reply: Incoming, spec: ReplySpec) -> tuple[str | None, Reply | None]:
-        """Why ``reply`` of ``node`` is refused (None: valid) and the valid :class:`Reply`:
-        its layout before any data is decoded, the protocol table, the node's own
-        declarations, then the caller's check. A valid reply's declaration is kept."""
-        if reply.arrays is None:
-            return f"reply has no {protocol.ARRAYS!r} record", None
-        sizes = spec.sizes_of(node)
-        reason = layout_problem(reply, spec, sizes)  # before any of its data is decoded
-        if reason:
-            self._unread[reply.key] = reason
-            return reason, None
-        arrays = {key: array_numpy(value) for key, value in reply.arrays.items()}  # sizes checked: decoded
-        metrics = reply.metrics or {}
-        reason = self._table_problem(arrays, metrics, sizes, spec)
-        if reason:
-            return reason, None
-        self.members.note_partition(node, metrics)  # a partition the checks refused is not the node's
-        declared = self.members.declared.get(node)
-        first = bounds.declaration(spec.task, arrays, metrics)
-        binding = declared or first  # a first reply must at least agree with itself
-        if binding is not None:
-            reason = bounds.violation(spec.task, arrays, metrics, spec.request, binding, spec.config)
-            if reason:
-                return reason, None
-        valid = Reply(node, arrays, metrics)
-        reason = spec.check(valid) if spec.check is not None else None
-        if reason:
-            return reason, None
-        self._keep_declaration(node, declared, first)
-        return None, valid
-
-    def _table_problem(self, arrays: dict[str, np.ndarray], metrics: dict[str, Any], sizes: dict[str, int],
-                       spec: ReplySpec) -> str | None:
-        """Why the decoded reply breaks the protocol table or the federation's dimension."""
-        dimension = self.members.dimension
-        if protocol.DIM in metrics and dimension is not None and metrics[protocol.DIM] != dimension:
-            return f"the node's data has dimension {metrics[protocol.DIM]}, the federation's is {dimension}"
-        reason = spec.task.check_reply(arrays, metrics, sizes, spec.config) or bounds.box_violation(spec.task, arrays)
-        return dimension_hint(reason, spec) if reason else None
-
-    def _keep_declaration(self, node: int, declared: bounds.Declared | None, first: bounds.Declared | None) -> None:
-        """A valid reply's declaration: the node's first one fixes it; a later one with a box
-        gives a node that declared none its box (in the run's units: ``standardize``)."""
-        members = self.members
-        if declared is None and first is not None:
-            if members.scaling is not None:  # a box declared in the data's own units (a newcomer's summary)
-                members.scale_box(first)
-            members.declared[node] = first
-        elif declared is not None and declared.low is None and first is not None and first.low is not None:
-            declared.low, declared.high = first.low, first.high
-            if members.scaling is not None:
-                members.scale_box(declared)

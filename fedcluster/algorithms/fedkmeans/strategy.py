@@ -35,7 +35,7 @@ from fedcluster.algorithms.fedkmeans.model import (
 from fedcluster.config import k_range
 from fedcluster.robust import aggregate_centers
 
-from fedcluster.server.base import FederatedStrategy, FederationError, Reply, sum_arrays
+from fedcluster.server.base import FederatedStrategy, FederationError, Reply
 from fedcluster.server.messages import Inconsistent, one_set
 from fedcluster.algorithms.fedkmeans.strategy_measure import FedKMeansMeasure
 from fedcluster.algorithms.fedkmeans.strategy_start import COARSE_STREAM, FedKMeansStart, summary_points
