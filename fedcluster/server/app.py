@@ -50,7 +50,7 @@ def _run(strategy: Any, config: Any) -> dict[str, Any]:
             reference = None
         if reference is not None:
             outcome["reference"] = reference
-    result = strategy.results.write_result(outcome, strategy.members)
+    result = strategy.results.write_result(outcome, strategy.members.record(), strategy.members.scaling)
     print_summary(result)
     return result
 

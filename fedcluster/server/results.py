@@ -10,18 +10,16 @@ import math
 import time
 from logging import INFO, WARNING
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from flwr.common.logger import log
 
 from fedcluster.config import RunConfig
+from fedcluster.scaling import Scaling
 
 from .journal import Journal
 from .run_folder import RunFolder
-
-if TYPE_CHECKING:
-    from .membership import Membership
 
 
 # Result arrays that are points of the data space (written back in the original units by a
@@ -143,10 +141,10 @@ class Results:
                 self.folder.forget()
             self.folder.close()
 
-    def write_result(self, outcome: dict[str, Any], members: Membership) -> dict[str, Any]:
-        """``result.json`` and the arrays beside it (``members``: the nodes and the scaling)."""
+    def write_result(self, outcome: dict[str, Any], nodes: dict[str, Any], scaling: Scaling | None) -> dict[str, Any]:
+        """``result.json`` and the arrays beside it (``nodes``: what it says of the nodes,
+        :meth:`Membership.record`; ``scaling``: standardize's, the points written back)."""
         out = self.output_dir()
-        scaling = members.scaling
         arrays = outcome.pop("arrays", {})
         centers = outcome.pop("centers", None)
         if centers is not None:
@@ -160,7 +158,7 @@ class Results:
         result = {
             "algorithm": self.config.algorithm,
             "config": dict(self.config),
-            "nodes": members.record(),
+            "nodes": nodes,
             "rounds": self.rounds,
             "phases": self.phases,
             "warnings": self.warnings,
