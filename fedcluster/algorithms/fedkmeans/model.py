@@ -24,14 +24,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from fedcluster.algorithms.kfed import model as kfed
 from fedcluster.bounds import RELATIVE_SLACK, coordinate_rounding, deviation_rounding, expansion_rounding, scatter_rounding
 from fedcluster.task import named
 from .protocol import TASKS
 from fedcluster.kernel import DeviceData, device_task
-from fedcluster.keys import ConfigError
 from fedcluster.lloyd import (assign, kmeans, kmeans_cost, kmeans_plus_plus, lloyd, lloyd_statistics, pooled_scatter,
-                              rows_per_chunk, squared_distances)
+                              squared_distances)
 from fedcluster.points import center_shift
 from fedcluster.robust import aggregate_centers
 from fedcluster.shared_kernels import matching_dimension
