@@ -11,6 +11,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from .algorithms import strategy_for, validated_config
+from .startup import check_data_coverage
 from fedcluster.central import central_reference
 
 app = ServerApp()
@@ -21,7 +22,7 @@ def run_algorithm(grid: Grid, run_config: dict[str, Any], journal: bool = True) 
     ``journal=False``: keep no journal (a run nobody will resume: an estimator's)."""
     config = validated_config(run_config)
     strategy = strategy_for(config["algorithm"])(grid, config)
-    strategy.prepare_output(journal)  # a bad results folder stops the run before any node is waited for
+    strategy.results.prepare_output(journal)  # a bad results folder stops the run before any node is waited for
     failed = False
     try:
         return _run(strategy, config)
@@ -29,27 +30,27 @@ def run_algorithm(grid: Grid, run_config: dict[str, Any], journal: bool = True) 
         failed = True
         raise
     finally:
-        strategy.close_output(failed)
+        strategy.results.close_output(failed)
 
 
 def _run(strategy: Any, config: Any) -> dict[str, Any]:
     strategy.wait_for_nodes()
-    strategy.check_data_coverage()
+    check_data_coverage(strategy.members)
     outcome = strategy.run()
     if config["write-labels"] and outcome.get("centers") is not None:
         outcome["labels_written"] = strategy.write_device_labels(outcome["centers"])
     if config["reference"]:
         try:
             reference = central_reference(
-                config, len(strategy.nodes), outcome.get("centers"), outcome.get("final", {}).get("num_points"),
-                strategy.scaling,
+                config, len(strategy.members.nodes), outcome.get("centers"), outcome.get("final", {}).get("num_points"),
+                strategy.members.scaling,
             )
         except Exception as exc:  # the reference is a report, never a reason to lose a run
             log(WARNING, "[fedcluster] no central reference: %s: %s", type(exc).__name__, exc)
             reference = None
         if reference is not None:
             outcome["reference"] = reference
-    result = strategy.write_result(outcome)
+    result = strategy.results.write_result(outcome, strategy.members.record(), strategy.members.scaling)
     print_summary(result)
     return result
 

@@ -3,14 +3,20 @@
 algorithm subclasses it, implements :meth:`FederatedStrategy.run` and reads top to bottom
 like its paper: phase after phase of :meth:`broadcast` and calls into ``fedcluster``.
 
-The bookkeeping lives beside it, one job per module:
+The bookkeeping is three parts the strategy holds, each with its own state, each given
+the parts it needs when it is built:
 
-- :mod:`fedcluster.server.transport` — a task to many nodes in one round trip, every reply
-  checked (the protocol table, the device's declarations, the caller's check);
-- :mod:`fedcluster.server.membership` — the nodes of a run: waiting, newcomers, exclusions,
-  sampling, per-node seeds;
-- :mod:`fedcluster.server.results` — round records, the output folder and ``result.json``;
-- :mod:`fedcluster.server.messages` — replies, bundles and the sums every algorithm takes.
+- ``results`` (:mod:`fedcluster.server.results`) — round and phase records, warnings, the
+  output folder and its journal, ``result.json``;
+- ``members`` (:mod:`fedcluster.server.membership`, given ``results``) — the nodes of a run:
+  waiting, newcomers, exclusions, what each declared, sampling, per-node seeds;
+- ``transport`` (:mod:`fedcluster.server.transport`, given ``members`` and ``results``) — a
+  task to many nodes in one round trip, every reply checked (the protocol table, the
+  device's declarations, the caller's check).
+
+The strategy keeps thin methods that hand on to them (:meth:`broadcast`,
+:meth:`begin_round`, :meth:`exclude`, ...), so that an algorithm reads as its phases.
+Replies, bundles and the sums every algorithm takes: :mod:`fedcluster.server.messages`.
 
 Here: the phases several algorithms repeat (the data summary with the dimension vote and
 ``standardize``, scoring candidate center sets, federated evaluation, device labels).
@@ -18,26 +24,21 @@ Here: the phases several algorithms repeat (the data summary with the dimension 
 
 from __future__ import annotations
 
-import time
-from logging import INFO, WARNING
+from logging import INFO
 from typing import Any, Callable
 
 import numpy as np
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-import fedcluster.bounds as bounds
-
 import fedcluster.protocol as protocol
 from fedcluster.config import RunConfig
 from fedcluster.points import majority_value
-from fedcluster.scaling import Scaling
 
-from .journal import Journal
 from .membership import Membership
 from .messages import FederationError, Reply, sum_arrays, sum_metric  # noqa: F401 (the strategies' imports)
 from .results import Results
-from .run_folder import RunFolder
+from .startup import wait_for_nodes
 from .transport import Transport
 
 
@@ -47,7 +48,7 @@ from .transport import Transport
 SETUP_RETRIES = 3
 
 
-class FederatedStrategy(Membership, Transport, Results):
+class FederatedStrategy:
     """Base of every fedcluster strategy. Subclasses implement :meth:`run`.
 
     Parameters
@@ -66,49 +67,74 @@ class FederatedStrategy(Membership, Transport, Results):
     # asleep) is not sent to and not held against: it may come back. Off for graphs, whose
     # every client's edges are needed: there a missing client fails the phase, as before.
     skips_away = True
+    private = False  # a private run refuses to start while the same job stands unfinished beside it
 
     def __init__(self, grid: Grid, config: RunConfig) -> None:
         self.grid = grid
         self.config = config
         self.rng = np.random.default_rng(config.seed)
-        self.excluded: dict[int, str] = {}
-        self.nodes: list[int] = []
-        self.exclusions: list[dict[str, Any]] = []  # who left, why, in which phase and round
-        self.joined: list[dict[str, Any]] = []  # nodes admitted after the start (admit_newcomers)
-        self.away_now: list[int] = []  # nodes of the run not connected in the latest round trip
-        self._connected_at: tuple[int, set[int]] | None = None  # (round trips so far, nodes connected then)
-        self._missed: dict[int, int] = {}  # consecutive phases without any reply, per node
-        self._order_stale = False  # a partition noted since nodes were last put in order
-        self.declared: dict[int, bounds.Declared] = {}  # what each node's first reply fixed
-        self.partitions: dict[int, int | None] = {}  # what each node's first reply stated (membership.order_key)
-        self._phase: str | None = None
-        self.round_trips = 0  # push-and-pull exchanges with the nodes (one per broadcast_together)
-        self.dimension: int | None = None
-        self.rounds: list[dict[str, Any]] = []
-        self.phases: list[dict[str, Any]] = []
-        self.warnings: list[str] = []  # said in the log and kept in result.json
-        self.bytes_up = 0
-        self.bytes_down = 0
-        self._current_round: dict[str, Any] | None = None
-        self.scaling: Scaling | None = None  # standardize: set by the data summary (survey)
-        self.folder: RunFolder | None = None  # the run's folder (prepare_output)
-        self.journal = Journal(None)  # its exchanges with the nodes (none until prepare_output)
-        self.resumes: list[dict[str, Any]] = []  # where a resumed run went live again (fedcluster.server.resume)
-        self._started = time.perf_counter()
+        self.results = Results(config, private=self.private)
+        self.members = Membership(grid, config, self.rng, self.results, self.skips_away, self.public_reason)
+        self.transport = Transport(grid, config, self.members, self.results, self.exclude_invalid, self.public_reason)
 
-    def server_random(self, purpose: str) -> np.random.Generator:
-        """The server's own randomness for ``purpose`` that must not follow from the run
-        seed (a public number), one stream per purpose for the whole run: from the run
-        folder's secret, so a resumed run draws the same (:class:`RunFolder.generator`)."""
-        streams = self.__dict__.setdefault("_server_random", {})
-        if purpose not in streams:
-            streams[purpose] = self.folder.generator(purpose) if self.folder is not None else np.random.default_rng()
-        return streams[purpose]
+    def public_reason(self, reason: str) -> str:
+        """What ``result.json`` keeps of a reason a node's reply failed or it was excluded
+        (a private run overrides this: the numbers in a reason describe a device's data)."""
+        return reason
+
+    # ------------------------------------------------------------------ the parts, handed on
+    def broadcast(self, task: str, nodes, **request: Any) -> list[Reply]:
+        """:meth:`Transport.broadcast`: ``task`` to ``nodes``, the valid replies in node order."""
+        return self.transport.broadcast(task, nodes, **request)
+
+    def broadcast_together(self, *requests: dict[str, Any]) -> list[list[Reply]]:
+        return self.transport.broadcast_together(*requests)
+
+    def required_replies(self, sent: int) -> int:
+        return self.transport.required_replies(sent)
+
+    def require(self, phase: str, replies: int, sent: int, required: int, failures: list[dict[str, Any]]) -> None:
+        self.transport.require(phase, replies, sent, required, failures)
+
+    @property
+    def active_nodes(self) -> list[int]:
+        return self.members.active_nodes
+
+    def exclude(self, node_id: int, reason: str) -> None:
+        self.members.exclude(node_id, reason)
+
+    def sample(self, fraction: float) -> list[int]:
+        return self.members.sample(fraction)
+
+    def phase_seed(self, stream: int | None = None) -> int:
+        return self.members.phase_seed(stream)
+
+    def present(self, nodes: list[int]) -> set[int]:
+        return self.members.present(nodes)
+
+    def newcomers(self) -> list[int]:
+        return self.members.newcomers()
+
+    def join_request(self, nodes: list[int]) -> dict[str, Any]:
+        return self.members.join_request(nodes)
+
+    def admit_newcomers(self, replies: list[Reply]) -> list[int]:
+        return self.members.admit_newcomers(replies)
+
+    def begin_round(self, number: int) -> None:
+        self.results.begin_round(number)
+
+    def end_round(self, **metrics: Any) -> dict[str, Any]:
+        return self.results.end_round(**metrics)
 
     def warn(self, text: str) -> None:
-        """Say it in the log and keep it in result.json (``warnings``)."""
-        log(WARNING, "[fedcluster] %s", text)
-        self.warnings.append(text)
+        self.results.warn(text)
+
+    def server_random(self, purpose: str) -> np.random.Generator:
+        return self.results.server_random(purpose)
+
+    def wait_for_nodes(self) -> list[int]:
+        return wait_for_nodes(self.members, self.name)
 
     # ------------------------------------------------------------------ shared phases
     def score_candidates(self, candidates: np.ndarray, phase: str, check: Callable | None = None) -> tuple[np.ndarray, int]:
@@ -126,11 +152,10 @@ class FederatedStrategy(Membership, Transport, Results):
         time, and (``admit``) of newcomers (admitted with their data summary,
         :meth:`join_request`), asked again in up to :data:`SETUP_RETRIES` round trips while
         any is missing. A node whose reply was dropped is not asked again."""
-        replies, first = list(replies), len(self.phases) - 1
+        replies, first = list(replies), len(self.results.phases) - 1
         for _ in range(SETUP_RETRIES):
             answered = {r.node_id for r in replies}
-            dropped = {f["node"] for p in self.phases[first:] if p["phase"] == request.get("phase")
-                       for f in p["failures"] if f["kind"] in ("invalid", "inconsistent")}
+            dropped = self.refused_since(first, request.get("phase"))
             missing = [node for node in self.active_nodes if node not in answered and node not in dropped]
             joining = self.newcomers() if admit else []
             if not missing and not joining:
@@ -157,13 +182,7 @@ class FederatedStrategy(Membership, Transport, Results):
         required = self.required_replies(len(sampled)) if request.get("min_replies") is None else request["min_replies"]
         asked = list(sampled)
         for _ in range(SETUP_RETRIES):  # a stand-in may lie too
-            refused = {f["node"] for p in self.phases[first:] if p["phase"] == phase for f in p["failures"]
-                       if f["kind"] in ("invalid", "inconsistent")}
-            gone = [node for node in asked if node in self.excluded or node in refused]
-            wanted = len(gone) - (len(asked) - len(sampled))  # not yet stood in for
-            pool = [node for node in self.active_nodes if node not in set(asked)] if wanted > 0 else []
-            present = self.present(pool)
-            pool = [node for node in pool if node in present]
+            wanted, pool = self.stand_in_pool(asked, len(sampled), self.refused_since(first, phase))
             if len(replies) >= required or not pool:
                 break
             picked = self.rng.choice(len(pool), size=min(wanted, len(pool)), replace=False)
@@ -172,23 +191,39 @@ class FederatedStrategy(Membership, Transport, Results):
                 "in their place", phase, wanted, len(stand_in))
             asked += stand_in
             replies = sorted(replies + self.broadcast(**dict(request, nodes=stand_in, min_replies=0)),
-                             key=lambda reply: self.order_key(reply.node_id))
-        failures = [f for p in self.phases[first:] if p["phase"] == phase for f in p["failures"]]
+                             key=lambda reply: self.members.order_key(reply.node_id))
+        failures = [f for p in self.results.phases[first:] if p["phase"] == phase for f in p["failures"]]
         self.require(phase, len(replies), len(sampled), required, failures)
         return replies
+
+    def refused_since(self, first: int, phase: str | None) -> set[int]:
+        """The nodes whose replies to ``phase`` were refused (a lie, a malformed reply) in
+        the phases recorded from ``first`` on."""
+        return {f["node"] for p in self.results.phases[first:] if p["phase"] == phase for f in p["failures"]
+                if f["kind"] in ("invalid", "inconsistent")}
+
+    def stand_in_pool(self, asked: list[int], sampled: int, refused: set[int]) -> tuple[int, list[int]]:
+        """How many of the ``asked`` nodes (the first ``sampled`` of them the sample) still
+        want a stand-in, refused or out of the run, and the active nodes connected and not
+        asked that may stand in."""
+        gone = [node for node in asked if node in self.members.excluded or node in refused]
+        wanted = len(gone) - (len(asked) - sampled)  # not yet stood in for
+        pool = [node for node in self.active_nodes if node not in set(asked)] if wanted > 0 else []
+        present = self.present(pool)
+        return wanted, [node for node in pool if node in present]
 
     def vote_dimension(self, replies: list[Reply], dimension_of: Callable[[Reply], int]) -> list[Reply]:
         """Set the federation's dimension to the one most replies report (ties: the
         smaller); exclude the nodes with another. Returns the replies that agree."""
         if not replies:
-            raise FederationError(f"phase {self._phase!r}: no node answered (every one away, late or its reply dropped): "
+            raise FederationError(f"phase {self.results.phase!r}: no node answered (every one away, late or its reply dropped): "
                                   "the federation's dimension is unknown")
         dims = [int(dimension_of(reply)) for reply in replies]
-        self.dimension = majority_value(dims)
+        dimension = self.members.dimension = majority_value(dims)
         kept = []
         for reply, dim in zip(replies, dims):
-            if dim != self.dimension:
-                self.exclude(reply.node_id, f"its data has dimension {dim}, the federation's is {self.dimension}")
+            if dim != dimension:
+                self.exclude(reply.node_id, f"its data has dimension {dim}, the federation's is {dimension}")
             else:
                 kept.append(reply)
         return kept
@@ -209,49 +244,29 @@ class FederatedStrategy(Membership, Transport, Results):
         requests = [dict(task="data_summary", nodes=self.active_nodes, phase="data-summary", config={"moments": True})]
         if not standardize:  # the other queries travel with the data summary (with standardize they need its scaling)
             requests += [{"nodes": self.active_nodes, **request} for request in together]
-        first = len(self.phases)
+        first = len(self.results.phases)
         replies, *others = self.broadcast_together(*requests)
-        self._phase = "data-summary"  # exclusions below belong to the data summary
+        self.results.phase = "data-summary"  # exclusions below belong to the data summary
         kept = self.vote_dimension(replies, lambda reply: reply.metrics[protocol.DIM])
-        kept = [r for r in kept if self.summary_fits(r)]
+        kept = [r for r in kept if self.members.summary_fits(r)]
         answered = {r.node_id for r in replies}
-        for failure in self.phases[first]["failures"]:
+        for failure in self.results.phases[first]["failures"]:
             if failure["node"] not in answered:
                 self.exclude(failure["node"], f"data summary failed: {failure['reason']}")
         if standardize:
-            self.standardize(kept)
+            self.members.standardize(kept)
             if together:
                 others = self.broadcast_together(*[{"nodes": [r.node_id for r in kept], **request} for request in together])
         staying = {r.node_id for r in kept}
 
         def fits(reply: Reply, task: protocol.Task) -> bool:
             return reply.node_id in staying and all(
-                reply.arrays[f.name].shape[f.shape.index("d")] == self.dimension
+                reply.arrays[f.name].shape[f.shape.index("d")] == self.members.dimension
                 for f in task.reply if "d" in f.shape and f.name in reply.arrays
             )
 
         tasks = [protocol.task(request["task"]) for request in together]
         return kept, [[r for r in group if fits(r, task)] for group, task in zip(others, tasks)]
-
-    def standardize(self, summaries: list[Reply]) -> None:
-        """``standardize``: the federation's per-feature mean and variance from the data
-        summaries' sums and scatters (pooled about the federation's mean); from now on every
-        request carries the scaling, and the summaries' boxes (and what each node declared)
-        are in standardized units."""
-        self.scaling = Scaling.from_summaries(np.array([r.num_examples for r in summaries], dtype=np.float64),
-                                              np.stack([r.arrays["sum"] for r in summaries]),
-                                              np.stack([r.arrays["scatter"] for r in summaries]))
-        for reply in summaries:
-            reply.arrays["min"], reply.arrays["max"] = self.scaling.apply(reply.arrays["min"]), self.scaling.apply(reply.arrays["max"])
-        for declared in self.declared.values():
-            self._scale_box(declared)
-        log(INFO, "[fedcluster] standardize: %d features scaled (feature scales %.3g .. %.3g)", self.scaling.mean.size,
-            float(self.scaling.scale.min()), float(self.scaling.scale.max()))
-
-    def _scale_box(self, declared: bounds.Declared) -> None:
-        """A node's declared box, moments and rounding in standardized units."""
-        if declared.low is not None and not declared.scaled:
-            self.scaling.scale_declared(declared)
 
     def write_device_labels(self, centers: np.ndarray) -> dict[str, Any]:
         """``write-labels``: every active device saves its points' nearest-center labels

@@ -1,83 +1,62 @@
-"""Membership: which nodes take part, who joined late or left and why, sampling and
-per-node seeds. A mixin of :class:`fedcluster.server.base.FederatedStrategy`."""
+"""Membership: which nodes take part, who joined late or left and why, what each declared
+(the federation's dimension and scaling with it), sampling and per-node seeds. A part the
+base strategy (:class:`fedcluster.server.base.FederatedStrategy`) holds; it records into
+the run's :class:`fedcluster.server.results.Results`."""
 
 from __future__ import annotations
 
 import math
-import time
 from logging import INFO, WARNING
-from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from flwr.common.logger import log
+from flwr.serverapp import Grid
 
+import fedcluster.bounds as bounds
 import fedcluster.protocol as protocol
-from fedcluster.data import list_client_files
+from fedcluster.config import RunConfig
+from fedcluster.scaling import Scaling
 
-from .messages import FederationError, Reply
+from .messages import Reply
+from .results import Results
 from .resume import match_nodes
 
 
 class Membership:
-    """The nodes of a run (state: ``nodes``, ``excluded``, ``exclusions``, ``joined``, ``declared``)."""
+    """The nodes of a run.
 
-    def wait_for_nodes(self) -> list[int]:
-        """Wait until ``min-nodes`` nodes are connected (or, when 0, until the count has
-        been stable for ``node-settle-s`` seconds), at most ``node-wait-s`` seconds."""
-        if self.journal.replaying:  # a resumed run: the nodes its first attempt started with
-            self.nodes = self.journal.node_ids(lambda: ())
-            log(INFO, "[fedcluster] resuming %s: %d node(s) at the start, replayed", self.name, len(self.nodes))
-            return self.nodes
-        expected = self.config.min_nodes
-        deadline = time.monotonic() + self.config.node_wait_s
-        settle = self.config.node_settle_s
-        last_count, stable_since = -1, time.monotonic()
-        while True:
-            ids = sorted(int(i) for i in self.grid.get_node_ids())
-            now = time.monotonic()
-            if len(ids) != last_count:
-                last_count, stable_since = len(ids), now
-                if ids:
-                    log(INFO, "[fedcluster] %d node(s) connected", len(ids))
-            if expected > 0 and len(ids) >= expected:
-                break
-            if expected <= 0 and ids and now - stable_since >= settle:
-                break
-            if now > deadline:
-                if expected > 0:
-                    raise FederationError(
-                        f"only {len(ids)} of the {expected} expected nodes (run-config "
-                        f"min-nodes) connected within node-wait-s={self.config['node-wait-s']} s"
-                    )
-                if not ids:
-                    raise FederationError(
-                        f"no node connected within node-wait-s={self.config['node-wait-s']} s"
-                    )
-                break
-            time.sleep(0.2 if expected > 0 else min(0.2, settle / 4 + 1e-3))
-        self.nodes = self.journal.node_ids(lambda: ids)
-        log(INFO, "[fedcluster] starting %s with %d node(s)", self.name, len(ids))
-        return ids
+    Parameters
+    ----------
+    grid, config : the strategy's Flower grid and run config.
+    rng : the server's generator (seeded by the run seed; the strategy draws from it too).
+    results : the run's records (its journal, the phase and round under way, warnings).
+    skips_away : a node not connected now is not sent to (off: every node is asked).
+    public_reason : what result.json keeps of a reason (a private run strips numbers).
+    """
 
-    def check_data_coverage(self) -> None:
-        """With one data file per client (``npy-dir``, ``edge-dir``) and fewer nodes than
-        files, say which files are left out; for a graph, where every client's edges are
-        needed, refuse. (Only when the server can see ``data-dir``: a simulation.)"""
-        dataset, directory = self.config.dataset, self.config.data_dir
-        if dataset not in ("npy-dir", "edge-dir") or not directory or not Path(directory).is_dir():
-            return
-        files = list_client_files(directory, "*.npy" if dataset == "npy-dir" else "*.txt")
-        if len(self.nodes) >= len(files):
-            return
-        unused = [f.name for f in files[len(self.nodes):]]
-        text = (
-            f"{len(files)} data files in {directory} but only {len(self.nodes)} nodes: "
-            f"{', '.join(unused[:5])}{' …' if len(unused) > 5 else ''} will not be used"
-        )
-        if dataset == "edge-dir":
-            raise FederationError(f"{text}; a graph needs every client's edges: start one node per file")
-        self.warn(text)
+    def __init__(self, grid: Grid, config: RunConfig, rng: np.random.Generator, results: Results,
+                 skips_away: bool = True, public_reason: Callable[[str], str] = str) -> None:
+        self.grid, self.config, self.rng, self.results = grid, config, rng, results
+        self.skips_away, self.public_reason = skips_away, public_reason
+        self.nodes: list[int] = []
+        self.excluded: dict[int, str] = {}
+        self.exclusions: list[dict[str, Any]] = []  # who left, why, in which phase and round
+        self.joined: list[dict[str, Any]] = []  # nodes admitted after the start (admit_newcomers)
+        self.away_now: list[int] = []  # nodes of the run not connected in the latest round trip
+        self.declared: dict[int, bounds.Declared] = {}  # what each node's first reply fixed
+        self.partitions: dict[int, int | None] = {}  # what each node's first reply stated (order_key)
+        self.dimension: int | None = None  # the federation's (voted, or public)
+        self.scaling: Scaling | None = None  # standardize: set by the data summary (survey)
+        self._connected_at: tuple[int, set[int]] | None = None  # (round trips so far, nodes connected then)
+        self._missed: dict[int, int] = {}  # consecutive phases without any reply, per node
+        self._order_stale = False  # a partition noted since nodes were last put in order
+
+    def record(self) -> dict[str, Any]:
+        """What result.json says of the nodes."""
+        return {"connected": len(self.nodes), "active": len(self.active_nodes),
+                "excluded": {str(k): v for k, v in self.excluded.items()}, "exclusions": self.exclusions,
+                "joined": self.joined, "away_at_end": self.away_now}
 
     @property
     def nodes(self) -> list[int]:
@@ -137,17 +116,32 @@ class Membership:
             log(WARNING, "[fedcluster] node %s excluded from the run: %s", node_id, reason)
             reason = self.public_reason(reason)
             self.excluded[node_id] = reason
-            round_number = self._current_round["round"] if self._current_round else None
-            self.exclusions.append({"node": node_id, "reason": reason, "phase": self._phase, "round": round_number})
-
-    def public_reason(self, reason: str) -> str:
-        """What ``result.json`` keeps of a reason a node's reply failed or it was excluded
-        (a private run overrides this: the numbers in a reason describe a device's data)."""
-        return reason
+            self.exclusions.append({"node": node_id, "reason": reason, "phase": self.results.phase,
+                                    "round": self.results.round_number})
 
     def summary_fits(self, reply: Reply) -> bool:
         """A data summary of the federation's dimension (the metric and the box agree)."""
         return int(reply.metrics[protocol.DIM]) == self.dimension and reply.arrays["min"].shape == (self.dimension,)
+
+    def standardize(self, summaries: list[Reply]) -> None:
+        """``standardize``: the federation's per-feature mean and variance from the data
+        summaries' sums and scatters (pooled about the federation's mean); from now on every
+        request carries the scaling, and the summaries' boxes (and what each node declared)
+        are in standardized units."""
+        self.scaling = Scaling.from_summaries(np.array([r.num_examples for r in summaries], dtype=np.float64),
+                                              np.stack([r.arrays["sum"] for r in summaries]),
+                                              np.stack([r.arrays["scatter"] for r in summaries]))
+        for reply in summaries:
+            reply.arrays["min"], reply.arrays["max"] = self.scaling.apply(reply.arrays["min"]), self.scaling.apply(reply.arrays["max"])
+        for declared in self.declared.values():
+            self.scale_box(declared)
+        log(INFO, "[fedcluster] standardize: %d features scaled (feature scales %.3g .. %.3g)", self.scaling.mean.size,
+            float(self.scaling.scale.min()), float(self.scaling.scale.max()))
+
+    def scale_box(self, declared: bounds.Declared) -> None:
+        """A node's declared box, moments and rounding in standardized units."""
+        if declared.low is not None and not declared.scaled:
+            self.scaling.scale_declared(declared)
 
     def newcomers(self) -> list[int]:
         """Nodes connected now that are neither in the run nor excluded from it: SuperNodes
@@ -176,14 +170,14 @@ class Membership:
                 self.exclude(reply.node_id, f"it joined with data of dimension {dim}, the federation's is {self.dimension}")
                 continue
             admitted.append(reply.node_id)
-            round_number = self._current_round["round"] if self._current_round else None
+            round_number = self.results.round_number
             self.joined.append({"node": reply.node_id, "round": round_number, "points": int(reply.num_examples)})
             log(INFO, "[fedcluster] node %s joined the run (round %s, %d points)", reply.node_id, round_number,
                 reply.num_examples)
         self.nodes = sorted(self.nodes + admitted, key=self.order_key)
         return admitted
 
-    def _track_presence(self, nodes: list[int], failures: list[dict[str, Any]]) -> None:
+    def track_presence(self, nodes: list[int], failures: list[dict[str, Any]]) -> None:
         """A node the SuperLink reports unavailable leaves at once; one that sent nothing in
         ``max-missed-phases`` consecutive phases leaves then. Any reply (even an invalid
         one) shows the node is there."""
@@ -211,15 +205,16 @@ class Membership:
     def connected(self) -> set[int]:
         """The nodes the grid lists as connected, asked once per round trip (in a deployment
         each question is a call to the SuperLink): newcomers, sampling and sending share it."""
-        if self._connected_at is None or self._connected_at[0] != self.round_trips:
-            self._connected_at = (self.round_trips, set(self.journal.node_ids(self.live_node_ids)))
+        round_trips = self.results.round_trips
+        if self._connected_at is None or self._connected_at[0] != round_trips:
+            self._connected_at = (round_trips, set(self.results.journal.node_ids(self.live_node_ids)))
         return self._connected_at[1]
 
     def live_node_ids(self) -> list[int]:
         """The grid's connected nodes now (its ids; a resumed run first matches them to its
         own: :func:`fedcluster.server.resume.match_nodes`)."""
-        if self.journal.needs_mapping:
-            match_nodes(self)
+        if self.results.journal.needs_mapping:
+            match_nodes(self, self.results)
         return [int(node) for node in self.grid.get_node_ids()]
 
     def leave_out_away(self, requests: tuple[dict[str, Any], ...]) -> tuple[list[dict[str, Any]], list[list[int]]]:
@@ -230,27 +225,13 @@ class Membership:
         self.away_now = sorted({node for nodes in away for node in nodes})
         return [{**r, "nodes": [n for n in r["nodes"] if n in present]} for r in requests], away
 
-    def _record_away(self, away: list[int]) -> None:
-        """The nodes a phase left out because they were not connected: counted in the
-        phase (``away``), never a failure."""
-        self.phases[-1]["away"] = len(away)
-        if away:
-            log(INFO, "[fedcluster] %s: %d node(s) away (not connected) were not asked", self.phases[-1]["phase"], len(away))
-        self._note_round_away(len(away))
-
-    def _note_round_away(self, count: int) -> None:
-        """A round's ``away``: the most nodes of the run missing from one of its phases or
-        from its sampling."""
-        if self._current_round is not None:
-            self._current_round["away"] = max(self._current_round.get("away", 0), count)
-
     def sample(self, fraction: float) -> list[int]:
         """``max(floor(fraction * M), 1)`` of the M active nodes connected now, uniformly
         without replacement (Flower's fraction of the available nodes)."""
         every = self._active_state()["nodes"]
         present = self.present(every)
         active = every if len(present) == len(every) else [node for node in every if node in present]
-        self._note_round_away(len(every) - len(active))
+        self.results.note_round_away(len(every) - len(active))
         if not active:
             return []
         m = max(int(math.floor(fraction * len(active))), 1)

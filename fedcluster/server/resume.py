@@ -25,17 +25,18 @@ import fedcluster.protocol as protocol
 from .messages import incoming, to_array_record
 
 
-def match_nodes(strategy: Any) -> None:
-    """Map the grid's nodes now to the strategy's own (``strategy.journal.map_nodes``)."""
-    journal, grid, config = strategy.journal, strategy.grid, strategy.config
-    own = [node for node in strategy.nodes if node not in strategy.excluded]
-    unnamed = [node for node in own if strategy.partitions.get(node) is None]
+def match_nodes(members: Any, results: Any) -> None:
+    """Map the grid's nodes now to the run's own (``results.journal.map_nodes``; ``members``:
+    the run's :class:`~fedcluster.server.membership.Membership`)."""
+    journal, grid, config = results.journal, members.grid, members.config
+    own = [node for node in members.nodes if node not in members.excluded]
+    unnamed = [node for node in own if members.partitions.get(node) is None]
     if unnamed:
-        strategy.warn(f"resume: {len(unnamed)} node(s) of the run never stated a partition-id, so no node connected "
+        results.warn(f"resume: {len(unnamed)} node(s) of the run never stated a partition-id, so no node connected "
                       f"now can be told to be one of them: they count as away (give every SuperNode a distinct "
                       f"partition-id in its node config)")
     live = _wait(grid, len(own), config)
-    by_partition = {strategy.partitions[node]: node for node in own if node not in unnamed}
+    by_partition = {members.partitions[node]: node for node in own if node not in unnamed}
     stated = _identify(grid, live, config)
     claimants: dict[int, list[int]] = {}
     for node, partition in stated.items():
@@ -43,7 +44,7 @@ def match_nodes(strategy: Any) -> None:
             claimants.setdefault(partition, []).append(node)
     for partition, nodes in claimants.items():
         if len(nodes) > 1 and partition in by_partition:  # which is the run's cannot be told: neither takes its place
-            strategy.warn(f"resume: nodes {', '.join(map(str, sorted(nodes)))} all state partition-id {partition}: none "
+            results.warn(f"resume: nodes {', '.join(map(str, sorted(nodes)))} all state partition-id {partition}: none "
                           f"is taken for the run's node {by_partition[partition]}, each joins as a newcomer")
     live_of: dict[int, int] = {}
     newcomers: list[int] = []
@@ -57,7 +58,7 @@ def match_nodes(strategy: Any) -> None:
     missing = len(own) - len(live_of)
     log(INFO, "[fedcluster] resume: %d of the run's %d node(s) are back%s%s", len(live_of), len(own),
         f", {missing} away" if missing else "", f", {len(newcomers)} new" if newcomers else "")
-    strategy.resumes.append({"exchange": journal.position, "nodes_back": len(live_of), "nodes_of_run": len(own),
+    results.resumes.append({"exchange": journal.position, "nodes_back": len(live_of), "nodes_of_run": len(own),
                              "newcomers": len(newcomers)})
 
 

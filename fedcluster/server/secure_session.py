@@ -5,9 +5,12 @@ sum (:mod:`fedcluster.server.secure_sum`) and read by its checks."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from logging import WARNING
 
 import numpy as np
+from flwr.common.logger import log
 
+from fedcluster.secagg import checks as checks
 from fedcluster.secagg import device as secagg
 
 
@@ -57,3 +60,26 @@ class Session:
         threshold, or a neighbourhood too thin (:func:`fedcluster.secagg.short_neighbourhoods`)."""
         alive = set(alive)
         return len(alive) < self.threshold or bool(secagg.short_neighbourhoods(alive, dropped, self.graph, self.share_threshold))
+
+
+def dealt(replies: list, position: dict[int, int], shared: set[int], number: int) -> tuple[dict, dict, dict]:
+    """What each dealer sent and committed to in session ``number``: the share tokens to
+    forward among the devices that ``shared`` (with their digests), the hashes of every
+    share, and the commitments to its mask seeds."""
+    mail, hashes, commitments = {}, {}, {}
+    for r in replies:
+        dealer = position[r.node_id]
+        commitments[dealer] = [secagg.row_bytes(row, strip=False) for row in r.arrays["seed-commitments"]]
+        for to, row, point, rows in zip(r.arrays["destinations"], r.arrays["ciphertexts"], r.arrays["ephemeral"],
+                                        r.arrays["commitments"]):
+            hashes[(dealer, int(to))] = secagg.row_bytes(rows, strip=False)
+            if int(to) in shared:
+                mail[(dealer, int(to))] = (row, point, checks.share_digest(hashes[(dealer, int(to))], number, dealer, int(to)))
+    return mail, hashes, commitments
+
+
+def note_full_graph(phase: str, devices: int) -> None:
+    """Say that a session among many devices on the full graph costs O(n^2) shares."""
+    log(WARNING, "[fedcluster] %s: secure aggregation among %d devices on the full graph: each device shares keys "
+        "with and masks with every other (O(n) work each, O(n^2) shares through the server); secagg-neighbours "
+        "= m cuts both to m (docs/security.md)", phase, devices)

@@ -1,7 +1,10 @@
 """Transport: a task of the protocol table to many nodes in one round trip (push, pull
 with a deadline, bundles), every reply checked against the table, the device's own
 declarations (:mod:`fedcluster.bounds`) and the caller's check, and each phase recorded
-(sent, replies, failures, bytes, seconds). A mixin of :class:`fedcluster.server.base.FederatedStrategy`."""
+(sent, replies, failures, bytes, seconds). A part the base strategy
+(:class:`fedcluster.server.base.FederatedStrategy`) holds: it asks the run's
+:class:`~fedcluster.server.membership.Membership` whom to send to and records into its
+:class:`~fedcluster.server.results.Results`."""
 
 from __future__ import annotations
 
@@ -13,18 +16,36 @@ from typing import Any, Callable, Iterable
 import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
+from flwr.serverapp import Grid
 
-import fedcluster.bounds as bounds
 
 import fedcluster.protocol as protocol
-from fedcluster.wire import array_numpy
+from fedcluster.config import RunConfig
 
-from .messages import FederationError, Incoming, Inconsistent, Reply, ReplySpec, bundle_message, dimension_hint, incoming, kept_of, layout_problem, part_key, payload_bytes, to_array_record
+from .messages import FederationError, Incoming, Inconsistent, Reply, ReplySpec, bundle_message, incoming, kept_of, part_key, payload_bytes, to_array_record
+from .membership import Membership
+from .results import Results
+from .reply_check import validate
 from .resume import match_nodes
 
 
 class Transport:
-    """Broadcasting and reply checks (state: ``grid``, ``config``, ``journal``, the strategy's records)."""
+    """Broadcasting and reply checks.
+
+    Parameters
+    ----------
+    grid, config : the strategy's Flower grid and run config.
+    members : the nodes of the run (whom to send to, what each declared, exclusions).
+    results : the run's records (its journal; each phase is recorded there).
+    exclude_invalid : a node one of whose replies was invalid leaves the run.
+    public_reason : what result.json keeps of a reason (a private run strips numbers).
+    """
+
+    def __init__(self, grid: Grid, config: RunConfig, members: Membership, results: Results,
+                 exclude_invalid: bool = False, public_reason: Callable[[str], str] = str) -> None:
+        self.grid, self.config, self.members, self.results = grid, config, members, results
+        self.exclude_invalid, self.public_reason = exclude_invalid, public_reason
+        self._unread: dict[str, str] = {}  # reply key -> why it was refused by its declared sizes, unread
 
     def broadcast(
         self,
@@ -44,7 +65,7 @@ class Transport:
         in node order.
 
         ``arrays``/``config`` go to every node; ``seeded`` adds each node's own ``seed`` (an
-        int: the random stream of :meth:`phase_seed` it comes from);
+        int: the random stream of :meth:`Membership.phase_seed` it comes from);
         ``per_node(node_id)`` may return extra ``(arrays, config)`` for one node. Replies
         are checked against the task's declared reply with its shape symbols bound to
         ``sizes`` (``d`` defaults to the federation's dimension) and then ``check``.
@@ -61,8 +82,9 @@ class Transport:
         in several) in ONE round trip: all messages are pushed, then pulled together. Each is
         checked and recorded as its own phase; returns each one's valid replies."""
         started = time.perf_counter()
-        requests, away = self.leave_out_away(requests)  # who is connected: asked once for sampling and sending
-        self.round_trips += 1
+        members, results = self.members, self.results
+        requests, away = members.leave_out_away(requests)  # who is connected: asked once for sampling and sending
+        results.round_trips += 1
         prepared = [self._prepare(**request) for request in requests]
         deadline = time.monotonic() + self.config.round_timeout  # from sending, not from the first pull
         sent, pushed = self._push_together(prepared)
@@ -77,12 +99,12 @@ class Transport:
                 mid = message.metadata.reply_to_message_id
                 node, parts = pushed.get(mid, (message.metadata.src_node_id, 1))
                 verdicts = {}  # part -> (kind, reason, bytes) of the parts refused before their data was read
-                for part, reply in enumerate(incoming(message, node, parts, replayed=self.journal.replaying_pull)):
+                for part, reply in enumerate(incoming(message, node, parts, replayed=results.journal.replaying_pull)):
                     index = phase_of.get(reply.key)
                     if index is None or reply.key in answered[index]:
                         continue  # not ours, or a second reply to the same message
                     p, (node_of, failures) = prepared[index], sent[index]
-                    self._phase = p["phase"]
+                    results.phase = p["phase"]
                     answered[index].add(reply.key)
                     valid, up_bytes = self._check_reply(reply, node_of, p["reply_spec"], failures)
                     up[index] += up_bytes
@@ -93,16 +115,16 @@ class Transport:
                 if verdicts:
                     kept[mid] = kept_of(message, parts, verdicts)
 
-        self._unread: dict[str, str] = {}  # reply key -> why it was refused by its declared sizes, unread
+        self._unread = {}
         kept: dict[str, Message] = {}  # message id -> what the journal keeps of a reply refused (in part) unread
-        self.journal.pull(self.grid, set(pushed), deadline, check, kept)
+        results.journal.pull(self.grid, set(pushed), deadline, check, kept)
         out = []
         for index, (p, (node_of, failures)) in enumerate(zip(prepared, sent)):
-            self._phase = p["phase"]
+            results.phase = p["phase"]
             replies = self._finish_replies(checked[index], answered[index], node_of, failures)
             self._record_phase(p["phase"], p["spec"], p["nodes"], replies, failures, p["down"], up[index], time.perf_counter() - started)
-            self._record_away(away[index])
-            self._track_presence(p["nodes"], failures)
+            results.record_away(away[index])
+            members.track_presence(p["nodes"], failures)
             required = self.required_replies(len(p["nodes"])) if p["min_replies"] is None else p["min_replies"]
             self.require(p["phase"], len(replies), len(p["nodes"]), required, failures)
             out.append(replies)
@@ -124,12 +146,13 @@ class Transport:
         spec = protocol.task(task)
         nodes = list(nodes)
         phase = phase or task
-        self._phase = phase
-        if self.scaling is not None and task != "data_summary":
-            arrays = {**(arrays or {}), **self.scaling.arrays()}  # the device standardizes its points (fedcluster.scaling)
-        reply_spec = ReplySpec(spec, {"d": self.dimension, **(sizes or {})}, dict(config or {}), check, dict(arrays or {}))
+        self.results.phase = phase
+        scaling = self.members.scaling
+        if scaling is not None and task != "data_summary":
+            arrays = {**(arrays or {}), **scaling.arrays()}  # the device standardizes its points (fedcluster.scaling)
+        reply_spec = ReplySpec(spec, {"d": self.members.dimension, **(sizes or {})}, dict(config or {}), check, dict(arrays or {}))
         if seeded is not False:
-            config = {**(config or {}), "seed": self.phase_seed(None if isinstance(seeded, bool) else seeded)}
+            config = {**(config or {}), "seed": self.members.phase_seed(None if isinstance(seeded, bool) else seeded)}
 
         messages, down = self._messages(spec, nodes, arrays, config, per_node or (lambda node: (None, None)), phase, reply_spec.node_arrays)
         return {"spec": spec, "nodes": nodes, "phase": phase, "reply_spec": reply_spec, "messages": messages,
@@ -141,7 +164,7 @@ class Transport:
         gets each node's own arrays (they bind its reply's sizes)."""
         shared_record = to_array_record(arrays)
         messages, down = [], 0
-        group = str(self._current_round["round"]) if self._current_round else phase
+        group = str(self.results.round_number) if self.results.current else phase
         for node in nodes:
             node_arrays, node_config = node_content(node)
             full_arrays = {**(arrays or {}), **(node_arrays or {})}
@@ -169,7 +192,8 @@ class Transport:
             outgoing.append(messages[0] if len(messages) == 1 else bundle_message(messages, messages[0].metadata.group_id))
             routes.append([index for index, _ in items])
         destinations = [int(message.metadata.dst_node_id) for message in outgoing]  # the strategy's own ids
-        message_ids = self.journal.push(self.grid, outgoing, destinations, lambda: match_nodes(self))
+        message_ids = self.results.journal.push(self.grid, outgoing, destinations,
+                                                lambda: match_nodes(self.members, self.results))
         sent: list[tuple[dict[str, int], list]] = [({}, []) for _ in prepared]
         pushed: dict[str, tuple[int, int]] = {}
         for mid, node, route in zip(message_ids, destinations, routes):
@@ -193,7 +217,7 @@ class Transport:
             failures.append({"node": node, "kind": reply.kind, "reason": reply.error})
             return None, reply.up
         try:
-            reason, valid = self._validate(node, reply, spec)
+            reason, valid = validate(self.members, self._unread, node, reply, spec)
         except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
             reason, valid = f"unreadable reply: {type(exc).__name__}: {exc}", None
         if reason:
@@ -212,8 +236,8 @@ class Transport:
                 failures.append(
                     {"node": node, "kind": "timeout", "reason": f"no reply within round-timeout={self.config['round-timeout']} s"}
                 )
-        self.reorder_nodes()
-        replies.sort(key=lambda reply: self.order_key(reply.node_id))
+        self.members.reorder_nodes()
+        replies.sort(key=lambda reply: self.members.order_key(reply.node_id))
         failures.sort(key=lambda failure: str(failure["node"]))
         return replies
 
@@ -222,18 +246,16 @@ class Transport:
             log(WARNING, "[fedcluster] %s: dropped node %s: %s", phase, failure["node"], failure["reason"])
             failure["reason"] = self.public_reason(failure["reason"])
             if (self.exclude_invalid and failure["kind"] == "invalid") or failure["kind"] == "inconsistent":
-                self.exclude(failure["node"], f"its {phase} reply was invalid: {failure['reason']}")
+                self.members.exclude(failure["node"], f"its {phase} reply was invalid: {failure['reason']}")
         if not nodes:
             log(WARNING, "[fedcluster] %s: no node to ask; phase skipped", phase)
-        self.bytes_down += down
-        self.bytes_up += up
-        self.phases.append(
+        self.results.add_phase(
             {
                 "phase": phase,
                 "task": spec.message_type,
-                "round": self._current_round["round"] if self._current_round else None,
+                "round": self.results.round_number,
                 "sent": len(nodes),
-                "round_trip": self.round_trips,  # phases sent together share one
+                "round_trip": self.results.round_trips,  # phases sent together share one
                 "replies": len(replies),
                 "failures": failures,
                 "bytes_down": down,
@@ -241,52 +263,7 @@ class Transport:
                 "seconds": seconds,
             }
         )
-        if self._current_round is not None:
-            record = self._current_round
-            record["sent"] += len(nodes)
-            record["replies"] += len(replies)
-            record["failures"].extend(failures)
-            record["bytes_down"] += down
-            record["bytes_up"] += up
 
     def required_replies(self, sent: int) -> int:
         fraction = self.config.min_reply_fraction
         return min(sent, max(self.config.min_replies, int(math.ceil(fraction * sent))))
-
-    def _validate(self, node: int, reply: Incoming, spec: ReplySpec) -> tuple[str | None, Reply | None]:
-        if reply.arrays is None:
-            return f"reply has no {protocol.ARRAYS!r} record", None
-        sizes = spec.sizes_of(node)
-        reason = layout_problem(reply, spec, sizes)  # before any of its data is decoded
-        if reason:
-            self._unread[reply.key] = reason
-            return reason, None
-        arrays = {key: array_numpy(value) for key, value in reply.arrays.items()}  # sizes checked: decoded
-        metrics = reply.metrics or {}
-        if protocol.DIM in metrics and self.dimension is not None and metrics[protocol.DIM] != self.dimension:
-            return f"the node's data has dimension {metrics[protocol.DIM]}, the federation's is {self.dimension}", None
-        reason = spec.task.check_reply(arrays, metrics, sizes, spec.config) or bounds.box_violation(spec.task, arrays)
-        if reason:
-            return dimension_hint(reason, spec), None
-        self.note_partition(node, metrics)  # a partition the checks refused is not the node's
-        declared = self.declared.get(node)
-        first = bounds.declaration(spec.task, arrays, metrics)
-        binding = declared or first  # a first reply must at least agree with itself
-        if binding is not None:
-            reason = bounds.violation(spec.task, arrays, metrics, spec.request, binding, spec.config)
-            if reason:
-                return reason, None
-        reply = Reply(node, arrays, metrics)
-        if spec.check is not None:
-            reason = spec.check(reply)
-            if reason:
-                return reason, None
-        if declared is None and first is not None:
-            if self.scaling is not None:  # a box declared in the data's own units (a newcomer's summary)
-                self._scale_box(first)
-            self.declared[node] = first
-        elif declared is not None and declared.low is None and first is not None and first.low is not None:
-            declared.low, declared.high = first.low, first.high
-            if self.scaling is not None:
-                self._scale_box(declared)
-        return None, reply

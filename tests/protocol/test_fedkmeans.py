@@ -80,15 +80,15 @@ def test_cluster_no_client_sees_does_not_move(blobs, tmp_path):
     out = strategy.train(C, 3).centers
     np.testing.assert_array_equal(out[3], C[3])
     assert not np.allclose(out[:3], C[:3])
-    assert all(r["empty_clusters"] == 1 for r in strategy.rounds)
+    assert all(r["empty_clusters"] == 1 for r in strategy.results.rounds)
 
 
 def test_reassignment_fires_after_patience_rounds(blobs, tmp_path):
     strategy = strategy_over(blobs, tmp_path, **{"reassign-threshold": 0.01, "reassign-patience": 3})
     C = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0], [500.0, 500.0]])
     out = strategy.train(C, 4).centers
-    assert [r["reassigned"] for r in strategy.rounds[:2]] == [[], []]
-    assert strategy.rounds[2]["reassigned"] == [3]
+    assert [r["reassigned"] for r in strategy.results.rounds[:2]] == [[], []]
+    assert strategy.results.rounds[2]["reassigned"] == [3]
     X = np.concatenate(blobs)
     assert np.all(out[3] >= X.min(0)) and np.all(out[3] <= X.max(0))
     # after the split the former orphan owns points
@@ -322,14 +322,14 @@ def test_server_memory_is_lloyd_over_every_nodes_latest_statistics(tmp_path):
         history.append(centers)
     np.testing.assert_allclose(out, centers, rtol=0, atol=1e-9)
     assert len(memory) > per_round  # unsampled nodes' statistics were kept
-    final = strategy.rounds[-1]
+    final = strategy.results.rounds[-1]
     assert final["empty_clusters"] >= 1  # the far center at (30, 0) is held by no node
     # the cost recorded for round t (measured in round t+1's round trip) is the pooled cost of its centers
     X = np.concatenate(parts)
     for t in range(rounds - 1):
         naive = ((X[:, None, :] - history[t][None]) ** 2).sum(-1).min(1).mean()
-        assert strategy.rounds[t]["cost"] == pytest.approx(naive, rel=1e-9), t
-    assert strategy.rounds[-1]["cost"] is None  # measured by the run's final evaluation
+        assert strategy.results.rounds[t]["cost"] == pytest.approx(naive, rel=1e-9), t
+    assert strategy.results.rounds[-1]["cost"] is None  # measured by the run's final evaluation
 
 
 def test_memory_seeding_is_full_batch_round_one_only_and_only_with_server_memory(tmp_path):
@@ -347,7 +347,7 @@ def test_memory_seeding_is_full_batch_round_one_only_and_only_with_server_memory
         def hook(node, message, reply):
             if message.metadata.message_type.startswith("train."):
                 config = message.content.config_records[protocol.CONFIG]
-                seen.append((strategy._current_round["round"], node, config["batch-size"]))
+                seen.append((strategy.results.current["round"], node, config["batch-size"]))
             return reply
 
         settings = {"fraction": 0.3, "batch-size": 8, "local-epochs": 2, **overrides}
@@ -359,10 +359,10 @@ def test_memory_seeding_is_full_batch_round_one_only_and_only_with_server_memory
         assert all(b == 8 for _, _, b in later) and len(later) == 2 * sampled
         if expect_seed:
             assert len(first) == 10 and sorted(b for _, _, b in first) == [0] * 7 + [8] * 3
-            assert any(p["phase"] == "memory" for p in strategy.phases)
+            assert any(p["phase"] == "memory" for p in strategy.results.phases)
         else:
             assert len(first) == sampled and all(b == 8 for _, _, b in first)
-            assert not any(p["phase"] == "memory" for p in strategy.phases)
+            assert not any(p["phase"] == "memory" for p in strategy.results.phases)
 
 
 def test_partial_participation_defaults_converge_where_previous_defaults_drift(tmp_path):

@@ -799,13 +799,13 @@ def test_a_session_whose_asked_devices_leave_a_thin_neighbourhood_is_reopened_be
     import fedcluster.server.secure_sum as server_side
 
     monkeypatch.setattr(secagg, "neighbourhoods", in_order_ring)
-    attempt, calls = server_side.SecureAggregation.secure_attempt, []
+    attempt, calls = server_side.SecureSum.attempt, []
 
     def leaving(self, task, nodes, *args):
         calls.append(task)
         return attempt(self, task, [n for n in nodes if len(calls) < 2 or n not in (1003, 1004)], *args)
 
-    monkeypatch.setattr(server_side.SecureAggregation, "secure_attempt", leaving)
+    monkeypatch.setattr(server_side.SecureSum, "attempt", leaving)
     result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True, "secagg-neighbours": 4}),
                  num_nodes=NODES)
     phases = [p for p in result["phases"] if p["phase"].startswith("lloyd")]

@@ -58,13 +58,13 @@ class DAUFL(Agents, FederatedStrategy):
         else:  # the SOM codebooks need nothing from the server: they travel with the data summary
             summaries, (soms,) = self.survey(self.som_request())
         summaries, soms = self.gather_summaries(summaries, soms)
-        boxes = [self.declared[r.node_id] for r in summaries]  # in the run's units (standardize)
+        boxes = [self.members.declared[r.node_id] for r in summaries]  # in the run's units (standardize)
         low, high = bounding_box([b.low for b in boxes], [b.high for b in boxes])
         self.start_agents((low, high))
         # Phases 1 and 2 (Algorithm 1, steps 1-3): bins and the agents' weights.
         binning, bin_arrays, representatives = self.make_bins(low, high, soms)
         count_request = self.count_request(binning, bin_arrays, representatives.shape[0])
-        self.gather_counts(count_request, [r.node_id for r in summaries if r.node_id not in self.excluded])
+        self.gather_counts(count_request, [r.node_id for r in summaries if r.node_id not in self.members.excluded])
         counts = self.counts_array()
         self.point_weight = 1.0 / counts.shape[0]  # uniform: w_j = 1/J of the agents counted first
         # Step 4: k-means++ on the bin representatives weighted by total counts; the
@@ -119,7 +119,7 @@ class DAUFL(Agents, FederatedStrategy):
                 else self.weighted_check(centers, anchor, ratio))
 
         def check(reply) -> str | None:
-            declared = self.declared.get(reply.node_id)
+            declared = self.members.declared.get(reply.node_id)
             if declared is not None and declared.low is not None:
                 reason = implied_mean_violation(centers, reply.arrays["gradient"], reply.arrays["weight"],
                                                 declared.low, declared.high)
@@ -141,7 +141,7 @@ class DAUFL(Agents, FederatedStrategy):
         weights (:func:`fedcluster.algorithms.da_ufl.model.weighted_step_violation`)."""
         def check(reply) -> str | None:
             node = reply.node_id
-            declared, table, counts = self.declared.get(node), self.table.get(node), self.bin_counts.get(node)
+            declared, table, counts = self.members.declared.get(node), self.table.get(node), self.bin_counts.get(node)
             if declared is None or declared.moment_sum is None or table is None or counts is None:
                 return None
             return weighted_step_violation(centers, reply.arrays["gradient"], reply.arrays["weight"], anchor, ratio,
@@ -158,7 +158,7 @@ class DAUFL(Agents, FederatedStrategy):
         point is within ``ratio`` = 1 + ξ_max / t1 of its nearest ``anchor`` center
         (:func:`fedcluster.bounds.voronoi_violation`)."""
         def check(reply) -> str | None:
-            declared = self.declared.get(reply.node_id)
+            declared = self.members.declared.get(reply.node_id)
             if declared is None or declared.moment_sum is None:
                 return None
             weight = reply.arrays["weight"]
@@ -187,9 +187,9 @@ class DAUFL(Agents, FederatedStrategy):
         cfg = self.config
         if cfg.weighting == "bin":
             try:
-                grid_cells(cfg.bins, self.dimension, cfg.max_bins)
+                grid_cells(cfg.bins, self.members.dimension, cfg.max_bins)
             except TooManyBins as exc:
-                raise FederationError(f"run-config bins={cfg['bins']} with d={self.dimension}: {exc}") from None
+                raise FederationError(f"run-config bins={cfg['bins']} with d={self.members.dimension}: {exc}") from None
             return "grid", {"low": low, "high": high}, grid_centers(low, high, cfg.bins)
         if not soms:
             raise FederationError("no device returned a SOM codebook")
@@ -263,7 +263,7 @@ class DAUFL(Agents, FederatedStrategy):
         requests = {"step": step, **self.catch_up_requests(count_request)}
         got = dict(zip(requests, self.broadcast_together(*requests.values())))
         self.catch_up(got)
-        return got["step"], self.forget({node for node in self.statistics if node in self.excluded})
+        return got["step"], self.forget({node for node in self.statistics if node in self.members.excluded})
 
     def inner_update(self, origin: np.ndarray, z: np.ndarray, centers: np.ndarray, outer: int,
                      step: int) -> tuple[np.ndarray, np.ndarray] | None:

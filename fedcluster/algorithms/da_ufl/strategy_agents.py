@@ -65,10 +65,10 @@ class Agents:
             got = self.broadcast_together(*requests)
             self.admit_newcomers([r for r in got[0] if r.node_id in joining])
             for reply in got[0]:
-                if reply.node_id in members and not self.summary_fits(reply):
+                if reply.node_id in members and not self.members.summary_fits(reply):
                     self.exclude(reply.node_id, f"its data summary has dimension {int(reply.metrics[protocol.DIM])}, "
-                                                f"the federation's is {self.dimension}")
-            new = [r for r in got[0] if r.node_id not in self.excluded]
+                                                f"the federation's is {self.members.dimension}")
+            new = [r for r in got[0] if r.node_id not in self.members.excluded]
             summaries += new
             if soms is not None:
                 soms += [r for r in got[1] if r.node_id in {s.node_id for s in new}]
@@ -109,7 +109,7 @@ class Agents:
 
     def without_summary(self) -> list[int]:
         """Active agents the server has no data summary (box) of: away when it was taken."""
-        return [node for node in self.active_nodes if node not in self.declared or self.declared[node].low is None]
+        return [node for node in self.active_nodes if node not in self.members.declared or self.members.declared[node].low is None]
 
     def catch_up_requests(self, count_request: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """What this round trip also asks, beside the step: a data summary of newcomers and
@@ -130,16 +130,16 @@ class Agents:
         """Admit what :meth:`catch_up_requests` brought: newcomers join the run (another
         dimension excludes them), an agent's summary widens the federation's box, counts
         are kept (they weigh from the next outer iteration on)."""
-        members = set(self.nodes)
+        members = set(self.members.nodes)
         joined = got.get("join", [])
         self.admit_newcomers([r for r in joined if r.node_id not in members])
         for reply in joined:
-            if reply.node_id in members and not self.summary_fits(reply):
+            if reply.node_id in members and not self.members.summary_fits(reply):
                 self.exclude(reply.node_id, f"its data summary has dimension {int(reply.metrics[protocol.DIM])}, "
-                                            f"the federation's is {self.dimension}")
+                                            f"the federation's is {self.members.dimension}")
         for reply in joined:
-            declared = self.declared.get(reply.node_id)
-            if reply.node_id not in self.excluded and declared is not None and declared.low is not None:
+            declared = self.members.declared.get(reply.node_id)
+            if reply.node_id not in self.members.excluded and declared is not None and declared.low is not None:
                 self.box = bounding_box([self.box[0], declared.low], [self.box[1], declared.high])
         self.take_counts(got.get("counts", []))
 

@@ -28,14 +28,13 @@ from fedcluster.points import center_shift
 from fedcluster.data import load_points
 from fedcluster.node_data import generated_server_points
 from fedcluster.lloyd import kmeans, kmeans_plus_plus
-import fedcluster.privacy  # its modules load on first use (the ledger brings dp_accounting, seconds)
 
 from fedcluster.server.base import FederatedStrategy, FederationError, Reply
 from fedcluster.algorithms.feddp_kmeans.strategy_privacy import FedDPPrivacy
-from fedcluster.server.secure_sum import SecureAggregation
+from fedcluster.server.secure_sum import SecureSum
 
 
-class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
+class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
     """FedDP-KMeans (Scott et al. 2025): FedDP-Init + FedDP-Lloyds, and its baselines.
     Run-config parameters: ``fedcluster.algorithms.feddp_kmeans.model.KEYS`` (docs/reference.md)."""
 
@@ -43,11 +42,25 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
     private = True  # refuses to start while the same job is unfinished beside it (fedcluster.server.run_folder)
     exclude_invalid = True  # a device that broke a bound is asked for nothing else, its evaluation included
 
+    def __init__(self, grid, config) -> None:
+        super().__init__(grid, config)
+        self.secagg = SecureSum(config, self.transport, self.members, self.results,  # its plan's hooks (FedDPPrivacy)
+                                noise_model=self.secagg_noise_model, unmasking=self.secagg_unmasking)
+
     def run(self) -> dict[str, Any]:
         cfg, k = self.config, self.config.k
         self.level = cfg.privacy_level
         self.lloyd_rounds = cfg.lloyd_rounds
         # The dimension is public (the server data's, or agreed in advance); no phase 0: no box reaches the server.
+        server = self.setup(k)
+        self.plan_privacy(server, k)
+        initial, init_record, arrays = self.start(server, k)
+        centers = self.feddp_lloyds(initial, self.lloyd_rounds)
+        return self.outcome(centers, initial, init_record, arrays)
+
+    def setup(self, k: int) -> np.ndarray | None:
+        """The server's data around the public ``origin`` (None without); the start, dimension, clip norm: checked."""
+        cfg = self.config
         server = self.server_points()
         self.origin, problem = feddp_kmeans.clip_origin(cfg.clip_center, server)
         if problem:
@@ -58,11 +71,11 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
             server = server - self.origin
         self.server = server
         self.init_method = feddp_kmeans.start_method(cfg.init, server is not None, self.level, self.lloyd_rounds)
-        self.dimension, problem = feddp_kmeans.public_dimension(server, cfg.dimension, cfg.clip_norm,
-                                                                self.init_method, self.lloyd_rounds)
+        self.members.dimension, problem = feddp_kmeans.public_dimension(server, cfg.dimension, cfg.clip_norm,
+                                                                        self.init_method, self.lloyd_rounds)
         if problem:
             raise FederationError(problem)
-        problem = feddp_kmeans.start_problem(self.init_method, k, self.dimension, server is not None)
+        problem = feddp_kmeans.start_problem(self.init_method, k, self.members.dimension, server is not None)
         if problem:
             raise FederationError(problem)
         if server is not None and k > server.shape[0] and self.init_method not in feddp_kmeans.DATA_FREE_STARTS:
@@ -70,27 +83,10 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         self.clip_norm = cfg.clip_norm or feddp_kmeans.data_radius(server)
         if not self.clip_norm > 0:
             raise FederationError("clip-norm is 0 and the server data has radius 0: set clip-norm")
-        chosen = {step: cfg[key] for step, key in feddp_kmeans.CLIENT_BOUND_KEYS.items()}
-        self.typical_norm = feddp_kmeans.server_typical_norm(server) if server is not None else None
-        self.bounds = feddp_kmeans.clipping_bounds(self.level, self.clip_norm, k, cfg.client_max_points, chosen,
-                                                   self.typical_norm, capped=cfg.max_device_points > 0)
-        self.lloyd_update = feddp_kmeans.lloyd_mode(cfg.lloyd_update, self.level, self.init_method)
-        self.radius = None
-        if self.lloyd_update == "relative":  # one point moves a cluster's sum by at most r (2r: a swap under a cap)
-            self.radius = feddp_kmeans.lloyd_radius(cfg.lloyd_radius, self.clip_norm, k, self.dimension)
-            self.bounds["lloyd_gaussian"] = self.radius * (2 if cfg.max_device_points > 0 else 1)
-        self.secure_points = feddp_kmeans.secure_points(self.level, cfg.max_device_points, cfg.client_max_points)
-        if self.secure:  # one session of keys serves the histogram and every Lloyd round
-            self.secagg_planned = int(self.init_method == "histogram") + self.lloyd_rounds
-        if self.secure and not self.distributed:  # the server's noise covers the rounding too
-            self.bounds = feddp_kmeans.secure_bounds(self.bounds, self.secure_points, self.radius or self.clip_norm, k, self.dimension)
-        self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg.clip_outer)
-        self.plan = self.privacy_plan()
-        streams = fedcluster.privacy.independent_generators(self.noise_seed(), len(feddp_kmeans.STEPS) + 1)
-        self.mechanisms = {name: step.mechanism_instance(streams[feddp_kmeans.STEPS[name][1]]) for name, step in self.plan.items()}
-        self.sampling_rng = streams[feddp_kmeans.SAMPLING_STREAM]
-        self.ledger = self.new_ledger()
+        return server
 
+    def start(self, server: np.ndarray | None, k: int) -> tuple[np.ndarray, dict[str, Any], dict[str, np.ndarray]]:
+        """The initial centers by ``init``, their record and the arrays the start keeps."""
         arrays: dict[str, np.ndarray] = {}
         if self.init_method == "feddp":
             initial, init_record, arrays = self.feddp_init(server, k)
@@ -100,8 +96,12 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
             initial, init_record = self.server_init(server, k)
         if self.lloyd_rounds == 0 and self.init_method != "feddp":
             log(WARNING, "[fedcluster] init=%s with lloyd-rounds=0 never uses client data", self.init_method)
-        centers = self.feddp_lloyds(initial, self.lloyd_rounds)
+        return initial, init_record, arrays
 
+    def outcome(self, centers: np.ndarray, initial: np.ndarray, init_record: dict[str, Any],
+                arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+        """The outcome in the data's own coordinates with the privacy report (``evaluate-cost``: the exact cost)."""
+        cfg = self.config
         privacy = self.privacy_report()
         if self.origin is not None:  # back to the data's own coordinates
             centers, initial = centers + self.origin, initial + self.origin
@@ -166,7 +166,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
 
     # ------------------------------------------------------------------ FedDP-Init
     def feddp_init(self, server: np.ndarray, k: int) -> tuple[np.ndarray, dict[str, Any], dict[str, np.ndarray]]:
-        d = self.dimension
+        d = self.members.dimension
         components = min(k, d)
 
         # Step 1: the data subspace from the noisy Σ XᵢᵀXᵢ.
@@ -233,11 +233,11 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         candidates (server points, which the devices then see, and data-independent points;
         task ``feddp_candidates``; step 2's noise and sensitivity), then
         :func:`fedcluster.algorithms.feddp_kmeans.model.histogram_start`."""
-        half_width = self.clip_norm / math.sqrt(self.dimension)
-        candidates = feddp_kmeans.histogram_candidates(k, self.dimension, half_width, self.rng, self.server)
+        half_width = self.clip_norm / math.sqrt(self.members.dimension)
+        candidates = feddp_kmeans.histogram_candidates(k, self.members.dimension, half_width, self.rng, self.server)
         request = {"candidates": candidates} if self.origin is None else {"candidates": candidates, "origin": self.origin}
         self.devices_release("feddp_candidates", "step2")
-        total, devices = self.summed("feddp_candidates", self.participants(), request, self.client_config(laplace="step2"),
+        total, devices = self.secagg.summed("feddp_candidates", self.participants(), request, self.client_config(laplace="step2"),
                                {"s": candidates.shape[0]}, self.check_histogram, "init-histogram", {"histogram": self.secure_points},
                                self.device_noise("step2"))
         weights = self.noisy("step2", np.zeros(candidates.shape[0]) + (0 if total is None else total["histogram"]))
@@ -263,8 +263,8 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
         # the server data's radius; without server data, the cube inscribed in the ball of
         # radius Δ that holds every point a device uses (its corners on the sphere: the cube
         # [−Δ, Δ]^d would put nearly every center outside the ball in high d)
-        radius = feddp_kmeans.data_radius(server) if server is not None else self.clip_norm / math.sqrt(self.dimension)
-        centers, a = feddp_kmeans.sphere_packing(k, self.dimension, radius, self.rng)
+        radius = feddp_kmeans.data_radius(server) if server is not None else self.clip_norm / math.sqrt(self.members.dimension)
+        centers, a = feddp_kmeans.sphere_packing(k, self.members.dimension, radius, self.rng)
         return centers, {"method": method, "cube_half_width": radius, "radius_a": a}
 
     # ------------------------------------------------------------------ FedDP-Lloyds
@@ -279,7 +279,7 @@ class FedDPKMeans(FedDPPrivacy, SecureAggregation, FederatedStrategy):
             request = {"centers": centers} if self.origin is None else {"centers": centers, "origin": self.origin}
             ranges = feddp_kmeans.secure_ranges(self.secure_points, self.radius or self.clip_norm)
             self.devices_release("feddp_lloyd", "lloyd_gaussian", "lloyd_laplace")
-            total, replies = self.summed("feddp_lloyd", self.participants(), request, config, {"k": k}, self.check_lloyd, "lloyd",
+            total, replies = self.secagg.summed("feddp_lloyd", self.participants(), request, config, {"k": k}, self.check_lloyd, "lloyd",
                                          ranges, self.device_noise("lloyd_gaussian", "lloyd_laplace"))
             if total is None:  # a secure sum no honest devices could give: this round's update is skipped
                 self.end_round(center_shift=0.0, kept_centers=k, noisy_counts=np.zeros(k))

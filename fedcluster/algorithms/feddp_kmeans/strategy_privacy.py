@@ -28,13 +28,39 @@ class FedDPPrivacy:
     @property
     def distributed(self) -> bool:
         """Whether the devices add the noise (secure aggregation with ``secagg-noise = devices``)."""
-        return self.secure and self.config["secagg-noise"] == "devices"
+        return self.secagg.enabled and self.config["secagg-noise"] == "devices"
 
     def secagg_noise_model(self) -> str:
         """The secure-aggregation threat model's words on who adds the noise."""
         if self.distributed:
             return "each device adds its share of the noise before masking, so no sum reaches the server without it"
         return "the server adds the noise to that exact sum (central DP)"
+
+    def plan_privacy(self, server: np.ndarray | None, k: int) -> None:
+        """The clipping bounds of every step, the noise plan, each step's mechanism with its
+        own random stream, the sampling stream and the ledger."""
+        cfg = self.config
+        chosen = {step: cfg[key] for step, key in feddp_kmeans.CLIENT_BOUND_KEYS.items()}
+        self.typical_norm = feddp_kmeans.server_typical_norm(server) if server is not None else None
+        self.bounds = feddp_kmeans.clipping_bounds(self.level, self.clip_norm, k, cfg.client_max_points, chosen,
+                                                   self.typical_norm, capped=cfg.max_device_points > 0)
+        self.lloyd_update = feddp_kmeans.lloyd_mode(cfg.lloyd_update, self.level, self.init_method)
+        self.radius = None
+        if self.lloyd_update == "relative":  # one point moves a cluster's sum by at most r (2r: a swap under a cap)
+            self.radius = feddp_kmeans.lloyd_radius(cfg.lloyd_radius, self.clip_norm, k, self.members.dimension)
+            self.bounds["lloyd_gaussian"] = self.radius * (2 if cfg.max_device_points > 0 else 1)
+        self.secure_points = feddp_kmeans.secure_points(self.level, cfg.max_device_points, cfg.client_max_points)
+        if self.secagg.enabled:  # one session of keys serves the histogram and every Lloyd round
+            self.secagg.planned = int(self.init_method == "histogram") + self.lloyd_rounds
+        if self.secagg.enabled and not self.distributed:  # the server's noise covers the rounding too
+            self.bounds = feddp_kmeans.secure_bounds(self.bounds, self.secure_points, self.radius or self.clip_norm, k,
+                                                     self.members.dimension)
+        self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg.clip_outer)
+        self.plan = self.privacy_plan()
+        streams = fedcluster.privacy.independent_generators(self.noise_seed(), len(feddp_kmeans.STEPS) + 1)
+        self.mechanisms = {name: step.mechanism_instance(streams[feddp_kmeans.STEPS[name][1]]) for name, step in self.plan.items()}
+        self.sampling_rng = streams[feddp_kmeans.SAMPLING_STREAM]
+        self.ledger = self.new_ledger()
 
     def privacy_plan(self) -> dict[str, Any]:
         """The noise of every step (fedcluster.algorithms.feddp_kmeans.model.privacy_plan); the run config
@@ -45,9 +71,9 @@ class FedDPPrivacy:
         weights = feddp_kmeans.step_weights(self.init_method, self.lloyd_rounds, list(shares), cfg.lloyd_fraction)
         if self.distributed:
             self.budget_mode = "no noise (epsilon = inf)" if math.isinf(cfg.epsilon) else "target-total"
-            weights = weights if cfg.budget_split else feddp_kmeans.device_noise_weights(weights, self.dimension)
+            weights = weights if cfg.budget_split else feddp_kmeans.device_noise_weights(weights, self.members.dimension)
             return feddp_kmeans.device_noise_plan(weights, self.bounds, self.lloyd_rounds, self.secure_points,
-                                                  self.radius or self.clip_norm, cfg.k, self.dimension, cfg.epsilon, cfg.delta)
+                                                  self.radius or self.clip_norm, cfg.k, self.members.dimension, cfg.epsilon, cfg.delta)
         q = cfg.client_sampling_rate
         sampling = q if self.level == "client" and q < 1 else None
         specs = feddp_kmeans.step_specs(weights, self.bounds, self.lloyd_rounds, sampling)
@@ -90,7 +116,7 @@ class FedDPPrivacy:
         released = mechanism.add(value)
         if not self.distributed:
             step = self.plan[name]
-            self.folder.releases.release(name, {
+            self.results.folder.releases.release(name, {
                 "mechanism": mechanism.name, "scale": mechanism.scale, "sensitivity": mechanism.sensitivity,
                 "sampling_rate": step.sampling_rate, "delta": self.config.delta if step.mechanism != "laplace" else None,
             }, released)
@@ -114,12 +140,12 @@ class FedDPPrivacy:
         enters it again ("again": spent twice, the devices' noise drawn afresh; the first
         attempt may have received the shares, and the server cannot tell whether it did)."""
         names, self.unmask_releases = self.unmask_releases, ()
-        replayed = self.journal.ahead(fedcluster.protocol.task("secagg_unmask").message_type)
+        replayed = self.results.journal.ahead(fedcluster.protocol.task("secagg_unmask").message_type)
         for name in names:
-            if replayed and self.folder.releases.matches_replay(name):
+            if replayed and self.results.folder.releases.matches_replay(name):
                 continue
             release = self.plan[name].release
-            self.folder.releases.release(name, {"mechanism": "skellam", **dataclasses.asdict(release), "compositions": 1}, None)
+            self.results.folder.releases.release(name, {"mechanism": "skellam", **dataclasses.asdict(release), "compositions": 1}, None)
 
     def new_ledger(self):
         if self.distributed:
@@ -133,7 +159,7 @@ class FedDPPrivacy:
         (√(devices / t) with the devices' noise, each adding v / t; else 1)."""
         if not self.distributed or not devices:
             return 1.0
-        return math.sqrt(devices / self.secagg_session.threshold)
+        return math.sqrt(devices / self.secagg.session.threshold)
 
     def device_noise(self, *names: str) -> dict[str, tuple[float, float]] | None:
         """Noise added by the devices: each secured step's variance (grid steps) and grid
@@ -175,7 +201,7 @@ class FedDPPrivacy:
     def privacy_report(self) -> dict[str, Any]:
         delta = self.config.delta
         if self.distributed:  # every release holds the noise of at least the threshold of devices
-            self.ledger.devices = min((s.threshold for s in self.secagg_history), default=0)
+            self.ledger.devices = min((s.threshold for s in self.secagg.history), default=0)
         report = self.ledger.to_dict(delta)
         report.update({
             "target_epsilon": self.config.epsilon if not self.config.step_epsilons else None,
@@ -191,9 +217,9 @@ class FedDPPrivacy:
             "lloyd_update": self.lloyd_update,
             "lloyd_radius": self.radius,
             "not_covered": self.not_covered(),
-            "secure_aggregation": self.secagg_record() if self.secure else None,
+            "secure_aggregation": self.secagg.record() if self.secagg.enabled else None,
         })
-        extra = self.folder.releases.extra() if self.folder is not None else []
+        extra = self.results.folder.releases.extra() if self.results.folder is not None else []
         if extra:  # releases from this folder the run's own ledger does not count: they are spent all the same
             with_them = epsilon_with(self.ledger, extra, delta)
             report["releases_beyond_this_run"] = {
@@ -212,7 +238,7 @@ class FedDPPrivacy:
         return feddp_kmeans.usable_points(reply.num_examples, self.level, self.config.max_device_points)
 
     def check_outer(self, reply: Reply) -> str | None:
-        return feddp_kmeans.outer_violation(reply.arrays["outer"], self.dimension, self.usable(reply), self.level,
+        return feddp_kmeans.outer_violation(reply.arrays["outer"], self.members.dimension, self.usable(reply), self.level,
                                    self.clip_norm, self.bounds["step1"])
 
     def check_histogram(self, reply: Reply) -> str | None:

@@ -24,19 +24,15 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
-from fedcluster.bounds import moments_violation, voronoi_violation
-from fedcluster.cell_moments import cell_moments_violation
 from fedcluster.points import bounding_box, center_shift, duplicate_warning
 from fedcluster.algorithms.fedkmeans.model import (
-    CenterSet, Memory, ServerState, Undo, coarse_summary_k, cost_tie, last_versus_best, implied_means,
-    partitions_violation, reassign_starved, keep_sets, replies_scatter, reseed_allowed, server_update,
-    stated_in_reply, train_cost_mismatch, whole_partition
+    CenterSet, Memory, ServerState, Undo, coarse_summary_k, cost_tie, last_versus_best, reassign_starved, keep_sets, replies_scatter, reseed_allowed, server_update
 )
 from fedcluster.config import k_range
 from fedcluster.robust import aggregate_centers
 
-from fedcluster.server.base import FederatedStrategy, FederationError, Reply, sum_arrays
-from fedcluster.server.messages import Inconsistent, one_set
+from fedcluster.server.base import FederatedStrategy, FederationError, Reply
+from fedcluster.server.messages import one_set
 from fedcluster.algorithms.fedkmeans.strategy_measure import FedKMeansMeasure
 from fedcluster.algorithms.fedkmeans.strategy_start import COARSE_STREAM, FedKMeansStart, summary_points
 
@@ -54,20 +50,9 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
     def run(self) -> dict[str, Any]:
         k = self.config.k
         bounds = k_range(self.config.k_range) if self.config.k_range else None
-        local = coarse = None
-        if bounds or self.config.init in ("auto", "local-summaries"):
-            # The local summaries the start needs travel with the data summary: one round trip.
-            requests = [self.local_summary_request(bounds[1] if bounds else k)]
-            coarse_k = coarse_summary_k(k)
-            if not bounds and self.config.init_coarse and coarse_k < k:
-                requests.append(self.local_summary_request(coarse_k, phase="init-coarse-summaries", stream=COARSE_STREAM))
-            summaries, groups = self.survey(*requests)
-            local = summary_points(groups[0], self.dimension)
-            coarse = summary_points(groups[1], self.dimension) if len(groups) > 1 else None
-        else:
-            summaries = self.discover_dimension()
+        summaries, local, coarse = self.summaries(k, bounds)
         total = sum(r.num_examples for r in summaries)
-        self.cost_tie = cost_tie([self.declared.get(r.node_id) for r in summaries])  # rounding: the same cost
+        self.cost_tie = cost_tie([self.members.declared.get(r.node_id) for r in summaries])  # rounding: the same cost
         low, high = bounding_box([r.arrays["min"] for r in summaries], [r.arrays["max"] for r in summaries])
         if bounds:
             return self.choose_k(bounds, total, low, high, local)
@@ -75,12 +60,12 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             raise FederationError(f"k={k} is larger than the {total} points held by the federation")
         starts, init_record = self.initialize(k, low, high, local, coarse)
         last = self.train(starts, self.config.num_rounds)
-        first = len(self.phases)
+        first = len(self.results.phases)
         total_cost, num_points, replies = self.final_evaluation(last)
-        if self.rounds and self.rounds[-1].get("cost") is None:
-            self.rounds[-1]["cost"] = total_cost / num_points
-        final_round = self.rounds[-1]["round"] if self.rounds else 0
-        caught = sorted({f["node"] for p in self.phases[first:] for f in p["failures"] if f["kind"] == "inconsistent"})
+        if self.results.rounds and self.results.rounds[-1].get("cost") is None:
+            self.results.rounds[-1]["cost"] = total_cost / num_points
+        final_round = self.results.rounds[-1]["round"] if self.results.rounds else 0
+        caught = sorted({f["node"] for p in self.results.phases[first:] for f in p["failures"] if f["kind"] == "inconsistent"})
         if caught:
             total_cost, num_points = self.recover(last, replies, caught)
         self.consider_best(total_cost / num_points, final_round, last, num_points)
@@ -107,41 +92,19 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             self.warn(duplicates)
         return outcome
 
-    def cost_check(self, incoming: np.ndarray, sent: dict[str, Any]):
-        """Full batch, one local epoch (else no check; ``incoming``: the (m, k, d) centers
-        sent with the client config ``sent``): a training reply's costs are the ones its
-        other arrays imply (``train_cost_mismatch``), each cluster's mean lies in its center's Voronoi cell and its scatter within what the cell can hold
-        (``cell_moments_violation``), its sums add up to its declared moments, and all its
-        partitions, with its last reply's, could come from one fixed set of points
-        (``partitions_violation``)."""
-        if sent["batch-size"] != 0 or sent["local-epochs"] != 1:
-            return None
-        beta = sent["client-lr"]
-
-        def check(reply: Reply) -> str | None:
-            a = reply.arrays
-            declared = self.declared.get(reply.node_id)
-            for s in range(incoming.shape[0]):
-                reason = train_cost_mismatch(incoming[s], a["centers"][s], a["counts"][s], a["scatter"][s], float(a["cost"][s]), beta)
-                means = implied_means(incoming[s], a["centers"][s], beta)
-                reason = reason or voronoi_violation(means, a["counts"][s], incoming[s])
-                if not reason and declared is not None:
-                    reason = moments_violation(a["counts"][s][:, None] * means, a["scatter"][s], declared,
-                                               counts=a["counts"][s])
-                if reason:
-                    return f"set {s}: {reason}" if incoming.shape[0] > 1 else reason
-            if declared is not None:  # every set at once: cheap certificates pass most clusters together
-                means = np.stack([implied_means(incoming[s], a["centers"][s], beta) for s in range(incoming.shape[0])])
-                found = cell_moments_violation(means, a["counts"], a["scatter"], incoming, declared.low, declared.high)
-                if found:
-                    return f"set {found[0]}: {found[1]}" if incoming.shape[0] > 1 else found[1]
-            stated = stated_in_reply(incoming, a, beta)
-            earlier = self.stated_partitions.get(reply.node_id, [])  # its last accepted reply's (more caught no more)
-            reason = partitions_violation(stated, earlier, whole_partition(declared))
-            self.stated_partitions[reply.node_id] = earlier if reason else stated[:1]
-            return Inconsistent(reason) if reason else None  # a proven liar leaves the run
-
-        return check
+    def summaries(self, k: int, bounds: tuple[int, int] | None) -> tuple[list[Reply], Any, Any]:
+        """The data summaries and, where the start needs them (``init``, ``k-range``), the
+        devices' local summaries (and coarse ones: ``init-coarse``), in one round trip."""
+        if not (bounds or self.config.init in ("auto", "local-summaries")):
+            return self.discover_dimension(), None, None
+        requests = [self.local_summary_request(bounds[1] if bounds else k)]
+        coarse_k = coarse_summary_k(k)
+        if not bounds and self.config.init_coarse and coarse_k < k:
+            requests.append(self.local_summary_request(coarse_k, phase="init-coarse-summaries", stream=COARSE_STREAM))
+        summaries, groups = self.survey(*requests)
+        local = summary_points(groups[0], self.members.dimension)
+        coarse = summary_points(groups[1], self.members.dimension) if len(groups) > 1 else None
+        return summaries, local, coarse
 
     # -------------------------------------------------------------- training
     def train(self, starts: list[np.ndarray] | np.ndarray, rounds: int) -> "CenterSet":
@@ -150,6 +113,18 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         and after half of the rounds only the cheapest trains on. Returns the last set
         standing; ``self.best_seen`` holds the cheapest centers measured on every node."""
         cfg = self.config
+        live = self.start_training(starts)
+        deadline = max(1, math.ceil(rounds / 2))
+        for t in range(1, rounds + 1):
+            live = self.train_round(live, t, rounds, deadline)
+            if cfg.tol > 0 and all(c.shift <= cfg.tol and not c.moved for c in live):
+                log(INFO, "[fedcluster] centers moved at most tol=%g: stopping after round %d", cfg.tol, t)
+                break
+        return min(live, key=lambda c: c.cost)
+
+    def start_training(self, starts: list[np.ndarray] | np.ndarray) -> list["CenterSet"]:
+        """The center sets of ``starts`` and what the server keeps of training from here."""
+        cfg = self.config
         starts = [starts] if isinstance(starts, np.ndarray) and starts.ndim == 2 else starts
         self.starts = [np.array(c, dtype=np.float64) for c in starts]
         live = [CenterSet(i, c.copy(), ServerState.start(c)) for i, c in enumerate(self.starts)]
@@ -157,47 +132,46 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             center_set.memory.reserve(self.active_nodes)  # sums over the memory in node order (newcomers last)
         self.sets = {c.index: c for c in live}
         self.estimated = []  # (estimated cost per point, round, set, centers): the cheapest few, partial participation
-        everyone, self.best_seen = cfg.fraction >= 1.0, None  # best: (cost, round, set, points, centers)
+        self.best_seen = None  # best: (cost, round, set, points, centers)
         self.stated_partitions: dict[int, list] = {}  # per node: [(cost, centers, partition)] of its last reply
         self.recovered: dict[str, Any] | None = None  # what the recovery from a liar caught at the end did
         self.memory_bounds = cfg.server_memory and cfg.batch_size == 0 and cfg.local_epochs == 1
-        deadline = max(1, math.ceil(rounds / 2))
-        for t in range(1, rounds + 1):
-            self.begin_round(t)
-            nodes = self.sample(cfg.fraction)
-            present = set(self.active_nodes)
-            got, measured_round = self.exchange(live, nodes, t)
-            left = present - set(self.active_nodes)  # NODE_UNAVAILABLE or silent too long
-            if left:  # earlier measurements covered points that are gone: no longer comparable
-                self.best_seen = None
-            reports = []
-            for center_set in live:
-                center_set.incoming, measured = got[center_set.index]
-                reports.append(self.measure(center_set, center_set.incoming, measured, measured_round, t))
-            for center_set, report in zip(live, reports):
-                self.update(center_set, report, left, t, rounds)
-            self.bound_unmeasured(live, reports, t)
-            finished = t >= deadline or t == rounds
-            # Only a full-batch round over every node fixes a set for good (a partial one
-            # leaves other nodes' statistics to come): only then does a stalled set stop.
-            final = everyone and cfg.batch_size == 0 and all(r["exact"] for r in reports)
-            keep = keep_sets([r["cost"] for r in reports], [final and c.stalled for c in live], finished)
-            leader = min(keep, key=lambda i: reports[i]["cost"])
-            if t > 1 and self.rounds[-1].get("cost") is None and reports[leader]["exact"]:
-                self.rounds[-1]["cost"] = reports[leader]["cost"]
-            record = self.end_round(cost=None, sampled_nodes=len(nodes), **live[leader].record(reports[leader]),
-                                    **({"sets": [c.record(r) for c, r in zip(live, reports)]} if len(live) > 1 else {}))
-            for i in set(range(len(live))) - set(keep):  # a set that stops needs no memory of the devices
-                live[i].memory = Memory(*live[i].centers.shape)
-            live = [live[i] for i in keep]
-            log(INFO, "[fedcluster] round %d/%d: %d/%d replies, cost/pt of received centers %.6g, shift %.3g%s%s",
-                t, rounds, record["replies"], record["sent"], record["sampled_cost_of_received"], record["center_shift"],
-                f", reassigned {record['reassigned']}" if record["reassigned"] else "",
-                f", {len(live)} of {len(reports)} sets train on" if len(reports) > 1 else "")
-            if cfg.tol > 0 and all(c.shift <= cfg.tol and not c.moved for c in live):
-                log(INFO, "[fedcluster] centers moved at most tol=%g: stopping after round %d", cfg.tol, t)
-                break
-        return min(live, key=lambda c: c.cost)
+        return live
+
+    def train_round(self, live: list["CenterSet"], t: int, rounds: int, deadline: int) -> list["CenterSet"]:
+        """Round ``t``: the exchange, each set measured and updated, the sets that train on."""
+        cfg = self.config
+        self.begin_round(t)
+        nodes = self.sample(cfg.fraction)
+        present = set(self.active_nodes)
+        got, measured_round = self.exchange(live, nodes, t)
+        left = present - set(self.active_nodes)  # NODE_UNAVAILABLE or silent too long
+        if left:  # earlier measurements covered points that are gone: no longer comparable
+            self.best_seen = None
+        reports = []
+        for center_set in live:
+            center_set.incoming, measured = got[center_set.index]
+            reports.append(self.measure(center_set, center_set.incoming, measured, measured_round, t))
+        for center_set, report in zip(live, reports):
+            self.update(center_set, report, left, t, rounds)
+        self.bound_unmeasured(live, reports, t)
+        finished = t >= deadline or t == rounds
+        # Only a full-batch round over every node fixes a set for good (a partial one
+        # leaves other nodes' statistics to come): only then does a stalled set stop.
+        final = cfg.fraction >= 1.0 and cfg.batch_size == 0 and all(r["exact"] for r in reports)
+        keep = keep_sets([r["cost"] for r in reports], [final and c.stalled for c in live], finished)
+        leader = min(keep, key=lambda i: reports[i]["cost"])
+        if t > 1 and self.results.rounds[-1].get("cost") is None and reports[leader]["exact"]:
+            self.results.rounds[-1]["cost"] = reports[leader]["cost"]
+        record = self.end_round(cost=None, sampled_nodes=len(nodes), **live[leader].record(reports[leader]),
+                                **({"sets": [c.record(r) for c, r in zip(live, reports)]} if len(live) > 1 else {}))
+        for i in set(range(len(live))) - set(keep):  # a set that stops needs no memory of the devices
+            live[i].memory = Memory(*live[i].centers.shape)
+        log(INFO, "[fedcluster] round %d/%d: %d/%d replies, cost/pt of received centers %.6g, shift %.3g%s%s",
+            t, rounds, record["replies"], record["sent"], record["sampled_cost_of_received"], record["center_shift"],
+            f", reassigned {record['reassigned']}" if record["reassigned"] else "",
+            f", {len(keep)} of {len(reports)} sets train on" if len(reports) > 1 else "")
+        return [live[i] for i in keep]
 
     def exchange(self, live: list["CenterSet"], nodes: list[int], t: int) -> tuple[dict[int, tuple], bool]:
         """Round ``t``'s one round trip: every live set's ``fedkmeans_train`` to the sampled
@@ -207,6 +181,29 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         summary (and may be sampled from the next round on). Returns per set ``(training
         replies, (unsampled nodes' total cost, their points))`` and whether this round
         measured every node."""
+        everyone = self.config.fraction >= 1.0
+        requests, measuring, others = self.round_requests(live, nodes, t)
+        joining = self.newcomers()
+        if joining:
+            requests["join"] = self.join_request(joining)
+        first = len(self.results.phases)
+        got = dict(zip(requests, self.broadcast_together(*requests.values())))
+        if joining:
+            self.admit_newcomers(got["join"])
+        got["train"] = self.refill(dict(requests["train"], min_replies=None), got["train"], first)
+        measure, out = got.get("measure", []), {}
+        dropped = {f["node"] for p in self.results.phases[first:] if p["phase"] == "train" for f in p["failures"]
+                   if f["kind"] == "invalid"}  # its old statistics too
+        for position, center_set in enumerate(live):
+            center_set.forget(dropped)
+            center_set.remember([one_set(r, position) for r in got.get("seed", [])], center_set.centers)  # FULL_BATCH
+            costs = (sum(float(r.arrays["costs"][position]) for r in measure), sum(r.num_examples for r in measure))
+            out[center_set.index] = ([one_set(r, position) for r in got["train"]], costs)
+        return out, everyone or measuring or not others
+
+    def round_requests(self, live: list["CenterSet"], nodes: list[int], t: int) -> tuple[dict[str, dict[str, Any]], bool, bool]:
+        """Round ``t``'s requests (:meth:`exchange`), whether it measures the unsampled
+        nodes (``eval-every``) and whether any node is left out of the sample."""
         cfg = self.config
         everyone = cfg.fraction >= 1.0
         client_config = {"local-epochs": cfg.local_epochs, "batch-size": cfg.batch_size, "client-lr": cfg.client_lr}
@@ -227,23 +224,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             requests["measure"] = dict(task="score_candidates", nodes=unsampled, arrays={"candidates": stacked},
                                        sizes={"m": len(live), "k": stacked.shape[1]}, phase="evaluation",
                                        check=self.statement_check(stacked, scores=True))
-        joining = self.newcomers()
-        if joining:
-            requests["join"] = self.join_request(joining)
-        first = len(self.phases)
-        got = dict(zip(requests, self.broadcast_together(*requests.values())))
-        if joining:
-            self.admit_newcomers(got["join"])
-        got["train"] = self.refill(dict(train, min_replies=None), got["train"], first)
-        measure, out = got.get("measure", []), {}
-        dropped = {f["node"] for p in self.phases[first:] if p["phase"] == "train" for f in p["failures"]
-                   if f["kind"] == "invalid"}  # its old statistics too
-        for position, center_set in enumerate(live):
-            center_set.forget(dropped)
-            center_set.remember([one_set(r, position) for r in got.get("seed", [])], center_set.centers)  # FULL_BATCH
-            costs = (sum(float(r.arrays["costs"][position]) for r in measure), sum(r.num_examples for r in measure))
-            out[center_set.index] = ([one_set(r, position) for r in got["train"]], costs)
-        return out, everyone or measuring or not others
+        return requests, measuring, others
 
     def update(self, center_set: "CenterSet", report: dict[str, Any], left: set[int], t: int, rounds: int) -> None:
         """The paper's server step for one set (docs/ALGORITHMS.md §1) from its latest

@@ -13,8 +13,11 @@ import numpy as np
 from flwr.common.logger import log
 
 from fedcluster.algorithms.fedkmeans.model import (
-    cheapest_estimates, evaluation_statement, lloyd_step, partitions_violation, scores_violation, whole_partition
+    CenterSet, cheapest_estimates, evaluation_statement, implied_means, lloyd_step, partitions_violation, scores_violation,
+    stated_in_reply, train_cost_mismatch, whole_partition
 )
+from fedcluster.bounds import moments_violation, voronoi_violation
+from fedcluster.cell_moments import cell_moments_violation
 
 from fedcluster.server.base import FederationError, Reply, sum_arrays, sum_metric
 from fedcluster.server.messages import Inconsistent
@@ -35,7 +38,7 @@ class FedKMeansMeasure:
         sampled_cost = float(sum(float(r.arrays["cost"][0]) for r in replies))
         sampled_points = int(sum_metric(replies))
         cost, points = sampled_cost + measured[0], sampled_points + measured[1]
-        active = self.active_points()
+        active = self.members.active_points()
         exact = measuring and points > 0 and points >= active
         report = {"cost": cost / max(points, 1), "points": points, "exact": exact,
                   "sampled_cost": sampled_cost / max(sampled_points, 1)}
@@ -132,7 +135,7 @@ class FedKMeansMeasure:
         honest device's nearest-center cost of fixed points never exceeds what any other
         partition of them costs. A contradiction proves a liar, which leaves the run."""
         def check(reply: Reply) -> str | None:
-            declared = self.declared.get(reply.node_id)
+            declared = self.members.declared.get(reply.node_id)
             earlier = self.stated_partitions.get(reply.node_id, [])
             whole = whole_partition(declared)
             if scores:
@@ -155,3 +158,39 @@ class FedKMeansMeasure:
         if best is None or points > best[3] or (points == best[3] and cost <= best[0] * (1 + 1e-12) + tie):
             measured = center_set.centers if centers is None else centers
             self.best_seen = (cost, round_number, center_set.index, points, measured.copy())
+
+    def cost_check(self, incoming: np.ndarray, sent: dict[str, Any]):
+        """Full batch, one local epoch (else no check; ``incoming``: the (m, k, d) centers
+        sent with the client config ``sent``): a training reply's costs are the ones its
+        other arrays imply (``train_cost_mismatch``), each cluster's mean lies in its center's Voronoi cell and its scatter within what the cell can hold
+        (``cell_moments_violation``), its sums add up to its declared moments, and all its
+        partitions, with its last reply's, could come from one fixed set of points
+        (``partitions_violation``)."""
+        if sent["batch-size"] != 0 or sent["local-epochs"] != 1:
+            return None
+        beta = sent["client-lr"]
+
+        def check(reply: Reply) -> str | None:
+            a = reply.arrays
+            declared = self.members.declared.get(reply.node_id)
+            for s in range(incoming.shape[0]):
+                reason = train_cost_mismatch(incoming[s], a["centers"][s], a["counts"][s], a["scatter"][s], float(a["cost"][s]), beta)
+                means = implied_means(incoming[s], a["centers"][s], beta)
+                reason = reason or voronoi_violation(means, a["counts"][s], incoming[s])
+                if not reason and declared is not None:
+                    reason = moments_violation(a["counts"][s][:, None] * means, a["scatter"][s], declared,
+                                               counts=a["counts"][s])
+                if reason:
+                    return f"set {s}: {reason}" if incoming.shape[0] > 1 else reason
+            if declared is not None:  # every set at once: cheap certificates pass most clusters together
+                means = np.stack([implied_means(incoming[s], a["centers"][s], beta) for s in range(incoming.shape[0])])
+                found = cell_moments_violation(means, a["counts"], a["scatter"], incoming, declared.low, declared.high)
+                if found:
+                    return f"set {found[0]}: {found[1]}" if incoming.shape[0] > 1 else found[1]
+            stated = stated_in_reply(incoming, a, beta)
+            earlier = self.stated_partitions.get(reply.node_id, [])  # its last accepted reply's (more caught no more)
+            reason = partitions_violation(stated, earlier, whole_partition(declared))
+            self.stated_partitions[reply.node_id] = earlier if reason else stated[:1]
+            return Inconsistent(reason) if reason else None  # a proven liar leaves the run
+
+        return check

@@ -61,10 +61,10 @@ class FedKMeansStart:
             raise FederationError(f"k-range {first}:{last} asks for more clusters than the {total} points held")
         ks = list(range(first, last + 1))
         m = self.config.init_candidates
-        size = (len(ks) * m + 1) * last * self.dimension * 8
+        size = (len(ks) * m + 1) * last * self.members.dimension * 8
         if size > K_RANGE_MAX_BYTES:
             raise FederationError(
-                f"k-range {first}:{last} with init-candidates={m} in d={self.dimension} would send "
+                f"k-range {first}:{last} with init-candidates={m} in d={self.members.dimension} would send "
                 f"{size / 1e6:.0f} MB to every device (limit {K_RANGE_MAX_BYTES / 1e6:.0f} MB): narrow the range "
                 f"or lower init-candidates"
             )
@@ -104,8 +104,8 @@ class FedKMeansStart:
         cfg = self.config
         method = cfg.init
         m = cfg.init_candidates
-        sets = set_count(cfg.n_init, k, self.dimension)
-        seeds = np.zeros((0, k, self.dimension))
+        sets = set_count(cfg.n_init, k, self.members.dimension)
+        seeds = np.zeros((0, k, self.members.dimension))
         if method in ("auto", "local-summaries"):
             points, weights = local  # collected with the data summary (run)
             if points.shape[0] < k:
@@ -132,10 +132,10 @@ class FedKMeansStart:
             candidates = box_candidates(k, m, low, high, self.rng)
         else:  # server-kmeans++ (the config guarantees server-data is set)
             server_points = load_points(cfg.server_data)
-            if server_points.shape[1] != self.dimension:
+            if server_points.shape[1] != self.members.dimension:
                 raise FederationError(
                     f"server-data {cfg['server-data']} has dimension {server_points.shape[1]}, "
-                    f"the federation's is {self.dimension}"
+                    f"the federation's is {self.members.dimension}"
                 )
             candidates = np.stack([kmeans_plus_plus(server_points, k, self.rng) for _ in range(m)])
         refined = candidates.shape[0]

@@ -26,7 +26,7 @@ from fedcluster.algorithms.fedspectral.model import (
 
 from fedcluster.server.base import FederationError, sum_arrays
 from fedcluster.algorithms.fedspectral.strategy_graph import GraphStrategy, label_check, product_check
-from fedcluster.server.secure_sum import SecureAggregation
+from fedcluster.server.secure_sum import SecureSum
 
 
 # --------------------------------------------------------------------------------------------
@@ -85,7 +85,7 @@ class FedSpectral(GraphStrategy):
 # --------------------------------------------------------------------------------------------
 
 
-class FedSpectralPlus(SecureAggregation, GraphStrategy):
+class FedSpectralPlus(GraphStrategy):
     """FedSpectral+: federated power/subspace iteration for the global spectral embedding.
 
     ``mode="paper"``: the server sends a random orthonormal ``Q`` (n x k); every client
@@ -116,24 +116,28 @@ class FedSpectralPlus(SecureAggregation, GraphStrategy):
 
     name = "fedspectral-plus"
 
+    def __init__(self, grid, config) -> None:
+        super().__init__(grid, config)
+        self.secagg = SecureSum(config, self.transport, self.members, self.results)  # the secure sum it holds
+
     def run(self) -> dict[str, Any]:
         cfg = self.config
         n, k, nodes = self.graph_setup()
-        self.secagg_planned = cfg.num_rounds  # one secure sum per round (a run that stops early leaves keys unused)
+        self.secagg.planned = cfg.num_rounds  # one secure sum per round (a run that stops early leaves keys unused)
         if cfg.mode == "paper":
             embedding, final = self.paper_mode(n, k, nodes)
         else:
             embedding, final = self.exact_mode(n, k, nodes)
         labels = embedding_labels(embedding, k, cfg.seed)
         final.update({"num_nodes": n, "k": k, "cluster_sizes": cluster_sizes(labels, k)})
-        if self.secure:
-            final["secure_aggregation"] = self.secagg_record()
+        if self.secagg.enabled:
+            final["secure_aggregation"] = self.secagg.record()
         log(
             INFO,
             "[fedcluster] fedspectral-plus (%s): %d communication rounds, last subspace change %.3g",
             cfg.mode,
             final["communication_rounds"],
-            self.rounds[-1].get("subspace_change") or 0.0,
+            self.results.rounds[-1].get("subspace_change") or 0.0,
         )
         outcome: dict[str, Any] = {"arrays": {"labels": labels, "embedding": embedding}, "final": final}
         reference = self.reference(embedding, labels, len(nodes))
@@ -159,17 +163,17 @@ class FedSpectralPlus(SecureAggregation, GraphStrategy):
         it). Either way a client missing from the sum is out of the rest of the run."""
         X = request["Q"]
         sizes = {"n": X.shape[0], "b": X.shape[1]}
-        if not self.secure:
+        if not self.secagg.enabled:
             replies = self.all_clients("power_step", nodes, arrays=request, config=config, sizes=sizes, phase=phase,
                                        check=product_check(X, weight, first))
             return sum_arrays(replies, "Q"), len(replies)
-        asked = [node for node in nodes if node not in self.excluded]
-        total, summed = self.summed("power_step", asked, request, config, sizes, None, phase,
+        asked = [node for node in nodes if node not in self.members.excluded]
+        total, summed = self.secagg.summed("power_step", asked, request, config, sizes, None, phase,
                                     {"Q": product_range(X, weight, first)})
         for node in sorted(set(asked) - set(summed)):
             self.exclude(node, "no masked product in the secure sum (a graph run goes on without its edges)")
         if total is None:  # a product cannot be skipped
-            raise FederationError(f"phase {phase!r}: {self.secagg_failure}")
+            raise FederationError(f"phase {phase!r}: {self.secagg.failure}")
         return total["Q"], len(summed)
 
     # ------------------------------------------------------------------ paper mode
@@ -186,7 +190,7 @@ class FedSpectralPlus(SecureAggregation, GraphStrategy):
             change = subspace_distance(new, Q)
             Q = new
             self.end_round(subspace_change=change, block_columns=k)
-        return Q, {"mode": "paper", "iters": iters, "block": k, "communication_rounds": len(self.rounds)}
+        return Q, {"mode": "paper", "iters": iters, "block": k, "communication_rounds": len(self.results.rounds)}
 
     # ------------------------------------------------------------------ exact mode
     def block_size(self, n: int, k: int) -> int:
@@ -220,7 +224,7 @@ class FedSpectralPlus(SecureAggregation, GraphStrategy):
         self.begin_round(1)
         first = solver.first_block()
         first_sum = summed_products(first, solver.first_degrees(), "degrees-and-first-product", first=True)
-        solver.start(snapped_degrees(first_sum, product_config["edge-weight"]) if self.secure else first_sum)
+        solver.start(snapped_degrees(first_sum, product_config["edge-weight"]) if self.secagg.enabled else first_sum)
         stopped, t, sent = "num-rounds", 1, first.shape[1]
         while True:
             state = solver.observe()
@@ -250,7 +254,7 @@ class FedSpectralPlus(SecureAggregation, GraphStrategy):
             "acceleration": solver.acceleration,
             "block": solver.block,
             "max_basis": solver.max_basis,
-            "communication_rounds": len(self.rounds),
+            "communication_rounds": len(self.results.rounds),
             "stopped": stopped,
             "ritz_values": values,
             "ritz_residuals": residuals,

@@ -57,10 +57,10 @@ class GraphStrategy(FederatedStrategy):
         whose reply fails is taken out of the run, so every later product is over the same
         clients' edges; the run goes on while ``min-reply-fraction`` of them answer, as a
         point run does."""
-        asked = [node for node in nodes if node not in self.excluded]
+        asked = [node for node in nodes if node not in self.members.excluded]
         replies = self.broadcast(task, asked, **kwargs)  # in node order: sums reproducible to the last bit
         answered = {reply.node_id for reply in replies}
-        reasons = {failure["node"]: failure["reason"] for failure in self.phases[-1]["failures"]} if self.phases else {}
+        reasons = {failure["node"]: failure["reason"] for failure in self.results.phases[-1]["failures"]} if self.results.phases else {}
         for node in asked:
             if node not in answered:
                 self.exclude(node, f"{reasons.get(node, 'no valid reply')} (a graph run goes on without its edges)")

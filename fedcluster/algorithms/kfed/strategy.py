@@ -66,7 +66,7 @@ def collect_device_centers(strategy: FederatedStrategy, phase: str = "kfed-local
     replies = strategy.broadcast(**request, nodes=strategy.active_nodes)
     if not replies:
         raise FederationError(f"phase {phase!r}: no device returned local centers (every one away)")
-    if strategy.dimension is None:
+    if strategy.members.dimension is None:
         replies = strategy.vote_dimension(replies, lambda reply: reply.arrays["centers"].shape[1])
     replies = strategy.ask_again(request, replies)  # devices away, late or newly connected: one shot each
     if costs is not None:
@@ -143,30 +143,9 @@ class KFed(FederatedStrategy):
             int(sum(k_primes)), len(nodes), k, min(k_primes), max(k_primes))
         if scored:
             # kfed-evaluate: the candidates are scored on the devices' own points in the
-            # evaluation round; the cheapest there is the result, its cost exact. A device
-            # whose scores contradict its local centers has lied in one or the other: it
-            # leaves the run, and the merges are made again without its centers.
-            while True:
-                stacked = np.stack([c for c, _ in merged])
-                declared = {node: (c, n, cost) for node, c, n, cost in zip(nodes, centers, counts, costs)}
-
-                def within_declaration(reply) -> str | None:  # a device's costs bounded by its own local summary
-                    if reply.node_id not in declared:
-                        return None
-                    floors, bounds = score_range(*declared[reply.node_id], stacked)
-                    reason = score_violation(reply.arrays["costs"], bounds, floors)
-                    return Inconsistent(reason) if reason else None
-
-                candidate_costs, points = self.score_merges(stacked, within_declaration)
-                staying = [i for i, node in enumerate(nodes) if node not in self.excluded]
-                if len(staying) == len(nodes):
-                    break
-                log(INFO, "[fedcluster] k-FED: merging again without the local centers of %d device(s) whose "
-                    "scores contradict them", len(nodes) - len(staying))
-                nodes, centers, counts, costs = ([values[i] for i in staying] for values in (nodes, centers, counts, costs))
-                if not nodes:
-                    raise FederationError("phase 'evaluation': every device's scores contradict its local centers")
-                merged, kept, guarded = self.merges(centers, counts, k)
+            # evaluation round; the cheapest there is the result, its cost exact.
+            (nodes, centers, counts, costs), (merged, kept, guarded), candidate_costs, points = self.scored_merges(
+                (nodes, centers, counts, costs), (merged, kept, guarded), k)
             chosen = int(np.argmin(candidate_costs))
             global_centers, assignment = merged[chosen]
             total = float(candidate_costs[chosen])
@@ -208,6 +187,36 @@ class KFed(FederatedStrategy):
         if duplicates:
             self.warn(duplicates)
         return outcome
+
+    def scored_merges(self, devices: tuple[list, list, list, list], merges: tuple, k: int) -> tuple:
+        """The merges' candidates scored by the devices (:meth:`score_merges`). A device
+        whose scores contradict its local centers has lied in one or the other: it leaves
+        the run, and the merges are made again without its centers. Returns the devices
+        kept ``(nodes, centers, counts, costs)``, their merges ``(merged, kept, guarded)``,
+        the candidates' total costs and the points that scored them."""
+        nodes, centers, counts, costs = devices
+        merged, kept, guarded = merges
+        while True:
+            stacked = np.stack([c for c, _ in merged])
+            declared = {node: (c, n, cost) for node, c, n, cost in zip(nodes, centers, counts, costs)}
+
+            def within_declaration(reply) -> str | None:  # a device's costs bounded by its own local summary
+                if reply.node_id not in declared:
+                    return None
+                floors, bounds = score_range(*declared[reply.node_id], stacked)
+                reason = score_violation(reply.arrays["costs"], bounds, floors)
+                return Inconsistent(reason) if reason else None
+
+            candidate_costs, points = self.score_merges(stacked, within_declaration)
+            staying = [i for i, node in enumerate(nodes) if node not in self.members.excluded]
+            if len(staying) == len(nodes):
+                return (nodes, centers, counts, costs), (merged, kept, guarded), candidate_costs, points
+            log(INFO, "[fedcluster] k-FED: merging again without the local centers of %d device(s) whose "
+                "scores contradict them", len(nodes) - len(staying))
+            nodes, centers, counts, costs = ([values[i] for i in staying] for values in (nodes, centers, counts, costs))
+            if not nodes:
+                raise FederationError("phase 'evaluation': every device's scores contradict its local centers")
+            merged, kept, guarded = self.merges(centers, counts, k)
 
     def merges(self, centers: list, counts: list, k: int) -> tuple[list, np.ndarray, list]:
         """The candidates the devices score: the merge's cheapest distinct groupings and
