@@ -28,8 +28,8 @@ Usage::
     python bench/fedspectral_repro.py --quick     # email-Eu-core only, 1 seed (sweeps: 1 seed per cell)
     python bench/fedspectral_repro.py --quick --out DIR   # also writes DIR/fedspectral_repro.md
 
-Graphs: ``--graphs DIR`` or ``$FEDCLUSTER_GRAPHS`` or ``./graphs`` (``fedcluster-fetch-graphs --out graphs``) or
-``../shared/data/graphs``.
+Graphs: ``--graphs DIR`` or ``$FEDCLUSTER_GRAPHS`` or ``./graphs`` (``fedcluster-fetch-graphs --out graphs``)
+or the offline cache ``../shared/data/graphs``.
 """
 
 from __future__ import annotations

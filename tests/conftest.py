@@ -30,7 +30,11 @@ for _path in (ROOT, ROOT / "tests"):  # the project, conftest
 def graphs_dir() -> Path | None:
     """The SNAP graphs: $FEDCLUSTER_GRAPHS, ./graphs (where ``fedcluster-fetch-graphs`` puts
     them), or ../shared/data/graphs beside the project (an offline cache)."""
-    candidates = [os.environ.get("FEDCLUSTER_GRAPHS", ""), str(ROOT / "graphs"), str(ROOT.parent / "shared" / "data" / "graphs")]
+    candidates = [
+        os.environ.get("FEDCLUSTER_GRAPHS", ""),
+        str(ROOT / "graphs"),
+        str(ROOT.parent / "shared" / "data" / "graphs"),
+    ]
     for candidate in candidates:
         if candidate and (Path(candidate) / "email-Eu-core.txt").is_file():
             return Path(candidate).resolve()
@@ -45,7 +49,12 @@ def split_email_eu_core(tmp_path: Path, clients: int = 5, copies: int = 2) -> Pa
     if graphs is None:
         pytest.skip("SNAP graphs not found: run fedcluster-fetch-graphs --out graphs, or set FEDCLUSTER_GRAPHS")
     out = tmp_path / f"email{clients}"
-    assert split_main([str(graphs / "email-Eu-core.txt"), "--clients", str(clients), "--copies", str(copies), "--out", str(out)]) == 0
+    assert (
+        split_main(
+            [str(graphs / "email-Eu-core.txt"), "--clients", str(clients), "--copies", str(copies), "--out", str(out)]
+        )
+        == 0
+    )
     return out
 
 
@@ -79,7 +88,11 @@ def state_partition(record, sent, own, labels_of) -> bool:
             counts[s, j], centers[s, j], scatter[s, j] = len(mine), mine.mean(0), ((mine - mine.mean(0)) ** 2).sum(0)
         cost[s] = float(((own - sent[s][labels]) ** 2).sum())
     record["centers"], record["counts"], record["scatter"], record["cost"] = (
-        Array(centers), Array(counts), Array(scatter), Array(cost))
+        Array(centers),
+        Array(counts),
+        Array(scatter),
+        Array(cost),
+    )
     return True
 
 
@@ -96,8 +109,10 @@ def spread_clusters(tmp_path: Path, seed: int) -> tuple[Path, np.ndarray]:
     Returns the data folder and the pooled points."""
     rng = np.random.default_rng(seed)
     means = rng.normal(scale=10.0, size=(5, 3))
-    parts = [np.vstack([means[i % 5] + rng.normal(size=(60, 3)), means[(i + 1) % 5] + rng.normal(size=(15, 3))])
-             for i in range(10)]
+    parts = [
+        np.vstack([means[i % 5] + rng.normal(size=(60, 3)), means[(i + 1) % 5] + rng.normal(size=(15, 3))])
+        for i in range(10)
+    ]
     return write_npy_dir(tmp_path / "data", parts), np.vstack(parts)
 
 
@@ -150,6 +165,7 @@ def pytest_runtest_logreport(report):
 def pytest_runtest_setup(item):
     if _UNIT_FAILURES and _tier(item) in ("protocol", "engine") and "PYTEST_XDIST_WORKER" not in os.environ:
         pytest.exit(
-            f"{len(_UNIT_FAILURES)} unit test(s) failed (first: {_UNIT_FAILURES[0]}); the protocol and engine tiers were not run",
+            f"{len(_UNIT_FAILURES)} unit test(s) failed (first: {_UNIT_FAILURES[0]}); the protocol and engine tiers "
+            "were not run",
             returncode=1,
         )

@@ -46,7 +46,7 @@ from fedcluster.privacy.skellam import noise
 
 import fedcluster.secagg.checks as checks
 from .crypto import flower_crypto as _flwr
-from fedcluster.secagg.protocol import SEED_BYTES
+from fedcluster.secagg.protocol import HASH_BYTES, POINT_BYTES, SCALAR_BYTES, SEED_BYTES
 
 MODULUS_BITS = 62
 MODULUS = 2**MODULUS_BITS
@@ -379,8 +379,8 @@ def secagg_share_keys(data: DeviceData, arrays: dict, config: dict):
     return {
         "destinations": np.array(destinations, dtype=np.int64),
         "ciphertexts": stack_bytes(ciphertexts),
-        "ephemeral": np.array([list(p) for p in points], dtype=np.uint8).reshape(len(points), checks.POINT_BYTES),
-        "commitments": np.stack(hashes) if hashes else np.zeros((0, sums, 2 * checks.HASH_BYTES), np.uint8),
+        "ephemeral": np.array([list(p) for p in points], dtype=np.uint8).reshape(len(points), POINT_BYTES),
+        "commitments": np.stack(hashes) if hashes else np.zeros((0, sums, 2 * HASH_BYTES), np.uint8),
         "seed-commitments": np.array([list(c) for c in committed], dtype=np.uint8),
     }, {}
 
@@ -549,7 +549,7 @@ def secagg_prove(data: DeviceData, arrays: dict, config: dict):
     store["revealed"] = sorted(revealed | set(positions))
     return {
         "scalars": np.array([list(ephemeral[p]) for p in positions], dtype=np.uint8).reshape(
-            len(positions), checks.SCALAR_BYTES
+            len(positions), SCALAR_BYTES
         )
     }, {}
 
@@ -597,10 +597,10 @@ def forwarded(mail: list[tuple[int, np.ndarray, np.ndarray, bytes]]) -> dict[str
         "secagg-sources": np.array([source for source, *_ in mail], dtype=np.int64),
         "secagg-ciphertexts": np.stack([row for _, row, _, _ in mail]) if mail else np.zeros((0, 1), np.uint8),
         "secagg-ephemeral": np.array([list(bytes(point)) for _, _, point, _ in mail], dtype=np.uint8).reshape(
-            len(mail), checks.POINT_BYTES
+            len(mail), POINT_BYTES
         ),
         "secagg-digests": np.array([list(digest) for *_, digest in mail], dtype=np.uint8).reshape(
-            len(mail), checks.HASH_BYTES
+            len(mail), HASH_BYTES
         ),
     }
 

@@ -42,7 +42,10 @@ def _run(strategy: Any, config: Any) -> dict[str, Any]:
     if config["reference"]:
         try:
             reference = central_reference(
-                config, len(strategy.members.nodes), outcome.get("centers"), outcome.get("final", {}).get("num_points"),
+                config,
+                len(strategy.members.nodes),
+                outcome.get("centers"),
+                outcome.get("final", {}).get("num_points"),
                 strategy.members.scaling,
             )
         except Exception as exc:  # the reference is a report, never a reason to lose a run
@@ -73,7 +76,8 @@ def print_summary(result: dict[str, Any]) -> None:
         lines.append(f"  central k-means cost/pt  : {reference['central_cost']:.6g} (pooled, scikit-learn, n_init=10)")
         ratio = reference.get("ratio")
         lines.append(
-            f"  federated / central      : {ratio:.4f}" if ratio is not None
+            f"  federated / central      : {ratio:.4f}"
+            if ratio is not None
             else "  federated / central      : – (the central cost is 0: every point sits on a center)"
         )
     comm = result["communication"]

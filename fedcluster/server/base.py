@@ -137,13 +137,21 @@ class FederatedStrategy:
         return wait_for_nodes(self.members, self.name)
 
     # ------------------------------------------------------------------ shared phases
-    def score_candidates(self, candidates: np.ndarray, phase: str, check: Callable | None = None) -> tuple[np.ndarray, int]:
+    def score_candidates(
+        self, candidates: np.ndarray, phase: str, check: Callable | None = None
+    ) -> tuple[np.ndarray, int]:
         """The total k-means cost of every candidate center set (m, k, d) over the active
         nodes' points, in one round trip (``score_candidates``), and the points that scored
         them; ``check`` (optional): a reply it finds a reason against is dropped."""
         candidates = np.asarray(candidates)
-        replies = self.broadcast("score_candidates", self.active_nodes, arrays={"candidates": candidates},
-                                 sizes={"m": candidates.shape[0], "k": candidates.shape[1]}, phase=phase, check=check)
+        replies = self.broadcast(
+            "score_candidates",
+            self.active_nodes,
+            arrays={"candidates": candidates},
+            sizes={"m": candidates.shape[0], "k": candidates.shape[1]},
+            phase=phase,
+            check=check,
+        )
         return sum_arrays(replies, "costs"), int(sum_metric(replies))
 
     def ask_again(self, request: dict[str, Any], replies: list[Reply], admit: bool = True) -> list[Reply]:
@@ -187,11 +195,19 @@ class FederatedStrategy:
                 break
             picked = self.rng.choice(len(pool), size=min(wanted, len(pool)), replace=False)
             stand_in = [pool[i] for i in sorted(picked)]
-            log(INFO, "[fedcluster] %s: %d node(s) asked were refused or taken out of the run; %d not sampled asked "
-                "in their place", phase, wanted, len(stand_in))
+            log(
+                INFO,
+                "[fedcluster] %s: %d node(s) asked were refused or taken out of the run; %d not sampled asked "
+                "in their place",
+                phase,
+                wanted,
+                len(stand_in),
+            )
             asked += stand_in
-            replies = sorted(replies + self.broadcast(**dict(request, nodes=stand_in, min_replies=0)),
-                             key=lambda reply: self.members.order_key(reply.node_id))
+            replies = sorted(
+                replies + self.broadcast(**dict(request, nodes=stand_in, min_replies=0)),
+                key=lambda reply: self.members.order_key(reply.node_id),
+            )
         failures = [f for p in self.results.phases[first:] if p["phase"] == phase for f in p["failures"]]
         self.require(phase, len(replies), len(sampled), required, failures)
         return replies
@@ -199,8 +215,13 @@ class FederatedStrategy:
     def refused_since(self, first: int, phase: str | None) -> set[int]:
         """The nodes whose replies to ``phase`` were refused (a lie, a malformed reply) in
         the phases recorded from ``first`` on."""
-        return {f["node"] for p in self.results.phases[first:] if p["phase"] == phase for f in p["failures"]
-                if f["kind"] in ("invalid", "inconsistent")}
+        return {
+            f["node"]
+            for p in self.results.phases[first:]
+            if p["phase"] == phase
+            for f in p["failures"]
+            if f["kind"] in ("invalid", "inconsistent")
+        }
 
     def stand_in_pool(self, asked: list[int], sampled: int, refused: set[int]) -> tuple[int, list[int]]:
         """How many of the ``asked`` nodes (the first ``sampled`` of them the sample) still
@@ -216,8 +237,10 @@ class FederatedStrategy:
         """Set the federation's dimension to the one most replies report (ties: the
         smaller); exclude the nodes with another. Returns the replies that agree."""
         if not replies:
-            raise FederationError(f"phase {self.results.phase!r}: no node answered (every one away, late or its reply dropped): "
-                                  "the federation's dimension is unknown")
+            raise FederationError(
+                f"phase {self.results.phase!r}: no node answered (every one away, late or its reply dropped): "
+                "the federation's dimension is unknown"
+            )
         dims = [int(dimension_of(reply)) for reply in replies]
         dimension = self.members.dimension = majority_value(dims)
         kept = []
@@ -256,13 +279,16 @@ class FederatedStrategy:
         if standardize:
             self.members.standardize(kept)
             if together:
-                others = self.broadcast_together(*[{"nodes": [r.node_id for r in kept], **request} for request in together])
+                others = self.broadcast_together(
+                    *[{"nodes": [r.node_id for r in kept], **request} for request in together]
+                )
         staying = {r.node_id for r in kept}
 
         def fits(reply: Reply, task: protocol.Task) -> bool:
             return reply.node_id in staying and all(
                 reply.arrays[f.name].shape[f.shape.index("d")] == self.members.dimension
-                for f in task.reply if "d" in f.shape and f.name in reply.arrays
+                for f in task.reply
+                if "d" in f.shape and f.name in reply.arrays
             )
 
         tasks = [protocol.task(request["task"]) for request in together]
@@ -271,14 +297,28 @@ class FederatedStrategy:
     def write_device_labels(self, centers: np.ndarray) -> dict[str, Any]:
         """``write-labels``: every active device saves its points' nearest-center labels
         beside its data file; only whether it did comes back."""
-        replies = self.broadcast("write_labels", self.active_nodes, arrays={"centers": centers},
-                                 sizes={"k": centers.shape[0]}, phase="write-labels", min_replies=0)
+        replies = self.broadcast(
+            "write_labels",
+            self.active_nodes,
+            arrays={"centers": centers},
+            sizes={"k": centers.shape[0]},
+            phase="write-labels",
+            min_replies=0,
+        )
         written = sum(1 for r in replies if r.arrays["written"][0] > 0)
-        log(INFO, "[fedcluster] labels saved on %d of %d devices (fedcluster-labels/ beside each data file)",
-            written, len(self.active_nodes))
+        log(
+            INFO,
+            "[fedcluster] labels saved on %d of %d devices (fedcluster-labels/ beside each data file)",
+            written,
+            len(self.active_nodes),
+        )
         if written < len(replies):
             self.warn(f"{len(replies) - written} devices hold generated data (no data file): they saved no labels")
-        return {"devices": written, "asked": len(self.active_nodes), "where": "fedcluster-labels/<data file stem>.npy beside each device's data file"}
+        return {
+            "devices": written,
+            "asked": len(self.active_nodes),
+            "where": "fedcluster-labels/<data file stem>.npy beside each device's data file",
+        }
 
     def evaluate(self, centers: np.ndarray, phase: str = "evaluation") -> tuple[float, int]:
         """Federated k-means cost of ``centers`` on every active node: ``(total cost, points)``."""
@@ -286,7 +326,9 @@ class FederatedStrategy:
             "lloyd_stats", self.active_nodes, arrays={"centers": centers}, sizes={"k": centers.shape[0]}, phase=phase
         )
         if not replies:
-            raise FederationError(f"phase {phase!r}: no node answered (every one away): the cost of the centers is unknown")
+            raise FederationError(
+                f"phase {phase!r}: no node answered (every one away): the cost of the centers is unknown"
+            )
         return float(sum_arrays(replies, "cost")[0]), int(sum_arrays(replies, "counts").sum())
 
     def run(self) -> dict[str, Any]:

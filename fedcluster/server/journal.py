@@ -104,9 +104,11 @@ class Journal:
         self._pass_marks()
         header, blobs = self.records[self.position]
         if header["kind"] != kind:
-            raise Diverged(f"resume: at exchange {self.position + 1} the run asked for {kind!r} where the first attempt "
-                           f"had {header['kind']!r}: the code, the config or the data changed since; start afresh "
-                           f"(overwrite=true or another output-dir)")
+            raise Diverged(
+                f"resume: at exchange {self.position + 1} the run asked for {kind!r} where the first attempt "
+                f"had {header['kind']!r}: the code, the config or the data changed since; start afresh "
+                f"(overwrite=true or another output-dir)"
+            )
         self.last = self.position
         self.position += 1
         self._pass_marks()
@@ -145,8 +147,10 @@ class Journal:
     def ahead(self, message_type: str) -> bool:
         """Whether a round trip still to be replayed sends ``message_type`` (the devices are
         then not asked for it again)."""
-        return any(header["kind"] == "round-trip" and message_type in header["types"]
-                   for header, _ in self.records[self.position:])
+        return any(
+            header["kind"] == "round-trip" and message_type in header["types"]
+            for header, _ in self.records[self.position :]
+        )
 
     # ------------------------------------------------------------------ record
     def append(self, header: dict[str, Any], blobs: Iterable[bytes] = ()) -> None:
@@ -228,8 +232,14 @@ class Journal:
 
     replaying_pull = False  # True while a replayed round trip's batches go to ``on_batch`` (what ``kept`` holds)
 
-    def pull(self, grid: Any, pending: set[str], deadline: float,
-             on_batch: Callable[[list[Message]], None] | None = None, kept: dict[str, Message] | None = None) -> list[Message]:
+    def pull(
+        self,
+        grid: Any,
+        pending: set[str],
+        deadline: float,
+        on_batch: Callable[[list[Message]], None] | None = None,
+        kept: dict[str, Message] | None = None,
+    ) -> list[Message]:
         """The replies to ``pending`` message ids until all came or ``deadline`` (the
         journal's batches, for a replayed round trip); ``on_batch`` gets each pull's
         replies as they come. A live round trip is written to the journal once its pull
@@ -271,18 +281,28 @@ class Journal:
         pulled. The messages must go where the first attempt's went."""
         header, blobs = self.next("round-trip")
         if header["to"] != destinations or header["types"] != types:
-            raise Diverged(f"resume: round trip at exchange {self.position} goes to other nodes or asks other tasks "
-                           f"than the first attempt's: the code, the config or the data changed since; start afresh "
-                           f"(overwrite=true or another output-dir)")
+            raise Diverged(
+                f"resume: round trip at exchange {self.position} goes to other nodes or asks other tasks "
+                f"than the first attempt's: the code, the config or the data changed since; start afresh "
+                f"(overwrite=true or another output-dir)"
+            )
         batches, at = [], 0
         for size in header["batches"]:
-            batches.append([message_from(blob) for blob in blobs[at:at + size]])
+            batches.append([message_from(blob) for blob in blobs[at : at + size]])
             at += size
         return list(header["ids"]), batches
 
-    def record_round_trip(self, destinations: list[int], types: list[str], ids: list[str],
-                          batches: list[list[Message]]) -> None:
+    def record_round_trip(
+        self, destinations: list[int], types: list[str], ids: list[str], batches: list[list[Message]]
+    ) -> None:
         self.answers += sum(len(batch) for batch in batches)
-        self.append({"kind": "round-trip", "to": destinations, "types": types, "ids": ids,
-                     "batches": [len(batch) for batch in batches]},
-                    (message_bytes(message) for batch in batches for message in batch))
+        self.append(
+            {
+                "kind": "round-trip",
+                "to": destinations,
+                "types": types,
+                "ids": ids,
+                "batches": [len(batch) for batch in batches],
+            },
+            (message_bytes(message) for batch in batches for message in batch),
+        )

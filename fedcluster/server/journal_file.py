@@ -26,10 +26,10 @@ def encode(header: dict[str, Any], blobs: Iterable[bytes] = ()) -> bytes:
 
 def decode(payload: bytes) -> tuple[dict[str, Any], list[bytes]]:
     (size,) = _HEADER.unpack_from(payload)
-    header = json.loads(payload[_HEADER.size:_HEADER.size + size])
+    header = json.loads(payload[_HEADER.size : _HEADER.size + size])
     blobs, at = [], _HEADER.size + size
     for length in header.pop("blobs"):
-        blobs.append(payload[at:at + length])
+        blobs.append(payload[at : at + length])
         at += length
     if at != len(payload):
         raise ValueError("a journal frame's blobs do not fill it")
@@ -43,7 +43,7 @@ def read_frames(path: Path) -> tuple[list[bytes], int]:
     frames, at = [], 0
     while at + FRAME.size <= len(data):
         length, crc = FRAME.unpack_from(data, at)
-        payload = data[at + FRAME.size:at + FRAME.size + length]
+        payload = data[at + FRAME.size : at + FRAME.size + length]
         if len(payload) != length or zlib.crc32(payload) != crc:
             break
         frames.append(payload)

@@ -35,8 +35,15 @@ class Membership:
     public_reason : what result.json keeps of a reason (a private run strips numbers).
     """
 
-    def __init__(self, grid: Grid, config: RunConfig, rng: np.random.Generator, results: Results,
-                 skips_away: bool = True, public_reason: Callable[[str], str] = str) -> None:
+    def __init__(
+        self,
+        grid: Grid,
+        config: RunConfig,
+        rng: np.random.Generator,
+        results: Results,
+        skips_away: bool = True,
+        public_reason: Callable[[str], str] = str,
+    ) -> None:
         self.grid, self.config, self.rng, self.results = grid, config, rng, results
         self.skips_away, self.public_reason = skips_away, public_reason
         self.nodes: list[int] = []
@@ -54,9 +61,14 @@ class Membership:
 
     def record(self) -> dict[str, Any]:
         """What result.json says of the nodes."""
-        return {"connected": len(self.nodes), "active": len(self.active_nodes),
-                "excluded": {str(k): v for k, v in self.excluded.items()}, "exclusions": self.exclusions,
-                "joined": self.joined, "away_at_end": self.away_now}
+        return {
+            "connected": len(self.nodes),
+            "active": len(self.active_nodes),
+            "excluded": {str(k): v for k, v in self.excluded.items()},
+            "exclusions": self.exclusions,
+            "joined": self.joined,
+            "away_at_end": self.away_now,
+        }
 
     @property
     def nodes(self) -> list[int]:
@@ -72,8 +84,10 @@ class Membership:
         is asked several times a round: a Python walk over 10⁵ nodes each time is what a
         round would otherwise pay for the population instead of the sample)."""
         if self._active is None or self._active["excluded"] != len(self.excluded):  # only exclude() adds
-            self._active = {"excluded": len(self.excluded),
-                            "nodes": [node for node in self._nodes if node not in self.excluded]}
+            self._active = {
+                "excluded": len(self.excluded),
+                "nodes": [node for node in self._nodes if node not in self.excluded],
+            }
         return self._active
 
     @property
@@ -116,8 +130,9 @@ class Membership:
             log(WARNING, "[fedcluster] node %s excluded from the run: %s", node_id, reason)
             reason = self.public_reason(reason)
             self.excluded[node_id] = reason
-            self.exclusions.append({"node": node_id, "reason": reason, "phase": self.results.phase,
-                                    "round": self.results.round_number})
+            self.exclusions.append(
+                {"node": node_id, "reason": reason, "phase": self.results.phase, "round": self.results.round_number}
+            )
 
     def summary_fits(self, reply: Reply) -> bool:
         """A data summary of the federation's dimension (the metric and the box agree)."""
@@ -128,15 +143,25 @@ class Membership:
         summaries' sums and scatters (pooled about the federation's mean); from now on every
         request carries the scaling, and the summaries' boxes (and what each node declared)
         are in standardized units."""
-        self.scaling = Scaling.from_summaries(np.array([r.num_examples for r in summaries], dtype=np.float64),
-                                              np.stack([r.arrays["sum"] for r in summaries]),
-                                              np.stack([r.arrays["scatter"] for r in summaries]))
+        self.scaling = Scaling.from_summaries(
+            np.array([r.num_examples for r in summaries], dtype=np.float64),
+            np.stack([r.arrays["sum"] for r in summaries]),
+            np.stack([r.arrays["scatter"] for r in summaries]),
+        )
         for reply in summaries:
-            reply.arrays["min"], reply.arrays["max"] = self.scaling.apply(reply.arrays["min"]), self.scaling.apply(reply.arrays["max"])
+            reply.arrays["min"], reply.arrays["max"] = (
+                self.scaling.apply(reply.arrays["min"]),
+                self.scaling.apply(reply.arrays["max"]),
+            )
         for declared in self.declared.values():
             self.scale_box(declared)
-        log(INFO, "[fedcluster] standardize: %d features scaled (feature scales %.3g .. %.3g)", self.scaling.mean.size,
-            float(self.scaling.scale.min()), float(self.scaling.scale.max()))
+        log(
+            INFO,
+            "[fedcluster] standardize: %d features scaled (feature scales %.3g .. %.3g)",
+            self.scaling.mean.size,
+            float(self.scaling.scale.min()),
+            float(self.scaling.scale.max()),
+        )
 
     def scale_box(self, declared: bounds.Declared) -> None:
         """A node's declared box, moments and rounding in standardized units."""
@@ -167,13 +192,20 @@ class Membership:
         for reply in replies:
             if not self.summary_fits(reply):
                 dim = int(reply.metrics[protocol.DIM])
-                self.exclude(reply.node_id, f"it joined with data of dimension {dim}, the federation's is {self.dimension}")
+                self.exclude(
+                    reply.node_id, f"it joined with data of dimension {dim}, the federation's is {self.dimension}"
+                )
                 continue
             admitted.append(reply.node_id)
             round_number = self.results.round_number
             self.joined.append({"node": reply.node_id, "round": round_number, "points": int(reply.num_examples)})
-            log(INFO, "[fedcluster] node %s joined the run (round %s, %d points)", reply.node_id, round_number,
-                reply.num_examples)
+            log(
+                INFO,
+                "[fedcluster] node %s joined the run (round %s, %d points)",
+                reply.node_id,
+                round_number,
+                reply.num_examples,
+            )
         self.nodes = sorted(self.nodes + admitted, key=self.order_key)
         return admitted
 

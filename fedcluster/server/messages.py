@@ -91,9 +91,9 @@ def part_key(message_id: str, index: int, parts: int) -> str:
 def bundle_message(messages: list[Message], group: str) -> Message:
     """The messages of one round trip to ONE node as a single ``query.bundle`` message
     (:mod:`fedcluster.protocol`), parts in the given order."""
-    content = RecordDict({protocol.BUNDLE: ConfigRecord({
-        "tasks": [m.metadata.message_type.split(".", 1)[-1] for m in messages]
-    })})
+    content = RecordDict(
+        {protocol.BUNDLE: ConfigRecord({"tasks": [m.metadata.message_type.split(".", 1)[-1] for m in messages]})}
+    )
     for index, message in enumerate(messages):
         content[protocol.part(protocol.ARRAYS, index)] = message.content.array_records[protocol.ARRAYS]
         content[protocol.part(protocol.CONFIG, index)] = message.content.config_records[protocol.CONFIG]
@@ -111,7 +111,7 @@ REFUSED = "refused"
 def _reason(text: Any) -> str:
     """A device-chosen text, cut short: what is kept of it depends on its first
     :data:`REASON_MAX` characters alone (never its length), however long it is."""
-    text = str(text[:REASON_MAX + 1] if isinstance(text, str) else text)
+    text = str(text[: REASON_MAX + 1] if isinstance(text, str) else text)
     return text if len(text) <= REASON_MAX else f"{text[:REASON_MAX]}... (cut at {REASON_MAX} characters)"
 
 
@@ -121,7 +121,11 @@ def _records_problem(content: RecordDict, parts: int) -> str | None:
     if parts == 1:
         allowed = {protocol.ARRAYS, protocol.METRICS}
     else:
-        allowed = {protocol.part(record, index) for index in range(parts) for record in (protocol.ARRAYS, protocol.METRICS, protocol.ERROR)}
+        allowed = {
+            protocol.part(record, index)
+            for index in range(parts)
+            for record in (protocol.ARRAYS, protocol.METRICS, protocol.ERROR)
+        }
     for name in content.keys():
         if name not in allowed:
             return f"the reply holds undeclared record {str(name)[:80]!r}"
@@ -150,14 +154,19 @@ def _verdicts(message: Message, keys: list[str], node: int) -> list[Incoming] | 
         if verdict is None:
             out.extend(incoming(_part_message(message, index), node, 1, key=key))
         else:
-            out.append(Incoming(key, node, error=str(verdict["reason"]), kind=str(verdict["kind"]), up=int(verdict["up"])))
+            out.append(
+                Incoming(key, node, error=str(verdict["reason"]), kind=str(verdict["kind"]), up=int(verdict["up"]))
+            )
     return out
 
 
 def _part_message(message: Message, index: int) -> Message:
     """Part ``index`` of a bundle's reply as a plain reply."""
     content = RecordDict()
-    for plain, record in ((protocol.ARRAYS, protocol.part(protocol.ARRAYS, index)), (protocol.METRICS, protocol.part(protocol.METRICS, index))):
+    for plain, record in (
+        (protocol.ARRAYS, protocol.part(protocol.ARRAYS, index)),
+        (protocol.METRICS, protocol.part(protocol.METRICS, index)),
+    ):
         if record in message.content:
             content[plain] = message.content[record]
     return Message(metadata=message.metadata, content=content)
@@ -173,7 +182,9 @@ def kept_of(message: Message, parts: int, verdicts: dict[int, tuple[str, str, in
     for index in range(parts):
         if index in verdicts:
             kind, reason, up = verdicts[index]
-            content[REFUSED if parts == 1 else protocol.part(REFUSED, index)] = ConfigRecord({"kind": kind, "reason": reason, "up": int(up)})
+            content[REFUSED if parts == 1 else protocol.part(REFUSED, index)] = ConfigRecord(
+                {"kind": kind, "reason": reason, "up": int(up)}
+            )
         else:
             for record in (protocol.ARRAYS, protocol.METRICS):
                 name = record if parts == 1 else protocol.part(record, index)
@@ -182,7 +193,9 @@ def kept_of(message: Message, parts: int, verdicts: dict[int, tuple[str, str, in
     return Message(metadata=message.metadata, content=content)
 
 
-def incoming(message: Message, node: int, parts: int, *, replayed: bool = False, key: str | None = None) -> list[Incoming]:
+def incoming(
+    message: Message, node: int, parts: int, *, replayed: bool = False, key: str | None = None
+) -> list[Incoming]:
     """A pulled message as the replies it holds (``parts`` > 1: a bundle's). Anything
     unreadable or undeclared (a record, a list-valued metric) becomes a reason, never an
     exception; a device's own error reason is cut to :data:`REASON_MAX` characters.
@@ -214,7 +227,9 @@ def incoming(message: Message, node: int, parts: int, *, replayed: bool = False,
                 names = protocol.part(protocol.ARRAYS, index), protocol.part(protocol.METRICS, index)
                 error = content.config_records.get(protocol.part(protocol.ERROR, index))
                 if error is not None:
-                    out.append(Incoming(key, node, error=f"error reply: {_reason(error.get('reason', '(no reason given)'))}"))
+                    out.append(
+                        Incoming(key, node, error=f"error reply: {_reason(error.get('reason', '(no reason given)'))}")
+                    )
                     continue
             arrays = records.get(names[0])
             metrics = dict(metric_records[names[1]]) if names[1] in metric_records else {}
@@ -224,7 +239,9 @@ def incoming(message: Message, node: int, parts: int, *, replayed: bool = False,
                 continue
             out.append(Incoming(key, node, arrays=arrays, metrics=metrics, up=payload_bytes(arrays)))
         except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
-            out.append(Incoming(key, node, error=f"unreadable reply: {type(exc).__name__}: {_reason(exc)}", kind="invalid"))
+            out.append(
+                Incoming(key, node, error=f"unreadable reply: {type(exc).__name__}: {_reason(exc)}", kind="invalid")
+            )
     return out
 
 
@@ -265,5 +282,8 @@ def sum_metric(replies: list[Reply], key: str = protocol.NUM_EXAMPLES) -> float:
 def one_set(reply: Reply, position: int) -> Reply:
     """One center set's part of a reply for several sets side by side (the arrays of set
     ``position``; a per-set ``cost`` as shape (1,))."""
-    arrays = {name: (value[position:position + 1] if name == "cost" else value[position]) for name, value in reply.arrays.items()}
+    arrays = {
+        name: (value[position : position + 1] if name == "cost" else value[position])
+        for name, value in reply.arrays.items()
+    }
     return Reply(reply.node_id, arrays, reply.metrics)

@@ -62,8 +62,10 @@ class ReleaseLog:
         """What the ledger could not read, in words ('' when nothing)."""
         if not self.unreadable:
             return ""
-        return (f"{self.path} line(s) {', '.join(map(str, self.unreadable[:5]))} do not parse and are skipped (a record "
-                f"cut short by a crash: its release never left the server, which writes each record first)")
+        return (
+            f"{self.path} line(s) {', '.join(map(str, self.unreadable[:5]))} do not parse and are skipped (a record "
+            f"cut short by a crash: its release never left the server, which writes each record first)"
+        )
 
     def chain_entries(self) -> list[dict[str, Any]]:
         return [entry for entry in self.lines if entry.get("chain") == self.chain and not entry.get("superseded")]
@@ -77,8 +79,16 @@ class ReleaseLog:
         earlier = [e for e in self.chain_entries() if e.get("index") == index]
         if earlier and earlier[-1].get("step") == step and digest is not None and earlier[-1].get("digest") == digest:
             return False
-        entry = {"chain": self.chain, "attempt": self.attempt, "index": index, "step": step, **dict(what),
-                 "digest": digest, "time": now(), "again": bool(earlier)}
+        entry = {
+            "chain": self.chain,
+            "attempt": self.attempt,
+            "index": index,
+            "step": step,
+            **dict(what),
+            "digest": digest,
+            "time": now(),
+            "again": bool(earlier),
+        }
         with open(self.path, "a") as handle:
             # a record a crash cut short ends its line first: this one stays readable
             handle.write(("\n" if self._torn_tail else "") + json.dumps(entry, default=float) + "\n")

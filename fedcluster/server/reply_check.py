@@ -17,8 +17,9 @@ from .membership import Membership
 from .messages import Incoming, Reply, ReplySpec, dimension_hint, layout_problem
 
 
-def validate(members: Membership, unread: dict[str, str], node: int, reply: Incoming,
-             spec: ReplySpec) -> tuple[str | None, Reply | None]:
+def validate(
+    members: Membership, unread: dict[str, str], node: int, reply: Incoming, spec: ReplySpec
+) -> tuple[str | None, Reply | None]:
     """Why ``reply`` of ``node`` is refused (None: valid) and the valid :class:`Reply`:
     its layout before any data is decoded, the protocol table, the node's own
     declarations, then the caller's check. A valid reply's declaration is kept."""
@@ -50,8 +51,9 @@ def validate(members: Membership, unread: dict[str, str], node: int, reply: Inco
     return None, valid
 
 
-def table_problem(members: Membership, arrays: dict[str, np.ndarray], metrics: dict[str, Any], sizes: dict[str, int],
-                  spec: ReplySpec) -> str | None:
+def table_problem(
+    members: Membership, arrays: dict[str, np.ndarray], metrics: dict[str, Any], sizes: dict[str, int], spec: ReplySpec
+) -> str | None:
     """Why the decoded reply breaks the protocol table or the federation's dimension."""
     dimension = members.dimension
     if protocol.DIM in metrics and dimension is not None and metrics[protocol.DIM] != dimension:
@@ -60,7 +62,9 @@ def table_problem(members: Membership, arrays: dict[str, np.ndarray], metrics: d
     return dimension_hint(reason, spec) if reason else None
 
 
-def keep_declaration(members: Membership, node: int, declared: bounds.Declared | None, first: bounds.Declared | None) -> None:
+def keep_declaration(
+    members: Membership, node: int, declared: bounds.Declared | None, first: bounds.Declared | None
+) -> None:
     """A valid reply's declaration: the node's first one fixes it; a later one with a box
     gives a node that declared none its box (in the run's units: ``standardize``)."""
     if declared is None and first is not None:

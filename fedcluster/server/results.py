@@ -105,7 +105,12 @@ class Results:
         the phase (``away``), never a failure."""
         self.phases[-1]["away"] = len(away)
         if away:
-            log(INFO, "[fedcluster] %s: %d node(s) away (not connected) were not asked", self.phases[-1]["phase"], len(away))
+            log(
+                INFO,
+                "[fedcluster] %s: %d node(s) away (not connected) were not asked",
+                self.phases[-1]["phase"],
+                len(away),
+            )
         self.note_round_away(len(away))
 
     def note_round_away(self, count: int) -> None:
@@ -151,8 +156,11 @@ class Results:
             arrays = {"centers": centers, **arrays}
         if scaling is not None:  # centers and other points are written in the data's own units
             arrays = {name: scaling.undo(value) if name in IN_DATA_SPACE else value for name, value in arrays.items()}
-            outcome["standardize"] = {**scaling.record(), "how": "x -> (x - mean) / scale per feature; centers "
-                                      "written in the original units, costs and nearest centers in the standardized ones"}
+            outcome["standardize"] = {
+                **scaling.record(),
+                "how": "x -> (x - mean) / scale per feature; centers "
+                "written in the original units, costs and nearest centers in the standardized ones",
+            }
         for name, value in arrays.items():
             np.save(out / f"{name}.npy", np.asarray(value))
         result = {
@@ -163,7 +171,11 @@ class Results:
             "phases": self.phases,
             "warnings": self.warnings,
             **{key: _jsonable(value) for key, value in outcome.items()},
-            "communication": {"bytes_up": self.bytes_up, "bytes_down": self.bytes_down, "round_trips": self.round_trips},
+            "communication": {
+                "bytes_up": self.bytes_up,
+                "bytes_down": self.bytes_down,
+                "round_trips": self.round_trips,
+            },
             "wall_time_s": time.perf_counter() - self._started,
             "output_dir": str(out),
             "files": sorted(f"{name}.npy" for name in arrays),

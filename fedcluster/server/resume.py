@@ -32,9 +32,11 @@ def match_nodes(members: Any, results: Any) -> None:
     own = [node for node in members.nodes if node not in members.excluded]
     unnamed = [node for node in own if members.partitions.get(node) is None]
     if unnamed:
-        results.warn(f"resume: {len(unnamed)} node(s) of the run never stated a partition-id, so no node connected "
-                      f"now can be told to be one of them: they count as away (give every SuperNode a distinct "
-                      f"partition-id in its node config)")
+        results.warn(
+            f"resume: {len(unnamed)} node(s) of the run never stated a partition-id, so no node connected "
+            f"now can be told to be one of them: they count as away (give every SuperNode a distinct "
+            f"partition-id in its node config)"
+        )
     live = _wait(grid, len(own), config)
     by_partition = {members.partitions[node]: node for node in own if node not in unnamed}
     stated = _identify(grid, live, config)
@@ -44,8 +46,10 @@ def match_nodes(members: Any, results: Any) -> None:
             claimants.setdefault(partition, []).append(node)
     for partition, nodes in claimants.items():
         if len(nodes) > 1 and partition in by_partition:  # which is the run's cannot be told: neither takes its place
-            results.warn(f"resume: nodes {', '.join(map(str, sorted(nodes)))} all state partition-id {partition}: none "
-                          f"is taken for the run's node {by_partition[partition]}, each joins as a newcomer")
+            results.warn(
+                f"resume: nodes {', '.join(map(str, sorted(nodes)))} all state partition-id {partition}: none "
+                f"is taken for the run's node {by_partition[partition]}, each joins as a newcomer"
+            )
     live_of: dict[int, int] = {}
     newcomers: list[int] = []
     for node, partition in stated.items():
@@ -56,10 +60,22 @@ def match_nodes(members: Any, results: Any) -> None:
             newcomers.append(node)
     journal.map_nodes(live_of, newcomers)
     missing = len(own) - len(live_of)
-    log(INFO, "[fedcluster] resume: %d of the run's %d node(s) are back%s%s", len(live_of), len(own),
-        f", {missing} away" if missing else "", f", {len(newcomers)} new" if newcomers else "")
-    results.resumes.append({"exchange": journal.position, "nodes_back": len(live_of), "nodes_of_run": len(own),
-                             "newcomers": len(newcomers)})
+    log(
+        INFO,
+        "[fedcluster] resume: %d of the run's %d node(s) are back%s%s",
+        len(live_of),
+        len(own),
+        f", {missing} away" if missing else "",
+        f", {len(newcomers)} new" if newcomers else "",
+    )
+    results.resumes.append(
+        {
+            "exchange": journal.position,
+            "nodes_back": len(live_of),
+            "nodes_of_run": len(own),
+            "newcomers": len(newcomers),
+        }
+    )
 
 
 def _wait(grid: Any, expected: int, config: Any) -> list[int]:
@@ -80,8 +96,15 @@ def _wait(grid: Any, expected: int, config: Any) -> list[int]:
 def _identify(grid: Any, nodes: list[int], config: Any) -> dict[int, int | None]:
     """Each node's stated partition (None: no valid answer)."""
     spec = protocol.task("identify")
-    messages = [Message(RecordDict({protocol.ARRAYS: to_array_record({}), protocol.CONFIG: ConfigRecord({})}),
-                        node, spec.message_type, group_id="resume") for node in nodes]
+    messages = [
+        Message(
+            RecordDict({protocol.ARRAYS: to_array_record({}), protocol.CONFIG: ConfigRecord({})}),
+            node,
+            spec.message_type,
+            group_id="resume",
+        )
+        for node in nodes
+    ]
     ids = list(grid.push_messages(messages)) if messages else []
     pending = {mid: node for mid, node in zip(ids, nodes) if mid}
     stated: dict[int, int | None] = {node: None for node in nodes}
@@ -92,10 +115,17 @@ def _identify(grid: Any, nodes: list[int], config: Any) -> dict[int, int | None]
             if node is None:
                 continue
             for reply in incoming(message, node, 1):
-                if reply.error is None and reply.arrays is not None and len(reply.arrays) == 0:  # identify sends no array
+                if (
+                    reply.error is None and reply.arrays is not None and len(reply.arrays) == 0
+                ):  # identify sends no array
                     stated[node] = protocol.partition_of(reply.metrics or {})
                 else:
-                    log(WARNING, "[fedcluster] resume: node %s did not say who it is: %s", node, reply.error or "invalid")
+                    log(
+                        WARNING,
+                        "[fedcluster] resume: node %s did not say who it is: %s",
+                        node,
+                        reply.error or "invalid",
+                    )
         if pending:
             time.sleep(0.1)
     return stated

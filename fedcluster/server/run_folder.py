@@ -83,6 +83,7 @@ def _held(folder: Path) -> bool:
 def _listing(names: list[str]) -> str:
     return ", ".join(sorted(names)[:5]) + (" …" if len(names) > 5 else "")
 
+
 class RunFolder:
     """The folder of one run (see the module docstring). :meth:`open` takes it or refuses."""
 
@@ -130,7 +131,9 @@ class RunFolder:
             marker, resumed = _decide(path, config, resume, overwrite)
             if not resumed:
                 _sweep_siblings(path, config, private)
-            marker["attempts"].append({"started": now(), "pid": os.getpid(), "host": socket.gethostname(), "resumed": resumed})
+            marker["attempts"].append(
+                {"started": now(), "pid": os.getpid(), "host": socket.gethostname(), "resumed": resumed}
+            )
             marker["status"] = "running"
             _write_json(path / MARKER, marker)
         except BaseException:
@@ -200,65 +203,102 @@ def _check_place(path: Path, config: Mapping[str, Any]) -> None:
     if data_dir:
         data = Path(data_dir).expanduser().resolve()
         if path == data or data in path.parents:
-            raise FederationError(f"output-dir {path} lies inside the data folder {data}: results there could be "
-                                  f"read as client data next time; choose another output-dir")
+            raise FederationError(
+                f"output-dir {path} lies inside the data folder {data}: results there could be "
+                f"read as client data next time; choose another output-dir"
+            )
 
 
 def _decide(path: Path, config: Mapping[str, Any], resume: bool, overwrite: bool) -> tuple[dict[str, Any], bool]:
     """The marker the run starts from, and whether it resumes; or a refusal."""
-    names = [p.name for p in path.iterdir()]
     marker = read_marker(path)
-    fresh = {"fedcluster": "run folder", "algorithm": config["algorithm"], "job": job_digest(config),
-             "config": dict(config), "attempts": [], "chain": 0}
+    fresh = {
+        "fedcluster": "run folder",
+        "algorithm": config["algorithm"],
+        "job": job_digest(config),
+        "config": dict(config),
+        "attempts": [],
+        "chain": 0,
+    }
     if marker is None:
-        if (path / RESULT).is_file() and overwrite:  # a result written before run folders had a marker
-            _remove_result(path)
-            names = [p.name for p in path.iterdir()]
-        if names:
-            if resume:
-                raise FederationError(f"resume=true, but output-dir {path} holds no run of fedcluster to continue")
-            raise FederationError(f"output-dir {path} already holds files this run did not write ({_listing(names)}): "
-                                  f"choose an empty or new output-dir")
-        if resume:
-            raise FederationError(f"resume=true, but output-dir {path} holds no unfinished run to continue")
+        _refuse_unmarked(path, resume, overwrite)
         return fresh, False
+    _refuse_foreign(path)
+    after = {**fresh, "attempts": marker.get("attempts", []), "chain": len(marker.get("attempts", []))}
+    if marker.get("status") == "finished":
+        _refuse_finished(path, marker, resume, overwrite)
+        _remove_result(path)
+        return after, False
+    if resume:
+        changed = job_changes(marker, config)
+        if changed != []:
+            raise FederationError(
+                f"resume=true, but the unfinished run in output-dir {path} was started with another "
+                f"config (differs in: {', '.join((changed or [])[:8]) or 'its digest'}): resume it with "
+                f"the same run config ({', '.join(OPERATIONAL)} may differ), or overwrite=true to "
+                f"discard it"
+            )
+        return {**marker, "config": dict(config), "job": job_digest(config)}, True  # (this attempt's operational keys)
+    if not overwrite:
+        spent = ReleaseLog(path / LEDGER).describe()
+        raise FederationError(
+            f"output-dir {path} holds an unfinished run ({marker.get('algorithm')}, started "
+            f"{(marker.get('attempts') or [{}])[0].get('started', '?')}{spent}): continue it with "
+            f"resume=true, or discard it with overwrite=true"
+        )
+    for name in (JOURNAL, SECRET):
+        (path / name).unlink(missing_ok=True)
+    return after, False
+
+
+def _refuse_unmarked(path: Path, resume: bool, overwrite: bool) -> None:
+    """A folder without a run's marker: empty (or only a result written before markers,
+    with ``overwrite``) is taken; anything else refused."""
+    if (path / RESULT).is_file() and overwrite:  # a result written before run folders had a marker
+        _remove_result(path)
+    names = [p.name for p in path.iterdir()]
+    if names:
+        if resume:
+            raise FederationError(f"resume=true, but output-dir {path} holds no run of fedcluster to continue")
+        raise FederationError(
+            f"output-dir {path} already holds files this run did not write ({_listing(names)}): "
+            f"choose an empty or new output-dir"
+        )
+    if resume:
+        raise FederationError(f"resume=true, but output-dir {path} holds no unfinished run to continue")
+
+
+def _refuse_foreign(path: Path) -> None:
+    """A run's folder holding files its run did not write, or links: never written into."""
+    names = [p.name for p in path.iterdir()]
     own = STATE_FILES | {RESULT} | set(_result_files(path))
     own |= {f"{name}.tmp" for name in own}  # (a write cut short)
     foreign = [name for name in names if name not in own]
     if foreign:
-        raise FederationError(f"output-dir {path} holds files its run did not write ({_listing(foreign)}): "
-                              f"choose an empty or new output-dir")
+        raise FederationError(
+            f"output-dir {path} holds files its run did not write ({_listing(foreign)}): "
+            f"choose an empty or new output-dir"
+        )
     linked = [name for name in names if (path / name).is_symlink()]
     if linked:  # never written or removed through: the run wrote files, not links
-        raise FederationError(f"output-dir {path} holds symbolic links its run did not write ({_listing(linked)}): "
-                              f"remove them, or choose another output-dir")
-    finished = marker.get("status") == "finished"
-    if finished:
-        if resume:
-            raise FederationError(f"resume=true, but the run in output-dir {path} finished: its result is "
-                                  f"{path / RESULT}; choose another output-dir for a new run")
-        if not overwrite:
-            raise FederationError(f"output-dir {path} holds a finished run ({marker.get('algorithm')}, "
-                                  f"{RESULT}): choose another output-dir, or overwrite=true to replace it")
-        _remove_result(path)
-        return {**fresh, "attempts": marker.get("attempts", []), "chain": len(marker.get("attempts", []))}, False
-    spent = ReleaseLog(path / LEDGER).describe()
+        raise FederationError(
+            f"output-dir {path} holds symbolic links its run did not write ({_listing(linked)}): "
+            f"remove them, or choose another output-dir"
+        )
+
+
+def _refuse_finished(path: Path, marker: Mapping[str, Any], resume: bool, overwrite: bool) -> None:
+    """A finished run is replaced only with ``overwrite`` and never resumed."""
     if resume:
-        changed = job_changes(marker, config)
-        if changed != []:
-            raise FederationError(f"resume=true, but the unfinished run in output-dir {path} was started with another "
-                                  f"config (differs in: {', '.join((changed or [])[:8]) or 'its digest'}): resume it with "
-                                  f"the same run config ({', '.join(OPERATIONAL)} may differ), or overwrite=true to "
-                                  f"discard it")
-        marker = {**marker, "config": dict(config), "job": job_digest(config)}  # (this attempt's operational keys)
-        return marker, True
+        raise FederationError(
+            f"resume=true, but the run in output-dir {path} finished: its result is "
+            f"{path / RESULT}; choose another output-dir for a new run"
+        )
     if not overwrite:
-        raise FederationError(f"output-dir {path} holds an unfinished run ({marker.get('algorithm')}, started "
-                              f"{(marker.get('attempts') or [{}])[0].get('started', '?')}{spent}): continue it with "
-                              f"resume=true, or discard it with overwrite=true")
-    for name in (JOURNAL, SECRET):
-        (path / name).unlink(missing_ok=True)
-    return {**fresh, "attempts": marker.get("attempts", []), "chain": len(marker.get("attempts", []))}, False
+        raise FederationError(
+            f"output-dir {path} holds a finished run ({marker.get('algorithm')}, "
+            f"{RESULT}): choose another output-dir, or overwrite=true to replace it"
+        )
 
 
 def _result_files(path: Path) -> list[str]:
@@ -266,8 +306,11 @@ def _result_files(path: Path) -> list[str]:
         files = json.loads((path / RESULT).read_text()).get("files", [])
     except (OSError, ValueError, AttributeError):
         return []
-    return [name for name in files if isinstance(name, str) and Path(name).name == name and name.endswith(".npy")] \
-        if isinstance(files, list) else []
+    return (
+        [name for name in files if isinstance(name, str) and Path(name).name == name and name.endswith(".npy")]
+        if isinstance(files, list)
+        else []
+    )
 
 
 def _remove_result(path: Path) -> None:
@@ -293,6 +336,11 @@ def _sweep_siblings(path: Path, config: Mapping[str, Any], private: bool) -> Non
         if private:
             raise FederationError(
                 f"an unfinished run of this same job is in {sibling}{spent}: continue it with resume=true "
-                f"output-dir='{sibling}', or start it afresh there with overwrite=true (its releases stay counted)")
-        log(WARNING, "[fedcluster] an unfinished run of this same job is in %s: resume=true output-dir='%s' "
-            "continues it", sibling, sibling)
+                f"output-dir='{sibling}', or start it afresh there with overwrite=true (its releases stay counted)"
+            )
+        log(
+            WARNING,
+            "[fedcluster] an unfinished run of this same job is in %s: resume=true output-dir='%s' continues it",
+            sibling,
+            sibling,
+        )

@@ -29,7 +29,9 @@ class Session:
     shared: set[int]
     pk1: dict[int, list[bytes]]
     pk2: dict[int, bytes]
-    mail: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, bytes]]  # (dealer, holder) -> token row, ephemeral point, digest
+    mail: dict[
+        tuple[int, int], tuple[np.ndarray, np.ndarray, bytes]
+    ]  # (dealer, holder) -> token row, ephemeral point, digest
     share_hashes: dict[tuple[int, int], bytes]  # (dealer, holder) -> per sum the hashes of its two shares
     seed_commitments: dict[int, list[bytes]]  # dealer -> per sum the hash of its mask seed
     graph: dict[int, set[int]]  # position -> the positions it masks with (secagg.neighbourhoods)
@@ -37,7 +39,9 @@ class Session:
     used: int = 0
     floor: int = 0  # a session set up again (refused shares, dropouts): the threshold of the first one
     delivered: set[int] = field(default_factory=set)  # positions whose masked reply came (the shares reached them)
-    opened_at: int = 0  # the journal's exchange of its setup (fedcluster.server.journal: before a resume went live, gone)
+    opened_at: int = (
+        0  # the journal's exchange of its setup (fedcluster.server.journal: before a resume went live, gone)
+    )
     node_of: dict[int, int] = field(init=False)  # position -> node id
     inboxes: dict[int, list[tuple[int, np.ndarray, np.ndarray, bytes]]] = field(init=False)
 
@@ -59,7 +63,9 @@ class Session:
         """Whether a sum over ``alive`` (positions) cannot be unmasked: fewer than the
         threshold, or a neighbourhood too thin (:func:`fedcluster.secagg.short_neighbourhoods`)."""
         alive = set(alive)
-        return len(alive) < self.threshold or bool(secagg.short_neighbourhoods(alive, dropped, self.graph, self.share_threshold))
+        return len(alive) < self.threshold or bool(
+            secagg.short_neighbourhoods(alive, dropped, self.graph, self.share_threshold)
+        )
 
 
 def dealt(replies: list, position: dict[int, int], shared: set[int], number: int) -> tuple[dict, dict, dict]:
@@ -70,16 +76,26 @@ def dealt(replies: list, position: dict[int, int], shared: set[int], number: int
     for r in replies:
         dealer = position[r.node_id]
         commitments[dealer] = [secagg.row_bytes(row, strip=False) for row in r.arrays["seed-commitments"]]
-        for to, row, point, rows in zip(r.arrays["destinations"], r.arrays["ciphertexts"], r.arrays["ephemeral"],
-                                        r.arrays["commitments"]):
+        for to, row, point, rows in zip(
+            r.arrays["destinations"], r.arrays["ciphertexts"], r.arrays["ephemeral"], r.arrays["commitments"]
+        ):
             hashes[(dealer, int(to))] = secagg.row_bytes(rows, strip=False)
             if int(to) in shared:
-                mail[(dealer, int(to))] = (row, point, checks.share_digest(hashes[(dealer, int(to))], number, dealer, int(to)))
+                mail[(dealer, int(to))] = (
+                    row,
+                    point,
+                    checks.share_digest(hashes[(dealer, int(to))], number, dealer, int(to)),
+                )
     return mail, hashes, commitments
 
 
 def note_full_graph(phase: str, devices: int) -> None:
     """Say that a session among many devices on the full graph costs O(n^2) shares."""
-    log(WARNING, "[fedcluster] %s: secure aggregation among %d devices on the full graph: each device shares keys "
+    log(
+        WARNING,
+        "[fedcluster] %s: secure aggregation among %d devices on the full graph: each device shares keys "
         "with and masks with every other (O(n) work each, O(n^2) shares through the server); secagg-neighbours "
-        "= m cuts both to m (docs/security.md)", phase, devices)
+        "= m cuts both to m (docs/security.md)",
+        phase,
+        devices,
+    )

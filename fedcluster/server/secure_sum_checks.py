@@ -34,7 +34,9 @@ class SecaggChecks:
     def __init__(self, transport: Transport, members: Membership) -> None:
         self.transport, self.members = transport, members
         self.liars: tuple[int, ...] = ()  # nodes a check named (excluded from the run)
-        self.refused: tuple[int, ...] = ()  # nodes left out of a session: shares that did not open, as their holder said
+        self.refused: tuple[
+            int, ...
+        ] = ()  # nodes left out of a session: shares that did not open, as their holder said
         self.incomplete: tuple[str, ...] = ()  # phases whose sum a liar's shares kept masked
         self.failure = ""  # why the last unmasking left its sum masked
 
@@ -61,33 +63,68 @@ class SecaggChecks:
                 return "not one key per refused share"
             return None
 
-        replies = self.transport.broadcast("secagg_prove", [node_of[p] for p in accused], config={"session": session.number},
-                                 per_node=asked, phase=f"{phase}-prove", min_replies=0, check=one_key_each)
-        proofs = {(position[r.node_id], holder): secagg.row_bytes(row, strip=False)
-                  for r in replies for holder, row in zip(accused[position[r.node_id]], r.arrays["scalars"])}
+        replies = self.transport.broadcast(
+            "secagg_prove",
+            [node_of[p] for p in accused],
+            config={"session": session.number},
+            per_node=asked,
+            phase=f"{phase}-prove",
+            min_replies=0,
+            check=one_key_each,
+        )
+        proofs = {
+            (position[r.node_id], holder): secagg.row_bytes(row, strip=False)
+            for r in replies
+            for holder, row in zip(accused[position[r.node_id]], r.arrays["scalars"])
+        }
         false, failed = {}, set()
         for sender, accusers in accused.items():
             for holder in accusers:
                 row, point, digest = session.mail[(sender, holder)]
-                fault = checks.share_fault(secagg.row_bytes(row), secagg.row_bytes(point, strip=False),
-                                           proofs.get((sender, holder)), session.pk2[holder], session.number, sender,
-                                           holder, digest, session.sums)
+                fault = checks.share_fault(
+                    secagg.row_bytes(row),
+                    secagg.row_bytes(point, strip=False),
+                    proofs.get((sender, holder)),
+                    session.pk2[holder],
+                    session.number,
+                    sender,
+                    holder,
+                    digest,
+                    session.sums,
+                )
                 if fault is None:
                     false.setdefault(holder, []).append(node_of[sender])
                 else:
                     failed.add(sender)
         for holder, senders in sorted(false.items()):
-            self.liar(session, node_of[holder], f"refused the shares of node(s) {senders}, which the server opened "
-                                                      "with their sender's proven key (a false accusation)")
+            self.liar(
+                session,
+                node_of[holder],
+                f"refused the shares of node(s) {senders}, which the server opened "
+                "with their sender's proven key (a false accusation)",
+            )
         failed -= set(false)
         self.refused = (*self.refused, *sorted(node_of[p] for p in failed))
-        log(WARNING, "[fedcluster] %s: shares refused; %d accuser(s) lied and are excluded, %d device(s) whose shares did "
-            "not open sit this session out, and a new session starts", phase, len(false), len(failed))
+        log(
+            WARNING,
+            "[fedcluster] %s: shares refused; %d accuser(s) lied and are excluded, %d device(s) whose shares did "
+            "not open sit this session out, and a new session starts",
+            phase,
+            len(false),
+            len(failed),
+        )
         return {node_of[p] for p in set(false) | failed}
 
-    def unmasked(self, session: "Session", index: int, masked: list[Reply], dropped: list[int],
-                 ranges: dict[str, float], levels: dict[str, float],
-                 phase: str) -> tuple[dict[str, np.ndarray] | None, list[int]]:
+    def unmasked(
+        self,
+        session: "Session",
+        index: int,
+        masked: list[Reply],
+        dropped: list[int],
+        ranges: dict[str, float],
+        levels: dict[str, float],
+        phase: str,
+    ) -> tuple[dict[str, np.ndarray] | None, list[int]]:
         """The float sum of sum ``index`` over the devices whose ``masked`` reply came
         (``dropped``: the positions asked that sent none), unmasked with every revealed
         seed and every returned share checked (:mod:`fedcluster.secagg.checks`). A device
@@ -107,21 +144,31 @@ class SecaggChecks:
         seeds, liars = self.own_seeds(session, index, answered)
         grown = self.can_leave_out(session, alive, dropped, liars)
         if grown:
-            total = secagg.without(total, [vectors[p] for p in liars])  # their vectors out: as if dropped before masking
+            total = secagg.without(
+                total, [vectors[p] for p in liars]
+            )  # their vectors out: as if dropped before masking
             alive, dropped = [p for p in alive if p not in liars], sorted(dropped + list(liars))
-        missing = [p for p in alive if p not in seeds]  # no answer, or a liar that cannot be taken out: rebuild its seed
+        missing = [
+            p for p in alive if p not in seeds
+        ]  # no answer, or a liar that cannot be taken out: rebuild its seed
         if missing or grown:
-            self.unmask(session, index, [p for p in answered if p not in liars], dropped, missing, f"{phase}-recover", shares)
+            self.unmask(
+                session, index, [p for p in answered if p not in liars], dropped, missing, f"{phase}-recover", shares
+            )
         secrets, short, spoilt = self.rebuild(session, index, shares, missing, dropped, liars)
         self.name_liars(session, liars)
         if short:  # the sum stays masked and the run stops; never set up again (docs/security.md)
-            raise FederationError(f"phase {phase!r}: secure aggregation: fewer than {t} shares to unmask positions {short} "
-                                  "(too few of their neighbours answered the unmasking)")
+            raise FederationError(
+                f"phase {phase!r}: secure aggregation: fewer than {t} shares to unmask positions {short} "
+                "(too few of their neighbours answered the unmasking)"
+            )
         in_sum = [node_of[p] for p in alive]
         if spoilt:  # never set up again either: the liars could unmask this sum later and subtract
             self.incomplete = (*self.incomplete, phase)
-            self.failure = (f"the secure sum stays masked: node(s) {sorted(node_of[p] for p in spoilt)} lied at its "
-                            "unmasking and the other devices' shares cannot make up for it (named and excluded)")
+            self.failure = (
+                f"the secure sum stays masked: node(s) {sorted(node_of[p] for p in spoilt)} lied at its "
+                "unmasking and the other devices' shares cannot make up for it (named and excluded)"
+            )
             log(WARNING, "[fedcluster] %s: %s; this update is skipped", phase, self.failure)
             return None, in_sum
         return opened(session, index, total, alive, seeds, secrets, ranges, levels), in_sum
@@ -137,8 +184,16 @@ class SecaggChecks:
         for p, reason in sorted(liars.items()):
             self.liar(session, session.node_of[p], reason)
 
-    def unmask(self, session: "Session", index: int, targets: list[int], gone: list[int], recover: list[int],
-               phase: str, shares: dict[tuple[str, int], dict[int, bytes]]) -> dict[int, Reply]:
+    def unmask(
+        self,
+        session: "Session",
+        index: int,
+        targets: list[int],
+        gone: list[int],
+        recover: list[int],
+        phase: str,
+        shares: dict[tuple[str, int], dict[int, bytes]],
+    ) -> dict[int, Reply]:
         """Ask ``targets`` (positions) for their own seed of sum ``index`` and their shares of
         the neighbours ``gone`` (mask keys) and ``recover`` (seeds), those away or late again
         (they hold the shares); the shares returned are kept in ``shares``. Returns the
@@ -147,11 +202,18 @@ class SecaggChecks:
 
         def among_neighbours(node: int) -> tuple[dict[str, np.ndarray], None]:
             near = session.graph[position[node]]
-            return {"dropped": np.array([p for p in gone if p in near], dtype=np.int64),
-                    "recover": np.array([p for p in recover if p in near], dtype=np.int64)}, None
+            return {
+                "dropped": np.array([p for p in gone if p in near], dtype=np.int64),
+                "recover": np.array([p for p in recover if p in near], dtype=np.int64),
+            }, None
 
-        request = dict(task="secagg_unmask", phase=phase, min_replies=0,
-                       config={"session": session.number, "sum": index}, per_node=among_neighbours)
+        request = dict(
+            task="secagg_unmask",
+            phase=phase,
+            min_replies=0,
+            config={"session": session.number, "sum": index},
+            per_node=among_neighbours,
+        )
         replies = self.transport.broadcast(**request, nodes=[node_of[p] for p in targets])
         for _ in range(SETUP_RETRIES):  # the same request to those away or late: they hold the shares
             failed = {f["node"] for f in self.transport.results.phases[-1]["failures"] if f["kind"] != "timeout"}
@@ -168,7 +230,9 @@ class SecaggChecks:
         return {position[r.node_id]: r for r in replies}
 
     @staticmethod
-    def own_seeds(session: "Session", index: int, answered: dict[int, Reply]) -> tuple[dict[int, bytes], dict[int, str]]:
+    def own_seeds(
+        session: "Session", index: int, answered: dict[int, Reply]
+    ) -> tuple[dict[int, bytes], dict[int, str]]:
         """Each answering survivor's own mask seed of sum ``index`` where it matches its
         commitment, and the liars whose seed does not."""
         seeds, liars = {}, {}
@@ -181,8 +245,14 @@ class SecaggChecks:
         return seeds, liars
 
     @staticmethod
-    def rebuild(session: "Session", index: int, shares: dict[tuple[str, int], dict[int, bytes]], missing: list[int],
-                dropped: list[int], liars: dict[int, str]) -> tuple[dict[tuple[str, int], bytes], list[int], set[int]]:
+    def rebuild(
+        session: "Session",
+        index: int,
+        shares: dict[tuple[str, int], dict[int, bytes]],
+        missing: list[int],
+        dropped: list[int],
+        liars: dict[int, str],
+    ) -> tuple[dict[tuple[str, int], bytes], list[int], set[int]]:
         """The secrets rebuilt from the returned ``shares``: the seeds of ``missing`` and the
         mask keys of ``dropped``, each share checked. Adds to ``liars`` the holders whose
         shares fail and the dealers whose shares rebuild another secret. Returns the
@@ -196,14 +266,19 @@ class SecaggChecks:
                 commitment = session.seed_commitments[p][index - 1] if kind == "b" else session.pk1[p][index - 1]
                 given = {h: s for h, s in shares.get((kind, p), {}).items() if h in session.graph[p]}
                 got = checks.rebuilt(
-                    given, lambda h: checks.hash_of(session.share_hashes.get((p, h), b""), index, kind),
-                    lambda h, s: checks.share_hash(s, number, p, h, index, kind), t,
-                    (lambda s: checks.seed_commitment(s, number, p, index) == commitment) if kind == "b"
-                    else (lambda s: checks.scalar_matches(s, commitment)))
+                    given,
+                    lambda h: checks.hash_of(session.share_hashes.get((p, h), b""), index, kind),
+                    lambda h, s: checks.share_hash(s, number, p, h, index, kind),
+                    t,
+                    (lambda s: checks.seed_commitment(s, number, p, index) == commitment)
+                    if kind == "b"
+                    else (lambda s: checks.scalar_matches(s, commitment)),
+                )
                 what = "seed" if kind == "b" else "mask key"
                 for h in got.bad_holders:
-                    liars.setdefault(h, f"returned a share of another device's {what} that is not the one its dealer "
-                                        "committed to")
+                    liars.setdefault(
+                        h, f"returned a share of another device's {what} that is not the one its dealer committed to"
+                    )
                 if got.secret is not None:
                     secrets[(kind, p)] = got.secret
                 elif got.dealer_lied:
@@ -217,16 +292,34 @@ class SecaggChecks:
 
     def record(self) -> dict[str, Any]:
         """What result.json says of the devices the checks caught."""
-        return {"left_out_over_refused_shares": list(self.refused), "excluded_liars": sorted(set(self.liars)),
-                "incomplete": list(self.incomplete)}
+        return {
+            "left_out_over_refused_shares": list(self.refused),
+            "excluded_liars": sorted(set(self.liars)),
+            "incomplete": list(self.incomplete),
+        }
 
 
-def opened(session: "Session", index: int, total: Any, alive: list[int], seeds: dict[int, bytes],
-           secrets: dict[tuple[str, int], bytes], ranges: dict[str, float], levels: dict[str, float]) -> dict[str, np.ndarray]:
+def opened(
+    session: "Session",
+    index: int,
+    total: Any,
+    alive: list[int],
+    seeds: dict[int, bytes],
+    secrets: dict[tuple[str, int], bytes],
+    ranges: dict[str, float],
+    levels: dict[str, float],
+) -> dict[str, np.ndarray]:
     """The float sum of sum ``index`` over ``alive``: the masked ``total`` with every mask
     taken off (the survivors' seeds, those rebuilt, and the dropped devices' mask keys)."""
     seeds = {**seeds, **{p: s for (kind, p), s in secrets.items() if kind == "b"}}
     sk1 = {p: s for (kind, p), s in secrets.items() if kind == "sk"}
-    return secagg.unmasked_sum(total, ranges, secagg.stream_name(session.number, index),
-                               {p: session.pk1[p][index - 1] for p in alive}, {p: seeds[p] for p in alive}, sk1,
-                               levels, session.graph)
+    return secagg.unmasked_sum(
+        total,
+        ranges,
+        secagg.stream_name(session.number, index),
+        {p: session.pk1[p][index - 1] for p in alive},
+        {p: seeds[p] for p in alive},
+        sk1,
+        levels,
+        session.graph,
+    )

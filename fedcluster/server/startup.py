@@ -46,9 +46,7 @@ def wait_for_nodes(members: Membership, name: str) -> list[int]:
                     f"min-nodes) connected within node-wait-s={members.config['node-wait-s']} s"
                 )
             if not ids:
-                raise FederationError(
-                    f"no node connected within node-wait-s={members.config['node-wait-s']} s"
-                )
+                raise FederationError(f"no node connected within node-wait-s={members.config['node-wait-s']} s")
             break
         time.sleep(0.2 if expected > 0 else min(0.2, settle / 4 + 1e-3))
     members.nodes = journal.node_ids(lambda: ids)
@@ -66,7 +64,7 @@ def check_data_coverage(members: Membership) -> None:
     files = list_client_files(directory, "*.npy" if dataset == "npy-dir" else "*.txt")
     if len(members.nodes) >= len(files):
         return
-    unused = [f.name for f in files[len(members.nodes):]]
+    unused = [f.name for f in files[len(members.nodes) :]]
     text = (
         f"{len(files)} data files in {directory} but only {len(members.nodes)} nodes: "
         f"{', '.join(unused[:5])}{' …' if len(unused) > 5 else ''} will not be used"

@@ -22,7 +22,19 @@ from flwr.serverapp import Grid
 import fedcluster.protocol as protocol
 from fedcluster.config import RunConfig
 
-from .messages import FederationError, Incoming, Inconsistent, Reply, ReplySpec, bundle_message, incoming, kept_of, part_key, payload_bytes, to_array_record
+from .messages import (
+    FederationError,
+    Incoming,
+    Inconsistent,
+    Reply,
+    ReplySpec,
+    bundle_message,
+    incoming,
+    kept_of,
+    part_key,
+    payload_bytes,
+    to_array_record,
+)
 from .membership import Membership
 from .results import Results
 from .reply_check import validate
@@ -41,8 +53,15 @@ class Transport:
     public_reason : what result.json keeps of a reason (a private run strips numbers).
     """
 
-    def __init__(self, grid: Grid, config: RunConfig, members: Membership, results: Results,
-                 exclude_invalid: bool = False, public_reason: Callable[[str], str] = str) -> None:
+    def __init__(
+        self,
+        grid: Grid,
+        config: RunConfig,
+        members: Membership,
+        results: Results,
+        exclude_invalid: bool = False,
+        public_reason: Callable[[str], str] = str,
+    ) -> None:
         self.grid, self.config, self.members, self.results = grid, config, members, results
         self.exclude_invalid, self.public_reason = exclude_invalid, public_reason
         self._unread: dict[str, str] = {}  # reply key -> why it was refused by its declared sizes, unread
@@ -73,8 +92,18 @@ class Transport:
         number of valid replies raises :class:`FederationError` naming the failures. An
         empty ``nodes`` records a skipped phase and returns no reply.
         """
-        request = dict(task=task, nodes=nodes, arrays=arrays, config=config, seeded=seeded, per_node=per_node,
-                       sizes=sizes, check=check, phase=phase, min_replies=min_replies)
+        request = dict(
+            task=task,
+            nodes=nodes,
+            arrays=arrays,
+            config=config,
+            seeded=seeded,
+            per_node=per_node,
+            sizes=sizes,
+            check=check,
+            phase=phase,
+            min_replies=min_replies,
+        )
         return self.broadcast_together(request)[0]
 
     def broadcast_together(self, *requests: dict[str, Any]) -> list[list[Reply]]:
@@ -111,7 +140,11 @@ class Transport:
                     if valid is not None:
                         checked[index].append(valid)
                     if reply.error is not None or reply.key in self._unread:
-                        verdicts[part] = (reply.kind, reply.error, reply.up) if reply.error is not None else ("invalid", self._unread[reply.key], reply.up)
+                        verdicts[part] = (
+                            (reply.kind, reply.error, reply.up)
+                            if reply.error is not None
+                            else ("invalid", self._unread[reply.key], reply.up)
+                        )
                 if verdicts:
                     kept[mid] = kept_of(message, parts, verdicts)
 
@@ -122,7 +155,16 @@ class Transport:
         for index, (p, (node_of, failures)) in enumerate(zip(prepared, sent)):
             results.phase = p["phase"]
             replies = self._finish_replies(checked[index], answered[index], node_of, failures)
-            self._record_phase(p["phase"], p["spec"], p["nodes"], replies, failures, p["down"], up[index], time.perf_counter() - started)
+            self._record_phase(
+                p["phase"],
+                p["spec"],
+                p["nodes"],
+                replies,
+                failures,
+                p["down"],
+                up[index],
+                time.perf_counter() - started,
+            )
             results.record_away(away[index])
             members.track_presence(p["nodes"], failures)
             required = self.required_replies(len(p["nodes"])) if p["min_replies"] is None else p["min_replies"]
@@ -137,11 +179,23 @@ class Transport:
             reasons = "; ".join(f"node {f['node']}: {f['reason']}" for f in failures[:10])
             more = f" (and {len(failures) - 10} more)" if len(failures) > 10 else ""
             raise FederationError(
-                f"phase {phase!r}: only {replies} valid replies of {sent} sent, {required} required. Failures: {reasons}{more}"
+                f"phase {phase!r}: only {replies} valid replies of {sent} sent, {required} required. Failures: "
+                f"{reasons}{more}"
             )
 
-    def _prepare(self, task, nodes, arrays=None, config=None, seeded=False, per_node=None, sizes=None, check=None,
-                 phase=None, min_replies=None) -> dict[str, Any]:
+    def _prepare(
+        self,
+        task,
+        nodes,
+        arrays=None,
+        config=None,
+        seeded=False,
+        per_node=None,
+        sizes=None,
+        check=None,
+        phase=None,
+        min_replies=None,
+    ) -> dict[str, Any]:
         """The messages of one broadcast and how to check its replies."""
         spec = protocol.task(task)
         nodes = list(nodes)
@@ -150,15 +204,28 @@ class Transport:
         scaling = self.members.scaling
         if scaling is not None and task != "data_summary":
             arrays = {**(arrays or {}), **scaling.arrays()}  # the device standardizes its points (fedcluster.scaling)
-        reply_spec = ReplySpec(spec, {"d": self.members.dimension, **(sizes or {})}, dict(config or {}), check, dict(arrays or {}))
+        reply_spec = ReplySpec(
+            spec, {"d": self.members.dimension, **(sizes or {})}, dict(config or {}), check, dict(arrays or {})
+        )
         if seeded is not False:
             config = {**(config or {}), "seed": self.members.phase_seed(None if isinstance(seeded, bool) else seeded)}
 
-        messages, down = self._messages(spec, nodes, arrays, config, per_node or (lambda node: (None, None)), phase, reply_spec.node_arrays)
-        return {"spec": spec, "nodes": nodes, "phase": phase, "reply_spec": reply_spec, "messages": messages,
-                "down": down, "min_replies": min_replies}
+        messages, down = self._messages(
+            spec, nodes, arrays, config, per_node or (lambda node: (None, None)), phase, reply_spec.node_arrays
+        )
+        return {
+            "spec": spec,
+            "nodes": nodes,
+            "phase": phase,
+            "reply_spec": reply_spec,
+            "messages": messages,
+            "down": down,
+            "min_replies": min_replies,
+        }
 
-    def _messages(self, spec, nodes, arrays, config, node_content, phase, node_requests=None) -> tuple[list[Message], int]:
+    def _messages(
+        self, spec, nodes, arrays, config, node_content, phase, node_requests=None
+    ) -> tuple[list[Message], int]:
         """One message per node; the request is checked against the protocol table first
         (a malformed request is a bug of this server, not a device's problem). ``node_requests``
         gets each node's own arrays (they bind its reply's sizes)."""
@@ -178,7 +245,9 @@ class Transport:
             messages.append(Message(content, int(node), spec.message_type, group_id=group))
         return messages, down
 
-    def _push_together(self, prepared: list[dict[str, Any]]) -> tuple[list[tuple[dict[str, int], list]], dict[str, tuple[int, int]]]:
+    def _push_together(
+        self, prepared: list[dict[str, Any]]
+    ) -> tuple[list[tuple[dict[str, int], list]], dict[str, tuple[int, int]]]:
         """Push the messages of one round trip, ONE per node: a node asked for several
         tasks gets them as a bundle. Returns, per prepared broadcast, ``(reply key ->
         node, failures)``, and per pushed message id its ``(node, parts)``."""
@@ -189,11 +258,14 @@ class Transport:
         outgoing, routes = [], []
         for node, items in by_node.items():
             messages = [message for _, message in items]
-            outgoing.append(messages[0] if len(messages) == 1 else bundle_message(messages, messages[0].metadata.group_id))
+            outgoing.append(
+                messages[0] if len(messages) == 1 else bundle_message(messages, messages[0].metadata.group_id)
+            )
             routes.append([index for index, _ in items])
         destinations = [int(message.metadata.dst_node_id) for message in outgoing]  # the strategy's own ids
-        message_ids = self.results.journal.push(self.grid, outgoing, destinations,
-                                                lambda: match_nodes(self.members, self.results))
+        message_ids = self.results.journal.push(
+            self.grid, outgoing, destinations, lambda: match_nodes(self.members, self.results)
+        )
         sent: list[tuple[dict[str, int], list]] = [({}, []) for _ in prepared]
         pushed: dict[str, tuple[int, int]] = {}
         for mid, node, route in zip(message_ids, destinations, routes):
@@ -203,7 +275,9 @@ class Transport:
                 if mid:
                     sent[index][0][part_key(mid, part, len(route))] = node
                 else:
-                    sent[index][1].append({"node": node, "kind": "refused", "reason": "the SuperLink did not accept the message"})
+                    sent[index][1].append(
+                        {"node": node, "kind": "refused", "reason": "the SuperLink did not accept the message"}
+                    )
         return sent, pushed
 
     def _check_reply(
@@ -221,7 +295,13 @@ class Transport:
         except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
             reason, valid = f"unreadable reply: {type(exc).__name__}: {exc}", None
         if reason:
-            failures.append({"node": node, "kind": "inconsistent" if isinstance(reason, Inconsistent) else "invalid", "reason": reason})
+            failures.append(
+                {
+                    "node": node,
+                    "kind": "inconsistent" if isinstance(reason, Inconsistent) else "invalid",
+                    "reason": reason,
+                }
+            )
             return None, reply.up
         return valid, reply.up
 
@@ -234,7 +314,11 @@ class Transport:
         for key, node in node_of.items():
             if key not in answered:
                 failures.append(
-                    {"node": node, "kind": "timeout", "reason": f"no reply within round-timeout={self.config['round-timeout']} s"}
+                    {
+                        "node": node,
+                        "kind": "timeout",
+                        "reason": f"no reply within round-timeout={self.config['round-timeout']} s",
+                    }
                 )
         self.members.reorder_nodes()
         replies.sort(key=lambda reply: self.members.order_key(reply.node_id))

@@ -100,7 +100,11 @@ def test_an_unregistered_supernode_is_refused(cluster, tmp_path):
     name = next(n for n, p in cluster.processes.items() if p is process)
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and process.poll() is None and "Failed to activate SuperNode" not in cluster.tail(name):
+        while (
+            time.monotonic() < deadline
+            and process.poll() is None
+            and "Failed to activate SuperNode" not in cluster.tail(name)
+        ):
             time.sleep(1)
         log = cluster.tail(name)
         # Flower's exit code 305: "Failed to activate SuperNode" -- the SuperLink refused its key
@@ -129,8 +133,10 @@ def test_tls_and_auth_deployment_runs_fedkmeans_to_the_central_cost(cluster):
     from fedcluster.inprocess import run
 
     again = cluster.workdir / "out-fedkmeans-inprocess"
-    run({"k": 4, "num-rounds": 2, "eval-every": 0, "reference": False, "output-dir": str(again)},
-        node_configs=[{"data-path": str(path), "partition-id": i} for i, path in enumerate(cluster.data_files)])
+    run(
+        {"k": 4, "num-rounds": 2, "eval-every": 0, "reference": False, "output-dir": str(again)},
+        node_configs=[{"data-path": str(path), "partition-id": i} for i, path in enumerate(cluster.data_files)],
+    )
     np.testing.assert_allclose(np.load(out / "centers.npy"), np.load(again / "centers.npy"), rtol=0, atol=1e-9)
 
 
@@ -151,8 +157,10 @@ def feddp_through_the_deployment(cluster, name: str, seed: int, options: str) ->
     np.save(server, np.concatenate([MEANS[j] + rng.normal(size=(10, 4)) for j in range(4)]))
     out = cluster.workdir / f"out-{name}"
     run_id, status = run_to_end(
-        cluster, f"algorithm='feddp-kmeans' k=4 epsilon=inf server-data='{server}' {QUICK} lloyd-rounds=1 {options} "
-                 f"output-dir='{out}'")
+        cluster,
+        f"algorithm='feddp-kmeans' k=4 epsilon=inf server-data='{server}' {QUICK} lloyd-rounds=1 {options} "
+        f"output-dir='{out}'",
+    )
     assert status == "finished:completed", cluster.run_log(run_id)
     return json.loads((out / "result.json").read_text()), out
 
@@ -166,7 +174,8 @@ def test_secure_aggregation_through_the_deployment(cluster):
     """Every message is a fresh ClientApp process here: a session's keys and shares live in
     Flower's context.state from one stage to the next (four round trips for one secure sum)."""
     result, out = feddp_through_the_deployment(
-        cluster, "secure", 6, "init='server-kmeans++' secure-aggregation=true evaluate-cost=false")
+        cluster, "secure", 6, "init='server-kmeans++' secure-aggregation=true evaluate-cost=false"
+    )
     assert result["privacy"]["secure_aggregation"]["sums"] == 1
     assert [p["replies"] for p in result["phases"] if p["phase"].startswith("lloyd")] == [NODES] * 4
     X = pooled(cluster.data_files)
@@ -188,8 +197,11 @@ def test_supernodes_that_connect_and_die_mid_run(tmp_path):
             growing.register(index)
         for index in range(NODES - 1):
             growing.start_supernode(index)
-        run_id = growing.submit(ROOT, f"k=4 num-rounds=4 eval-every=0 tol=0.0 min-nodes={NODES - 1} node-settle-s=1.0 "
-                                      f"reference=false output-dir='{out}'")
+        run_id = growing.submit(
+            ROOT,
+            f"k=4 num-rounds=4 eval-every=0 tol=0.0 min-nodes={NODES - 1} node-settle-s=1.0 "
+            f"reference=false output-dir='{out}'",
+        )
         deadline = time.monotonic() + 200
         while time.monotonic() < deadline and growing.status(run_id) != "running":
             time.sleep(1)
@@ -227,11 +239,22 @@ def test_a_deployment_killed_mid_run_resumes_to_the_uninterrupted_result_spendin
     from fedcluster.server.run_folder import _held, read_marker
 
     files = node_data(tmp_path / "data")
-    job = {"algorithm": "feddp-kmeans", "k": 4, "init": "histogram", "dimension": 4, "clip-norm": 30.0,
-           "lloyd-rounds": 4, "epsilon": 4.0, "noise-seed": 3, "reference": False}
+    job = {
+        "algorithm": "feddp-kmeans",
+        "k": 4,
+        "init": "histogram",
+        "dimension": 4,
+        "clip-norm": 30.0,
+        "lloyd-rounds": 4,
+        "epsilon": 4.0,
+        "noise-seed": 3,
+        "reference": False,
+    }
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
-    first = run({**job, "output-dir": str(whole)},
-                node_configs=[{"data-path": str(path), "partition-id": i} for i, path in enumerate(files)])
+    first = run(
+        {**job, "output-dir": str(whole)},
+        node_configs=[{"data-path": str(path), "partition-id": i} for i, path in enumerate(files)],
+    )
     text = f"{run_config_text({k: v for k, v in job.items() if k != 'reference'})} {QUICK}"
     with LocalCluster(tmp_path / "cluster", files, echo=lambda *_: None) as cluster:
         cluster.start()
@@ -254,7 +277,9 @@ def test_a_deployment_killed_mid_run_resumes_to_the_uninterrupted_result_spendin
     assert result["resumed"][0]["nodes_back"] == NODES and done >= 2 and releases >= 1
     assert result["privacy"]["epsilon"] == first["privacy"]["epsilon"]
     ledger = [json.loads(line) for line in (stopped / "privacy-ledger.jsonl").read_text().splitlines()]
-    assert len(ledger) == len((whole / "privacy-ledger.jsonl").read_text().splitlines()) and not any(e["again"] for e in ledger)
+    assert len(ledger) == len((whole / "privacy-ledger.jsonl").read_text().splitlines()) and not any(
+        e["again"] for e in ledger
+    )
     assert len(result["phases"]) == len(first["phases"])  # the replayed phases are in the record, as they happened
 
 
@@ -302,9 +327,22 @@ def test_local_cluster_command_stops_everything_on_ctrl_c(tmp_path):
     workdir = tmp_path / "lc"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(
-        [sys.executable, "-m", "fedcluster.tools.local_cluster", "--demo-nodes", "2", "--workdir", str(workdir),
-         "--run-config", "k=4 num-rounds=50 tol=0.0 reference=false"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "fedcluster.tools.local_cluster",
+            "--demo-nodes",
+            "2",
+            "--workdir",
+            str(workdir),
+            "--run-config",
+            "k=4 num-rounds=50 tol=0.0 reference=false",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=tmp_path,
         # as from a terminal: a shell's background job (CI started with `&`) would pass
         # SIGINT on ignored, and Python then installs no Ctrl-C handler
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),

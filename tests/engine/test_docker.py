@@ -94,7 +94,11 @@ def job_status(out: Path, exit_code: int | str, list_runs) -> dict:
     if runs:  # the demo cluster's SuperLink sees one run: the job's
         last = max(runs, key=lambda run: int(run.get("run-id", 0)))
         return {**last, "job-exit-code": exit_code, "note": f"{missing}; the status is flwr ls's"}
-    return {"status": "unknown", "job-exit-code": exit_code, "note": f"{missing}; flwr ls: {flower.get('error', 'no run on the SuperLink')}"}
+    return {
+        "status": "unknown",
+        "job-exit-code": exit_code,
+        "note": f"{missing}; flwr ls: {flower.get('error', 'no run on the SuperLink')}",
+    }
 
 
 def job_failure(status: dict, logs) -> str | None:
@@ -152,7 +156,10 @@ def test_compose_file_gives_each_supernode_its_own_file_and_a_valid_job():
         node, superexec = services[name], services[f"superexec-clientapp-{name[-1]}"]
         command = node["command"]
         # its own file, and a partition-id of its own: a run repeats with its seed (docs/DESIGN.md)
-        assert command[command.index("--node-config") + 1] == f'data-path="/data/client.npy" partition-id={int(name[-1]) - 1}'
+        assert (
+            command[command.index("--node-config") + 1]
+            == f'data-path="/data/client.npy" partition-id={int(name[-1]) - 1}'
+        )
         assert command[command.index("--superlink") + 1] == "superlink:8000"
         assert "process" == command[command.index("--isolation") + 1]
         runtime = f"{name}:{command[command.index('--port') + 1]}"
@@ -175,7 +182,9 @@ def test_tls_override_secures_every_link_to_the_superlink_and_registers_every_su
     assert set(tls) <= set(base) | {"register"}
     superlink = tls["superlink"]["command"]
     assert "--insecure" not in superlink and "--enable-supernode-auth" in superlink
-    served = {flag: superlink[superlink.index(flag) + 1] for flag in ("--ssl-ca-certfile", "--ssl-certfile", "--ssl-keyfile")}
+    served = {
+        flag: superlink[superlink.index(flag) + 1] for flag in ("--ssl-ca-certfile", "--ssl-certfile", "--ssl-keyfile")
+    }
     assert set(served.values()) <= set(mounts(tls["superlink"]))
     registered = tls["register"]["command"][tls["register"]["command"].index("--register") + 1 :]
     every_mount = {}
@@ -193,7 +202,10 @@ def test_tls_override_secures_every_link_to_the_superlink_and_registers_every_su
             assert command[command.index("--root-certificates") + 1] in mounts(service)
     assert not [host for host in every_mount if host.endswith("/ca.key")]  # the CA key never leaves the host
     assert len(registered) == len(SUPERNODES)
-    assert tls["superexec-serverapp"]["command"][tls["superexec-serverapp"]["command"].index("--root-certificates") + 1] == "/certs/ca.crt"
+    assert (
+        tls["superexec-serverapp"]["command"][tls["superexec-serverapp"]["command"].index("--root-certificates") + 1]
+        == "/certs/ca.crt"
+    )
     assert tls["job"]["environment"]["ROOT_CERTIFICATES"] in mounts(tls["job"])
     # the services that talk only to their own SuperNode are left as they are
     assert not {f"superexec-clientapp-{i}" for i in (1, 2, 3)} & set(tls)
@@ -231,10 +243,14 @@ def test_a_job_that_left_no_status_file_is_reported_by_flowers_status(tmp_path):
 
     def list_runs():
         asked.append(True)
-        return json.dumps({"runs": [
-            {"run-id": 3, "status": "finished:completed"},
-            {"run-id": 7, "status": "finished:failed", "status-details": "No heartbeat received from the task"},
-        ]})
+        return json.dumps(
+            {
+                "runs": [
+                    {"run-id": 3, "status": "finished:completed"},
+                    {"run-id": 7, "status": "finished:failed", "status-details": "No heartbeat received from the task"},
+                ]
+            }
+        )
 
     status = job_status(tmp_path, 1, list_runs)  # no flwr-run.json in tmp_path
     assert asked and status["run-id"] == 7 and status["status"] == "finished:failed"
@@ -242,7 +258,11 @@ def test_a_job_that_left_no_status_file_is_reported_by_flowers_status(tmp_path):
     assert "finished:failed" in message and "No heartbeat received" in message
     assert "job-exit-code: 1" in message and "flwr-run.json" in message and "LOG LINE" in message
     # nothing from Flower either (SuperLink gone): still a status, with why
-    status = job_status(tmp_path, "none, container gone", lambda: json.dumps({"error": "the SuperLink at superlink:8000 does not answer"}))
+    status = job_status(
+        tmp_path,
+        "none, container gone",
+        lambda: json.dumps({"error": "the SuperLink at superlink:8000 does not answer"}),
+    )
     assert status["status"] == "unknown" and "does not answer" in job_failure(status, lambda: "")
     assert job_status(tmp_path, 1, lambda: "not json")["status"] == "unknown"
     # the job's own file is what counts when it is there; a completed run with exit 0 passes
@@ -287,7 +307,12 @@ class Cluster:
         self.out.mkdir()
         self.project = project_name()
         self.image = image_name()
-        self.env = {**os.environ, "FEDCLUSTER_DATA": str(self.data), "FEDCLUSTER_OUT": str(self.out), "FEDCLUSTER_IMAGE": self.image}
+        self.env = {
+            **os.environ,
+            "FEDCLUSTER_DATA": str(self.data),
+            "FEDCLUSTER_OUT": str(self.out),
+            "FEDCLUSTER_IMAGE": self.image,
+        }
         self.files = ["-f", str(COMPOSE_FILE)]
         if tls:
             from fedcluster.tools.certs import make_certs
@@ -307,7 +332,11 @@ class Cluster:
     def list_runs(self) -> str:
         """Flower's record of every run on this cluster's SuperLink (run_job.py --list-runs)."""
         done = self("run", "--rm", "--no-deps", "-T", "job", "--list-runs", timeout=180)
-        return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else json.dumps({"error": f"rc {done.returncode}: {done.stderr[-1500:]}"})
+        return (
+            done.stdout.strip().splitlines()[-1]
+            if done.stdout.strip()
+            else json.dumps({"error": f"rc {done.returncode}: {done.stderr[-1500:]}"})
+        )
 
 
 @pytest.mark.engine
@@ -328,7 +357,11 @@ def test_docker_compose_cluster_runs_a_job_to_completion(tmp_path, variant):
         # the one-shot job submits the run, waits for it and exits 0 only on finished:completed
         try:
             waited = subprocess.run(["docker", "wait", job_id], capture_output=True, text=True, timeout=900)
-            exit_code = int(waited.stdout) if waited.stdout.strip().isdigit() else f"none, docker wait: {waited.stderr.strip()[-300:]}"
+            exit_code = (
+                int(waited.stdout)
+                if waited.stdout.strip().isdigit()
+                else f"none, docker wait: {waited.stderr.strip()[-300:]}"
+            )
         except subprocess.TimeoutExpired:
             exit_code = "none, still running after 900 s"
         timings["job"] = time.monotonic() - started - timings["up"]
@@ -353,7 +386,10 @@ def test_docker_compose_cluster_runs_a_job_to_completion(tmp_path, variant):
         if variant == "tls":  # the SuperNodes connected with their registered keys, over TLS
             registered = cluster("logs", "--no-color", "register", timeout=120).stdout
             assert all(f"supernode-{i}.key.pub: registered" in registered for i in (1, 2, 3)), registered
-        print(f"docker demo ({variant}): up {timings['up']:.1f} s, job {timings['job']:.1f} s, status {status['status']}, cost {federated:.4f} (central {central:.4f})")
+        print(
+            f"docker demo ({variant}): up {timings['up']:.1f} s, job {timings['job']:.1f} s, status "
+            f"{status['status']}, cost {federated:.4f} (central {central:.4f})"
+        )
         passed = True
     finally:
         down = cluster("down", "-v", "--remove-orphans", timeout=300)

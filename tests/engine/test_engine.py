@@ -34,7 +34,9 @@ def lloyd_reference(X, k):
 
 def flwr_run(flower, config: dict, num_nodes: int, out: Path) -> dict:
     """One `flwr run` simulation of ``config`` into ``out``; its result.json."""
-    run_id = flower.submit(ROOT, run_config_text({**config, "output-dir": str(out), "node-settle-s": 1.0}), f"num-supernodes={num_nodes}")
+    run_id = flower.submit(
+        ROOT, run_config_text({**config, "output-dir": str(out), "node-settle-s": 1.0}), f"num-supernodes={num_nodes}"
+    )
     status = flower.wait(run_id, timeout=240)
     assert status == "finished:completed", (status, flower.run_log(run_id))
     return json.loads((out / "result.json").read_text())
@@ -49,21 +51,36 @@ def assert_same_as_inprocess(config: dict, num_nodes: int, out: Path, arrays: tu
     inprocess = out.parent / f"{out.name}-inprocess"
     run({**config, "output-dir": str(inprocess)}, num_nodes=num_nodes)
     for name in arrays:
-        np.testing.assert_allclose(np.load(out / f"{name}.npy"), np.load(inprocess / f"{name}.npy"), rtol=0, atol=1e-9,
-                                   err_msg=f"{config['algorithm']}: {name}.npy differs between flwr run and in-process")
+        np.testing.assert_allclose(
+            np.load(out / f"{name}.npy"),
+            np.load(inprocess / f"{name}.npy"),
+            rtol=0,
+            atol=1e-9,
+            err_msg=f"{config['algorithm']}: {name}.npy differs between flwr run and in-process",
+        )
 
 
 @pytest.mark.slow  # 20-55 s: Ray start-up or real SuperNode processes
 def test_flwr_run_simulation_with_npy_dir(flower, tmp_path):
     rng = np.random.default_rng(0)
     means = np.array([[0, 0], [8, 0], [0, 8], [8, 8]], dtype=float)
-    parts = [np.concatenate([means[i % 4] + rng.normal(size=(40, 2)), means[(i + 1) % 4] + rng.normal(size=(20, 2))]) for i in range(4)]
+    parts = [
+        np.concatenate([means[i % 4] + rng.normal(size=(40, 2)), means[(i + 1) % 4] + rng.normal(size=(20, 2))])
+        for i in range(4)
+    ]
     data_dir = write_npy_dir(tmp_path / "data", parts)
     out = tmp_path / "out"
     flower.start_superlink(simulation=True)
     # fraction 0.5: which devices train each round follows the run seed on every engine
-    config = {"algorithm": "fedkmeans", "k": 4, "num-rounds": 5, "fraction": 0.5, "seed": 3, "dataset": "npy-dir",
-              "data-dir": str(data_dir)}
+    config = {
+        "algorithm": "fedkmeans",
+        "k": 4,
+        "num-rounds": 5,
+        "fraction": 0.5,
+        "seed": 3,
+        "dataset": "npy-dir",
+        "data-dir": str(data_dir),
+    }
     result = flwr_run(flower, config, 4, out)
     assert result["nodes"]["connected"] == 4
     X = np.concatenate(parts)
@@ -77,7 +94,9 @@ def test_flwr_run_simulation_with_npy_dir(flower, tmp_path):
 def test_flwr_run_reports_a_failed_run(flower, tmp_path):
     flower.start_superlink(simulation=True)
     run_id = flower.submit(
-        ROOT, f"k=2 dataset='npy-dir' data-dir='{tmp_path / 'missing'}' output-dir='{tmp_path / 'o'}' node-settle-s=1.0", "num-supernodes=2"
+        ROOT,
+        f"k=2 dataset='npy-dir' data-dir='{tmp_path / 'missing'}' output-dir='{tmp_path / 'o'}' node-settle-s=1.0",
+        "num-supernodes=2",
     )
     status = flower.wait(run_id, timeout=240)
     assert status == "finished:failed", (status, flower.run_log(run_id))
@@ -105,7 +124,14 @@ def test_flwr_run_da_ufl_simulation(flower, tmp_path):
     result (its other weightings run in-process in tests/protocol/test_da_ufl_strategy.py)."""
     flower.start_superlink(simulation=True)
     out = tmp_path / "som"
-    config = {"algorithm": "da-ufl", "weighting": "som", "k": 16, "dataset": "da-ufl-paper", "num-points": 800, "snr-db": 20.0}
+    config = {
+        "algorithm": "da-ufl",
+        "weighting": "som",
+        "k": 16,
+        "dataset": "da-ufl-paper",
+        "num-points": 800,
+        "snr-db": 20.0,
+    }
     result = flwr_run(flower, config, 5, out)
     assert result["da_ufl"]["weighting"] == "som" and result["da_ufl"]["converged"]
     assert result["da_ufl"]["agents"] == 5 and result["nodes"]["excluded"] == {}
@@ -133,20 +159,46 @@ def planted_graph_clients(directory: Path, clients: int = 4, blocks: int = 3, si
 def test_flwr_run_equals_inprocess_for_feddp_and_both_spectral_algorithms(flower, tmp_path):
     """The algorithms the tests above do not run through `flwr run`: one seed, one result."""
     flower.start_superlink(simulation=True)
-    feddp = {"algorithm": "feddp-kmeans", "k": 4, "dataset": "feddp-mixture", "epsilon": 2.0, "seed": 5, "noise-seed": 9}
+    feddp = {
+        "algorithm": "feddp-kmeans",
+        "k": 4,
+        "dataset": "feddp-mixture",
+        "epsilon": 2.0,
+        "seed": 5,
+        "noise-seed": 9,
+    }
     flwr_run(flower, feddp, 5, tmp_path / "feddp")
     assert_same_as_inprocess(feddp, 5, tmp_path / "feddp")
     # secure aggregation without server data: a session's keys live in Flower's context.state
     # between messages, which Ray workers do not share
-    secure = {"algorithm": "feddp-kmeans", "k": 3, "dataset": "gaussian-mixture", "dim": 3, "dimension": 3, "epsilon": 2.0,
-              "lloyd-rounds": 2, "clip-norm": 20.0, "seed": 5, "noise-seed": 9, "evaluate-cost": False,
-              "secure-aggregation": True, "secagg-noise": "server"}  # the devices' own noise is never seeded
+    secure = {
+        "algorithm": "feddp-kmeans",
+        "k": 3,
+        "dataset": "gaussian-mixture",
+        "dim": 3,
+        "dimension": 3,
+        "epsilon": 2.0,
+        "lloyd-rounds": 2,
+        "clip-norm": 20.0,
+        "seed": 5,
+        "noise-seed": 9,
+        "evaluate-cost": False,
+        "secure-aggregation": True,
+        "secagg-noise": "server",
+    }  # the devices' own noise is never seeded
     result = flwr_run(flower, secure, 4, tmp_path / "secure")
     assert result["privacy"]["secure_aggregation"]["sums"] == 3
     assert_same_as_inprocess(secure, 4, tmp_path / "secure")
     graph = planted_graph_clients(tmp_path / "graph")
     for algorithm in ("fedspectral", "fedspectral-plus"):
-        config = {"algorithm": algorithm, "k": 3, "num-nodes": 90, "dataset": "edge-dir", "data-dir": str(graph), "seed": 2}
+        config = {
+            "algorithm": algorithm,
+            "k": 3,
+            "num-nodes": 90,
+            "dataset": "edge-dir",
+            "data-dir": str(graph),
+            "seed": 2,
+        }
         out = tmp_path / algorithm
         flwr_run(flower, config, 4, out)
         assert_same_as_inprocess(config, 4, out, ("labels", "embedding"))

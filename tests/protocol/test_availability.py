@@ -52,15 +52,18 @@ def test_availability_is_a_fixed_schedule_with_the_asked_share_offline():
     assert all(every_other.online(8, trip) for trip in range(4))
 
 
-@pytest.mark.parametrize("bad, match", [
-    ({"offline": 1.0}, "offline must be a probability"),
-    ({"offline": -0.1}, "offline must be a probability"),
-    ({"offline": "0.2"}, "offline must be a probability"),
-    ({"leave": {1000: -1}}, r"leave\[1000\] must be a round trip"),
-    ({"join": {1000: 2.5}}, r"join\[1000\] must be a round trip"),
-    ({"seed": -3}, "seed must be an integer"),
-    ({"away": {1000: 3}}, r"away\[1000\] must be a container"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"offline": 1.0}, "offline must be a probability"),
+        ({"offline": -0.1}, "offline must be a probability"),
+        ({"offline": "0.2"}, "offline must be a probability"),
+        ({"leave": {1000: -1}}, r"leave\[1000\] must be a round trip"),
+        ({"join": {1000: 2.5}}, r"join\[1000\] must be a round trip"),
+        ({"seed": -3}, "seed must be an integer"),
+        ({"away": {1000: 3}}, r"away\[1000\] must be a container"),
+    ],
+)
 def test_availability_refuses_what_it_cannot_mean(bad, match):
     with pytest.raises(ValueError, match=match):
         Availability(**bad)
@@ -72,8 +75,15 @@ def test_fedkmeans_asks_only_connected_devices_and_loses_nobody(tmp_path):
     answer NODE_UNAVAILABLE and, before, the server excluded it for good); the run keeps
     all ten devices and lands where the always-connected run does."""
     data, X = blobs(tmp_path)
-    config = {"k": 4, "num-rounds": 8, "fraction": 0.5, "dataset": "npy-dir", "data-dir": str(data), "seed": 3,
-              "reference": False}
+    config = {
+        "k": 4,
+        "num-rounds": 8,
+        "fraction": 0.5,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "seed": 3,
+        "reference": False,
+    }
     model = Availability(offline=0.3, seed=7)
     result, seen = watched_run({**config, "output-dir": str(tmp_path / "away")}, model)
     assert failures(result) == [] and result["nodes"]["excluded"] == {}
@@ -95,8 +105,14 @@ def test_fedkmeans_asks_only_connected_devices_and_loses_nobody(tmp_path):
 
 def test_a_device_that_leaves_for_good_is_not_asked_again(tmp_path):
     data, _ = blobs(tmp_path)
-    config = {"k": 4, "num-rounds": 6, "dataset": "npy-dir", "data-dir": str(data), "output-dir": str(tmp_path / "o"),
-              "reference": False}
+    config = {
+        "k": 4,
+        "num-rounds": 6,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "output-dir": str(tmp_path / "o"),
+        "reference": False,
+    }
     result, seen = watched_run(config, Availability(leave={1003: 4}))
     trains = {node: sum(kind == "train.fedkmeans_train" and n == node for kind, n in seen) for node in (1003, 1004)}
     assert 1 <= trains[1003] < trains[1004] == 6, trains  # gone after round 2; NODE_UNAVAILABLE never came
@@ -110,23 +126,41 @@ def test_a_device_that_leaves_for_good_is_not_asked_again(tmp_path):
 
 def test_a_device_that_joins_late_is_admitted_and_then_sampled(tmp_path):
     data, _ = blobs(tmp_path)
-    config = {"k": 4, "num-rounds": 8, "fraction": 0.5, "dataset": "npy-dir", "data-dir": str(data),
-              "output-dir": str(tmp_path / "o"), "reference": False, "min-nodes": NODES - 1}
+    config = {
+        "k": 4,
+        "num-rounds": 8,
+        "fraction": 0.5,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "output-dir": str(tmp_path / "o"),
+        "reference": False,
+        "min-nodes": NODES - 1,
+    }
     result, seen = watched_run(config, Availability(join={1009: 3}))
     assert [j["node"] for j in result["nodes"]["joined"]] == [1009]
     assert any(node == 1009 for _, node in seen)
     assert result["final"]["num_points"] == NODES * 50 and failures(result) == []
 
 
-@pytest.mark.parametrize("algorithm, extra", [
-    ("kfed", {}),
-    ("da-ufl", {"outer-iterations": 3}),
-    ("feddp-kmeans", {"dataset": "feddp-mixture", "lloyd-rounds": 2, "noise-seed": 1}),
-])
+@pytest.mark.parametrize(
+    "algorithm, extra",
+    [
+        ("kfed", {}),
+        ("da-ufl", {"outer-iterations": 3}),
+        ("feddp-kmeans", {"dataset": "feddp-mixture", "lloyd-rounds": 2, "noise-seed": 1}),
+    ],
+)
 def test_every_point_algorithm_runs_with_devices_offline_at_random(algorithm, extra, tmp_path):
     data, _ = blobs(tmp_path)
-    config = {"algorithm": algorithm, "k": 4, "dataset": "npy-dir", "data-dir": str(data), "reference": False,
-              "output-dir": str(tmp_path / "o"), **extra}
+    config = {
+        "algorithm": algorithm,
+        "k": 4,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "reference": False,
+        "output-dir": str(tmp_path / "o"),
+        **extra,
+    }
     result = run(config, num_nodes=NODES, availability=Availability(offline=0.2, seed=4))
     assert failures(result, "unavailable") == []
     assert result["nodes"]["excluded"] == {}  # an agent away is never held to account (DA-UFL's once were)
@@ -134,18 +168,28 @@ def test_every_point_algorithm_runs_with_devices_offline_at_random(algorithm, ex
     assert (tmp_path / "o" / "centers.npy").is_file()
 
 
-@pytest.mark.parametrize("seed, model", [
-    (2, Availability(offline=0.4, seed=2)),  # three devices away at the evaluation: 4.6x central's cost
-    (1, Availability(offline=0.2, seed=1, leave={1002: 4}, join={1006: 3})),  # four away at the start: 1.05x
-])
+@pytest.mark.parametrize(
+    "seed, model",
+    [
+        (2, Availability(offline=0.4, seed=2)),  # three devices away at the evaluation: 4.6x central's cost
+        (1, Availability(offline=0.2, seed=1, leave={1002: 4}, join={1006: 3})),  # four away at the start: 1.05x
+    ],
+)
 def test_kfed_asks_devices_away_again_and_lands_near_central(tmp_path, seed, model):
     """k-FED's one shot and its evaluation asked only the devices connected then: a merge
     was chosen on the points of the others (one that drops the clusters of the devices away
     looks cheapest there), and devices away at the start never sent their centers. Both are
     asked again (each device still sends its local centers once)."""
     data, X = spread_clusters(tmp_path, seed)
-    config = {"algorithm": "kfed", "k": 5, "dataset": "npy-dir", "data-dir": str(data), "seed": seed,
-              "reference": False, "output-dir": str(tmp_path / "o")}
+    config = {
+        "algorithm": "kfed",
+        "k": 5,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "seed": seed,
+        "reference": False,
+        "output-dir": str(tmp_path / "o"),
+    }
     result = run(config, num_nodes=NODES, availability=model)
     assert result["nodes"]["excluded"] == {} and result["kfed"]["devices"] >= NODES - 1
     assert kmeans_cost(X, np.load(tmp_path / "o" / "centers.npy")) <= 1.05 * central_cost(X, 5)
@@ -159,8 +203,16 @@ def test_a_graph_run_asks_a_client_away_and_takes_it_out_saying_so(tmp_path):
     rng = np.random.default_rng(0)
     edges = np.unique(np.sort(rng.integers(0, 40, size=(200, 2)), axis=1), axis=0)
     write_client_edge_files(split_edges(edges[edges[:, 0] != edges[:, 1]], 4, 1, 0), tmp_path / "g")
-    config = {"algorithm": "fedspectral-plus", "k": 2, "num-nodes": 40, "dataset": "edge-dir", "num-rounds": 4,
-              "data-dir": str(tmp_path / "g"), "output-dir": str(tmp_path / "o"), "node-settle-s": 0.2}
+    config = {
+        "algorithm": "fedspectral-plus",
+        "k": 2,
+        "num-nodes": 40,
+        "dataset": "edge-dir",
+        "num-rounds": 4,
+        "data-dir": str(tmp_path / "g"),
+        "output-dir": str(tmp_path / "o"),
+        "node-settle-s": 0.2,
+    }
     result = run(config, num_nodes=4, availability=Availability(leave={1002: 2}))
     assert list(result["nodes"]["excluded"]) == ["1002"] and "NODE_UNAVAILABLE" in result["nodes"]["excluded"]["1002"]
     assert [f["kind"] for f in failures(result)] == ["unavailable"]
@@ -176,8 +228,17 @@ def test_the_grid_is_asked_who_is_connected_once_per_round_trip(tmp_path, monkey
     original = InProcessGrid.get_node_ids
     monkeypatch.setattr(InProcessGrid, "get_node_ids", lambda self: calls.append(1) or original(self))
     data_dir, _ = blobs(tmp_path)
-    result = run({"k": 4, "num-rounds": 6, "fraction": 0.5, "dataset": "npy-dir", "data-dir": str(data_dir),
-                  "output-dir": str(tmp_path / "out")}, num_nodes=NODES)
+    result = run(
+        {
+            "k": 4,
+            "num-rounds": 6,
+            "fraction": 0.5,
+            "dataset": "npy-dir",
+            "data-dir": str(data_dir),
+            "output-dir": str(tmp_path / "out"),
+        },
+        num_nodes=NODES,
+    )
     trips = result["communication"]["round_trips"]
     assert trips >= 6 and len(calls) <= trips + 3, (len(calls), trips)  # + the start's node discovery
 
@@ -202,11 +263,19 @@ def test_liars_refused_in_a_sample_are_stood_in_for_by_nodes_not_sampled(tmp_pat
             record["centers"] = Array(centers)
         return reply
 
-    config = {"k": 4, "fraction": 0.5, "dataset": "npy-dir", "data-dir": str(data), "reference": False,
-              "output-dir": str(tmp_path / "o")}
+    config = {
+        "k": 4,
+        "fraction": 0.5,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "reference": False,
+        "output-dir": str(tmp_path / "o"),
+    }
     stood_in = 0
     for seed in range(4):  # seeds whose samples hold all three liars in some round
-        result = run({**config, "seed": seed, "output-dir": str(tmp_path / f"o{seed}")}, num_nodes=NODES, reply_hook=moved)
+        result = run(
+            {**config, "seed": seed, "output-dir": str(tmp_path / f"o{seed}")}, num_nodes=NODES, reply_hook=moved
+        )
         assert {f["node"] for f in failures(result)} <= liars and result["nodes"]["excluded"] == {}
         assert kmeans_cost(X, np.load(tmp_path / f"o{seed}" / "centers.npy")) <= 1.05 * central_cost(X, 4)
         stood_in += sum(p["phase"] == "train" for p in result["phases"]) - len(result["rounds"])

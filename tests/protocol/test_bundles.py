@@ -53,7 +53,9 @@ def test_bundle_through_the_client_app_equals_its_parts_one_by_one(tmp_path):
     """No hook: the ClientApp answers the bundle itself. An identity hook: the in-process
     grid delivers each part as its own plain message. Same run, bit for bit."""
     bundled = run({**CONFIG, "output-dir": str(tmp_path / "b")}, num_nodes=4)
-    parted = run({**CONFIG, "output-dir": str(tmp_path / "p")}, num_nodes=4, reply_hook=lambda node, message, reply: reply)
+    parted = run(
+        {**CONFIG, "output-dir": str(tmp_path / "p")}, num_nodes=4, reply_hook=lambda node, message, reply: reply
+    )
     assert np.array_equal(np.load(tmp_path / "b" / "centers.npy"), np.load(tmp_path / "p" / "centers.npy"))
     assert np.array_equal(np.load(tmp_path / "b" / "init_centers.npy"), np.load(tmp_path / "p" / "init_centers.npy"))
     assert bundled["final"]["cost"] == parted["final"]["cost"]
@@ -66,7 +68,9 @@ def test_a_bad_part_costs_only_its_own_phase(tmp_path):
 
     def hook(node, message, reply):
         if node == 1001 and message.metadata.message_type == "query.local_summary":
-            reply.content.array_records[protocol.ARRAYS]["centers"] = reply.content.array_records[protocol.ARRAYS]["counts"]
+            reply.content.array_records[protocol.ARRAYS]["centers"] = reply.content.array_records[protocol.ARRAYS][
+                "counts"
+            ]
         return reply
 
     result = run({**CONFIG, "output-dir": str(tmp_path)}, num_nodes=4, reply_hook=hook)
@@ -80,15 +84,24 @@ def test_a_bad_part_costs_only_its_own_phase(tmp_path):
 
 # ------------------------------------------------------------------ the envelope itself
 def _context():
-    return Context(run_id=5, node_id=1000, node_config={"partition-id": 0, "num-partitions": 2}, state=RecordDict(),
-                   run_config={"num-points": 200, "dim": 3, "k": 3})
+    return Context(
+        run_id=5,
+        node_id=1000,
+        node_config={"partition-id": 0, "num-partitions": 2},
+        state=RecordDict(),
+        run_config={"num-points": 200, "dim": 3, "k": 3},
+    )
 
 
 def _bundle(configs: list[tuple[str, dict]]) -> Message:
     set_task_identity(run_id=5, node_id=1)
     plain = [
-        Message(RecordDict({protocol.ARRAYS: ArrayRecord(),
-                            protocol.CONFIG: ConfigRecord(config)}), 1000, protocol.task(task).message_type, group_id="g")
+        Message(
+            RecordDict({protocol.ARRAYS: ArrayRecord(), protocol.CONFIG: ConfigRecord(config)}),
+            1000,
+            protocol.task(task).message_type,
+            group_id="g",
+        )
         for task, config in configs
     ]
     message = bundle_message(plain, "g")
@@ -97,7 +110,9 @@ def _bundle(configs: list[tuple[str, dict]]) -> Message:
 
 
 def test_client_answers_each_part_and_reports_a_failing_one_alone():
-    message = _bundle([("data_summary", {}), ("local_summary", {"k": 0, "seed": 1}), ("local_summary", {"k": 2, "seed": 1})])
+    message = _bundle(
+        [("data_summary", {}), ("local_summary", {"k": 0, "seed": 1}), ("local_summary", {"k": 2, "seed": 1})]
+    )
     assert message.metadata.message_type == "query.bundle"
     reply = handle(message, _context())
     assert not reply.has_error()
@@ -144,7 +159,6 @@ def test_client_refuses_a_malformed_bundle_with_a_reason(tasks):
         assert "no_such_task" in part.error
     else:
         assert reply.has_error() and "must list task names" in reply.error.reason
-
 
 
 def test_a_node_gone_during_the_start_is_unavailable_for_every_part(tmp_path):

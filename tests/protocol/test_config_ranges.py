@@ -65,15 +65,23 @@ def test_a_generated_set_larger_than_a_device_can_build_is_refused_by_its_produc
 
 @pytest.mark.parametrize("algorithm", ["fedkmeans", "kfed", "da-ufl"])
 def test_the_largest_separation_works(tmp_path, algorithm):
-    result = run({**SMALL, "algorithm": algorithm, "separation": data.SEPARATION_MAX, "output-dir": str(tmp_path)}, num_nodes=3)
+    result = run(
+        {**SMALL, "algorithm": algorithm, "separation": data.SEPARATION_MAX, "output-dir": str(tmp_path)}, num_nodes=3
+    )
     assert np.isfinite(result["final"]["cost"]) and result["final"]["num_points"] == 300
 
 
-@pytest.mark.parametrize("extra", [{"clip-norm": feddp_kmeans.CLIP_MAX}, {"clip-norm": feddp_kmeans.CLIP_MAX, "lloyd-update": "absolute"},
-                                   {"privacy-level": "client", "clip-sums": feddp_kmeans.CLIP_MAX},
-                                   {"privacy-level": "client", "clip-outer": feddp_kmeans.CLIP_MAX ** 2},
-                                   {"epsilon": feddp_kmeans.EPSILON.low}],
-                         ids=["clip-norm", "clip-norm absolute", "clip-sums", "clip-outer", "smallest epsilon"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"clip-norm": feddp_kmeans.CLIP_MAX},
+        {"clip-norm": feddp_kmeans.CLIP_MAX, "lloyd-update": "absolute"},
+        {"privacy-level": "client", "clip-sums": feddp_kmeans.CLIP_MAX},
+        {"privacy-level": "client", "clip-outer": feddp_kmeans.CLIP_MAX**2},
+        {"epsilon": feddp_kmeans.EPSILON.low},
+    ],
+    ids=["clip-norm", "clip-norm absolute", "clip-sums", "clip-outer", "smallest epsilon"],
+)
 def test_feddp_at_the_edges_of_its_ranges_works(tmp_path, extra):
     result = run({**FEDDP, **extra, "output-dir": str(tmp_path)}, num_nodes=3)
     assert np.isfinite(result["final"]["cost"]) and result["privacy"]["epsilon"] <= result["config"]["epsilon"]
@@ -83,12 +91,32 @@ def test_feddp_at_the_edges_of_its_ranges_works(tmp_path, extra):
 SWEPT = [
     ("round-timeout", {**SMALL, "round-timeout": 1e-300}, r"run-config round-timeout must be in \[0.1, "),
     ("client-lr", {**SMALL, "client-lr": 1e-9}, r"run-config client-lr must be in \[1e-06, 1\]"),
-    ("separation integer", {**SMALL, "separation": 10**400}, r"run-config separation must be a finite number, got an integer of 401 digits"),
+    (
+        "separation integer",
+        {**SMALL, "separation": 10**400},
+        r"run-config separation must be a finite number, got an integer of 401 digits",
+    ),
     ("delta", {**FEDDP, "delta": 1e-20}, r"run-config delta must be in \[1e-12, 1\)"),
-    ("sampling rate", {**FEDDP, "privacy-level": "client", "client-sampling-rate": 1e-6}, r"client-sampling-rate must be in \[0.0001, 1\]"),
-    ("step-epsilons", {**FEDDP, "init": "histogram", "step-epsilons": "1e300,1e300,1e300"}, r"step-epsilons must each be at most 100"),
-    ("min-nodes", {**SMALL, "min-nodes": 4, "node-wait-s": 1.0}, r"run-config min-nodes = 4 can never be met: this run has 3 nodes"),
-    ("server-data", {**FEDDP, "dataset": "gaussian-mixture", "server-data": "no-such-file.npy"}, r"run-config server-data: data file no-such-file.npy does not exist"),
+    (
+        "sampling rate",
+        {**FEDDP, "privacy-level": "client", "client-sampling-rate": 1e-6},
+        r"client-sampling-rate must be in \[0.0001, 1\]",
+    ),
+    (
+        "step-epsilons",
+        {**FEDDP, "init": "histogram", "step-epsilons": "1e300,1e300,1e300"},
+        r"step-epsilons must each be at most 100",
+    ),
+    (
+        "min-nodes",
+        {**SMALL, "min-nodes": 4, "node-wait-s": 1.0},
+        r"run-config min-nodes = 4 can never be met: this run has 3 nodes",
+    ),
+    (
+        "server-data",
+        {**FEDDP, "dataset": "gaussian-mixture", "server-data": "no-such-file.npy"},
+        r"run-config server-data: data file no-such-file.npy does not exist",
+    ),
 ]
 
 

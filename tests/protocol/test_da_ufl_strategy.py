@@ -39,8 +39,21 @@ def test_one_agent_uniform_without_perturbation_is_lloyd_from_the_same_start(tmp
     (tmp_path / "data").mkdir()
     np.save(tmp_path / "data" / "a.npy", X)
     out = tmp_path / "out"
-    run({"algorithm": "da-ufl", "k": 3, "weighting": "uniform", "xi-max": 0.0, "eps-glo": 0.0, "inner-iterations": 1,
-         "dataset": "npy-dir", "data-dir": str(tmp_path / "data"), "output-dir": str(out), "init-restarts": 0}, num_nodes=1)
+    run(
+        {
+            "algorithm": "da-ufl",
+            "k": 3,
+            "weighting": "uniform",
+            "xi-max": 0.0,
+            "eps-glo": 0.0,
+            "inner-iterations": 1,
+            "dataset": "npy-dir",
+            "data-dir": str(tmp_path / "data"),
+            "output-dir": str(out),
+            "init-restarts": 0,
+        },
+        num_nodes=1,
+    )
     centers = np.load(out / "init_centers.npy")
     for _ in range(100):  # plain Lloyd by loops, until stable
         labels = [int(np.argmin(((x - centers) ** 2).sum(1))) for x in X]
@@ -52,10 +65,19 @@ def test_one_agent_uniform_without_perturbation_is_lloyd_from_the_same_start(tmp
 
 
 def test_bin_variant_refuses_a_huge_grid_and_points_to_som(tmp_path):
-    config = {"algorithm": "da-ufl", "k": 3, "weighting": "bin", "dim": 8, "num-points": 300, "output-dir": str(tmp_path)}
+    config = {
+        "algorithm": "da-ufl",
+        "k": 3,
+        "weighting": "bin",
+        "dim": 8,
+        "num-points": 300,
+        "output-dir": str(tmp_path),
+    }
     with pytest.raises(FederationError, match=r"bins=10 with d=8.*weighting='som'"):
         run(config, num_nodes=3)
-    result = run({**config, "weighting": "som", "overwrite": True}, num_nodes=3)  # the SOM variant runs in any dimension
+    result = run(
+        {**config, "weighting": "som", "overwrite": True}, num_nodes=3
+    )  # the SOM variant runs in any dimension
     assert result["da_ufl"]["bins"] == 3 * 16 and result["reference"]["ratio"] < 1.1
 
 
@@ -66,7 +88,11 @@ def test_a_hostile_step_reply_drops_the_node_not_the_run(tmp_path):
             record["gradient"] = Array(np.full(record["gradient"].numpy().shape, np.nan))
         return reply
 
-    result = run({**PAPER, "k": 4, "num-points": 400, "reference": False, "output-dir": str(tmp_path)}, num_nodes=3, reply_hook=hook)
+    result = run(
+        {**PAPER, "k": 4, "num-points": 400, "reference": False, "output-dir": str(tmp_path)},
+        num_nodes=3,
+        reply_hook=hook,
+    )
     failures = [f for phase in result["phases"] if phase["phase"] == "daufl-step" for f in phase["failures"]]
     assert failures and all(str(f["node"]) == "1001" and "gradient" in f["reason"] for f in failures)
     assert all(r["replies"] == 2 * r["inner_iterations"] for r in result["rounds"])
@@ -103,6 +129,7 @@ def test_a_step_that_would_throw_the_centers_out_of_the_data_drops_its_sender_on
     centers once went to 1e69 or NaN and the run died naming honest nodes. The mean such a
     reply implies for a cluster lies outside the box its sender declared: that agent alone
     is excluded, and the run ends near the honest one."""
+
     def inflate(node, message, reply):
         if node == 1003 and not reply.has_error() and message.metadata.message_type == "train.daufl_step":
             record = reply.content.array_records["arrays"]
@@ -124,6 +151,7 @@ def test_an_agent_putting_its_points_in_the_wrong_cluster_is_dropped(tmp_path):
     """Agent 1003 keeps its sums true (they add up to its declared moments) but claims all
     its points belong to the cluster farthest from their mean (once 1.3x the cost on the
     robust bench): a mean its labels cannot produce, so every such step reply is dropped."""
+
     def wrong_cluster(node, message, reply):
         if node == 1003 and not reply.has_error() and message.metadata.message_type == "train.daufl_step":
             record = reply.content.array_records["arrays"]
@@ -150,6 +178,7 @@ def test_a_codebook_outside_the_agents_box_is_dropped_and_the_run_goes_on(tmp_pa
     largest value: the server's k-means++ on the codebooks met inf and the run died with a
     raw error, naming no one. A codebook is weighted means of the agent's points, so it
     must lie in the box the agent declared; this one is dropped, its sender named."""
+
     def huge(node, message, reply):
         if node == 1003 and not reply.has_error() and message.metadata.message_type == "query.som_codebook":
             record = reply.content.array_records["arrays"]
@@ -175,9 +204,12 @@ def three_hold_a_cluster(tmp_path, seed):
     """Ten agents, four clusters in 2-D: agents 1, 2 and 3 alone hold cluster 0."""
     rng = np.random.default_rng(seed)
     means = rng.normal(scale=8.0, size=(4, 2))
-    parts = [np.vstack([means[0] + rng.normal(size=(80, 2)), means[1] + rng.normal(size=(10, 2))]) if i in (1, 2, 3)
-             else np.vstack([means[1 + i % 3] + rng.normal(size=(60, 2)), means[1 + (i + 1) % 3] + rng.normal(size=(5, 2))])
-             for i in range(10)]
+    parts = [
+        np.vstack([means[0] + rng.normal(size=(80, 2)), means[1] + rng.normal(size=(10, 2))])
+        if i in (1, 2, 3)
+        else np.vstack([means[1 + i % 3] + rng.normal(size=(60, 2)), means[1 + (i + 1) % 3] + rng.normal(size=(5, 2))])
+        for i in range(10)
+    ]
     return write_npy_dir(tmp_path / "data", parts), np.vstack(parts)
 
 
@@ -195,8 +227,16 @@ def test_agents_offline_at_random_are_never_excluded_and_the_run_lands_near_cent
     from fedcluster.inprocess import Availability
 
     data, X = spread_clusters(tmp_path, seed)
-    config = {"algorithm": "da-ufl", "k": 5, "weighting": weighting, "dataset": "npy-dir", "data-dir": str(data),
-              "seed": seed, "reference": False, "output-dir": str(tmp_path / "o")}
+    config = {
+        "algorithm": "da-ufl",
+        "k": 5,
+        "weighting": weighting,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "seed": seed,
+        "reference": False,
+        "output-dir": str(tmp_path / "o"),
+    }
     result = run(config, num_nodes=10, availability=Availability(offline=0.2, seed=seed))
     assert result["nodes"]["excluded"] == {} and sum(p["away"] for p in result["phases"]) > 0
     assert result["da_ufl"]["agents"] == 10 and result["da_ufl"]["converged"]
@@ -211,8 +251,16 @@ def test_three_agents_away_every_other_round_trip_take_part_and_are_never_exclud
     from fedcluster.inprocess import Availability
 
     data, X = three_hold_a_cluster(tmp_path, seed)
-    config = {"algorithm": "da-ufl", "k": 4, "dataset": "npy-dir", "data-dir": str(data), "seed": seed,
-              "reference": False, "init-restarts": 0, "output-dir": str(tmp_path / "o")}
+    config = {
+        "algorithm": "da-ufl",
+        "k": 4,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "seed": seed,
+        "reference": False,
+        "init-restarts": 0,
+        "output-dir": str(tmp_path / "o"),
+    }
     for parity in (0, 1):
         every_other = Availability(away={node: range(parity, 10**6, 2) for node in (1001, 1002, 1003)})
         result = run({**config, "output-dir": str(tmp_path / f"o{parity}")}, num_nodes=10, availability=every_other)
@@ -241,12 +289,22 @@ def test_agents_late_in_every_other_step_are_never_blamed(tmp_path, seed):
     leaves the data's box. Once honest agents were excluded as liars by the test that left
     replies out, or the run stopped with 'no sound step is left'."""
     data, X = three_hold_a_cluster(tmp_path, seed)
-    config = {"algorithm": "da-ufl", "k": 4, "dataset": "npy-dir", "data-dir": str(data), "seed": seed,
-              "reference": False, "round-timeout": 1.0}
+    config = {
+        "algorithm": "da-ufl",
+        "k": 4,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "seed": seed,
+        "reference": False,
+        "round-timeout": 1.0,
+    }
     for extra in ({}, {"init-restarts": 0}):
         out = tmp_path / f"o{len(extra)}"
-        result = run({**config, **extra, "output-dir": str(out)}, num_nodes=10,
-                     reply_hook=every_other_step({1001, 1002, 1003}, lambda reply: None))
+        result = run(
+            {**config, **extra, "output-dir": str(out)},
+            num_nodes=10,
+            reply_hook=every_other_step({1001, 1002, 1003}, lambda reply: None),
+        )
         assert result["nodes"]["excluded"] == {}, result["nodes"]["excluded"]
         late = step_failures(result)
         assert late and {(f["node"], f["kind"]) for f in late} <= {(n, "timeout") for n in (1001, 1002, 1003)}
@@ -259,6 +317,7 @@ def test_three_hostile_agents_whose_lies_are_dropped_do_not_stop_the_run(tmp_pat
     dropped (an absence), the agents' last valid statistics stay, nobody is excluded and
     the run ends near central. Once the run stopped ('no sound step is left') or ran its
     100 outer iterations without settling."""
+
     def nan(reply):
         if not reply.has_error():
             record = reply.content.array_records["arrays"]
@@ -266,8 +325,16 @@ def test_three_hostile_agents_whose_lies_are_dropped_do_not_stop_the_run(tmp_pat
         return reply
 
     data, X = three_hold_a_cluster(tmp_path, seed)
-    config = {"algorithm": "da-ufl", "k": 4, "dataset": "npy-dir", "data-dir": str(data), "seed": seed,
-              "reference": False, "init-restarts": 0, "output-dir": str(tmp_path / "o")}
+    config = {
+        "algorithm": "da-ufl",
+        "k": 4,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "seed": seed,
+        "reference": False,
+        "init-restarts": 0,
+        "output-dir": str(tmp_path / "o"),
+    }
     result = run(config, num_nodes=10, reply_hook=every_other_step({1001, 1002, 1003}, nan))
     dropped = step_failures(result)
     assert dropped and {f["node"] for f in dropped} == {1001, 1002, 1003}
@@ -285,8 +352,15 @@ def test_every_agent_away_in_a_round_trip_stops_the_run_by_phase_or_not_at_all(t
     from fedcluster.inprocess import Availability
 
     data, X = spread_clusters(tmp_path, 0)
-    config = {"algorithm": "da-ufl", "k": 5, "dataset": "npy-dir", "data-dir": str(data), "seed": 0,
-              "reference": False, "output-dir": str(tmp_path / "o")}
+    config = {
+        "algorithm": "da-ufl",
+        "k": 5,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "seed": 0,
+        "reference": False,
+        "output-dir": str(tmp_path / "o"),
+    }
     try:
         run(config, num_nodes=10, availability=Availability(away={node: {trip} for node in range(1000, 1010)}))
     except FederationError as exc:
@@ -300,6 +374,7 @@ def corner_mean(liars, points_of):
     """A reply hook: ``liars`` answer every step with each cluster's weighted mean at the
     corner of their own box farthest from its anchor center (inside the box they declared),
     their weights true."""
+
     def hook(node, message, reply):
         if node in liars and not reply.has_error() and message.metadata.message_type == "train.daufl_step":
             own = points_of(node)
@@ -334,8 +409,16 @@ def test_agents_claiming_their_box_corners_with_bin_weights_are_dropped(tmp_path
     its labels allow (the Voronoi test of uniform weights)."""
     data, parts = dirichlet_mixture(tmp_path, offset)
     X = np.concatenate(parts) - offset
-    config = {"algorithm": "da-ufl", "k": 5, "weighting": "bin", "dataset": "npy-dir", "data-dir": str(data),
-              "seed": 0, "reference": False, "output-dir": str(tmp_path / "o")}
+    config = {
+        "algorithm": "da-ufl",
+        "k": 5,
+        "weighting": "bin",
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "seed": 0,
+        "reference": False,
+        "output-dir": str(tmp_path / "o"),
+    }
     result = run(config, num_nodes=10, reply_hook=corner_mean(set(liars), lambda node: parts[node - 1000]))
     dropped = step_failures(result)
     assert dropped and {f["node"] for f in dropped} == set(liars)
@@ -362,8 +445,16 @@ def test_an_agent_whose_sums_follow_the_centers_it_is_sent_leaves_the_run(tmp_pa
             record["gradient"] = Array(record["gradient"].numpy() - shift * weight[:, None])
         return reply
 
-    config = {"algorithm": "da-ufl", "k": 5, "weighting": "bin", "dataset": "npy-dir", "data-dir": str(data),
-              "seed": 0, "reference": False, "output-dir": str(tmp_path / "o")}
+    config = {
+        "algorithm": "da-ufl",
+        "k": 5,
+        "weighting": "bin",
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "seed": 0,
+        "reference": False,
+        "output-dir": str(tmp_path / "o"),
+    }
     result = run(config, num_nodes=10, reply_hook=drift)
     excluded = {int(node): reason for node, reason in result["nodes"]["excluded"].items()}
     assert list(excluded) == [1004] and "within one outer iteration" in excluded[1004]

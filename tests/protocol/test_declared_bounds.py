@@ -50,10 +50,20 @@ def moved_center(arrays):
 
 
 CASES = {
-    "inflated counts": ("train.fedkmeans_train", lambda a: {**a, "counts": a["counts"] * 1e4}, None, "counts add up to"),
+    "inflated counts": (
+        "train.fedkmeans_train",
+        lambda a: {**a, "counts": a["counts"] * 1e4},
+        None,
+        "counts add up to",
+    ),
     "moved center": ("train.fedkmeans_train", moved_center, None, "'centers' row 0 lies outside"),
     "other point count": ("train.fedkmeans_train", None, lambda m: {**m, "num-examples": 10**9}, "differs from the"),
-    "lying evaluation (too low)": ("query.lloyd_stats", lambda a: {**a, "cost": np.array([1e-3])}, None, "under-reported"),
+    "lying evaluation (too low)": (
+        "query.lloyd_stats",
+        lambda a: {**a, "cost": np.array([1e-3])},
+        None,
+        "under-reported",
+    ),
     "lying evaluation (too high)": ("query.lloyd_stats", lambda a: {**a, "cost": np.array([1e12])}, None, "can cost"),
     "scores from nowhere": ("query.score_candidates", lambda a: {**a, "costs": a["costs"] * 1e9}, None, "can cost"),
 }
@@ -78,7 +88,9 @@ def test_one_lying_device_is_dropped_and_the_result_stays_honest(tmp_path, case,
     task, arrays, metrics, reason = CASES[case]
     config = shifted(CONFIG, tmp_path / "data", offset) if offset else CONFIG
     absent = run({**config, "output-dir": str(tmp_path / "absent")}, num_nodes=3, reply_hook=fail(1001, task))
-    hostile = run({**config, "output-dir": str(tmp_path / "hostile")}, num_nodes=3, reply_hook=lie(1001, task, arrays, metrics))
+    hostile = run(
+        {**config, "output-dir": str(tmp_path / "hostile")}, num_nodes=3, reply_hook=lie(1001, task, arrays, metrics)
+    )
     found = reasons(hostile)
     assert found and all(reason in r for r in found), found
     # the lie changed nothing: the run is exactly the one in which that device failed the task

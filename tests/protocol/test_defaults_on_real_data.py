@@ -33,8 +33,18 @@ def central_cost(X, k):
 
 def fedkmeans_run(tmp_path, parts, **config):
     directory = write_npy_dir(tmp_path / "data", parts)
-    return run({"k": 4, "dataset": "npy-dir", "data-dir": str(directory), "output-dir": str(tmp_path / "out"),
-                "reference": False, "n-init": 1, **config}, num_nodes=len(parts))
+    return run(
+        {
+            "k": 4,
+            "dataset": "npy-dir",
+            "data-dir": str(directory),
+            "output-dir": str(tmp_path / "out"),
+            "reference": False,
+            "n-init": 1,
+            **config,
+        },
+        num_nodes=len(parts),
+    )
 
 
 def test_no_reseed_on_the_last_round(tmp_path):
@@ -90,8 +100,19 @@ def test_center_sets_travel_in_one_message_and_the_cheapest_is_returned(tmp_path
 
     parts, X = with_a_tiny_cluster(2)
     directory = write_npy_dir(tmp_path / "data", parts)
-    result = run({"k": 4, "dataset": "npy-dir", "data-dir": str(directory), "output-dir": str(tmp_path / "out"),
-                  "reference": False, "n-init": 5, "num-rounds": 6}, num_nodes=5, reply_hook=hook)
+    result = run(
+        {
+            "k": 4,
+            "dataset": "npy-dir",
+            "data-dir": str(directory),
+            "output-dir": str(tmp_path / "out"),
+            "reference": False,
+            "n-init": 5,
+            "num-rounds": 6,
+        },
+        num_nodes=5,
+        reply_hook=hook,
+    )
     assert result["init"]["sets"] == 5 and sizes[0] == 5
     assert sizes == sorted(sizes, reverse=True) and sizes[-1] == 1  # sets stop; the last half trains one
     assert len(sizes) == 5 * len(result["rounds"])  # one message per node and round, whatever the sets
@@ -128,7 +149,9 @@ def test_standardize_is_the_standard_scaler_kmeans_pipeline_federated(algorithm)
 
     X, _ = load_wine(return_X_y=True)  # features from ~0.1 to ~1000: raw k-means sees one of them
     clients = [X[i::6] for i in range(6)]
-    model = fedcluster.FederatedKMeans(3, algorithm=algorithm, random_state=0, run_config={"standardize": True}).fit(clients)
+    model = fedcluster.FederatedKMeans(3, algorithm=algorithm, random_state=0, run_config={"standardize": True}).fit(
+        clients
+    )
     scaler = StandardScaler().fit(X)
     np.testing.assert_allclose(model.scaling_.mean, scaler.mean_, rtol=1e-9)
     np.testing.assert_allclose(model.scaling_.scale, scaler.scale_, rtol=1e-9)
@@ -147,10 +170,12 @@ def test_standardize_is_the_standard_scaler_kmeans_pipeline_federated(algorithm)
 
 
 def test_standardize_is_refused_where_it_does_not_apply():
-    with pytest.raises(ValueError, match="standardize = True is not read by algorithm 'feddp-kmeans'.*privacy guarantee"):
+    with pytest.raises(
+        ValueError, match="standardize = True is not read by algorithm 'feddp-kmeans'.*privacy guarantee"
+    ):
         fedcluster.DPFederatedKMeans(3, epsilon=1.0, run_config={"standardize": True}).fit(
-            [np.random.default_rng(0).normal(size=(50, 2))] * 3, server_data=np.zeros((10, 2)))
-
+            [np.random.default_rng(0).normal(size=(50, 2))] * 3, server_data=np.zeros((10, 2))
+        )
 
 
 def edge_labels(points, centers):
@@ -183,16 +208,28 @@ def test_a_last_round_that_made_things_worse_is_warned_about_and_not_returned(tm
     rounds = 5
 
     def forge(node, message, reply):
-        if node != 1000 or reply.has_error() or message.metadata.message_type != "train.fedkmeans_train" \
-                or message.metadata.group_id != str(rounds):
+        if (
+            node != 1000
+            or reply.has_error()
+            or message.metadata.message_type != "train.fedkmeans_train"
+            or message.metadata.group_id != str(rounds)
+        ):
             return reply
         sent = message.content.array_records["arrays"]["centers"].numpy()
         state_partition(reply.content.array_records["arrays"], sent, parts[0], lambda s: edge_labels(parts[0], sent[s]))
         return reply
 
     directory = write_npy_dir(tmp_path / "data", parts)
-    config = {"k": 4, "dataset": "npy-dir", "data-dir": str(directory), "output-dir": str(tmp_path / "out"),
-              "reference": False, "n-init": 1, "num-rounds": rounds, "local-epochs": 2}
+    config = {
+        "k": 4,
+        "dataset": "npy-dir",
+        "data-dir": str(directory),
+        "output-dir": str(tmp_path / "out"),
+        "reference": False,
+        "n-init": 1,
+        "num-rounds": rounds,
+        "local-epochs": 2,
+    }
     result = run(config, num_nodes=len(parts), reply_hook=forge)
     assert result["last"]["cost"] > 1.01 * result["final"]["cost"]
     assert any("last_centers.npy the last" in text for text in result["warnings"]), result["warnings"]

@@ -24,8 +24,15 @@ def clients_of(seed=0, n=6, d=3):
 def test_same_seed_same_result_as_the_run_config_path(algorithm, max_iter, tmp_path):
     clients = clients_of()
     model = fedcluster.FederatedKMeans(3, algorithm=algorithm, random_state=7, max_iter=max_iter).fit(clients)
-    config = {"algorithm": algorithm, "k": 3, "seed": 7, "dataset": "npy-dir", "reference": False,
-              "data-dir": str(write_npy_dir(tmp_path / "data", clients)), "output-dir": str(tmp_path / "out")}
+    config = {
+        "algorithm": algorithm,
+        "k": 3,
+        "seed": 7,
+        "dataset": "npy-dir",
+        "reference": False,
+        "data-dir": str(write_npy_dir(tmp_path / "data", clients)),
+        "output-dir": str(tmp_path / "out"),
+    }
     if max_iter is not None:
         config[{"fedkmeans": "num-rounds", "da-ufl": "outer-iterations"}[algorithm]] = max_iter
     result = run(config, num_nodes=len(clients))
@@ -69,10 +76,13 @@ class _Records(logging.Handler):
         self.records.append(record)
 
 
-@pytest.mark.parametrize("make", [
-    lambda verbose: fedcluster.FederatedKMeans(3, random_state=0, max_iter=3, verbose=verbose).fit(clients_of()),
-    lambda verbose: fedcluster.FederatedSpectralClustering(2, verbose=verbose).fit([np.array([[0, 1], [1, 2]])]),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda verbose: fedcluster.FederatedKMeans(3, random_state=0, max_iter=3, verbose=verbose).fit(clients_of()),
+        lambda verbose: fedcluster.FederatedSpectralClustering(2, verbose=verbose).fit([np.array([[0, 1], [1, 2]])]),
+    ],
+)
 def test_estimators_are_quiet_unless_verbose(make):
     """A notebook fit shows no INFO lines (per round, the summary, the temporary folder)
     unless verbose=True; Flower's logger is left as it was."""
@@ -97,7 +107,8 @@ def test_a_quiet_estimator_still_shows_the_runs_warnings():
     try:
         clients = clients_of()
         fedcluster.DPFederatedKMeans(3, max_iter=0, run_config={"init": "server-kmeans++"}).fit(
-            clients, server_data=np.concatenate(clients)[::5])
+            clients, server_data=np.concatenate(clients)[::5]
+        )
     finally:
         logger.removeHandler(handler)
     assert any(r.levelno == logging.WARNING and "never uses client data" in r.getMessage() for r in handler.records)
@@ -121,14 +132,30 @@ def test_dp_estimator_reports_its_privacy_budget():
         (lambda: fedcluster.FederatedKMeans(2), np.zeros((5, 2)), "one 2-D array"),
         (lambda: fedcluster.FederatedKMeans(2), [], "empty"),
         (lambda: fedcluster.FederatedKMeans(2), [np.zeros((5, 2)), np.zeros((5, 3))], r"clients\[1\] has 3 features"),
-        (lambda: fedcluster.FederatedKMeans(2), [np.zeros((5, 2)), np.full((5, 2), np.nan)], r"clients\[1\] contains NaN"),
+        (
+            lambda: fedcluster.FederatedKMeans(2),
+            [np.zeros((5, 2)), np.full((5, 2), np.nan)],
+            r"clients\[1\] contains NaN",
+        ),
         (lambda: fedcluster.FederatedKMeans(2), [np.zeros(5)], r"clients\[0\] must be a 2-D array .*got shape \(5,\)"),
         (lambda: fedcluster.FederatedKMeans(2), [np.zeros((0, 2))], r"clients\[0\] has no points"),
         (lambda: fedcluster.FederatedKMeans(2), [[["a", "b"]]], "not numeric"),
-        (lambda: fedcluster.FederatedKMeans(2, algorithm="kfed", max_iter=3), [np.zeros((5, 2))], "max_iter does not apply"),
-        (lambda: fedcluster.FederatedKMeans(2, algorithm="da-ufl", fraction=0.5), [np.zeros((5, 2))], "fraction does not apply"),
+        (
+            lambda: fedcluster.FederatedKMeans(2, algorithm="kfed", max_iter=3),
+            [np.zeros((5, 2))],
+            "max_iter does not apply",
+        ),
+        (
+            lambda: fedcluster.FederatedKMeans(2, algorithm="da-ufl", fraction=0.5),
+            [np.zeros((5, 2))],
+            "fraction does not apply",
+        ),
         (lambda: fedcluster.FederatedKMeans(2, algorithm="feddp-kmeans"), [np.zeros((5, 2))], "DPFederatedKMeans"),
-        (lambda: fedcluster.FederatedKMeans(2, run_config={"k": 3}), [np.zeros((5, 2))], r"run_config sets \['k'\].*n_clusters"),
+        (
+            lambda: fedcluster.FederatedKMeans(2, run_config={"k": 3}),
+            [np.zeros((5, 2))],
+            r"run_config sets \['k'\].*n_clusters",
+        ),
         (lambda: fedcluster.FederatedKMeans(2, run_config={"data-dir": "/x"}), [np.zeros((5, 2))], r"fit\(clients\)"),
         (lambda: fedcluster.FederatedKMeans(2, run_config={"output-dir": "/x"}), [np.zeros((5, 2))], "output_dir"),
         (lambda: fedcluster.FederatedKMeans(2, random_state=-1), [np.zeros((5, 2))], "random_state=-1"),
@@ -158,7 +185,9 @@ def test_importing_fedcluster_does_not_import_flwr():
 
 def two_communities(seed=0):
     rng = np.random.default_rng(seed)
-    edges = [(a, b) for a in range(40) for b in range(a + 1, 40) if rng.random() < (0.3 if (a < 20) == (b < 20) else 0.01)]
+    edges = [
+        (a, b) for a in range(40) for b in range(a + 1, 40) if rng.random() < (0.3 if (a < 20) == (b < 20) else 0.01)
+    ]
     edges = np.array(edges)
     return [edges[p] for p in np.array_split(rng.permutation(len(edges)), 4)]
 
@@ -170,8 +199,19 @@ def test_spectral_estimator_matches_the_run_config_path_and_finds_the_communitie
     folder.mkdir()
     for i, e in enumerate(clients):
         np.savetxt(folder / f"client_{i:05d}.txt", e, fmt="%d")
-    run({"algorithm": "fedspectral-plus", "k": 2, "seed": 3, "num-nodes": 40, "dataset": "edge-dir", "reference": False,
-         "data-dir": str(folder), "output-dir": str(tmp_path / "out")}, num_nodes=len(clients))
+    run(
+        {
+            "algorithm": "fedspectral-plus",
+            "k": 2,
+            "seed": 3,
+            "num-nodes": 40,
+            "dataset": "edge-dir",
+            "reference": False,
+            "data-dir": str(folder),
+            "output-dir": str(tmp_path / "out"),
+        },
+        num_nodes=len(clients),
+    )
     np.testing.assert_array_equal(model.labels_, np.load(tmp_path / "out" / "labels.npy"))
     assert len(set(model.labels_[:20])) == 1 and len(set(model.labels_[20:])) == 1
     assert model.labels_[0] != model.labels_[20]

@@ -1,4 +1,4 @@
-"""FedDP-KMeans (fedcluster/algorithms/feddp_kmeans/model.py, fedcluster/algorithms/feddp_kmeans/strategy.py): device kernels,
+"""FedDP-KMeans (fedcluster/algorithms/feddp_kmeans/model.py and strategy.py): device kernels,
 the server-side math as pure functions, calibration and accounting of the strategy,
 clipping enforced by the server, oracles against the non-private pipeline, and a whole
 private run.
@@ -57,8 +57,6 @@ NODES = 10
 
 def small(tmp_path, **overrides):
     return {**SMALL, "output-dir": str(tmp_path / "out"), **overrides}
-
-
 
 
 def rewrite_reply(message, reply, change):
@@ -126,7 +124,9 @@ def test_projected_stats_margin_filter_and_client_mean_of_means():
     for j in range(3):
         np.testing.assert_allclose(out["sums"][j], X[keep & (labels == j)].sum(0), atol=1e-10)
         assert out["counts"][j] == np.sum(keep & (labels == j))
-    no_filter, _ = feddp_kmeans.feddp_projected_stats(DeviceData(points=X), {"projection": V, "centers": nu}, {**config, "margin": 1.0})
+    no_filter, _ = feddp_kmeans.feddp_projected_stats(
+        DeviceData(points=X), {"projection": V, "centers": nu}, {**config, "margin": 1.0}
+    )
     assert no_filter["counts"].sum() == 400
 
     # client level: per-cluster means (zero rows where empty) and a 0/1 vector, clipped
@@ -149,7 +149,9 @@ def test_client_level_kernels_clip_the_whole_statistic():
     assert out["outer"].shape == (15,)  # the upper triangle of the 5 x 5 matrix
     outer = feddp_kmeans.unpack_symmetric(out["outer"], 5)
     assert np.linalg.norm(outer) <= 10.0 * (1 + 1e-12)
-    np.testing.assert_allclose(outer, feddp_kmeans.outer_product(X) * 10.0 / np.linalg.norm(feddp_kmeans.outer_product(X)))
+    np.testing.assert_allclose(
+        outer, feddp_kmeans.outer_product(X) * 10.0 / np.linalg.norm(feddp_kmeans.outer_product(X))
+    )
     stats, _ = feddp_kmeans.feddp_lloyd(data, {"centers": X[:3]}, {"level": "client", "clip": 7.0, "clip-l1": 4.0})
     assert np.linalg.norm(stats["sums"]) <= 7.0 and stats["counts"].sum() <= 4.0
     with pytest.raises(ValueError, match="clipping bound"):
@@ -215,17 +217,37 @@ def test_config_keys_and_epsilon_inf():
 # ------------------------------------------------------------------ server-side math (pure functions)
 def test_clipping_bounds_data_point_delta_squared_and_client_worst_case():
     point = feddp_kmeans.clipping_bounds("data-point", 11.0, k=10)
-    assert point == {"step1": 121.0, "step2": 1.0, "step3_gaussian": 11.0, "step3_laplace": 1.0,
-                     "lloyd_gaussian": 11.0, "lloyd_laplace": 1.0}
+    assert point == {
+        "step1": 121.0,
+        "step2": 1.0,
+        "step3_gaussian": 11.0,
+        "step3_laplace": 1.0,
+        "lloyd_gaussian": 11.0,
+        "lloyd_laplace": 1.0,
+    }
     client = feddp_kmeans.clipping_bounds("client", 2.0, k=9, client_max_points=50, chosen={"step1": 7.0, "step2": 0.0})
-    assert client == {"step1": 7.0, "step2": 50.0, "step3_gaussian": 6.0, "step3_laplace": 9.0,
-                      "lloyd_gaussian": 100.0, "lloyd_laplace": 50.0}
+    assert client == {
+        "step1": 7.0,
+        "step2": 50.0,
+        "step3_gaussian": 6.0,
+        "step3_laplace": 9.0,
+        "lloyd_gaussian": 100.0,
+        "lloyd_laplace": 50.0,
+    }
     # step 1 with no chosen bound: every device scales its XᵀX to norm 1 (sensitivity 1)
     assert feddp_kmeans.clipping_bounds("client", 2.0, k=9, client_max_points=50)["step1"] == 1.0
     # step 3 means: √k times the typical norm when given (never above √k·Δ)
-    assert feddp_kmeans.clipping_bounds("client", 2.0, k=9, client_max_points=50, typical_norm=1.5)["step3_gaussian"] == 4.5
-    assert feddp_kmeans.clipping_bounds("client", 2.0, k=9, client_max_points=50, typical_norm=5.0)["step3_gaussian"] == 6.0
-    assert feddp_kmeans.server_typical_norm(np.array([[3.0, 4.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])) == pytest.approx(math.sqrt(27 / 4))
+    assert (
+        feddp_kmeans.clipping_bounds("client", 2.0, k=9, client_max_points=50, typical_norm=1.5)["step3_gaussian"]
+        == 4.5
+    )
+    assert (
+        feddp_kmeans.clipping_bounds("client", 2.0, k=9, client_max_points=50, typical_norm=5.0)["step3_gaussian"]
+        == 6.0
+    )
+    assert feddp_kmeans.server_typical_norm(
+        np.array([[3.0, 4.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    ) == pytest.approx(math.sqrt(27 / 4))
     assert feddp_kmeans.normalized_outer("client", 0.0) and not feddp_kmeans.normalized_outer("client", 7.0)
     assert not feddp_kmeans.normalized_outer("data-point", 0.0)
 
@@ -239,7 +261,8 @@ def test_step_weights_rule_of_thumb_lloyd_fraction_and_baselines():
     assert list(with_lloyd.values()) == pytest.approx([0.15, 0.15, 0.3375, 0.1125, 0.1875, 0.0625])
     assert sum(with_lloyd.values()) == pytest.approx(1.0)
     assert feddp_kmeans.step_weights("server-lloyds", 2, shares, 0.25) == pytest.approx(
-        {"lloyd_gaussian": 0.75, "lloyd_laplace": 0.25})
+        {"lloyd_gaussian": 0.75, "lloyd_laplace": 0.25}
+    )
     assert feddp_kmeans.step_weights("sphere-packing", 0, shares, 0.25) == {}
 
 
@@ -262,7 +285,9 @@ def test_privacy_plan_per_step_is_each_step_calibrated_alone():
     assert mode == "per-step"
     assert plan["step1"].noise_scale == pytest.approx(9.0 * analytic_gaussian_sigma(0.1, DELTA), rel=1e-12)
     assert plan["step2"].noise_scale == pytest.approx(1 / 0.2, rel=1e-12)
-    assert plan["lloyd_gaussian"].noise_scale == pytest.approx(gaussian_sigma_for(0.5, DELTA, 3.0, compositions=2), rel=1e-12)
+    assert plan["lloyd_gaussian"].noise_scale == pytest.approx(
+        gaussian_sigma_for(0.5, DELTA, 3.0, compositions=2), rel=1e-12
+    )
     assert plan["lloyd_laplace"].noise_scale == pytest.approx(laplace_scale_for(0.6, 1.0, compositions=2), rel=1e-12)
     assert feddp_kmeans.privacy_plan([], 1.0, DELTA) == ({}, "no private step")
     noiseless, mode = feddp_kmeans.privacy_plan(specs, math.inf, DELTA)
@@ -278,8 +303,9 @@ def test_noisy_aggregates_step3_lloyd_update_and_server_weights():
     np.testing.assert_array_equal(alive, [True, False, False])
     np.testing.assert_array_equal(new, [[2.0, 1.0], [9.0, 9.0], [5.0, 5.0]])
     exact = np.array([2.0, 1.0, 0.0])  # with no noise it is the shared Lloyd update
-    np.testing.assert_array_equal(feddp_kmeans.lloyd_update(previous, sums, exact)[0],
-                                  LloydStatistics(sums, exact, 0.0).centers(previous))
+    np.testing.assert_array_equal(
+        feddp_kmeans.lloyd_update(previous, sums, exact)[0], LloydStatistics(sums, exact, 0.0).centers(previous)
+    )
 
     weights, kept, kept_weights, fallback = feddp_kmeans.server_weights(np.array([5.0, -2.0, 0.5, 3.0]), 1.0, 2)
     np.testing.assert_array_equal(weights, [5.0, 0.0, 0.5, 3.0])
@@ -332,8 +358,16 @@ def test_step1_is_calibrated_to_delta_squared_in_data_point_mode(tmp_path):
     mechanism, and the noise that actually reached the eigen-decomposition all say so."""
     clip, seed = 3.0, 11
     result = run(
-        small(tmp_path, **{"clip-norm": clip, "clip-center": "origin", "step-epsilons": "0.2,0.2,0.45,0.15", "epsilon": 10.0,
-                           "noise-seed": seed}),
+        small(
+            tmp_path,
+            **{
+                "clip-norm": clip,
+                "clip-center": "origin",
+                "step-epsilons": "0.2,0.2,0.45,0.15",
+                "epsilon": 10.0,
+                "noise-seed": seed,
+            },
+        ),
         num_nodes=NODES,
     )
     steps = {s["name"]: s for s in result["privacy"]["steps"]}
@@ -365,9 +399,21 @@ def test_client_level_step1_sums_normalized_outer_products_by_default(tmp_path, 
     noise has sensitivity 1; a chosen clip-outer clips at that bound instead. The released
     projection is recomputed from the pooled data by naive code and the re-drawn noise."""
     seed = 5
-    result = run(small(tmp_path, **{"privacy-level": "client", "client-max-points": 300, "clip-outer": chosen, "clip-center": "origin",
-                                    "step-epsilons": "0.5,0.2,0.45,0.15", "epsilon": 50.0, "noise-seed": seed}),
-                 num_nodes=NODES)
+    result = run(
+        small(
+            tmp_path,
+            **{
+                "privacy-level": "client",
+                "client-max-points": 300,
+                "clip-outer": chosen,
+                "clip-center": "origin",
+                "step-epsilons": "0.5,0.2,0.45,0.15",
+                "epsilon": 50.0,
+                "noise-seed": seed,
+            },
+        ),
+        num_nodes=NODES,
+    )
     privacy = result["privacy"]
     step1 = next(s for s in privacy["steps"] if s["name"] == "step1")
     bound = chosen or 1.0
@@ -481,8 +527,14 @@ def test_reply_above_its_clipping_bound_is_dropped_and_never_aggregated(tmp_path
             return reply
         return rewrite_reply(message, reply, lambda arrays: {k: v * 10 + 1.0 for k, v in arrays.items()})
 
-    overrides = {"epsilon": math.inf, "init": "server-lloyds", "lloyd-rounds": 1, "clip-norm": 100.0,
-                 "privacy-level": level, "client-max-points": 300}
+    overrides = {
+        "epsilon": math.inf,
+        "init": "server-lloyds",
+        "lloyd-rounds": 1,
+        "clip-norm": 100.0,
+        "privacy-level": level,
+        "client-max-points": 300,
+    }
     result = run(small(tmp_path, **overrides), num_nodes=NODES, reply_hook=hook)
     failures = result["rounds"][0]["failures"]
     assert [f["node"] for f in failures] == [1000]
@@ -490,7 +542,9 @@ def test_reply_above_its_clipping_bound_is_dropped_and_never_aggregated(tmp_path
     assert "clipping bound" in failures[0]["reason"] or "more than the # points it declared" in failures[0]["reason"]
     # no exact count, norm or row index of a device reaches result.json at a privacy level
     text = (tmp_path / "out" / "result.json").read_text()
-    reasons = [f["reason"] for r in result["rounds"] for f in r["failures"]] + [e["reason"] for e in result["nodes"]["exclusions"]]
+    reasons = [f["reason"] for r in result["rounds"] for f in r["failures"]] + [
+        e["reason"] for e in result["nodes"]["exclusions"]
+    ]
     assert reasons and not any(re.search(r"\d", reason) for reason in reasons), reasons
     assert all(reason in text for reason in reasons)
     assert result["rounds"][0]["replies"] == NODES - 1
@@ -527,7 +581,9 @@ def test_server_data_never_leaves_the_server(tmp_path):
     mean = server.mean(axis=0)  # clip-center = auto: the devices take their points around it
     assert result["init"]["clip_center"] == "server-mean"
     V = np.load(tmp_path / "out" / "projection.npy")
-    assert any(a.shape == (server.shape[0], 3) and np.allclose(a, (server - mean) @ V) for a in seen)  # (Q − μ)V is sent
+    assert any(
+        a.shape == (server.shape[0], 3) and np.allclose(a, (server - mean) @ V) for a in seen
+    )  # (Q − μ)V is sent
     assert any(a.shape == mean.shape and np.allclose(a, mean) for a in seen)  # and μ, the one summary of Q that leaves
     for array in seen:
         assert array.shape[0] != server.shape[0] or array.shape[-1] != server.shape[1]
@@ -567,7 +623,9 @@ def test_noisy_counts_at_or_below_zero_never_give_inf_or_nan_centers(tmp_path):
     """ε so small that step 3's noisy counts go negative: centers = S̃ / max(Ñ, 1) stay
     finite, and so do the Lloyd rounds (clusters with Ñ < 1 keep their center)."""
     result = run(
-        small(tmp_path, **{"step-epsilons": "1,1,1,0.0001,1,0.0001", "epsilon": 10.0, "lloyd-rounds": 2, "noise-seed": 0}),
+        small(
+            tmp_path, **{"step-epsilons": "1,1,1,0.0001,1,0.0001", "epsilon": 10.0, "lloyd-rounds": 2, "noise-seed": 0}
+        ),
         num_nodes=NODES,
     )
     noisy = np.array(result["init"]["noisy_counts"])
@@ -657,8 +715,17 @@ def test_paper_data_point_setting_reaches_the_optimum_at_small_epsilon(tmp_path)
     """App. G.1: d = 100, k = 10, 100 clients x 1000 points, Δ = 11; total ε = 0.5 at
     δ = 1e-6 (PLD, Δ² in step 1) lands within 1 % of the pooled k-means optimum."""
     result = run(
-        {"algorithm": "feddp-kmeans", "dataset": "feddp-mixture", "dim": 100, "k": 10, "num-points": 100_000,
-         "clip-norm": 11.0, "epsilon": 0.5, "reference": True, "output-dir": str(tmp_path / "out")},
+        {
+            "algorithm": "feddp-kmeans",
+            "dataset": "feddp-mixture",
+            "dim": 100,
+            "k": 10,
+            "num-points": 100_000,
+            "clip-norm": 11.0,
+            "epsilon": 0.5,
+            "reference": True,
+            "output-dir": str(tmp_path / "out"),
+        },
         num_nodes=100,
     )
     assert result["privacy"]["epsilon"] <= 0.5
@@ -674,7 +741,9 @@ def test_step_epsilons_above_the_epsilon_cap_are_refused_before_any_private_step
         run(small(tmp_path, **{"step-epsilons": "0.5,0.5,0.5,0.5", "epsilon": 0.5}), num_nodes=NODES)
     assert not (tmp_path / "out" / "centers.npy").exists()
     # the same steps under a cap that covers them run, and report a total within the cap
-    result = run(small(tmp_path, **{"step-epsilons": "0.5,0.5,0.5,0.5", "epsilon": 3.0, "noise-seed": 0}), num_nodes=NODES)
+    result = run(
+        small(tmp_path, **{"step-epsilons": "0.5,0.5,0.5,0.5", "epsilon": 3.0, "noise-seed": 0}), num_nodes=NODES
+    )
     assert 0.5 < result["privacy"]["epsilon"] <= 3.0
 
 
@@ -690,16 +759,26 @@ def test_a_dimension_whose_second_moment_cannot_be_held_is_refused_before_any_wo
     for i in range(3):
         np.save(data / f"c{i}.npy", rng.normal(size=(2, d)))
     np.save(tmp_path / "server.npy", rng.normal(size=(4, d)))
-    config = {"algorithm": "feddp-kmeans", "k": 2, "dataset": "npy-dir", "data-dir": str(data), "reference": False,
-              "server-data": str(tmp_path / "server.npy"), "output-dir": str(tmp_path / "out")}
+    config = {
+        "algorithm": "feddp-kmeans",
+        "k": 2,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "reference": False,
+        "server-data": str(tmp_path / "server.npy"),
+        "output-dir": str(tmp_path / "out"),
+    }
     with pytest.raises(FederationError, match=f"dimension d={d} is above {feddp_kmeans.MAX_OUTER_DIMENSION}"):
         run(config, num_nodes=3)
     with pytest.raises(ValueError, match="74.5 GiB"):
-        feddp_kmeans.feddp_outer(DeviceData(points=rng.normal(size=(2, d))), {}, {"level": "data-point", "clip-norm": 1.0,
-                                                                                 "max-points": 0})
+        feddp_kmeans.feddp_outer(
+            DeviceData(points=rng.normal(size=(2, d))), {}, {"level": "data-point", "clip-norm": 1.0, "max-points": 0}
+        )
     # without server data the histogram start's fallback, SpherePacking, has its limit too
     alone = {**config, "server-data": "", "dimension": d, "clip-norm": 1.0, "lloyd-rounds": 1}
-    with pytest.raises(FederationError, match=f"dimension d={d} is above {feddp_kmeans.MAX_SPHERE_DIMENSION} for SpherePacking"):
+    with pytest.raises(
+        FederationError, match=f"dimension d={d} is above {feddp_kmeans.MAX_SPHERE_DIMENSION} for SpherePacking"
+    ):
         run(alone, num_nodes=3)
 
 
@@ -741,14 +820,24 @@ def test_max_device_points_bounds_a_device_that_claims_many_points(tmp_path):
             return {key: value * factor for key, value in arrays.items()}
 
         forged = rewrite_reply(message, reply, change)
-        return Message(RecordDict({"arrays": forged.content.array_records["arrays"], "metrics": MetricRecord(metrics)}),
-                       reply_to=message)
+        return Message(
+            RecordDict({"arrays": forged.content.array_records["arrays"], "metrics": MetricRecord(metrics)}),
+            reply_to=message,
+        )
 
     clip_norm, excluded, final_points = [], [], []
 
     def outcome(name, cap, attack):
-        config = small(tmp_path, **{"epsilon": math.inf, "lloyd-rounds": 2, "max-device-points": cap, "clip-center": "origin",
-                                    "output-dir": str(tmp_path / name)})
+        config = small(
+            tmp_path,
+            **{
+                "epsilon": math.inf,
+                "lloyd-rounds": 2,
+                "max-device-points": cap,
+                "clip-center": "origin",
+                "output-dir": str(tmp_path / name),
+            },
+        )
         result = run(config, num_nodes=NODES, reply_hook=hook if attack else None)
         clip_norm[:] = [result["privacy"]["clip_norm"]]
         # a cap swaps points between neighbours: the accounting uses twice the sensitivity
@@ -774,8 +863,16 @@ def test_max_device_points_bounds_a_device_that_claims_many_points(tmp_path):
 
     # measured: a center put 1.5e-5·Δ from where the liar wanted it, true cost 4.921 (honest
     # 4.610); capped: the nearest center 1.00·Δ away (honest run: 1.00·Δ), cost 4.610
-    assert nearest_to_target(attacked_centers) < 0.01 and attacked > 1.05 * honest, (nearest_to_target(attacked_centers), attacked, honest)
-    assert nearest_to_target(capped_centers) > 0.5 and capped < 1.01 * honest, (nearest_to_target(capped_centers), capped, honest)
+    assert nearest_to_target(attacked_centers) < 0.01 and attacked > 1.05 * honest, (
+        nearest_to_target(attacked_centers),
+        attacked,
+        honest,
+    )
+    assert nearest_to_target(capped_centers) > 0.5 and capped < 1.01 * honest, (
+        nearest_to_target(capped_centers),
+        capped,
+        honest,
+    )
     # its first reply is dropped and it is asked for nothing more: not its evaluation either
     # (a consistent liar's evaluation reply claims its points too and would skew the reported cost)
     first = next(phase for phase in dropped if dropped[phase])
@@ -790,10 +887,15 @@ def test_a_capped_device_uses_the_same_subset_in_every_step():
     config = {"level": "data-point", "clip-norm": 1e6, "max-points": 5}
     first = feddp_kmeans.private_points(data, {}, config)
     assert first.shape == (5, 2)
-    assert np.array_equal(first, feddp_kmeans.private_points(DeviceData(points=X[::-1].copy(), source="again"), {}, config)[::-1])
+    assert np.array_equal(
+        first, feddp_kmeans.private_points(DeviceData(points=X[::-1].copy(), source="again"), {}, config)[::-1]
+    )
     rows = {tuple(row) for row in X}
     assert all(tuple(row) in rows for row in first) and len({tuple(r) for r in first}) == 5
-    assert feddp_kmeans.private_points(data, {}, {**config, "max-points": 50}).shape == (20, 2)  # fewer than the cap: all
+    assert feddp_kmeans.private_points(data, {}, {**config, "max-points": 50}).shape == (
+        20,
+        2,
+    )  # fewer than the cap: all
 
 
 def _subset(X, cap):
@@ -824,16 +926,24 @@ def test_adding_one_point_changes_a_capped_subset_by_at_most_one_swap(seed):
 def test_a_cap_doubles_the_data_point_sensitivities():
     plain = feddp_kmeans.clipping_bounds("data-point", 3.0, k=4)
     capped = feddp_kmeans.clipping_bounds("data-point", 3.0, k=4, capped=True)
-    assert capped == {"step1": pytest.approx(math.sqrt(2) * 9.0), "step2": 2.0, "step3_gaussian": 6.0,
-                      "step3_laplace": 2.0, "lloyd_gaussian": 6.0, "lloyd_laplace": 2.0}
-    assert all(capped[step] >= plain[step] for step in plain) and capped["lloyd_gaussian"] == 2 * plain["lloyd_gaussian"]
+    assert capped == {
+        "step1": pytest.approx(math.sqrt(2) * 9.0),
+        "step2": 2.0,
+        "step3_gaussian": 6.0,
+        "step3_laplace": 2.0,
+        "lloyd_gaussian": 6.0,
+        "lloyd_laplace": 2.0,
+    }
+    assert (
+        all(capped[step] >= plain[step] for step in plain) and capped["lloyd_gaussian"] == 2 * plain["lloyd_gaussian"]
+    )
     # the worst swap reaches each bound: x, y of norm Δ (opposite in one cluster; orthogonal for xxᵀ)
     x, y = np.array([3.0, 0.0]), np.array([0.0, 3.0])
     assert np.linalg.norm(np.outer(x, x) - np.outer(y, y)) == pytest.approx(capped["step1"])
     assert np.linalg.norm(x - (-x)) == pytest.approx(capped["lloyd_gaussian"])
-    assert feddp_kmeans.clipping_bounds("client", 3.0, k=4, client_max_points=5, capped=True) == \
-        feddp_kmeans.clipping_bounds("client", 3.0, k=4, client_max_points=5)
-
+    assert feddp_kmeans.clipping_bounds(
+        "client", 3.0, k=4, client_max_points=5, capped=True
+    ) == feddp_kmeans.clipping_bounds("client", 3.0, k=4, client_max_points=5)
 
     assert feddp_kmeans.usable_points(300, "data-point", 600) == 300
     assert feddp_kmeans.usable_points(300000, "data-point", 600) == 600
@@ -861,14 +971,16 @@ def test_without_server_data_the_run_starts_from_a_histogram_or_sphere_packing_i
 
     clients, X = _separated_clients()
     central = KMeans(3, n_init=10, random_state=0).fit(X).inertia_
-    exact = fedcluster.DPFederatedKMeans(3, epsilon=math.inf, max_iter=8, random_state=0,
-                                         run_config={"clip-norm": 4.0, "noise-seed": 1, "init": init}).fit(clients)
+    exact = fedcluster.DPFederatedKMeans(
+        3, epsilon=math.inf, max_iter=8, random_state=0, run_config={"clip-norm": 4.0, "noise-seed": 1, "init": init}
+    ).fit(clients)
     method = "histogram" if init == "auto" else init
     assert exact.result_["init"]["method"] == method and exact.result_["config"]["dimension"] == 2
     cost = ((X[:, None] - exact.cluster_centers_[None]) ** 2).sum(-1).min(1).sum()
     assert cost <= 1.01 * central, (cost, central)
-    private = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=3, random_state=0,
-                                           run_config={"clip-norm": 4.0, "noise-seed": 1, "init": init}).fit(clients)
+    private = fedcluster.DPFederatedKMeans(
+        3, epsilon=1.0, max_iter=3, random_state=0, run_config={"clip-norm": 4.0, "noise-seed": 1, "init": init}
+    ).fit(clients)
     assert private.privacy_["epsilon"] <= 1.0 and np.isfinite(private.cluster_centers_).all()
     steps = [step["name"] for step in private.privacy_["steps"]]
     assert steps == (["step2"] if method == "histogram" else []) + ["lloyd_gaussian", "lloyd_laplace"]
@@ -881,26 +993,54 @@ def test_without_server_data_step_epsilons_name_the_histogram_and_the_lloyd_step
     from fedcluster.config import ConfigError, with_defaults
 
     clients, _ = _separated_clients()
-    model = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=2, random_state=0,
-                                         run_config={"clip-norm": 4.0, "noise-seed": 1, "step-epsilons": "0.1,0.5,0.3"}).fit(clients)
+    model = fedcluster.DPFederatedKMeans(
+        3,
+        epsilon=1.0,
+        max_iter=2,
+        random_state=0,
+        run_config={"clip-norm": 4.0, "noise-seed": 1, "step-epsilons": "0.1,0.5,0.3"},
+    ).fit(clients)
     assert model.result_["init"]["method"] == "histogram" and model.privacy_["epsilon"] <= 1.0
     with pytest.raises(ConfigError, match="step-epsilons must give 3 positive values"):
-        with_defaults({"algorithm": "feddp-kmeans", "dataset": "npy-dir", "data-dir": "x", "lloyd-rounds": 2,
-                       "step-epsilons": "0.1,0.1,0.1,0.1,0.3,0.3"})
+        with_defaults(
+            {
+                "algorithm": "feddp-kmeans",
+                "dataset": "npy-dir",
+                "data-dir": "x",
+                "lloyd-rounds": 2,
+                "step-epsilons": "0.1,0.1,0.1,0.1,0.3,0.3",
+            }
+        )
 
 
-@pytest.mark.parametrize("config, named", [
-    ({"lloyd-rounds": 2}, "clip-norm"),
-    ({"clip-norm": 4.0}, "lloyd-rounds >= 1"),
-    ({"clip-norm": 4.0, "lloyd-rounds": 2, "init": "server-lloyds"}, "init='histogram', 'sphere-packing' or 'auto'"),
-])
+@pytest.mark.parametrize(
+    "config, named",
+    [
+        ({"lloyd-rounds": 2}, "clip-norm"),
+        ({"clip-norm": 4.0}, "lloyd-rounds >= 1"),
+        (
+            {"clip-norm": 4.0, "lloyd-rounds": 2, "init": "server-lloyds"},
+            "init='histogram', 'sphere-packing' or 'auto'",
+        ),
+    ],
+)
 def test_without_server_data_a_run_that_cannot_start_names_what_is_missing(tmp_path, config, named):
     from fedcluster.server.base import FederationError
 
     directory = write_npy_dir(tmp_path / "clients", _separated_clients()[0])
     with pytest.raises(FederationError, match=re.escape(named)):
-        run({"algorithm": "feddp-kmeans", "k": 3, "dataset": "npy-dir", "data-dir": str(directory), "dimension": 2,
-             "output-dir": str(tmp_path / "o"), **config}, num_nodes=4)
+        run(
+            {
+                "algorithm": "feddp-kmeans",
+                "k": 3,
+                "dataset": "npy-dir",
+                "data-dir": str(directory),
+                "dimension": 2,
+                "output-dir": str(tmp_path / "o"),
+                **config,
+            },
+            num_nodes=4,
+        )
 
 
 def test_data_free_starts_without_lloyd_rounds_are_refused_before_the_run():
@@ -915,8 +1055,15 @@ def test_histogram_start_without_noise_clusters_the_candidates_by_their_exact_co
     candidates lie in the cube inscribed in the ball of radius Δ), and the histogram spends
     its share of the budget at finite ε."""
     directory = write_npy_dir(tmp_path / "clients", _separated_clients()[0])
-    base = {"algorithm": "feddp-kmeans", "k": 3, "dataset": "npy-dir", "data-dir": str(directory), "dimension": 2,
-            "clip-norm": 4.0, "lloyd-rounds": 1}
+    base = {
+        "algorithm": "feddp-kmeans",
+        "k": 3,
+        "dataset": "npy-dir",
+        "data-dir": str(directory),
+        "dimension": 2,
+        "clip-norm": 4.0,
+        "lloyd-rounds": 1,
+    }
     result = run({**base, "epsilon": math.inf, "output-dir": str(tmp_path / "o")}, num_nodes=4)
     candidates, weights = np.load(tmp_path / "o" / "candidates.npy"), np.load(tmp_path / "o" / "candidate_weights.npy")
     X = np.vstack(_separated_clients()[0])
@@ -941,11 +1088,15 @@ def test_histogram_candidates_are_server_points_then_points_drawn_in_the_cube():
     assert candidates.shape == (30, 2)
     assert sorted(map(tuple, candidates[:7])) == sorted(map(tuple, server))  # all 7, each once
     assert np.abs(candidates[7:]).max() <= 0.5 and not np.isin(candidates[7:], server).all(axis=1).any()
-    many = feddp_kmeans.histogram_candidates(3, 2, 0.5, np.random.default_rng(0), np.random.default_rng(1).random((100, 2)))
+    many = feddp_kmeans.histogram_candidates(
+        3, 2, 0.5, np.random.default_rng(0), np.random.default_rng(1).random((100, 2))
+    )
     assert len({tuple(c) for c in many}) == 30 and np.isin(many, np.random.default_rng(1).random((100, 2))).all()
     # without server data the draw is the data-independent one, unchanged
-    np.testing.assert_array_equal(feddp_kmeans.histogram_candidates(3, 2, 0.5, np.random.default_rng(0)),
-                                  np.random.default_rng(0).uniform(-0.5, 0.5, size=(30, 2)))
+    np.testing.assert_array_equal(
+        feddp_kmeans.histogram_candidates(3, 2, 0.5, np.random.default_rng(0)),
+        np.random.default_rng(0).uniform(-0.5, 0.5, size=(30, 2)),
+    )
 
 
 def test_with_server_data_the_histogram_start_fills_missing_centers_from_the_servers_own_k_means():
@@ -969,8 +1120,9 @@ def test_with_server_data_the_histogram_start_fills_missing_centers_from_the_ser
 
 def test_farthest_fill_takes_the_pool_rows_farthest_from_those_chosen():
     pool = np.array([[0.0, 0.0], [1.0, 0.0], [10.0, 0.0], [5.0, 0.0]])
-    np.testing.assert_array_equal(feddp_kmeans.farthest_fill(np.array([[0.0, 0.0]]), pool, 3),
-                                  [[0.0, 0.0], [10.0, 0.0], [5.0, 0.0]])
+    np.testing.assert_array_equal(
+        feddp_kmeans.farthest_fill(np.array([[0.0, 0.0]]), pool, 3), [[0.0, 0.0], [10.0, 0.0], [5.0, 0.0]]
+    )
     np.testing.assert_array_equal(feddp_kmeans.farthest_fill(np.empty((0, 2)), pool, 2), [[0.0, 0.0], [10.0, 0.0]])
 
 
@@ -995,7 +1147,9 @@ def test_significant_candidates_stand_above_what_the_noise_alone_reaches():
     counts[:5] = 400.0
     kept = feddp_kmeans.significant_candidates(counts + rng.laplace(0, b, s), b)
     assert kept[:5].all() and kept[5:].sum() <= 2
-    np.testing.assert_array_equal(feddp_kmeans.significant_candidates(np.array([0.0, 3.0, 0.0]), 0.0), [False, True, False])
+    np.testing.assert_array_equal(
+        feddp_kmeans.significant_candidates(np.array([0.0, 3.0, 0.0]), 0.0), [False, True, False]
+    )
 
 
 # ------------------------------------------------------------------ relative Lloyd updates
@@ -1004,7 +1158,9 @@ def test_relative_lloyd_kernel_sums_clipped_displacements():
     X = rng.normal(size=(300, 3)) * 2
     centers = rng.normal(size=(4, 3))
     data = DeviceData(points=X, source="test")
-    stats, metrics = feddp_kmeans.feddp_lloyd(data, {"centers": centers}, {"level": "data-point", "clip-norm": 3.0, "radius": 0.7})
+    stats, metrics = feddp_kmeans.feddp_lloyd(
+        data, {"centers": centers}, {"level": "data-point", "clip-norm": 3.0, "radius": 0.7}
+    )
     clipped = clip_rows_l2(X, 3.0)
     labels = ((clipped[:, None] - centers[None]) ** 2).sum(-1).argmin(1)
     moves = clip_rows_l2(clipped - centers[labels], 0.7)
@@ -1015,9 +1171,12 @@ def test_relative_lloyd_kernel_sums_clipped_displacements():
     # a relative reply is checked against count x radius, not count x clip-norm
     assert feddp_kmeans.lloyd_violation(stats["sums"], stats["counts"], 300, "data-point", 0.7, 0.7, 1.0) is None
     assert "exceeds the clipping bound" in feddp_kmeans.lloyd_violation(
-        stats["sums"] * 1.5 + 0.7 * stats["counts"][:, None], stats["counts"], 300, "data-point", 0.7, 0.7, 1.0)
+        stats["sums"] * 1.5 + 0.7 * stats["counts"][:, None], stats["counts"], 300, "data-point", 0.7, 0.7, 1.0
+    )
     with pytest.raises(ValueError, match="data-point level"):
-        feddp_kmeans.feddp_lloyd(data, {"centers": centers}, {"level": "client", "clip": 5.0, "clip-l1": 5.0, "radius": 0.7})
+        feddp_kmeans.feddp_lloyd(
+            data, {"centers": centers}, {"level": "client", "clip": 5.0, "clip-l1": 5.0, "radius": 0.7}
+        )
 
 
 def test_relative_lloyd_update_moves_at_most_the_radius_and_stays_in_the_ball():
@@ -1036,9 +1195,23 @@ def test_relative_lloyds_without_noise_are_the_clipped_central_steps(tmp_path, r
     """ε = ∞: each round is c ← c + clip(mean of the clipped displacements of c's points, r),
     on the pooled points (clip-norm large enough that no point is clipped); with a radius no
     displacement reaches, that is Lloyd's step exactly."""
-    result = run(small(tmp_path, **{"epsilon": math.inf, "init": "server-kmeans++", "lloyd-rounds": 3, "clip-norm": 1e3,
-                                    "lloyd-update": "relative", "lloyd-radius": radius}), num_nodes=NODES)
-    assert result["privacy"]["lloyd_update"] == "relative" and result["privacy"]["lloyd_radius"] == pytest.approx(radius)
+    result = run(
+        small(
+            tmp_path,
+            **{
+                "epsilon": math.inf,
+                "init": "server-kmeans++",
+                "lloyd-rounds": 3,
+                "clip-norm": 1e3,
+                "lloyd-update": "relative",
+                "lloyd-radius": radius,
+            },
+        ),
+        num_nodes=NODES,
+    )
+    assert result["privacy"]["lloyd_update"] == "relative" and result["privacy"]["lloyd_radius"] == pytest.approx(
+        radius
+    )
     X = pooled_points(result["config"], NODES)[0]
     expected = np.load(tmp_path / "out" / "init_centers.npy")
     lloyd = expected.copy()
@@ -1064,8 +1237,9 @@ def test_without_server_data_the_lloyd_rounds_are_relative_with_the_radius_as_se
     import fedcluster
 
     clients, X = _separated_clients()
-    model = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=3, random_state=0,
-                                         run_config={"clip-norm": 4.0, "noise-seed": 1}).fit(clients)
+    model = fedcluster.DPFederatedKMeans(
+        3, epsilon=1.0, max_iter=3, random_state=0, run_config={"clip-norm": 4.0, "noise-seed": 1}
+    ).fit(clients)
     privacy = model.privacy_
     radius = 0.5 * 4.0 / 3 ** (1 / 2)
     assert privacy["lloyd_update"] == "relative" and privacy["lloyd_radius"] == pytest.approx(radius)
@@ -1076,14 +1250,16 @@ def test_without_server_data_the_lloyd_rounds_are_relative_with_the_radius_as_se
     shares = privacy["epsilon_shares"]
     assert shares["lloyd_gaussian"] / shares["lloyd_laplace"] == pytest.approx(3.0)  # not the devices' noise's 2√d : 1
     assert model.result_["init"]["cube_half_width"] == pytest.approx(4.0 / math.sqrt(2))
-    with_server = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=2, random_state=0,
-                                               run_config={"noise-seed": 1}).fit(clients, server_data=X[::10])
+    with_server = fedcluster.DPFederatedKMeans(
+        3, epsilon=1.0, max_iter=2, random_state=0, run_config={"noise-seed": 1}
+    ).fit(clients, server_data=X[::10])
     assert with_server.result_["init"]["method"] == "histogram"  # auto: candidates from the server points
     assert with_server.privacy_["lloyd_update"] == "relative"
     served_radius = with_server.privacy_["clip_norm"] * 0.5 / 3 ** (1 / 2)  # Δ: the server data's radius
     assert with_server.privacy_["lloyd_radius"] == pytest.approx(served_radius)
-    paper = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=2, random_state=0,
-                                         run_config={"noise-seed": 1, "init": "feddp"}).fit(clients, server_data=X[::10])
+    paper = fedcluster.DPFederatedKMeans(
+        3, epsilon=1.0, max_iter=2, random_state=0, run_config={"noise-seed": 1, "init": "feddp"}
+    ).fit(clients, server_data=X[::10])
     assert paper.privacy_["lloyd_update"] == "absolute" and paper.privacy_["lloyd_radius"] is None
 
 
@@ -1106,8 +1282,18 @@ def test_a_relative_reply_beyond_count_times_radius_is_dropped_and_a_cap_doubles
 
         return rewrite_reply(message, reply, change)
 
-    config = small(tmp_path, **{"epsilon": 1.0, "noise-seed": 0, "init": "server-kmeans++", "lloyd-rounds": 2,
-                                "lloyd-update": "relative", "lloyd-radius": radius, "max-device-points": cap})
+    config = small(
+        tmp_path,
+        **{
+            "epsilon": 1.0,
+            "noise-seed": 0,
+            "init": "server-kmeans++",
+            "lloyd-rounds": 2,
+            "lloyd-update": "relative",
+            "lloyd-radius": radius,
+            "max-device-points": cap,
+        },
+    )
     result = run(config, num_nodes=NODES, reply_hook=hook)
     assert radius * 1.5 < result["privacy"]["clip_norm"]
     assert result["privacy"]["bounds"]["lloyd_gaussian"] == pytest.approx((2 if cap else 1) * radius)
@@ -1121,12 +1307,15 @@ def test_the_estimators_rounds_from_the_points_are_listed_outside_the_guarantee(
     import fedcluster
 
     clients, X = _separated_clients()
-    chosen = fedcluster.DPFederatedKMeans(3, epsilon=1.0, random_state=0, run_config={"clip-norm": 4.0, "noise-seed": 1}).fit(clients)
+    chosen = fedcluster.DPFederatedKMeans(
+        3, epsilon=1.0, random_state=0, run_config={"clip-norm": 4.0, "noise-seed": 1}
+    ).fit(clients)
     expected = feddp_kmeans.lloyd_rounds_for(len(X), 3, 2, 1.0, 1e-6)
     assert chosen.privacy_["lloyd_rounds"] == expected and chosen.result_["config"]["public-points"] == len(X)
     assert "lloyd_rounds" in chosen.privacy_["not_covered"] and "config.public-points" in chosen.privacy_["not_covered"]
-    given = fedcluster.DPFederatedKMeans(3, epsilon=1.0, max_iter=3, random_state=0,
-                                         run_config={"clip-norm": 4.0, "noise-seed": 1}).fit(clients)
+    given = fedcluster.DPFederatedKMeans(
+        3, epsilon=1.0, max_iter=3, random_state=0, run_config={"clip-norm": 4.0, "noise-seed": 1}
+    ).fit(clients)
     assert given.privacy_["lloyd_rounds"] == 3 and "lloyd_rounds" not in given.privacy_["not_covered"]
 
 
@@ -1135,9 +1324,12 @@ def test_lloyd_rounds_follow_the_budget_and_the_points():
     assert rounds(150, 3, 4, 0.1, 1e-3) == 2  # little signal: the fewest rounds
     assert rounds(100_000, 100, 2, 1.0, 1e-6) == 7 and rounds(10, 3, 2, math.inf, 1e-6) == 7
     grid = [rounds(n, 10, 4, eps, 1e-5) for n in (1000, 3000, 10_000, 30_000) for eps in (0.25, 1.0)]
-    assert grid == sorted(grid) or all(rounds(n, 10, 4, 0.25, 1e-5) <= rounds(n, 10, 4, 1.0, 1e-5) for n in (1000, 3000, 10_000))
+    assert grid == sorted(grid) or all(
+        rounds(n, 10, 4, 0.25, 1e-5) <= rounds(n, 10, 4, 1.0, 1e-5) for n in (1000, 3000, 10_000)
+    )
     assert [rounds(n, 10, 4, 1.0, 1e-5) for n in (1000, 3000, 10_000, 30_000)] == sorted(
-        rounds(n, 10, 4, 1.0, 1e-5) for n in (1000, 3000, 10_000, 30_000))
+        rounds(n, 10, 4, 1.0, 1e-5) for n in (1000, 3000, 10_000, 30_000)
+    )
     assert rounds(3000, 10, 4, 1.0, 1e-5) > 2  # in between, from the formula, not a clamp
 
 
@@ -1162,8 +1354,9 @@ def test_clipping_around_the_server_mean_makes_the_run_blind_to_where_the_data_s
     offset = np.array([300.0, -200.0])
 
     def fit(center, shift):
-        model = fedcluster.DPFederatedKMeans(3, epsilon=2.0, max_iter=2, random_state=0,
-                                             run_config={"clip-center": center, "noise-seed": 7})
+        model = fedcluster.DPFederatedKMeans(
+            3, epsilon=2.0, max_iter=2, random_state=0, run_config={"clip-center": center, "noise-seed": 7}
+        )
         return model.fit([c + shift for c in clients], server_data=server + shift).cluster_centers_ - shift
 
     def cost(centers):
@@ -1180,5 +1373,6 @@ def test_clip_center_server_mean_without_server_data_is_refused(tmp_path):
 
     clients = [np.random.default_rng(i).normal(size=(30, 2)) for i in range(3)]
     with pytest.raises(Exception, match="clip-center='server-mean' needs server-side data"):
-        fedcluster.DPFederatedKMeans(2, epsilon=1.0, max_iter=2, run_config={"clip-center": "server-mean",
-                                                                              "clip-norm": 5.0}).fit(clients)
+        fedcluster.DPFederatedKMeans(
+            2, epsilon=1.0, max_iter=2, run_config={"clip-center": "server-mean", "clip-norm": 5.0}
+        ).fit(clients)

@@ -18,14 +18,14 @@ from fedcluster.server.base import FederationError
 from fedcluster.algorithms.fedkmeans.strategy import FedKMeans
 
 
-
-
 def strategy_over(parts, tmp_path, reply_hook=None, **overrides):
     from fedcluster.client.app import app
 
     directory = write_npy_dir(tmp_path / "data", parts)
     files = sorted(directory.glob("*.npy"))
-    config = with_defaults({"output-dir": str(tmp_path / "out"), "reference": False, "min-nodes": len(files), **overrides})
+    config = with_defaults(
+        {"output-dir": str(tmp_path / "out"), "reference": False, "min-nodes": len(files), **overrides}
+    )
     set_task_identity(1, InProcessGrid.SERVER_NODE_ID)
     grid = InProcessGrid(app, config, [{"data-path": str(f)} for f in files], reply_hook=reply_hook)
     strategy = FedKMeans(grid, config)
@@ -59,7 +59,15 @@ def test_client_minibatch_moves_toward_batch_means_with_beta():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_one_round_equals_one_lloyd_step(seed, tmp_path):
     result = run(
-        {"seed": seed, "num-rounds": 1, "k": 4, "dim": 3, "num-points": 600, "output-dir": str(tmp_path), "reference": False},
+        {
+            "seed": seed,
+            "num-rounds": 1,
+            "k": 4,
+            "dim": 3,
+            "num-points": 600,
+            "output-dir": str(tmp_path),
+            "reference": False,
+        },
         num_nodes=6,
     )
     from fedcluster.node_data import pooled_points
@@ -185,7 +193,9 @@ def test_too_few_valid_replies_fails_clearly(tmp_path):
 # ---------------------------------------------------------------- bad input
 def test_missing_data_directory_is_named(tmp_path):
     missing = tmp_path / "nowhere"
-    with pytest.raises(ConfigError, match="run-config data-dir: data directory .*nowhere does not exist"):  # before any node
+    with pytest.raises(
+        ConfigError, match="run-config data-dir: data directory .*nowhere does not exist"
+    ):  # before any node
         run({"dataset": "npy-dir", "data-dir": str(missing), "output-dir": str(tmp_path / "o")}, num_nodes=2)
 
 
@@ -304,7 +314,7 @@ def test_server_memory_is_lloyd_over_every_nodes_latest_statistics(tmp_path):
     centers = C.copy()
     history = []
     for t in range(rounds):
-        this_round = sent[sum(sizes[:t]):sum(sizes[: t + 1])]
+        this_round = sent[sum(sizes[:t]) : sum(sizes[: t + 1])]
         for i, received in this_round:
             np.testing.assert_allclose(received, centers, rtol=0, atol=1e-9)
             labels = ((parts[i][:, None, :] - received[None]) ** 2).sum(-1).argmin(1)
@@ -378,17 +388,32 @@ def test_partial_participation_defaults_converge_where_previous_defaults_drift(t
     X = means[labels] + rng.normal(size=(1200, d))
     parts = [X[i] for i in partition_components(labels, 20, 2, 0)]
     directory = write_npy_dir(tmp_path / "data", parts)
-    best = min(KMeans(k, n_init=10, random_state=0).fit(X).inertia_,
-               KMeans(k, init=np.stack([X[labels == j].mean(0) for j in range(k)]), n_init=1).fit(X).inertia_) / len(X)
+    best = min(
+        KMeans(k, n_init=10, random_state=0).fit(X).inertia_,
+        KMeans(k, init=np.stack([X[labels == j].mean(0) for j in range(k)]), n_init=1).fit(X).inertia_,
+    ) / len(X)
     ratios = {}
     for name, extra in {"defaults": {}, "previous": {"server-memory": False}}.items():
         out = tmp_path / name
-        result = run({"k": k, "num-rounds": 30, "fraction": 0.3, "dataset": "npy-dir", "data-dir": str(directory),
-                      "output-dir": str(out), "reference": False, **extra}, num_nodes=len(parts))
+        result = run(
+            {
+                "k": k,
+                "num-rounds": 30,
+                "fraction": 0.3,
+                "dataset": "npy-dir",
+                "data-dir": str(directory),
+                "output-dir": str(out),
+                "reference": False,
+                **extra,
+            },
+            num_nodes=len(parts),
+        )
         ratios[name] = result["final"]["cost"] / best
         # the centers returned are the cheapest every node measured (round costs, the final
         # evaluation, and the start, which round 1 measured on its sample only, scored at the end)
-        measured = [r["cost"] for r in result["rounds"] if r["cost"] is not None] + [result.get("last", result["final"])["cost"]]
+        measured = [r["cost"] for r in result["rounds"] if r["cost"] is not None] + [
+            result.get("last", result["final"])["cost"]
+        ]
         assert result["final"]["cost"] <= min(measured) * (1 + 1e-12)
         d2 = ((X[:, None, :] - np.load(out / "centers.npy")[None]) ** 2).sum(-1).min(1)
         assert d2.mean() == pytest.approx(result["final"]["cost"], rel=1e-9)
@@ -410,8 +435,16 @@ def test_k_range_finds_the_number_of_components_in_three_broadcasts(tmp_path):
     means = rng.normal(size=(5, 3)) * 12
     parts = [np.concatenate([means[j] + rng.normal(size=(30, 3)) for j in (i % 5, (i + 1) % 5)]) for i in range(10)]
     directory = write_npy_dir(tmp_path / "data", parts)
-    result = run({"k-range": "2:9", "dataset": "npy-dir", "data-dir": str(directory), "output-dir": str(tmp_path / "out"),
-                  "reference": False}, num_nodes=len(parts))
+    result = run(
+        {
+            "k-range": "2:9",
+            "dataset": "npy-dir",
+            "data-dir": str(directory),
+            "output-dir": str(tmp_path / "out"),
+            "reference": False,
+        },
+        num_nodes=len(parts),
+    )
     report = result["k_range"]
     assert report["k"] == list(range(2, 10))
     assert report["calinski_harabasz_k"] == 5 and report["elbow_k"] == 5
@@ -428,14 +461,25 @@ def test_k_range_larger_than_the_data_is_refused(tmp_path):
     parts = [np.random.default_rng(i).normal(size=(3, 2)) for i in range(2)]
     directory = write_npy_dir(tmp_path / "data", parts)
     with pytest.raises(FederationError, match="more clusters than the 6 points"):
-        run({"k-range": "2:7", "dataset": "npy-dir", "data-dir": str(directory), "output-dir": str(tmp_path / "o")}, num_nodes=2)
+        run(
+            {"k-range": "2:7", "dataset": "npy-dir", "data-dir": str(directory), "output-dir": str(tmp_path / "o")},
+            num_nodes=2,
+        )
 
 
 def test_partial_participation_measures_every_round_without_extra_round_trips(tmp_path):
     # (one center set and no re-seed: which sets train on and whether a re-seed of a non-empty
     # cluster may happen depend on what a round measured)
-    config = {"k": 5, "num-rounds": 8, "fraction": 0.3, "reference": False, "partition": "components", "classes-per-client": 2,
-              "reassign-patience": 1000, "n-init": 1}
+    config = {
+        "k": 5,
+        "num-rounds": 8,
+        "fraction": 0.3,
+        "reference": False,
+        "partition": "components",
+        "classes-per-client": 2,
+        "reassign-patience": 1000,
+        "n-init": 1,
+    }
     measured = run({**config, "output-dir": str(tmp_path / "m"), "eval-every": 1}, num_nodes=12)
     silent = run({**config, "output-dir": str(tmp_path / "s")}, num_nodes=12)  # eval-every = 0, the default
     # evaluation never changes the training
@@ -445,7 +489,12 @@ def test_partial_participation_measures_every_round_without_extra_round_trips(tm
     # round, one final evaluation: the same with and without the per-round measurement
     assert measured["communication"]["round_trips"] == silent["communication"]["round_trips"] == 2 + 8 + 1
     start = [p for p in measured["phases"] if p["round"] is None][:4]
-    assert [p["phase"] for p in start] == ["data-summary", "init-local-summaries", "init-coarse-summaries", "init-scoring"]
+    assert [p["phase"] for p in start] == [
+        "data-summary",
+        "init-local-summaries",
+        "init-coarse-summaries",
+        "init-scoring",
+    ]
     assert start[0]["round_trip"] == start[1]["round_trip"] == start[2]["round_trip"] != start[3]["round_trip"]
     assert all(r["cost"] is not None for r in measured["rounds"])
     assert all(r.get("cost") is None for r in silent["rounds"][:-1])
@@ -457,7 +506,9 @@ def test_partial_participation_measures_every_round_without_extra_round_trips(tm
 
 def test_partial_participation_when_sampling_takes_every_node(tmp_path):
     """fraction < 1 on one node: the sample is everyone, nobody is left to ask for the cost."""
-    result = run({"k": 3, "num-rounds": 3, "fraction": 0.5, "reference": False, "output-dir": str(tmp_path)}, num_nodes=1)
+    result = run(
+        {"k": 3, "num-rounds": 3, "fraction": 0.5, "reference": False, "output-dir": str(tmp_path)}, num_nodes=1
+    )
     assert [r["cost"] is not None for r in result["rounds"]] == [True, True, True]
     assert result["final"]["cost"] == pytest.approx(min(r["cost"] for r in result["rounds"]))
 
@@ -468,15 +519,28 @@ def test_a_round_with_a_lost_reply_is_not_taken_for_the_best(tmp_path):
     rng = np.random.default_rng(1)
     parts = [rng.normal(size=(40, 2)) + (i % 3) * 6 for i in range(6)]
     parts[5] = parts[5] * 20  # an expensive node
+
     def drop_expensive_once(node, message, reply):
         if node == 1005 and message.metadata.group_id == "2":  # its measurement in round 2 is lost
             return None
         return reply
 
     directory = write_npy_dir(tmp_path / "data", parts)
-    result = run({"k": 3, "num-rounds": 5, "fraction": 0.5, "dataset": "npy-dir", "data-dir": str(directory),
-                  "reference": False, "output-dir": str(tmp_path / "out"), "round-timeout": 2, "min-reply-fraction": 0.1},
-                 num_nodes=6, reply_hook=drop_expensive_once)
+    result = run(
+        {
+            "k": 3,
+            "num-rounds": 5,
+            "fraction": 0.5,
+            "dataset": "npy-dir",
+            "data-dir": str(directory),
+            "reference": False,
+            "output-dir": str(tmp_path / "out"),
+            "round-timeout": 2,
+            "min-reply-fraction": 0.1,
+        },
+        num_nodes=6,
+        reply_hook=drop_expensive_once,
+    )
     full = sum(map(len, parts))
     X = np.concatenate(parts)
     C = np.load(tmp_path / "out" / "centers.npy")
@@ -488,8 +552,17 @@ def test_exclusions_at_start_up_are_recorded_under_the_data_summary(tmp_path):
     rng = np.random.default_rng(0)
     parts = [rng.normal(size=(20, 2)) for _ in range(3)] + [rng.normal(size=(20, 3))]
     directory = write_npy_dir(tmp_path / "data", parts)
-    result = run({"k": 2, "num-rounds": 1, "dataset": "npy-dir", "data-dir": str(directory), "reference": False,
-                  "output-dir": str(tmp_path / "out")}, num_nodes=4)
+    result = run(
+        {
+            "k": 2,
+            "num-rounds": 1,
+            "dataset": "npy-dir",
+            "data-dir": str(directory),
+            "reference": False,
+            "output-dir": str(tmp_path / "out"),
+        },
+        num_nodes=4,
+    )
     (exclusion,) = result["nodes"]["exclusions"]
     assert exclusion["phase"] == "data-summary" and "dimension 3" in exclusion["reason"]
 
@@ -498,8 +571,18 @@ def test_inprocess_run_returns_each_nodes_labels(tmp_path):
     rng = np.random.default_rng(5)
     parts = [rng.normal(size=(20 + i, 2)) + 5 * (i % 2) for i in range(4)]
     directory = write_npy_dir(tmp_path / "data", parts)
-    result = run({"k": 2, "num-rounds": 2, "dataset": "npy-dir", "data-dir": str(directory), "reference": False,
-                  "output-dir": str(tmp_path / "out")}, num_nodes=4, labels=True)
+    result = run(
+        {
+            "k": 2,
+            "num-rounds": 2,
+            "dataset": "npy-dir",
+            "data-dir": str(directory),
+            "reference": False,
+            "output-dir": str(tmp_path / "out"),
+        },
+        num_nodes=4,
+        labels=True,
+    )
     C = np.load(tmp_path / "out" / "centers.npy")
     assert len(result["labels"]) == 4
     for X, got in zip(parts, result["labels"]):
@@ -515,11 +598,21 @@ def test_coarse_summaries_win_the_start_when_each_device_holds_one_component(tmp
 
     def spy(node, message, reply):
         if message.metadata.message_type == "query.local_summary":
-            asked.append((message.content["config"]["k"], reply.content.array_records["arrays"]["centers"].numpy().shape[0]))
+            asked.append(
+                (message.content["config"]["k"], reply.content.array_records["arrays"]["centers"].numpy().shape[0])
+            )
         return reply
 
-    config = {"k": 16, "dim": 30, "num-points": 2000, "partition": "components", "classes-per-client": 1,
-              "num-rounds": 1, "reference": False, "init-candidates": 5}
+    config = {
+        "k": 16,
+        "dim": 30,
+        "num-points": 2000,
+        "partition": "components",
+        "classes-per-client": 1,
+        "num-rounds": 1,
+        "reference": False,
+        "init-candidates": 5,
+    }
     for seed in range(3):
         result = run({**config, "seed": seed, "output-dir": str(tmp_path / str(seed))}, num_nodes=32, reply_hook=spy)
         costs = result["init"]["candidate_costs"]
@@ -565,8 +658,15 @@ def test_a_node_that_connects_mid_run_joins_from_the_next_round(tmp_path):
 def test_coarse_candidates_change_nothing_when_a_fine_one_wins(tmp_path):
     # IID devices: the fine summaries' candidates win the scoring; the coarse ones draw
     # from their own random stream, so the run is the one without init-coarse.
-    config = {"k": 8, "dim": 5, "partition": "iid", "num-rounds": 5, "fraction": 0.5, "reference": False,
-              "init-candidates": 4}
+    config = {
+        "k": 8,
+        "dim": 5,
+        "partition": "iid",
+        "num-rounds": 5,
+        "fraction": 0.5,
+        "reference": False,
+        "init-candidates": 4,
+    }
     with_coarse = run({**config, "output-dir": str(tmp_path / "a")}, num_nodes=10)
     without = run({**config, "init-coarse": False, "output-dir": str(tmp_path / "b")}, num_nodes=10)
     assert with_coarse["init"]["candidates"] == 8 and with_coarse["init"]["best"] < 4
@@ -581,14 +681,17 @@ def test_a_training_reply_whose_cost_disagrees_with_its_statistics_is_dropped(tm
             record["cost"] = Array(0.9 * record["cost"].numpy())
         return reply
 
-    result = run({"k": 4, "num-rounds": 3, "reference": False, "output-dir": str(tmp_path)}, num_nodes=5,
-                 reply_hook=lower_cost)
+    result = run(
+        {"k": 4, "num-rounds": 3, "reference": False, "output-dir": str(tmp_path)}, num_nodes=5, reply_hook=lower_cost
+    )
     failures = [f for p in result["phases"] if p["phase"] == "train" for f in p["failures"]]
     assert len(failures) == 3 and all(str(f["node"]) == "1002" and "does not match" in f["reason"] for f in failures)
-    mini = run({"k": 4, "num-rounds": 3, "reference": False, "batch-size": 16, "output-dir": str(tmp_path / "mini")},
-               num_nodes=5, reply_hook=lower_cost)
+    mini = run(
+        {"k": 4, "num-rounds": 3, "reference": False, "batch-size": 16, "output-dir": str(tmp_path / "mini")},
+        num_nodes=5,
+        reply_hook=lower_cost,
+    )
     assert not [f for p in mini["phases"] for f in p["failures"]]  # mini-batch: the cost is not fixed, not checked
-
 
 
 def corner_liar(low, high):
@@ -615,12 +718,18 @@ def corner_liar(low, high):
                 scatter[s, j] = 0.0  # every point at the corner
                 cost[s] = total * gaps[far, j]
             record["centers"], record["counts"], record["scatter"], record["cost"] = (
-                Array(centers), Array(counts), Array(scatter), Array(cost))
+                Array(centers),
+                Array(counts),
+                Array(scatter),
+                Array(cost),
+            )
         if kind == "query.lloyd_stats":
             sent = message.content.array_records["arrays"]["centers"].numpy()
             sums, counts = record["sums"].numpy(), record["counts"].numpy()
             used = counts > 0
-            record["cost"] = Array(np.array([np.sum(((sums[used] - counts[used, None] * sent[used]) ** 2).sum(1) / counts[used])]))
+            record["cost"] = Array(
+                np.array([np.sum(((sums[used] - counts[used, None] * sent[used]) ** 2).sum(1) / counts[used])])
+            )
         return reply
 
     return hook
@@ -642,8 +751,11 @@ def test_a_device_whose_statistics_contradict_its_declared_moments_cannot_move_t
     folder = write_npy_dir(tmp_path / "data", parts)
     base = {"k": 5, "seed": 1, "reference": False, "dataset": "npy-dir", "data-dir": str(folder), "n-init": 2}
     honest = run({**base, "output-dir": str(tmp_path / "honest")}, num_nodes=10)
-    hostile = run({**base, "output-dir": str(tmp_path / "hostile")}, num_nodes=10,
-                  reply_hook=corner_liar(parts[0].min(0), parts[0].max(0)))
+    hostile = run(
+        {**base, "output-dir": str(tmp_path / "hostile")},
+        num_nodes=10,
+        reply_hook=corner_liar(parts[0].min(0), parts[0].max(0)),
+    )
     failures = [f for p in hostile["phases"] for f in p["failures"]]
     assert failures and all(f["node"] == 1000 for f in failures), failures
     assert any("sum of its points than the one its data summary declared" in f["reason"] for f in failures), failures
@@ -662,8 +774,19 @@ def test_without_measuring_rounds_a_round_contacts_only_its_sampled_nodes(tmp_pa
     means = rng.normal(scale=6.0, size=(6, 3))
     parts = [np.concatenate([means[(i + j) % 6] + rng.normal(size=(30, 3)) for j in range(2)]) for i in range(12)]
     directory = write_npy_dir(tmp_path / "data", parts)
-    result = run({"k": 6, "num-rounds": 10, "fraction": 0.25, "eval-every": 0, "dataset": "npy-dir",
-                  "data-dir": str(directory), "reference": False, "output-dir": str(tmp_path / "out")}, num_nodes=12)
+    result = run(
+        {
+            "k": 6,
+            "num-rounds": 10,
+            "fraction": 0.25,
+            "eval-every": 0,
+            "dataset": "npy-dir",
+            "data-dir": str(directory),
+            "reference": False,
+            "output-dir": str(tmp_path / "out"),
+        },
+        num_nodes=12,
+    )
     trains = [p for p in result["phases"] if p["phase"] == "train"]
     assert len(trains) == 10 and all(p["sent"] == 3 for p in trains)  # 25 % of 12, nobody else
     assert [p["sent"] for p in result["phases"] if p["phase"] == "memory"] == [9]
@@ -685,6 +808,7 @@ def test_statistics_that_no_fixed_set_of_points_gives_are_dropped(tmp_path):
     of points has both partitions' costs (``partitions_violation``): the reply that
     contradicts an earlier one is dropped, the device leaves the run with what the server
     kept of it, and the run stays with the honest ones."""
+
     def flip(node, message, reply):
         if node != 1002 or message.metadata.message_type != "train.fedkmeans_train" or reply.has_error():
             return reply
@@ -747,8 +871,9 @@ def test_a_liar_its_own_final_evaluation_contradicts_is_caught_and_its_pull_undo
             return reply
         sent = message.content.array_records["arrays"]["centers"].numpy()
         nearest_to_mean = lambda s: int(((sent[s] - own.mean(0)) ** 2).sum(1).argmin())  # noqa: E731
-        state_partition(reply.content.array_records["arrays"], sent, own,
-                        lambda s: np.full(len(own), nearest_to_mean(s)))
+        state_partition(
+            reply.content.array_records["arrays"], sent, own, lambda s: np.full(len(own), nearest_to_mean(s))
+        )
         return reply
 
     config = {"k": 5, "dataset": "npy-dir", "data-dir": str(folder), "seed": seed, "reference": False}
@@ -815,11 +940,24 @@ def test_honest_devices_are_never_taken_for_liars_with_a_timestamp_feature_stand
     them must allow for their rounding (it once excluded half of these honest devices at the
     final evaluation and ran the recovery on an honest run)."""
     rng = np.random.default_rng(0)
-    parts = [np.column_stack([1.7e9 + 3600 * rng.uniform(size=n), rng.normal(size=n) + 6 * rng.integers(3, size=n)])
-             for n in rng.integers(80, 200, size=6)]
+    parts = [
+        np.column_stack([1.7e9 + 3600 * rng.uniform(size=n), rng.normal(size=n) + 6 * rng.integers(3, size=n)])
+        for n in rng.integers(80, 200, size=6)
+    ]
     folder = write_npy_dir(tmp_path / "data", parts)
-    result = run({"k": 3, "dataset": "npy-dir", "data-dir": str(folder), "seed": 0, "reference": False, "num-rounds": 10,
-                  "standardize": True, "output-dir": str(tmp_path / "out")}, num_nodes=len(parts))
+    result = run(
+        {
+            "k": 3,
+            "dataset": "npy-dir",
+            "data-dir": str(folder),
+            "seed": 0,
+            "reference": False,
+            "num-rounds": 10,
+            "standardize": True,
+            "output-dir": str(tmp_path / "out"),
+        },
+        num_nodes=len(parts),
+    )
     assert [f for p in result["phases"] for f in p["failures"]] == []
     assert "recovery" not in result and result["final"]["num_points"] == sum(len(p) for p in parts)
 
@@ -839,10 +977,23 @@ def test_a_device_caught_by_its_scores_alone_leaves_the_recovery_and_its_points_
             record["costs"] = Array(record["costs"].numpy() * 3.0)
         return reply
 
-    result = run({"k": 3, "dataset": "npy-dir", "data-dir": str(folder), "seed": 0, "reference": False, "num-rounds": 6,
-                  "fraction": 0.5, "output-dir": str(tmp_path / "out")}, num_nodes=len(parts), reply_hook=inflate_scores)
+    result = run(
+        {
+            "k": 3,
+            "dataset": "npy-dir",
+            "data-dir": str(folder),
+            "seed": 0,
+            "reference": False,
+            "num-rounds": 6,
+            "fraction": 0.5,
+            "output-dir": str(tmp_path / "out"),
+        },
+        num_nodes=len(parts),
+        reply_hook=inflate_scores,
+    )
     assert [(p["phase"], str(f["node"]), f["kind"]) for p in result["phases"] for f in p["failures"]] == [
-        ("final-candidates", "1000", "inconsistent")]
+        ("final-candidates", "1000", "inconsistent")
+    ]
     assert result["recovery"]["caught"] == [1000]
     assert result["final"]["num_points"] == 700  # the seven others' points
     steps = sum(p["phase"] == "recovery-evaluation" for p in result["phases"])
@@ -856,7 +1007,19 @@ def test_memory_replies_are_checked_with_the_client_config_they_were_asked_with(
     rng = np.random.default_rng(1)
     parts = [rng.normal(size=(60, 2)) + 6 * rng.integers(3, size=(60, 1)) for _ in range(6)]
     folder = write_npy_dir(tmp_path / "data", parts)
-    result = run({"k": 3, "dataset": "npy-dir", "data-dir": str(folder), "seed": 0, "reference": False, "num-rounds": 4,
-                  "fraction": 0.5, "client-lr": 0.5, "output-dir": str(tmp_path / "out")}, num_nodes=len(parts))
+    result = run(
+        {
+            "k": 3,
+            "dataset": "npy-dir",
+            "data-dir": str(folder),
+            "seed": 0,
+            "reference": False,
+            "num-rounds": 4,
+            "fraction": 0.5,
+            "client-lr": 0.5,
+            "output-dir": str(tmp_path / "out"),
+        },
+        num_nodes=len(parts),
+    )
     memory = [p for p in result["phases"] if p["phase"] == "memory"]
     assert memory and memory[0]["replies"] == memory[0]["sent"] > 0 and not memory[0]["failures"]

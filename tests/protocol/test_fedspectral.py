@@ -17,8 +17,17 @@ import pytest
 from conftest import split_email_eu_core
 from fedcluster.config import ConfigError, with_defaults
 from fedcluster.algorithms.fedspectral.model import (
-    ExactEigensolver, RitzBasis, affinity_embedding, auto_max_basis, coassociation_matrix, degree_scaled_start,
-    embedding_labels, initial_block, orthonormal_complement, start_block, subspace_distance
+    ExactEigensolver,
+    RitzBasis,
+    affinity_embedding,
+    auto_max_basis,
+    coassociation_matrix,
+    degree_scaled_start,
+    embedding_labels,
+    initial_block,
+    orthonormal_complement,
+    start_block,
+    subspace_distance,
 )
 from fedcluster.graph import canonical_edges, load_edge_list, split_edges, write_client_edge_files
 from fedcluster.algorithms.fedspectral.split_tool import main as split_main
@@ -187,8 +196,16 @@ def test_exact_mode_equals_central_block_subspace_iteration(tmp_path, small_grap
     edges, n, data_dir = small_graph
     k, b, rounds, seed = 3, 5, 12, 4
     result, labels, embedding = run_graph(
-        tmp_path, data_dir, 4, algorithm="fedspectral-plus", mode="exact", acceleration="none",
-        k=k, oversample=b - k, seed=seed, **{"num-nodes": n, "num-rounds": rounds, "edge-copies": 2},
+        tmp_path,
+        data_dir,
+        4,
+        algorithm="fedspectral-plus",
+        mode="exact",
+        acceleration="none",
+        k=k,
+        oversample=b - k,
+        seed=seed,
+        **{"num-nodes": n, "num-rounds": rounds, "edge-copies": 2},
     )
     M = shifted_operator(edges, n)
     Q = np.linalg.qr(central_start(edges, n, b, seed))[0]
@@ -235,7 +252,12 @@ def test_exact_krylov_equals_central_block_krylov_and_converges(tmp_path, small_
 def test_krylov_thick_restart_still_converges(tmp_path, small_graph):
     edges, n, data_dir = small_graph
     result, _, embedding = run_graph(
-        tmp_path, data_dir, 4, algorithm="fedspectral-plus", k=3, oversample=1,
+        tmp_path,
+        data_dir,
+        4,
+        algorithm="fedspectral-plus",
+        k=3,
+        oversample=1,
         **{"num-nodes": n, "num-rounds": 60, "max-basis": 8, "residual-tol": 1e-9},
     )
     assert max(r["basis_columns"] for r in result["rounds"]) <= 8
@@ -245,7 +267,9 @@ def test_krylov_thick_restart_still_converges(tmp_path, small_graph):
 
 def test_round_records_subspace_change_and_bytes(tmp_path, small_graph):
     _, n, data_dir = small_graph
-    result, _, _ = run_graph(tmp_path, data_dir, 4, algorithm="fedspectral-plus", k=3, **{"num-nodes": n, "num-rounds": 5})
+    result, _, _ = run_graph(
+        tmp_path, data_dir, 4, algorithm="fedspectral-plus", k=3, **{"num-nodes": n, "num-rounds": 5}
+    )
     rounds = result["rounds"]
     assert rounds[0]["subspace_change"] is None
     assert all(0 <= r["subspace_change"] <= 1 for r in rounds[1:])
@@ -261,13 +285,23 @@ def test_round_records_subspace_change_and_bytes(tmp_path, small_graph):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode,acceleration,oversample", [("exact", "krylov", -1), ("exact", "krylov", 3), ("exact", "none", 2), ("paper", "krylov", -1)])
+@pytest.mark.parametrize(
+    "mode,acceleration,oversample",
+    [("exact", "krylov", -1), ("exact", "krylov", 3), ("exact", "none", 2), ("paper", "krylov", -1)],
+)
 def test_isolated_nodes_get_a_label_and_no_nan(tmp_path, small_graph, mode, acceleration, oversample):
     edges, n, data_dir = small_graph
     n_big = n + 3  # three more nodes with no edge at all, after the last id
     result, labels, embedding = run_graph(
-        tmp_path, data_dir, 4, algorithm="fedspectral-plus", mode=mode, k=3, acceleration=acceleration,
-        oversample=oversample, **{"num-nodes": n_big, "num-rounds": 30 if acceleration == "none" else 8},
+        tmp_path,
+        data_dir,
+        4,
+        algorithm="fedspectral-plus",
+        mode=mode,
+        k=3,
+        acceleration=acceleration,
+        oversample=oversample,
+        **{"num-nodes": n_big, "num-rounds": 30 if acceleration == "none" else 8},
     )
     assert labels.shape == (n_big,) and np.all(labels >= 0) and np.all(labels < 3)
     np.testing.assert_allclose(embedding.T @ embedding, np.eye(3), atol=1e-10)  # finite, orthonormal
@@ -281,14 +315,18 @@ def test_isolated_nodes_get_a_label_and_no_nan(tmp_path, small_graph, mode, acce
 
 def test_fedspectral_baseline_with_isolated_nodes(tmp_path, small_graph):
     _, n, data_dir = small_graph
-    result, labels, embedding = run_graph(tmp_path, data_dir, 4, algorithm="fedspectral", k=3, seed=5, **{"num-nodes": n + 2})
+    result, labels, embedding = run_graph(
+        tmp_path, data_dir, 4, algorithm="fedspectral", k=3, seed=5, **{"num-nodes": n + 2}
+    )
     assert labels.shape == (n + 2,) and embedding.shape == (n + 2, 3)
     assert result["final"]["communication_rounds"] == 1
     assert result["final"]["nodes_held"] == n - 2
     client_labels = np.load(Path(result["output_dir"]) / "client_labels.npy")
     assert client_labels.shape == (4, n + 2)
     unheld = [7, 40, n, n + 1]
-    assert np.all(client_labels[:, unheld] == -1) and np.all(client_labels.max(axis=0)[np.setdiff1d(np.arange(n), [7, 40])] >= 0)
+    assert np.all(client_labels[:, unheld] == -1) and np.all(
+        client_labels.max(axis=0)[np.setdiff1d(np.arange(n), [7, 40])] >= 0
+    )
     # the server is the documented math on the clients' labels, and nodes nobody holds sit at the origin
     expected = affinity_embedding(coassociation_matrix(list(client_labels), n + 2), 3, seed=5)
     np.testing.assert_allclose(embedding, expected, atol=1e-12)
@@ -298,7 +336,9 @@ def test_fedspectral_baseline_with_isolated_nodes(tmp_path, small_graph):
     assert result["central_reference"]["ari"] > 0.5  # a planted partition survives even the baseline
 
 
-@pytest.mark.parametrize("algorithm,mode", [("fedspectral-plus", "exact"), ("fedspectral-plus", "paper"), ("fedspectral", None)])
+@pytest.mark.parametrize(
+    "algorithm,mode", [("fedspectral-plus", "exact"), ("fedspectral-plus", "paper"), ("fedspectral", None)]
+)
 def test_a_client_without_edges_does_not_break_the_run(tmp_path, algorithm, mode):
     edges, n = planted([20, 20, 20], 0.35, 8, seed=5)
     data_dir = write_split(tmp_path / "split", edges, clients=3, copies=2, empty_client=1)
@@ -359,7 +399,9 @@ def test_config_validation():
 
 def test_iters_is_ignored_in_exact_mode_with_a_note(tmp_path, small_graph):
     _, n, data_dir = small_graph
-    result, _, _ = run_graph(tmp_path, data_dir, 4, algorithm="fedspectral-plus", k=3, iters=6, **{"num-nodes": n, "num-rounds": 3})
+    result, _, _ = run_graph(
+        tmp_path, data_dir, 4, algorithm="fedspectral-plus", k=3, iters=6, **{"num-nodes": n, "num-rounds": 3}
+    )
     assert "iters=6 ignored" in result["final"]["notes"][0]
 
 
@@ -367,7 +409,15 @@ def test_paper_mode_runs_the_papers_protocol(tmp_path, small_graph):
     """One round, two local steps: the embedding is QR(mean_j M_j^2 Q_0) with local degrees."""
     edges, n, data_dir = small_graph
     result, _, embedding = run_graph(
-        tmp_path, data_dir, 4, algorithm="fedspectral-plus", mode="paper", k=3, iters=2, seed=9, **{"num-nodes": n, "num-rounds": 1},
+        tmp_path,
+        data_dir,
+        4,
+        algorithm="fedspectral-plus",
+        mode="paper",
+        k=3,
+        iters=2,
+        seed=9,
+        **{"num-nodes": n, "num-rounds": 1},
     )
     Q0 = initial_block(n, 3, 9)
     steps = []
@@ -446,7 +496,12 @@ def test_split_graph_script_is_declared():
 def test_email_eu_core_exact_mode_matches_central_spectral(tmp_path):
     data_dir = split_email_eu_core(tmp_path)
     result, labels, _ = run_graph(
-        tmp_path, data_dir, 5, algorithm="fedspectral-plus", k=10, **{"num-nodes": 1005, "num-rounds": 16, "edge-copies": 2},
+        tmp_path,
+        data_dir,
+        5,
+        algorithm="fedspectral-plus",
+        k=10,
+        **{"num-nodes": 1005, "num-rounds": 16, "edge-copies": 2},
     )
     reference = result["central_reference"]
     assert reference["sine_to_central"] <= 1e-3
@@ -475,8 +530,18 @@ def test_a_noisy_product_takes_its_client_out_never_an_honest_one(tmp_path, smal
 
     from fedcluster.inprocess import run
 
-    config = {"algorithm": "fedspectral-plus", "mode": mode, "dataset": "edge-dir", "data-dir": str(data_dir), "k": 3,
-              "num-nodes": n, "num-rounds": 6, "edge-copies": 2, "node-settle-s": 0.2, "output-dir": str(tmp_path / "o")}
+    config = {
+        "algorithm": "fedspectral-plus",
+        "mode": mode,
+        "dataset": "edge-dir",
+        "data-dir": str(data_dir),
+        "k": 3,
+        "num-nodes": n,
+        "num-rounds": 6,
+        "edge-copies": 2,
+        "node-settle-s": 0.2,
+        "output-dir": str(tmp_path / "o"),
+    }
     result = run(config, num_nodes=4, reply_hook=noisy)
     assert list(result["nodes"]["excluded"]) == ["1001"], result["nodes"]["excluded"]
     assert np.load(tmp_path / "o" / "labels.npy").shape == (n,)

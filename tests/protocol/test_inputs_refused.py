@@ -165,8 +165,17 @@ def test_fewer_nodes_than_graph_files_is_refused(tmp_path):
     for i in range(3):
         (folder / f"client_{i:03d}.txt").write_text(f"{i} {i + 1}\n")
     with pytest.raises(FederationError, match="a graph needs every client's edges"):
-        run({"algorithm": "fedspectral-plus", "k": 2, "num-nodes": 4, "dataset": "edge-dir", "data-dir": str(folder),
-             "output-dir": str(tmp_path / "out")}, num_nodes=2)
+        run(
+            {
+                "algorithm": "fedspectral-plus",
+                "k": 2,
+                "num-nodes": 4,
+                "dataset": "edge-dir",
+                "data-dir": str(folder),
+                "output-dir": str(tmp_path / "out"),
+            },
+            num_nodes=2,
+        )
 
 
 def test_the_in_process_runner_enforces_round_timeout(tmp_path):
@@ -207,7 +216,14 @@ def test_write_labels_saves_each_devices_labels_beside_its_file_and_sends_none(t
     rng = np.random.default_rng(2)
     parts = [rng.normal(size=(30 + i, 2)) + 6 * (i % 3) for i in range(5)]
     data = write_npy_dir(tmp_path / "data", parts)
-    config = {"k": 3, "num-rounds": 3, "dataset": "npy-dir", "data-dir": str(data), "reference": False, "write-labels": True}
+    config = {
+        "k": 3,
+        "num-rounds": 3,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "reference": False,
+        "write-labels": True,
+    }
     result = run({**config, "output-dir": str(tmp_path / "out")}, num_nodes=5)
     assert result["labels_written"]["devices"] == 5
     centers = np.load(tmp_path / "out" / "centers.npy")
@@ -223,7 +239,10 @@ def test_write_labels_saves_each_devices_labels_beside_its_file_and_sends_none(t
 
 
 def test_write_labels_on_generated_data_says_nothing_was_written(tmp_path):
-    result = run({"k": 3, "num-rounds": 1, "write-labels": True, "reference": False, "output-dir": str(tmp_path / "o")}, num_nodes=3)
+    result = run(
+        {"k": 3, "num-rounds": 1, "write-labels": True, "reference": False, "output-dir": str(tmp_path / "o")},
+        num_nodes=3,
+    )
     assert result["labels_written"]["devices"] == 0
     assert any("no data file" in w for w in result["warnings"])
 

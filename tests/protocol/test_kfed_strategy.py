@@ -45,7 +45,17 @@ def test_well_separated_mixture_is_recovered_exactly(seed, tmp_path):
     devices, labels = kfed_mixture(d=50, k=9, k_prime=3, m0=4, points_per_component=80, separation=60.0, seed=seed)
     data_dir = write_npy_dir(tmp_path / "data", devices)
     out = tmp_path / "out"
-    result = run({"algorithm": "kfed", "k": 9, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(out), "seed": seed}, num_nodes=len(devices))
+    result = run(
+        {
+            "algorithm": "kfed",
+            "k": 9,
+            "dataset": "npy-dir",
+            "data-dir": str(data_dir),
+            "output-dir": str(out),
+            "seed": seed,
+        },
+        num_nodes=len(devices),
+    )
     assert result["rounds"][0]["replies"] == len(devices)
     # k-prime left unset: each device holds 3 clusters 60 sigma apart and shows it (no more local centers than that)
     assert result["kfed"]["device_k_prime"] == {"min": 3, "median": 3, "max": 3}
@@ -61,7 +71,10 @@ def test_held_out_device_is_labelled_as_well_as_participants(tmp_path):
     participants = [d for i, d in enumerate(devices) if i != held_out]
     data_dir = write_npy_dir(tmp_path / "data", participants)
     out = tmp_path / "out"
-    run({"algorithm": "kfed", "k": 16, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(out)}, num_nodes=len(participants))
+    run(
+        {"algorithm": "kfed", "k": 16, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(out)},
+        num_nodes=len(participants),
+    )
     participant_acc = accuracy(
         np.concatenate([part for i, part in enumerate(labels) if i != held_out]),
         induced(out, participants, [1000 + i for i in range(len(participants))]),
@@ -84,7 +97,16 @@ def test_held_out_device_is_labelled_as_well_as_participants(tmp_path):
 def test_new_device_with_wrong_dimension_is_a_clear_error(tmp_path):
     devices, _ = kfed_mixture(d=5, k=4, k_prime=2, m0=2, points_per_component=20, separation=40.0, seed=0)
     data_dir = write_npy_dir(tmp_path / "data", devices)
-    run({"algorithm": "kfed", "k": 4, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(tmp_path / "o")}, num_nodes=len(devices))
+    run(
+        {
+            "algorithm": "kfed",
+            "k": 4,
+            "dataset": "npy-dir",
+            "data-dir": str(data_dir),
+            "output-dir": str(tmp_path / "o"),
+        },
+        num_nodes=len(devices),
+    )
     np.save(tmp_path / "bad.npy", np.zeros((10, 3)))
     assert assign_main([str(tmp_path / "o"), str(tmp_path / "bad.npy")]) == 1
     assert assign_main([str(tmp_path / "nowhere"), str(tmp_path / "bad.npy")]) == 1
@@ -140,7 +162,17 @@ def test_k_larger_than_device_centers_is_a_clear_error(tmp_path):
     rng = np.random.default_rng(0)
     data_dir = write_npy_dir(tmp_path / "data", [rng.normal(size=(20, 2)) for _ in range(2)])
     with pytest.raises(FederationError, match="larger than the 4 local centers"):
-        run({"algorithm": "kfed", "k": 5, "k-prime": 2, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(tmp_path / "o")}, num_nodes=2)
+        run(
+            {
+                "algorithm": "kfed",
+                "k": 5,
+                "k-prime": 2,
+                "dataset": "npy-dir",
+                "data-dir": str(data_dir),
+                "output-dir": str(tmp_path / "o"),
+            },
+            num_nodes=2,
+        )
 
 
 def test_tiny_and_duplicate_devices_do_not_break_the_run(tmp_path):
@@ -152,7 +184,17 @@ def test_tiny_and_duplicate_devices_do_not_break_the_run(tmp_path):
         np.repeat(rng.normal(size=(1, 3)), 15, axis=0),  # all duplicates
     ]
     data_dir = write_npy_dir(tmp_path / "data", parts)
-    result = run({"algorithm": "kfed", "k": 2, "k-prime": 2, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(tmp_path / "o")}, num_nodes=4)
+    result = run(
+        {
+            "algorithm": "kfed",
+            "k": 2,
+            "k-prime": 2,
+            "dataset": "npy-dir",
+            "data-dir": str(data_dir),
+            "output-dir": str(tmp_path / "o"),
+        },
+        num_nodes=4,
+    )
     assert result["rounds"][0]["replies"] == 4
     assert np.all(np.isfinite(np.load(tmp_path / "o" / "centers.npy")))
     saved = json.loads((tmp_path / "o" / "result.json").read_text())
@@ -162,7 +204,18 @@ def test_tiny_and_duplicate_devices_do_not_break_the_run(tmp_path):
 def test_fedkmeans_can_start_from_kfed(tmp_path):
     devices, _ = kfed_mixture(d=10, k=9, k_prime=3, m0=3, points_per_component=50, separation=30.0, seed=5)
     data_dir = write_npy_dir(tmp_path / "data", devices)
-    result = run({"algorithm": "fedkmeans", "init": "kfed", "k": 9, "num-rounds": 2, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(tmp_path / "o")}, num_nodes=len(devices))
+    result = run(
+        {
+            "algorithm": "fedkmeans",
+            "init": "kfed",
+            "k": 9,
+            "num-rounds": 2,
+            "dataset": "npy-dir",
+            "data-dir": str(data_dir),
+            "output-dir": str(tmp_path / "o"),
+        },
+        num_nodes=len(devices),
+    )
     assert result["init"]["method"] == "kfed"
     assert any(p["phase"] == "init-kfed" for p in result["phases"])
     assert result["reference"]["ratio"] <= 1.0 + 1e-9
@@ -199,7 +252,9 @@ def _lying_kfed_device(change):
         arrays = {k: v.numpy() for k, v in reply.content.array_records["arrays"].items()}
         metrics = dict(reply.content.metric_records["metrics"])
         change(arrays, metrics)
-        content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}), "metrics": MetricRecord(metrics)})
+        content = RecordDict(
+            {"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}), "metrics": MetricRecord(metrics)}
+        )
         return Message(content, reply_to=message)
 
     return hook
@@ -208,8 +263,21 @@ def _lying_kfed_device(change):
 def _kfed_true_cost(tmp_path, devices, data_dir, overrides, hook, name):
     """(true cost per point of the run's centers on all points, result)."""
     out = tmp_path / name
-    result = run({"algorithm": "kfed", "k": 4, "k-prime": 2, "dataset": "npy-dir", "data-dir": str(data_dir), "output-dir": str(out),
-                  "kfed-evaluate": False, "reference": False, **overrides}, num_nodes=len(devices), reply_hook=hook)
+    result = run(
+        {
+            "algorithm": "kfed",
+            "k": 4,
+            "k-prime": 2,
+            "dataset": "npy-dir",
+            "data-dir": str(data_dir),
+            "output-dir": str(out),
+            "kfed-evaluate": False,
+            "reference": False,
+            **overrides,
+        },
+        num_nodes=len(devices),
+        reply_hook=hook,
+    )
     X = np.concatenate(devices)
     C = np.load(out / "centers.npy")
     return ((X[:, None, :] - C[None]) ** 2).sum(-1).min(1).mean(), result
@@ -284,8 +352,10 @@ def test_one_device_with_moved_centers_and_inflated_counts_cannot_move_the_defau
     if split == "iid":
         parts = np.array_split(rng.permutation(len(X)), 10)
     else:
-        parts = [np.sort(np.concatenate([rng.permutation(np.flatnonzero(y == c))[:60] for c in (i % 5, (i + 1) % 5)]))
-                 for i in range(10)]
+        parts = [
+            np.sort(np.concatenate([rng.permutation(np.flatnonzero(y == c))[:60] for c in (i % 5, (i + 1) % 5)]))
+            for i in range(10)
+        ]
     data_dir = write_npy_dir(tmp_path / "data", [X[p] for p in parts])
     away = X.max(axis=0) + 3 * (X.max(axis=0) - X.min(axis=0))
 
@@ -318,7 +388,9 @@ def test_one_device_with_moved_centers_and_inflated_counts_cannot_move_the_defau
     run({**base, "output-dir": str(tmp_path / "honest")}, num_nodes=10)
     run({**base, "output-dir": str(tmp_path / "hostile")}, num_nodes=10, reply_hook=hostile)
     scores = run({**base, "output-dir": str(tmp_path / "scores")}, num_nodes=10, reply_hook=lying_scores)
-    paper = run({**base, "output-dir": str(tmp_path / "paper"), "kfed-evaluate": False}, num_nodes=10, reply_hook=hostile)
+    paper = run(
+        {**base, "output-dir": str(tmp_path / "paper"), "kfed-evaluate": False}, num_nodes=10, reply_hook=hostile
+    )
     assert cost(tmp_path / "hostile") <= 1.05 * cost(tmp_path / "honest")
     # its scores contradict its own declaration (above what its centers, counts and cost allow): dropped
     assert cost(tmp_path / "scores") <= 1.05 * cost(tmp_path / "honest")
@@ -342,8 +414,10 @@ def test_colluders_whose_local_centers_lie_far_from_their_points_are_caught_and_
     means = rng.normal(scale=6.0, size=(5, 3))
     X = np.concatenate([rng.normal(size=(300, 3)) + m for m in means]) + offset
     y = np.repeat(np.arange(5), 300)
-    parts = [np.sort(np.concatenate([rng.permutation(np.flatnonzero(y == c))[:60] for c in (i % 5, (i + 1) % 5)]))
-             for i in range(10)]
+    parts = [
+        np.sort(np.concatenate([rng.permutation(np.flatnonzero(y == c))[:60] for c in (i % 5, (i + 1) % 5)]))
+        for i in range(10)
+    ]
     data_dir = write_npy_dir(tmp_path / "data", [X[p] for p in parts])
     liars = {1001, 1004, 1007}
 

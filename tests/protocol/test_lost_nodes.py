@@ -43,7 +43,11 @@ def train_phases(result):
 def test_node_unavailable_leaves_at_once_and_its_cluster_is_reseeded_now(tmp_path, caplog):
     data, _ = three_blobs_one_per_node(tmp_path, extra_blob_on_node0=True)
     config = {
-        "k": 4, "num-rounds": 8, "dataset": "npy-dir", "data-dir": str(data), "output-dir": str(tmp_path / "o"),
+        "k": 4,
+        "num-rounds": 8,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "output-dir": str(tmp_path / "o"),
         "tol": 0.0,
     }
     result = run(config, num_nodes=3, reply_hook=gone_from_round(1002, 3, "unavailable"))
@@ -65,8 +69,14 @@ def test_node_unavailable_leaves_at_once_and_its_cluster_is_reseeded_now(tmp_pat
 def test_a_silent_node_leaves_after_max_missed_phases(tmp_path):
     data, _ = three_blobs_one_per_node(tmp_path)
     config = {
-        "k": 3, "num-rounds": 6, "dataset": "npy-dir", "data-dir": str(data), "output-dir": str(tmp_path / "o"),
-        "tol": 0.0, "round-timeout": 0.3, "max-missed-phases": 2,
+        "k": 3,
+        "num-rounds": 6,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "output-dir": str(tmp_path / "o"),
+        "tol": 0.0,
+        "round-timeout": 0.3,
+        "max-missed-phases": 2,
     }
     result = run(config, num_nodes=3, reply_hook=gone_from_round(1002, 2, "silent"))
     (exclusion,) = result["nodes"]["exclusions"]
@@ -87,8 +97,13 @@ def test_an_invalid_reply_is_not_a_missed_phase(tmp_path):
         return reply
 
     config = {
-        "k": 3, "num-rounds": 5, "dataset": "npy-dir", "data-dir": str(data), "output-dir": str(tmp_path / "o"),
-        "tol": 0.0, "max-missed-phases": 1,
+        "k": 3,
+        "num-rounds": 5,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "output-dir": str(tmp_path / "o"),
+        "tol": 0.0,
+        "max-missed-phases": 1,
     }
     result = run(config, num_nodes=3, reply_hook=hook)
     assert result["nodes"]["excluded"] == {}

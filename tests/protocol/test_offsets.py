@@ -29,7 +29,13 @@ VARIANTS = {  # name: run-config overrides (defaults otherwise)
     "da-ufl-uniform": {"algorithm": "da-ufl", "weighting": "uniform"},
     "da-ufl-som": {"algorithm": "da-ufl", "weighting": "som"},
     "da-ufl-bin": {"algorithm": "da-ufl", "weighting": "bin"},
-    "feddp-kmeans": {"algorithm": "feddp-kmeans", "epsilon": 5.0, "lloyd-rounds": 3, "noise-seed": 3, "server-data": True},
+    "feddp-kmeans": {
+        "algorithm": "feddp-kmeans",
+        "epsilon": 5.0,
+        "lloyd-rounds": 3,
+        "noise-seed": 3,
+        "server-data": True,
+    },
 }
 
 
@@ -43,8 +49,15 @@ def federate(folder, variant: str, offset: float) -> tuple[dict, list[np.ndarray
     """One run of ``variant`` on the mixture shifted by ``offset``: its result.json, the
     devices' points (as stored: shifted and rounded) and the centers it wrote."""
     parts = [x + offset for x in mixture()]
-    config = {"k": K, "seed": 0, "reference": False, "dataset": "npy-dir",
-              "data-dir": str(write_npy_dir(folder / "data", parts)), "output-dir": str(folder / "out"), **VARIANTS[variant]}
+    config = {
+        "k": K,
+        "seed": 0,
+        "reference": False,
+        "dataset": "npy-dir",
+        "data-dir": str(write_npy_dir(folder / "data", parts)),
+        "output-dir": str(folder / "out"),
+        **VARIANTS[variant],
+    }
     if config.get("server-data"):  # public points of the same kind, at the same offset
         pooled = np.concatenate(mixture())
         server = pooled[np.random.default_rng(5).choice(len(pooled), 150, replace=False)] + offset
@@ -101,7 +114,9 @@ def test_a_shifted_federation_gives_the_unshifted_result(tmp_path, tmp_path_fact
     if "k_range" in result:
         assert result["k_range"]["calinski_harabasz_k"] == reference["k_range"]["calinski_harabasz_k"]
     spread = float(np.sqrt(np.concatenate(mixture()).var(0).sum()))
-    same = centers.shape == reference_centers.shape and np.allclose(centers - offset, reference_centers, atol=1e-4 * spread)
+    same = centers.shape == reference_centers.shape and np.allclose(
+        centers - offset, reference_centers, atol=1e-4 * spread
+    )
     if not same:
         central = KMeans(centers.shape[0], n_init=10, random_state=0).fit(X - offset).cluster_centers_
         assert cost_about(X, centers, offset) <= 1.05 * cost_about(X - offset, central, 0.0), variant
@@ -116,8 +131,15 @@ def test_at_the_loaders_limit_a_run_completes_and_says_what_it_found_in_plain_nu
     hundreds of digits (a 190-digit percentage once, for centers that had not moved)."""
     offset = 5e149
     parts = [offset + x * spread for x in mixture()]
-    config = {"algorithm": algorithm, "k": K, "seed": 0, "reference": False, "dataset": "npy-dir",
-              "data-dir": str(write_npy_dir(tmp_path / "data", parts)), "output-dir": str(tmp_path / "out")}
+    config = {
+        "algorithm": algorithm,
+        "k": K,
+        "seed": 0,
+        "reference": False,
+        "dataset": "npy-dir",
+        "data-dir": str(write_npy_dir(tmp_path / "data", parts)),
+        "output-dir": str(tmp_path / "out"),
+    }
     result = run(config, num_nodes=DEVICES)
     centers = np.load(tmp_path / "out" / "centers.npy")
     assert result["final"]["total_cost"] == pytest.approx(cost_about(np.concatenate(parts), centers, offset), rel=1e-9)
@@ -133,13 +155,28 @@ def test_feddp_without_server_data_clips_around_a_public_point_near_the_data(tmp
     clips data far from it to a sphere of radius clip-norm (garbage, no error); a public
     point near them (here the offset, as a Unix-time epoch is public) gives the unshifted
     run's centers, noise and all; a clip-center that is no point is refused by its key."""
-    base = {"algorithm": "feddp-kmeans", "k": K, "seed": 0, "reference": False, "dataset": "npy-dir", "epsilon": 20.0,
-            "noise-seed": 2, "init": "histogram", "lloyd-rounds": 5, "dimension": 3, "clip-norm": 30.0}
+    base = {
+        "algorithm": "feddp-kmeans",
+        "k": K,
+        "seed": 0,
+        "reference": False,
+        "dataset": "npy-dir",
+        "epsilon": 20.0,
+        "noise-seed": 2,
+        "init": "histogram",
+        "lloyd-rounds": 5,
+        "dimension": 3,
+        "clip-norm": 30.0,
+    }
 
     def federate_around(folder, shift):
         parts = [x + shift for x in mixture()]
-        config = {**base, "data-dir": str(write_npy_dir(folder / "data", parts)), "output-dir": str(folder / "out"),
-                  "clip-center": ",".join([repr(shift)] * 3)}
+        config = {
+            **base,
+            "data-dir": str(write_npy_dir(folder / "data", parts)),
+            "output-dir": str(folder / "out"),
+            "clip-center": ",".join([repr(shift)] * 3),
+        }
         return run(config, num_nodes=DEVICES), np.load(folder / "out" / "centers.npy")
 
     near, near_centers = federate_around(tmp_path / "near", 0.0)
@@ -154,9 +191,11 @@ def test_feddp_without_server_data_clips_around_a_public_point_near_the_data(tmp
 def best_apart(near: np.ndarray, far: np.ndarray, k: int) -> float:
     """Central k-means' cost on two groups too far apart for a center to serve both: the
     best split of the k centers between them, each group clustered about its own mean."""
+
     def central(X, j):
         X = X - X.mean(0)
         return cost_about(X, KMeans(j, n_init=10, random_state=0).fit(X).cluster_centers_, 0.0)
+
     return min(central(near, k - j) + central(far, j) for j in range(1, min(k, len(far))))
 
 
@@ -169,9 +208,16 @@ def test_one_device_far_from_the_others_is_clustered_with_every_reply_accepted(t
     central k-means'."""
     parts = mixture()
     parts[3] = parts[3] + 1e9
-    config = {"k": K, "seed": 0, "reference": False, "dataset": "npy-dir", "standardize": True,
-              "data-dir": str(write_npy_dir(tmp_path / "data", parts)), "output-dir": str(tmp_path / "out"),
-              **({"algorithm": "da-ufl"} if variant.startswith("da-ufl") else {})}
+    config = {
+        "k": K,
+        "seed": 0,
+        "reference": False,
+        "dataset": "npy-dir",
+        "standardize": True,
+        "data-dir": str(write_npy_dir(tmp_path / "data", parts)),
+        "output-dir": str(tmp_path / "out"),
+        **({"algorithm": "da-ufl"} if variant.startswith("da-ufl") else {}),
+    }
     result = run(config, num_nodes=DEVICES)
     assert not result["nodes"]["exclusions"], result["nodes"]["exclusions"]
     failures = [f for phase in result["phases"] for f in phase["failures"]]
@@ -180,7 +226,8 @@ def test_one_device_far_from_the_others_is_clustered_with_every_reply_accepted(t
     near, far = np.concatenate(parts[:3] + parts[4:]), parts[3]
     # no center serves both groups: each group's cost with its own centers, about itself
     found = cost_about(near, centers[np.abs(centers).max(1) < 1e8], 0.0) + cost_about(
-        far - 1e9, centers[np.abs(centers).max(1) >= 1e8] - 1e9, 0.0)
+        far - 1e9, centers[np.abs(centers).max(1) >= 1e8] - 1e9, 0.0
+    )
     assert found <= 1.05 * best_apart(near, far - 1e9, K)
 
 
@@ -189,9 +236,19 @@ def test_feddp_without_server_data_says_when_nothing_placed_its_clip_ball(tmp_pa
     every point lands on the sphere (issue 42's probe: 1e18 × central's cost, no word). The
     run says so, naming clip-center and clip-norm; a clip-center given says nothing."""
     parts = [x + 1e9 for x in mixture()]
-    config = {"algorithm": "feddp-kmeans", "k": K, "seed": 0, "reference": False, "dataset": "npy-dir", "epsilon": 20.0,
-              "noise-seed": 2, "lloyd-rounds": 2, "dimension": 3, "clip-norm": 30.0,
-              "data-dir": str(write_npy_dir(tmp_path / "data", parts))}
+    config = {
+        "algorithm": "feddp-kmeans",
+        "k": K,
+        "seed": 0,
+        "reference": False,
+        "dataset": "npy-dir",
+        "epsilon": 20.0,
+        "noise-seed": 2,
+        "lloyd-rounds": 2,
+        "dimension": 3,
+        "clip-norm": 30.0,
+        "data-dir": str(write_npy_dir(tmp_path / "data", parts)),
+    }
     said = run({**config, "output-dir": str(tmp_path / "auto")}, num_nodes=DEVICES)["warnings"]
     assert any("clip-center" in text and "clip-norm" in text for text in said), said
     placed = run({**config, "output-dir": str(tmp_path / "point"), "clip-center": "1e9,1e9,1e9"}, num_nodes=DEVICES)

@@ -36,8 +36,13 @@ def centers_of(config: dict, num_nodes: int, tmp_path, name: str, node_ids=None)
 def test_node_ids_do_not_change_a_point_run(algorithm, tmp_path):
     rng = np.random.default_rng(1)
     parts = [rng.normal(size=(30 + 5 * i, 3)) + 5 * (i % 4) for i in range(8)]
-    config = {"algorithm": algorithm, "seed": 4, "dataset": "npy-dir", "data-dir": str(write_npy_dir(tmp_path / "d", parts)),
-              **POINT_RUNS[algorithm]}
+    config = {
+        "algorithm": algorithm,
+        "seed": 4,
+        "dataset": "npy-dir",
+        "data-dir": str(write_npy_dir(tmp_path / "d", parts)),
+        **POINT_RUNS[algorithm],
+    }
     plain = centers_of(config, 8, tmp_path, "plain")
     for seed in (0, 1):
         np.testing.assert_array_equal(centers_of(config, 8, tmp_path, f"ids{seed}", shuffled_ids(8, seed)), plain)
@@ -54,8 +59,15 @@ def test_node_ids_do_not_change_a_graph_run(algorithm, tmp_path):
     folder.mkdir()
     for c in range(4):
         np.savetxt(folder / f"client_{c}.txt", edges[owner == c], fmt="%d")
-    config = {"algorithm": algorithm, "k": 3, "num-nodes": 60, "dataset": "edge-dir", "data-dir": str(folder), "seed": 1,
-              "reference": False}
+    config = {
+        "algorithm": algorithm,
+        "k": 3,
+        "num-nodes": 60,
+        "dataset": "edge-dir",
+        "data-dir": str(folder),
+        "seed": 1,
+        "reference": False,
+    }
     outputs = []
     for name, ids in (("plain", None), ("shuffled", shuffled_ids(4, 3))):
         run({**config, "output-dir": str(tmp_path / name)}, num_nodes=4, node_ids=ids)
@@ -74,9 +86,20 @@ def test_a_device_seed_mixes_the_phase_seed_with_its_partition():
     assert (without.identity, without.partition) == (99, None)
 
 
-@pytest.mark.parametrize("value,expected", [
-    (3, 3), (3.0, 3), (-1, None), (2.5, None), (float("nan"), None), (float("inf"), None), (2**60, None),
-    (True, None), ("3", None), (None, None),
-])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        (3, 3),
+        (3.0, 3),
+        (-1, None),
+        (2.5, None),
+        (float("nan"), None),
+        (float("inf"), None),
+        (2**60, None),
+        (True, None),
+        ("3", None),
+        (None, None),
+    ],
+)
 def test_a_stated_partition_is_used_only_when_it_is_a_whole_number(value, expected):
     assert protocol.partition_of({protocol.PARTITION: value}) == expected

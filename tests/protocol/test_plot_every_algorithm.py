@@ -16,12 +16,16 @@ from fedcluster.inprocess import run  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
-DOCUMENTED = set(re.findall(r"^\| `(\w+\.npy)` \|", REFERENCE.read_text().split("\n## Outputs\n", 1)[1].split("\n## ", 1)[0], re.M))
+DOCUMENTED = set(
+    re.findall(r"^\| `(\w+\.npy)` \|", REFERENCE.read_text().split("\n## Outputs\n", 1)[1].split("\n## ", 1)[0], re.M)
+)
 
 
 def graph(tmp_path):
     rng = np.random.default_rng(0)
-    edges = np.array([(a, b) for a in range(30) for b in range(a + 1, 30) if rng.random() < (0.4 if (a < 15) == (b < 15) else 0.02)])
+    edges = np.array(
+        [(a, b) for a in range(30) for b in range(a + 1, 30) if rng.random() < (0.4 if (a < 15) == (b < 15) else 0.02)]
+    )
     folder = tmp_path / "graph"
     folder.mkdir()
     for i, part in enumerate(np.array_split(rng.permutation(len(edges)), 3)):
@@ -32,11 +36,19 @@ def graph(tmp_path):
 @pytest.mark.parametrize(
     "config,nodes,expected",
     [
-        ({"algorithm": "fedkmeans", "k": 3, "num-rounds": 4, "fraction": 0.5}, 6, {"cost.png", "communication.png", "replies.png"}),
+        (
+            {"algorithm": "fedkmeans", "k": 3, "num-rounds": 4, "fraction": 0.5},
+            6,
+            {"cost.png", "communication.png", "replies.png"},
+        ),
         ({"algorithm": "fedkmeans", "k-range": "2:5"}, 6, {"k_range.png", "replies.png"}),
         ({"algorithm": "kfed", "k": 3}, 6, {"communication.png", "replies.png"}),
         ({"algorithm": "da-ufl", "k": 3, "outer-iterations": 3}, 6, {"communication.png", "replies.png"}),
-        ({"algorithm": "feddp-kmeans", "dataset": "feddp-mixture", "k": 3, "lloyd-rounds": 1}, 40, {"privacy.png", "replies.png"}),
+        (
+            {"algorithm": "feddp-kmeans", "dataset": "feddp-mixture", "k": 3, "lloyd-rounds": 1},
+            40,
+            {"privacy.png", "replies.png"},
+        ),
         ({"algorithm": "fedspectral-plus", "num-rounds": 4}, 3, {"spectral.png", "replies.png"}),
         ({"algorithm": "fedspectral"}, 3, {"replies.png"}),
     ],
@@ -52,5 +64,12 @@ def test_plot_writes_the_pictures_of_every_algorithm(config, nodes, expected, tm
     assert expected <= written, (written, report["skipped"])
     for name in written:
         assert (tmp_path / "pics" / name).read_bytes()[:8] == PNG
-    assert set(report["skipped"]) | written == {"cost.png", "communication.png", "replies.png", "privacy.png",
-                                                 "spectral.png", "k_range.png", "points.png"}
+    assert set(report["skipped"]) | written == {
+        "cost.png",
+        "communication.png",
+        "replies.png",
+        "privacy.png",
+        "spectral.png",
+        "k_range.png",
+        "points.png",
+    }

@@ -21,7 +21,9 @@ def test_fedkmeans_defaults_already_leave_unsampled_devices_alone(tmp_path):
     plain = run({**config, "output-dir": str(tmp_path / "plain")}, num_nodes=8)
     deployed = run({**config, "preset": "deployment", "output-dir": str(tmp_path / "deployed")}, num_nodes=8)
     assert "evaluation" not in phases(plain) and phases(plain) == phases(deployed)
-    np.testing.assert_array_equal(np.load(tmp_path / "plain" / "centers.npy"), np.load(tmp_path / "deployed" / "centers.npy"))
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "plain" / "centers.npy"), np.load(tmp_path / "deployed" / "centers.npy")
+    )
     measured = run({**config, "eval-every": 1, "output-dir": str(tmp_path / "measured")}, num_nodes=8)
     assert "evaluation" in phases(measured)
 
@@ -36,7 +38,9 @@ def test_deployment_preset_keeps_kfeds_devices_choosing_among_its_groupings(tmp_
     deployed = run({**config, "preset": "deployment", "output-dir": str(tmp_path / "deployed")}, num_nodes=8)
     assert "evaluation" in phases(deployed) and phases(deployed) == phases(plain)
     assert deployed["kfed"]["candidates"]["scored"] >= 2
-    np.testing.assert_array_equal(np.load(tmp_path / "plain" / "centers.npy"), np.load(tmp_path / "deployed" / "centers.npy"))
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "plain" / "centers.npy"), np.load(tmp_path / "deployed" / "centers.npy")
+    )
     # the same merge: without the evaluation round its cheapest candidate on the device
     # centers is the result; with it the devices' own points chose, never a costlier one
     from fedcluster.node_data import pooled_points
@@ -45,8 +49,9 @@ def test_deployment_preset_keeps_kfeds_devices_choosing_among_its_groupings(tmp_
     X, _ = pooled_points(plain["config"], 8)
     chosen, own = (kmeans_cost(X, np.load(tmp_path / name / "centers.npy")) for name in ("plain", "deployed"))
     assert chosen == pytest.approx(plain["final"]["total_cost"]) and chosen <= own
-    np.testing.assert_array_equal(np.load(tmp_path / "plain" / "device_centers.npy"),
-                                  np.load(tmp_path / "deployed" / "device_centers.npy"))
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "plain" / "device_centers.npy"), np.load(tmp_path / "deployed" / "device_centers.npy")
+    )
 
 
 def test_deployment_preset_drops_feddp_exact_cost_report(tmp_path):

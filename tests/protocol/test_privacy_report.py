@@ -13,16 +13,17 @@ from test_feddp import NODES, small
 
 # Numbers that are not computed from device data, or only through the noise.
 ALLOWED = [
-    r"config\..*",                                          # the run config
-    r"communication\.bytes_(up|down)", r"wall_time_s",        # sizes of fixed-shape arrays, time
-    r"communication\.round_trips",                           # protocol steps
+    r"config\..*",  # the run config
+    r"communication\.bytes_(up|down)",
+    r"wall_time_s",  # sizes of fixed-shape arrays, time
+    r"communication\.round_trips",  # protocol steps
     r"(phases|rounds)\[\]\.(sent|away|replies|round|round_trip|seconds|bytes_up|bytes_down)",  # participation, time
     r"nodes\.(connected|active)",
     r"rounds\[\]\.(noisy_counts\[\]|center_shift|kept_centers)",  # computed from noisy aggregates
     r"init\.(components|server_points|server_points_kept|noisy_counts\[\])",  # server data, noisy
     r"init\.(candidates|server_candidates|cube_half_width|radius_a)",  # histogram start: public sizes, Δ/√d
-    r"init\.(candidates_kept|filled)",                       # post-processing of the noisy histogram
-    r"privacy\..*",                                         # the accounting itself
+    r"init\.(candidates_kept|filled)",  # post-processing of the noisy histogram
+    r"privacy\..*",  # the accounting itself
 ]
 
 
@@ -37,7 +38,9 @@ def numeric_paths(value, path=""):
         yield path
 
 
-@pytest.mark.parametrize("init", ["feddp", "auto"])  # auto at data-point level: the histogram of server-point candidates
+@pytest.mark.parametrize(
+    "init", ["feddp", "auto"]
+)  # auto at data-point level: the histogram of server-point candidates
 @pytest.mark.parametrize("level", ["data-point", "client"])
 @pytest.mark.parametrize("margin", [1.0, 0.9])
 def test_every_number_in_result_json_is_public_noisy_or_listed_as_not_covered(tmp_path, init, level, margin):
@@ -51,7 +54,8 @@ def test_every_number_in_result_json_is_public_noisy_or_listed_as_not_covered(tm
     listed = result["privacy"]["not_covered"]
     assert all(isinstance(reason, str) and len(reason) > 20 for reason in listed.values())
     leaks = [
-        path for path in sorted(set(numeric_paths(result)))
+        path
+        for path in sorted(set(numeric_paths(result)))
         if not any(re.fullmatch(pattern, path) for pattern in ALLOWED)
         and not any(path == key or path.startswith(key + ".") for key in listed)
     ]

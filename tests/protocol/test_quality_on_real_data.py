@@ -23,16 +23,24 @@ from sklearn.cluster import KMeans
 import fedcluster
 
 CLIENTS, SEEDS = 8, (0, 1)
-LOADERS = {"iris": datasets.load_iris, "wine": datasets.load_wine,
-           "breast_cancer": datasets.load_breast_cancer, "digits": datasets.load_digits}
+LOADERS = {
+    "iris": datasets.load_iris,
+    "wine": datasets.load_wine,
+    "breast_cancer": datasets.load_breast_cancer,
+    "digits": datasets.load_digits,
+}
 # (algorithm, estimator keywords) -> dataset -> the largest worst-seed cost ratio allowed
 BOUNDS = {
     ("fedkmeans", ()): {"iris": 1.002, "wine": 1.002, "breast_cancer": 1.002, "digits": 1.002},
     ("fedkmeans", (("fraction", 0.5),)): {"iris": 1.005, "wine": 1.005, "breast_cancer": 1.005, "digits": 1.005},
     # a round contacts only its sampled devices: the sets are ranked by their memory bound
     # (ranked by the sampled devices' costs instead: wine 1.018, digits 1.010, iris 1.004)
-    ("fedkmeans", (("fraction", 0.3), ("run_config", (("eval-every", 0),)))):
-        {"iris": 1.003, "wine": 1.003, "breast_cancer": 1.003, "digits": 1.003},
+    ("fedkmeans", (("fraction", 0.3), ("run_config", (("eval-every", 0),)))): {
+        "iris": 1.003,
+        "wine": 1.003,
+        "breast_cancer": 1.003,
+        "digits": 1.003,
+    },
     ("kfed", ()): {"iris": 1.05, "wine": 1.2, "breast_cancer": 1.08, "digits": 1.05},
     ("da-ufl", ()): {"iris": 1.005, "wine": 1.005, "breast_cancer": 1.005, "digits": 1.005},
 }

@@ -40,6 +40,7 @@ def traced_peak(config, tmp_path, hook):
 def adding(victim: int, name: str, fields: dict, tasks: tuple[str, ...] = ()):
     """A reply hook: node ``victim`` puts the array ``fields`` under ``name`` in its replies
     (of ``tasks``, or all); the same bytes every time, made once before the run."""
+
     def hook(node, message, reply):
         if node == victim and not reply.has_error() and (not tasks or message.metadata.message_type in tasks):
             reply.content.array_records["arrays"][name] = Array(**fields)
@@ -60,7 +61,9 @@ def test_an_undeclared_payload_in_every_reply_is_refused_unread_naming_the_array
     assert reasons and all("undeclared array 'junk'" in reason for reason in reasons), reasons
     assert "1001" in result["nodes"]["excluded"]  # its start-up replies (a bundle's parts) were all refused
     assert np.isfinite(result["final"]["cost"]) and result["final"]["num_points"] < 600
-    assert peak < PAYLOAD / 4, f"the server held {peak / 2**20:.0f} MiB while refusing a {PAYLOAD / 2**20:.0f} MiB payload"
+    assert peak < PAYLOAD / 4, (
+        f"the server held {peak / 2**20:.0f} MiB while refusing a {PAYLOAD / 2**20:.0f} MiB payload"
+    )
 
 
 def test_a_declared_array_beyond_its_bound_size_is_refused_before_it_is_decoded(tmp_path):
@@ -71,7 +74,9 @@ def test_a_declared_array_beyond_its_bound_size_is_refused_before_it_is_decoded(
     reasons = failures_of(result, 1002)
     assert reasons and all("'sums'" in reason and f"({rows}, 3)" in reason for reason in reasons), reasons
     assert np.isfinite(result["final"]["cost"])
-    assert peak < PAYLOAD / 4, f"the server held {peak / 2**20:.0f} MiB while refusing a {PAYLOAD / 2**20:.0f} MiB array"
+    assert peak < PAYLOAD / 4, (
+        f"the server held {peak / 2**20:.0f} MiB while refusing a {PAYLOAD / 2**20:.0f} MiB array"
+    )
 
 
 def test_a_device_chosen_size_above_its_declared_limit_is_refused(tmp_path):
@@ -99,12 +104,24 @@ BIG = 4 * 2**20  # bytes a hostile device adds: far above any verdict
 def _reply(parts: list[tuple[str, dict]]) -> Message:
     """An honest device's reply to a request of ``parts`` (a bundle when there are several)."""
     set_task_identity(run_id=5, node_id=1)
-    plain = [Message(RecordDict({protocol.ARRAYS: ArrayRecord(), protocol.CONFIG: ConfigRecord(config)}), 1000,
-                     protocol.task(task).message_type, group_id="g") for task, config in parts]
+    plain = [
+        Message(
+            RecordDict({protocol.ARRAYS: ArrayRecord(), protocol.CONFIG: ConfigRecord(config)}),
+            1000,
+            protocol.task(task).message_type,
+            group_id="g",
+        )
+        for task, config in parts
+    ]
     request = plain[0] if len(plain) == 1 else bundle_message(plain, "g")
     request.metadata.__dict__["_message_id"] = "m1"
-    context = Context(run_id=5, node_id=1000, node_config={"partition-id": 0, "num-partitions": 2}, state=RecordDict(),
-                      run_config={"num-points": 200, "dim": 3, "k": 3})
+    context = Context(
+        run_id=5,
+        node_id=1000,
+        node_config={"partition-id": 0, "num-partitions": 2},
+        state=RecordDict(),
+        run_config={"num-points": 200, "dim": 3, "k": 3},
+    )
     return handle(request, context)
 
 
@@ -123,9 +140,13 @@ def _hostile(case: str) -> tuple[Message, int]:
     elif case == "undeclared config record":
         content["evil"] = ConfigRecord({"x": "y" * BIG})
     elif case == "many metrics":
-        content[protocol.METRICS] = MetricRecord({**dict(content[protocol.METRICS]), **{f"m{i}": float(i) for i in range(BIG // 64)}})
+        content[protocol.METRICS] = MetricRecord(
+            {**dict(content[protocol.METRICS]), **{f"m{i}": float(i) for i in range(BIG // 64)}}
+        )
     elif case == "list metric":
-        content[protocol.METRICS] = MetricRecord({**dict(content[protocol.METRICS]), protocol.NUM_EXAMPLES: [1.0] * (BIG // 8)})
+        content[protocol.METRICS] = MetricRecord(
+            {**dict(content[protocol.METRICS]), protocol.NUM_EXAMPLES: [1.0] * (BIG // 8)}
+        )
     elif case == "long metric name":
         content[protocol.METRICS] = MetricRecord({**dict(content[protocol.METRICS]), "n" * BIG: 1.0})
     elif case == "bundle: extra part":
@@ -141,9 +162,19 @@ def _hostile(case: str) -> tuple[Message, int]:
     return reply, (2 if case.startswith("bundle") else 1)
 
 
-HOSTILE_CASES = ["huge error reason", "undeclared array record", "undeclared config record", "many metrics", "list metric",
-                 "long metric name", "bundle: extra part", "bundle: huge error part", "bundle: error part with a payload",
-                 "bundle: error reason not a string", "bundle: undeclared array in one part"]
+HOSTILE_CASES = [
+    "huge error reason",
+    "undeclared array record",
+    "undeclared config record",
+    "many metrics",
+    "list metric",
+    "long metric name",
+    "bundle: extra part",
+    "bundle: huge error part",
+    "bundle: error part with a payload",
+    "bundle: error reason not a string",
+    "bundle: undeclared array in one part",
+]
 
 
 @pytest.mark.parametrize("case", HOSTILE_CASES)
@@ -160,7 +191,9 @@ def test_the_journal_keeps_a_refused_reply_as_its_verdict_and_replays_the_same(c
     for index, reply in enumerate(live):
         reason = None if reply.error is not None or reply.arrays is None else layout_problem(reply, spec, {"d": None})
         if reply.error is not None or reason:
-            verdicts[index] = (reply.kind, reply.error, reply.up) if reply.error is not None else ("invalid", reason, reply.up)
+            verdicts[index] = (
+                (reply.kind, reply.error, reply.up) if reply.error is not None else ("invalid", reason, reply.up)
+            )
     assert verdicts, case
     assert all(len(reason) < REASON_MAX + 200 for _, reason, _ in verdicts.values())
     kept = message_bytes(kept_of(message, parts, verdicts))
@@ -171,7 +204,11 @@ def test_the_journal_keeps_a_refused_reply_as_its_verdict_and_replays_the_same(c
             kind, reason, up = verdicts[index]
             assert (after.kind, after.error, after.up) == (kind, reason, up)
         else:
-            assert (after.error, after.metrics, sorted(after.arrays or {})) == (before.error, before.metrics, sorted(before.arrays or {}))
+            assert (after.error, after.metrics, sorted(after.arrays or {})) == (
+                before.error,
+                before.metrics,
+                sorted(before.arrays or {}),
+            )
     live_again = incoming(message_from(kept), 1000, parts)  # a device sending what the journal keeps: undeclared
     assert all(reply.kind == "invalid" and "undeclared record" in reply.error for reply in live_again)
 

@@ -63,16 +63,30 @@ def blobs(tmp_path, clients=6):
 
 
 def config(data, out, **extra):
-    return {"k": 3, "num-rounds": 4, "dataset": "npy-dir", "data-dir": str(data), "output-dir": str(out),
-            "reference": False, **extra}
+    return {
+        "k": 3,
+        "num-rounds": 4,
+        "dataset": "npy-dir",
+        "data-dir": str(data),
+        "output-dir": str(out),
+        "reference": False,
+        **extra,
+    }
 
 
 CASES = {
     "fedkmeans": {"algorithm": "fedkmeans", "fraction": 0.5},
     "kfed": {"algorithm": "kfed"},
     "da-ufl": {"algorithm": "da-ufl", "outer-iterations": 3, "inner-iterations": 3},
-    "feddp-kmeans": {"algorithm": "feddp-kmeans", "init": "histogram", "lloyd-rounds": 3, "epsilon": 2.0,
-                     "clip-norm": 20.0, "noise-seed": 5, "dimension": 2},
+    "feddp-kmeans": {
+        "algorithm": "feddp-kmeans",
+        "init": "histogram",
+        "lloyd-rounds": 3,
+        "epsilon": 2.0,
+        "clip-norm": 20.0,
+        "noise-seed": 5,
+        "dimension": 2,
+    },
 }
 
 
@@ -82,8 +96,12 @@ GRAPH_CASES = {
     "fedspectral-plus-secure": {"algorithm": "fedspectral-plus", "num-rounds": 4, "secure-aggregation": True},
 }
 SECURE_CASES = {  # no noise, so that the sums are the plain ones: what is checked is the secure path itself
-    "feddp-kmeans-secure": {**CASES["feddp-kmeans"], "secure-aggregation": True, "epsilon": float("inf"),
-                            "evaluate-cost": False},
+    "feddp-kmeans-secure": {
+        **CASES["feddp-kmeans"],
+        "secure-aggregation": True,
+        "epsilon": float("inf"),
+        "evaluate-cost": False,
+    },
 }
 
 
@@ -112,7 +130,9 @@ def test_a_run_that_stopped_resumes_to_the_uninterrupted_result_without_asking_a
         with pytest.raises(FederationError, match="resume=true"):  # the unfinished run is never silently replaced
             run(config(data, out, **extra), num_nodes=6)
         state = count_pushes()
-        resumed = run(config(data, out, resume=True, **extra), num_nodes=6, node_ids=[70 + 13 * i for i in range(6)][::-1])
+        resumed = run(
+            config(data, out, resume=True, **extra), num_nodes=6, node_ids=[70 + 13 * i for i in range(6)][::-1]
+        )
         for name in set(whole["files"]) - {"device_nodes.npy"}:  # (node ids: Flower's differ in every run)
             np.testing.assert_array_equal(np.load(out / name), np.load(tmp_path / "whole" / name))
         assert [r.get("cost") for r in resumed["rounds"]] == [r.get("cost") for r in whole["rounds"]]
@@ -124,7 +144,7 @@ def test_a_run_that_stopped_resumes_to_the_uninterrupted_result_without_asking_a
             # and a sum masked but not unmasked before the stop is masked again in it
             rest, keys = [t for t in again if not _session(t)], [t for t in again if _session(t)]
             expected = [t for t in asked[completed:] if not _session(t)]
-            assert rest[len(rest) - len(expected):] == expected and len(rest) - len(expected) <= 1
+            assert rest[len(rest) - len(expected) :] == expected and len(rest) - len(expected) <= 1
             assert len(keys) <= sum(map(_session, asked[completed:])) + 2
         if completed:  # (a journal without a single reply has nothing to replay: the run starts over)
             assert resumed["resumed"][0]["nodes_back"] == 6
@@ -147,7 +167,9 @@ def test_a_node_that_states_anothers_partition_at_identify_takes_no_ones_place(t
         return reply
 
     count_pushes()
-    resumed = run(config(data, out, resume=True, **CASES["fedkmeans"]), num_nodes=6, node_ids=live, reply_hook=claims_five)
+    resumed = run(
+        config(data, out, resume=True, **CASES["fedkmeans"]), num_nodes=6, node_ids=live, reply_hook=claims_five
+    )
     assert resumed["resumed"][0]["nodes_back"] == 4 and resumed["resumed"][0]["newcomers"] == 2
     assert any("301, 305 all state partition-id 5" in text for text in resumed["warnings"])
 
@@ -156,12 +178,20 @@ def _session(types):
     return bool(types) and types[0] in ("query.secagg_setup", "query.secagg_share_keys")
 
 
-PRIVATE = {"algorithm": "feddp-kmeans", "init": "histogram", "lloyd-rounds": 3, "epsilon": 2.0, "clip-norm": 20.0,
-           "dimension": 2}  # noise-seed = -1: the noise comes from the run folder's secret
+PRIVATE = {
+    "algorithm": "feddp-kmeans",
+    "init": "histogram",
+    "lloyd-rounds": 3,
+    "epsilon": 2.0,
+    "clip-norm": 20.0,
+    "dimension": 2,
+}  # noise-seed = -1: the noise comes from the run folder's secret
 
 
 def ledger(folder):
-    return [json.loads(line) for line in (folder / "privacy-ledger.jsonl").read_text().splitlines() if line.endswith("}")]
+    return [
+        json.loads(line) for line in (folder / "privacy-ledger.jsonl").read_text().splitlines() if line.endswith("}")
+    ]
 
 
 def test_a_private_run_writes_each_release_before_it_leaves_and_a_resume_spends_none_again(tmp_path, count_pushes):
@@ -205,7 +235,9 @@ def test_keys_that_change_neither_result_nor_privacy_may_differ_on_resume_and_ma
     assert resumed["privacy"]["epsilon"] == whole["privacy"]["epsilon"] and not any(e["again"] for e in ledger(out))
 
 
-def test_a_ledger_record_the_crash_cut_short_is_skipped_with_a_warning_and_the_resume_counts_right(tmp_path, count_pushes):
+def test_a_ledger_record_the_crash_cut_short_is_skipped_with_a_warning_and_the_resume_counts_right(
+    tmp_path, count_pushes
+):
     data, out = blobs(tmp_path), tmp_path / "stopped"
     count_pushes()
     run(config(data, tmp_path / "whole", **PRIVATE), num_nodes=6)
@@ -264,8 +296,12 @@ def test_the_devices_noise_is_spent_when_its_unmasking_is_asked_for(tmp_path, co
 SECURE_SWEEP = {  # (fewer rounds: every sum after the session's first is alike)
     "feddp-kmeans-secure": {**SECURE_CASES["feddp-kmeans-secure"], "lloyd-rounds": 2},
     "fedspectral-plus-secure": {**GRAPH_CASES["fedspectral-plus-secure"], "num-rounds": 2},
-    "fedspectral-plus-secure-sparse": {"algorithm": "fedspectral-plus", "num-rounds": 2, "secure-aggregation": True,
-                                       "secagg-neighbours": 3},
+    "fedspectral-plus-secure-sparse": {
+        "algorithm": "fedspectral-plus",
+        "num-rounds": 2,
+        "secure-aggregation": True,
+        "secagg-neighbours": 3,
+    },
 }
 
 
@@ -289,8 +325,11 @@ def test_a_secure_run_resumes_from_every_point_it_can_stop_at(tmp_path, count_pu
             count_pushes()
             run(config(data, out, resume=True, **extra), num_nodes=6, node_ids=[90 + 7 * i for i in range(6)])
             for array in set(whole["files"]) - {"device_nodes.npy"}:
-                np.testing.assert_array_equal(np.load(out / array), np.load(tmp_path / "whole" / array),
-                                              err_msg=f"{array}, stopped at push {crash_at} ({in_pull=})")
+                np.testing.assert_array_equal(
+                    np.load(out / array),
+                    np.load(tmp_path / "whole" / array),
+                    err_msg=f"{array}, stopped at push {crash_at} ({in_pull=})",
+                )
 
 
 @pytest.mark.parametrize("name", ["feddp-kmeans-secure", "fedspectral-plus-secure"])
@@ -322,8 +361,11 @@ def test_a_secure_run_stopped_again_after_its_resume_went_live_resumes_again(tmp
             count_pushes()
             run(config(data, out, resume=True, **extra), num_nodes=6, node_ids=[90 + 7 * i for i in range(6)])
             for array in set(whole["files"]) - {"device_nodes.npy"}:
-                np.testing.assert_array_equal(np.load(out / array), np.load(tmp_path / "whole" / array),
-                                              err_msg=f"{array}, stopped again at push {crash_at} ({in_pull=})")
+                np.testing.assert_array_equal(
+                    np.load(out / array),
+                    np.load(tmp_path / "whole" / array),
+                    err_msg=f"{array}, stopped again at push {crash_at} ({in_pull=})",
+                )
         if second_attempt is not None:
             break
     assert second_attempt is not None and second_attempt > 4

@@ -20,8 +20,18 @@ from fedcluster.inprocess import run
 
 NODES = 10
 BASE = {
-    "algorithm": "feddp-kmeans", "dataset": "feddp-mixture", "dim": 10, "k": 3, "num-points": 3000, "seed": 3,
-    "reference": False, "epsilon": math.inf, "init": "server-kmeans++", "clip-norm": 1e3, "max-device-points": 600, "evaluate-cost": False,
+    "algorithm": "feddp-kmeans",
+    "dataset": "feddp-mixture",
+    "dim": 10,
+    "k": 3,
+    "num-points": 3000,
+    "seed": 3,
+    "reference": False,
+    "epsilon": math.inf,
+    "init": "server-kmeans++",
+    "clip-norm": 1e3,
+    "max-device-points": 600,
+    "evaluate-cost": False,
 }
 SECAGG_TASKS = {"query.secagg_setup", "query.secagg_share_keys", "query.secure_feddp_lloyd", "query.secagg_unmask"}
 
@@ -36,10 +46,12 @@ def centers(tmp_path, name):
 
 def fail(node_to_fail, message_type):
     """A reply hook: ``node_to_fail``'s reply to ``message_type`` becomes an error reply."""
+
     def hook(node, message, reply):
         if node == node_to_fail and message.metadata.message_type == message_type:
             return Message(Error(code=2, reason="gone"), reply_to=message)
         return reply
+
     return hook
 
 
@@ -86,8 +98,12 @@ def test_the_server_never_receives_a_devices_plain_statistics(tmp_path):
         mine = [m for n, m in requests if n == node]
         for message, arrays in zip(mine, masked[node]):
             request = {k: v.numpy() for k, v in message.content.array_records["arrays"].items()}
-            plain, _ = run_task("feddp_lloyd", data, {k: v for k, v in request.items() if not k.startswith("secagg-")},
-                                {k: v for k, v in message.content.config_records["config"].items() if not k.startswith("secagg-")})
+            plain, _ = run_task(
+                "feddp_lloyd",
+                data,
+                {k: v for k, v in request.items() if not k.startswith("secagg-")},
+                {k: v for k, v in message.content.config_records["config"].items() if not k.startswith("secagg-")},
+            )
             ranges = dict(zip(("sums", "counts"), request["secagg-ranges"]))
             for name in ("sums", "counts"):
                 value = arrays[name]
@@ -108,13 +124,16 @@ def test_a_device_that_drops_still_gives_the_right_sum_of_the_others(tmp_path, s
     in the nine others' vectors are removed with its reconstructed sk1): the round completes
     with nine answers, over all ten or over the nine others."""
     kind = "query.secagg_unmask" if stage == "after-masking" else "query.secure_feddp_lloyd"
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True}), num_nodes=NODES,
-                 reply_hook=fail(1000, kind))
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True}),
+        num_nodes=NODES,
+        reply_hook=fail(1000, kind),
+    )
     phase = {p["phase"]: p for p in result["phases"]}
     failed = "lloyd-unmask" if stage == "after-masking" else "lloyd"
     assert [f["node"] for f in phase[failed]["failures"]] == [1000] and phase[failed]["replies"] == NODES - 1
     X = pooled_points(result["config"], NODES)[0]
-    used = X if stage == "after-masking" else X[len(X) // NODES:]  # node 1000 holds the first tenth
+    used = X if stage == "after-masking" else X[len(X) // NODES :]  # node 1000 holds the first tenth
     init = np.load(tmp_path / "secure" / "init_centers.npy")
     np.testing.assert_allclose(centers(tmp_path, "secure"), lloyd_step(used, init), rtol=1e-6)
 
@@ -131,15 +150,21 @@ def test_a_device_that_drops_before_masking_or_misses_an_unmasking_takes_part_in
         kind = message.metadata.message_type
         seen.append((node, kind))
         first = seen.count((node, kind)) == 1
-        if first and ((node, kind) == (1000, "query.secure_feddp_lloyd") or (node, kind) == (1001, "query.secagg_unmask")):
+        if first and (
+            (node, kind) == (1000, "query.secure_feddp_lloyd") or (node, kind) == (1001, "query.secagg_unmask")
+        ):
             return Message(Error(code=2, reason="gone"), reply_to=message)
         return reply
 
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 3, "secure-aggregation": True}), num_nodes=NODES, reply_hook=hook)
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 3, "secure-aggregation": True}), num_nodes=NODES, reply_hook=hook
+    )
     assert seen.count((1000, "query.secure_feddp_lloyd")) == 3 and seen.count((1001, "query.secure_feddp_lloyd")) == 3
     assert result["privacy"]["secure_aggregation"]["sessions"] == 1
     X = pooled_points(result["config"], NODES)[0]
-    expected = lloyd_step(X[len(X) // NODES:], np.load(tmp_path / "secure" / "init_centers.npy"))  # node 1000: the first tenth
+    expected = lloyd_step(
+        X[len(X) // NODES :], np.load(tmp_path / "secure" / "init_centers.npy")
+    )  # node 1000: the first tenth
     for _ in range(2):
         expected = lloyd_step(X, expected)
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6)
@@ -162,8 +187,10 @@ def test_no_mask_key_of_one_sum_unmasks_another(tmp_path, monkeypatch):
         if node == 1000 and kind == "query.secure_feddp_lloyd":
             if "masked" in kept:
                 return Message(Error(code=2, reason="gone"), reply_to=message)
-            kept["request"], kept["masked"] = message, {k: v.numpy() for k, v in reply.content.array_records["arrays"].items()
-                                                        if not k.startswith("secagg-")}  # the masked arrays
+            kept["request"], kept["masked"] = (
+                message,
+                {k: v.numpy() for k, v in reply.content.array_records["arrays"].items() if not k.startswith("secagg-")},
+            )  # the masked arrays
         if node == 1000 and kind == "query.secagg_unmask" and "seed" not in kept:
             kept["seed"] = secagg.row_bytes(reply.content.array_records["arrays"]["seed"].numpy(), strip=False)
         return reply
@@ -173,8 +200,9 @@ def test_no_mask_key_of_one_sum_unmasks_another(tmp_path, monkeypatch):
     rebuilt = []
     original = secagg_checks.rebuilt
     monkeypatch.setattr(secagg_checks, "rebuilt", lambda *a: rebuilt.append(original(*a)) or rebuilt[-1])
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}), num_nodes=NODES,
-                 reply_hook=hook)
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}), num_nodes=NODES, reply_hook=hook
+    )
     assert result["privacy"]["secure_aggregation"]["sessions"] == 1
     [server_key] = [found.secret for found in rebuilt]  # node 1000's round-2 key, nothing else
     store = next(d.extra[secagg.STATE] for d in device._DATA_CACHE.values() if d.extra.get("node-id") == 1000)
@@ -183,8 +211,12 @@ def test_no_mask_key_of_one_sum_unmasks_another(tmp_path, monkeypatch):
     request = kept["request"]
     data = device_data(result["config"], {"partition-id": 0, "num-partitions": NODES})
     arrays = {k: v.numpy() for k, v in request.content.array_records["arrays"].items()}
-    plain, _ = run_task("feddp_lloyd", data, {k: v for k, v in arrays.items() if not k.startswith("secagg-")},
-                        {k: v for k, v in request.content.config_records["config"].items() if not k.startswith("secagg-")})
+    plain, _ = run_task(
+        "feddp_lloyd",
+        data,
+        {k: v for k, v in arrays.items() if not k.startswith("secagg-")},
+        {k: v for k, v in request.content.config_records["config"].items() if not k.startswith("secagg-")},
+    )
 
     def decoded(scalar: bytes) -> np.ndarray:
         size = sum(v.size for v in kept["masked"].values())
@@ -193,10 +225,12 @@ def test_no_mask_key_of_one_sum_unmasks_another(tmp_path, monkeypatch):
         words = words - secagg.mask(kept["seed"], "self", stream, size)
         for node, public in keys.items():
             if node != 1000:  # what node 1000 added for each peer, undone (it is position 1: it subtracted)
-                words = words + secagg.mask(secagg.shared_key(secagg.private_pem(scalar), bytes(public[0].tobytes())),
-                                            "pair", stream, size)
-        counts = secagg.dequantize(words[-3:] & np.uint64(secagg.MODULUS - 1), arrays["secagg-ranges"][1],
-                                   arrays["secagg-levels"][1])
+                words = words + secagg.mask(
+                    secagg.shared_key(secagg.private_pem(scalar), bytes(public[0].tobytes())), "pair", stream, size
+                )
+        counts = secagg.dequantize(
+            words[-3:] & np.uint64(secagg.MODULUS - 1), arrays["secagg-ranges"][1], arrays["secagg-levels"][1]
+        )
         return counts
 
     np.testing.assert_allclose(decoded(true_key), plain["counts"], atol=1e-3)  # the decoding itself is right
@@ -210,7 +244,11 @@ def test_fewer_unmask_answers_than_the_threshold_stop_the_run(tmp_path):
         return reply
 
     with pytest.raises(Exception, match="lloyd.*fewer than 7 shares to unmask"):
-        run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True}), num_nodes=NODES, reply_hook=hook)
+        run(
+            config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True}),
+            num_nodes=NODES,
+            reply_hook=hook,
+        )
 
 
 def test_secure_aggregation_is_refused_where_a_device_would_still_send_its_statistics_in_the_clear():
@@ -218,7 +256,9 @@ def test_secure_aggregation_is_refused_where_a_device_would_still_send_its_stati
     for overrides in ({"init": "feddp"}, {"init": "auto"}, {"evaluate-cost": True}):
         with pytest.raises(ConfigError, match="secure-aggregation"):
             with_defaults({**BASE, "secure-aggregation": True, **overrides})
-    with_defaults({**BASE, "secure-aggregation": True, "init": "auto", "dataset": "gaussian-mixture"})  # histogram: secured
+    with_defaults(
+        {**BASE, "secure-aggregation": True, "init": "auto", "dataset": "gaussian-mixture"}
+    )  # histogram: secured
 
 
 def test_with_server_data_the_auto_start_is_secured_too(tmp_path):
@@ -227,7 +267,9 @@ def test_with_server_data_the_auto_start_is_secured_too(tmp_path):
     overrides = {"init": "auto", "lloyd-rounds": 2, "secagg-noise": "server"}
     plain = run(config(tmp_path, "plain", **overrides), num_nodes=NODES)
     secure = run(config(tmp_path, "secure", **overrides, **{"secure-aggregation": True}), num_nodes=NODES)
-    assert plain["init"]["method"] == secure["init"]["method"] == "histogram" and secure["init"]["server_candidates"] == 30
+    assert (
+        plain["init"]["method"] == secure["init"]["method"] == "histogram" and secure["init"]["server_candidates"] == 30
+    )
     np.testing.assert_allclose(centers(tmp_path, "secure"), centers(tmp_path, "plain"), rtol=1e-6)
     assert secure["privacy"]["secure_aggregation"]["sums"] == 3  # the histogram and two rounds
 
@@ -244,14 +286,28 @@ def test_a_devices_session_outlives_its_process(tmp_path):
         return reply
 
     run(config(tmp_path, "plain", **{"lloyd-rounds": 2}), num_nodes=NODES)
-    run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}), num_nodes=NODES,
-        reply_hook=fresh_process)
+    run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}),
+        num_nodes=NODES,
+        reply_hook=fresh_process,
+    )
     np.testing.assert_allclose(centers(tmp_path, "secure"), centers(tmp_path, "plain"), rtol=1e-6)
 
 
 NO_SERVER_DATA = {
-    "algorithm": "feddp-kmeans", "dataset": "gaussian-mixture", "dim": 4, "dimension": 4, "k": 4, "num-points": 4000, "seed": 2,
-    "reference": False, "epsilon": 1.0, "lloyd-rounds": 3, "clip-norm": 30.0, "noise-seed": 7, "evaluate-cost": False,
+    "algorithm": "feddp-kmeans",
+    "dataset": "gaussian-mixture",
+    "dim": 4,
+    "dimension": 4,
+    "k": 4,
+    "num-points": 4000,
+    "seed": 2,
+    "reference": False,
+    "epsilon": 1.0,
+    "lloyd-rounds": 3,
+    "clip-norm": 30.0,
+    "noise-seed": 7,
+    "evaluate-cost": False,
 }
 
 
@@ -261,8 +317,15 @@ def test_without_server_data_the_secure_run_with_the_servers_noise_is_the_plain_
     give the plain run's centers (the sensitivities grow only by the rounding to the
     fixed-point grid), within the same ε."""
     plain = run({**NO_SERVER_DATA, "output-dir": str(tmp_path / "plain")}, num_nodes=NODES)
-    secure = run({**NO_SERVER_DATA, "output-dir": str(tmp_path / "secure"), "secure-aggregation": True,
-                  "secagg-noise": "server"}, num_nodes=NODES)
+    secure = run(
+        {
+            **NO_SERVER_DATA,
+            "output-dir": str(tmp_path / "secure"),
+            "secure-aggregation": True,
+            "secagg-noise": "server",
+        },
+        num_nodes=NODES,
+    )
     assert secure["init"]["method"] == "histogram" and secure["privacy"]["lloyd_update"] == "relative"
     np.testing.assert_allclose(centers(tmp_path, "secure"), centers(tmp_path, "plain"), rtol=1e-5, atol=1e-6)
     assert plain["privacy"]["secure_aggregation"] is None
@@ -270,9 +333,18 @@ def test_without_server_data_the_secure_run_with_the_servers_noise_is_the_plain_
     assert record["sums"] == 1 + 3 and record["sessions"] == 1 and record["out_of_range"] == []
     assert secure["privacy"]["epsilon"] <= 1.0
     for step in ("step2", "lloyd_gaussian", "lloyd_laplace"):  # the rounding slack is accounted, and tiny
-        assert plain["privacy"]["bounds"][step] < secure["privacy"]["bounds"][step] < plain["privacy"]["bounds"][step] * (1 + 1e-4)
+        assert (
+            plain["privacy"]["bounds"][step]
+            < secure["privacy"]["bounds"][step]
+            < plain["privacy"]["bounds"][step] * (1 + 1e-4)
+        )
     phases = [p["phase"] for p in secure["phases"]]
-    assert phases[:4] == ["init-histogram-setup", "init-histogram-share-keys", "init-histogram", "init-histogram-unmask"]
+    assert phases[:4] == [
+        "init-histogram-setup",
+        "init-histogram-share-keys",
+        "init-histogram",
+        "init-histogram-unmask",
+    ]
 
 
 def test_a_sum_outside_the_devices_ranges_skips_that_update_and_says_so(tmp_path):
@@ -294,8 +366,11 @@ def test_a_sum_outside_the_devices_ranges_skips_that_update_and_says_so(tmp_path
                     arrays[name] = Array(rng.integers(0, secagg.MODULUS, size=shape, dtype=np.uint64))
         return reply
 
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}), num_nodes=NODES,
-                 reply_hook=garbage)
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}),
+        num_nodes=NODES,
+        reply_hook=garbage,
+    )
     assert result["privacy"]["secure_aggregation"]["out_of_range"] == ["lloyd"]
     shifts = [r["center_shift"] for r in result["rounds"]]
     assert shifts[0] == 0.0 and shifts[1] > 0
@@ -314,8 +389,13 @@ def test_a_secured_stages_failure_reason_names_no_point_count_or_data_path(tmp_p
     set_task_identity(run_id=7, node_id=1)
 
     run_config = {k: v for k, v in with_defaults({**BASE, "secure-aggregation": True}).items() if v is not None}
-    context = Context(run_id=7, node_id=1000, node_config={"partition-id": 0, "num-partitions": NODES},
-                      state=RecordDict(), run_config=run_config)
+    context = Context(
+        run_id=7,
+        node_id=1000,
+        node_config={"partition-id": 0, "num-partitions": NODES},
+        state=RecordDict(),
+        run_config=run_config,
+    )
     described = device.load_data(context).describe()
 
     def reason(task, config):
@@ -349,8 +429,18 @@ def test_with_the_devices_noise_no_sum_the_server_decodes_lacks_it_and_epsilon_h
         return reply
 
     rounds, k, d = 6, 8, 16  # 896 coordinates: the spread's standard error is 2.4 %
-    run_config = with_defaults({**NO_SERVER_DATA, "dim": d, "dimension": d, "k": k, "lloyd-rounds": rounds,
-                                "clip-norm": 40.0, "output-dir": str(tmp_path / "secure"), "secure-aggregation": True})
+    run_config = with_defaults(
+        {
+            **NO_SERVER_DATA,
+            "dim": d,
+            "dimension": d,
+            "k": k,
+            "lloyd-rounds": rounds,
+            "clip-norm": 40.0,
+            "output-dir": str(tmp_path / "secure"),
+            "secure-aggregation": True,
+        }
+    )
     result = run(dict(run_config), num_nodes=NODES, reply_hook=hook)
     privacy = result["privacy"]
     assert privacy["noise_added_by"] == "the devices" and privacy["min_noisy_devices"] == 7  # t of 10
@@ -359,12 +449,25 @@ def test_with_the_devices_noise_no_sum_the_server_decodes_lacks_it_and_epsilon_h
     for step in privacy["steps"]:
         bound, size = privacy["bounds"][step["name"]] / step["grid"], sizes[step["name"]]
         l1 = bound * math.sqrt(size) + size if step["name"] == "lloyd_gaussian" else bound + size
-        assert step["l2"] == pytest.approx(bound + math.sqrt(size), rel=1e-12) and step["l1"] == pytest.approx(l1, rel=1e-12)
+        assert step["l2"] == pytest.approx(bound + math.sqrt(size), rel=1e-12) and step["l1"] == pytest.approx(
+            l1, rel=1e-12
+        )
         assert step["compositions"] == (1 if step["name"] == "step2" else rounds)
     orders = list(range(2, 257))
-    rdp = [sum(s["compositions"] * (a * s["l2"] ** 2 / (2 * s["variance"]) + min(
-        ((2 * a - 1) * s["l2"] ** 2 + 6 * s["l1"]) / (4 * s["variance"] ** 2), 3 * s["l1"] / (2 * s["variance"])))
-        for s in privacy["steps"]) for a in orders]
+    rdp = [
+        sum(
+            s["compositions"]
+            * (
+                a * s["l2"] ** 2 / (2 * s["variance"])
+                + min(
+                    ((2 * a - 1) * s["l2"] ** 2 + 6 * s["l1"]) / (4 * s["variance"] ** 2),
+                    3 * s["l1"] / (2 * s["variance"]),
+                )
+            )
+            for s in privacy["steps"]
+        )
+        for a in orders
+    ]
     recomputed = compute_epsilon(orders, rdp, run_config["delta"])[0]
     assert privacy["epsilon"] == pytest.approx(recomputed, rel=1e-3) and recomputed <= 1.0 + 1e-6
     rho = {s["name"]: s["l2"] ** 2 / s["variance"] for s in privacy["steps"]}  # each release's ρ, up to one factor
@@ -375,10 +478,12 @@ def test_with_the_devices_noise_no_sum_the_server_decodes_lacks_it_and_epsilon_h
     scaled = []
     for index, total in enumerate(decoded):  # one per sum: the histogram, then each Lloyd round
         exact = {}
-        for node, message in requests[index * NODES:(index + 1) * NODES]:
+        for node, message in requests[index * NODES : (index + 1) * NODES]:
             data = device_data(run_config, {"partition-id": node - 1000, "num-partitions": NODES})
             task = message.metadata.message_type.removeprefix("query.secure_")
-            request = {k: v.numpy() for k, v in message.content.array_records["arrays"].items() if not k.startswith("secagg-")}
+            request = {
+                k: v.numpy() for k, v in message.content.array_records["arrays"].items() if not k.startswith("secagg-")
+            }
             config = {k: v for k, v in message.content.config_records["config"].items() if not k.startswith("secagg-")}
             plain, _ = run_task(task, data, request, config)
             for name in total:
@@ -393,8 +498,19 @@ def test_with_the_devices_noise_no_sum_the_server_decodes_lacks_it_and_epsilon_h
 def test_a_budget_split_given_sets_the_devices_noise_shares_of_the_lloyd_rounds(tmp_path):
     """With budget-split the Lloyd sums and counts take their ρ shares from it (w3g : w3l),
     not the 2√d : 1 default the test above checks."""
-    run_config = with_defaults({**NO_SERVER_DATA, "dim": 4, "dimension": 4, "k": 3, "lloyd-rounds": 2, "clip-norm": 4.0,
-                                "budget-split": "0.2,0.2,0.6,0.1", "output-dir": str(tmp_path), "secure-aggregation": True})
+    run_config = with_defaults(
+        {
+            **NO_SERVER_DATA,
+            "dim": 4,
+            "dimension": 4,
+            "k": 3,
+            "lloyd-rounds": 2,
+            "clip-norm": 4.0,
+            "budget-split": "0.2,0.2,0.6,0.1",
+            "output-dir": str(tmp_path),
+            "secure-aggregation": True,
+        }
+    )
     steps = {s["name"]: s for s in run(run_config, num_nodes=NODES)["privacy"]["steps"]}
     rho = {name: s["l2"] ** 2 / s["variance"] for name, s in steps.items()}
     assert rho["lloyd_gaussian"] / rho["lloyd_laplace"] == pytest.approx(6.0, rel=1e-9)
@@ -404,10 +520,19 @@ def test_the_devices_noise_runs_with_a_small_cap_on_a_devices_points(tmp_path):
     """With max-device-points = 400 the finest grid (2^40 steps per range of 400 points)
     put the devices' Poisson draws beyond NumPy's reach and the run died; the grid is now
     coarsened to at most 2^25 steps per noise standard deviation."""
-    result = run({**NO_SERVER_DATA, "secure-aggregation": True, "max-device-points": 400,
-                  "output-dir": str(tmp_path / "capped")}, num_nodes=NODES)
+    result = run(
+        {
+            **NO_SERVER_DATA,
+            "secure-aggregation": True,
+            "max-device-points": 400,
+            "output-dir": str(tmp_path / "capped"),
+        },
+        num_nodes=NODES,
+    )
     assert 0 < result["privacy"]["epsilon"] <= 1.0
-    assert all(step["grid"] > 400 * 30.0 / secagg.HALF_LEVELS for step in result["privacy"]["steps"] if step["name"] != "step2")
+    assert all(
+        step["grid"] > 400 * 30.0 / secagg.HALF_LEVELS for step in result["privacy"]["steps"] if step["name"] != "step2"
+    )
     assert np.all(np.isfinite(centers(tmp_path, "capped")))
 
 
@@ -439,14 +564,22 @@ def test_one_device_breaking_the_key_exchange_sits_the_session_out_and_the_run_g
             copied.update({k: v.numpy() for k, v in reply.content.array_records["arrays"].items()})
         return hook(node, message, reply)
 
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}), num_nodes=NODES,
-                 reply_hook=copy_first)
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}),
+        num_nodes=NODES,
+        reply_hook=copy_first,
+    )
     left_out = {1002, 1003} if lie == "copied key" else {1003}
     lloyd = [p for p in result["phases"] if p["phase"] == "lloyd"]
     assert [p["replies"] for p in lloyd] == [NODES - len(left_out)] * 2
     X = pooled_points(result["config"], NODES)[0]
-    rows = np.concatenate([np.arange(len(X))[i * len(X) // NODES:(i + 1) * len(X) // NODES]
-                           for i in range(NODES) if 1000 + i not in left_out])
+    rows = np.concatenate(
+        [
+            np.arange(len(X))[i * len(X) // NODES : (i + 1) * len(X) // NODES]
+            for i in range(NODES)
+            if 1000 + i not in left_out
+        ]
+    )
     expected = np.load(tmp_path / "secure" / "init_centers.npy")
     for _ in range(2):
         expected = lloyd_step(X[rows], expected)
@@ -489,8 +622,11 @@ def test_refused_shares_leave_devices_out_of_a_new_session_and_the_run_goes_on(t
 
     claimed, victims, lost, unmasked = [], [], [], set()
     rounds = 3 if lie == "a lost refusal" else 2
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": rounds, "secure-aggregation": True}), num_nodes=NODES,
-                 reply_hook=hook)
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": rounds, "secure-aggregation": True}),
+        num_nodes=NODES,
+        reply_hook=hook,
+    )
     secure = result["privacy"]["secure_aggregation"]
     left_out = {1003}
     assert secure["left_out_over_refused_shares"] == ([] if lie == "refuses everyone" else [1003])
@@ -502,10 +638,12 @@ def test_refused_shares_leave_devices_out_of_a_new_session_and_the_run_goes_on(t
     lloyd = [p for p in result["phases"] if p["phase"] == "lloyd"]
     assert [p["replies"] for p in lloyd][-2:] == [NODES - len(left_out)] * 2
     X = pooled_points(result["config"], NODES)[0]
-    own = [np.arange(len(X))[i * len(X) // NODES:(i + 1) * len(X) // NODES] for i in range(NODES)]
+    own = [np.arange(len(X))[i * len(X) // NODES : (i + 1) * len(X) // NODES] for i in range(NODES)]
     expected = np.load(tmp_path / "secure" / "init_centers.npy")
     if lie == "a lost refusal":  # round 1 over all but the victim (its reply lost), then the others
-        expected = lloyd_step(X[np.concatenate([rows for i, rows in enumerate(own) if 1000 + i != 999 + victims[0]])], expected)
+        expected = lloyd_step(
+            X[np.concatenate([rows for i, rows in enumerate(own) if 1000 + i != 999 + victims[0]])], expected
+        )
     rows = np.concatenate([rows for i, rows in enumerate(own) if 1000 + i not in left_out])
     for _ in range(2):
         expected = lloyd_step(X[rows], expected)
@@ -552,7 +690,9 @@ def test_connected_finds_a_masking_graph_split_in_two():
 def in_order_ring(participants, neighbours, rng):
     """The masking graph with the positions in order on the ring (the test knows it)."""
     half = -(-neighbours // 2)
-    return {p: {((p - 1 + o) % participants) + 1 for o in range(-half, half + 1)} - {p} for p in range(1, participants + 1)}
+    return {
+        p: {((p - 1 + o) % participants) + 1 for o in range(-half, half + 1)} - {p} for p in range(1, participants + 1)
+    }
 
 
 @pytest.mark.parametrize("drop", ["none", "before-masking", "after-masking"])
@@ -573,11 +713,14 @@ def test_a_sparse_graph_gives_the_plain_sums_with_each_device_sharing_only_with_
             return Message(Error(code=2, reason="gone"), reply_to=message)
         return reply
 
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True, "secagg-neighbours": 4}),
-                 num_nodes=NODES, reply_hook=hook)
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True, "secagg-neighbours": 4}),
+        num_nodes=NODES,
+        reply_hook=hook,
+    )
     assert positions == [5] * NODES and result["privacy"]["secure_aggregation"]["neighbours"] == 4
     X = pooled_points(result["config"], NODES)[0]
-    used = X[len(X) // NODES:] if drop == "before-masking" else X  # node 1000 holds the first tenth
+    used = X[len(X) // NODES :] if drop == "before-masking" else X  # node 1000 holds the first tenth
     expected = np.load(tmp_path / "secure" / "init_centers.npy")
     for _ in range(2):
         expected = lloyd_step(used, expected)
@@ -599,14 +742,21 @@ def test_a_sum_whose_devices_no_longer_form_one_masking_graph_is_set_up_again_ne
             return Message(Error(code=2, reason="gone"), reply_to=message)
         return reply
 
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 2,
-                                               "secagg-threshold": 0.5}), num_nodes=NODES, reply_hook=hook)
+    result = run(
+        config(
+            tmp_path,
+            "secure",
+            **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 2, "secagg-threshold": 0.5},
+        ),
+        num_nodes=NODES,
+        reply_hook=hook,
+    )
     first_masked = asked.index("query.secure_feddp_lloyd")
     assert asked[first_masked:].index("query.secagg_setup") < asked[first_masked:].index("query.secagg_unmask")
     assert result["privacy"]["secure_aggregation"]["sessions"] == 2
     X = pooled_points(result["config"], NODES)[0]
     tenth = len(X) // NODES
-    rows = np.r_[tenth:5 * tenth, 6 * tenth:len(X)]
+    rows = np.r_[tenth : 5 * tenth, 6 * tenth : len(X)]
     expected = lloyd_step(X[rows], np.load(tmp_path / "secure" / "init_centers.npy"))
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
 
@@ -623,8 +773,9 @@ def test_a_sparse_neighbourhood_too_thin_to_unmask_is_set_up_again_among_the_oth
     def hook(node, message, reply):
         kind = message.metadata.message_type
         seen.append((node, kind))
-        if kind == "query.secure_feddp_lloyd" and (node in (1003, 1004) if case == "two adjacent drop" else
-                                                   (node == 1004 and seen.count((node, kind)) == 2)):
+        if kind == "query.secure_feddp_lloyd" and (
+            node in (1003, 1004) if case == "two adjacent drop" else (node == 1004 and seen.count((node, kind)) == 2)
+        ):
             return Message(Error(code=2, reason="gone"), reply_to=message)
         return reply
 
@@ -632,21 +783,29 @@ def test_a_sparse_neighbourhood_too_thin_to_unmask_is_set_up_again_among_the_oth
 
     class Away(Availability):  # node 1003 offline from round 1's unmasking to round 2's masked request
         def online(self, node, trip):
-            return case == "two adjacent drop" or node != 1003 or seen.count((1000, "query.secure_feddp_lloyd")) != 1 \
+            return (
+                case == "two adjacent drop"
+                or node != 1003
+                or seen.count((1000, "query.secure_feddp_lloyd")) != 1
                 or seen[-1][1] != "query.secagg_unmask"
+            )
 
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True, "secagg-neighbours": 4}),
-                 num_nodes=NODES, reply_hook=hook, availability=Away())
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True, "secagg-neighbours": 4}),
+        num_nodes=NODES,
+        reply_hook=hook,
+        availability=Away(),
+    )
     assert result["privacy"]["secure_aggregation"]["sessions"] >= 2
     X = pooled_points(result["config"], NODES)[0]
     tenth = len(X) // NODES
     expected = np.load(tmp_path / "secure" / "init_centers.npy")
     if case == "two adjacent drop":
         for _ in range(2):
-            expected = lloyd_step(np.r_[X[:3 * tenth], X[5 * tenth:]], expected)
+            expected = lloyd_step(np.r_[X[: 3 * tenth], X[5 * tenth :]], expected)
     else:
         expected = lloyd_step(X, expected)
-        expected = lloyd_step(np.r_[X[:3 * tenth], X[5 * tenth:]], expected)
+        expected = lloyd_step(np.r_[X[: 3 * tenth], X[5 * tenth :]], expected)
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
 
 
@@ -667,13 +826,16 @@ def test_on_a_sparse_graph_a_refusal_of_a_device_that_is_no_neighbour_is_an_inva
             arrays["secagg-refused"] = Array(flags)
         return reply
 
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 4}),
-                 num_nodes=NODES, reply_hook=hook)
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 4}),
+        num_nodes=NODES,
+        reply_hook=hook,
+    )
     lloyd = next(p for p in result["phases"] if p["phase"] == "lloyd")
     assert [f["node"] for f in lloyd["failures"]] == [1003] and "refusal flags" in lloyd["failures"][0]["reason"]
     assert result["privacy"]["secure_aggregation"]["left_out_over_refused_shares"] == []
     X = pooled_points(result["config"], NODES)[0]
-    rows = np.r_[0:3 * len(X) // NODES, 4 * len(X) // NODES:len(X)]  # node 1003 holds the fourth tenth
+    rows = np.r_[0 : 3 * len(X) // NODES, 4 * len(X) // NODES : len(X)]  # node 1003 holds the fourth tenth
     expected = lloyd_step(X[rows], np.load(tmp_path / "secure" / "init_centers.npy"))
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
 
@@ -690,23 +852,29 @@ def test_the_sparse_graph_is_drawn_among_the_devices_whose_keys_came(tmp_path, m
             return Message(Error(code=2, reason="gone"), reply_to=message)
         return reply
 
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 4}),
-                 num_nodes=NODES, reply_hook=hook)
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 4}),
+        num_nodes=NODES,
+        reply_hook=hook,
+    )
     share_keys = next(p for p in result["phases"] if p["phase"].endswith("share-keys"))
     assert share_keys["replies"] == NODES - 2 and not share_keys["failures"]
     X = pooled_points(result["config"], NODES)[0]
-    expected = lloyd_step(X[2 * len(X) // NODES:], np.load(tmp_path / "secure" / "init_centers.npy"))
+    expected = lloyd_step(X[2 * len(X) // NODES :], np.load(tmp_path / "secure" / "init_centers.npy"))
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
 
 
 def test_many_devices_on_the_full_graph_are_told_of_the_sparse_one(tmp_path, monkeypatch, caplog):
-    import fedcluster.server.secure_sum as server_side
+    import fedcluster.server.secure_setup as server_side
 
     monkeypatch.setattr(server_side, "FULL_GRAPH_NOTE", NODES - 1)
     run(config(tmp_path, "full", **{"lloyd-rounds": 1, "secure-aggregation": True}), num_nodes=NODES)
     assert "secagg-neighbours = m cuts both" in caplog.text
     caplog.clear()
-    run(config(tmp_path, "sparse", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 4}), num_nodes=NODES)
+    run(
+        config(tmp_path, "sparse", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 4}),
+        num_nodes=NODES,
+    )
     assert "secagg-neighbours = m cuts both" not in caplog.text
 
 
@@ -724,13 +892,16 @@ def test_a_device_offline_for_one_sum_takes_part_in_the_later_ones(tmp_path):
         def online(self, node, trip):
             return not (node == 1003 and trip == first - 1)  # the grid counts round trips from 0
 
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 3, "secure-aggregation": True}), num_nodes=NODES,
-                 availability=OfflineOnce())
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 3, "secure-aggregation": True}),
+        num_nodes=NODES,
+        availability=OfflineOnce(),
+    )
     masked = [p for p in result["phases"] if p["phase"] == "lloyd"]
     assert [p["replies"] for p in masked] == [NODES - 1, NODES, NODES] and not any(p["failures"] for p in masked)
     X = pooled_points(result["config"], NODES)[0]
     tenth = len(X) // NODES
-    expected = lloyd_step(np.r_[X[:3 * tenth], X[4 * tenth:]], np.load(tmp_path / "secure" / "init_centers.npy"))
+    expected = lloyd_step(np.r_[X[: 3 * tenth], X[4 * tenth :]], np.load(tmp_path / "secure" / "init_centers.npy"))
     for _ in range(2):
         expected = lloyd_step(X, expected)
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
@@ -741,9 +912,15 @@ def test_a_secure_sum_asks_as_many_replies_as_min_reply_fraction(tmp_path):
     secure one, rather than summing without it."""
     for secure in (False, True):
         with pytest.raises(Exception, match="10 required"):
-            run(config(tmp_path, f"strict-{secure}", **{"lloyd-rounds": 1, "secure-aggregation": secure,
-                                                        "min-reply-fraction": 1.0}),
-                num_nodes=NODES, reply_hook=fail(1002, "query.secure_feddp_lloyd" if secure else "query.feddp_lloyd"))
+            run(
+                config(
+                    tmp_path,
+                    f"strict-{secure}",
+                    **{"lloyd-rounds": 1, "secure-aggregation": secure, "min-reply-fraction": 1.0},
+                ),
+                num_nodes=NODES,
+                reply_hook=fail(1002, "query.secure_feddp_lloyd" if secure else "query.feddp_lloyd"),
+            )
 
 
 def test_a_sum_whose_unmasking_began_is_never_set_up_again(tmp_path, monkeypatch):
@@ -763,8 +940,11 @@ def test_a_sum_whose_unmasking_began_is_never_set_up_again(tmp_path, monkeypatch
         return reply
 
     with pytest.raises(Exception, match="lloyd.*fewer than 4 shares to unmask positions \\[6\\]"):
-        run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 4}),
-            num_nodes=NODES, reply_hook=hook)
+        run(
+            config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 4}),
+            num_nodes=NODES,
+            reply_hook=hook,
+        )
     assert asked.count("query.secagg_setup") == NODES  # one session: never set up again
 
 
@@ -785,8 +965,15 @@ def test_a_session_set_up_again_keeps_the_first_sessions_threshold(tmp_path, mon
         return reply
 
     with pytest.raises(Exception, match="only 7 valid replies of 9 sent, 8 required"):
-        run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 6,
-                                          "num-points": 3600}), num_nodes=12, reply_hook=hook)
+        run(
+            config(
+                tmp_path,
+                "secure",
+                **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 6, "num-points": 3600},
+            ),
+            num_nodes=12,
+            reply_hook=hook,
+        )
     assert {s: len(v) for s, v in summed.items()} == {1: 9, 2: 7}
 
 
@@ -806,15 +993,17 @@ def test_a_session_whose_asked_devices_leave_a_thin_neighbourhood_is_reopened_be
         return attempt(self, task, [n for n in nodes if len(calls) < 2 or n not in (1003, 1004)], *args)
 
     monkeypatch.setattr(server_side.SecureSum, "attempt", leaving)
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True, "secagg-neighbours": 4}),
-                 num_nodes=NODES)
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True, "secagg-neighbours": 4}),
+        num_nodes=NODES,
+    )
     phases = [p for p in result["phases"] if p["phase"].startswith("lloyd")]
     assert not any(p["failures"] for p in phases) and not any("again" in p["phase"] for p in phases)
     assert [p["phase"] for p in phases].count("lloyd-setup") == 2 and calls == ["feddp_lloyd"] * 2
     X = pooled_points(result["config"], NODES)[0]
     tenth = len(X) // NODES
     expected = lloyd_step(X, np.load(tmp_path / "secure" / "init_centers.npy"))
-    expected = lloyd_step(np.r_[X[:3 * tenth], X[5 * tenth:]], expected)
+    expected = lloyd_step(np.r_[X[: 3 * tenth], X[5 * tenth :]], expected)
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
 
 
@@ -830,12 +1019,27 @@ def test_devices_away_at_random_are_dropouts_the_secure_sums_tolerate(tmp_path, 
     devices away again."""
     from fedcluster.inprocess import Availability
 
-    churn = {"algorithm": "feddp-kmeans", "k": 5, "dim": 3, "num-points": 3000, "seed": seed, "partition": "dirichlet",
-             "reference": False, "epsilon": math.inf, "lloyd-rounds": 3, "dimension": 3, "clip-norm": 30.0,
-             "init": "histogram", "evaluate-cost": False}
+    churn = {
+        "algorithm": "feddp-kmeans",
+        "k": 5,
+        "dim": 3,
+        "num-points": 3000,
+        "seed": seed,
+        "partition": "dirichlet",
+        "reference": False,
+        "epsilon": math.inf,
+        "lloyd-rounds": 3,
+        "dimension": 3,
+        "clip-norm": 30.0,
+        "init": "histogram",
+        "evaluate-cost": False,
+    }
     for secure in (False, True):
-        result = run({**churn, "secure-aggregation": secure, "output-dir": str(tmp_path / f"o{secure}")}, num_nodes=NODES,
-                     availability=Availability(offline=0.2, seed=seed))
+        result = run(
+            {**churn, "secure-aggregation": secure, "output-dir": str(tmp_path / f"o{secure}")},
+            num_nodes=NODES,
+            availability=Availability(offline=0.2, seed=seed),
+        )
         assert result["nodes"]["excluded"] == {} and sum(p["away"] for p in result["phases"]) > 0
         assert np.all(np.isfinite(centers(tmp_path, f"o{secure}")))
     assert result["privacy"]["secure_aggregation"]["sums"] == 4

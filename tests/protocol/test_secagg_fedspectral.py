@@ -34,8 +34,17 @@ def graph(tmp_path_factory):
 
 def config(tmp_path, graph, name, **overrides):
     data_dir, n = graph
-    return {"algorithm": "fedspectral-plus", "dataset": "edge-dir", "data-dir": str(data_dir), "k": 3, "num-nodes": n,
-            "num-rounds": 5, "node-settle-s": 0.2, "output-dir": str(tmp_path / name), **overrides}
+    return {
+        "algorithm": "fedspectral-plus",
+        "dataset": "edge-dir",
+        "data-dir": str(data_dir),
+        "k": 3,
+        "num-nodes": n,
+        "num-rounds": 5,
+        "node-settle-s": 0.2,
+        "output-dir": str(tmp_path / name),
+        **overrides,
+    }
 
 
 def outputs(tmp_path, name):
@@ -82,12 +91,18 @@ def test_the_server_never_receives_a_clients_product(tmp_path, graph):
         message = requests[node][[id(r) for n, k, r in received if n == node and k == kind].index(id(reply))]
         request = {k: v.numpy() for k, v in message.content.array_records["arrays"].items()}
         data = device_data(run_config, {"partition-id": node - 1000, "num-partitions": CLIENTS})
-        plain, _ = run_task("power_step", data, {k: v for k, v in request.items() if not k.startswith("secagg-")},
-                            {k: v for k, v in message.content.config_records["config"].items() if not k.startswith("secagg-")})
+        plain, _ = run_task(
+            "power_step",
+            data,
+            {k: v for k, v in request.items() if not k.startswith("secagg-")},
+            {k: v for k, v in message.content.config_records["config"].items() if not k.startswith("secagg-")},
+        )
         masked = reply.content.array_records["arrays"]["Q"].numpy()
         assert masked.dtype == np.uint64 and masked.shape == plain["Q"].shape
         assert not np.allclose(masked.astype(np.float64), plain["Q"], rtol=1e-3)
-        fixed = secagg.quantize(plain["Q"], request["secagg-ranges"][0]).astype(np.uint64) & np.uint64(secagg.MODULUS - 1)
+        fixed = secagg.quantize(plain["Q"], request["secagg-ranges"][0]).astype(np.uint64) & np.uint64(
+            secagg.MODULUS - 1
+        )
         assert not np.any((masked == fixed) & (fixed != 0)), node  # no nonzero coordinate sent as its fixed-point value
         small = np.minimum(masked, np.uint64(secagg.MODULUS) - masked) <= secagg.HALF_LEVELS
         in_band, total, checked = in_band + int(small.sum()), total + masked.size, checked + 1
@@ -98,8 +113,11 @@ def test_a_client_that_drops_after_masking_is_still_in_every_sum(tmp_path, graph
     """Client 1002 fails every unmasking: its product is in each sum all the same (the
     others' shares remove its own mask), so the run is the plain run over all five."""
     run(config(tmp_path, graph, "plain"), num_nodes=CLIENTS)
-    result = run(config(tmp_path, graph, "secure", **{"secure-aggregation": True}), num_nodes=CLIENTS,
-                 reply_hook=fail(1002, "query.secagg_unmask"))
+    result = run(
+        config(tmp_path, graph, "secure", **{"secure-aggregation": True}),
+        num_nodes=CLIENTS,
+        reply_hook=fail(1002, "query.secagg_unmask"),
+    )
     unmask = [p for p in result["phases"] if p["phase"].endswith("-unmask")]
     assert unmask and all([f["node"] for f in p["failures"]] == [1002] for p in unmask)
     np.testing.assert_array_equal(outputs(tmp_path, "secure")[0], outputs(tmp_path, "plain")[0])
@@ -108,8 +126,11 @@ def test_a_client_that_drops_after_masking_is_still_in_every_sum(tmp_path, graph
 
 def test_a_client_that_drops_before_masking_is_out_of_the_run_as_in_a_plain_run(tmp_path, graph):
     plain = run(config(tmp_path, graph, "plain"), num_nodes=CLIENTS, reply_hook=fail(1002, "train.power_step"))
-    secure = run(config(tmp_path, graph, "secure", **{"secure-aggregation": True}), num_nodes=CLIENTS,
-                 reply_hook=fail(1002, "train.secure_power_step"))
+    secure = run(
+        config(tmp_path, graph, "secure", **{"secure-aggregation": True}),
+        num_nodes=CLIENTS,
+        reply_hook=fail(1002, "train.secure_power_step"),
+    )
     assert list(secure["nodes"]["excluded"]) == list(plain["nodes"]["excluded"]) == ["1002"]
     np.testing.assert_array_equal(outputs(tmp_path, "secure")[0], outputs(tmp_path, "plain")[0])
     np.testing.assert_allclose(outputs(tmp_path, "secure")[1], outputs(tmp_path, "plain")[1], rtol=1e-6, atol=1e-12)
@@ -150,8 +171,12 @@ def test_honest_products_lie_within_the_public_range(seed):
         assert np.abs(later).max() <= product_range(X, weight, False) * (1 + 1e-12)
         local_steps = run_task("power_step", data, {"Q": X}, {**step, "iters": 2, "normalization": "local"})[0]["Q"]
         assert np.abs(local_steps).max() <= product_range(X, 1.0, False) * (1 + 1e-12)
-    star_first = run_task("power_step", DeviceData(edges=star), {"Q": np.ones((n, 1)), "degrees": np.ones(n)},
-                          {"num-nodes": n, "iters": 1, "normalization": "global", "edge-weight": weight})[0]["Q"]
+    star_first = run_task(
+        "power_step",
+        DeviceData(edges=star),
+        {"Q": np.ones((n, 1)), "degrees": np.ones(n)},
+        {"num-nodes": n, "iters": 1, "normalization": "global", "edge-weight": weight},
+    )[0]["Q"]
     assert np.abs(star_first).max() == pytest.approx(product_range(np.ones((n, 1)), weight, True))  # reached
 
 
@@ -171,11 +196,15 @@ def test_on_a_sparse_graph_clients_leaving_in_turn_leave_the_plain_runs_result(t
                 if (node, seen[node]) in ((1003, 1), (1005, 2)):
                     return Message(Error(code=2, reason="gone"), reply_to=message)
             return reply
+
         return hook
 
     plain = run(config(tmp_path, (data, n), "plain"), num_nodes=10, reply_hook=leaving({}))
-    secure = run(config(tmp_path, (data, n), "secure", **{"secure-aggregation": True, "secagg-neighbours": 4}),
-                 num_nodes=10, reply_hook=leaving({}))
+    secure = run(
+        config(tmp_path, (data, n), "secure", **{"secure-aggregation": True, "secagg-neighbours": 4}),
+        num_nodes=10,
+        reply_hook=leaving({}),
+    )
     assert list(secure["nodes"]["excluded"]) == list(plain["nodes"]["excluded"]) == ["1003", "1005"]
     assert secure["final"]["secure_aggregation"]["sessions"] >= 2
     np.testing.assert_array_equal(outputs(tmp_path, "secure")[0], outputs(tmp_path, "plain")[0])
@@ -190,10 +219,15 @@ def test_a_client_revealing_a_wrong_own_seed_is_named_and_the_run_completes(tmp_
     from test_secagg_liars import wrong_seed
 
     plain = run(config(tmp_path, graph, "plain"), num_nodes=CLIENTS, reply_hook=fail(1002, "train.power_step"))
-    secure = run(config(tmp_path, graph, "secure", **{"secure-aggregation": True}), num_nodes=CLIENTS,
-                 reply_hook=wrong_seed(1002))
+    secure = run(
+        config(tmp_path, graph, "secure", **{"secure-aggregation": True}),
+        num_nodes=CLIENTS,
+        reply_hook=wrong_seed(1002),
+    )
     assert list(secure["nodes"]["excluded"]) == list(plain["nodes"]["excluded"]) == ["1002"]
-    assert "seed" in secure["nodes"]["excluded"]["1002"] and secure["final"]["secure_aggregation"]["excluded_liars"] == [1002]
+    assert "seed" in secure["nodes"]["excluded"]["1002"] and secure["final"]["secure_aggregation"][
+        "excluded_liars"
+    ] == [1002]
     np.testing.assert_array_equal(outputs(tmp_path, "secure")[0], outputs(tmp_path, "plain")[0])
     np.testing.assert_allclose(outputs(tmp_path, "secure")[1], outputs(tmp_path, "plain")[1], rtol=1e-6, atol=1e-12)
 
@@ -205,4 +239,8 @@ def test_a_sum_a_liars_shares_keep_masked_stops_the_run_naming_it(tmp_path, grap
 
     crafted_shares(monkeypatch, 1002)
     with pytest.raises(Exception, match=r"degrees-and-first-product.*\[1002\] lied"):
-        run(config(tmp_path, graph, "secure", **{"secure-aggregation": True}), num_nodes=CLIENTS, reply_hook=wrong_seed(1002))
+        run(
+            config(tmp_path, graph, "secure", **{"secure-aggregation": True}),
+            num_nodes=CLIENTS,
+            reply_hook=wrong_seed(1002),
+        )

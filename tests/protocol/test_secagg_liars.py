@@ -20,8 +20,9 @@ from test_secagg import NODES, centers, config, in_order_ring
 
 def own_rows(X, nodes, count=NODES):
     """The rows of ``X`` the given nodes hold (node 1000 + i holds the i-th of ``count`` parts)."""
-    return np.concatenate([np.arange(len(X))[i * len(X) // count:(i + 1) * len(X) // count]
-                           for i in range(count) if 1000 + i in nodes])
+    return np.concatenate(
+        [np.arange(len(X))[i * len(X) // count : (i + 1) * len(X) // count] for i in range(count) if 1000 + i in nodes]
+    )
 
 
 def lloyd_over(tmp_path, result, nodes, rounds=1):
@@ -34,10 +35,12 @@ def lloyd_over(tmp_path, result, nodes, rounds=1):
 
 def setup_positions(seen):
     """A reply hook's helper: each session's position of every node (from ``secagg_setup``)."""
+
     def note(node, message):
         if message.metadata.message_type == "query.secagg_setup":
             cfg = message.content.config_records["config"]
             seen.setdefault(int(cfg["session"]), {})[node] = int(cfg["position"])
+
     return note
 
 
@@ -65,8 +68,9 @@ def test_two_colluders_accusing_the_same_honest_device_in_every_session_are_the_
                 arrays["secagg-refused"] = Array(flags)
         return reply
 
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}), num_nodes=NODES,
-                 reply_hook=hook)
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}), num_nodes=NODES, reply_hook=hook
+    )
     record = result["privacy"]["secure_aggregation"]
     assert record["excluded_liars"] == [1001, 1002] and record["left_out_over_refused_shares"] == []
     assert {"1001", "1002"} <= set(result["nodes"]["excluded"]) and "1005" not in result["nodes"]["excluded"]
@@ -74,16 +78,20 @@ def test_two_colluders_accusing_the_same_honest_device_in_every_session_are_the_
     assert record["sessions"] == 2 and record["sums"] == 2 and not record["out_of_range"]
     assert all(1005 in nodes for nodes in summed.values())
     honest = set(range(1000, 1000 + NODES)) - set(colluders)
-    np.testing.assert_allclose(centers(tmp_path, "secure"), lloyd_over(tmp_path, result, honest, 2), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(
+        centers(tmp_path, "secure"), lloyd_over(tmp_path, result, honest, 2), rtol=1e-6, atol=1e-8
+    )
 
 
 def wrong_seed(liar, kinds=("query.secagg_unmask",)):
     """A hook: ``liar``'s own seed in every unmask reply is another 32 bytes."""
+
     def hook(node, message, reply):
         if node == liar and message.metadata.message_type in kinds and not reply.has_error():
             arrays = reply.content.array_records["arrays"]
             arrays["seed"] = Array(np.frombuffer(bytes(range(32)), np.uint8).copy())
         return reply
+
     return hook
 
 
@@ -94,13 +102,22 @@ def test_a_device_revealing_a_wrong_own_seed_is_named_and_the_sums_complete_with
     named and excluded, and the sum is completed without it (it is treated as dropped
     before masking: its vector comes off, its mask key is rebuilt from the others' shares),
     so every round is Lloyd's over the nine others."""
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}), num_nodes=NODES,
-                 reply_hook=wrong_seed(1004))
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}),
+        num_nodes=NODES,
+        reply_hook=wrong_seed(1004),
+    )
     record = result["privacy"]["secure_aggregation"]
     assert not record["out_of_range"] and all(r["center_shift"] > 0 for r in result["rounds"])
     honest = set(range(1000, 1000 + NODES)) - {1004}
-    np.testing.assert_allclose(centers(tmp_path, "secure"), lloyd_over(tmp_path, result, honest, 2), rtol=1e-6, atol=1e-8)
-    assert record["excluded_liars"] == [1004] and not record["incomplete"] and "seed" in result["nodes"]["excluded"]["1004"]
+    np.testing.assert_allclose(
+        centers(tmp_path, "secure"), lloyd_over(tmp_path, result, honest, 2), rtol=1e-6, atol=1e-8
+    )
+    assert (
+        record["excluded_liars"] == [1004]
+        and not record["incomplete"]
+        and "seed" in result["nodes"]["excluded"]["1004"]
+    )
 
 
 def test_a_wrong_own_seed_whose_removal_would_split_the_graph_is_rebuilt_from_the_shares(tmp_path, monkeypatch):
@@ -117,12 +134,20 @@ def test_a_wrong_own_seed_whose_removal_would_split_the_graph_is_rebuilt_from_th
             return Message(Error(code=2, reason="gone"), reply_to=message)
         return lie(node, message, reply)
 
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 2,
-                                               "secagg-threshold": 0.5}), num_nodes=NODES, reply_hook=hook)
+    result = run(
+        config(
+            tmp_path,
+            "secure",
+            **{"lloyd-rounds": 1, "secure-aggregation": True, "secagg-neighbours": 2, "secagg-threshold": 0.5},
+        ),
+        num_nodes=NODES,
+        reply_hook=hook,
+    )
     record = result["privacy"]["secure_aggregation"]
     assert not record["out_of_range"] and record["sessions"] == 1
-    np.testing.assert_allclose(centers(tmp_path, "secure"), lloyd_over(tmp_path, result, set(range(1001, 1000 + NODES))),
-                               rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(
+        centers(tmp_path, "secure"), lloyd_over(tmp_path, result, set(range(1001, 1000 + NODES))), rtol=1e-6, atol=1e-8
+    )
     assert record["excluded_liars"] == [1004]
 
 
@@ -131,6 +156,7 @@ def test_a_device_returning_a_wrong_share_of_a_dropped_devices_key_is_named_and_
     shares; node 1003 returns a wrong share. Before, the key came out wrong and the run
     stopped or skipped the update. Now each share is checked against the hash its dealer
     committed to: 1003's is left out and 1003 is named; the other eight rebuild the key."""
+
     def hook(node, message, reply):
         kind = message.metadata.message_type
         if node == 1000 and kind == "query.secure_feddp_lloyd":
@@ -142,13 +168,15 @@ def test_a_device_returning_a_wrong_share_of_a_dropped_devices_key_is_named_and_
             arrays["sk-shares"] = Array(shares)
         return reply
 
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True}), num_nodes=NODES,
-                 reply_hook=hook)
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 1, "secure-aggregation": True}), num_nodes=NODES, reply_hook=hook
+    )
     record = result["privacy"]["secure_aggregation"]
     assert record["excluded_liars"] == [1003] and not record["out_of_range"]
     assert "share" in result["nodes"]["excluded"]["1003"]
-    np.testing.assert_allclose(centers(tmp_path, "secure"), lloyd_over(tmp_path, result, set(range(1001, 1000 + NODES))),
-                               rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(
+        centers(tmp_path, "secure"), lloyd_over(tmp_path, result, set(range(1001, 1000 + NODES))), rtol=1e-6, atol=1e-8
+    )
 
 
 def crafted_shares(monkeypatch, liar):
@@ -177,20 +205,25 @@ def test_a_liar_whose_shares_rebuild_nothing_is_named_and_the_skipped_update_is_
     1004 alone could unmask it later). 1004 is named and excluded; the skipped update is
     in the log and in result.json; the second round is Lloyd's over the nine others."""
     crafted_shares(monkeypatch, 1004)
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}), num_nodes=NODES,
-                 reply_hook=wrong_seed(1004))
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True}),
+        num_nodes=NODES,
+        reply_hook=wrong_seed(1004),
+    )
     assert [r["center_shift"] == 0 for r in result["rounds"]] == [True, False]
     X = pooled_points(result["config"], NODES)[0]
-    expected = lloyd_step(X[own_rows(X, set(range(1000, 1000 + NODES)) - {1004})],
-                          np.load(tmp_path / "secure" / "init_centers.npy"))
+    expected = lloyd_step(
+        X[own_rows(X, set(range(1000, 1000 + NODES)) - {1004})], np.load(tmp_path / "secure" / "init_centers.npy")
+    )
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
     record = result["privacy"]["secure_aggregation"]
     assert record["incomplete"] == ["lloyd"] and record["excluded_liars"] == [1004] and record["sessions"] == 1
     assert "do not rebuild" in result["nodes"]["excluded"]["1004"] and "this update is skipped" in caplog.text
 
 
-def test_a_wrong_share_that_leaves_a_key_short_of_the_threshold_skips_that_update_naming_the_liar(tmp_path, monkeypatch,
-                                                                                                  caplog):
+def test_a_wrong_share_that_leaves_a_key_short_of_the_threshold_skips_that_update_naming_the_liar(
+    tmp_path, monkeypatch, caplog
+):
     """Four neighbours each (positions in order), Shamir threshold four: node 1004 drops
     before masking in round 1, so its mask key needs all four of its neighbours' shares,
     and neighbour 1005 returns a wrong one. Before, the run stopped. Now 1005 is named and
@@ -211,12 +244,16 @@ def test_a_wrong_share_that_leaves_a_key_short_of_the_threshold_skips_that_updat
             arrays["sk-shares"] = Array(shares)
         return reply
 
-    result = run(config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True, "secagg-neighbours": 4}),
-                 num_nodes=NODES, reply_hook=hook)
+    result = run(
+        config(tmp_path, "secure", **{"lloyd-rounds": 2, "secure-aggregation": True, "secagg-neighbours": 4}),
+        num_nodes=NODES,
+        reply_hook=hook,
+    )
     assert [r["center_shift"] == 0 for r in result["rounds"]] == [True, False]
     X = pooled_points(result["config"], NODES)[0]
-    expected = lloyd_step(X[own_rows(X, set(range(1000, 1000 + NODES)) - {1005})],
-                          np.load(tmp_path / "secure" / "init_centers.npy"))
+    expected = lloyd_step(
+        X[own_rows(X, set(range(1000, 1000 + NODES)) - {1005})], np.load(tmp_path / "secure" / "init_centers.npy")
+    )
     np.testing.assert_allclose(centers(tmp_path, "secure"), expected, rtol=1e-6, atol=1e-8)
     record = result["privacy"]["secure_aggregation"]
     assert record["incomplete"] == ["lloyd"] and record["excluded_liars"] == [1005]
@@ -239,19 +276,26 @@ def test_a_refusal_is_settled_by_opening_the_token_with_the_key_its_sender_revea
     sk = [bytes([9 + i]) * checks.share_width(48) for i in range(sums)]
     digest = checks.share_digest(checks.share_hashes(b, sk, session, dealer, holder), session, dealer, holder)
     scalar, point = checks.ephemeral_pair()
-    token = f["encrypt"](checks.sender_key(scalar, holder_pem),
-                         f["share_keys_plaintext_concat"](dealer, holder, b"".join(b), b"".join(sk)))
+    token = f["encrypt"](
+        checks.sender_key(scalar, holder_pem),
+        f["share_keys_plaintext_concat"](dealer, holder, b"".join(b), b"".join(sk)),
+    )
     # the holder opens it, and so does the server with the revealed key
-    assert checks.opened_share(token, checks.holder_key(holder_sk_pem, point), session, dealer, holder, digest, sums) == (b, sk)
-    fault = lambda tok=token, pt=point, sc=scalar, dg=digest: checks.share_fault(tok, pt, sc, holder_pem, session, dealer,
-                                                                                 holder, dg, sums)
+    assert checks.opened_share(
+        token, checks.holder_key(holder_sk_pem, point), session, dealer, holder, digest, sums
+    ) == (b, sk)
+    fault = lambda tok=token, pt=point, sc=scalar, dg=digest: checks.share_fault(
+        tok, pt, sc, holder_pem, session, dealer, holder, dg, sums
+    )
     assert fault() is None  # the refusal was false
     assert "decrypt" in fault(tok=token[:-8] + b"AAAAAAAA")
     assert "commitment" in fault(dg=bytes(32))
     assert "not the one" in fault(sc=checks.ephemeral_pair()[0])
     assert "proved nothing" in fault(sc=None)
     assert "not the one" in fault(sc=bytes(48))  # no valid scalar at all
-    other = f["encrypt"](checks.sender_key(scalar, holder_pem), f["share_keys_plaintext_concat"](dealer, 6, b"".join(b), b"".join(sk)))
+    other = f["encrypt"](
+        checks.sender_key(scalar, holder_pem), f["share_keys_plaintext_concat"](dealer, 6, b"".join(b), b"".join(sk))
+    )
     assert "someone else" in fault(tok=other)
 
 
@@ -277,7 +321,9 @@ def test_a_secret_is_rebuilt_from_the_shares_that_match_their_commitments_only()
     scalar = secagg.private_scalar(_flwr()["private_key_to_bytes"](key_sk))
     assert checks.scalar_matches(scalar, _flwr()["public_key_to_bytes"](key_pk))
     assert not checks.scalar_matches(os.urandom(48), _flwr()["public_key_to_bytes"](key_pk))
-    assert len(shares[1]) == checks.share_width(32) and len(_flwr()["create_shares"](scalar, t, 6)[0]) == checks.share_width(48)
+    assert len(shares[1]) == checks.share_width(32) and len(
+        _flwr()["create_shares"](scalar, t, 6)[0]
+    ) == checks.share_width(48)
 
 
 def test_a_device_proves_fewer_shares_than_the_threshold_and_never_gives_both_shares_of_one_participant():
@@ -289,11 +335,22 @@ def test_a_device_proves_fewer_shares_than_the_threshold_and_never_gives_both_sh
     from fedcluster.device import run_task
 
     data = DeviceData(points=np.zeros((4, 2)))
-    data.extra[secagg.STATE] = {"session": 1, "position": 1, "threshold": 3, "sums": 1, "stage": "unmasked", "sum": 1,
-                                "ephemeral": {2: b"a" * 48, 3: b"b" * 48, 4: b"c" * 48, 5: b"d" * 48}, "revealed": [],
-                                "masked-with": [2, 3, 4, 5], "unmask-dropped": [2], "unmask-recovered": [3],
-                                "seeds": [bytes(32)], "b-shares": {p: bytes(52) for p in (2, 3, 4, 5)},
-                                "sk-shares": {p: bytes(68) for p in (2, 3, 4, 5)}}
+    data.extra[secagg.STATE] = {
+        "session": 1,
+        "position": 1,
+        "threshold": 3,
+        "sums": 1,
+        "stage": "unmasked",
+        "sum": 1,
+        "ephemeral": {2: b"a" * 48, 3: b"b" * 48, 4: b"c" * 48, 5: b"d" * 48},
+        "revealed": [],
+        "masked-with": [2, 3, 4, 5],
+        "unmask-dropped": [2],
+        "unmask-recovered": [3],
+        "seeds": [bytes(32)],
+        "b-shares": {p: bytes(52) for p in (2, 3, 4, 5)},
+        "sk-shares": {p: bytes(68) for p in (2, 3, 4, 5)},
+    }
     prove = lambda *positions: run_task("secagg_prove", data, {"positions": np.array(positions)}, {"session": 1})[0]
     assert bytes(prove(3)["scalars"][0]) == b"b" * 48
     with pytest.raises(ValueError, match="did not send"):
@@ -301,9 +358,12 @@ def test_a_device_proves_fewer_shares_than_the_threshold_and_never_gives_both_sh
     assert bytes(prove(4)["scalars"][0]) == b"c" * 48
     with pytest.raises(ValueError, match="threshold"):
         prove(5)  # a third key: the threshold's worth
-    unmask = lambda dropped, recover=(): run_task("secagg_unmask", data, {"dropped": np.array(dropped, dtype=np.int64),
-                                                                          "recover": np.array(recover, dtype=np.int64)},
-                                                  {"session": 1, "sum": 1})[0]
+    unmask = lambda dropped, recover=(): run_task(
+        "secagg_unmask",
+        data,
+        {"dropped": np.array(dropped, dtype=np.int64), "recover": np.array(recover, dtype=np.int64)},
+        {"session": 1, "sum": 1},
+    )[0]
     for dropped in ([2, 3], [4]):  # its seed share already sent; 2 no longer dropped
         with pytest.raises(ValueError, match="another set of dropped"):
             unmask(dropped)

@@ -200,14 +200,19 @@ def test_server_starts_at_most_the_candidates_is_the_plain_draw():
     points, weights, low, high = _summary(1)
     plain = summary_candidates(points, weights, 6, 5, low, high, np.random.default_rng(3))
     for starts in (0, 1, 5):
-        np.testing.assert_array_equal(summary_candidates(points, weights, 6, 5, low, high, np.random.default_rng(3), starts=starts), plain)
+        np.testing.assert_array_equal(
+            summary_candidates(points, weights, 6, 5, low, high, np.random.default_rng(3), starts=starts), plain
+        )
 
 
 def _stated(X, labels, k):
     """(n, means, scatters) of the non-empty parts of a labelling: a partition as a reply states it."""
     parts = [X[labels == j] for j in range(k) if np.any(labels == j)]
-    return (np.array([len(p) for p in parts], dtype=float), np.array([p.mean(0) for p in parts]),
-            np.array([((p - p.mean(0)) ** 2).sum() for p in parts]))
+    return (
+        np.array([len(p) for p in parts], dtype=float),
+        np.array([p.mean(0) for p in parts]),
+        np.array([((p - p.mean(0)) ** 2).sum() for p in parts]),
+    )
 
 
 def _violates(cost, centers, partition, relative=1e-8):
@@ -356,7 +361,9 @@ def test_the_vectorized_check_finds_exactly_the_pairs_the_one_pair_oracle_finds(
 def _declared(X):
     from fedcluster.bounds import Declared
 
-    return Declared(float(len(X)), X.min(0), X.max(0), moment_sum=X.sum(0), moment_scatter=((X - X.mean(0)) ** 2).sum(0))
+    return Declared(
+        float(len(X)), X.min(0), X.max(0), moment_sum=X.sum(0), moment_scatter=((X - X.mean(0)) ** 2).sum(0)
+    )
 
 
 def _evaluation(X, C):
@@ -391,7 +398,9 @@ def test_a_training_claim_that_its_own_evaluation_undercuts_is_a_contradiction()
     reason = partitions_violation([honest], [lie], whole_partition(declared), names=["its evaluation"])
     assert reason is not None and reason.startswith("an earlier reply against its evaluation"), reason
     honest_training = (_nearest(X, C)[1], C, _stated(X, _nearest(X, C)[0], 5))
-    assert partitions_violation([honest], [honest_training], whole_partition(declared), names=["its evaluation"]) is None
+    assert (
+        partitions_violation([honest], [honest_training], whole_partition(declared), names=["its evaluation"]) is None
+    )
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -400,7 +409,10 @@ def test_an_honest_devices_evaluation_never_contradicts_its_training(seed):
     training centers and evaluation centers near or far from them: an honest evaluation
     and scores never contradict an honest training reply or the declared moments."""
     from fedcluster.algorithms.fedkmeans.model import (
-        evaluation_statement, partitions_violation, scores_violation, whole_partition
+        evaluation_statement,
+        partitions_violation,
+        scores_violation,
+        whole_partition,
     )
 
     rng = np.random.default_rng(seed)
@@ -478,7 +490,11 @@ def test_the_dense_memory_gives_what_every_nodes_latest_reply_gives(seed):
         for r in replies:
             latest[r.node_id] = r
             implied[r.node_id] = sent + (r.arrays["centers"] - sent) / lr if stated else r.arrays["centers"]
-            parts[r.node_id] = partition_of_reply(sent, r.arrays["centers"], r.arrays["counts"], r.arrays["scatter"], lr) if stated else None
+            parts[r.node_id] = (
+                partition_of_reply(sent, r.arrays["centers"], r.arrays["counts"], r.arrays["scatter"], lr)
+                if stated
+                else None
+            )
         left = set(rng.choice(40, size=int(rng.integers(0, 4)), replace=False).tolist()) if step % 3 == 2 else set()
         staying = sum((latest[n].arrays["counts"] for n in latest if n not in left), np.zeros(k))
         leaving = sum((latest[n].arrays["counts"] for n in latest if n in left), np.zeros(k))
@@ -489,8 +505,9 @@ def test_the_dense_memory_gives_what_every_nodes_latest_reply_gives(seed):
         assert len(memory) == len(latest) and all(n in memory for n in latest) and not any(n in memory for n in left)
         pool = [latest[n] for n in sorted(latest, key=lambda n: memory.rows[n])]
         for method in ("mean", "trimmed-mean", "median"):
-            expected = aggregate_centers(np.stack([r.arrays["centers"] for r in pool]),
-                                         np.stack([r.arrays["counts"] for r in pool]), method, 0.2)
+            expected = aggregate_centers(
+                np.stack([r.arrays["centers"] for r in pool]), np.stack([r.arrays["counts"] for r in pool]), method, 0.2
+            )
             got = memory.aggregate(method, 0.2)
             np.testing.assert_allclose(got[0], expected[0], rtol=1e-12, atol=1e-12)
             np.testing.assert_allclose(got[1], expected[1], rtol=1e-12, atol=1e-9)
@@ -498,15 +515,23 @@ def test_the_dense_memory_gives_what_every_nodes_latest_reply_gives(seed):
         # implied means, or their centers when they state no partition)
         pooled_counts = np.sum([r.arrays["counts"] for r in pool], axis=0)
         means = [implied[r.node_id] for r in pool]
-        pooled_mean = np.sum([r.arrays["counts"][:, None] * m for r, m in zip(pool, means)], axis=0) / np.maximum(pooled_counts, 1)[:, None]
-        expected = np.sum([r.arrays["scatter"] + r.arrays["counts"][:, None] * (m - pooled_mean) ** 2 for r, m in zip(pool, means)], axis=0)
+        pooled_mean = (
+            np.sum([r.arrays["counts"][:, None] * m for r, m in zip(pool, means)], axis=0)
+            / np.maximum(pooled_counts, 1)[:, None]
+        )
+        expected = np.sum(
+            [r.arrays["scatter"] + r.arrays["counts"][:, None] * (m - pooled_mean) ** 2 for r, m in zip(pool, means)],
+            axis=0,
+        )
         np.testing.assert_allclose(memory.total_scatter(), expected, rtol=1e-9, atol=1e-9)
         centers = rng.normal(size=(k, d)) * 3
         if any(parts[n] is None for n in latest):
             assert memory.bound(centers) is None
         else:
             every = tuple(np.concatenate([parts[n][i] for n in latest]) for i in range(3))
-            assert memory.bound(centers) == pytest.approx(partition_bound(every, centers)[0] / every[0].sum(), rel=1e-12)
+            assert memory.bound(centers) == pytest.approx(
+                partition_bound(every, centers)[0] / every[0].sum(), rel=1e-12
+            )
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -522,8 +547,11 @@ def test_a_rollback_gives_the_memory_at_the_checkpoint_without_the_nodes_forgott
 
     def state(memory):
         used = len(memory.rows)
-        return {node: tuple(getattr(memory, name)[row].copy() for name in Memory._ARRAYS)
-                for node, row in memory.rows.items() if memory.present[row]} | {"rows": used}
+        return {
+            node: tuple(getattr(memory, name)[row].copy() for name in Memory._ARRAYS)
+            for node, row in memory.rows.items()
+            if memory.present[row]
+        } | {"rows": used}
 
     memory = Memory(k, d)
     memory.reserve(range(10))
@@ -568,13 +596,27 @@ def test_a_node_that_leaves_in_the_round_that_undoes_a_re_seed_leaves_the_memory
     from fedcluster.algorithms.fedkmeans.model import CenterSet, ServerState, Undo
 
     k, d = 2, 2
-    cfg = NS(batch_size=0, local_epochs=1, client_lr=1.0, server_memory=True, aggregation="mean", trim_fraction=0.1,
-             server_lr=1.0, momentum=0.0, fraction=0.5, eval_every=1, reassign_threshold=0.01, reassign_patience=20)
+    cfg = NS(
+        batch_size=0,
+        local_epochs=1,
+        client_lr=1.0,
+        server_memory=True,
+        aggregation="mean",
+        trim_fraction=0.1,
+        server_lr=1.0,
+        momentum=0.0,
+        fraction=0.5,
+        eval_every=1,
+        reassign_threshold=0.01,
+        reassign_patience=20,
+    )
     server = NS(config=cfg, order_key=lambda n: (0, n, n))
 
     def reply(node, centers, counts):
-        return _Reply(node, {"centers": np.asarray(centers, float), "counts": np.asarray(counts, float),
-                             "scatter": np.ones((k, d))})
+        return _Reply(
+            node,
+            {"centers": np.asarray(centers, float), "counts": np.asarray(counts, float), "scatter": np.ones((k, d))},
+        )
 
     start = np.array([[0.0, 0.0], [10.0, 10.0]])
     center_set = CenterSet(0, start.copy(), ServerState.start(start))

@@ -29,8 +29,20 @@ from flwr.common.logger import log
 from fedcluster.bounds import declared_scatter, moments_violation, voronoi_violation
 from fedcluster.points import bounding_box
 from fedcluster.algorithms.da_ufl.model import (
-    implied_mean_violation, restated_violation, weighted_step_violation, implied_statistics, TooManyBins,
-    centers_problem, diagonal, frobenius, grid_cells, grid_centers, init_candidates, inner_step, is_grid, max_move,
+    implied_mean_violation,
+    restated_violation,
+    weighted_step_violation,
+    implied_statistics,
+    TooManyBins,
+    centers_problem,
+    diagonal,
+    frobenius,
+    grid_cells,
+    grid_centers,
+    init_candidates,
+    inner_step,
+    is_grid,
+    max_move,
     som_grid,
 )
 
@@ -76,10 +88,20 @@ class DAUFL(Agents, FederatedStrategy):
         initial, init_record = self.choose_start(candidates)
         centers, outer_done, settled = self.train(initial, count_request, binning, bin_arrays)
         total_cost, num_points = self.evaluate(centers, phase="final-evaluation")
-        log(INFO, "[fedcluster] da-ufl (%s) converged in %d outer iterations; cost/pt %.6g", cfg.weighting, outer_done, total_cost / num_points)
+        log(
+            INFO,
+            "[fedcluster] da-ufl (%s) converged in %d outer iterations; cost/pt %.6g",
+            cfg.weighting,
+            outer_done,
+            total_cost / num_points,
+        )
         return {
             "centers": centers,
-            "arrays": {"init_centers": initial, "bin_counts": self.counts_array(), "bin_representatives": representatives},
+            "arrays": {
+                "init_centers": initial,
+                "bin_counts": self.counts_array(),
+                "bin_representatives": representatives,
+            },
             "init": init_record,
             "da_ufl": {
                 "weighting": cfg.weighting,
@@ -98,13 +120,21 @@ class DAUFL(Agents, FederatedStrategy):
             return candidates[0], {"candidates": 1, "chosen": 0}
         totals, points = self.score_candidates(candidates, phase="init-scoring")
         if points == 0:  # every agent away: the cheapest on the bins
-            log(INFO, "[fedcluster] da-ufl init: no agent connected to score the %d candidates; the cheapest on the bins starts",
-                candidates.shape[0])
+            log(
+                INFO,
+                "[fedcluster] da-ufl init: no agent connected to score the %d candidates; the cheapest on the bins "
+                "starts",
+                candidates.shape[0],
+            )
             return candidates[0], {"candidates": int(candidates.shape[0]), "chosen": 0}
         costs = totals / points
         chosen = int(np.argmin(costs))
-        log(INFO, "[fedcluster] da-ufl init: %d candidates scored by the agents, the cheapest on the bins is %s",
-            candidates.shape[0], "chosen" if chosen == 0 else f"{costs[0] / costs[chosen]:.4g}× the chosen one")
+        log(
+            INFO,
+            "[fedcluster] da-ufl init: %d candidates scored by the agents, the cheapest on the bins is %s",
+            candidates.shape[0],
+            "chosen" if chosen == 0 else f"{costs[0] / costs[chosen]:.4g}× the chosen one",
+        )
         return candidates[chosen], {"candidates": int(candidates.shape[0]), "chosen": chosen, "costs": costs.tolist()}
 
     def step_check(self, centers: np.ndarray, anchor: np.ndarray, uniform: bool, ratio: float, outer: int):
@@ -115,20 +145,25 @@ class DAUFL(Agents, FederatedStrategy):
         iteration (:func:`fedcluster.algorithms.da_ufl.model.restated_violation`: its labels and weights
         are fixed for it). Then :meth:`moments_check` (``uniform`` weights) or
         :meth:`weighted_check` (bin or SOM weights)."""
-        more = (self.moments_check(centers, anchor, self.point_weight, ratio) if uniform
-                else self.weighted_check(centers, anchor, ratio))
+        more = (
+            self.moments_check(centers, anchor, self.point_weight, ratio)
+            if uniform
+            else self.weighted_check(centers, anchor, ratio)
+        )
 
         def check(reply) -> str | None:
             declared = self.members.declared.get(reply.node_id)
             if declared is not None and declared.low is not None:
-                reason = implied_mean_violation(centers, reply.arrays["gradient"], reply.arrays["weight"],
-                                                declared.low, declared.high)
+                reason = implied_mean_violation(
+                    centers, reply.arrays["gradient"], reply.arrays["weight"], declared.low, declared.high
+                )
                 if reason:
                     return Inconsistent(reason)
             held = self.statistics.get(reply.node_id)
             if held is not None and held.outer == outer:  # the same labels and weights
-                reason = restated_violation(centers, reply.arrays["gradient"], reply.arrays["weight"],
-                                            held.at, held.gradient, held.weight)
+                reason = restated_violation(
+                    centers, reply.arrays["gradient"], reply.arrays["weight"], held.at, held.gradient, held.weight
+                )
                 if reason:
                     return Inconsistent(reason)
             return more(reply)
@@ -139,13 +174,22 @@ class DAUFL(Agents, FederatedStrategy):
         """Bin or SOM weights: what the server sent and holds of an agent (its bins'
         weights and counts, its scatter) bounds its step reply as moments do for uniform
         weights (:func:`fedcluster.algorithms.da_ufl.model.weighted_step_violation`)."""
+
         def check(reply) -> str | None:
             node = reply.node_id
             declared, table, counts = self.members.declared.get(node), self.table.get(node), self.bin_counts.get(node)
             if declared is None or declared.moment_sum is None or table is None or counts is None:
                 return None
-            return weighted_step_violation(centers, reply.arrays["gradient"], reply.arrays["weight"], anchor, ratio,
-                                           table, counts, declared_scatter(declared))
+            return weighted_step_violation(
+                centers,
+                reply.arrays["gradient"],
+                reply.arrays["weight"],
+                anchor,
+                ratio,
+                table,
+                counts,
+                declared_scatter(declared),
+            )
 
         return check
 
@@ -157,16 +201,20 @@ class DAUFL(Agents, FederatedStrategy):
         points times the weight, and each cluster's mean must be one its labels allow: each
         point is within ``ratio`` = 1 + ξ_max / t1 of its nearest ``anchor`` center
         (:func:`fedcluster.bounds.voronoi_violation`)."""
+
         def check(reply) -> str | None:
             declared = self.members.declared.get(reply.node_id)
             if declared is None or declared.moment_sum is None:
                 return None
             weight = reply.arrays["weight"]
-            if abs(float(weight.sum()) - point_weight * declared.points) > 1e-8 * point_weight * max(declared.points, 1.0):
+            if abs(float(weight.sum()) - point_weight * declared.points) > 1e-8 * point_weight * max(
+                declared.points, 1.0
+            ):
                 return "its weights do not add up to its declared points times the weight of a point"
             sums, counts, means = implied_statistics(centers, reply.arrays["gradient"], weight, point_weight)
-            return (moments_violation(sums, None, declared, "the sums its gradients imply")
-                    or voronoi_violation(means, counts, anchor, ratio, declared_scatter(declared)))
+            return moments_violation(sums, None, declared, "the sums its gradients imply") or voronoi_violation(
+                means, counts, anchor, ratio, declared_scatter(declared)
+            )
 
         return check
 
@@ -176,10 +224,19 @@ class DAUFL(Agents, FederatedStrategy):
 
         def square(reply) -> str | None:  # a device with fewer points than grid² trains a smaller square grid
             units = reply.arrays["codebook"].shape[0]
-            return None if is_grid(units, grid) else f"its codebook has {units} units, not a square grid of at most {grid} × {grid}"
+            return (
+                None
+                if is_grid(units, grid)
+                else f"its codebook has {units} units, not a square grid of at most {grid} × {grid}"
+            )
 
-        return dict(task="som_codebook", config={"grid": grid, "epochs": cfg.som_epochs},
-                    seeded=True, check=square, phase="som-codebooks")
+        return dict(
+            task="som_codebook",
+            config={"grid": grid, "epochs": cfg.som_epochs},
+            seeded=True,
+            check=square,
+            phase="som-codebooks",
+        )
 
     def make_bins(self, low: np.ndarray, high: np.ndarray, soms: list | None) -> tuple[str, dict, np.ndarray]:
         """The bins: a grid over the bounding box (bin) or the concatenated SOM codebooks
@@ -200,12 +257,18 @@ class DAUFL(Agents, FederatedStrategy):
         """The bin-counts query (a :meth:`broadcast` request without ``nodes``): every
         agent's points per bin. An agent away when it is first sent is asked again with
         the steps (``catch_up_requests``) and takes part once its counts are in."""
-        return dict(task="bin_counts", arrays=bin_arrays, config={"binning": binning, "bins": self.config.bins},
-                    sizes={"q": cells}, phase="bin-counts")
+        return dict(
+            task="bin_counts",
+            arrays=bin_arrays,
+            config={"binning": binning, "bins": self.config.bins},
+            sizes={"q": cells},
+            phase="bin-counts",
+        )
 
     # -------------------------------------------------------------- outer and inner loops
-    def train(self, centers: np.ndarray, count_request: dict[str, Any], binning: str,
-              bin_arrays: dict) -> tuple[np.ndarray, int, bool]:
+    def train(
+        self, centers: np.ndarray, count_request: dict[str, Any], binning: str, bin_arrays: dict
+    ) -> tuple[np.ndarray, int, bool]:
         """The outer loop (labels, t1) around the inner dual-averaging loop (t2). Every
         step's update uses every agent's statistics the server holds (``remember``): an
         agent that did not answer this step counts as it last answered (docs/ALGORITHMS.md
@@ -236,15 +299,35 @@ class DAUFL(Agents, FederatedStrategy):
                 settled = changed == 0 and reported >= max(1, self.required_replies(len(self.table)))
                 if move is None or move <= eps or settled:
                     break
-            self.end_round(inner_iterations=t2, labels_changed=changed, agents_reported=reported, last_move=move,
-                           z_norm=frobenius(z))
-            log(INFO, "[fedcluster] da-ufl outer %d: %d inner steps, labels changed %s, last move %s", t1, t2, changed, move)
+            self.end_round(
+                inner_iterations=t2,
+                labels_changed=changed,
+                agents_reported=reported,
+                last_move=move,
+                z_norm=frobenius(z),
+            )
+            log(
+                INFO,
+                "[fedcluster] da-ufl outer %d: %d inner steps, labels changed %s, last move %s",
+                t1,
+                t2,
+                changed,
+                move,
+            )
             if settled:
                 break
         return centers, t1, settled
 
-    def step_round(self, centers: np.ndarray, anchor: np.ndarray, shared: dict, step_binning: str, outer: int,
-                   seed: int, count_request: dict[str, Any]) -> tuple[list, int]:
+    def step_round(
+        self,
+        centers: np.ndarray,
+        anchor: np.ndarray,
+        shared: dict,
+        step_binning: str,
+        outer: int,
+        seed: int,
+        count_request: dict[str, Any],
+    ) -> tuple[list, int]:
         """One inner step's round trip: the step to every agent weighted in this outer
         iteration, with the catch-up requests (``catch_up_requests``). Returns the valid
         step replies and the points whose statistics left the objective (their agent out
@@ -265,8 +348,9 @@ class DAUFL(Agents, FederatedStrategy):
         self.catch_up(got)
         return got["step"], self.forget({node for node in self.statistics if node in self.members.excluded})
 
-    def inner_update(self, origin: np.ndarray, z: np.ndarray, centers: np.ndarray, outer: int,
-                     step: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def inner_update(
+        self, origin: np.ndarray, z: np.ndarray, centers: np.ndarray, outer: int, step: int
+    ) -> tuple[np.ndarray, np.ndarray] | None:
         """The dual-averaging step over the held statistics (``(z, centers)``; None when
         the server holds none yet). Each one passed ``step_check``, so the new centers are
         weighted means of points inside the federation's box; should they not be, the run
@@ -274,9 +358,13 @@ class DAUFL(Agents, FederatedStrategy):
         held = self.held()
         if held is None:
             return None
-        z, new = inner_step(origin, z, centers, *held, self.config.eta, self.config.aggregation, self.config.trim_fraction)
+        z, new = inner_step(
+            origin, z, centers, *held, self.config.eta, self.config.aggregation, self.config.trim_fraction
+        )
         problem = centers_problem(new, *self.box)
         if problem:
-            raise FederationError(f"phase 'daufl-step' (outer iteration {outer}, step {step}): the agents' statistics, "
-                                  f"each within its agent's box, move the centers {problem}")
+            raise FederationError(
+                f"phase 'daufl-step' (outer iteration {outer}, step {step}): the agents' statistics, "
+                f"each within its agent's box, move the centers {problem}"
+            )
         return z, new

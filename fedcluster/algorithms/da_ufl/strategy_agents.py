@@ -51,7 +51,9 @@ class Agents:
         self.point_weight = 1.0
         self.box = box
 
-    def gather_summaries(self, summaries: list[Reply], soms: list[Reply] | None) -> tuple[list[Reply], list[Reply] | None]:
+    def gather_summaries(
+        self, summaries: list[Reply], soms: list[Reply] | None
+    ) -> tuple[list[Reply], list[Reply] | None]:
         """The survey's data summaries (and SOM codebooks), with those of the agents away
         when it was taken and of newcomers, asked again in up to :data:`SETUP_RETRIES`
         round trips while any is missing."""
@@ -61,13 +63,18 @@ class Agents:
             if not members and not joining:
                 break
             nodes = members + joining
-            requests = [self.join_request(nodes)] + ([dict(self.som_request(), nodes=nodes, min_replies=0)] if soms is not None else [])
+            requests = [self.join_request(nodes)] + (
+                [dict(self.som_request(), nodes=nodes, min_replies=0)] if soms is not None else []
+            )
             got = self.broadcast_together(*requests)
             self.admit_newcomers([r for r in got[0] if r.node_id in joining])
             for reply in got[0]:
                 if reply.node_id in members and not self.members.summary_fits(reply):
-                    self.exclude(reply.node_id, f"its data summary has dimension {int(reply.metrics[protocol.DIM])}, "
-                                                f"the federation's is {self.members.dimension}")
+                    self.exclude(
+                        reply.node_id,
+                        f"its data summary has dimension {int(reply.metrics[protocol.DIM])}, "
+                        f"the federation's is {self.members.dimension}",
+                    )
             new = [r for r in got[0] if r.node_id not in self.members.excluded]
             summaries += new
             if soms is not None:
@@ -109,7 +116,11 @@ class Agents:
 
     def without_summary(self) -> list[int]:
         """Active agents the server has no data summary (box) of: away when it was taken."""
-        return [node for node in self.active_nodes if node not in self.members.declared or self.members.declared[node].low is None]
+        return [
+            node
+            for node in self.active_nodes
+            if node not in self.members.declared or self.members.declared[node].low is None
+        ]
 
     def catch_up_requests(self, count_request: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """What this round trip also asks, beside the step: a data summary of newcomers and
@@ -120,8 +131,11 @@ class Agents:
         joining = self.newcomers() + [node for node in self.without_summary() if node in present]
         if joining:
             requests["join"] = self.join_request(joining)
-        missing = [node for node in self.active_nodes if node in present and node not in self.bin_counts
-                   and node not in joining]
+        missing = [
+            node
+            for node in self.active_nodes
+            if node in present and node not in self.bin_counts and node not in joining
+        ]
         if missing:
             requests["counts"] = dict(count_request, nodes=missing, min_replies=0)
         return requests
@@ -135,8 +149,11 @@ class Agents:
         self.admit_newcomers([r for r in joined if r.node_id not in members])
         for reply in joined:
             if reply.node_id in members and not self.members.summary_fits(reply):
-                self.exclude(reply.node_id, f"its data summary has dimension {int(reply.metrics[protocol.DIM])}, "
-                                            f"the federation's is {self.members.dimension}")
+                self.exclude(
+                    reply.node_id,
+                    f"its data summary has dimension {int(reply.metrics[protocol.DIM])}, "
+                    f"the federation's is {self.members.dimension}",
+                )
         for reply in joined:
             declared = self.members.declared.get(reply.node_id)
             if reply.node_id not in self.members.excluded and declared is not None and declared.low is not None:
@@ -153,8 +170,9 @@ class Agents:
             return weights, None
         return {**weights, "previous": held.anchor}, {"previous-outer": held.outer, "previous-seed": held.seed}
 
-    def remember(self, replies: list[Reply], centers: np.ndarray, outer: int, anchor: np.ndarray,
-                 seed: int) -> tuple[int, int]:
+    def remember(
+        self, replies: list[Reply], centers: np.ndarray, outer: int, anchor: np.ndarray, seed: int
+    ) -> tuple[int, int]:
         """Keep every valid step reply as its agent's statistics. Returns the labels that
         changed in the server's objective (an agent's first reply in this outer iteration:
         the ones it changed since its held statistics, or all its points when none are
@@ -165,8 +183,15 @@ class Agents:
             if held is None or held.outer != outer:
                 entered += 1
                 changed += int(reply.arrays["changed"][0]) if held is not None else int(reply.num_examples)
-            self.statistics[reply.node_id] = Statistics(reply.arrays["gradient"], reply.arrays["weight"], centers,
-                                                        outer, anchor, seed, float(reply.num_examples))
+            self.statistics[reply.node_id] = Statistics(
+                reply.arrays["gradient"],
+                reply.arrays["weight"],
+                centers,
+                outer,
+                anchor,
+                seed,
+                float(reply.num_examples),
+            )
         return changed, entered
 
     def forget(self, nodes: set[int]) -> int:
@@ -188,5 +213,7 @@ class Agents:
         """Every counted agent's bin counts, (J, q) in node order (``bin_counts.npy``)."""
         agents = self.counted()
         if not agents:
-            raise FederationError("phase 'bin-counts': no agent sent its bin counts (every one away or its reply dropped)")
+            raise FederationError(
+                "phase 'bin-counts': no agent sent its bin counts (every one away or its reply dropped)"
+            )
         return np.stack([self.bin_counts[node] for node in agents])

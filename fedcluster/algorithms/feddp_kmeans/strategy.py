@@ -12,7 +12,8 @@ phases, in the order this strategy runs them::
     FedDP-Lloyds (T = lloyd-rounds): clients get C; send sums and counts;  C ← S̃ / Ñ
 
 Other starts (``init``): ``histogram`` (the devices' noisy counts of their nearest candidates), ``server-kmeans++``,
-``server-lloyds``, ``sphere-packing``. The math: ``fedcluster/algorithms/feddp_kmeans/model.py``, ``fedcluster/privacy/``."""
+``server-lloyds``, ``sphere-packing``. The math: ``fedcluster/algorithms/feddp_kmeans/model.py``,
+``fedcluster/privacy/``."""
 
 from __future__ import annotations
 
@@ -44,8 +45,14 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
 
     def __init__(self, grid, config) -> None:
         super().__init__(grid, config)
-        self.secagg = SecureSum(config, self.transport, self.members, self.results,  # its plan's hooks (FedDPPrivacy)
-                                noise_model=self.secagg_noise_model, unmasking=self.secagg_unmasking)
+        self.secagg = SecureSum(
+            config,
+            self.transport,
+            self.members,
+            self.results,  # its plan's hooks (FedDPPrivacy)
+            noise_model=self.secagg_noise_model,
+            unmasking=self.secagg_unmasking,
+        )
 
     def run(self) -> dict[str, Any]:
         cfg, k = self.config, self.config.k
@@ -67,12 +74,15 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
             raise FederationError(problem)
         if unplaced := feddp_kmeans.clip_center_warning(cfg.clip_center, server):  # said, never silent
             self.warn(unplaced)
-        if self.origin is not None and server is not None:  # every party works around it: devices on x - origin, the server on its data too
+        if (
+            self.origin is not None and server is not None
+        ):  # every party works around it: devices on x - origin, the server on its data too
             server = server - self.origin
         self.server = server
         self.init_method = feddp_kmeans.start_method(cfg.init, server is not None, self.level, self.lloyd_rounds)
-        self.members.dimension, problem = feddp_kmeans.public_dimension(server, cfg.dimension, cfg.clip_norm,
-                                                                        self.init_method, self.lloyd_rounds)
+        self.members.dimension, problem = feddp_kmeans.public_dimension(
+            server, cfg.dimension, cfg.clip_norm, self.init_method, self.lloyd_rounds
+        )
         if problem:
             raise FederationError(problem)
         problem = feddp_kmeans.start_problem(self.init_method, k, self.members.dimension, server is not None)
@@ -98,8 +108,9 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
             log(WARNING, "[fedcluster] init=%s with lloyd-rounds=0 never uses client data", self.init_method)
         return initial, init_record, arrays
 
-    def outcome(self, centers: np.ndarray, initial: np.ndarray, init_record: dict[str, Any],
-                arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    def outcome(
+        self, centers: np.ndarray, initial: np.ndarray, init_record: dict[str, Any], arrays: dict[str, np.ndarray]
+    ) -> dict[str, Any]:
         """The outcome in the data's own coordinates with the privacy report (``evaluate-cost``: the exact cost)."""
         cfg = self.config
         privacy = self.privacy_report()
@@ -123,10 +134,20 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
                 "private": False,
                 "note": "exact federated cost of the final centers: a report outside the DP guarantee",
             }
-            log(INFO, "[fedcluster] feddp-kmeans final cost per point %.6g on %d points", total_cost / num_points, num_points)
+            log(
+                INFO,
+                "[fedcluster] feddp-kmeans final cost per point %.6g on %d points",
+                total_cost / num_points,
+                num_points,
+            )
         eps = privacy["epsilon"]
-        log(INFO, "[fedcluster] feddp-kmeans total epsilon %s at delta %g (%s level)",
-            "inf" if eps is None or not math.isfinite(eps) else f"{eps:.4g}", cfg.delta, self.level)
+        log(
+            INFO,
+            "[fedcluster] feddp-kmeans total epsilon %s at delta %g (%s level)",
+            "inf" if eps is None or not math.isfinite(eps) else f"{eps:.4g}",
+            cfg.delta,
+            self.level,
+        )
         return outcome
 
     # ------------------------------------------------------------------ set-up
@@ -153,8 +174,9 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         picked = self.sampling_rng.random(len(nodes)) < q
         return [node for node, keep in zip(nodes, picked) if keep]
 
-    def gather(self, task: str, arrays: dict[str, np.ndarray], config: dict[str, Any], sizes: dict[str, int],
-               check, phase: str) -> list[Reply]:
+    def gather(
+        self, task: str, arrays: dict[str, np.ndarray], config: dict[str, Any], sizes: dict[str, int], check, phase: str
+    ) -> list[Reply]:
         """Broadcast to the participants, with the public ``origin`` their points are taken
         around (when not the origin); an empty Poisson sample gives no reply (the aggregate
         is then noise only)."""
@@ -173,8 +195,14 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         step1_config = self.client_config("step1")
         if self.normalize_outer:
             step1_config["normalize"] = True
-        replies = self.gather("feddp_outer", {}, step1_config, {"p": feddp_kmeans.packed_size(d)},
-                              self.check_outer, "init-step1-outer-product")
+        replies = self.gather(
+            "feddp_outer",
+            {},
+            step1_config,
+            {"p": feddp_kmeans.packed_size(d)},
+            self.check_outer,
+            "init-step1-outer-product",
+        )
         packed = np.zeros(feddp_kmeans.packed_size(d))
         for reply in replies:
             packed += reply.arrays["outer"]
@@ -184,27 +212,44 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
 
         # Step 2: weights of the projected server points; weighted k-means on them.
         server_projected = server @ projection
-        replies = self.gather("feddp_histogram", {"projection": projection, "server": server_projected},
-                              self.client_config(laplace="step2"), {"s": server.shape[0]},
-                              self.check_histogram, "init-step2-server-weights")
+        replies = self.gather(
+            "feddp_histogram",
+            {"projection": projection, "server": server_projected},
+            self.client_config(laplace="step2"),
+            {"s": server.shape[0]},
+            self.check_histogram,
+            "init-step2-server-weights",
+        )
         histogram = np.zeros(server.shape[0])
         for reply in replies:
             histogram += reply.arrays["histogram"]
         min_weight = self.config.min_server_weight
-        weights, kept, kept_weights, fallback = feddp_kmeans.server_weights(self.noisy("step2", histogram), min_weight, k)
+        weights, kept, kept_weights, fallback = feddp_kmeans.server_weights(
+            self.noisy("step2", histogram), min_weight, k
+        )
         self.record("step2")
         if fallback:
-            log(WARNING, "[fedcluster] only %d server points have weight >= %g: keeping the %d heaviest",
-                int((weights >= min_weight).sum()), min_weight, k)
+            log(
+                WARNING,
+                "[fedcluster] only %d server points have weight >= %g: keeping the %d heaviest",
+                int((weights >= min_weight).sum()),
+                min_weight,
+                k,
+            )
         projected_centers, _ = kmeans(
             server_projected[kept], k, self.rng, kept_weights, n_init=self.config.server_n_init
         )
 
         # Step 3: centers in the original space from projected assignments.
         check = self.check_sums if self.level == "data-point" else self.check_means
-        replies = self.gather("feddp_projected_stats", {"projection": projection, "centers": projected_centers},
-                              {**self.client_config("step3_gaussian", "step3_laplace"), "margin": self.config.margin},
-                              {"k": k}, check, "init-step3-centers")
+        replies = self.gather(
+            "feddp_projected_stats",
+            {"projection": projection, "centers": projected_centers},
+            {**self.client_config("step3_gaussian", "step3_laplace"), "margin": self.config.margin},
+            {"k": k},
+            check,
+            "init-step3-centers",
+        )
         sums_key, counts_key = ("sums", "counts") if self.level == "data-point" else ("means", "nonempty")
         sums, counts = np.zeros((k, d)), np.zeros(k)
         for reply in replies:
@@ -235,20 +280,38 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         :func:`fedcluster.algorithms.feddp_kmeans.model.histogram_start`."""
         half_width = self.clip_norm / math.sqrt(self.members.dimension)
         candidates = feddp_kmeans.histogram_candidates(k, self.members.dimension, half_width, self.rng, self.server)
-        request = {"candidates": candidates} if self.origin is None else {"candidates": candidates, "origin": self.origin}
+        request = (
+            {"candidates": candidates} if self.origin is None else {"candidates": candidates, "origin": self.origin}
+        )
         self.devices_release("feddp_candidates", "step2")
-        total, devices = self.secagg.summed("feddp_candidates", self.participants(), request, self.client_config(laplace="step2"),
-                               {"s": candidates.shape[0]}, self.check_histogram, "init-histogram", {"histogram": self.secure_points},
-                               self.device_noise("step2"))
+        total, devices = self.secagg.summed(
+            "feddp_candidates",
+            self.participants(),
+            request,
+            self.client_config(laplace="step2"),
+            {"s": candidates.shape[0]},
+            self.check_histogram,
+            "init-histogram",
+            {"histogram": self.secure_points},
+            self.device_noise("step2"),
+        )
         weights = self.noisy("step2", np.zeros(candidates.shape[0]) + (0 if total is None else total["histogram"]))
         self.record("step2")
         spread = self.plan["step2"].noise_scale * self.noise_shares(len(devices))
-        centers, record = feddp_kmeans.histogram_start(candidates, weights, spread, k, half_width, self.rng,
-                                                       self.config.server_n_init, self.server)
+        centers, record = feddp_kmeans.histogram_start(
+            candidates, weights, spread, k, half_width, self.rng, self.config.server_n_init, self.server
+        )
         record["server_candidates"] = 0 if self.server is None else min(self.server.shape[0], candidates.shape[0])
         if "fallback" in record:
-            log(WARNING, "[fedcluster] only %d of %d candidates' noisy counts stand out of the noise: %s places the "
-                "other %d centers", record["candidates_kept"], candidates.shape[0], record["fallback"], record["filled"])
+            log(
+                WARNING,
+                "[fedcluster] only %d of %d candidates' noisy counts stand out of the noise: %s places the "
+                "other %d centers",
+                record["candidates_kept"],
+                candidates.shape[0],
+                record["fallback"],
+                record["filled"],
+            )
         arrays = {"candidates": candidates, "candidate_weights": weights}
         return centers, record, arrays
 
@@ -263,7 +326,11 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
         # the server data's radius; without server data, the cube inscribed in the ball of
         # radius Δ that holds every point a device uses (its corners on the sphere: the cube
         # [−Δ, Δ]^d would put nearly every center outside the ball in high d)
-        radius = feddp_kmeans.data_radius(server) if server is not None else self.clip_norm / math.sqrt(self.members.dimension)
+        radius = (
+            feddp_kmeans.data_radius(server)
+            if server is not None
+            else self.clip_norm / math.sqrt(self.members.dimension)
+        )
         centers, a = feddp_kmeans.sphere_packing(k, self.members.dimension, radius, self.rng)
         return centers, {"method": method, "cube_half_width": radius, "radius_a": a}
 
@@ -279,15 +346,26 @@ class FedDPKMeans(FedDPPrivacy, FederatedStrategy):
             request = {"centers": centers} if self.origin is None else {"centers": centers, "origin": self.origin}
             ranges = feddp_kmeans.secure_ranges(self.secure_points, self.radius or self.clip_norm)
             self.devices_release("feddp_lloyd", "lloyd_gaussian", "lloyd_laplace")
-            total, replies = self.secagg.summed("feddp_lloyd", self.participants(), request, config, {"k": k}, self.check_lloyd, "lloyd",
-                                         ranges, self.device_noise("lloyd_gaussian", "lloyd_laplace"))
+            total, replies = self.secagg.summed(
+                "feddp_lloyd",
+                self.participants(),
+                request,
+                config,
+                {"k": k},
+                self.check_lloyd,
+                "lloyd",
+                ranges,
+                self.device_noise("lloyd_gaussian", "lloyd_laplace"),
+            )
             if total is None:  # a secure sum no honest devices could give: this round's update is skipped
                 self.end_round(center_shift=0.0, kept_centers=k, noisy_counts=np.zeros(k))
                 continue
             noisy_sums = self.noisy("lloyd_gaussian", np.zeros_like(centers) + total["sums"])
             noisy_counts = self.noisy("lloyd_laplace", np.zeros(k) + total["counts"])
             if self.radius is not None:
-                new, alive = feddp_kmeans.relative_lloyd_update(centers, noisy_sums, noisy_counts, self.radius, self.clip_norm)
+                new, alive = feddp_kmeans.relative_lloyd_update(
+                    centers, noisy_sums, noisy_counts, self.radius, self.clip_norm
+                )
             else:
                 new, alive = feddp_kmeans.lloyd_update(centers, noisy_sums, noisy_counts)
             shift = center_shift(new, centers)

@@ -42,8 +42,15 @@ class FedDPPrivacy:
         cfg = self.config
         chosen = {step: cfg[key] for step, key in feddp_kmeans.CLIENT_BOUND_KEYS.items()}
         self.typical_norm = feddp_kmeans.server_typical_norm(server) if server is not None else None
-        self.bounds = feddp_kmeans.clipping_bounds(self.level, self.clip_norm, k, cfg.client_max_points, chosen,
-                                                   self.typical_norm, capped=cfg.max_device_points > 0)
+        self.bounds = feddp_kmeans.clipping_bounds(
+            self.level,
+            self.clip_norm,
+            k,
+            cfg.client_max_points,
+            chosen,
+            self.typical_norm,
+            capped=cfg.max_device_points > 0,
+        )
         self.lloyd_update = feddp_kmeans.lloyd_mode(cfg.lloyd_update, self.level, self.init_method)
         self.radius = None
         if self.lloyd_update == "relative":  # one point moves a cluster's sum by at most r (2r: a swap under a cap)
@@ -53,12 +60,15 @@ class FedDPPrivacy:
         if self.secagg.enabled:  # one session of keys serves the histogram and every Lloyd round
             self.secagg.planned = int(self.init_method == "histogram") + self.lloyd_rounds
         if self.secagg.enabled and not self.distributed:  # the server's noise covers the rounding too
-            self.bounds = feddp_kmeans.secure_bounds(self.bounds, self.secure_points, self.radius or self.clip_norm, k,
-                                                     self.members.dimension)
+            self.bounds = feddp_kmeans.secure_bounds(
+                self.bounds, self.secure_points, self.radius or self.clip_norm, k, self.members.dimension
+            )
         self.normalize_outer = feddp_kmeans.normalized_outer(self.level, cfg.clip_outer)
         self.plan = self.privacy_plan()
         streams = fedcluster.privacy.independent_generators(self.noise_seed(), len(feddp_kmeans.STEPS) + 1)
-        self.mechanisms = {name: step.mechanism_instance(streams[feddp_kmeans.STEPS[name][1]]) for name, step in self.plan.items()}
+        self.mechanisms = {
+            name: step.mechanism_instance(streams[feddp_kmeans.STEPS[name][1]]) for name, step in self.plan.items()
+        }
         self.sampling_rng = streams[feddp_kmeans.SAMPLING_STREAM]
         self.ledger = self.new_ledger()
 
@@ -67,20 +77,37 @@ class FedDPPrivacy:
         has already checked how budget-split, lloyd-fraction and step-epsilons combine.
         Noise added by the devices: Skellam releases (fedcluster.privacy.skellam)."""
         cfg = self.config
-        shares = number_list(cfg.budget_split, "budget-split") if cfg.budget_split else feddp_kmeans.RULE_OF_THUMB[self.level]
+        shares = (
+            number_list(cfg.budget_split, "budget-split")
+            if cfg.budget_split
+            else feddp_kmeans.RULE_OF_THUMB[self.level]
+        )
         weights = feddp_kmeans.step_weights(self.init_method, self.lloyd_rounds, list(shares), cfg.lloyd_fraction)
         if self.distributed:
             self.budget_mode = "no noise (epsilon = inf)" if math.isinf(cfg.epsilon) else "target-total"
-            weights = weights if cfg.budget_split else feddp_kmeans.device_noise_weights(weights, self.members.dimension)
-            return feddp_kmeans.device_noise_plan(weights, self.bounds, self.lloyd_rounds, self.secure_points,
-                                                  self.radius or self.clip_norm, cfg.k, self.members.dimension, cfg.epsilon, cfg.delta)
+            weights = (
+                weights if cfg.budget_split else feddp_kmeans.device_noise_weights(weights, self.members.dimension)
+            )
+            return feddp_kmeans.device_noise_plan(
+                weights,
+                self.bounds,
+                self.lloyd_rounds,
+                self.secure_points,
+                self.radius or self.clip_norm,
+                cfg.k,
+                self.members.dimension,
+                cfg.epsilon,
+                cfg.delta,
+            )
         q = cfg.client_sampling_rate
         sampling = q if self.level == "client" and q < 1 else None
         specs = feddp_kmeans.step_specs(weights, self.bounds, self.lloyd_rounds, sampling)
         step_epsilons = None
         if specs and cfg.step_epsilons:
             step_epsilons = list(number_list(cfg.step_epsilons, "step-epsilons"))
-            assert [s.name for s in specs] == list(feddp_kmeans.step_names(cfg)), "config and plan disagree on the steps"
+            assert [s.name for s in specs] == list(feddp_kmeans.step_names(cfg)), (
+                "config and plan disagree on the steps"
+            )
         try:
             plan, self.budget_mode = feddp_kmeans.privacy_plan(specs, cfg.epsilon, cfg.delta, step_epsilons)
         except feddp_kmeans.BudgetExceeded as exc:
@@ -116,10 +143,17 @@ class FedDPPrivacy:
         released = mechanism.add(value)
         if not self.distributed:
             step = self.plan[name]
-            self.results.folder.releases.release(name, {
-                "mechanism": mechanism.name, "scale": mechanism.scale, "sensitivity": mechanism.sensitivity,
-                "sampling_rate": step.sampling_rate, "delta": self.config.delta if step.mechanism != "laplace" else None,
-            }, released)
+            self.results.folder.releases.release(
+                name,
+                {
+                    "mechanism": mechanism.name,
+                    "scale": mechanism.scale,
+                    "sensitivity": mechanism.sensitivity,
+                    "sampling_rate": step.sampling_rate,
+                    "delta": self.config.delta if step.mechanism != "laplace" else None,
+                },
+                released,
+            )
         return released
 
     def devices_release(self, task: str, *names: str) -> None:
@@ -145,7 +179,9 @@ class FedDPPrivacy:
             if replayed and self.results.folder.releases.matches_replay(name):
                 continue
             release = self.plan[name].release
-            self.results.folder.releases.release(name, {"mechanism": "skellam", **dataclasses.asdict(release), "compositions": 1}, None)
+            self.results.folder.releases.release(
+                name, {"mechanism": "skellam", **dataclasses.asdict(release), "compositions": 1}, None
+            )
 
     def new_ledger(self):
         if self.distributed:
@@ -166,8 +202,10 @@ class FedDPPrivacy:
         levels, by its summed array; None when the server adds the noise."""
         if not self.distributed:
             return None
-        return {feddp_kmeans.SECURED_STEPS[name][0]: (self.plan[name].release.variance, self.plan[name].levels)
-                for name in names}
+        return {
+            feddp_kmeans.SECURED_STEPS[name][0]: (self.plan[name].release.variance, self.plan[name].levels)
+            for name in names
+        }
 
     def record(self, name: str, compositions: int = 1) -> None:
         step = self.plan[name]
@@ -175,7 +213,10 @@ class FedDPPrivacy:
             self.ledger.record(step.release)
             return
         self.ledger.record(
-            name, self.mechanisms[name], compositions=compositions, sampling_rate=step.sampling_rate,
+            name,
+            self.mechanisms[name],
+            compositions=compositions,
+            sampling_rate=step.sampling_rate,
             delta=self.config.delta if step.mechanism != "laplace" else None,
         )
 
@@ -189,12 +230,17 @@ class FedDPPrivacy:
         """Every part of result.json computed from device data WITHOUT noise, with why."""
         listed = {"reference": "the pooled central k-means (simulation only: the server reads every client's data)"}
         if self.config.evaluate_cost:
-            listed["final"] = "the exact federated cost and point count of the final centers (evaluate-cost=true; set false in deployment)"
+            listed["final"] = (
+                "the exact federated cost and point count of the final centers (evaluate-cost=true; set false in "
+                "deployment)"
+            )
         if self.config.margin < 1 and self.init_method == "feddp":
             listed["init.kept_by_margin"] = "the exact number of points step 3's margin filter kept (margin < 1)"
         if self.config.public_points > 0:
-            listed["lloyd_rounds"] = ("chosen from the clients' exact number of points (config public-points), which "
-                                      "this choice treats as public: a neighbouring dataset may get another number of rounds")
+            listed["lloyd_rounds"] = (
+                "chosen from the clients' exact number of points (config public-points), which "
+                "this choice treats as public: a neighbouring dataset may get another number of rounds"
+            )
             listed["config.public-points"] = "the clients' exact number of points"
         return listed
 
@@ -203,32 +249,38 @@ class FedDPPrivacy:
         if self.distributed:  # every release holds the noise of at least the threshold of devices
             self.ledger.devices = min((s.threshold for s in self.secagg.history), default=0)
         report = self.ledger.to_dict(delta)
-        report.update({
-            "target_epsilon": self.config.epsilon if not self.config.step_epsilons else None,
-            "budget_mode": self.budget_mode,
-            "epsilon_shares": {name: step.epsilon_share for name, step in self.plan.items()},
-            "clip_norm": self.clip_norm,
-            "server_typical_norm": self.typical_norm,
-            "bounds": {name: self.bounds[name] for name in self.plan},
-            "step1_normalized": self.normalize_outer,
-            "client_sampling_rate": self.config.client_sampling_rate if self.level == "client" else 1.0,
-            "init": self.init_method,
-            "lloyd_rounds": self.lloyd_rounds,
-            "lloyd_update": self.lloyd_update,
-            "lloyd_radius": self.radius,
-            "not_covered": self.not_covered(),
-            "secure_aggregation": self.secagg.record() if self.secagg.enabled else None,
-        })
+        report.update(
+            {
+                "target_epsilon": self.config.epsilon if not self.config.step_epsilons else None,
+                "budget_mode": self.budget_mode,
+                "epsilon_shares": {name: step.epsilon_share for name, step in self.plan.items()},
+                "clip_norm": self.clip_norm,
+                "server_typical_norm": self.typical_norm,
+                "bounds": {name: self.bounds[name] for name in self.plan},
+                "step1_normalized": self.normalize_outer,
+                "client_sampling_rate": self.config.client_sampling_rate if self.level == "client" else 1.0,
+                "init": self.init_method,
+                "lloyd_rounds": self.lloyd_rounds,
+                "lloyd_update": self.lloyd_update,
+                "lloyd_radius": self.radius,
+                "not_covered": self.not_covered(),
+                "secure_aggregation": self.secagg.record() if self.secagg.enabled else None,
+            }
+        )
         extra = self.results.folder.releases.extra() if self.results.folder is not None else []
         if extra:  # releases from this folder the run's own ledger does not count: they are spent all the same
             with_them = epsilon_with(self.ledger, extra, delta)
             report["releases_beyond_this_run"] = {
-                "count": len(extra), "epsilon_with_them": with_them,
-                "why": "an unfinished or earlier run in this folder released them (privacy-ledger.jsonl), or the devices "
-                       "added their noise again after a resume",
+                "count": len(extra),
+                "epsilon_with_them": with_them,
+                "why": "an unfinished or earlier run in this folder released them (privacy-ledger.jsonl), or the "
+                "devices "
+                "added their noise again after a resume",
             }
-            self.warn(f"this folder's privacy ledger holds {len(extra)} release(s) beyond this run's: epsilon over "
-                      f"everything released from it is {with_them:.4g} (this run's alone: {report['epsilon']})")
+            self.warn(
+                f"this folder's privacy ledger holds {len(extra)} release(s) beyond this run's: epsilon over "
+                f"everything released from it is {with_them:.4g} (this run's alone: {report['epsilon']})"
+            )
         return report
 
     # ------------------------------------------------------------------ reply checks
@@ -238,24 +290,41 @@ class FedDPPrivacy:
         return feddp_kmeans.usable_points(reply.num_examples, self.level, self.config.max_device_points)
 
     def check_outer(self, reply: Reply) -> str | None:
-        return feddp_kmeans.outer_violation(reply.arrays["outer"], self.members.dimension, self.usable(reply), self.level,
-                                   self.clip_norm, self.bounds["step1"])
+        return feddp_kmeans.outer_violation(
+            reply.arrays["outer"],
+            self.members.dimension,
+            self.usable(reply),
+            self.level,
+            self.clip_norm,
+            self.bounds["step1"],
+        )
 
     def check_histogram(self, reply: Reply) -> str | None:
-        return feddp_kmeans.histogram_violation(reply.arrays["histogram"], self.usable(reply), self.level, self.bounds["step2"])
+        return feddp_kmeans.histogram_violation(
+            reply.arrays["histogram"], self.usable(reply), self.level, self.bounds["step2"]
+        )
 
     def check_sums(self, reply: Reply) -> str | None:
-        return feddp_kmeans.sums_counts_violation(reply.arrays["sums"], reply.arrays["counts"], self.usable(reply),
-                                         self.clip_norm, exact_total=False)
+        return feddp_kmeans.sums_counts_violation(
+            reply.arrays["sums"], reply.arrays["counts"], self.usable(reply), self.clip_norm, exact_total=False
+        )
 
     def check_means(self, reply: Reply) -> str | None:
-        return feddp_kmeans.means_violation(reply.arrays["means"], reply.arrays["nonempty"], self.bounds["step3_gaussian"],
-                                   self.bounds["step3_laplace"])
+        return feddp_kmeans.means_violation(
+            reply.arrays["means"], reply.arrays["nonempty"], self.bounds["step3_gaussian"], self.bounds["step3_laplace"]
+        )
 
     def check_lloyd(self, reply: Reply) -> str | None:
         per_point = self.clip_norm if self.radius is None else self.radius  # a relative update's displacements
-        return feddp_kmeans.lloyd_violation(reply.arrays["sums"], reply.arrays["counts"], self.usable(reply), self.level,
-                                   per_point, self.bounds["lloyd_gaussian"], self.bounds["lloyd_laplace"])
+        return feddp_kmeans.lloyd_violation(
+            reply.arrays["sums"],
+            reply.arrays["counts"],
+            self.usable(reply),
+            self.level,
+            per_point,
+            self.bounds["lloyd_gaussian"],
+            self.bounds["lloyd_laplace"],
+        )
 
 
 def epsilon_with(ledger: Any, entries: list[dict[str, Any]], delta: float) -> float:
@@ -267,8 +336,10 @@ def epsilon_with(ledger: Any, entries: list[dict[str, Any]], delta: float) -> fl
 
     central = [e for e in entries if e.get("mechanism") in fedcluster.privacy.MECHANISMS]
     devices = [e for e in entries if e.get("mechanism") == "skellam"]
-    releases = [skellam.SkellamRelease(**{f.name: e[f.name] for f in dataclasses.fields(skellam.SkellamRelease)})
-                for e in devices]
+    releases = [
+        skellam.SkellamRelease(**{f.name: e[f.name] for f in dataclasses.fields(skellam.SkellamRelease)})
+        for e in devices
+    ]
     if isinstance(ledger, skellam.SkellamLedger):
         total = skellam.epsilon([*ledger.releases, *releases], delta)
         rest = _central_epsilon(central, delta)

@@ -26,7 +26,18 @@ from flwr.common.logger import log
 
 from fedcluster.points import bounding_box, center_shift, duplicate_warning
 from fedcluster.algorithms.fedkmeans.model import (
-    CenterSet, Memory, ServerState, Undo, coarse_summary_k, cost_tie, last_versus_best, reassign_starved, keep_sets, replies_scatter, reseed_allowed, server_update
+    CenterSet,
+    Memory,
+    ServerState,
+    Undo,
+    coarse_summary_k,
+    cost_tie,
+    last_versus_best,
+    reassign_starved,
+    keep_sets,
+    replies_scatter,
+    reseed_allowed,
+    server_update,
 )
 from fedcluster.config import k_range
 from fedcluster.robust import aggregate_centers
@@ -65,7 +76,9 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         if self.results.rounds and self.results.rounds[-1].get("cost") is None:
             self.results.rounds[-1]["cost"] = total_cost / num_points
         final_round = self.results.rounds[-1]["round"] if self.results.rounds else 0
-        caught = sorted({f["node"] for p in self.results.phases[first:] for f in p["failures"] if f["kind"] == "inconsistent"})
+        caught = sorted(
+            {f["node"] for p in self.results.phases[first:] for f in p["failures"] if f["kind"] == "inconsistent"}
+        )
         if caught:
             total_cost, num_points = self.recover(last, replies, caught)
         self.consider_best(total_cost / num_points, final_round, last, num_points)
@@ -75,14 +88,29 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             "centers": centers,
             "arrays": {"init_centers": self.starts[best_set]},
             "init": init_record,
-            "final": {"cost": cost, "total_cost": cost * points, "num_points": points, "round": best_round,
-                      "set": best_set},
+            "final": {
+                "cost": cost,
+                "total_cost": cost * points,
+                "num_points": points,
+                "round": best_round,
+                "set": best_set,
+            },
         }
         if self.recovered:
             outcome["recovery"] = self.recovered
-        extras, text, loud = last_versus_best(total_cost / num_points, final_round, last.index, cost, best_round,
-                                              best_set, len(self.starts) > 1, LAST_WORSE_WARNING,
-                                              last_centers=last.centers, best_centers=centers, tie=self.cost_tie)
+        extras, text, loud = last_versus_best(
+            total_cost / num_points,
+            final_round,
+            last.index,
+            cost,
+            best_round,
+            best_set,
+            len(self.starts) > 1,
+            LAST_WORSE_WARNING,
+            last_centers=last.centers,
+            best_centers=centers,
+            tie=self.cost_tie,
+        )
         if extras:  # the centers returned are the cheapest measured, not the last: say so, keep the last
             outcome["arrays"]["last_centers"] = last.centers
             outcome.update(extras)
@@ -163,14 +191,26 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         leader = min(keep, key=lambda i: reports[i]["cost"])
         if t > 1 and self.results.rounds[-1].get("cost") is None and reports[leader]["exact"]:
             self.results.rounds[-1]["cost"] = reports[leader]["cost"]
-        record = self.end_round(cost=None, sampled_nodes=len(nodes), **live[leader].record(reports[leader]),
-                                **({"sets": [c.record(r) for c, r in zip(live, reports)]} if len(live) > 1 else {}))
+        record = self.end_round(
+            cost=None,
+            sampled_nodes=len(nodes),
+            **live[leader].record(reports[leader]),
+            **({"sets": [c.record(r) for c, r in zip(live, reports)]} if len(live) > 1 else {}),
+        )
         for i in set(range(len(live))) - set(keep):  # a set that stops needs no memory of the devices
             live[i].memory = Memory(*live[i].centers.shape)
-        log(INFO, "[fedcluster] round %d/%d: %d/%d replies, cost/pt of received centers %.6g, shift %.3g%s%s",
-            t, rounds, record["replies"], record["sent"], record["sampled_cost_of_received"], record["center_shift"],
+        log(
+            INFO,
+            "[fedcluster] round %d/%d: %d/%d replies, cost/pt of received centers %.6g, shift %.3g%s%s",
+            t,
+            rounds,
+            record["replies"],
+            record["sent"],
+            record["sampled_cost_of_received"],
+            record["center_shift"],
             f", reassigned {record['reassigned']}" if record["reassigned"] else "",
-            f", {len(keep)} of {len(reports)} sets train on" if len(reports) > 1 else "")
+            f", {len(keep)} of {len(reports)} sets train on" if len(reports) > 1 else "",
+        )
         return [live[i] for i in keep]
 
     def exchange(self, live: list["CenterSet"], nodes: list[int], t: int) -> tuple[dict[int, tuple], bool]:
@@ -192,8 +232,13 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             self.admit_newcomers(got["join"])
         got["train"] = self.refill(dict(requests["train"], min_replies=None), got["train"], first)
         measure, out = got.get("measure", []), {}
-        dropped = {f["node"] for p in self.results.phases[first:] if p["phase"] == "train" for f in p["failures"]
-                   if f["kind"] == "invalid"}  # its old statistics too
+        dropped = {
+            f["node"]
+            for p in self.results.phases[first:]
+            if p["phase"] == "train"
+            for f in p["failures"]
+            if f["kind"] == "invalid"
+        }  # its old statistics too
         for position, center_set in enumerate(live):
             center_set.forget(dropped)
             center_set.remember([one_set(r, position) for r in got.get("seed", [])], center_set.centers)  # FULL_BATCH
@@ -201,7 +246,9 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             out[center_set.index] = ([one_set(r, position) for r in got["train"]], costs)
         return out, everyone or measuring or not others
 
-    def round_requests(self, live: list["CenterSet"], nodes: list[int], t: int) -> tuple[dict[str, dict[str, Any]], bool, bool]:
+    def round_requests(
+        self, live: list["CenterSet"], nodes: list[int], t: int
+    ) -> tuple[dict[str, dict[str, Any]], bool, bool]:
         """Round ``t``'s requests (:meth:`exchange`), whether it measures the unsampled
         nodes (``eval-every``) and whether any node is left out of the sample."""
         cfg = self.config
@@ -213,17 +260,36 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         others = len(nodes) < len(self.active_nodes)  # the sample is drawn from the active nodes
         unsampled = [n for n in self.active_nodes if n not in sampled] if others and (t == 1 or measuring) else []
         stacked = np.stack([c.centers for c in live])
-        train = dict(task="fedkmeans_train", nodes=nodes, arrays={"centers": stacked}, config=client_config,
-                     seeded=True, sizes={"m": len(live), "k": stacked.shape[1]}, phase="train",
-                     check=self.cost_check(stacked, client_config), min_replies=0)  # the quorum: refill
+        train = dict(
+            task="fedkmeans_train",
+            nodes=nodes,
+            arrays={"centers": stacked},
+            config=client_config,
+            seeded=True,
+            sizes={"m": len(live), "k": stacked.shape[1]},
+            phase="train",
+            check=self.cost_check(stacked, client_config),
+            min_replies=0,
+        )  # the quorum: refill
         requests: dict[str, dict[str, Any]] = {"train": train}
         if cfg.server_memory and not everyone and t == 1 and unsampled:
-            requests["seed"] = dict(train, nodes=unsampled, config=FULL_BATCH, phase="memory", min_replies=0,
-                                    check=self.cost_check(stacked, FULL_BATCH))
+            requests["seed"] = dict(
+                train,
+                nodes=unsampled,
+                config=FULL_BATCH,
+                phase="memory",
+                min_replies=0,
+                check=self.cost_check(stacked, FULL_BATCH),
+            )
         if measuring and unsampled:
-            requests["measure"] = dict(task="score_candidates", nodes=unsampled, arrays={"candidates": stacked},
-                                       sizes={"m": len(live), "k": stacked.shape[1]}, phase="evaluation",
-                                       check=self.statement_check(stacked, scores=True))
+            requests["measure"] = dict(
+                task="score_candidates",
+                nodes=unsampled,
+                arrays={"candidates": stacked},
+                sizes={"m": len(live), "k": stacked.shape[1]},
+                phase="evaluation",
+                check=self.statement_check(stacked, scores=True),
+            )
         return requests, measuring, others
 
     def update(self, center_set: "CenterSet", report: dict[str, Any], left: set[int], t: int, rounds: int) -> None:
@@ -232,11 +298,23 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         set costlier is undone first (the set goes on from its centers without it)."""
         cfg = self.config
         replies = center_set.incoming
-        if center_set.undo is not None and report["exact"] and report["cost"] > center_set.undo.cost_before * (1 + 1e-9):
+        if (
+            center_set.undo is not None
+            and report["exact"]
+            and report["cost"] > center_set.undo.cost_before * (1 + 1e-9)
+        ):
             center_set.revert(report["cost"])
             center_set.forget(left)  # the memory as before the re-seed, without the nodes gone since
-            log(INFO, "[fedcluster] round %d: the re-seed of cluster(s) %s in set %d raised the cost to %.6g (from %.6g): "
-                "undone", t, center_set.undone, center_set.index, report["cost"], center_set.undo_cost_before)
+            log(
+                INFO,
+                "[fedcluster] round %d: the re-seed of cluster(s) %s in set %d raised the cost to %.6g (from %.6g): "
+                "undone",
+                t,
+                center_set.undone,
+                center_set.index,
+                report["cost"],
+                center_set.undo_cost_before,
+            )
             return
         center_set.settle()
         full = cfg.batch_size == 0 and cfg.local_epochs == 1  # a reply then states a partition
@@ -249,9 +327,12 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             counts, weighted = center_set.memory.aggregate(cfg.aggregation, cfg.trim_fraction)
             scatter = center_set.memory.total_scatter()
         else:
-            counts, weighted = aggregate_centers(np.stack([r.arrays["centers"] for r in replies]),
-                                                 np.stack([r.arrays["counts"] for r in replies]),
-                                                 cfg.aggregation, cfg.trim_fraction)
+            counts, weighted = aggregate_centers(
+                np.stack([r.arrays["centers"] for r in replies]),
+                np.stack([r.arrays["counts"] for r in replies]),
+                cfg.aggregation,
+                cfg.trim_fraction,
+            )
             scatter = replies_scatter(replies, center_set.centers if full else None, cfg.client_lr)
         old = center_set.centers
         new, target = server_update(old, counts, weighted, center_set.state, cfg.server_lr, cfg.momentum)
@@ -260,8 +341,9 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         measurable = t < rounds and (cfg.fraction >= 1.0 or (cfg.eval_every > 0 and t % cfg.eval_every == 0))
         allowed = reseed_allowed(counts, center_set.protected, t < rounds, measurable)
         before = new.copy()
-        moved = reassign_starved(new, counts, scatter, center_set.state,
-                                 cfg.reassign_threshold, cfg.reassign_patience, orphans, allowed)
+        moved = reassign_starved(
+            new, counts, scatter, center_set.state, cfg.reassign_threshold, cfg.reassign_patience, orphans, allowed
+        )
         if moved:
             center_set.hold(Undo(before, report["cost"] if report["exact"] else float("inf"), moved))
         center_set.step(new, counts, moved, orphans, center_shift(new, old))

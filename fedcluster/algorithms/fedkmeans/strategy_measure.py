@@ -13,8 +13,16 @@ import numpy as np
 from flwr.common.logger import log
 
 from fedcluster.algorithms.fedkmeans.model import (
-    CenterSet, cheapest_estimates, evaluation_statement, implied_means, lloyd_step, partitions_violation, scores_violation,
-    stated_in_reply, train_cost_mismatch, whole_partition
+    CenterSet,
+    cheapest_estimates,
+    evaluation_statement,
+    implied_means,
+    lloyd_step,
+    partitions_violation,
+    scores_violation,
+    stated_in_reply,
+    train_cost_mismatch,
+    whole_partition,
 )
 from fedcluster.bounds import moments_violation, voronoi_violation
 from fedcluster.cell_moments import cell_moments_violation
@@ -29,8 +37,9 @@ ESTIMATED_POOL = 4  # partial participation: the centers with the cheapest sampl
 class FedKMeansMeasure:
     """Measurements and the best centers (state: ``estimated``, ``best_seen``, ``sets``)."""
 
-    def measure(self, center_set: "CenterSet", replies: list[Reply], measured: tuple[float, int],
-                measuring: bool, t: int) -> dict[str, Any]:
+    def measure(
+        self, center_set: "CenterSet", replies: list[Reply], measured: tuple[float, int], measuring: bool, t: int
+    ) -> dict[str, Any]:
         """What round ``t`` measured of the centers ``center_set`` received (Γ_{t−1}): their
         cost per point over the nodes that reported it and whether that was every active
         node (``exact``: then it may become the best centers measured, and it decides
@@ -40,14 +49,21 @@ class FedKMeansMeasure:
         cost, points = sampled_cost + measured[0], sampled_points + measured[1]
         active = self.members.active_points()
         exact = measuring and points > 0 and points >= active
-        report = {"cost": cost / max(points, 1), "points": points, "exact": exact,
-                  "sampled_cost": sampled_cost / max(sampled_points, 1)}
+        report = {
+            "cost": cost / max(points, 1),
+            "points": points,
+            "exact": exact,
+            "sampled_cost": sampled_cost / max(sampled_points, 1),
+        }
         center_set.cost = report["cost"]
         if exact:
             self.consider_best(report["cost"], t - 1, center_set, points)
         elif sampled_points > 0 and self.config.fraction < 1.0 and not self.memory_bounds:
-            self.estimated = cheapest_estimates(self.estimated, (report["sampled_cost"], t - 1, center_set.index,
-                                                                 center_set.centers.copy()), ESTIMATED_POOL)
+            self.estimated = cheapest_estimates(
+                self.estimated,
+                (report["sampled_cost"], t - 1, center_set.index, center_set.centers.copy()),
+                ESTIMATED_POOL,
+            )
         return report
 
     def bound_unmeasured(self, live: list, reports: list[dict[str, Any]], t: int) -> None:
@@ -75,17 +91,32 @@ class FedKMeansMeasure:
         the partitions its device stated in training (:meth:`statement_check`). Returns the
         total cost, the points and the ``lloyd_stats`` replies."""
         k = last.centers.shape[0]
-        requests = [dict(task="lloyd_stats", nodes=self.active_nodes, arrays={"centers": last.centers},
-                         sizes={"k": k}, phase=phase, check=self.statement_check(last.centers))]
+        requests = [
+            dict(
+                task="lloyd_stats",
+                nodes=self.active_nodes,
+                arrays={"centers": last.centers},
+                sizes={"k": k},
+                phase=phase,
+                check=self.statement_check(last.centers),
+            )
+        ]
         pool = [entry for entry in self.estimated if entry[3] is not None]
         rescore = self.best_seen is not None and len(self.present(self.active_nodes)) < len(self.active_nodes)
         if rescore:
             pool.append(self.best_seen[:3] + (self.best_seen[4],))
         if pool:
             candidates = np.stack([entry[3] for entry in pool])
-            requests.append(dict(task="score_candidates", nodes=self.active_nodes, arrays={"candidates": candidates},
-                                 sizes={"m": len(pool), "k": k}, phase="final-candidates",
-                                 check=self.statement_check(candidates, scores=True)))
+            requests.append(
+                dict(
+                    task="score_candidates",
+                    nodes=self.active_nodes,
+                    arrays={"candidates": candidates},
+                    sizes={"m": len(pool), "k": k},
+                    phase="final-candidates",
+                    check=self.statement_check(candidates, scores=True),
+                )
+            )
         got = self.broadcast_together(*requests)
         total_cost, num_points = float(sum_arrays(got[0], "cost")[0]), int(sum_arrays(got[0], "counts").sum())
         if pool and int(sum_metric(got[1])) == num_points:  # over the same points: comparable
@@ -103,8 +134,11 @@ class FedKMeansMeasure:
         ``RECOVERY_STEPS``). Earlier measurements counted the liar's points: no longer
         comparable. Returns the cost and points of the centers kept, which become ``last``'s."""
         self.best_seen, self.estimated = None, []
-        log(INFO, "[fedcluster] the final evaluation caught node(s) %s lying in training: Lloyd steps without them",
-            ", ".join(map(str, caught)))
+        log(
+            INFO,
+            "[fedcluster] the final evaluation caught node(s) %s lying in training: Lloyd steps without them",
+            ", ".join(map(str, caught)),
+        )
         replies = [r for r in replies if r.node_id not in caught]  # caught by its scores, its lloyd_stats passed
         if not replies:
             raise FederationError(f"the final evaluation excluded node(s) {caught}: no other node's evaluation is left")
@@ -112,19 +146,35 @@ class FedKMeansMeasure:
         before, steps = total_cost / num_points, 0
         while steps < RECOVERY_STEPS:
             kept = last.centers
-            last.centers = lloyd_step(np.stack([r.arrays["counts"] for r in replies]),
-                                      np.stack([r.arrays["sums"] for r in replies]), kept, self.config.aggregation,
-                                      self.config.trim_fraction)
+            last.centers = lloyd_step(
+                np.stack([r.arrays["counts"] for r in replies]),
+                np.stack([r.arrays["sums"] for r in replies]),
+                kept,
+                self.config.aggregation,
+                self.config.trim_fraction,
+            )
             cost, points, stepped = self.final_evaluation(last, phase="recovery-evaluation")
-            if points != num_points or cost > total_cost:  # costlier, or not on the same points: keep the centers before
+            if (
+                points != num_points or cost > total_cost
+            ):  # costlier, or not on the same points: keep the centers before
                 last.centers = kept
                 break
             steps, gain, total_cost, replies = steps + 1, total_cost - cost, cost, stepped
             if gain <= RECOVERY_GAIN * cost:
                 break
-        self.recovered = {"caught": caught, "cost_before": before, "cost_after": total_cost / num_points, "steps": steps}
-        log(INFO, "[fedcluster] recovery: cost per point %.6g -> %.6g in %d Lloyd step(s)", before,
-            total_cost / num_points, steps)
+        self.recovered = {
+            "caught": caught,
+            "cost_before": before,
+            "cost_after": total_cost / num_points,
+            "steps": steps,
+        }
+        log(
+            INFO,
+            "[fedcluster] recovery: cost per point %.6g -> %.6g in %d Lloyd step(s)",
+            before,
+            total_cost / num_points,
+            steps,
+        )
         return total_cost, num_points
 
     def statement_check(self, centers: np.ndarray, scores: bool = False):
@@ -134,6 +184,7 @@ class FedKMeansMeasure:
         (:func:`fedcluster.algorithms.fedkmeans.model.partitions_violation`, :func:`scores_violation`): an
         honest device's nearest-center cost of fixed points never exceeds what any other
         partition of them costs. A contradiction proves a liar, which leaves the run."""
+
         def check(reply: Reply) -> str | None:
             declared = self.members.declared.get(reply.node_id)
             earlier = self.stated_partitions.get(reply.node_id, [])
@@ -147,8 +198,9 @@ class FedKMeansMeasure:
 
         return check
 
-    def consider_best(self, cost: float, round_number: int, center_set: "CenterSet", points: int,
-                      centers: np.ndarray | None = None) -> None:
+    def consider_best(
+        self, cost: float, round_number: int, center_set: "CenterSet", points: int, centers: np.ndarray | None = None
+    ) -> None:
         """Keep the lowest cost per point with its round, set and centers, among
         measurements over as many points as the best one: a round where a node's reply was
         lost covers fewer points and is not comparable (it could look cheaper than it is).
@@ -162,7 +214,8 @@ class FedKMeansMeasure:
     def cost_check(self, incoming: np.ndarray, sent: dict[str, Any]):
         """Full batch, one local epoch (else no check; ``incoming``: the (m, k, d) centers
         sent with the client config ``sent``): a training reply's costs are the ones its
-        other arrays imply (``train_cost_mismatch``), each cluster's mean lies in its center's Voronoi cell and its scatter within what the cell can hold
+        other arrays imply (``train_cost_mismatch``), each cluster's mean lies in its center's Voronoi cell and its
+        scatter within what the cell can hold
         (``cell_moments_violation``), its sums add up to its declared moments, and all its
         partitions, with its last reply's, could come from one fixed set of points
         (``partitions_violation``)."""
@@ -174,12 +227,15 @@ class FedKMeansMeasure:
             a = reply.arrays
             declared = self.members.declared.get(reply.node_id)
             for s in range(incoming.shape[0]):
-                reason = train_cost_mismatch(incoming[s], a["centers"][s], a["counts"][s], a["scatter"][s], float(a["cost"][s]), beta)
+                reason = train_cost_mismatch(
+                    incoming[s], a["centers"][s], a["counts"][s], a["scatter"][s], float(a["cost"][s]), beta
+                )
                 means = implied_means(incoming[s], a["centers"][s], beta)
                 reason = reason or voronoi_violation(means, a["counts"][s], incoming[s])
                 if not reason and declared is not None:
-                    reason = moments_violation(a["counts"][s][:, None] * means, a["scatter"][s], declared,
-                                               counts=a["counts"][s])
+                    reason = moments_violation(
+                        a["counts"][s][:, None] * means, a["scatter"][s], declared, counts=a["counts"][s]
+                    )
                 if reason:
                     return f"set {s}: {reason}" if incoming.shape[0] > 1 else reason
             if declared is not None:  # every set at once: cheap certificates pass most clusters together

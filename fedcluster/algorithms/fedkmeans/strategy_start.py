@@ -31,7 +31,13 @@ from flwr.common.logger import log
 
 from fedcluster.data import load_points
 from fedcluster.algorithms.fedkmeans.model import (
-    box_candidates, k_range_candidates, k_range_report, set_count, start_sets, summary_candidates, summary_seeds
+    box_candidates,
+    k_range_candidates,
+    k_range_report,
+    set_count,
+    start_sets,
+    summary_candidates,
+    summary_seeds,
 )
 from fedcluster.lloyd import kmeans_plus_plus
 
@@ -52,8 +58,14 @@ def summary_points(replies: list[Reply], dimension: int) -> tuple[np.ndarray, np
 class FedKMeansStart:
     """Initialization and ``k-range`` (state: the strategy's ``config``, ``rng``, ``dimension``)."""
 
-    def choose_k(self, bounds: tuple[int, int], total: int, low: np.ndarray, high: np.ndarray,
-                 local: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
+    def choose_k(
+        self,
+        bounds: tuple[int, int],
+        total: int,
+        low: np.ndarray,
+        high: np.ndarray,
+        local: tuple[np.ndarray, np.ndarray],
+    ) -> dict[str, Any]:
         """``k-range``: local summaries once, every k's candidates built here, all scored in
         ONE federated round; the elbow and the Calinski–Harabasz choice (no training)."""
         first, last = bounds
@@ -70,7 +82,9 @@ class FedKMeansStart:
             )
         points, weights = local
         if points.shape[0] < last:
-            self.warn(f"only {points.shape[0]} summary centers for k up to {last}: the larger k use random-box candidates")
+            self.warn(
+                f"only {points.shape[0]} summary centers for k up to {last}: the larger k use random-box candidates"
+            )
         candidates = k_range_candidates(points, weights, ks, m, low, high, self.rng)
         self.begin_round(1)
         costs, _ = self.score_candidates(candidates, phase="k-range-scoring")
@@ -78,14 +92,26 @@ class FedKMeansStart:
         self.end_round(candidates=int(candidates.shape[0]))
         chosen = report["calinski_harabasz_k"]
         index = ks.index(chosen)
-        log(INFO, "[fedcluster] k-range %d:%d: elbow at k=%d, Calinski-Harabasz picks k=%d (cost/pt %.6g)",
-            first, last, report["elbow_k"], chosen, report["cost"][index])
+        log(
+            INFO,
+            "[fedcluster] k-range %d:%d: elbow at k=%d, Calinski-Harabasz picks k=%d (cost/pt %.6g)",
+            first,
+            last,
+            report["elbow_k"],
+            chosen,
+            report["cost"][index],
+        )
         for k, cost, ch in zip(ks, report["cost"], report["calinski_harabasz"]):
             log(INFO, "[fedcluster]   k=%-4d cost/pt %-12.6g CH %.6g", k, cost, ch)
         return {
             "centers": candidates[report["best_candidate"][index]][:chosen],
             "k_range": report,
-            "final": {"cost": report["cost"][index], "total_cost": report["cost"][index] * total, "num_points": total, "k": chosen},
+            "final": {
+                "cost": report["cost"][index],
+                "total_cost": report["cost"][index] * total,
+                "num_points": total,
+                "k": chosen,
+            },
         }
 
     # -------------------------------------------------------------- initialization
@@ -120,8 +146,9 @@ class FedKMeansStart:
                 stream = np.random.default_rng([cfg.seed, COARSE_STREAM])
                 candidates = np.concatenate([candidates, summary_candidates(*coarse, k, m, low, high, stream, starts)])
             # Unrefined draws for the other sets: their own stream as well.
-            seeds = summary_seeds(points, weights, k, sets - 1, low, high,
-                                  np.random.default_rng([cfg.seed, SEED_STREAM]))
+            seeds = summary_seeds(
+                points, weights, k, sets - 1, low, high, np.random.default_rng([cfg.seed, SEED_STREAM])
+            )
         elif method == "kfed":
             # k-FED as initializer: one extra round that often saves many.
             from fedcluster.algorithms.kfed.strategy import collect_device_centers, merge_device_centers
@@ -142,15 +169,30 @@ class FedKMeansStart:
         candidates = np.concatenate([candidates, seeds])
         costs, _ = self.score_candidates(candidates, phase="init-scoring")
         chosen = start_sets(costs, sets, range(refined, candidates.shape[0]))
-        log(INFO, "[fedcluster] init %s: %d candidates scored, best cost %.6g; %d center set(s) start",
-            method, candidates.shape[0], costs[chosen[0]], len(chosen))
-        record = {"method": method, "candidates": refined, "candidate_costs": costs[:refined].tolist(),
-                  "best": chosen[0], "sets": len(chosen), "start_costs": costs[chosen].tolist(),
-                  "seeds": int(seeds.shape[0])}
+        log(
+            INFO,
+            "[fedcluster] init %s: %d candidates scored, best cost %.6g; %d center set(s) start",
+            method,
+            candidates.shape[0],
+            costs[chosen[0]],
+            len(chosen),
+        )
+        record = {
+            "method": method,
+            "candidates": refined,
+            "candidate_costs": costs[:refined].tolist(),
+            "best": chosen[0],
+            "sets": len(chosen),
+            "start_costs": costs[chosen].tolist(),
+            "seeds": int(seeds.shape[0]),
+        }
         return [candidates[i].copy() for i in chosen], record
 
-    def local_summary_request(self, k: int, phase: str = "init-local-summaries", stream: int | bool = True) -> dict[str, Any]:
+    def local_summary_request(
+        self, k: int, phase: str = "init-local-summaries", stream: int | bool = True
+    ) -> dict[str, Any]:
         """The ``local_summary`` query; with a ``stream`` number its device seeds come from
         that random stream instead of the server's generator (:meth:`phase_seed`)."""
-        return dict(task="local_summary", config={"k": k, "min-count": self.config.init_min_count}, seeded=stream,
-                    phase=phase)
+        return dict(
+            task="local_summary", config={"k": k, "min-count": self.config.init_min_count}, seeded=stream, phase=phase
+        )

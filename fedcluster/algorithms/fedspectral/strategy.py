@@ -20,8 +20,18 @@ import numpy as np
 from flwr.common.logger import log
 
 from fedcluster.algorithms.fedspectral.model import (
-    KRYLOV_DROP, ExactEigensolver, cluster_sizes, coassociation_spectral, embedding_labels, initial_block,
-    local_cluster_counts, nodes_held, paper_aggregate, product_range, snapped_degrees, subspace_distance
+    KRYLOV_DROP,
+    ExactEigensolver,
+    cluster_sizes,
+    coassociation_spectral,
+    embedding_labels,
+    initial_block,
+    local_cluster_counts,
+    nodes_held,
+    paper_aggregate,
+    product_range,
+    snapped_degrees,
+    subspace_distance,
 )
 
 from fedcluster.server.base import FederationError, sum_arrays
@@ -153,8 +163,15 @@ class FedSpectralPlus(GraphStrategy):
             )
         return outcome
 
-    def products(self, nodes: list[int], request: dict[str, np.ndarray], config: dict[str, Any], weight: float,
-                 first: bool, phase: str) -> tuple[np.ndarray, int]:
+    def products(
+        self,
+        nodes: list[int],
+        request: dict[str, np.ndarray],
+        config: dict[str, Any],
+        weight: float,
+        first: bool,
+        phase: str,
+    ) -> tuple[np.ndarray, int]:
         """The sum of the clients' ``power_step`` products of ``request["Q"]``, and how many
         clients it holds: from replies each checked (``product_check``), or by secure
         aggregation, where each client clips its product to the public ``product_range``
@@ -164,12 +181,20 @@ class FedSpectralPlus(GraphStrategy):
         X = request["Q"]
         sizes = {"n": X.shape[0], "b": X.shape[1]}
         if not self.secagg.enabled:
-            replies = self.all_clients("power_step", nodes, arrays=request, config=config, sizes=sizes, phase=phase,
-                                       check=product_check(X, weight, first))
+            replies = self.all_clients(
+                "power_step",
+                nodes,
+                arrays=request,
+                config=config,
+                sizes=sizes,
+                phase=phase,
+                check=product_check(X, weight, first),
+            )
             return sum_arrays(replies, "Q"), len(replies)
         asked = [node for node in nodes if node not in self.members.excluded]
-        total, summed = self.secagg.summed("power_step", asked, request, config, sizes, None, phase,
-                                    {"Q": product_range(X, weight, first)})
+        total, summed = self.secagg.summed(
+            "power_step", asked, request, config, sizes, None, phase, {"Q": product_range(X, weight, first)}
+        )
         for node in sorted(set(asked) - set(summed)):
             self.exclude(node, "no masked product in the secure sum (a graph run goes on without its edges)")
         if total is None:  # a product cannot be skipped
@@ -209,11 +234,12 @@ class FedSpectralPlus(GraphStrategy):
         if cfg.iters != 1:
             notes.append(f"iters={cfg['iters']} ignored: exact mode multiplies once per round")
             log(WARNING, "[fedcluster] %s", notes[-1])
-        solver = ExactEigensolver(
-            n, k, self.block_size(n, k), cfg.seed, cfg.acceleration, cfg.max_basis
-        )
+        solver = ExactEigensolver(n, k, self.block_size(n, k), cfg.seed, cfg.acceleration, cfg.max_basis)
         product_config = {
-            "num-nodes": n, "iters": 1, "normalization": "global", "edge-weight": 1.0 / cfg.edge_copies,
+            "num-nodes": n,
+            "iters": 1,
+            "normalization": "global",
+            "edge-weight": 1.0 / cfg.edge_copies,
         }
 
         def summed_products(X: np.ndarray, degrees: np.ndarray, phase: str, first: bool = False) -> np.ndarray:

@@ -18,8 +18,6 @@ from fedcluster.central import compare_with_central
 from fedcluster.server.base import FederatedStrategy, FederationError, Reply
 
 
-
-
 def label_check(num_nodes: int):
     return lambda reply: label_problem(reply.arrays["labels"], num_nodes)
 
@@ -28,6 +26,7 @@ def product_check(X: np.ndarray, weight: float, first: bool):
     """The bounds a ``power_step`` reply to the block ``X`` obeys (fedcluster.algorithms.fedspectral.model.
     product_violation), as a reply check; a reply past them is dropped and its client
     taken out of the run."""
+
     def check(reply: Reply) -> str | None:
         return product_violation(reply.arrays["Q"], X, weight, reply.num_examples, first)
 
@@ -60,7 +59,11 @@ class GraphStrategy(FederatedStrategy):
         asked = [node for node in nodes if node not in self.members.excluded]
         replies = self.broadcast(task, asked, **kwargs)  # in node order: sums reproducible to the last bit
         answered = {reply.node_id for reply in replies}
-        reasons = {failure["node"]: failure["reason"] for failure in self.results.phases[-1]["failures"]} if self.results.phases else {}
+        reasons = (
+            {failure["node"]: failure["reason"] for failure in self.results.phases[-1]["failures"]}
+            if self.results.phases
+            else {}
+        )
         for node in asked:
             if node not in answered:
                 self.exclude(node, f"{reasons.get(node, 'no valid reply')} (a graph run goes on without its edges)")

@@ -14,7 +14,8 @@ working specification docs/ALGORITHMS.md section 4. One round of communication:
 Devices away, late or connected since step 1 was sent are asked again in up to three
 round trips (still one message of local centers each), and so are the devices away or
 late for the evaluation; a device still absent then, or whose reply was dropped, is simply
-absent. A device that was not part of the run joins later for free: it runs step 1 on its own data and maps its local centers to the
+absent. A device that was not part of the run joins later for free: it runs step 1 on its own data and maps its local
+centers to the
 nearest stored global centers (``fedcluster-kfed-assign``), O(k·k') distances, nobody
 else involved. The run stores ``centers.npy`` (k x d), ``device_centers.npy`` (all device
 centers stacked), ``device_counts.npy``, ``device_nodes.npy`` (the node each row came
@@ -37,7 +38,13 @@ import numpy as np
 from flwr.common.logger import log
 
 from fedcluster.algorithms.kfed.model import (
-    TooFewCenters, default_k_prime, induced_over_nearest, kfed_merge, left_out_by_node, score_range, score_violation
+    TooFewCenters,
+    default_k_prime,
+    induced_over_nearest,
+    kfed_merge,
+    left_out_by_node,
+    score_range,
+    score_violation,
 )
 from fedcluster.points import duplicate_warning
 
@@ -50,8 +57,9 @@ from fedcluster.server.messages import Inconsistent
 INDUCED_WARNING = 1.2
 
 
-def collect_device_centers(strategy: FederatedStrategy, phase: str = "kfed-local",
-                           costs: list | None = None) -> tuple[list, list, list]:
+def collect_device_centers(
+    strategy: FederatedStrategy, phase: str = "kfed-local", costs: list | None = None
+) -> tuple[list, list, list]:
     """The k-FED device phase: every active node's local centers and counts.
 
     Works with or without a preceding ``discover_dimension``: the federation's dimension
@@ -61,8 +69,12 @@ def collect_device_centers(strategy: FederatedStrategy, phase: str = "kfed-local
     Returns ``(nodes, centers, counts)`` lists, one entry per valid device.
     """
     config = strategy.config
-    request = dict(task="kfed_local", config={"k-prime": config.k_prime, "k": config.k, "n-init": config.kfed_device_restarts},
-                   seeded=True, phase=phase)
+    request = dict(
+        task="kfed_local",
+        config={"k-prime": config.k_prime, "k": config.k, "n-init": config.kfed_device_restarts},
+        seeded=True,
+        phase=phase,
+    )
     replies = strategy.broadcast(**request, nodes=strategy.active_nodes)
     if not replies:
         raise FederationError(f"phase {phase!r}: no device returned local centers (every one away)")
@@ -78,8 +90,9 @@ def collect_device_centers(strategy: FederatedStrategy, phase: str = "kfed-local
     )
 
 
-def merge_device_centers(strategy: FederatedStrategy, centers: list, counts: list, k: int,
-                         candidates: int = 1) -> tuple:
+def merge_device_centers(
+    strategy: FederatedStrategy, centers: list, counts: list, k: int, candidates: int = 1
+) -> tuple:
     """Server steps of k-FED on the collected device centers (clear error when k is too big):
     global centers, per-device assignment, and the mask of the device centers the merge kept
     (``kfed-min-devices``); with ``candidates`` > 1, ``([(centers, assignment), ...], kept)``:
@@ -100,7 +113,8 @@ def merge_device_centers(strategy: FederatedStrategy, centers: list, counts: lis
         )
     except TooFewCenters as exc:
         raise FederationError(
-            f"{exc}; k-prime={default_k_prime(config['k'], config['k-prime'])} per device, {len(centers)} devices replied"
+            f"{exc}; k-prime={default_k_prime(config['k'], config['k-prime'])} per device, {len(centers)} devices "
+            "replied"
         ) from None
 
 
@@ -139,21 +153,35 @@ class KFed(FederatedStrategy):
             global_centers, assignment, kept = merge_device_centers(self, centers, counts, k)
         k_primes = [int(c.shape[0]) for c in centers]
         self.end_round(devices=len(nodes), device_centers=int(sum(k_primes)))
-        log(INFO, "[fedcluster] k-FED merged %d device centers from %d devices into k=%d (k' per device %d..%d)",
-            int(sum(k_primes)), len(nodes), k, min(k_primes), max(k_primes))
+        log(
+            INFO,
+            "[fedcluster] k-FED merged %d device centers from %d devices into k=%d (k' per device %d..%d)",
+            int(sum(k_primes)),
+            len(nodes),
+            k,
+            min(k_primes),
+            max(k_primes),
+        )
         if scored:
             # kfed-evaluate: the candidates are scored on the devices' own points in the
             # evaluation round; the cheapest there is the result, its cost exact.
             (nodes, centers, counts, costs), (merged, kept, guarded), candidate_costs, points = self.scored_merges(
-                (nodes, centers, counts, costs), (merged, kept, guarded), k)
+                (nodes, centers, counts, costs), (merged, kept, guarded), k
+            )
             chosen = int(np.argmin(candidate_costs))
             global_centers, assignment = merged[chosen]
             total = float(candidate_costs[chosen])
         node_of_row = np.concatenate([np.full(c.shape[0], n, dtype=np.uint64) for n, c in zip(nodes, centers)])
         left_out = left_out_by_node(node_of_row, kept)
         if left_out:
-            log(INFO, "[fedcluster] k-FED left out %d device centers of %d devices: their global clusters gathered "
-                "fewer than kfed-min-devices=%d devices", int((~kept).sum()), len(left_out), self.config.kfed_min_devices)
+            log(
+                INFO,
+                "[fedcluster] k-FED left out %d device centers of %d devices: their global clusters gathered "
+                "fewer than kfed-min-devices=%d devices",
+                int((~kept).sum()),
+                len(left_out),
+                self.config.kfed_min_devices,
+            )
         k_primes = [int(c.shape[0]) for c in centers]
         outcome: dict[str, Any] = {
             "centers": global_centers,
@@ -163,26 +191,40 @@ class KFed(FederatedStrategy):
                 "device_nodes": node_of_row,
                 "device_assignment": np.concatenate([np.asarray(a, dtype=np.int64) for a in assignment]),
             },
-            "kfed": {"k_prime": self.config.k_prime or "chosen by each device, up to k",
-                     "device_k_prime": {"min": min(k_primes), "median": statistics.median(k_primes), "max": max(k_primes)},
-                     "devices": len(nodes), "left_out": left_out},
+            "kfed": {
+                "k_prime": self.config.k_prime or "chosen by each device, up to k",
+                "device_k_prime": {"min": min(k_primes), "median": statistics.median(k_primes), "max": max(k_primes)},
+                "devices": len(nodes),
+                "left_out": left_out,
+            },
         }
         if scored:
             outcome["final"] = {"cost": total / points, "total_cost": total, "num_points": points}
-            outcome["kfed"]["candidates"] = {"scored": len(merged), "chosen": chosen, "costs": (candidate_costs / points).tolist(),
-                                             "guarded": len(guarded)}
+            outcome["kfed"]["candidates"] = {
+                "scored": len(merged),
+                "chosen": chosen,
+                "costs": (candidate_costs / points).tolist(),
+                "guarded": len(guarded),
+            }
             if chosen >= len(merged) - len(guarded):
                 log(INFO, "[fedcluster] k-FED: the devices chose a guarded grouping (capped counts)")
             ratio = induced_over_nearest(centers, counts, costs, assignment, global_centers, total)
             outcome["kfed"]["induced_over_nearest"] = ratio
-            log(INFO, "[fedcluster] k-FED cost per point %.6g on %d points (induced clustering %.4g× that)",
-                total / points, points, ratio)
+            log(
+                INFO,
+                "[fedcluster] k-FED cost per point %.6g on %d points (induced clustering %.4g× that)",
+                total / points,
+                points,
+                ratio,
+            )
             given = self.config.k_prime
             if given and given < k and ratio > INDUCED_WARNING:
-                self.warn(f"k-prime={given} looks too small for how these devices' data are clustered: k-FED's induced "
-                          f"clustering (each point takes its local center's cluster) costs {ratio:.2f}× what the same "
-                          f"centers cost with every point at its nearest, so local clusters span several global ones. "
-                          f"Leave k-prime unset (each device then chooses, up to k={k}) or raise it")
+                self.warn(
+                    f"k-prime={given} looks too small for how these devices' data are clustered: k-FED's induced "
+                    f"clustering (each point takes its local center's cluster) costs {ratio:.2f}× what the same "
+                    f"centers cost with every point at its nearest, so local clusters span several global ones. "
+                    f"Leave k-prime unset (each device then chooses, up to k={k}) or raise it"
+                )
         duplicates = duplicate_warning(global_centers)
         if duplicates:
             self.warn(duplicates)
@@ -211,8 +253,12 @@ class KFed(FederatedStrategy):
             staying = [i for i, node in enumerate(nodes) if node not in self.members.excluded]
             if len(staying) == len(nodes):
                 return (nodes, centers, counts, costs), (merged, kept, guarded), candidate_costs, points
-            log(INFO, "[fedcluster] k-FED: merging again without the local centers of %d device(s) whose "
-                "scores contradict them", len(nodes) - len(staying))
+            log(
+                INFO,
+                "[fedcluster] k-FED: merging again without the local centers of %d device(s) whose "
+                "scores contradict them",
+                len(nodes) - len(staying),
+            )
             nodes, centers, counts, costs = ([values[i] for i in staying] for values in (nodes, centers, counts, costs))
             if not nodes:
                 raise FederationError("phase 'evaluation': every device's scores contradict its local centers")
@@ -232,11 +278,18 @@ class KFed(FederatedStrategy):
         be made on every merged device's points, else a merge that misses the clusters of
         the devices away looks cheapest on the others. (A device that stays silent is left
         out, never counted by what it declared: a liar could then inflate it.)"""
-        request = dict(task="score_candidates", arrays={"candidates": stacked},
-                       sizes={"m": stacked.shape[0], "k": stacked.shape[1]}, phase="evaluation", check=check)
+        request = dict(
+            task="score_candidates",
+            arrays={"candidates": stacked},
+            sizes={"m": stacked.shape[0], "k": stacked.shape[1]},
+            phase="evaluation",
+            check=check,
+        )
         replies = self.ask_again(request, self.broadcast(**request, nodes=self.active_nodes), admit=False)
         if not replies:
-            raise FederationError("phase 'evaluation': no device answered (every one away): the merges' costs are unknown")
+            raise FederationError(
+                "phase 'evaluation': no device answered (every one away): the merges' costs are unknown"
+            )
         return sum_arrays(replies, "costs"), int(sum_metric(replies))
 
     def guarded_groupings(self, centers: list, counts: list, k: int) -> list[tuple[np.ndarray, list]]:
@@ -254,12 +307,17 @@ class KFed(FederatedStrategy):
                 continue  # the run's own merge is this one
             try:
                 found, assignment, _ = kfed_merge(
-                    centers, counts, k, self.rng, weighting="capped-count", to_convergence=self.config.kfed_to_convergence,
-                    n_init=max(1, self.config.kfed_server_starts // GUARDED_SHARE), min_devices=min_devices,
+                    centers,
+                    counts,
+                    k,
+                    self.rng,
+                    weighting="capped-count",
+                    to_convergence=self.config.kfed_to_convergence,
+                    n_init=max(1, self.config.kfed_server_starts // GUARDED_SHARE),
+                    min_devices=min_devices,
                     return_kept=True,
                 )
             except TooFewCenters:
                 continue  # fewer clusters shared by two devices than k: no such grouping
             out.append((found, assignment))
         return out
-
