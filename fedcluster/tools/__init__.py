@@ -1,4 +1,7 @@
-"""fedcluster.tools: the command-line tools, apart from the library they drive.
+"""fedcluster.tools: the command-line tools every algorithm shares, apart from the library they
+drive (an algorithm's own tools live in its package: ``fedcluster-kfed-assign`` in
+``fedcluster.algorithms.kfed.assign_tool``, ``fedcluster-split-graph`` in
+``fedcluster.algorithms.fedspectral.split_tool``).
 
 Each module has a ``main(argv)`` behind a console script of ``pyproject.toml``
 ``[project.scripts]``, and runs as ``python -m fedcluster.tools.<module>`` too:
@@ -8,12 +11,8 @@ module              console script                what it does
 ==================  ============================  =================================================
 ``assign``          ``fedcluster-assign``         label a device's own points with a finished
                                                   run's centers, on the device
-``newdevice``       ``fedcluster-kfed-assign``    label a device that did not take part in a k-FED
-                                                  run by k-FED's induced rule (new devices)
 ``plot``            ``fedcluster-plot``           PNG pictures of a finished run from its
                                                   ``result.json`` (needs the ``plot`` extra)
-``graph_cli``       ``fedcluster-split-graph``    split an edge list over clients, one file per
-                                                  client, and print the run config to use
 ``fetch_graphs``    ``fedcluster-fetch-graphs``   download the SNAP graphs and check their SHA-256
 ``certs``           ``fedcluster-make-certs``     make the CA, TLS certificate and SuperNode keys
                                                   a secure deployment needs
