@@ -37,7 +37,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import add_bench_flags, interleaved_times, markdown_table, page_output, print_header  # noqa: E402
-from fedcluster.algorithms.fedspectral.model import local_degrees, power_step  # noqa: E402
+from fedcluster.algorithms.fedspectral.device import power_step  # noqa: E402
+from fedcluster.algorithms.fedspectral.model import local_degrees  # noqa: E402
 from fedcluster.graph import AdjacencyOperator, _CachedGraph, canonical_edges, load_edge_list, local_graph, split_edges  # noqa: E402
 from fedcluster.kernel import DeviceData  # noqa: E402
 

@@ -43,9 +43,11 @@ def kernel_module(name: str) -> str:
 def kernel(name: str) -> TaskFunction:
     """The kernel of task ``name``, its module imported on first use (a masked task's wraps
     its plain task's kernel, imported first)."""
+    if name in protocol.SECURE_STAGES and name.startswith(protocol.secure_name("")):
+        # the plain kernel the masked one wraps, loaded first (the masked ones are registered
+        # when the secure sum's module loads, before any plain kernel may have been)
+        kernel(name[len(protocol.secure_name("")) :])
     if name not in KERNELS:
-        if name in protocol.SECURE_STAGES and name.startswith(protocol.secure_name("")):
-            kernel(name[len(protocol.secure_name("")) :])
         importlib.import_module(kernel_module(name))
     if name not in KERNELS:
         raise KeyError(f"task {name!r} has no kernel on this device")

@@ -22,6 +22,7 @@ from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
+from fedcluster.algorithms.feddp_kmeans import device as feddp_device
 from fedcluster.algorithms.feddp_kmeans import model as feddp_kmeans
 from fedcluster.config import ConfigError, parse_run_config, with_defaults
 from fedcluster.node_data import generated_server_points, pooled_points
@@ -79,14 +80,14 @@ def test_data_point_kernels_clip_every_point_before_any_statistic():
     clipped = clip_rows_l2(X, 2.0)
     assert np.linalg.norm(clipped, axis=1).max() <= 2.0 < np.linalg.norm(X, axis=1).max()
 
-    outer, metrics = feddp_kmeans.feddp_outer(data, {}, config)
+    outer, metrics = feddp_device.feddp_outer(data, {}, config)
     outer = feddp_kmeans.unpack_symmetric(outer["outer"], 5)
     np.testing.assert_allclose(outer, clipped.T @ clipped, atol=1e-10)
     assert metrics["num-examples"] == 200
     assert np.trace(outer) <= 200 * 4.0
 
     centers = rng.normal(size=(4, 5))
-    stats, _ = feddp_kmeans.feddp_lloyd(data, {"centers": centers}, config)
+    stats, _ = feddp_device.feddp_lloyd(data, {"centers": centers}, config)
     labels = ((clipped[:, None] - centers[None]) ** 2).sum(-1).argmin(1)
     for j in range(4):
         np.testing.assert_allclose(stats["sums"][j], clipped[labels == j].sum(0), atol=1e-10)
@@ -98,7 +99,7 @@ def test_histogram_counts_nearest_projected_server_point():
     X = rng.normal(size=(300, 6))
     V = np.linalg.qr(rng.normal(size=(6, 2)))[0]
     server = rng.normal(size=(7, 2))
-    out, _ = feddp_kmeans.feddp_histogram(
+    out, _ = feddp_device.feddp_histogram(
         DeviceData(points=X), {"projection": V, "server": server}, {"level": "data-point", "clip-norm": 100.0}
     )
     nearest = (((X @ V)[:, None] - server[None]) ** 2).sum(-1).argmin(1)
@@ -119,12 +120,12 @@ def test_projected_stats_margin_filter_and_client_mean_of_means():
     assert 0 < keep.sum() < 400
 
     config = {"level": "data-point", "clip-norm": 1e3, "margin": margin}
-    out, metrics = feddp_kmeans.feddp_projected_stats(DeviceData(points=X), {"projection": V, "centers": nu}, config)
+    out, metrics = feddp_device.feddp_projected_stats(DeviceData(points=X), {"projection": V, "centers": nu}, config)
     assert metrics["kept"] == keep.sum()
     for j in range(3):
         np.testing.assert_allclose(out["sums"][j], X[keep & (labels == j)].sum(0), atol=1e-10)
         assert out["counts"][j] == np.sum(keep & (labels == j))
-    no_filter, _ = feddp_kmeans.feddp_projected_stats(
+    no_filter, _ = feddp_device.feddp_projected_stats(
         DeviceData(points=X), {"projection": V, "centers": nu}, {**config, "margin": 1.0}
     )
     assert no_filter["counts"].sum() == 400
@@ -132,12 +133,12 @@ def test_projected_stats_margin_filter_and_client_mean_of_means():
     # client level: per-cluster means (zero rows where empty) and a 0/1 vector, clipped
     Y = X[labels != 2]
     config = {"level": "client", "clip": 1e6, "clip-l1": 100.0}
-    out, _ = feddp_kmeans.feddp_projected_stats(DeviceData(points=Y), {"projection": V, "centers": nu}, config)
+    out, _ = feddp_device.feddp_projected_stats(DeviceData(points=Y), {"projection": V, "centers": nu}, config)
     np.testing.assert_array_equal(out["nonempty"], [1.0, 1.0, 0.0])
     np.testing.assert_allclose(out["means"][0], Y[labels[labels != 2] == 0].mean(0))
     np.testing.assert_array_equal(out["means"][2], 0.0)
     tight = {"level": "client", "clip": 0.5, "clip-l1": 1.0}
-    out, _ = feddp_kmeans.feddp_projected_stats(DeviceData(points=Y), {"projection": V, "centers": nu}, tight)
+    out, _ = feddp_device.feddp_projected_stats(DeviceData(points=Y), {"projection": V, "centers": nu}, tight)
     assert np.linalg.norm(out["means"]) <= 0.5 and np.abs(out["nonempty"]).sum() <= 1.0
 
 
@@ -145,22 +146,22 @@ def test_client_level_kernels_clip_the_whole_statistic():
     rng = np.random.default_rng(3)
     X = rng.normal(size=(50, 5)) * 5
     data = DeviceData(points=X)
-    out, _ = feddp_kmeans.feddp_outer(data, {}, {"level": "client", "clip": 10.0})
+    out, _ = feddp_device.feddp_outer(data, {}, {"level": "client", "clip": 10.0})
     assert out["outer"].shape == (15,)  # the upper triangle of the 5 x 5 matrix
     outer = feddp_kmeans.unpack_symmetric(out["outer"], 5)
     assert np.linalg.norm(outer) <= 10.0 * (1 + 1e-12)
     np.testing.assert_allclose(
         outer, feddp_kmeans.outer_product(X) * 10.0 / np.linalg.norm(feddp_kmeans.outer_product(X))
     )
-    stats, _ = feddp_kmeans.feddp_lloyd(data, {"centers": X[:3]}, {"level": "client", "clip": 7.0, "clip-l1": 4.0})
+    stats, _ = feddp_device.feddp_lloyd(data, {"centers": X[:3]}, {"level": "client", "clip": 7.0, "clip-l1": 4.0})
     assert np.linalg.norm(stats["sums"]) <= 7.0 and stats["counts"].sum() <= 4.0
     with pytest.raises(ValueError, match="clipping bound"):
-        feddp_kmeans.feddp_lloyd(data, {"centers": X[:3]}, {"level": "client"})
+        feddp_device.feddp_lloyd(data, {"centers": X[:3]}, {"level": "client"})
     # step 1 with normalize: scaled UP or down to the bound (tiny data too), not clipped
     tiny = DeviceData(points=X * 1e-4)
     for device, bound in ((tiny, 1.0), (data, 1.0), (tiny, 1e-9)):
-        plain, _ = feddp_kmeans.feddp_outer(device, {}, {"level": "client", "clip": bound})
-        scaled, _ = feddp_kmeans.feddp_outer(device, {}, {"level": "client", "clip": bound, "normalize": True})
+        plain, _ = feddp_device.feddp_outer(device, {}, {"level": "client", "clip": bound})
+        scaled, _ = feddp_device.feddp_outer(device, {}, {"level": "client", "clip": bound, "normalize": True})
         raw = device.points.T @ device.points
         outer = feddp_kmeans.unpack_symmetric(scaled["outer"], 5)
         np.testing.assert_allclose(np.linalg.norm(outer), bound, rtol=1e-12)
@@ -771,7 +772,7 @@ def test_a_dimension_whose_second_moment_cannot_be_held_is_refused_before_any_wo
     with pytest.raises(FederationError, match=f"dimension d={d} is above {feddp_kmeans.MAX_OUTER_DIMENSION}"):
         run(config, num_nodes=3)
     with pytest.raises(ValueError, match="74.5 GiB"):
-        feddp_kmeans.feddp_outer(
+        feddp_device.feddp_outer(
             DeviceData(points=rng.normal(size=(2, d))), {}, {"level": "data-point", "clip-norm": 1.0, "max-points": 0}
         )
     # without server data the histogram start's fallback, SpherePacking, has its limit too
@@ -1158,7 +1159,7 @@ def test_relative_lloyd_kernel_sums_clipped_displacements():
     X = rng.normal(size=(300, 3)) * 2
     centers = rng.normal(size=(4, 3))
     data = DeviceData(points=X, source="test")
-    stats, metrics = feddp_kmeans.feddp_lloyd(
+    stats, metrics = feddp_device.feddp_lloyd(
         data, {"centers": centers}, {"level": "data-point", "clip-norm": 3.0, "radius": 0.7}
     )
     clipped = clip_rows_l2(X, 3.0)
@@ -1174,7 +1175,7 @@ def test_relative_lloyd_kernel_sums_clipped_displacements():
         stats["sums"] * 1.5 + 0.7 * stats["counts"][:, None], stats["counts"], 300, "data-point", 0.7, 0.7, 1.0
     )
     with pytest.raises(ValueError, match="data-point level"):
-        feddp_kmeans.feddp_lloyd(
+        feddp_device.feddp_lloyd(
             data, {"centers": centers}, {"level": "client", "clip": 5.0, "clip-l1": 5.0, "radius": 0.7}
         )
 

@@ -84,7 +84,7 @@ GRAPH_SCRIPT = BLOCK + textwrap.dedent(
     sys.path.insert(0, %(root)r)
     import numpy as np
     from fedcluster.device import DeviceData
-    from fedcluster.algorithms.fedspectral.model import local_spectral_labels, power_step
+    from fedcluster.algorithms.fedspectral.device import local_spectral_labels, power_step
     from fedcluster.graph import AdjacencyOperator
 
     rng = np.random.default_rng(0)

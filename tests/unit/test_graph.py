@@ -11,12 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedcluster.algorithms.fedspectral.device import local_spectral_labels, power_step
 from fedcluster.algorithms.fedspectral.model import (
     local_degrees,
     inverse_sqrt_degrees,
     local_spectral_embedding,
-    local_spectral_labels,
-    power_step,
     shifted_global_product,
 )
 from fedcluster.graph import (
@@ -447,7 +446,7 @@ def test_local_spectral_labels_tiny_graph_each_node_own_cluster():
 
 def test_device_module_needs_only_numpy():
     code = (
-        "import sys; import fedcluster.graph, fedcluster.algorithms.fedspectral.model, fedcluster.central; "
+        "import sys; import fedcluster.graph, fedcluster.algorithms.fedspectral.device, fedcluster.central; "
         "bad = [m for m in ('scipy', 'sklearn', 'flwr') if m in sys.modules]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -296,7 +296,7 @@ def test_device_task_errors():
 
 def test_kfed_module_is_numpy_only():
     code = (
-        "import sys, fedcluster.algorithms.kfed.model;"
+        "import sys, fedcluster.algorithms.kfed.device;"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('flwr', 'scipy', 'sklearn')];"
         "assert not bad, bad"
     )

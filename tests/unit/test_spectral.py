@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedcluster.algorithms.fedspectral.device import power_step
 from fedcluster.algorithms.fedspectral.model import (
     affinity_embedding,
     affinity_spectral_labels,
@@ -20,7 +21,6 @@ from fedcluster.algorithms.fedspectral.model import (
     local_cluster_counts,
     nodes_held,
     paper_aggregate,
-    power_step,
     principal_angle_sines,
     row_normalize,
     shifted_global_product,

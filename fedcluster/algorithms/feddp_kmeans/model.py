@@ -21,20 +21,17 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 import fedcluster.privacy as privacy
-from fedcluster.task import named
-from .protocol import TASKS
-from fedcluster.kernel import DeviceData, device_task
+from fedcluster.kernel import DeviceData
 from fedcluster.linalg import top_eigenpairs
 from fedcluster.lloyd import (
     LloydStatistics,
     assign,
     farthest_first,
     kmeans,
-    label_sums,
     rows_per_chunk,
     squared_distances,
 )
-from fedcluster.privacy.clipping import CLIENT, DATA_POINT, clip_l1, clip_l2, clip_rows_l2, scale_l2
+from fedcluster.privacy.clipping import CLIENT, DATA_POINT, clip_l1, clip_rows_l2
 from fedcluster.shared_kernels import matching_dimension
 
 from .config import DATA_FREE_STARTS, INIT_STEPS, LLOYD_STEPS, clip_center_point
@@ -266,18 +263,6 @@ def start_problem(start: str, k: int, d: int, has_server_data: bool) -> str | No
     return None
 
 
-@device_task(named(TASKS, "feddp_outer"))
-def feddp_outer(data: DeviceData, arrays: dict, config: dict):
-    X = private_points(data, arrays, config)
-    problem = outer_dimension_problem(X.shape[1])
-    if problem:  # refused before the allocation, whatever the server asked
-        raise ValueError(problem)
-    outer = outer_product(X)
-    if config["level"] == CLIENT:  # scaled to the bound (the default) or clipped to it
-        outer = (scale_l2 if config.get("normalize") else clip_l2)(outer, _bound(config, "clip"))
-    return {"outer": pack_symmetric(outer)}, {"num-examples": held(data), "dim": int(X.shape[1])}
-
-
 def _histogram_reply(data: DeviceData, points: np.ndarray, targets: np.ndarray, config: dict):
     """Step 2's reply: how many of ``points`` have each row of ``targets`` as their nearest,
     clipped whole to ``clip-l1`` at client level."""
@@ -285,60 +270,6 @@ def _histogram_reply(data: DeviceData, points: np.ndarray, targets: np.ndarray, 
     if config["level"] == CLIENT:
         histogram = clip_l1(histogram, _bound(config, "clip-l1"))
     return {"histogram": histogram}, {"num-examples": held(data)}
-
-
-@device_task(named(TASKS, "feddp_histogram"))
-def feddp_histogram(data: DeviceData, arrays: dict, config: dict):
-    X = private_points(data, arrays, config)
-    return _histogram_reply(data, X @ _projection(arrays, X.shape[1]), arrays["server"], config)
-
-
-@device_task(named(TASKS, "feddp_candidates"))
-def feddp_candidates(data: DeviceData, arrays: dict, config: dict):
-    """The histogram start: how many of the device's points have each candidate (server
-    points, or points drawn independently of any data) as their nearest (step 2's
-    statistic, in the data's own space)."""
-    X = private_points(data, arrays, config)
-    return _histogram_reply(data, X, matching_dimension(X, arrays["candidates"], "candidates"), config)
-
-
-@device_task(named(TASKS, "feddp_projected_stats"))
-def feddp_projected_stats(data: DeviceData, arrays: dict, config: dict):
-    X = private_points(data, arrays, config)
-    V = _projection(arrays, X.shape[1])
-    centers = arrays["centers"]
-    k = centers.shape[0]
-    labels, keep = margin_assignment(X @ V, centers, config["margin"])
-    sums, counts = label_sums(X[keep], labels[keep], k)
-    if config["level"] == CLIENT:  # the mean of means: zero rows where empty, and which are not
-        means = LloydStatistics(sums, counts, 0.0).centers(np.zeros_like(sums))
-        nonempty = (counts > 0).astype(np.float64)
-        return (
-            {"means": clip_l2(means, _bound(config, "clip")), "nonempty": clip_l1(nonempty, _bound(config, "clip-l1"))},
-            {"num-examples": held(data), "kept": int(keep.sum())},
-        )
-    return {"sums": sums, "counts": counts}, {"num-examples": held(data), "kept": int(keep.sum())}
-
-
-@device_task(named(TASKS, "feddp_lloyd"))
-def feddp_lloyd(data: DeviceData, arrays: dict, config: dict):
-    """Per-cluster sums and counts of the device's (clipped) points; with ``radius`` (a
-    relative update, data-point level) the sums are of each point's displacement from its
-    center, clipped to norm ``radius``: one point then moves a sum by at most ``radius``."""
-    X = private_points(data, arrays, config)
-    centers = matching_dimension(X, arrays["centers"])
-    labels, _ = assign(X, centers)
-    radius = config.get("radius")
-    if radius is not None:
-        if config["level"] == CLIENT:
-            raise ValueError("a relative Lloyd update (radius) is a data-point level statistic")
-        sums, counts = label_sums(clip_rows_l2(X - centers[labels], radius), labels, centers.shape[0])
-        return {"sums": sums, "counts": counts}, {"num-examples": held(data)}
-    sums, counts = label_sums(X, labels, centers.shape[0])
-    if config["level"] == CLIENT:
-        sums = clip_l2(sums, _bound(config, "clip"))
-        counts = clip_l1(counts, _bound(config, "clip-l1"))
-    return {"sums": sums, "counts": counts}, {"num-examples": held(data)}
 
 
 # ==================================================================== server-side math

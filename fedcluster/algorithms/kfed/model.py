@@ -44,14 +44,10 @@ from fedcluster.lloyd import (
     nearest,
     squared_distances,
 )
-from fedcluster.task import named
-from .protocol import TASKS
-from fedcluster.kernel import DeviceData, device_task
 
 
 __all__ = [
     "local_kprime_means",
-    "kfed_local",
     "kfed_assign_new_device",
     "induced_labels",
     "farthest_point_init",
@@ -395,36 +391,6 @@ def kfed_assign_new_device(local_centers: np.ndarray, global_centers: np.ndarray
     if global_centers.shape[0] == 0:
         raise ValueError("no global centers to assign to")
     return np.argmin(squared_distances(local_centers, global_centers), axis=1).astype(np.int64)
-
-
-@device_task(named(TASKS, "kfed_local"))
-def kfed_local(data: DeviceData, arrays: dict[str, np.ndarray], config: dict[str, Any]):
-    """Device task ``kfed_local``: k-FED step 1 (local k'-means) on this device's points.
-
-    Config (declared in :mod:`fedcluster.protocol`, parsed before this runs): ``k-prime``
-    (0: the device chooses, :func:`auto_local_means`, up to ``k``), ``k``, ``seed``,
-    ``n-init`` (device restarts; 1 = the paper), ``seeding`` (``core`` = the paper) and
-    ``max-iter``. Returns the local centers, their counts and the local k'-means cost.
-    """
-    A = data.require_points()
-    k_prime = config["k-prime"]
-    # A SuperNode may set its own k' (--node-config 'k-prime=4'); it wins over the run's.
-    node_k_prime = data.extra.get("node-config", {}).get("k-prime")
-    if node_k_prime not in (None, "", 0):
-        try:
-            k_prime = int(node_k_prime)
-        except (TypeError, ValueError):
-            raise ValueError(f"this node's node-config k-prime must be a whole number, got {node_k_prime!r}") from None
-        if k_prime < 1:
-            raise ValueError(f"this node's node-config k-prime must be at least 1, got {node_k_prime!r}")
-    options = dict(max_iter=config["max-iter"], n_init=config["n-init"], seeding=config["seeding"])
-    rng = np.random.default_rng(config["seed"])
-    if k_prime == 0:
-        centers, counts, labels = auto_local_means(A, config["k"], rng, **options)
-    else:
-        centers, counts, labels = local_kprime_means(A, k_prime, rng, **options)
-    cost = float(np.sum((A - centers[labels]) ** 2)) if A.shape[0] else 0.0
-    return {"centers": centers, "counts": counts, "cost": np.array([cost])}, {"num-examples": int(A.shape[0])}
 
 
 # --------------------------------------------------------------------------------------
