@@ -247,19 +247,20 @@ class DeviceSeconds:
     them, per round trip: ``task_per_trip``, the seconds in ``fedcluster.device.run_task``
     (the request parsed through the protocol, the kernel, the reply checked; the rest of a
     ClientApp's seconds is Flower's records and messages), and ``checks_per_trip``, the
-    server's seconds in ``Transport._validate`` (every reply checked as untrusted input)."""
+    server's seconds in ``fedcluster.server.reply_check.validate`` (every reply checked as
+    untrusted input, as the transport calls it)."""
 
     def __enter__(self) -> "DeviceSeconds":
         import fedcluster.client.app as client
         from fedcluster.inprocess import grid
-        from fedcluster.server.transport import Transport
+        import fedcluster.server.transport as transport
 
         self.per_trip: dict[int, float] = {}
         self.task_per_trip: dict[int, float] = {}
         self.checks_per_trip: dict[int, float] = {}
         self._saved = [
             (owner, name, getattr(owner, name))
-            for owner, name in ((grid.InProcessGrid, "push_messages"), (client, "run_task"), (Transport, "_validate"))
+            for owner, name in ((grid.InProcessGrid, "push_messages"), (client, "run_task"), (transport, "validate"))
         ]
         (_, _, push), (_, _, run_task), (_, _, validate) = self._saved
         per_trip, task_per_trip, checks_per_trip, current = self.per_trip, self.task_per_trip, self.checks_per_trip, [0]
@@ -278,12 +279,12 @@ class DeviceSeconds:
             finally:
                 task_per_trip[current[0]] = task_per_trip.get(current[0], 0.0) + time.perf_counter() - started
 
-        def timed_validate(transport, *args, **kwargs):
+        def timed_validate(members, *args, **kwargs):
             started = time.perf_counter()
             try:
-                return validate(transport, *args, **kwargs)
+                return validate(members, *args, **kwargs)
             finally:
-                trip = transport.round_trips
+                trip = members.results.round_trips
                 checks_per_trip[trip] = checks_per_trip.get(trip, 0.0) + time.perf_counter() - started
 
         for (owner, name, _), timed in zip(self._saved, (timed_push, timed_task, timed_validate)):
@@ -396,7 +397,7 @@ def inprocess_section(client_counts: list[int], points_per_client: int, rounds: 
         "Where a training round's time goes, ms per client (medians over the rounds): ours inside the "
         "ClientApps in Flower's records and messages and in `fedcluster.device.run_task` (the request parsed "
         "through the protocol, the Lloyd kernel on the device's points, its reply checked), the server's checks "
-        "of each untrusted reply (`Transport._validate`: shapes, bounds, the node's declared partition, "
+        "of each untrusted reply (`reply_check.validate`: shapes, bounds, the node's declared partition, "
         "the statement checks) and the rest of the server and grid (messages built, sent, pulled, the "
         "update); the echo app's round split the same way.\n"
     )
