@@ -321,19 +321,21 @@ class DPFederatedKMeans(_Federated):
         _keep(self, locals())
 
     def _config(self) -> dict[str, Any]:
-        own: dict[str, Any] = {
-            "algorithm": "feddp-kmeans",
-            "k": self.n_clusters,
-            "seed": _seed(self.random_state),
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "privacy-level": self.privacy_level,
-        }
+        own: dict[str, Any] = _own_keys("DPFederatedKMeans", "feddp-kmeans", {"max_iter": self.max_iter}, "")
+        own.update(
+            {
+                "algorithm": "feddp-kmeans",
+                "k": self.n_clusters,
+                "seed": _seed(self.random_state),
+                "epsilon": self.epsilon,
+                "delta": self.delta,
+                "privacy-level": self.privacy_level,
+            }
+        )
         served = getattr(self, "_served", False)
-        if self.max_iter is not None:
-            own["lloyd-rounds"] = self.max_iter
-        elif (
-            getattr(self, "_points", None)
+        if (
+            self.max_iter is None
+            and getattr(self, "_points", None)
             and "lloyd-rounds" not in (self.run_config or {})
             and (not served or self.privacy_level == "data-point")
         ):
