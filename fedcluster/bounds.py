@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -124,6 +124,31 @@ def expansion_rounding(counts: np.ndarray, means: np.ndarray, centers: np.ndarra
     return (centers.shape[1] + OFFSET_ULPS) * _EPS * (spread + float(np.sum(counts)) * reach)
 
 
+def expansion_roundings(counts: np.ndarray, means: np.ndarray, rows: np.ndarray, center_sets: Sequence[np.ndarray]):
+    """:func:`expansion_rounding` of every partition against every center set at once:
+    ``counts``/``means`` hold the partitions' parts one after another, partition j starting
+    at ``rows[j]``; entry (j, i) is ``expansion_rounding(counts_j, means_j, center_sets[i])``."""
+    d = np.shape(means)[-1]
+    refs, reach, empty = np.zeros((len(center_sets), d)), np.zeros(len(center_sets)), np.zeros(len(center_sets), bool)
+    from .lloyd import reference
+
+    for i, centers in enumerate(center_sets):
+        centers = np.asarray(centers, dtype=np.float64).reshape(-1, d)
+        empty[i] = not centers.size
+        if empty[i]:
+            continue
+        r = reference(centers)
+        refs[i] = 0.0 if r is None else r
+        reach[i] = float(np.max(np.sum((centers - refs[i]) ** 2, axis=1)))
+    counts = np.asarray(counts, dtype=np.float64)
+    gaps = np.sum((np.asarray(means, dtype=np.float64)[:, None, :] - refs[None, :, :]) ** 2, axis=2)  # parts x sets
+    spread = np.add.reduceat(counts[:, None] * gaps, rows, axis=0)
+    total = np.add.reduceat(counts, rows)[:, None]
+    out = (d + OFFSET_ULPS) * _EPS * (spread + total * reach[None, :])
+    out[:, empty] = 0.0
+    return out
+
+
 def declaration(task: Task, arrays: Mapping[str, np.ndarray], metrics: Mapping[str, Any]) -> Declared | None:
     """What a device's first valid reply declares (None if it carries no point count)."""
     if NUM_EXAMPLES not in metrics:
@@ -144,22 +169,26 @@ def declaration(task: Task, arrays: Mapping[str, np.ndarray], metrics: Mapping[s
     return declared
 
 
-def sums_rounding(counts: np.ndarray, declared: Declared) -> np.ndarray:
+def sums_rounding(counts: np.ndarray, declared: Declared, asked: Sequence[np.ndarray] = ()) -> np.ndarray:
     """Per cluster and coordinate (or per coordinate for a total), how far a sum of
     ``counts`` of a device's points may be off: relative to the box's width, plus each
     point's coordinate rounding, which a sum of n of them accumulates like √n (a device that
-    adds its points about the origin, its centers near it and its own box far from it)."""
+    adds its points about the origin, its centers near it and its own box far from it). A
+    sum taken about the reference of the centers ``asked`` rounds relative to their size
+    too (a feature constant on the device has a box of width 0)."""
     counts = np.asarray(counts, dtype=np.float64)[..., None]
-    rounding = counts * np.maximum(1.0, np.sqrt(counts)) * declared.coordinate_rounding()
+    delta = np.maximum(declared.coordinate_rounding(), coordinate_rounding(*asked))
+    rounding = counts * np.maximum(1.0, np.sqrt(counts)) * delta
     return RELATIVE_SLACK * counts * (declared.high - declared.low) + rounding + 1e-300
 
 
-def scatter_rounding(declared: Declared) -> np.ndarray:
+def scatter_rounding(declared: Declared, about: Sequence[np.ndarray] = ()) -> np.ndarray:
     """Per feature, how far a scatter over all of a device's points may differ from the
-    declared one by rounding alone (the points added in another order, about other means)."""
+    declared one by rounding alone (the points added in another order, about other means:
+    the reference of the centers ``about``, whose size the coordinates' rounding then has)."""
     scatter = np.maximum(declared.moment_scatter, 0.0)
     n = max(float(declared.points), 1.0)
-    delta = declared.coordinate_rounding()
+    delta = np.maximum(declared.coordinate_rounding(), coordinate_rounding(*about))
     return MOMENT_SLACK * scatter + np.array([deviation_rounding(n, v, e) for v, e in zip(scatter, delta)])
 
 
@@ -169,22 +198,24 @@ def moments_violation(
     declared: Declared,
     what: str = "its per-cluster statistics",
     counts: np.ndarray | None = None,
+    about: Sequence[np.ndarray] = (),
 ) -> str | None:
     """Per-cluster sums (k, d) (and scatters about each cluster's mean, with ``counts``) over
     ALL of a device's points that do not add up to the moments it declared (None when they
     do, up to rounding, or when it declared none): the sums to its sum, the scatters with
-    the clusters' spread about its mean (parallel axis) to its scatter."""
+    the clusters' spread about its mean (parallel axis) to its scatter. ``about``: the
+    centers the statistics were taken about (their size is part of the rounding)."""
     if declared.moment_sum is None:
         return None
     gap = np.abs(np.sum(sums, axis=0) - declared.moment_sum)
-    if np.any(gap > sums_rounding(np.array(max(declared.points, 1.0)), declared)):
+    if np.any(gap > sums_rounding(np.array(max(declared.points, 1.0)), declared, about)):
         return f"{what} add up to another sum of its points than the one its data summary declared"
     if scatter is None or counts is None:
         return None
     seen = counts > 0
     between = counts[seen, None] * (sums[seen] / counts[seen, None] - declared.moment_mean) ** 2
     pooled = np.sum(scatter[seen], axis=0) + np.sum(between, axis=0)
-    slack = scatter_rounding(declared) + MOMENT_SLACK * pooled
+    slack = scatter_rounding(declared, about) + MOMENT_SLACK * pooled
     if np.any(np.abs(pooled - declared.moment_scatter) > slack + 1e-300):
         return f"{what} add up to another scatter of its points than the one its data summary declared"
     return None
@@ -303,6 +334,11 @@ def _violation(
     return None
 
 
+def _asked(request: Mapping[str, np.ndarray], declared: Declared) -> list[np.ndarray]:
+    """The request's arrays in the box's space (the centers a statistic was taken about)."""
+    return [a for a in request.values() if np.shape(a)[-1:] == declared.low.shape]
+
+
 def _counts_violation(counts: np.ndarray | None, task_counts: str, n: float) -> str | None:
     """Counts over all (``"all"``) or some (``"at-most"``) of the declared points."""
     if counts is None or not task_counts:
@@ -321,7 +357,7 @@ def _sums_outside(fields, arrays, request, counts, declared, task_counts) -> str
     if "sum" not in fields or counts is None:
         return None
     sums = arrays[fields["sum"].name]
-    slack = sums_rounding(counts, declared)
+    slack = sums_rounding(counts, declared, _asked(request, declared))
     outside = (sums < counts[:, None] * declared.low - slack) | (sums > counts[:, None] * declared.high + slack)
     if not np.any(outside):
         return None
@@ -338,7 +374,9 @@ def _scatter_too_wide(fields, arrays, request, counts, declared, task_counts) ->
         return None
     scatter = arrays[fields["scatter"].name]
     top = counts[:, None] * (declared.high - declared.low) ** 2 / 4.0
-    delta = declared.coordinate_rounding()
+    # Taken about the centers' reference, a scatter rounds relative to the centers' size too
+    # (a feature constant on the device has a box of width 0, its scatter is that rounding).
+    delta = np.maximum(declared.coordinate_rounding(), coordinate_rounding(*_asked(request, declared)))
     slack = RELATIVE_SLACK * top + 2.0 * delta * np.sqrt(counts[:, None] * top) + counts[:, None] * delta**2
     over = scatter > top + slack + 1e-300
     if not np.any(over):
@@ -433,7 +471,7 @@ def _moments(
     if sums is None:
         return None
     scatter = arrays[fields["scatter"].name] if "scatter" in fields else None
-    reason = moments_violation(sums, scatter, declared, counts=counts)
+    reason = moments_violation(sums, scatter, declared, counts=counts, about=_asked(request, declared))
     if reason or "cost" not in fields:
         return reason
     cost = float(np.atleast_1d(arrays[fields["cost"].name])[0])
@@ -451,7 +489,7 @@ def _moments(
     implied = total + to_centers - away
     delta = coordinate_rounding(declared.low, declared.high, centers)
     slack = (
-        float(np.sum(scatter_rounding(declared)))
+        float(np.sum(scatter_rounding(declared, _asked(request, declared))))
         + MOMENT_SLACK * (total + to_centers + away)
         + deviation_rounding(declared.points, to_centers + away, delta)
     )

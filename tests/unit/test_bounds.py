@@ -227,3 +227,57 @@ def test_standardized_moments_are_the_moments_of_the_standardized_points():
     np.testing.assert_allclose(S, Z.sum(0), rtol=1e-9, atol=1e-6)
     np.testing.assert_allclose(V, ((Z - Z.mean(0)) ** 2).sum(0), rtol=1e-9)
     assert np.all(scaled_rounding >= rounding / scaling.scale)
+
+
+@pytest.mark.parametrize("constant", [0.0, 0.5, 1e9])
+def test_a_feature_constant_on_a_device_passes_the_scatter_check_about_far_centers(constant):
+    """A feature every point of a device holds at one value (uci/yeast: a 0/0.83 flag) has a
+    box of width 0; its scatter, computed about the centers' reference, is rounding of the
+    CENTERS' size, not the box's: an honest device is not dropped for it."""
+    from fedcluster.algorithms.fedkmeans.model import client_kmeans
+
+    rng = np.random.default_rng(3)
+    X = np.column_stack([rng.uniform(0, 1, 40), np.full(40, constant)])
+    received = np.array([[[0.2, constant + 0.61], [0.8, constant + 0.83]]])
+    counts, centers, scatter = client_kmeans(X, received[0])
+    reply = {
+        "counts": counts[None],
+        "centers": centers[None],
+        "scatter": scatter[None],
+        "cost": np.array([float(((X[:, None] - received[0][None]) ** 2).sum(-1).min(1).sum())]),
+    }
+    declared = Declared(40, X.min(0), X.max(0))
+    assert violation(TRAIN, reply, {"num-examples": 40}, {"centers": received}, declared) is None
+    wide = {**reply, "scatter": reply["scatter"] + np.array([0.0, 1e-3])}
+    assert "'scatter' row 0 spreads more" in violation(
+        TRAIN, wide, {"num-examples": 40}, {"centers": received}, declared
+    )
+
+
+@pytest.mark.parametrize("constant", [0.0, 0.5])
+def test_a_feature_constant_on_a_device_passes_the_sums_check_about_far_centers(constant):
+    """The same device's Lloyd statistics: sums taken about the centers' reference round
+    relative to the centers' size, which the box of a constant feature does not show."""
+    from fedcluster.lloyd import lloyd_statistics
+
+    rng = np.random.default_rng(4)
+    X = np.column_stack([rng.uniform(0, 1, 40), np.full(40, constant)])
+    for offset in (0.61, 3.7, 1e3):
+        received = np.array([[0.2, constant + offset], [0.8, constant + offset * 1.4]])
+        stats = lloyd_statistics(X, received)
+        reply = {"sums": stats.sums, "counts": stats.counts, "cost": np.array([stats.cost])}
+        declared = Declared(40, X.min(0), X.max(0))
+        assert violation(LLOYD, reply, {"num-examples": 40}, {"centers": received}, declared) is None, offset
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e9])
+def test_expansion_roundings_of_every_pair_are_the_one_pair_rounding(offset):
+    from fedcluster.bounds import expansion_rounding, expansion_roundings
+
+    rng = np.random.default_rng(6)
+    parts = [(rng.integers(1, 9, size=m).astype(float), offset + rng.normal(size=(m, 3))) for m in (4, 1, 7)]
+    sets = [offset + rng.normal(size=(k, 3)) for k in (5, 2)] + [np.zeros((0, 3))]
+    rows = np.cumsum([0] + [len(c) for c, _ in parts[:-1]])
+    got = expansion_roundings(np.concatenate([c for c, _ in parts]), np.concatenate([m for _, m in parts]), rows, sets)
+    loops = np.array([[expansion_rounding(c, m, s) for s in sets] for c, m in parts])
+    np.testing.assert_allclose(got, loops, rtol=1e-9)

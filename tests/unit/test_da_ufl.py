@@ -381,3 +381,18 @@ def test_a_step_reply_no_points_in_its_box_produce_is_named():
     empty = weight.copy()
     empty[1] = 0.0
     assert "weight 0" in da_ufl.implied_mean_violation(centers, gradient, empty, low, high)
+
+
+def test_a_feature_constant_at_zero_on_a_device_is_not_called_outside_its_box():
+    """uci/yeast: a flag feature is 0 on every point of some devices (a box of width 0 there)
+    while other clusters' centers lie at 0.8 in it; the device's sums about the centers'
+    reference round like 0.8, and its honest reply must pass."""
+    rng = np.random.default_rng(5)
+    X = np.column_stack([rng.uniform(5.2, 5.9, 30), np.zeros(30), rng.uniform(5.3, 5.7, 30)])
+    centers = np.array([[5.3, 2.6e-17, 5.4], [5.7, 3.6e-17, 5.6], [5.5, 0.83, 5.5]])  # taken about their mean
+    labels = np.argmin(((X[:, None] - centers[None]) ** 2).sum(-1), axis=1)
+    for weights in (np.full(30, 0.04), rng.uniform(1e-4, 1.0, 30)):
+        gradient, weight = da_ufl.weighted_gradient(X, labels, weights, centers)
+        assert da_ufl.implied_mean_violation(centers, gradient, weight, X.min(axis=0), X.max(axis=0)) is None
+        lie = gradient + np.array([0.0, 1e-3, 0.0]) * weight[:, None]  # its flag at -0.001: no point of its
+        assert da_ufl.implied_mean_violation(centers, lie, weight, X.min(axis=0), X.max(axis=0))

@@ -212,9 +212,9 @@ class DAUFL(Agents, FederatedStrategy):
             ):
                 return "its weights do not add up to its declared points times the weight of a point"
             sums, counts, means = implied_statistics(centers, reply.arrays["gradient"], weight, point_weight)
-            return moments_violation(sums, None, declared, "the sums its gradients imply") or voronoi_violation(
-                means, counts, anchor, ratio, declared_scatter(declared)
-            )
+            return moments_violation(
+                sums, None, declared, "the sums its gradients imply", about=[centers]
+            ) or voronoi_violation(means, counts, anchor, ratio, declared_scatter(declared))
 
         return check
 

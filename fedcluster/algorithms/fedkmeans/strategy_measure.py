@@ -234,7 +234,11 @@ class FedKMeansMeasure:
                 reason = reason or voronoi_violation(means, a["counts"][s], incoming[s])
                 if not reason and declared is not None:
                     reason = moments_violation(
-                        a["counts"][s][:, None] * means, a["scatter"][s], declared, counts=a["counts"][s]
+                        a["counts"][s][:, None] * means,
+                        a["scatter"][s],
+                        declared,
+                        counts=a["counts"][s],
+                        about=[incoming[s]],
                     )
                 if reason:
                     return f"set {s}: {reason}" if incoming.shape[0] > 1 else reason
