@@ -30,6 +30,7 @@ from fedcluster.bounds import (
     coordinate_rounding,
     deviation_rounding,
     expansion_rounding,
+    expansion_roundings,
     scatter_rounding,
 )
 from fedcluster.lloyd import (
@@ -868,7 +869,9 @@ def _partition_slack(
     of_means = np.stack([coordinate_rounding(part[1]) for _, _, part in every])
     of_centers = np.stack([coordinate_rounding(c) for _, c, _ in every])
     e = np.sqrt(np.sum(np.maximum(of_means[:, None, :], of_centers[None, :, :]) ** 2, axis=2))
-    expansion = np.array([[expansion_rounding(pj[0], pj[1], ci) for _, ci, _ in every] for _, _, pj in every])
+    rows = np.cumsum([0] + [part[0].size for _, _, part in every[:-1]])
+    n, means = (np.concatenate([part[f] for _, _, part in every]) for f in range(2))
+    expansion = expansion_roundings(n, means, rows, [c for _, c, _ in every])
     return (
         relative * (np.abs(bounds) + np.abs(costs)[None, :])
         + 2.0 * e * np.sqrt(points * np.maximum(bounds, 0.0))

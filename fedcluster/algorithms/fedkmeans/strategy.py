@@ -145,6 +145,9 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         deadline = max(1, math.ceil(rounds / 2))
         for t in range(1, rounds + 1):
             live = self.train_round(live, t, rounds, deadline)
+            if self.fixed:  # every set standing is a fixed point: more rounds would repeat this one
+                log(INFO, "[fedcluster] the centers are a fixed point of the rounds: stopping after round %d", t)
+                break
             if cfg.tol > 0 and all(c.shift <= cfg.tol and not c.moved for c in live):
                 log(INFO, "[fedcluster] centers moved at most tol=%g: stopping after round %d", cfg.tol, t)
                 break
@@ -188,6 +191,8 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         # leaves other nodes' statistics to come): only then does a stalled set stop.
         final = cfg.fraction >= 1.0 and cfg.batch_size == 0 and all(r["exact"] for r in reports)
         keep = keep_sets([r["cost"] for r in reports], [final and c.stalled for c in live], finished)
+        # a newcomer's statistics (it joined this round, or waits to) can still move the centers
+        self.fixed = final and all(live[i].stalled for i in keep) and not self.joined and not self.newcomers()
         leader = min(keep, key=lambda i: reports[i]["cost"])
         if t > 1 and self.results.rounds[-1].get("cost") is None and reports[leader]["exact"]:
             self.results.rounds[-1]["cost"] = reports[leader]["cost"]
@@ -224,6 +229,7 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         everyone = self.config.fraction >= 1.0
         requests, measuring, others = self.round_requests(live, nodes, t)
         joining = self.newcomers()
+        self.joined = bool(joining)
         if joining:
             requests["join"] = self.join_request(joining)
         first = len(self.results.phases)
