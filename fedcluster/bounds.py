@@ -89,12 +89,14 @@ def coordinate_rounding(*arrays: np.ndarray | None) -> np.ndarray:
     centers: the last axis is the coordinate) may be off by rounding alone, a mean or a
     difference of such coordinates included: ``OFFSET_ULPS`` units in the last place of the
     largest of them."""
-    sizes = [
-        np.abs(np.asarray(a, dtype=np.float64)).reshape(-1, np.shape(a)[-1]).max(axis=0)
-        for a in arrays
-        if a is not None and np.size(a)
-    ]
-    return OFFSET_ULPS * _EPS * np.maximum.reduce(sizes) if sizes else np.zeros(1)
+    largest = None
+    for a in arrays:
+        if a is None or not np.size(a):
+            continue
+        a = np.asarray(a, dtype=np.float64)
+        size = np.maximum(a.max(axis=tuple(range(a.ndim - 1))), -a.min(axis=tuple(range(a.ndim - 1))))
+        largest = size if largest is None else np.maximum(largest, size)
+    return OFFSET_ULPS * _EPS * largest if largest is not None else np.zeros(1)
 
 
 def deviation_rounding(points: float, total: float, rounding: np.ndarray | float) -> float:
@@ -188,8 +190,10 @@ def scatter_rounding(declared: Declared, about: Sequence[np.ndarray] = ()) -> np
     the reference of the centers ``about``, whose size the coordinates' rounding then has)."""
     scatter = np.maximum(declared.moment_scatter, 0.0)
     n = max(float(declared.points), 1.0)
-    delta = np.maximum(declared.coordinate_rounding(), coordinate_rounding(*about))
-    return MOMENT_SLACK * scatter + np.array([deviation_rounding(n, v, e) for v, e in zip(scatter, delta)])
+    e = np.abs(np.maximum(declared.coordinate_rounding(), coordinate_rounding(*about)))
+    return (
+        MOMENT_SLACK * scatter + 2.0 * e * math.sqrt(n) * np.sqrt(scatter) + n * e * e
+    )  # deviation_rounding, per feature
 
 
 def moments_violation(

@@ -44,6 +44,21 @@ def test_client_full_batch_beta_one_is_a_lloyd_step():
     assert counts.sum() == 100
 
 
+@pytest.mark.parametrize("offset, beta", [(0.0, 1.0), (0.0, 0.4), (1e9, 1.0)])
+def test_one_pass_client_step_is_client_kmeans_with_the_cost_of_the_centers_received(offset, beta):
+    from fedcluster.algorithms.fedkmeans.model import client_step
+    from fedcluster.lloyd import kmeans_cost
+
+    rng = np.random.default_rng(2)
+    X = offset + rng.normal(size=(200, 3))
+    C = offset + rng.normal(size=(5, 3))
+    counts, centers, scatter, cost = client_step(X, C, beta)
+    want = client_kmeans(X, C, epochs=1, batch_size=None, learning_rate=beta)
+    for got, expected in zip((counts, centers, scatter), want):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-9)
+    assert cost == pytest.approx(kmeans_cost(X, C), rel=1e-12)
+
+
 def test_client_minibatch_moves_toward_batch_means_with_beta():
     X = np.array([[0.0], [2.0]])
     C = np.array([[10.0]])

@@ -629,3 +629,66 @@ def test_a_node_that_leaves_in_the_round_that_undoes_a_re_seed_leaves_the_memory
     center_set.incoming = [reply(1, [[0, 0], [10, 10]], [5, 5])]
     strategy.FedKMeans.update(server, center_set, {"cost": 1.0, "exact": True, "sampled_cost": 1.0}, set(), 3, 10)
     np.testing.assert_allclose(center_set.centers, [[0, 0], [10, 10]])  # node 1 alone
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e6])
+def test_the_set_screen_passes_honest_replies_and_flags_every_set_a_check_refuses(offset):
+    """``sets_to_check`` spares the per-set checks only for sets they pass: over honest
+    replies and many tampered ones (cost, centers, counts, scatter), every set refused by
+    train_cost_mismatch, voronoi_violation or moments_violation is among those it returns,
+    and no honest set is."""
+    from fedcluster.algorithms.fedkmeans.model import client_step, implied_means, sets_to_check, train_cost_mismatch
+    from fedcluster.bounds import Declared, moments_violation, voronoi_violation
+
+    rng = np.random.default_rng(11)
+    flagged = refused = 0
+    for trial in range(60):
+        d, k, m = int(rng.integers(1, 5)), int(rng.integers(1, 6)), int(rng.integers(1, 5))
+        X = offset + rng.normal(scale=rng.uniform(0.1, 10), size=(int(rng.integers(k, 80)), d))
+        incoming = offset + rng.normal(scale=3.0, size=(m, k, d))
+        beta = float(rng.choice([1.0, 0.5]))
+        steps = [client_step(X, c, beta) for c in incoming]
+        reply = {f: np.stack([st[i] for st in steps]) for i, f in enumerate(("counts", "centers", "scatter", "cost"))}
+        declared = Declared(X.shape[0], X.min(0), X.max(0))
+        declared.moment_sum, declared.moment_scatter = X.sum(0), ((X - X.mean(0)) ** 2).sum(0)
+        assert sets_to_check(incoming, **_args(reply), learning_rate=beta, declared=declared).size == 0
+        tampered = {f: v.copy() for f, v in reply.items()}
+        s, what = int(rng.integers(m)), rng.integers(5)
+        scale = float(rng.choice([1e-9, 1e-7, 1e-3, 0.3]))
+        if what == 0:
+            tampered["cost"][s] *= 1 + scale
+        elif what == 1:
+            tampered["centers"][s] += scale * rng.normal(size=(k, d)) * (1 + np.abs(incoming[s]))
+        elif what == 2:
+            tampered["scatter"][s] *= 1 + scale
+        elif what == 3:
+            j = int(rng.integers(k))
+            tampered["counts"][s, j] += 1
+        elif k > 1:  # two clusters' points swapped, its cost made to agree: only the cells tell
+            means = implied_means(incoming[s], tampered["centers"][s], beta)[[1, 0] + list(range(2, k))]
+            for f in ("counts", "scatter"):
+                tampered[f][s] = tampered[f][s][[1, 0] + list(range(2, k))]
+            tampered["centers"][s] = incoming[s] + beta * (means - incoming[s])
+            seen = tampered["counts"][s] > 0
+            moved = tampered["counts"][s][seen] * ((means[seen] - incoming[s][seen]) ** 2).sum(1)
+            tampered["cost"][s] = tampered["scatter"][s][seen].sum() + moved.sum()
+        screen = set(sets_to_check(incoming, **_args(tampered), learning_rate=beta, declared=declared).tolist())
+        for t in range(m):
+            a = {f: v[t] for f, v in tampered.items()}
+            means = implied_means(incoming[t], a["centers"], beta)
+            reason = (
+                train_cost_mismatch(incoming[t], a["centers"], a["counts"], a["scatter"], float(a["cost"]), beta)
+                or voronoi_violation(means, a["counts"], incoming[t])
+                or moments_violation(
+                    a["counts"][:, None] * means, a["scatter"], declared, counts=a["counts"], about=[incoming[t]]
+                )
+            )
+            if reason:
+                refused += 1
+                assert t in screen, (trial, t, reason)
+        flagged += len(screen)
+    assert refused > 20  # the tampering did produce refusals to catch
+
+
+def _args(reply):
+    return {"centers": reply["centers"], "counts": reply["counts"], "scatter": reply["scatter"], "cost": reply["cost"]}

@@ -13,7 +13,7 @@ from fedcluster.lloyd import kmeans_cost
 from fedcluster.shared_kernels import matching_dimension
 from fedcluster.task import named
 
-from .model import client_kmeans
+from .model import client_kmeans, client_step
 from .protocol import TASKS
 
 
@@ -31,7 +31,13 @@ def fedkmeans_train(data: DeviceData, arrays: dict, config: dict):
         "scatter": np.empty_like(incoming),
         "cost": np.empty(incoming.shape[0]),
     }
+    one_pass = config["local-epochs"] == 1 and (config["batch-size"] <= 0 or config["batch-size"] >= X.shape[0])
     for s, centers in enumerate(incoming):
+        if one_pass:  # one full batch: the step's own pass fixes the cost of the centers received
+            out["counts"][s], out["centers"][s], out["scatter"][s], out["cost"][s] = client_step(
+                X, centers, config["client-lr"]
+            )
+            continue
         out["counts"][s], out["centers"][s], out["scatter"][s] = client_kmeans(
             X,
             centers,

@@ -26,6 +26,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from fedcluster.bounds import (
+    _EPS,
+    MOMENT_SLACK,
+    OFFSET_ULPS,
     RELATIVE_SLACK,
     coordinate_rounding,
     deviation_rounding,
@@ -48,6 +51,20 @@ from .config import INITS, KFED_START_KEYS, RUN_CONFIG  # noqa: F401
 # Reassignment moves the two halves of a split cluster to c ± SPLIT_OFFSET·σ·e: 0.8 ≈
 # √(2/π), the mean offset of each half of a Gaussian cut through its centre.
 SPLIT_OFFSET = 0.8
+
+
+def client_step(X: np.ndarray, centers: np.ndarray, learning_rate: float = 1.0) -> tuple[np.ndarray, ...]:
+    """ClientKMeans with one epoch and one full batch (the default), from one pass over the
+    points: ``(counts, centers, scatter, cost)`` as :func:`client_kmeans` returns them, and
+    the cost of the centers received, which that pass's assignment already fixes."""
+    if not 0 < learning_rate <= 1:
+        raise ValueError(f"client learning rate must be in (0, 1], got {learning_rate}")
+    centers = np.array(centers, dtype=np.float64, copy=True)
+    stats = lloyd_statistics(np.asarray(X, dtype=np.float64), centers, with_scatter=True)
+    seen = stats.counts > 0
+    means = stats.sums[seen] / stats.counts[seen, None]
+    centers[seen] += learning_rate * (means - centers[seen])
+    return stats.counts, centers, stats.scatter, stats.cost
 
 
 def client_kmeans(
@@ -256,6 +273,74 @@ def train_cost_mismatch(
             f"cost {cost:.10g} of the received centers does not match its counts, centers and scatters ({implied:.10g})"
         )
     return None
+
+
+# A screen's slack is this much tighter than the check's: a set near a check's threshold is
+# left to the check itself (the screen only spares the checks of sets far inside them).
+SCREEN_MARGIN = 1e-6
+
+
+def sets_to_check(
+    incoming: np.ndarray,
+    centers: np.ndarray,
+    counts: np.ndarray,
+    scatter: np.ndarray,
+    cost: np.ndarray,
+    learning_rate: float,
+    declared: Any = None,
+) -> np.ndarray:
+    """The center sets of a full-batch training reply (``incoming``, ``centers``,
+    ``scatter``: (m, k, d); ``counts``: (m, k); ``cost``: (m,)) that :func:`train_cost_mismatch`,
+    :func:`fedcluster.bounds.voronoi_violation` (ratio 1) or, with ``declared`` moments,
+    :func:`fedcluster.bounds.moments_violation` might refuse: the same arithmetic over every set
+    at once, with slacks :data:`SCREEN_MARGIN` tighter, so that a set it passes each check
+    passes too. The checks run on the sets it returns (indices), for their reasons."""
+    m, k, d = incoming.shape
+    seen = counts > 0
+    n = np.where(seen, counts, 0.0)
+    means = implied_means(incoming, centers, learning_rate)
+    tight = 1.0 - SCREEN_MARGIN
+    # train_cost_mismatch: cost = Σ_seen scatter + n ||μ − Γ||²
+    moved = np.sum(n * np.sum((means - incoming) ** 2, axis=2), axis=1)
+    implied = np.sum(np.where(seen[..., None], scatter, 0.0), axis=(1, 2)) + moved
+    size = np.maximum(np.abs(incoming).max(axis=1), np.abs(centers).max(axis=1))  # (m, d)
+    e = np.sqrt(np.sum((OFFSET_ULPS * _EPS * size / learning_rate) ** 2, axis=1))
+    total = n.sum(axis=1)
+    rounding = 2.0 * e * np.sqrt(total) * np.sqrt(np.maximum(implied, 0.0)) + total * e * e
+    suspect = np.abs(cost - implied) > tight * (1e-8 * (implied + np.abs(cost)) + rounding)
+    suspect |= ~seen.any(axis=1) & (cost != 0)
+    # voronoi_violation: each seen cluster's mean nearest its own center
+    if k > 1:
+        gaps = np.sum((means[:, :, None, :] - incoming[:, None, :, :]) ** 2, axis=3)  # (m, k, k)
+        own = np.diagonal(gaps, axis1=1, axis2=2)[..., None]
+        coord = (
+            OFFSET_ULPS
+            * _EPS
+            * np.maximum(np.abs(np.where(seen[..., None], means, 0.0)).max(axis=1), np.abs(incoming).max(axis=1))
+        )
+        ev = np.sqrt(np.sum(coord**2, axis=1))[:, None, None]
+        slack = RELATIVE_SLACK * (2.0 * gaps + own) + 2.0 * ev * (np.sqrt(own) + np.sqrt(gaps)) + 2.0 * ev * ev
+        nearer = (gaps + tight * slack < own) & seen[..., None]
+        suspect |= nearer.any(axis=(1, 2))
+    if declared is not None and declared.moment_sum is not None:
+        suspect |= _moments_suspect(means, n, scatter, seen, incoming, declared, tight)
+    return np.flatnonzero(suspect)
+
+
+def _moments_suspect(means, n, scatter, seen, incoming, declared, tight) -> np.ndarray:
+    """:func:`sets_to_check`'s screen of :func:`fedcluster.bounds.moments_violation` per set."""
+    points = max(float(declared.points), 1.0)
+    base = np.asarray(declared.coordinate_rounding(), dtype=np.float64)
+    delta = np.maximum(base[None, :], OFFSET_ULPS * _EPS * np.abs(incoming).max(axis=1))  # (m, d)
+    sums = np.sum(n[..., None] * means, axis=1)
+    slack = RELATIVE_SLACK * points * (declared.high - declared.low) + points * max(1.0, math.sqrt(points)) * delta
+    bad = np.any(np.abs(sums - declared.moment_sum) > tight * slack, axis=1)
+    between = n[..., None] * (means - declared.moment_mean) ** 2
+    pooled = np.sum(np.where(seen[..., None], scatter + between, 0.0), axis=1)
+    S = np.maximum(declared.moment_scatter, 0.0)
+    e = np.abs(delta)
+    rounding = MOMENT_SLACK * S + 2.0 * e * math.sqrt(points) * np.sqrt(S) + points * e * e
+    return bad | np.any(np.abs(pooled - declared.moment_scatter) > tight * (rounding + MOMENT_SLACK * pooled), axis=1)
 
 
 def replies_scatter(replies: Sequence[Any], incoming: np.ndarray | None, learning_rate: float) -> np.ndarray:
@@ -760,8 +845,13 @@ class CenterSet:
 
     @property
     def stalled(self) -> bool:
-        """Did not move, nothing pending: its cost can no longer change."""
-        return self.shift == 0.0 and not self.moved and self.undo is None and not self.state.starved_rounds.any()
+        """Did not move (beyond the rounding of its coordinates: the same partition averaged
+        again jitters by units in the last place), nothing pending: its cost can no longer
+        change."""
+        still = self.shift <= math.sqrt(self.centers.shape[0]) * float(
+            np.linalg.norm(coordinate_rounding(self.centers))
+        )
+        return still and not self.moved and self.undo is None and not self.state.starved_rounds.any()
 
     def record(self, report: dict[str, Any]) -> dict[str, Any]:
         return {

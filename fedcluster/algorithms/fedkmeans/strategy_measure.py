@@ -13,6 +13,7 @@ import numpy as np
 from flwr.common.logger import log
 
 from fedcluster.algorithms.fedkmeans.model import (
+    sets_to_check,
     CenterSet,
     cheapest_estimates,
     evaluation_statement,
@@ -226,7 +227,8 @@ class FedKMeansMeasure:
         def check(reply: Reply) -> str | None:
             a = reply.arrays
             declared = self.members.declared.get(reply.node_id)
-            for s in range(incoming.shape[0]):
+            screened = sets_to_check(incoming, a["centers"], a["counts"], a["scatter"], a["cost"], beta, declared)
+            for s in screened:  # the checks below, on the sets the screen cannot pass
                 reason = train_cost_mismatch(
                     incoming[s], a["centers"][s], a["counts"][s], a["scatter"][s], float(a["cost"][s]), beta
                 )
