@@ -298,7 +298,9 @@ def violation(
     fields = {f.role: f for f in task.reply if f.role and f.name in arrays and _active(f, config)}
     sets = [f for f in fields.values() if f.shape[:1] == ("m",) and f.role != "cost"]
     if sets:
-        for index in range(arrays[sets[0].name].shape[0]):
+        if "sum" not in fields and _every_set_passes(fields, task.counts, arrays, request, declared):
+            return None
+        for index in range(arrays[sets[0].name].shape[0]):  # which set, and why
             part = {name: value[index] for name, value in arrays.items()}
             part.update({f.name: arrays[f.name][index : index + 1] for f in fields.values() if f.role == "cost"})
             asked = {name: (value[index] if value.ndim == 3 else value) for name, value in request.items()}
@@ -307,6 +309,43 @@ def violation(
                 return f"set {index}: {reason}" if len(arrays[sets[0].name]) > 1 else reason
         return None
     return _violation(fields, task.counts, arrays, request, declared)
+
+
+def _every_set_passes(
+    fields: dict,
+    task_counts: str,
+    arrays: Mapping[str, np.ndarray],
+    request: Mapping[str, np.ndarray],
+    declared: Declared,
+) -> bool:
+    """The checks of :func:`_violation` on every center set at once (arrays with a leading
+    set axis ``m``; per-cluster checks hold row by row, so the sets' rows are checked
+    together, the coordinates' rounding taken over every set's): True when all pass."""
+    counts = arrays[fields["count"].name] if "count" in fields else None
+    if counts is not None and any(_counts_violation(c, task_counts, declared.points) for c in counts):
+        return False
+    if declared.low is None:
+        return True
+    d = declared.low.shape
+    rows = {
+        f.name: arrays[f.name].reshape(-1, *arrays[f.name].shape[2:])
+        for f in fields.values()
+        if f.role != "cost" and f.shape[:1] == ("m",)
+    }
+    flat = {
+        role: f for role, f in fields.items() if f.name in rows and (role == "count" or rows[f.name].shape[-1:] == d)
+    }
+    asked = {
+        name: (value.reshape(-1, value.shape[-1]) if value.ndim == 3 else value) for name, value in request.items()
+    }
+    row_counts = rows[fields["count"].name] if "count" in flat else None
+    for check in (_scatter_too_wide, _means_outside):
+        if check(flat, rows, asked, row_counts, declared, task_counts):
+            return False
+    costed = {
+        role: f for role, f in fields.items() if role == "cost" and request.get(f.of, np.zeros(0)).shape[-1:] == d
+    }
+    return not _cost_violation(costed, arrays, request, None, declared, task_counts)
 
 
 def _violation(

@@ -281,3 +281,39 @@ def test_expansion_roundings_of_every_pair_are_the_one_pair_rounding(offset):
     got = expansion_roundings(np.concatenate([c for c, _ in parts]), np.concatenate([m for _, m in parts]), rows, sets)
     loops = np.array([[expansion_rounding(c, m, s) for s in sets] for c, m in parts])
     np.testing.assert_allclose(got, loops, rtol=1e-9)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e6])
+def test_every_set_checked_at_once_gives_the_verdict_of_checking_them_one_by_one(offset, monkeypatch):
+    """A training reply for m center sets is checked with all the sets' rows at once; the
+    verdict (and, when refused, the reason) is the set-by-set one, on honest replies and on
+    replies with one set's counts, scatter, centers or cost tampered with."""
+    import fedcluster.bounds as bounds
+    from fedcluster.algorithms.fedkmeans.model import client_step
+
+    rng = np.random.default_rng(12)
+    verdicts = []
+    for trial in range(80):
+        d, k, m = int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.integers(1, 5))
+        X = offset + rng.uniform(-3, 3, size=(int(rng.integers(k, 60)), d))
+        received = offset + rng.normal(scale=4.0, size=(m, k, d))
+        steps = [client_step(X, c) for c in received]
+        reply = {f: np.stack([st[i] for st in steps]) for i, f in enumerate(("counts", "centers", "scatter", "cost"))}
+        s, what, scale = int(rng.integers(m)), int(rng.integers(5)), float(rng.choice([1e-6, 1e-2, 1.0, 100.0]))
+        if what == 1:
+            reply["counts"][s, int(rng.integers(k))] += 1
+        elif what == 2:
+            reply["scatter"][s] = reply["scatter"][s] * (1 + scale) + scale
+        elif what == 3:
+            reply["centers"][s] += scale * rng.normal(size=(k, d))
+        elif what == 4:
+            reply["cost"][s] = reply["cost"][s] * (1 + scale) + scale * 1e3
+        declared = Declared(X.shape[0], X.min(0), X.max(0))
+        metrics, request = {"num-examples": X.shape[0]}, {"centers": received}
+        at_once = violation(TRAIN, reply, metrics, request, declared)
+        with monkeypatch.context() as patch:
+            patch.setattr(bounds, "_every_set_passes", lambda *args: False)
+            one_by_one = violation(TRAIN, reply, metrics, request, declared)
+        assert at_once == one_by_one, (trial, what, at_once, one_by_one)
+        verdicts.append(at_once is None)
+    assert 10 < sum(verdicts) < 70  # both honest-looking and refused replies were seen
