@@ -5,6 +5,7 @@ refused (the summary's first line, ``coverage`` in result.json)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -63,16 +64,24 @@ def coverage(members: Membership) -> dict[str, Any]:
 
 
 def coverage_line(cover: dict[str, Any]) -> str:
-    """``result covers 7 of 8 devices' data (1 refused: <reason>)``."""
+    """``result covers 7 of 8 devices' data (1 refused: <reason>)``: a node whose data could
+    not be read is refused, any other left the run; then the files no node read."""
     line = f"result covers {cover['devices']} of {cover['of']} devices' data"
-    notes = []
-    if cover["refused"]:
-        shown = "; ".join(_short(reason) for reason in cover["refused"][:3])
-        notes.append(f"{len(cover['refused'])} refused: {shown}{' …' if len(cover['refused']) > 3 else ''}")
+    refused = [reason for reason in cover["refused"] if _DATA_ERRORS.search(reason)]
+    left = [reason for reason in cover["refused"] if not _DATA_ERRORS.search(reason)]
+    notes = [f"{len(group)} {what}: {_shown(group)}" for group, what in ((refused, "refused"), (left, "left the run"))]
+    notes = [note for note, group in zip(notes, (refused, left)) if group]
     if cover["unread_files"]:
         names = ", ".join(cover["unread_files"][:5]) + (" …" if len(cover["unread_files"]) > 5 else "")
         notes.append(f"{len(cover['unread_files'])} file(s) read by no node: {names}")
     return line + (f" ({'; '.join(notes)})" if notes else "")
+
+
+_DATA_ERRORS = re.compile(r"\b(DataError|GraphError)\b")
+
+
+def _shown(reasons: list[str]) -> str:
+    return "; ".join(_short(reason) for reason in reasons[:3]) + (" …" if len(reasons) > 3 else "")
 
 
 def _short(reason: str, limit: int = 200) -> str:
