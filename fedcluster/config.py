@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 import fedcluster.registry as registry
 from .checks import Interval, StrOptions
 from .data import GENERATED_DIM_MAX, GENERATED_VALUES_MAX, SEPARATION_MAX
+from .tables import column_list
 from .keys import (  # noqa: F401 (the declarations, for the callers of the assembled config)
     AGGREGATION,
     INIT_CANDIDATES,
@@ -41,8 +42,18 @@ from .keys import (  # noqa: F401 (the declarations, for the callers of the asse
 
 
 ALGORITHMS = registry.names()
-DATASETS = ("gaussian-mixture", "triebe", "digits", "npy-dir", "edge-dir", "feddp-mixture", "da-ufl-paper")
-PARTITIONS = ("iid", "dirichlet", "one-source", "components")
+DATASETS = (
+    "gaussian-mixture",
+    "triebe",
+    "digits",
+    "dir",
+    "file",
+    "npy-dir",
+    "edge-dir",
+    "feddp-mixture",
+    "da-ufl-paper",
+)
+PARTITIONS = ("iid", "dirichlet", "one-source", "components", "column")
 # Presets: values for keys left at their default (a key given another value than both its
 # default and the preset's is a conflict). "deployment" switches off the measurement rounds
 # that are not part of any algorithm: in a deployment every round trip costs seconds, and
@@ -56,13 +67,30 @@ PRESET_NAMES = tuple(PRESETS)
 
 
 def _data_rules(c: Mapping[str, Any]) -> None:
-    if c["dataset"] in ("npy-dir", "edge-dir") and not c["data-dir"]:
+    if c["dataset"] in ("dir", "npy-dir", "edge-dir") and not c["data-dir"]:
         raise ConfigError(f"dataset {c['dataset']!r} needs run-config data-dir")
+    if c["dataset"] == "file":
+        _file_rules(c)
+    elif c["partition"] == "column":
+        raise ConfigError("run-config partition 'column' splits one file by a column's values: dataset='file'")
     if c["dataset"] in ("gaussian-mixture", "feddp-mixture") and c["num-points"] * c["dim"] > GENERATED_VALUES_MAX:
         raise ConfigError(
             f"run-config num-points × dim = {c['num-points']} × {c['dim']} must be at most "
             f"{GENERATED_VALUES_MAX}: every simulated device generates the whole data set"
         )
+
+
+def _file_rules(c: Mapping[str, Any]) -> None:
+    """dataset = 'file': the file, and the column a label partition splits it by."""
+    if not c["data-file"]:
+        raise ConfigError("dataset 'file' needs run-config data-file (one .npy, .csv or .parquet file to split)")
+    if c["partition"] != "iid" and not c["label-column"]:
+        raise ConfigError(
+            f"dataset 'file' with partition {c['partition']!r} needs run-config label-column (the column the "
+            f"split follows); partition='iid' needs none"
+        )
+    if c["label-column"] and c["label-column"] in column_list(c["columns"]):
+        raise ConfigError(f"run-config label-column {c['label-column']!r} is also in columns: a label is no feature")
 
 
 COMMON = Section(
@@ -85,7 +113,26 @@ DATA = Section(
     "data",
     (
         Key("dataset", "gaussian-mixture", "where the devices' data come from", allowed=StrOptions(DATASETS)),
-        Key("data-dir", "", "folder of per-device files (npy-dir, edge-dir)"),
+        Key(
+            "data-dir",
+            "",
+            "folder of one file per device: dir (.npy, .csv or .parquet; npy-dir is its earlier name), "
+            "edge-dir (.txt edge lists)",
+        ),
+        Key("data-file", "", "dataset=file: one .npy, .csv or .parquet file split over the devices by partition"),
+        Key(
+            "columns",
+            "",
+            "CSV/Parquet feature columns, comma-separated names (or positions from 0); empty: every numeric "
+            "column, text columns left out with a warning (an id column is numeric: name the features to leave "
+            "it out)",
+        ),
+        Key(
+            "label-column",
+            "",
+            "dataset=file: the column partition dirichlet, one-source, components or column splits by (never a "
+            "feature)",
+        ),
         Key(
             "num-points",
             3000,
@@ -100,7 +147,14 @@ DATA = Section(
             "distance scale between generated means, in standard deviations",
             allowed=Interval(float, 0, SEPARATION_MAX),
         ),
-        Key("partition", "dirichlet", "how generated points are split over devices", allowed=StrOptions(PARTITIONS)),
+        Key(
+            "partition",
+            "dirichlet",
+            "how generated points (or a data-file) are split over devices: iid, dirichlet, one-source, components "
+            "(over the true components, or label-column), column (dataset=file: one device per value of "
+            "label-column)",
+            allowed=StrOptions(PARTITIONS),
+        ),
         Key(
             "dirichlet-alpha",
             0.3,

@@ -28,7 +28,9 @@ import numpy as np
 __all__ = [
     "DataError",
     "load_points",
+    "load_table",
     "list_client_files",
+    "folder_files",
     "client_file",
     "mixture_means",
     "gaussian_mixture",
@@ -63,12 +65,17 @@ def _as_generator(seed: int | np.random.Generator) -> np.random.Generator:
 # ---------------------------------------------------------------------------------------
 
 
-def load_points(path: str | os.PathLike) -> np.ndarray:
-    """Load one device's points from a ``.npy`` or ``.csv`` file.
+def load_points(path: str | os.PathLike, columns: Sequence[str] = ()) -> np.ndarray:
+    """Load one device's points from a ``.npy``, ``.csv`` or ``.parquet`` file.
 
     ``.npy``: a numeric array saved with ``numpy.save`` (pickled object arrays are
-    refused). ``.csv``: comma-separated numbers, one point per line; a first line that
-    is not all numbers is taken as a header and skipped; blank lines are ignored.
+    refused). ``.csv``: comma-separated values, one point per line, blank lines ignored; a
+    first line with a value that is not a number where the next line has one is a header
+    (its names name the columns; without one they are 0, 1, ...). ``.parquet``: a table
+    (needs pyarrow, ``fedcluster[parquet]``). In a CSV or Parquet file the features are
+    ``columns`` when given (by name, or position from 0), else every numeric column; a text
+    column is left out with a :class:`~fedcluster.tables.DataWarning` naming it
+    (:mod:`fedcluster.tables`).
 
     A 1-D array of shape ``(n,)`` (or a one-column CSV) is read as ``n`` points of
     dimension 1, shape ``(n, 1)``.
@@ -76,7 +83,9 @@ def load_points(path: str | os.PathLike) -> np.ndarray:
     Parameters
     ----------
     path : str or path-like
-        The file; its suffix (``.npy`` or ``.csv``, any case) selects the format.
+        The file; its suffix (``.npy``, ``.csv`` or ``.parquet``, any case) selects the format.
+    columns : sequence of str, optional
+        The feature columns of a CSV or Parquet file (a ``.npy`` file has no names: refused).
 
     Returns
     -------
@@ -87,8 +96,19 @@ def load_points(path: str | os.PathLike) -> np.ndarray:
     ------
     DataError
         If the file is missing, unreadable, of an unsupported type, not numeric, not 1-D
-        or 2-D, empty, or holds NaN/inf values. The message names the file.
+        or 2-D, empty, or holds NaN/inf values (a missing CSV value is NaN), or a column
+        named in ``columns`` is absent or not numeric. The message names the file.
     """
+    return load_table(path, columns).points
+
+
+def load_table(path: str | os.PathLike, columns: Sequence[str] = (), keep: Sequence[str] = ()):
+    """:func:`load_points` with the file's ``keep`` columns as they are (a
+    :class:`fedcluster.tables.Table` whose ``points`` are validated)."""
+    import warnings
+
+    from .tables import DataWarning, Table, read_table
+
     path = Path(path)
     try:
         exists, regular = path.exists(), path.is_file()
@@ -99,13 +119,37 @@ def load_points(path: str | os.PathLike) -> np.ndarray:
     if not regular:
         raise DataError(f"data file {path} is not a regular file")
     suffix = path.suffix.lower()
+    if suffix not in POINT_SUFFIXES:
+        raise DataError(f"data file {path} has unsupported type {path.suffix!r}: expected .npy, .csv or .parquet")
     if suffix == ".npy":
-        array = _read_npy(path)
-    elif suffix == ".csv":
-        array = _read_csv(path)
+        table = Table(points=_read_npy(path), names=[])
+        if columns or keep:  # an array's columns are named by their positions, 0, 1, ...
+            table = _npy_columns(path, table.points, columns, keep)
     else:
-        raise DataError(f"data file {path} has unsupported type {path.suffix!r}: expected .npy or .csv")
-    return _validate_points(array, path)
+        table = read_table(path, columns, keep, error=DataError)
+        if table.dropped:
+            warnings.warn(
+                f"data file {path}: text column(s) {', '.join(map(repr, table.dropped))} left out "
+                f"(name the features in run-config columns to choose them)",
+                DataWarning,
+                stacklevel=2,
+            )
+    table.points = _validate_points(table.points, path)
+    return table
+
+
+def _npy_columns(path: Path, array: np.ndarray, columns: Sequence[str], keep: Sequence[str]):
+    from .tables import select_columns
+
+    if array.ndim != 2 or array.dtype.kind not in "biuf":
+        _validate_points(array, path)  # names what is wrong with it
+        raise DataError(f"data file {path} holds a 1-D array: it has no columns to choose")
+    names = [str(i) for i in range(array.shape[1])]
+    return select_columns(path, names, [array[:, i] for i in range(array.shape[1])], columns, keep, DataError)
+
+
+# The files that hold one device's points, by suffix (lower case).
+POINT_SUFFIXES = (".npy", ".csv", ".parquet")
 
 
 def _read_npy(path: Path) -> np.ndarray:
@@ -116,43 +160,6 @@ def _read_npy(path: Path) -> np.ndarray:
     except (OSError, ValueError, EOFError) as error:
         # ValueError also covers object arrays, which would need pickle.
         raise DataError(f"data file {path} is not a readable numeric .npy array: {error}") from error
-
-
-def _read_csv(path: Path) -> np.ndarray:
-    try:
-        text = path.read_text()
-    except PermissionError as error:
-        raise DataError(f"data file {path} cannot be read: permission denied") from error
-    except (OSError, UnicodeDecodeError) as error:
-        raise DataError(f"data file {path} cannot be read as text: {error}") from error
-    lines = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
-    if lines and not _is_numeric_row(lines[0][1]):
-        lines = lines[1:]  # header
-    if not lines:
-        raise DataError(f"data file {path} is empty: it holds no data rows")
-    rows = []
-    width = None
-    for number, line in lines:
-        fields = line.split(",")
-        if width is None:
-            width = len(fields)
-        elif len(fields) != width:
-            raise DataError(
-                f"data file {path}, line {number}: expected {width} comma-separated values, found {len(fields)}"
-            )
-        try:
-            rows.append([float(field) for field in fields])
-        except ValueError:
-            raise DataError(f"data file {path}, line {number}: non-numeric value in {line.strip()!r}") from None
-    return np.array(rows, dtype=np.float64)
-
-
-def _is_numeric_row(line: str) -> bool:
-    try:
-        [float(field) for field in line.split(",")]
-    except ValueError:
-        return False
-    return True
 
 
 def _validate_points(array: np.ndarray, path: Path) -> np.ndarray:
@@ -213,8 +220,9 @@ def _natural_key(path: Path) -> list:
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", path.name)]
 
 
-def list_client_files(data_dir: str | os.PathLike, pattern: str = "*.npy") -> list[Path]:
-    """The files in ``data_dir`` matching the glob ``pattern``, in natural sort order.
+def list_client_files(data_dir: str | os.PathLike, pattern: str | None = "*.npy") -> list[Path]:
+    """The files in ``data_dir`` matching the glob ``pattern`` (None: every ``.npy``,
+    ``.csv`` and ``.parquet`` file, :data:`POINT_SUFFIXES`), in natural sort order.
 
     Natural order compares runs of digits by value, so ``client_2.npy`` comes before
     ``client_10.npy`` (with zero-padded names it is the plain alphabetical order).
@@ -225,8 +233,8 @@ def list_client_files(data_dir: str | os.PathLike, pattern: str = "*.npy") -> li
     ----------
     data_dir : str or path-like
         Directory holding one file per client.
-    pattern : str, default "*.npy"
-        Glob pattern, relative to ``data_dir``.
+    pattern : str or None, default "*.npy"
+        Glob pattern, relative to ``data_dir``; None: the point files.
 
     Returns
     -------
@@ -247,7 +255,10 @@ def list_client_files(data_dir: str | os.PathLike, pattern: str = "*.npy") -> li
     if not folder:
         raise DataError(f"data directory {directory} is not a directory")
     refuse_run_folder(directory)
-    files = [path for path in directory.glob(pattern) if path.is_file()]
+    if pattern is None:
+        files = [path for path in directory.iterdir() if path.suffix.lower() in POINT_SUFFIXES and path.is_file()]
+    else:
+        files = [path for path in directory.glob(pattern) if path.is_file()]
     results = sorted(path.name for path in files if path.suffix == ".npy" and path.stem in RESULT_ARRAYS)
     if results:
         raise DataError(
@@ -255,10 +266,19 @@ def list_client_files(data_dir: str | os.PathLike, pattern: str = "*.npy") -> li
             f"writes, not a client's data (it would join as a device): move it out of the data folder"
         )
     if not files:
-        raise DataError(
-            f"data directory {directory} has no file matching {pattern!r}{_folder_hint(directory, pattern)}"
-        )
+        wanted = repr(pattern) if pattern else "'*.npy', '*.csv' or '*.parquet'"
+        raise DataError(f"data directory {directory} has no file matching {wanted}{_folder_hint(directory, pattern)}")
     return sorted(files, key=lambda path: (_natural_key(path), str(path)))
+
+
+# The datasets that read a folder of one file per client, by the pattern that lists them
+# (None: the point files; npy-dir is dir's earlier name).
+FOLDER_DATASETS: dict[str, str | None] = {"dir": None, "npy-dir": None, "edge-dir": "*.txt"}
+
+
+def folder_files(dataset: str, data_dir: str | os.PathLike) -> list[Path]:
+    """The client files of a folder dataset (:data:`FOLDER_DATASETS`), one per client."""
+    return list_client_files(data_dir, FOLDER_DATASETS[dataset])
 
 
 # The file that marks a folder as a run's results folder (fedcluster.server.run_folder).
@@ -299,38 +319,22 @@ def refuse_run_folder(directory: str | os.PathLike) -> None:
             )
 
 
-# The dataset that reads a folder of client files, by the pattern that lists them.
-_FOLDER_DATASET = {"*.npy": "npy-dir", "*.txt": "edge-dir"}
-
-
-def _folder_hint(directory: Path, pattern: str) -> str:
+def _folder_hint(directory: Path, pattern: str | None) -> str:
     """Why a folder of client files matched nothing: what it holds instead, and what to do."""
-    held: dict[str, list[Path]] = {}
-    for path in sorted(directory.iterdir(), key=lambda path: (_natural_key(path), str(path))):
+    held: dict[str, int] = {}
+    for path in directory.iterdir():
         if path.is_file():
-            held.setdefault(path.suffix.lower() or "(no suffix)", []).append(path)
-    hint = (
-        " (it holds "
-        + (", ".join(f"{len(files)} {suffix}" for suffix, files in sorted(held.items())) or "no")
-        + " files)"
-    )
-    dataset = _FOLDER_DATASET.get(pattern)
-    if dataset is None:
-        return hint
-    hint += f": dataset='{dataset}' reads one {pattern} file per client and nothing else"
-    csv = held.get(".csv", [])
-    if dataset == "npy-dir" and csv:
-        shown = " ".join(f"--data-path {path}" for path in csv[:2]) + (" ..." if len(csv) > 2 else "")
-        hint += (
-            f". A .csv file is read as one node's own data-path instead: fedcluster-run {shown} "
-            f"(one node per file; in a deployment --node-config 'data-path=\"{csv[0]}\"'); "
-            f"or convert each for npy-dir: from fedcluster.data import load_points; "
-            f'numpy.save("{csv[0].stem}.npy", load_points("{csv[0].name}"))'
-        )
+            suffix = path.suffix.lower() or "(no suffix)"
+            held[suffix] = held.get(suffix, 0) + 1
+    hint = " (it holds " + (", ".join(f"{n} {suffix}" for suffix, n in sorted(held.items())) or "no") + " files)"
+    if pattern is None:
+        return hint + ": dataset='dir' reads one .npy, .csv or .parquet file per client"
+    if pattern == "*.txt":
+        return hint + ": dataset='edge-dir' reads one *.txt edge list per client; points: dataset='dir'"
     return hint
 
 
-def client_file(data_dir: str | os.PathLike, pattern: str, partition_id: int) -> Path:
+def client_file(data_dir: str | os.PathLike, pattern: str | None, partition_id: int) -> Path:
     """The ``partition_id``-th file (from 0) of :func:`list_client_files`.
 
     Raises
@@ -343,7 +347,7 @@ def client_file(data_dir: str | os.PathLike, pattern: str, partition_id: int) ->
     if not 0 <= partition_id < len(files):
         raise DataError(
             f"partition id {partition_id} is out of range: data directory {data_dir} has "
-            f"{len(files)} files matching {pattern!r} (valid ids 0 to {len(files) - 1})"
+            f"{len(files)} client files (valid ids 0 to {len(files) - 1})"
         )
     return files[partition_id]
 

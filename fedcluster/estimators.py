@@ -22,6 +22,7 @@ nothing about the points leaves it).
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import warnings
 from contextlib import contextmanager
@@ -93,16 +94,25 @@ def _seed(random_state: Any) -> int:
 
 
 def _client_arrays(clients: Sequence[Any]) -> list[np.ndarray]:
-    """Every client's points as a finite float64 2-D array of one common dimension."""
+    """Every client's points as a finite float64 2-D array of one common dimension;
+    ``clients`` a folder: its ``.npy``, ``.csv`` and ``.parquet`` files, one per client, as
+    ``dataset = 'dir'`` reads them (every numeric column)."""
+    names = None
+    if isinstance(clients, (str, os.PathLike)):
+        from .data import folder_files, load_points
+
+        files = folder_files("dir", clients)
+        clients, names = [load_points(path) for path in files], [str(path) for path in files]  # DataError names it
     if isinstance(clients, np.ndarray) or not isinstance(clients, Sequence) or isinstance(clients, (str, bytes)):
         raise TypeError("clients must be a list with one 2-D array (rows = points) per client")
     if len(clients) == 0:
         raise ValueError("clients is empty: give one array per client")
+    names = names or [f"clients[{i}]" for i in range(len(clients))]
     arrays = []
-    for i, points in enumerate(clients):
-        array = check_points(points, f"clients[{i}]")
+    for name, points in zip(names, clients):
+        array = check_points(points, name)
         if array.shape[1] != (arrays[0].shape[1] if arrays else array.shape[1]):
-            raise ValueError(f"clients[{i}] has {array.shape[1]} features, clients[0] has {arrays[0].shape[1]}")
+            raise ValueError(f"{name} has {array.shape[1]} features, {names[0]} has {arrays[0].shape[1]}")
         arrays.append(array)
     return arrays
 
@@ -200,7 +210,8 @@ class _Federated(_InProcess):
         raise NotImplementedError
 
     def fit(self, clients: Sequence[Any], y: Any = None, server_data: Any = None) -> "_Federated":
-        """Run the federation over ``clients`` (one array per client); ``y`` is ignored."""
+        """Run the federation over ``clients`` (one array per client, or a folder of one
+        ``.npy``/``.csv``/``.parquet`` file per client); ``y`` is ignored."""
         arrays = _client_arrays(clients)
         if server_data is not None:
             server_data = np.asarray(server_data, dtype=np.float64)

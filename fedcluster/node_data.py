@@ -1,12 +1,16 @@
 """Which data a device holds, resolved from the run config and the node config.
 
-* Deployment: the node config names a file (``data-path``): ``.npy``/``.csv`` points or a
-  ``.txt`` edge list. Nothing else is consulted.
+* Deployment: the node config names a file (``data-path``): ``.npy``/``.csv``/``.parquet``
+  points (the run config's ``columns``) or a ``.txt`` edge list. Nothing else is consulted.
 * Simulation: the node config gives ``partition-id`` and ``num-partitions``; the run
   config's ``dataset`` says what partition ``partition-id`` is:
 
-  - ``npy-dir`` / ``edge-dir``: the partition-id-th ``*.npy`` / ``*.txt`` file of
-    ``data-dir`` in sorted order;
+  - ``dir`` (``npy-dir``) / ``edge-dir``: the partition-id-th ``.npy``/``.csv``/``.parquet``
+    / ``*.txt`` file of ``data-dir`` in natural order; ``num-partitions`` (the SuperNodes)
+    must be the number of files;
+  - ``file``: the rows of ``data-file`` split over ``num-partitions`` by ``partition``
+    (``iid``; ``dirichlet``, ``one-source``, ``components`` over ``label-column``'s values;
+    ``column``: one device per value of ``label-column``), seed ``seed``;
   - ``gaussian-mixture``: ``num-points`` points of a ``components``-component mixture in
     ``dim`` dimensions (``separation``, seed ``seed``), split over ``num-partitions``
     clients by ``partition`` (``iid``, ``dirichlet`` with ``dirichlet-alpha``,
@@ -27,6 +31,8 @@ Generated datasets are built once per process and cached. NumPy only (except dig
 
 from __future__ import annotations
 
+import os
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -35,6 +41,7 @@ import numpy as np
 
 import fedcluster.data as data
 from fedcluster.kernel import DeviceData
+from fedcluster.tables import DataWarning, column_list
 
 
 def device_data(run_config: dict[str, Any], node_config: dict[str, Any]) -> DeviceData:
@@ -52,12 +59,12 @@ def device_data(run_config: dict[str, Any], node_config: dict[str, Any]) -> Devi
     partition = int(node_config["partition-id"])
     partitions = int(node_config["num-partitions"])
     dataset = run_config["dataset"]
-    if dataset == "npy-dir":
-        file = data.client_file(run_config["data-dir"], "*.npy", partition)
-        return DeviceData(points=data.load_points(file), source=str(file))
-    if dataset == "edge-dir":
-        file = data.client_file(run_config["data-dir"], "*.txt", partition)
+    if dataset in data.FOLDER_DATASETS:
+        file = folder_file(run_config, partition, partitions)
         return load_path(str(file), run_config)
+    if dataset == "file":
+        points = file_partition(run_config, partition, partitions)
+        return DeviceData(points=points, source=f"{run_config['data-file']} partition {partition}/{partitions}")
     points, _ = generated_partition(run_config, partition, partitions)
     if points.shape[0] == 0:
         raise data.DataError(
@@ -74,7 +81,24 @@ def load_path(path: str, run_config: dict[str, Any]) -> DeviceData:
 
         num_nodes = int(run_config.get("num-nodes", 0) or 0) or None
         return DeviceData(edges=load_edge_list(path, num_nodes), source=path)
-    return DeviceData(points=data.load_points(path), source=path)
+    return DeviceData(points=data.load_points(path, column_list(run_config.get("columns", ""))), source=path)
+
+
+def folder_file(run_config: dict[str, Any], partition: int, partitions: int) -> Path:
+    """The file of a folder dataset that simulated device ``partition`` of ``partitions``
+    reads; DataError when the SuperNodes are not one per file."""
+    files = data.folder_files(run_config["dataset"], run_config["data-dir"])
+    if partitions != len(files):
+        raise data.DataError(count_mismatch(len(files), f"client files in {run_config['data-dir']}", partitions))
+    return data.client_file(run_config["data-dir"], data.FOLDER_DATASETS[run_config["dataset"]], partition)
+
+
+def count_mismatch(files: int, what: str, nodes: int) -> str:
+    """The error of a simulation whose SuperNodes are not one per client's data."""
+    return (
+        f"{files} {what} but {nodes} SuperNodes: run with --federation-config 'num-supernodes={files}' "
+        f"(fedcluster-run: --num-nodes {files})"
+    )
 
 
 def generated_partition(run_config: dict[str, Any], partition: int, partitions: int) -> tuple[np.ndarray, np.ndarray]:
@@ -88,16 +112,23 @@ def generated_partition(run_config: dict[str, Any], partition: int, partitions: 
 def pooled_points(run_config: dict[str, Any], partitions: int) -> tuple[np.ndarray, np.ndarray | None] | None:
     """All the federation's points, for the central REFERENCE only (never sent anywhere).
 
-    Available for generated datasets and for ``npy-dir`` when the server can read the
-    directory (a simulation on one machine); None otherwise.
+    Available for generated datasets, and for ``dir`` and ``file`` when the server can read
+    the data (a simulation on one machine): every client file, the whole file; None otherwise.
     """
     dataset = run_config["dataset"]
-    if dataset == "npy-dir":
+    if dataset in ("dir", "npy-dir"):
         directory = Path(run_config["data-dir"])
         if not directory.is_dir():
             return None
-        files = data.list_client_files(directory, "*.npy")[:partitions]
-        return np.concatenate([data.load_points(f) for f in files]), None
+        columns = column_list(run_config["columns"])
+        with warnings.catch_warnings():  # each device said it of its own file
+            warnings.simplefilter("ignore", DataWarning)
+            files = data.folder_files(dataset, directory)
+            return np.concatenate([data.load_points(f, columns) for f in files]), None
+    if dataset == "file":
+        if not Path(run_config["data-file"]).is_file():
+            return None
+        return _file_table(_file_key(run_config))[0], None
     if dataset == "edge-dir":
         return None
     clients_points, clients_labels = _generated(_spec_key(run_config), partitions)
@@ -183,3 +214,64 @@ def _generated(spec: tuple, partitions: int) -> tuple[list[np.ndarray], list[np.
     else:
         parts = data.partition_components(y, partitions, int(cfg["classes-per-client"]), rng)
     return [X[p] for p in parts], [y[p] for p in parts]
+
+
+def file_partition(run_config: dict[str, Any], partition: int, partitions: int) -> np.ndarray:
+    """The rows of ``data-file`` simulated device ``partition`` of ``partitions`` holds."""
+    if not 0 <= partition < partitions:
+        raise data.DataError(f"partition-id {partition} is out of range for {partitions} partitions")
+    points, parts = _file_parts(_file_key(run_config), partitions)
+    rows = parts[partition]
+    if rows.size == 0:
+        raise data.DataError(
+            f"partition {partition} of {partitions} of {run_config['data-file']} is empty "
+            f"(partition={run_config['partition']!r} gave it no row: fewer devices, or another partition)"
+        )
+    return points[rows]
+
+
+def _file_key(run_config: dict[str, Any]) -> tuple:
+    """What a split of data-file depends on: the file as it is now, and the keys that split it."""
+    path = str(run_config["data-file"])
+    try:
+        stat = os.stat(path)
+        version = (stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        version = None  # load_table names the problem
+    keys = ("columns", "label-column", "partition", "dirichlet-alpha", "classes-per-client", "seed")
+    return (path, version, *((key, run_config[key]) for key in keys))
+
+
+@lru_cache(maxsize=2)
+def _file_table(key: tuple) -> tuple[np.ndarray, np.ndarray | None]:
+    path, _, *items = key
+    cfg = dict(items)
+    label = cfg["label-column"] if cfg["partition"] != "iid" else ""
+    table = data.load_table(path, column_list(cfg["columns"]), (label,) if label else ())
+    return table.points, table.kept.get(label)
+
+
+@lru_cache(maxsize=2)
+def _file_parts(key: tuple, partitions: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """data-file's points and every device's rows (the project's partitioners, seeded)."""
+    points, labels = _file_table(key)
+    path, _, *items = key
+    cfg = dict(items)
+    rng = np.random.default_rng([int(cfg["seed"]), 1])
+    scheme = cfg["partition"]
+    if scheme == "iid":
+        return points, data.partition_iid(points.shape[0], partitions, rng)
+    if scheme == "column":
+        values = np.unique(labels)
+        if values.size != partitions:
+            what = f"values of label-column {cfg['label-column']!r} in {path}"
+            raise data.DataError(count_mismatch(values.size, what, partitions))
+        return points, [np.flatnonzero(labels == value) for value in values]
+    try:
+        if scheme == "dirichlet":
+            return points, data.partition_dirichlet(labels, partitions, float(cfg["dirichlet-alpha"]), rng)
+        if scheme == "one-source":
+            return points, data.partition_one_source(labels, partitions, rng)
+        return points, data.partition_components(labels, partitions, int(cfg["classes-per-client"]), rng)
+    except ValueError as exc:
+        raise data.DataError(f"partition={scheme!r} of {path} by label-column {cfg['label-column']!r}: {exc}") from None

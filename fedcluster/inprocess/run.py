@@ -48,7 +48,7 @@ def run(
 
     config = validated_config(run_config or {})
     if node_configs is None:
-        _check_data_dir(config)  # every node reads it here, in this process: checked before any is made
+        _check_data_dir(config, num_nodes)  # every node reads it here, in this process: checked before any is made
         node_configs = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
     _check_here(config, len(node_configs))
     run_id = next(_RUN_IDS)
@@ -70,17 +70,22 @@ def run(
     return result
 
 
-def _check_data_dir(config) -> None:
-    """The folder of per-node files a folder dataset reads, or ConfigError naming data-dir."""
+def _check_data_dir(config, num_nodes: int) -> None:
+    """The folder of per-node files a folder dataset reads, one node per file, or
+    ConfigError naming data-dir (and both numbers)."""
     from fedcluster.config import ConfigError
-    from fedcluster.data import DataError, list_client_files
+    from fedcluster.data import FOLDER_DATASETS, DataError, folder_files
 
-    pattern = {"npy-dir": "*.npy", "edge-dir": "*.txt"}.get(config["dataset"])
-    if pattern is not None:
+    if config["dataset"] in FOLDER_DATASETS:
         try:
-            list_client_files(config["data-dir"], pattern)
+            files = folder_files(config["dataset"], config["data-dir"])
         except DataError as exc:
             raise ConfigError(f"run-config data-dir: {exc}") from None
+        if len(files) != num_nodes:
+            raise ConfigError(
+                f"run-config data-dir: {len(files)} client files in {config['data-dir']} but {num_nodes} nodes: "
+                f"run with --num-nodes {len(files)} (one node per file)"
+            )
 
 
 def _check_here(config, nodes: int) -> None:
@@ -117,7 +122,7 @@ def _data_paths_problem(config, paths: list[str]) -> str | None:
             text = " ".join(str(exc).split())
             return text if str(Path(path).resolve()) in text else f"{path}: {text}"
         if graph != (data.edges is not None):
-            wanted = "an edge list (.txt)" if graph else "points (.npy or .csv)"
+            wanted = "an edge list (.txt)" if graph else "points (.npy, .csv or .parquet)"
             return f"{path} holds {data.describe()}; {config['algorithm']} takes {wanted}"
         if data.points is not None:
             dimensions.setdefault(int(data.points.shape[1]), path)

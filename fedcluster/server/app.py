@@ -11,7 +11,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from .algorithms import strategy_for, validated_config
-from .startup import check_data_coverage
+from .coverage import check_data_coverage, coverage, coverage_line
 from fedcluster.central import central_reference
 
 app = ServerApp()
@@ -37,6 +37,7 @@ def _run(strategy: Any, config: Any) -> dict[str, Any]:
     strategy.wait_for_nodes()
     check_data_coverage(strategy.members)
     outcome = strategy.run()
+    outcome["coverage"] = coverage(strategy.members)
     if config["write-labels"] and outcome.get("centers") is not None:
         outcome["labels_written"] = strategy.write_device_labels(outcome["centers"])
     if config["reference"]:
@@ -59,16 +60,17 @@ def _run(strategy: Any, config: Any) -> dict[str, Any]:
 
 
 def print_summary(result: dict[str, Any]) -> None:
+    """The outcome; its first line: how many devices' data the result covers, of how many."""
     final = result.get("final", {})
-    lines = [f"[fedcluster] {result['algorithm']} finished in {result['wall_time_s']:.1f} s"]
+    lines = [f"[fedcluster] {coverage_line(result['coverage'])}"]
     nodes = result["nodes"]
     left, away = len(nodes["excluded"]), len(nodes.get("away_at_end", []))
-    covers = f"  covers                   : {nodes['active'] - away} of {nodes['connected']} nodes"
-    covers += f" ({left} left the run: see nodes.exclusions)" if left else ""
-    covers += f" ({away} away at the end: see nodes.away_at_end)" if away else ""
+    done = f"  {result['algorithm']} finished in {result['wall_time_s']:.1f} s"
+    done += f" ({left} left the run: see nodes.exclusions)" if left else ""
+    done += f" ({away} away at the end: see nodes.away_at_end)" if away else ""
     if final.get("num_points") is not None:
-        covers += f", {final['num_points']} points"
-    lines.append(covers)
+        done += f", {final['num_points']} points"
+    lines.append(done)
     if "cost" in final:
         lines.append(f"  federated cost per point : {final['cost']:.6g} on {final.get('num_points')} points")
     reference = result.get("reference")

@@ -1,16 +1,13 @@
 """The start of a run: waiting for its nodes (or, resumed, the nodes its first attempt
-started with) and checking they cover the data files. Into the run's
-:class:`~fedcluster.server.membership.Membership`."""
+started with). Into the run's :class:`~fedcluster.server.membership.Membership`; whether
+they cover the data files: :mod:`fedcluster.server.coverage`."""
 
 from __future__ import annotations
 
 import time
 from logging import INFO
-from pathlib import Path
 
 from flwr.common.logger import log
-
-from fedcluster.data import list_client_files
 
 from .membership import Membership
 from .messages import FederationError
@@ -52,23 +49,3 @@ def wait_for_nodes(members: Membership, name: str) -> list[int]:
     members.nodes = journal.node_ids(lambda: ids)
     log(INFO, "[fedcluster] starting %s with %d node(s)", name, len(ids))
     return ids
-
-
-def check_data_coverage(members: Membership) -> None:
-    """With one data file per client (``npy-dir``, ``edge-dir``) and fewer nodes than
-    files, say which files are left out; for a graph, where every client's edges are
-    needed, refuse. (Only when the server can see ``data-dir``: a simulation.)"""
-    dataset, directory = members.config.dataset, members.config.data_dir
-    if dataset not in ("npy-dir", "edge-dir") or not directory or not Path(directory).is_dir():
-        return
-    files = list_client_files(directory, "*.npy" if dataset == "npy-dir" else "*.txt")
-    if len(members.nodes) >= len(files):
-        return
-    unused = [f.name for f in files[len(members.nodes) :]]
-    text = (
-        f"{len(files)} data files in {directory} but only {len(members.nodes)} nodes: "
-        f"{', '.join(unused[:5])}{' …' if len(unused) > 5 else ''} will not be used"
-    )
-    if dataset == "edge-dir":
-        raise FederationError(f"{text}; a graph needs every client's edges: start one node per file")
-    members.results.warn(text)

@@ -103,6 +103,24 @@ def test_flwr_run_reports_a_failed_run(flower, tmp_path):
 
 
 @pytest.mark.slow  # 20-55 s: Ray start-up or real SuperNode processes
+def test_flwr_run_of_a_csv_folder_on_too_few_supernodes_is_a_failed_run_naming_both(flower, tmp_path):
+    """Three CSV files (a header and a text column), Flower's default of two SuperNodes:
+    the run stops, `flwr ls` says failed, and the log names both numbers and the remedy."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    for i in range(3):
+        (data_dir / f"client_{i}.csv").write_text("name,x,y\n" + "".join(f"p{j},{j + i},{2 * j}\n" for j in range(9)))
+    flower.start_superlink(simulation=True)
+    run_id = flower.submit(
+        ROOT, f"k=2 dataset='dir' data-dir='{data_dir}' output-dir='{tmp_path / 'o'}'", "num-supernodes=2"
+    )
+    status = flower.wait(run_id, timeout=240)
+    log = flower.run_log(run_id)
+    assert status == "finished:failed", (status, log)
+    assert "3 client files in" in log and "but 2 SuperNodes" in log and "num-supernodes=3" in log, log
+
+
+@pytest.mark.slow  # 20-55 s: Ray start-up or real SuperNode processes
 def test_flwr_run_kfed_simulation(flower, tmp_path):
     from fedcluster.data import kfed_mixture
 

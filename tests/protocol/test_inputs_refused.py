@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import write_npy_dir
+from fedcluster.config import ConfigError
 from fedcluster.inprocess import run
 from fedcluster.server.base import FederationError
 
@@ -151,12 +152,11 @@ def test_a_constant_data_set_finishes_cleanly(tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "centers.npy"), np.full((1, 3), 7.0))
 
 
-def test_fewer_nodes_than_point_files_says_which_files_are_left_out(tmp_path):
+def test_fewer_nodes_than_point_files_is_refused_naming_both_numbers(tmp_path):
     data = blobs(tmp_path)
-    result = run(config(data, tmp_path / "out"), num_nodes=2)
-    (warning,) = result["warnings"]
-    assert "3 data files" in warning and "only 2 nodes" in warning and "client_002.npy will not be used" in warning
-    assert result["final"]["num_points"] == 60
+    with pytest.raises(ConfigError, match=r"3 client files in .*data but 2 nodes: run with --num-nodes 3"):
+        run(config(data, tmp_path / "out"), num_nodes=2)
+    assert not (tmp_path / "out").exists()
 
 
 def test_fewer_nodes_than_graph_files_is_refused(tmp_path):
@@ -164,7 +164,7 @@ def test_fewer_nodes_than_graph_files_is_refused(tmp_path):
     folder.mkdir()
     for i in range(3):
         (folder / f"client_{i:03d}.txt").write_text(f"{i} {i + 1}\n")
-    with pytest.raises(FederationError, match="a graph needs every client's edges"):
+    with pytest.raises(ConfigError, match=r"3 client files in .*graph but 2 nodes: run with --num-nodes 3"):
         run(
             {
                 "algorithm": "fedspectral-plus",

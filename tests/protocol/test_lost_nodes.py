@@ -63,7 +63,7 @@ def test_node_unavailable_leaves_at_once_and_its_cluster_is_reseeded_now(tmp_pat
     counts_after = np.array([r["empty_clusters"] for r in result["rounds"][3:]])
     assert np.all(counts_after == 0)  # the re-seeded center took half of node 0's two blobs
     assert result["nodes"]["active"] == 2 and result["final"]["num_points"] == 180
-    assert "covers                   : 2 of 3 nodes (1 left the run" in caplog.text
+    assert "result covers 2 of 3 devices' data (1 left the run: 1002: " in caplog.text
 
 
 def test_a_silent_node_leaves_after_max_missed_phases(tmp_path):

@@ -167,39 +167,24 @@ def test_list_client_files_without_match(tmp_path):
         data.list_client_files(tmp_path, "*.npy")
 
 
-def test_a_folder_of_csv_files_is_refused_with_what_to_do_instead(tmp_path):
-    """npy-dir reads .npy only; the message says what the folder holds and how a CSV is
-    used (a node's own data-path), with the folder's own file names."""
-    for name in ("c0.csv", "c1.csv"):
-        (tmp_path / name).write_text("1,2\n3,4\n")
-    with pytest.raises(DataError) as refused:
-        data.client_file(tmp_path, "*.npy", 0)
-    message = str(refused.value)
-    assert "holds 2 .csv files" in message and "dataset='npy-dir' reads one *.npy file per client" in message
-    assert f"--data-path {tmp_path / 'c0.csv'} --data-path {tmp_path / 'c1.csv'}" in message
-    assert "data-path=" in message and 'numpy.save("c0.npy"' in message
-    assert "--data-path" not in str(pytest.raises(DataError, data.list_client_files, tmp_path, "*.txt").value)
+def test_a_folder_of_point_files_lists_npy_csv_and_parquet_in_natural_order(tmp_path):
+    for name in ("c10.csv", "c2.npy", "c1.parquet", "notes.txt", "c3.CSV"):
+        (tmp_path / name).write_text("1,2\n")
+    assert [f.name for f in data.folder_files("dir", tmp_path)] == ["c1.parquet", "c2.npy", "c3.CSV", "c10.csv"]
+    assert data.folder_files("npy-dir", tmp_path) == data.folder_files("dir", tmp_path)  # the earlier name
 
 
-def test_a_folder_of_csv_files_is_refused_before_any_device_with_the_hint(tmp_path):
-    from fedcluster.inprocess import run
-
-    folder = tmp_path / "data"
-    folder.mkdir()
-    (folder / "a.csv").write_text("1,2\n3,4\n")
-    from fedcluster.config import ConfigError
-
-    with pytest.raises(
-        ConfigError, match=r"run-config data-dir: .*npy-dir.*--data-path .*a\.csv"
-    ):  # before any node is made
-        run({"dataset": "npy-dir", "data-dir": str(folder), "k": 1, "output-dir": str(tmp_path / "out")}, 1)
+def test_a_folder_without_point_files_says_what_it_holds(tmp_path):
+    (tmp_path / "a.txt").write_text("0 1\n")
+    with pytest.raises(DataError, match=r"holds 1 \.txt files\): dataset='dir' reads one \.npy, \.csv or \.parquet"):
+        data.folder_files("dir", tmp_path)
 
 
 def test_client_file_picks_by_partition_id_and_reports_range(tmp_path):
     for index in range(3):
         np.save(tmp_path / f"part{index}.npy", np.full((1, 1), index))
     assert data.client_file(tmp_path, "part*.npy", 2).name == "part2.npy"
-    with pytest.raises(DataError, match=r"partition id 3 is out of range.*has 3 files"):
+    with pytest.raises(DataError, match=r"partition id 3 is out of range.*has 3 client files"):
         data.client_file(tmp_path, "part*.npy", 3)
     with pytest.raises(DataError, match=r"partition id -1 is out of range"):
         data.client_file(tmp_path, "part*.npy", -1)
