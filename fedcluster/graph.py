@@ -33,6 +33,7 @@ __all__ = [
     "split_edges",
     "write_client_edge_files",
     "AdjacencyOperator",
+    "connected_components",
     "local_graph",
 ]
 
@@ -355,6 +356,30 @@ class AdjacencyOperator:
         if b % 2:
             out = np.ascontiguousarray(out[:, :b])
         return out[:, 0] if vector else out
+
+
+def connected_components(edges: np.ndarray, num_nodes: int) -> tuple[int, np.ndarray]:
+    """Connected components of the undirected graph ``edges`` (m x 2, ids < ``num_nodes``):
+    ``(count, component)``, ``component[u]`` in ``0 .. count-1`` numbered by their smallest
+    node. NumPy only (a device without SciPy): every pass hooks each edge's larger root onto
+    the smaller, then pointer jumping flattens the trees; O(m) per pass, a few passes."""
+    edges = np.asarray(edges, dtype=np.intp).reshape(-1, 2)
+    u, v = edges[:, 0], edges[:, 1]
+    root = np.arange(num_nodes, dtype=np.intp)
+    while True:
+        ru, rv = root[u], root[v]
+        apart = ru != rv
+        if not np.any(apart):
+            break
+        ru, rv = ru[apart], rv[apart]
+        np.minimum.at(root, np.maximum(ru, rv), np.minimum(ru, rv))
+        while True:  # pointer jumping: every node straight to its root
+            jumped = root[root]
+            if np.array_equal(jumped, root):
+                break
+            root = jumped
+    _, component = np.unique(root, return_inverse=True)
+    return int(component.max(initial=-1)) + 1, component.astype(np.intp)
 
 
 def _csr_matrix(neighbors: np.ndarray, degrees: np.ndarray, n: int, sparse: bool | None) -> Any:

@@ -430,7 +430,7 @@ def test_local_spectral_embedding_matches_dense_eigenpairs():
     np.testing.assert_allclose(values, w[::-1][:4], atol=1e-9)
     top = V[:, ::-1][:, :4]
     sines = np.linalg.svd(vectors - top @ (top.T @ vectors), compute_uv=False)
-    assert sines.max() < 1e-6 and residual < 1e-9 and iterations % 5 == 0
+    assert sines.max() < 1e-6 and residual < 1e-9 and iterations < 100
 
 
 def test_inverse_sqrt_degrees_zero_for_isolated():

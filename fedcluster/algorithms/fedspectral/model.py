@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fedcluster.graph import AdjacencyOperator, local_graph
+from fedcluster.graph import AdjacencyOperator, connected_components, local_graph
 from fedcluster.kernel import DeviceData
 from fedcluster.linalg import orthonormalize, rayleigh_ritz
 
@@ -31,6 +31,9 @@ __all__ = [
     "inverse_sqrt_degrees",
     "local_degrees",
     "local_spectral_embedding",
+    "subspace_iteration_embedding",
+    "chebyshev_filtered_embedding",
+    "chebyshev_filter",
     # shared spectral helpers
     "row_normalize",
     "embedding_labels",
@@ -204,12 +207,19 @@ def local_spectral_embedding(
     max_iters: int = 1000,
     tol: float = 1e-6,
 ) -> tuple[np.ndarray, np.ndarray, int, float]:
-    """Top-``k`` eigenpairs of ``(I + N)/2`` of ``graph`` by subspace iteration.
+    """Top-``k`` eigenpairs of ``M = (I + N)/2`` of ``graph`` (every node with an edge).
 
-    Iterates a block of ``block`` columns (default ``2k``, at least ``k + 5``, at most n),
-    orthonormalizing every step; every 5 steps a Rayleigh-Ritz check stops when the largest
-    residual ``||M v - theta v||`` of the top-``k`` Ritz pairs is below ``tol``.
-    Returns ``(values, vectors, iterations, residual)``, values descending.
+    The start is a random orthonormal block ``Q_0`` of ``block`` columns (default ``2k``, at
+    least ``k + 5``, at most n). Every connected component C has the eigenvalue 1, the top
+    of M's spectrum (eigenvector ``D^{1/2} 1_C``). With fewer than ``k`` components the
+    top-``k`` space is the limit of subspace iteration from ``Q_0``, reached by
+    Chebyshev-filtered subspace iteration (:func:`chebyshev_filtered_embedding`) at the
+    square root of its rate. With ``k`` or more the top-``k`` eigenvalues are all 1 and no
+    top-``k`` space is distinguished: the answer is where plain subspace iteration from
+    ``Q_0`` stands when its Ritz residual first falls below ``tol`` or after ``max_iters``
+    steps (:func:`subspace_iteration_embedding`). ``max_iters`` caps the block products.
+    Returns ``(values, vectors, products, residual)``, values descending, ``residual`` the
+    largest ``||M v - theta v||`` of the top-``k`` Ritz pairs.
     """
     n = graph.num_nodes
     k = min(k, n)
@@ -221,20 +231,94 @@ def local_spectral_embedding(
         return 0.5 * (X + graph.matmat(X, scale, scale))
 
     Q = orthonormalize(rng.standard_normal((n, b)))
+    if connected_components(graph.edges, n)[0] >= k:
+        return subspace_iteration_embedding(apply, Q, k, max_iters, tol)
+    return chebyshev_filtered_embedding(apply, Q, k, max_iters, tol)
+
+
+# Subspace iteration steps between two Rayleigh-Ritz checks (and orthonormalizations).
+RITZ_CHECK_EVERY = 5
+
+
+def subspace_iteration_embedding(
+    apply: Callable[[np.ndarray], np.ndarray], Q: np.ndarray, k: int, max_iters: int, tol: float
+) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """Block subspace iteration ``Q_{t+1} = qr(M Q_t)`` from the orthonormal ``Q`` (n x b)
+    for the top-``k`` Ritz pairs of a symmetric ``M`` with spectrum in [0, 1], checked every
+    :data:`RITZ_CHECK_EVERY` steps (and at ``max_iters``): it stops when the largest top-``k``
+    residual is below ``tol``. The span of ``Q_t`` is that of ``M^t Q``, so the block is
+    orthonormalized only at the checks (no eigenvalue of M above 1 can overflow it between)."""
+    X = Q
     values = vectors = None
     residual = np.inf
     iteration = 0
     for iteration in range(1, max_iters + 1):
-        MQ = apply(Q)
-        if iteration % 5 == 0 or iteration == max_iters:
+        if iteration % RITZ_CHECK_EVERY == 0 or iteration == max_iters:
+            Q = orthonormalize(X)
+            MQ = apply(Q)
             values, vectors = rayleigh_ritz(Q, MQ, k)
             # M y = (M Q) (Q^T y): Q has orthonormal columns and y lies in its span.
             R = MQ @ (Q.T @ vectors) - vectors * values
             residual = float(np.max(np.linalg.norm(R, axis=0)))
             if residual < tol:
                 break
-        Q = orthonormalize(MQ)
+            X = MQ
+        else:
+            X = apply(X)
     return values, vectors, iteration, residual
+
+
+# Block products between two Rayleigh-Ritz steps of the Chebyshev-filtered iteration.
+CHEBYSHEV_DEGREE = 10
+
+
+def chebyshev_filtered_embedding(
+    apply: Callable[[np.ndarray], np.ndarray], Q: np.ndarray, k: int, max_products: int, tol: float
+) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """Top-``k`` eigenpairs of a symmetric ``M`` with spectrum in [0, 1] (``apply(X) = M X``)
+    by Chebyshev-filtered subspace iteration (Zhou and Saad, 2007) from the orthonormal
+    block ``Q`` (n x b).
+
+    After every Rayleigh-Ritz step the Ritz block is filtered by the degree-
+    :data:`CHEBYSHEV_DEGREE` Chebyshev polynomial that is small on ``[0, theta_b]`` (theta_b
+    the block's smallest Ritz value) and grows fastest above it: the same space as that many
+    subspace iteration steps tend to, reached at the square root of their rate. Stops when
+    the largest top-``k`` residual is below ``tol``, or after ``max_products`` products.
+    """
+    n, b = Q.shape
+    MQ = apply(Q)
+    products = 1
+    while True:
+        H = Q.T @ MQ
+        theta, U = np.linalg.eigh(0.5 * (H + H.T))
+        theta, U = theta[::-1], U[:, ::-1]
+        Y, MY = Q @ U, MQ @ U
+        residual = float(np.max(np.linalg.norm(MY[:, :k] - Y[:, :k] * theta[:k], axis=0)))
+        if residual < tol or products >= max_products or b == n:
+            return theta[:k], Y[:, :k], products, residual
+        degree = min(CHEBYSHEV_DEGREE, max_products - products)
+        Q = orthonormalize(chebyshev_filter(apply, Y, MY, float(theta[-1]), degree))
+        MQ = apply(Q)
+        products += degree
+
+
+def chebyshev_filter(
+    apply: Callable[[np.ndarray], np.ndarray], Y: np.ndarray, MY: np.ndarray, cut: float, degree: int
+) -> np.ndarray:
+    """``p(M) Y`` for the scaled Chebyshev polynomial ``p`` of degree ``degree`` that is small on
+    ``[0, cut]`` and 1 at 1 (``MY = M Y`` given: ``degree - 1`` new products). Where the
+    interval is empty (``cut <= 0``) or ``degree`` is 1, one power step ``M Y``."""
+    if cut <= 1e-12 or degree <= 1:
+        return MY
+    half, centre = cut / 2.0, cut / 2.0
+    sigma1 = half / (1.0 - centre)
+    sigma = sigma1
+    previous, current = Y, (MY - centre * Y) * (sigma1 / half)
+    for _ in range(degree - 1):
+        following = 1.0 / (2.0 / sigma1 - sigma)
+        step = (apply(current) - centre * current) * (2.0 * following / half) - (sigma * following) * previous
+        previous, current, sigma = current, step, following
+    return current
 
 
 # ============================================================================================

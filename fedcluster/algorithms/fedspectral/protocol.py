@@ -44,7 +44,7 @@ TASKS = (
             NUM_NODES,
             Param("k", int, allowed=Interval(int, 1), doc="clusters"),
             Param("block", int, 0, allowed=Interval(int, 0), doc="block columns (0: auto)"),
-            Param("max-iters", int, 1000, allowed=Interval(int, 1), doc="subspace iterations"),
+            Param("max-iters", int, 1000, allowed=Interval(int, 1), doc="block products at most"),
             Param("tol", float, 1e-6, allowed=Interval(float, 0), doc="Ritz residual to stop at"),
             SEED,
         ),
