@@ -12,6 +12,7 @@ Duck-typed: no Flower import.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import struct
@@ -26,14 +27,17 @@ def npy_bytes(array: np.ndarray) -> bytes:
     array = np.asarray(array, order="C")
     if array.dtype.hasobject:
         raise TypeError("object arrays cannot be sent")
-    header = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (
-        np.lib.format.dtype_to_descr(array.dtype),
-        tuple(array.shape),
-    )
+    return _npy_preamble(array.dtype, tuple(array.shape)) + array.tobytes()
+
+
+@functools.lru_cache(maxsize=4096)
+def _npy_preamble(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """Magic, version, length and header of a ``.npy`` file (the same few for every message)."""
+    header = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (np.lib.format.dtype_to_descr(dtype), shape)
     # magic (6) + version (2) + length (2) + header + "\n", padded to a multiple of 64
     padding = -(10 + len(header) + 1) % 64
     header = header + " " * padding + "\n"
-    return _MAGIC + b"\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1") + array.tobytes()
+    return _MAGIC + b"\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1")
 
 
 def from_npy_bytes(data: bytes, dtype: str, shape: tuple[int, ...] | list[int]) -> np.ndarray:

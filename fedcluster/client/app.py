@@ -73,7 +73,10 @@ def _run(
     """One task on this device's data: request records in, reply records out."""
     arrays = {k: array_numpy(v) for k, v in records.items()} if records is not None else {}
     out_arrays, metrics = run_task(task, data, arrays, dict(config) if config is not None else {})
-    return ArrayRecord({k: Array(**array_fields(v)) for k, v in out_arrays.items()}), MetricRecord(dict(metrics))
+    record = ArrayRecord()  # item by item: ArrayRecord(dict) copies every Array once more
+    for key, value in out_arrays.items():
+        record[key] = Array(**array_fields(value))
+    return record, MetricRecord(dict(metrics))
 
 
 def handle(message: Message, context: Context) -> Message:

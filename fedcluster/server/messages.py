@@ -67,7 +67,12 @@ def payload_bytes(record: ArrayRecord | None) -> int:
 
 
 def to_array_record(arrays: dict[str, np.ndarray] | None) -> ArrayRecord:
-    return ArrayRecord({key: Array(**array_fields(value)) for key, value in (arrays or {}).items()})
+    """The arrays as a Flower record, filled item by item (``ArrayRecord(dict)`` copies
+    every Array it is given once more)."""
+    record = ArrayRecord()
+    for key, value in (arrays or {}).items():
+        record[key] = Array(**array_fields(value))
+    return record
 
 
 @dataclass
