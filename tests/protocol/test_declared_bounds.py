@@ -120,3 +120,28 @@ def test_a_bounding_box_upside_down_is_refused(tmp_path):
     result = run({**CONFIG, "output-dir": str(tmp_path)}, num_nodes=3, reply_hook=lie(1002, "query.data_summary", flip))
     assert "1002" in result["nodes"]["excluded"]
     assert any("minimum above its maximum" in r for r in reasons(result, "data-summary"))
+
+
+@pytest.mark.parametrize("algorithm", ["fedkmeans", "da-ufl"])
+def test_a_flag_feature_constant_on_some_devices_drops_no_honest_reply(algorithm):
+    """uci/yeast's shape: a flag feature that is 0 on every point of some devices and 0 or
+    0.83 on others, beside features far from the origin. The devices' statistics, taken
+    about the centers' reference, round like the centers' size in the flag; the checks must
+    not take that for a lie (before: honest devices dropped every round, or taken out)."""
+    import warnings
+
+    import fedcluster
+
+    rng = np.random.default_rng(8)
+    clients = []
+    for i in range(8):
+        n = 60
+        X = np.column_stack([rng.normal(5.0 + (i % 3), 0.3, n), rng.normal(7.0, 0.5, n), np.zeros(n)])
+        if i % 2:
+            X[rng.random(n) < 0.3, 2] = 0.83
+        clients.append(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fedcluster.FederatedRunWarning)
+        model = fedcluster.FederatedKMeans(4, algorithm=algorithm, random_state=0).fit(clients)
+    refused = [(p["phase"], f["reason"]) for p in model.result_["phases"] for f in p["failures"]]
+    assert not refused, refused[:3]

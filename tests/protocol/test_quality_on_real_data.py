@@ -88,5 +88,12 @@ def test_defaults_stay_near_central_kmeans_on_scikit_learns_datasets(name, algor
                 model.fit([X[p] for p in parts])
             cost = ((X[:, None, :] - model.cluster_centers_[None]) ** 2).sum(-1).min(1).sum()
             ratios[(kind, seed)] = cost / central(name)
+            refused = [
+                (p["phase"], f["reason"])
+                for p in model.result_["phases"]
+                for f in p["failures"]
+                if f["kind"] in ("invalid", "inconsistent")
+            ]
+            assert not refused, (kind, seed, refused[:2])  # every device here is honest: no false alarm
     worst = max(ratios.values())
     assert worst <= BOUNDS[(algorithm, keywords)][name], ratios
