@@ -98,7 +98,12 @@ COMMON = Section(
     (
         Key("algorithm", "fedkmeans", "which algorithm runs", allowed=StrOptions(ALGORITHMS)),
         Key("k", 5, "number of clusters", allowed=Interval(int, 1, MANY)),
-        Key("num-rounds", 20, "training rounds", allowed=Interval(int, 0, MANY)),
+        Key(
+            "num-rounds",
+            20,
+            "training rounds, at most (FedKMeans stops at a fixed point: full batch, every node, no set moving)",
+            allowed=Interval(int, 0, MANY),
+        ),
         Key("seed", 0, "seed of the server's random choices and of generated data", allowed=Interval(int, 0, SEED_MAX)),
         Key(
             "preset",
