@@ -255,6 +255,10 @@ def list_client_files(data_dir: str | os.PathLike, pattern: str | None = "*.npy"
     if not folder:
         raise DataError(f"data directory {directory} is not a directory")
     refuse_run_folder(directory)
+    stat = directory.stat()  # adding, removing or renaming a file changes the folder's mtime
+    key = (str(directory), pattern, stat.st_dev, stat.st_ino, stat.st_mtime_ns)
+    if key in _LISTINGS:  # every simulated device of a process lists the same folder once
+        return list(_LISTINGS[key])
     if pattern is None:
         files = [path for path in directory.iterdir() if path.suffix.lower() in POINT_SUFFIXES and path.is_file()]
     else:
@@ -268,7 +272,17 @@ def list_client_files(data_dir: str | os.PathLike, pattern: str | None = "*.npy"
     if not files:
         wanted = repr(pattern) if pattern else "'*.npy', '*.csv' or '*.parquet'"
         raise DataError(f"data directory {directory} has no file matching {wanted}{_folder_hint(directory, pattern)}")
-    return sorted(files, key=lambda path: (_natural_key(path), str(path)))
+    listing = sorted(files, key=lambda path: (_natural_key(path), str(path)))
+    if len(_LISTINGS) >= 64:
+        _LISTINGS.clear()
+    _LISTINGS[key] = tuple(listing)
+    return listing
+
+
+# Folder listings already made in this process, by folder, pattern and the folder's identity
+# and modification time (a listing per device made a simulation's start quadratic in its
+# devices).
+_LISTINGS: dict[tuple, tuple[Path, ...]] = {}
 
 
 # The datasets that read a folder of one file per client, by the pattern that lists them

@@ -420,3 +420,26 @@ def test_data_module_imports_only_numpy_at_top():
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module.split(".")[0])
     assert names <= {"__future__", "os", "re", "pathlib", "typing", "numpy"}
+
+
+def test_a_folder_is_listed_once_until_a_file_comes_or_goes(tmp_path, monkeypatch):
+    """Every simulated device of a process asks for the same folder's listing: it is read
+    from the folder once, and again only when a file is added or removed."""
+    import os
+    from pathlib import Path
+
+    from fedcluster.data import list_client_files
+
+    for i in range(3):
+        np.save(tmp_path / f"client_{i}.npy", np.zeros((2, 2)))
+    reads = []
+    iterdir = Path.iterdir
+    monkeypatch.setattr(Path, "iterdir", lambda self: reads.append(self) or iterdir(self))
+    first = list_client_files(tmp_path, None)
+    assert [list_client_files(tmp_path, None) for _ in range(5)] == [first] * 5 and len(reads) == 1
+    np.save(tmp_path / "client_3.npy", np.zeros((2, 2)))
+    os.utime(tmp_path, ns=(1, os.stat(tmp_path).st_mtime_ns + 1000))  # a coarse clock still sees a change
+    assert [p.name for p in list_client_files(tmp_path, None)][-1] == "client_3.npy" and len(reads) == 2
+    (tmp_path / "client_0.npy").unlink()
+    os.utime(tmp_path, ns=(1, os.stat(tmp_path).st_mtime_ns + 1000))
+    assert "client_0.npy" not in [p.name for p in list_client_files(tmp_path, None)]

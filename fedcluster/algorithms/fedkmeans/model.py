@@ -41,6 +41,7 @@ from fedcluster.lloyd import (
     lloyd,
     lloyd_statistics,
     pooled_scatter,
+    reference,
     squared_distances,
 )
 from fedcluster.points import center_shift
@@ -875,11 +876,23 @@ def partition_of_reply(
     return counts[seen], implied_means(incoming[seen], centers[seen], learning_rate), scatter[seen].sum(axis=1)
 
 
-def part_costs(partition: tuple[np.ndarray, np.ndarray, np.ndarray], centers: np.ndarray) -> np.ndarray:
+def part_costs(
+    partition: tuple[np.ndarray, np.ndarray, np.ndarray], centers: np.ndarray, columns: Sequence[int] = (0,)
+) -> np.ndarray:
     """Every part of ``partition`` (n, means, scatters) sent whole to every center:
-    ``V_p + n_p ‖μ_p − c_i‖²`` (parts x centers; parallel axis, about the centers' reference)."""
+    ``V_p + n_p ‖μ_p − c_i‖²`` (parts x centers; parallel axis). ``centers`` holds center
+    sets one after another, set j from column ``columns[j]``: each set's distances by the
+    BLAS form about that set's reference, whose rounding :func:`fedcluster.bounds.expansion_rounding`
+    bounds (the checks add it to their slack: no row needs settling by its differences)."""
     n, means, scatter = partition
-    return scatter[:, None] + n[:, None] * squared_distances(means, centers)
+    means = np.asarray(means, dtype=np.float64)
+    d2 = np.empty((means.shape[0], centers.shape[0]))
+    for start, stop in zip(columns, list(columns[1:]) + [centers.shape[0]]):
+        block = np.asarray(centers[start:stop], dtype=np.float64)
+        origin = reference(block)
+        rows, about = (means, block) if origin is None else (means - origin, block - origin)
+        d2[:, start:stop] = squared_distances(rows, about, np.einsum("ij,ij->i", rows, rows))
+    return scatter[:, None] + n[:, None] * d2
 
 
 def partition_rounding(points: float, bound: float, means: np.ndarray, centers: np.ndarray) -> float:
@@ -926,7 +939,7 @@ def partitions_violation(
     rows = np.cumsum([0] + [part[0].size for _, _, part in every[:-1]])
     centers = np.concatenate([c for _, c, _ in every])
     n, means, scatter = (np.concatenate([part[f] for _, _, part in every]) for f in range(3))
-    costs_of_parts = part_costs((n, means, scatter), centers)  # every part, every center
+    costs_of_parts = part_costs((n, means, scatter), centers, columns)  # every part, every center
     # bounds[j, i]: partition j, each part whole to its cheapest center of set i
     bounds = np.add.reduceat(np.minimum.reduceat(costs_of_parts, columns, axis=1), rows, axis=0)
     costs = np.array([cost for cost, _, _ in every])
