@@ -41,6 +41,12 @@
     most 1.5 x: a round's cost follows the sample, not the population), the start-up's
     server seconds per 1000 devices, and the devices contacted per round.
 
+(e) ``--battery DIR`` (the public clustering suite, gagolews/clustering-data-v1): sipu/birch1
+    (100 000 points, k = 100) split at random over ``--many-clients`` (1000) in-process
+    clients, ``FederatedKMeans(k, random_state=0, fraction=0.1)`` as a notebook user calls it,
+    against central ``KMeans(k, n_init=10)`` on the pooled points: CPU seconds of this
+    process, one thread (target: at most 3x), and where the federated run's seconds go.
+
 (c) ``--flwr``: the same runs through ``flwr run`` on a SuperLink started here
     (``flower-superlink --insecure --simulation``, private FLWR_HOME, free ports, stopped
     by PID afterwards) with 10 and 100 simulated SuperNodes (Ray); seconds per round from
@@ -53,6 +59,7 @@ Usage::
     python bench/speed.py --quick    # n = 50 000, 10 and 100 clients
     python bench/speed.py --quick --out DIR   # also writes DIR/speed.md
     python bench/speed.py --skip-kernel --clients 1000 --population 100000   # plus (d)
+    python bench/speed.py --skip-kernel --clients 1000 10000 --battery DIR   # plus (e)
 """
 
 from __future__ import annotations
@@ -322,6 +329,67 @@ class DeviceSeconds:
         return sum(seconds - self.per_trip.get(trip, 0.0) for trip, seconds in trips.items())
 
 
+def many_clients_section(battery: Path, name: str, clients: int, fraction: float) -> None:
+    """(e) A real dataset over many clients, as a notebook user runs it: ``FederatedKMeans(k,
+    random_state=0, fraction=...)`` on a random split against central ``KMeans(k, n_init=10)``
+    on the pooled points, CPU seconds of this process (one thread), and the phases' seconds."""
+    import gzip
+
+    from sklearn.cluster import KMeans
+
+    import fedcluster
+
+    with gzip.open(battery / f"{name}.data.gz", "rt") as f:
+        X = np.loadtxt(f, ndmin=2)
+    with gzip.open(battery / f"{name}.labels0.gz", "rt") as f:
+        labels = np.loadtxt(f).astype(int)
+    k = int(np.unique(labels[labels > 0]).size)
+    parts = np.array_split(X[np.random.default_rng(0).permutation(X.shape[0])], clients)
+    started = time.process_time()
+    central = KMeans(k, n_init=10, random_state=0).fit(X)
+    central_s = time.process_time() - started
+    started = time.process_time()
+    model = fedcluster.FederatedKMeans(k, random_state=0, fraction=fraction).fit(parts)
+    federated_s = time.process_time() - started
+    cost = float(((X[:, None, :] - model.cluster_centers_[None]) ** 2).sum(-1).min(1).sum())
+    trips: dict[int, tuple[str, float]] = {}  # a round trip's phases share its seconds: counted once
+    for phase in model.result_["phases"]:
+        where = "rounds" if phase["round"] is not None else phase["phase"]
+        trips.setdefault(phase.get("round_trip") or -len(trips) - 1, (where, phase["seconds"]))
+    phases: dict[str, float] = {}
+    for where, seconds in trips.values():
+        phases[where] = phases.get(where, 0.0) + seconds
+    print(f"\n## (e) {name} over {clients} in-process clients, estimator defaults, fraction {fraction}\n")
+    print(
+        markdown_table(
+            [
+                "points",
+                "k",
+                "clients",
+                "central KMeans(n_init=10) CPU s",
+                "federated fit CPU s",
+                "federated / central (target ≤ 3)",
+                "rounds",
+                "cost / central cost",
+            ],
+            [
+                [
+                    X.shape[0],
+                    k,
+                    clients,
+                    f"{central_s:.1f}",
+                    f"{federated_s:.1f}",
+                    f"**{federated_s / central_s:.1f}**",
+                    model.n_iter_,
+                    f"{cost / central.inertia_:.4f}",
+                ]
+            ],
+        )
+    )
+    print("\nWall seconds by round trip, named by its first phase (devices included):\n")
+    print(markdown_table(["phase", "s"], [[p, f"{v:.1f}"] for p, v in phases.items()]))
+
+
 def start_phase(phase: dict) -> bool:
     """A phase before the first round: the data summary and the initialization."""
     return phase["round"] is None and not phase["phase"].startswith("final")
@@ -549,6 +617,12 @@ def main(argv: list[str] | None = None) -> int:
         help="(d): this many in-process clients at --fraction (e.g. 100000); off by default",
     )
     parser.add_argument("--fraction", type=float, default=0.01, help="sampled fraction per round in (d)")
+    parser.add_argument(
+        "--battery",
+        help="(e): the clustering suite's folder (gagolews/clustering-data-v1): sipu/birch1 over "
+        "--many-clients clients with the estimator's defaults and fraction 0.1, against central k-means",
+    )
+    parser.add_argument("--many-clients", type=int, default=1000, help="clients of (e)")
     args = parser.parse_args(argv)
 
     with page_output(args.out, __file__):
@@ -570,6 +644,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.rounds,
                 dict(inprocess[sampled], clients=sampled),
             )
+        if args.battery:
+            many_clients_section(Path(args.battery), "sipu/birch1", args.many_clients, 0.1)
         if args.flwr:
             flwr_section(
                 [c for c in client_counts if c <= 100],
