@@ -301,7 +301,10 @@ class FlowerProcesses:
             cwd=self.workdir,
             start_new_session=True,
         )
-        self.processes[f"log-{run_id}"] = process
+        name, number = f"log-{run_id}", 2
+        while name in self.processes:  # a second follower must not hide the first from stop()
+            name, number = f"log-{run_id}-{number}", number + 1
+        self.processes[name] = process
 
         def read() -> None:
             for line in process.stdout:
