@@ -19,6 +19,7 @@ from fedcluster.config import RunConfig
 from fedcluster.scaling import Scaling
 
 from .journal import Journal
+from .progress import round_line
 from .run_folder import RunFolder
 
 
@@ -88,6 +89,7 @@ class Results:
         record.update({key: _jsonable(value) for key, value in metrics.items()})
         self.rounds.append(record)
         self.current = None
+        log(INFO, "%s", round_line(record))
         return record
 
     def add_phase(self, record: dict[str, Any]) -> None:

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 FLOWER_ENV = {
     "FLWR_TELEMETRY_ENABLED": "0",
@@ -30,6 +32,7 @@ FLOWER_ENV = {
     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
 }
 COMMANDS = ("flwr", "flower-superlink", "flower-supernode")
+_COLOR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class FlowerError(RuntimeError):
@@ -281,6 +284,39 @@ class FlowerProcesses:
         """The run's own log (ServerApp output), as ``flwr log RUN_ID --show`` prints it."""
         done = self.flwr("log", run_id, self.connection, "--show", timeout=60)
         return done.stdout + done.stderr
+
+    def follow(self, run_id: str, on_line: Callable[[str], None]) -> threading.Thread:
+        """Follow the run's log as it is written (``flwr log RUN_ID --stream``: the SuperLink
+        pushes it, nothing here polls): ``on_line`` gets each line, colors removed. The
+        stream ends by itself when the run does; :meth:`stop` ends it otherwise. Returns the
+        thread reading it (join it to have every line)."""
+        process = subprocess.Popen(
+            self.log_command(run_id),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            env=self.env,
+            cwd=self.workdir,
+            start_new_session=True,
+        )
+        name, number = f"log-{run_id}", 2
+        while name in self.processes:  # a second follower must not hide the first from stop()
+            name, number = f"log-{run_id}-{number}", number + 1
+        self.processes[name] = process
+
+        def read() -> None:
+            for line in process.stdout:
+                on_line(_COLOR.sub("", line.rstrip("\n")))
+            process.stdout.close()
+
+        thread = threading.Thread(target=read, name=f"flwr-log-{run_id}", daemon=True)
+        thread.start()
+        return thread
+
+    def log_command(self, run_id: str) -> list[str]:
+        return [tool("flwr"), "log", run_id, self.connection, "--stream"]
 
     def run_streamed(
         self, app: Path, run_config: str, federation_config: str | None = None, timeout: float = 3600

@@ -17,6 +17,8 @@ Examples::
 Everything goes into ``--workdir`` (default ``./local-cluster/<time>``): ``certs/``, the
 Flower home (``flwr-home/``), ``logs/`` of every process, ``run.log`` (the ServerApp's log)
 and ``out/`` (result.json, centers.npy, ...) unless the run config names an ``output-dir``.
+While the run goes, the ServerApp's own lines (a line per round: its replies, seconds and
+cost) are printed as they come (``flwr log RUN_ID --stream``).
 The processes run with ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`` (the project is
 already installed here: no ``uv sync`` at run time). Nothing here imports flwr: it drives
 Flower's commands, found beside this Python or on PATH.
@@ -39,6 +41,8 @@ from .flower import FlowerError, FlowerProcesses
 
 PROJECT = Path(__file__).resolve().parents[2]  # the Flower app (pyproject.toml): fedcluster/tools/ is two levels down
 CONNECTION = "local"
+TAG = "[fedcluster]"  # what the ServerApp's own log lines start with
+FOLLOW_GRACE_S = 10.0  # after the run's end, how long its log stream may take to deliver the last lines
 ClusterError = FlowerError  # the cluster could not be started or the run did not complete
 
 
@@ -108,6 +112,13 @@ class LocalCluster(FlowerProcesses):
             self.register(index)
             self.start_supernode(index)
         self.echo(f"{len(self.data_files)} SuperNode(s) registered and started, one data file each")
+
+
+def print_progress(line: str) -> None:
+    """A line of the run's log as it goes, when it is the ServerApp's own (its rounds, its
+    phases, its warnings); Flower's lines stay in ``run.log``."""
+    if TAG in line:
+        print(line[line.index(TAG) :], flush=True)
 
 
 def find_app(app: str | None) -> Path:
@@ -224,8 +235,10 @@ def main(argv: list[str] | None = None) -> int:
         with LocalCluster(workdir, files) as cluster:
             cluster.start()
             run_id = cluster.submit(app, run_config.strip())
-            print(f"run {run_id} submitted: {run_config.strip()}")
+            print(f"run {run_id} submitted: {run_config.strip()}", flush=True)
+            follower = cluster.follow(run_id, print_progress)
             status = cluster.wait(run_id, args.timeout)
+            follower.join(timeout=FOLLOW_GRACE_S)  # the stream ends by itself once the run is over
             (workdir / "run.log").write_text(cluster.run_log(run_id))
             print(f"run log (flwr log {run_id} --show): {workdir / 'run.log'}")
             if status != "finished:completed":

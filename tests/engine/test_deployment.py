@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -365,3 +366,34 @@ def test_local_cluster_command_stops_everything_on_ctrl_c(tmp_path):
         time.sleep(0.5)
     left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:300] for pid in processes_of(workdir)}
     assert not left, (left, output)
+
+
+def test_local_cluster_command_prints_each_round_while_the_run_goes(tmp_path):
+    """``fedcluster-local-cluster`` follows the run's log: the ServerApp's line per round
+    (replies, seconds, cost) is printed before the run ends, not only "running"."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fedcluster.tools.local_cluster",
+            "--demo-nodes",
+            "2",
+            "--workdir",
+            str(tmp_path / "lc"),
+            "--run-config",
+            "k=2 num-rounds=2 tol=0.0 reference=false",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=900,
+    )
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = re.compile(r"\[fedcluster\] round (\d+): \d+/\d+ replies.*, \d+\.\d\d s")
+    rounds = {int(m.group(1)): i for i, text in enumerate(lines) if (m := line.match(text))}
+    ended = next(i for i, text in enumerate(lines) if text.startswith("run log (flwr log"))
+    assert sorted(rounds) == [1, 2], done.stdout
+    assert max(rounds.values()) < ended, done.stdout  # printed while the run went, before its end

@@ -56,3 +56,55 @@ def test_a_second_process_under_a_taken_name_does_not_hide_the_first_from_stop(t
     assert sorted(cluster.processes) == ["supernode-1", "supernode-1-2"]
     cluster.stop()
     assert first.poll() is not None and second.poll() is not None
+
+
+def test_the_run_log_is_followed_and_the_serverapps_lines_printed_as_they_come(tmp_path, capsys):
+    """The run's log stream (``flwr log --stream``, here a stand-in printing what it prints)
+    reaches the user line by line: the ServerApp's own lines (a line per round), not
+    Flower's, colors removed."""
+    import sys
+
+    stream = (
+        "\x1b[92mINFO \x1b[0m:      Starting logstream for run_id `7`\n"
+        "\x1b[92mINFO \x1b[0m:      [fedcluster] round 1: 3/3 replies, 7.21 s, cost 1.5\n"
+        "\x1b[92mINFO \x1b[0m:      [RUN 7, ROUND 1]\n"
+        "\x1b[92mINFO \x1b[0m:      [fedcluster] round 2: 3/3 replies, 6.90 s, cost 1.25\n"
+    )
+
+    class Stand(local_cluster.LocalCluster):
+        def log_command(self, run_id):
+            return [sys.executable, "-c", f"import sys; sys.stdout.write({stream!r})"]
+
+    with Stand(tmp_path, []) as cluster:
+        cluster.follow("7", local_cluster.print_progress).join(timeout=30)
+    assert capsys.readouterr().out.splitlines() == [
+        "[fedcluster] round 1: 3/3 replies, 7.21 s, cost 1.5",
+        "[fedcluster] round 2: 3/3 replies, 6.90 s, cost 1.25",
+    ]
+
+
+def test_the_tool_prints_the_rounds_while_the_run_goes(tmp_path, monkeypatch, capsys):
+    """``fedcluster-local-cluster`` follows the log of the run it submitted and prints its
+    round lines before it ends (it used to say only "running")."""
+    import sys
+
+    class Cluster(local_cluster.LocalCluster):
+        def start(self):
+            pass
+
+        def submit(self, app, run_config):
+            return "7"
+
+        def wait(self, run_id, timeout, poll=2.0):
+            return "finished:completed"
+
+        def run_log(self, run_id):
+            return ""
+
+        def log_command(self, run_id):
+            line = "INFO :      [fedcluster] round 1: 3/3 replies, 7.21 s, cost 1.5\n"
+            return [sys.executable, "-c", f"import sys; sys.stdout.write({line!r} if {run_id!r} == '7' else '')"]
+
+    monkeypatch.setattr(local_cluster, "LocalCluster", Cluster)
+    assert main(["--workdir", str(tmp_path / "w"), "--demo-nodes", "2"]) == 0
+    assert "[fedcluster] round 1: 3/3 replies, 7.21 s, cost 1.5" in capsys.readouterr().out.splitlines()

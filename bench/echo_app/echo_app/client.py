@@ -1,4 +1,6 @@
-"""Reply to every query with `up-floats` float64 values (the size the server asks for)."""
+"""Reply to every query with `up-floats` float64 values (the size the server asks for), in
+`up-arrays` arrays (1 unless the server asks for more: a fedcluster reply carries several; each
+different, as Flower sends equal objects once)."""
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
@@ -9,10 +11,11 @@ app = ClientApp()
 
 @app.query()
 def echo(message: Message, context: Context) -> Message:
-    up = int(message.content.config_records["config"]["up-floats"])
+    config = message.content.config_records["config"]
+    up, parts = int(config["up-floats"]), int(config.get("up-arrays", 1))
     reply = RecordDict(
         {
-            "arrays": ArrayRecord({"y": Array(np.zeros(up))}),
+            "arrays": ArrayRecord({f"y{i}": Array(np.full(up // parts, float(i))) for i in range(parts)}),
             "metrics": MetricRecord({"num-examples": 1}),
         }
     )
