@@ -206,12 +206,9 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
             live[i].memory = Memory(*live[i].centers.shape)
         log(
             INFO,
-            "[fedcluster] round %d/%d: %d/%d replies, cost/pt of received centers %.6g, shift %.3g%s%s",
+            "[fedcluster] fedkmeans round %d of at most %d: centers moved %.3g%s%s",  # beside the round's line
             t,
             rounds,
-            record["replies"],
-            record["sent"],
-            record["sampled_cost_of_received"],
             record["center_shift"],
             f", reassigned {record['reassigned']}" if record["reassigned"] else "",
             f", {len(keep)} of {len(reports)} sets train on" if len(reports) > 1 else "",
