@@ -37,7 +37,7 @@ def _cache_key(context: Context) -> tuple:
     node = context.node_config
     return (
         context.run_id,
-        tuple(sorted(context.run_config.items())),
+        tuple(context.run_config.items()),  # one run's config comes in one order (no sort per message)
         str(node.get("data-path", "")),
         node.get("partition-id"),
         node.get("num-partitions"),
