@@ -251,7 +251,8 @@ def _spread_certificate(A: np.ndarray, b: np.ndarray, walls: np.ndarray, target:
     with np.errstate(divide="ignore"):
         t_up = np.where(along > 1e-15, b[None] / np.where(along > 1e-15, along, 1.0), np.inf).min(axis=1)
         t_down = np.where(along < -1e-15, b[None] / np.where(along < -1e-15, -along, 1.0), np.inf).min(axis=1)
-    spread = (t_up * t_down)[:, None] * D**2
+    with np.errstate(invalid="ignore"):  # an unbounded direction (inf · 0) is dropped just below
+        spread = (t_up * t_down)[:, None] * D**2
     spread = spread[np.all(np.isfinite(spread), axis=1)]
     if not len(spread):
         return False
