@@ -1,0 +1,68 @@
+"""Federated GMM's run-config section (docs/ALGORITHMS.md §6)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from fedcluster.checks import Interval, StrOptions
+from fedcluster.keys import MANY, SECAGG_NEIGHBOURS, SECAGG_THRESHOLD, SECURE_AGGREGATION, ConfigError, Key, Section
+from fedcluster.keys import k_range
+
+COVARIANCE_TYPES = ("full", "diag", "spherical")
+STARTS = ("auto", "kmeans", "lloyd")
+
+
+def _rules(c: Mapping[str, Any]) -> None:
+    if c["secure-aggregation"] and c["gmm-init"] == "kmeans":
+        raise ConfigError(
+            "run-config gmm-init='kmeans' sends the devices' k-means statistics in the clear: with "
+            "secure-aggregation = true use gmm-init='lloyd' (or 'auto')"
+        )
+    if c["k-range"]:
+        k_range(c["k-range"])
+
+
+RUN_CONFIG = Section(
+    "gmm",
+    (
+        Key(
+            "covariance-type",
+            "full",
+            "the components' covariances: full, diag or spherical (scikit-learn's covariance_type)",
+            allowed=StrOptions(COVARIANCE_TYPES),
+        ),
+        Key(
+            "reg-covar",
+            1e-6,
+            "added to the covariances' diagonal (scikit-learn's reg_covar): every covariance positive definite",
+            allowed=Interval(float, 0, 1e6),
+        ),
+        Key("em-rounds", 100, "most EM rounds (scikit-learn's max_iter)", allowed=Interval(int, 1, MANY)),
+        Key(
+            "em-tol",
+            1e-3,
+            "stop when the mean log-likelihood per point changes by less than this (scikit-learn's tol)",
+            allowed=Interval(float, 0, 1e6),
+        ),
+        Key(
+            "gmm-init",
+            "auto",
+            "the start: kmeans (FedKMeans' start and kmeans-rounds of its rounds, then one hard E-step), lloyd "
+            "(kmeans-rounds hard E-steps from the devices' moments: a secure sum each); auto: lloyd with "
+            "secure-aggregation, else kmeans",
+            allowed=StrOptions(STARTS),
+        ),
+        Key("kmeans-rounds", 10, "k-means rounds of the start", allowed=Interval(int, 0, MANY)),
+        Key(
+            "k-range",
+            "",
+            "choose k: 'a:b' fits a mixture for every k in a..b in one run and reports their BIC (k is then unused; "
+            "the mixture of lowest BIC is returned)",
+        ),
+        SECURE_AGGREGATION,
+        SECAGG_THRESHOLD,
+        SECAGG_NEIGHBOURS,
+    ),
+    rules=(_rules,),
+    algorithms=("gmm",),
+)
