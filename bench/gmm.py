@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from real_data import dataset_names, load, n_clusters, split  # noqa: E402
+from _common import add_bench_flags, page_output  # noqa: E402
+from real_data import QUICK, dataset_names, load, n_clusters, split  # noqa: E402
 
 SPLITS = ("iid", "dirichlet")
 COVARIANCES = ("full", "diag")
@@ -134,9 +135,9 @@ def main() -> int:
     parser.add_argument("--battery", required=True, type=Path, help="the real-data battery folder")
     parser.add_argument("--datasets", default="", help="comma-separated patterns (default: every dataset)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="folder for gmm.md and gmm.json")
     parser.add_argument("--pfl-python", default=None, help="python of pfl-research's environment")
     parser.add_argument("--pfl-runner", default=None, help="its GMM runner script")
+    add_bench_flags(parser, quick=f"{', '.join(QUICK)} only", out="folder for gmm.md and gmm.json")
     args = parser.parse_args()
     if not args.battery.is_dir():
         parser.error(f"--battery {args.battery}: no such folder")
@@ -144,7 +145,8 @@ def main() -> int:
         parser.error("--pfl-python and --pfl-runner go together")
     from real_data import BATTERIES
 
-    names = dataset_names(args.battery, BATTERIES, [p for p in args.datasets.split(",") if p])
+    patterns = list(QUICK) if args.quick else [p for p in args.datasets.split(",") if p]
+    names = dataset_names(args.battery, BATTERIES, patterns)
     if not names:
         parser.error(f"no dataset under {args.battery} matches {args.datasets!r}")
     pfl = (args.pfl_python, args.pfl_runner) if args.pfl_python else None
@@ -160,7 +162,8 @@ def main() -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         command = "python bench/gmm.py --battery DIR" + (f" --datasets '{args.datasets}'" if args.datasets else "")
-        (args.out / "gmm.md").write_text(markdown(records, totals, command))
+        with page_output(args.out, __file__):
+            print(markdown(records, totals, command), end="")
         (args.out / "gmm.json").write_text(json.dumps({"summary": totals, "cases": records}, indent=1) + "\n")
     return 0
 

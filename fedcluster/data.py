@@ -272,6 +272,7 @@ RESULT_ARRAYS = frozenset(
         "candidates",
         "centers",
         "client_labels",
+        "covariances",
         "device_assignment",
         "device_centers",
         "device_counts",
@@ -283,6 +284,7 @@ RESULT_ARRAYS = frozenset(
         "projected_centers",
         "projection",
         "server_weights",
+        "weights",
     }
 )
 
