@@ -52,8 +52,9 @@ def estep_statistics(
     if hard:
         resp = np.zeros_like(log_resp)
         resp[np.arange(X.shape[0]), nearest(X, means)] = 1.0
-    else:
+    else:  # below the smallest normal float a responsibility is 0: subnormals would lose its sums' precision
         resp = np.exp(log_resp)
+        resp[resp < np.finfo(np.float64).tiny] = 0.0
     k, d = means.shape
     full = precision_chol.ndim == 3
     sums, second = np.empty((k, d)), np.empty((k, d, d) if full else (k, d))

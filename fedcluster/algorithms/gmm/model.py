@@ -11,7 +11,7 @@ from typing import Mapping
 
 import numpy as np
 
-from fedcluster.bounds import Declared, coordinate_rounding, moments_violation, sums_rounding
+from fedcluster.bounds import Declared, coordinate_rounding, moments_violation, scatter_rounding, sums_rounding
 
 from .device import log_responsibilities
 
@@ -203,10 +203,17 @@ def estep_violation(arrays: Mapping[str, np.ndarray], mixture: Mixture, declared
                 np.sum(spread[j]) + SLACK * np.trace(np.abs(scatter))
             ):
                 return f"its second moments of component {j} are not those of any points (not positive semi-definite)"
-    scatter = np.where(seen[:, None], second - sums**2 / np.maximum(counts, 1e-300)[:, None], 0.0)
-    reason = moments_violation(counts[:, None] * means + sums, np.maximum(scatter, 0.0), declared, counts=counts)
+    totals = counts[:, None] * means + sums
+    reason = moments_violation(totals, None, declared)
     if reason:
         return reason
+    if declared.moment_sum is not None:  # the scatter about the declared mean, by the parallel axis theorem
+        between = counts[:, None] * (means - declared.moment_mean) ** 2 + 2 * sums * (means - declared.moment_mean)
+        pooled = np.sum(second + between, axis=0)
+        # second moments about far means cancel: the slack is relative to them, not to the scatter
+        slack = scatter_rounding(declared) + 1e-9 * (np.sum(second, axis=0) + np.sum(np.abs(between), axis=0))
+        if np.any(np.abs(pooled - declared.moment_scatter) > slack + 1e-300):
+            return "its second moments add up to another scatter of its points than the one its data summary declared"
     top, bottom = log_density_bounds(mixture, low, high)
     loglik, n = float(arrays["loglik"][0]), declared.points
     margin = SLACK * n * (abs(top) + abs(bottom) + 1.0)
