@@ -9,9 +9,22 @@ import pytest
 from sklearn.mixture import GaussianMixture
 from sklearn.mixture._gaussian_mixture import _estimate_gaussian_parameters, _estimate_log_gaussian_prob
 
-from fedcluster.algorithms.gmm.device import estep_statistics, log_responsibilities
-from fedcluster.algorithms.gmm.model import Mixture, bic, estep_violation, m_step, n_parameters
+from fedcluster.algorithms.gmm.device import estep_statistics, gmm_estep, log_responsibilities
+from fedcluster.algorithms.gmm.model import (
+    Mixture,
+    bic,
+    distinct_starts,
+    em_survivors,
+    estep_violation,
+    m_step,
+    n_parameters,
+    stacked_request,
+    starts_ranges,
+    starts_violation,
+    secure_ranges,
+)
 from fedcluster.bounds import Declared
+from fedcluster.kernel import DeviceData
 
 
 def data(offset: float = 0.0):
@@ -109,3 +122,57 @@ def test_bic_is_scikit_learns():
     g = GaussianMixture(3, random_state=0).fit(X)
     assert n_parameters(3, 3, "full") == g._n_parameters()
     assert bic(float(g.score(X) * len(X)), len(X), 3, 3, "full") == pytest.approx(g.bic(X), rel=1e-12)
+
+
+def two_starts(covariance_type: str) -> list[Mixture]:
+    one = fitted(covariance_type)
+    other = Mixture(one.weights[::-1].copy(), one.means + 0.7, one.covariances * 1.5, covariance_type)
+    return [one, other]
+
+
+@pytest.mark.parametrize("covariance_type", ["full", "diag"])
+def test_every_start_of_one_request_gets_its_own_e_step(covariance_type):
+    """Starts side by side: one request carries every start's mixture, the reply each
+    start's statistics, equal to the E-step of that mixture alone."""
+    X = data()[0]
+    starts = two_starts(covariance_type)
+    arrays, _ = gmm_estep(DeviceData(points=X), stacked_request(starts), {"full": starts[0].full, "hard": False})
+    for index, mixture in enumerate(starts):
+        alone = estep_statistics(X, mixture.means, mixture.weights, mixture.precision_chol())
+        for name, value in alone.items():
+            np.testing.assert_array_equal(arrays[name][index], value if name != "loglik" else value[0])
+
+
+def test_a_lie_in_one_start_is_named_with_its_start():
+    X = data()[0]
+    starts = two_starts("full")
+    stats = [estep_statistics(X, m.means, m.weights, m.precision_chol()) for m in starts]
+    reply = {name: np.stack([s[name] for s in stats]) for name in stats[0]}
+    reply["loglik"] = reply["loglik"][:, 0]
+    declared = declared_of(X)
+    assert starts_violation(reply, starts, declared) is None
+    reply["outer"] = reply["outer"].copy()
+    reply["outer"][1] *= 50
+    assert starts_violation(reply, starts, declared).startswith("start 1: ")
+
+
+def test_the_secure_ranges_of_starts_side_by_side_hold_for_every_start():
+    X = data()[0]
+    starts = two_starts("diag")
+    low, high = X.min(axis=0), X.max(axis=0)
+    ranges = starts_ranges(starts, low, high, len(X))
+    for mixture in starts:
+        for name, value in secure_ranges(mixture, low, high, len(X)).items():
+            assert ranges[name] >= value
+
+
+def test_starts_at_the_same_means_run_once():
+    means = np.array([[0.0, 1.0], [2.0, 3.0]])
+    assert distinct_starts([means, means[::-1].copy(), means + 1e-3, means * (1 + 1e-12)]) == [0, 2]
+
+
+def test_converged_starts_stop_and_after_half_of_the_rounds_only_the_leader_goes_on():
+    lower = [-3.0, -1.0, -2.0]
+    assert em_survivors([0, 1, 2], [False, True, False], lower, finished=False) == [0, 2]
+    assert em_survivors([0, 2], [False, True, False], lower, finished=True) == []  # the leader converged
+    assert em_survivors([0, 1, 2], [False, False, False], lower, finished=True) == [1]

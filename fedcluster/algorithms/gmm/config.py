@@ -47,12 +47,21 @@ RUN_CONFIG = Section(
         Key(
             "gmm-init",
             "auto",
-            "the start: kmeans (FedKMeans' start and kmeans-rounds of its rounds, then one hard E-step), lloyd "
-            "(kmeans-rounds hard E-steps from the devices' moments: a secure sum each); auto: lloyd with "
-            "secure-aggregation, else kmeans",
+            "the starts: kmeans (FedKMeans' start: its candidates scored on the devices), lloyd (draws from the "
+            "devices' moments: nothing but the data summary); then kmeans-rounds hard E-steps (a secure sum each "
+            "with secure-aggregation); auto: lloyd with secure-aggregation, else kmeans",
             allowed=StrOptions(STARTS),
         ),
-        Key("kmeans-rounds", 10, "k-means rounds of the start", allowed=Interval(int, 0, MANY)),
+        Key("kmeans-rounds", 10, "hard E-steps (Lloyd's) of every start", allowed=Interval(int, 0, MANY)),
+        Key(
+            "em-starts",
+            4,
+            "EM starts run side by side in the same round trips (scikit-learn's n_init, federated): the mixture of "
+            "highest log-likelihood is returned; a converged start stops, after half of em-rounds only the leader "
+            "goes on. kmeans: FedKMeans' cheapest scored candidate and k-means++ draws on the devices' summaries "
+            "(at most its n-init sets); lloyd: k-means++ draws among the devices' means",
+            allowed=Interval(int, 1, 64),
+        ),
         Key(
             "k-range",
             "",

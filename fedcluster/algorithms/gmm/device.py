@@ -70,12 +70,18 @@ def estep_statistics(
 
 @device_task(named(TASKS, "gmm_estep"))
 def gmm_estep(data: DeviceData, arrays: dict, config: dict):
+    """The E-step statistics of every mixture of the request (m starts side by side), each
+    start's arrays stacked on a leading axis."""
     X = data.require_points()
     means = matching_dimension(X, arrays["means"])
     factors = arrays["precision-chol"] if config["full"] else arrays["precision-chol-diag"]
-    if factors.shape[0] != means.shape[0] or arrays["weights"].shape[0] != means.shape[0]:
-        raise ValueError("gmm_estep: means, weights and precision factors must have one row per component")
+    weights = arrays["weights"]
+    if factors.shape[:2] != means.shape[:2] or weights.shape != means.shape[:2]:
+        raise ValueError("gmm_estep: means, weights and precision factors must have one row per start and component")
     diagonal = np.diagonal(factors, axis1=-2, axis2=-1) if config["full"] else factors
-    if np.any(diagonal == 0) or not np.sum(arrays["weights"]) > 0:
-        raise ValueError("gmm_estep: the precision factors must be invertible and the weights not all zero")
-    return estep_statistics(X, means, arrays["weights"], factors, config["hard"]), {"num-examples": int(X.shape[0])}
+    if np.any(diagonal == 0) or not np.all(np.sum(weights, axis=1) > 0):
+        raise ValueError("gmm_estep: the precision factors must be invertible and no start's weights all zero")
+    starts = [estep_statistics(X, means[s], weights[s], factors[s], config["hard"]) for s in range(means.shape[0])]
+    stacked = {name: np.stack([start[name] for start in starts]) for name in starts[0]}
+    stacked["loglik"] = stacked["loglik"][:, 0]
+    return stacked, {"num-examples": int(X.shape[0])}

@@ -252,3 +252,59 @@ def summed_statistics(total: Mapping[str, np.ndarray], second: str) -> dict[str,
         "loglik": float(total["loglik"][0]),
         "points": float(counts.sum()),
     }
+
+
+# ------------------------------------------------------------------------ EM starts side by side
+def stacked_request(mixtures: list[Mixture]) -> dict[str, np.ndarray]:
+    """The ``gmm_estep`` request of several mixtures (the EM starts side by side): each
+    array of :meth:`Mixture.request` stacked on a leading start axis."""
+    requests = [mixture.request() for mixture in mixtures]
+    return {name: np.stack([request[name] for request in requests]) for name in requests[0]}
+
+
+def start_arrays(arrays: Mapping[str, np.ndarray], start: int) -> dict[str, np.ndarray]:
+    """One start's E-step arrays out of a reply (or sum) of every start's, as a one-start
+    reply has them (``loglik`` of shape (1,))."""
+    return {name: value[start : start + 1] if name == "loglik" else value[start] for name, value in arrays.items()}
+
+
+def starts_violation(
+    arrays: Mapping[str, np.ndarray], mixtures: list[Mixture], declared: Declared | None
+) -> str | None:
+    """:func:`estep_violation` of every start's statistics against that start's mixture."""
+    for start, mixture in enumerate(mixtures):
+        reason = estep_violation(start_arrays(arrays, start), mixture, declared)
+        if reason:
+            return f"start {start}: {reason}" if len(mixtures) > 1 else reason
+    return None
+
+
+def starts_ranges(mixtures: list[Mixture], low: np.ndarray, high: np.ndarray, points: float) -> dict[str, float]:
+    """The public clipping range of every summed array (:func:`secure_ranges`) that holds
+    for every start's: the largest."""
+    ranges = [secure_ranges(mixture, low, high, points) for mixture in mixtures]
+    return {name: max(r[name] for r in ranges) for name in ranges[0]}
+
+
+def distinct_starts(means: list[np.ndarray]) -> list[int]:
+    """The starts whose means (as a set of rows) differ from every earlier start's (relative
+    1e-9): two starts at the same means run the same EM."""
+    kept: list[int] = []
+    for index, candidate in enumerate(means):
+        rows = candidate[np.lexsort(candidate.T[::-1])]
+        scale = 1e-9 * max(float(np.max(np.abs(rows))), 1e-300)
+        if all(np.max(np.abs(rows - means[j][np.lexsort(means[j].T[::-1])])) > scale for j in kept):
+            kept.append(index)
+    return kept
+
+
+def em_survivors(live: list[int], converged: list[bool], lower: list[float], finished: bool) -> list[int]:
+    """The EM starts that go on (indices, in order): a converged start stops (its mixture no
+    longer changes by ``em-tol``); once ``finished`` (half of ``em-rounds`` done) only the
+    leader (highest mean log-likelihood of all starts) goes on, and none if it converged,
+    as FedKMeans' center sets (:func:`fedcluster.algorithms.fedkmeans.model.keep_sets`)."""
+    running = [i for i in live if not converged[i]]
+    if not finished:
+        return running
+    leader = int(np.argmax(lower))
+    return [leader] if leader in running else []

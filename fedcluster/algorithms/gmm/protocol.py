@@ -1,5 +1,6 @@
-"""Federated GMM's task: the E-step of the current mixture on the device's points, as the
-sums the server's M-step needs (summable: secure aggregation can carry it)."""
+"""Federated GMM's task: the E-step of the current mixtures (the ``em-starts`` run side by
+side) on the device's points, as the sums the server's M-step needs (summable: secure
+aggregation can carry it, every start's sums in the one masked vector)."""
 
 from __future__ import annotations
 
@@ -9,29 +10,33 @@ TASKS = (
     Task(
         "gmm_estep",
         "query",
-        "E-step: responsibilities (log-sum-exp), their sums, the weighted first and second moments about the "
-        "current means, and the log-likelihood",
+        "E-step of each of the m mixtures (EM starts side by side): responsibilities (log-sum-exp), their sums, "
+        "the weighted first and second moments about the current means, and the log-likelihood",
         request=(
-            ArrayField("means", ("k", "d"), "the components' means"),
-            ArrayField("weights", ("k",), "the mixing weights", nonnegative=True),
+            ArrayField("means", ("m", "k", "d"), "every mixture's means"),
+            ArrayField("weights", ("m", "k"), "the mixing weights", nonnegative=True),
             ArrayField(
                 "precision-chol",
-                ("k", "d", "d"),
+                ("m", "k", "d", "d"),
                 "full: each precision's Cholesky factor U (precision = U Uᵀ, upper)",
                 when=("full", True),
             ),
-            ArrayField("precision-chol-diag", ("k", "d"), "diag/spherical: 1/σ per coordinate", when=("full", False)),
+            ArrayField(
+                "precision-chol-diag", ("m", "k", "d"), "diag/spherical: 1/σ per coordinate", when=("full", False)
+            ),
         ),
         config=(
             Param("full", bool, True, doc="full covariances (else diagonal)"),
             Param("hard", bool, False, doc="hard E-step: each point wholly to its nearest mean (a Lloyd step)"),
         ),
         reply=(
-            ArrayField("counts", ("k",), "Σ r, per component", nonnegative=True, role="count"),
-            ArrayField("sums", ("k", "d"), "Σ r (x − μ), about the component's current mean"),
-            ArrayField("outer", ("k", "d", "d"), "Σ r (x − μ)(x − μ)ᵀ", when=("full", True)),
-            ArrayField("squares", ("k", "d"), "Σ r (x − μ)², per coordinate", nonnegative=True, when=("full", False)),
-            ArrayField("loglik", (1,), "Σ log p(x) under the current mixture"),
+            ArrayField("counts", ("m", "k"), "Σ r, per component", nonnegative=True, role="count"),
+            ArrayField("sums", ("m", "k", "d"), "Σ r (x − μ), about the component's current mean"),
+            ArrayField("outer", ("m", "k", "d", "d"), "Σ r (x − μ)(x − μ)ᵀ", when=("full", True)),
+            ArrayField(
+                "squares", ("m", "k", "d"), "Σ r (x − μ)², per coordinate", nonnegative=True, when=("full", False)
+            ),
+            ArrayField("loglik", ("m",), "Σ log p(x) under the current mixture"),
         ),
         metrics=(NUM_EXAMPLES,),
         summable=True,

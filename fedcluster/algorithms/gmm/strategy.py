@@ -2,19 +2,24 @@
 (Dempster, Laird & Rubin 1977; the M-step as scikit-learn's ``GaussianMixture``);
 specification: docs/ALGORITHMS.md section 6.
 
-    start   FedKMeans' start and rounds (``gmm-init = kmeans``), or hard E-steps from the
-            devices' moments (``lloyd``), then one hard E-step: the first mixture
+    start   ``em-starts`` starts side by side: FedKMeans' scored candidates and k-means++
+            draws on the devices' summaries (``gmm-init = kmeans``) or k-means++ draws among
+            the devices' means (``lloyd``), then ``kmeans-rounds`` hard E-steps (Lloyd's)
     E-step  each device, on its own points: responsibilities r by log-sum-exp, and the sums
             N_k = Σ r, s_k = Σ r (x − μ_k), S_k = Σ r (x − μ_k)(x − μ_k)ᵀ, Σ log p(x)
     M-step  the server, from the sums alone: μ_k + s_k/N_k, S_k/N_k − δδᵀ + reg-covar·I, N_k/N
-    stop    when the mean log-likelihood per point moves by less than ``em-tol``
+    stop    a start stops when its mean log-likelihood per point moves by less than
+            ``em-tol``; after half of ``em-rounds`` only the leader goes on; the start of
+            highest log-likelihood is returned (scikit-learn's ``n_init``)
 
-Every E-step is a sum of the devices' replies: with ``secure-aggregation`` it reaches the
-server only as that sum (:class:`fedcluster.server.secure_sum.SecureSum`). ``k-range`` fits
+Every E-step is a sum of the devices' replies (one message per device carries every live
+start; its reply every start's sums): with ``secure-aggregation`` it reaches the server only
+as that sum (:class:`fedcluster.server.secure_sum.SecureSum`). ``k-range`` fits
 every k of the range in one run and keeps the mixture of lowest BIC."""
 
 from __future__ import annotations
 
+import math
 from logging import INFO
 from typing import Any
 
@@ -32,10 +37,14 @@ from fedcluster.server.secure_sum import SecureSum
 from .model import (
     Mixture,
     bic,
-    estep_violation,
+    distinct_starts,
+    em_survivors,
     m_step,
     n_parameters,
-    secure_ranges,
+    stacked_request,
+    start_arrays,
+    starts_ranges,
+    starts_violation,
     summary_start,
     summed_statistics,
     unit_mixture,
@@ -66,18 +75,21 @@ class FederatedGMM(FedKMeans):
             raise FederationError(f"k={max(ks)} is larger than the {total} points held by the federation")
         self.cost_tie = cost_tie([self.members.declared.get(r.node_id) for r in summaries])
         self.low, self.high = bounding_box([r.arrays["min"] for r in summaries], [r.arrays["max"] for r in summaries])
-        hard = cfg.kmeans_rounds if start == "lloyd" else 1
+        hard = cfg.kmeans_rounds if start == "lloyd" else max(1, cfg.kmeans_rounds)
         self.secagg.planned = len(ks) * (hard + cfg.em_rounds + 1)  # a run that stops early leaves keys unused
         fits = []
         for k in ks:
-            means = self.kmeans_start(k, local, coarse) if start == "kmeans" else self.moments_start(k, summaries)
+            if start == "kmeans":
+                means = self.kmeans_start(k, local, coarse, cfg.em_starts)
+            else:
+                means = self.moments_start(k, summaries, cfg.em_starts)
             fits.append(self.fit(k, means, hard, start))
         best = min(range(len(fits)), key=lambda i: fits[i]["bic"]) if len(ks) > 1 else 0
         mixture, final = fits[best]["mixture"], fits[best]["final"]
         outcome: dict[str, Any] = {
             "centers": mixture.means,
             "arrays": {"weights": mixture.weights, "covariances": mixture.covariances},
-            "init": {"method": start, "hard_steps": hard},
+            "init": {"method": start, "hard_steps": hard, "starts": fits[best]["starts"]},
             "final": final,
         }
         if len(ks) > 1:
@@ -94,93 +106,108 @@ class FederatedGMM(FedKMeans):
         return outcome
 
     # ------------------------------------------------------------------ the start
-    def kmeans_start(self, k: int, local, coarse) -> np.ndarray:
-        """FedKMeans' start (its scored candidates) and ``kmeans-rounds`` of its rounds: the
-        cheapest centers it measured."""
+    def kmeans_start(self, k: int, local, coarse, count: int) -> list[np.ndarray]:
+        """FedKMeans' start (:meth:`initialize`): its cheapest scored candidate and k-means++
+        draws on the devices' summaries (its ``n-init`` sets, scored on every device), the
+        first ``count`` of them."""
         starts, _ = self.initialize(k, self.low, self.high, local, coarse)
-        if self.config.kmeans_rounds == 0:
-            return starts[0]
-        last = self.train(starts, self.config.kmeans_rounds)
-        return self.best_seen[4] if self.best_seen is not None else last.centers
+        return starts[:count]
 
-    def moments_start(self, k: int, summaries: list[Reply]) -> np.ndarray:
-        """Means drawn from what the data summaries declared (:func:`start_means`)."""
+    def moments_start(self, k: int, summaries: list[Reply], count: int) -> list[np.ndarray]:
+        """``count`` draws of means from what the data summaries declared (:func:`start_means`)."""
         counts = [float(r.num_examples) for r in summaries]
         sums, scatters = [r.arrays["sum"] for r in summaries], [r.arrays["scatter"] for r in summaries]
-        return summary_start(counts, sums, scatters, k, self.rng)
+        return [summary_start(counts, sums, scatters, k, self.rng) for _ in range(count)]
 
     # ------------------------------------------------------------------ EM
-    def fit(self, k: int, means: np.ndarray, hard: int, start: str) -> dict[str, Any]:
-        """Hard E-steps from ``means`` (the first mixture), EM rounds until ``em-tol``, and a
-        last E-step that scores the mixture returned."""
+    def fit(self, k: int, starts: list[np.ndarray], hard: int, start: str) -> dict[str, Any]:
+        """Hard E-steps from every start's means (the first mixtures; a start that reaches
+        another's means leaves), EM rounds of the starts side by side (:func:`em_survivors`),
+        and a last E-step that scores the mixture of highest log-likelihood."""
         cfg = self.config
         d = self.members.dimension
-        mixture = unit_mixture(means, cfg.covariance_type)
-        for step in range(hard):
-            stats = self.estep(mixture, True, f"{'lloyd' if start == 'lloyd' else 'kmeans-labels'}")
-            if stats is not None:
-                mixture = m_step(
-                    stats["counts"], stats["sums"], stats["second"], mixture.means, cfg.covariance_type, cfg.reg_covar
-                )
-        lower_bound, converged, iterations = float("-inf"), False, 0
-        for iterations in range(1, cfg.em_rounds + 1):
+        mixtures = [unit_mixture(means, cfg.covariance_type) for means in starts]
+        for _ in range(hard):
+            steps = self.estep(mixtures, True, "lloyd" if start == "lloyd" else "kmeans-labels")
+            if steps is not None:
+                mixtures = [self.maximized(stats, mixture) for stats, mixture in zip(steps, mixtures)]
+        mixtures = [mixtures[i] for i in distinct_starts([mixture.means for mixture in mixtures])]
+        count = len(mixtures)
+        lower, change = [float("-inf")] * count, [float("inf")] * count
+        converged, iterations = [False] * count, [0] * count
+        live, deadline, t = list(range(count)), max(1, math.ceil(cfg.em_rounds / 2)), 0
+        while live and t < cfg.em_rounds:
+            t += 1
             self.begin_round(len(self.results.rounds) + 1)
-            stats = self.estep(mixture, False, "em")
-            if stats is None:  # a secure sum outside the devices' ranges: this update is skipped
+            steps = self.estep([mixtures[i] for i in live], False, "em")
+            if steps is None:  # a secure sum outside the devices' ranges: this update is skipped
                 self.end_round(stage="em", k=k, skipped=True)
                 continue
-            previous, lower_bound = lower_bound, stats["loglik"] / stats["points"]
-            mixture = m_step(
-                stats["counts"], stats["sums"], stats["second"], mixture.means, cfg.covariance_type, cfg.reg_covar
+            for i, stats in zip(live, steps):
+                previous, lower[i] = lower[i], stats["loglik"] / stats["points"]
+                mixtures[i], change[i], iterations[i] = self.maximized(stats, mixtures[i]), lower[i] - previous, t
+                converged[i] = abs(change[i]) < cfg.em_tol
+            leader = int(np.argmax(lower))
+            extra = {"starts": [float(v) for v in lower], "live": len(live)} if count > 1 else {}
+            self.end_round(
+                stage="em", k=k, log_likelihood=lower[leader], change=change[leader], points=steps[0]["points"], **extra
             )
-            change = lower_bound - previous
-            self.end_round(stage="em", k=k, log_likelihood=lower_bound, change=change, points=stats["points"])
-            log(INFO, "[fedcluster] EM round %d (k=%d): mean log-likelihood %.8g", iterations, k, lower_bound)
-            if abs(change) < cfg.em_tol:
-                converged = True
-                break
-        if not converged:
+            log(INFO, "[fedcluster] EM round %d (k=%d): mean log-likelihood %.8g", t, k, lower[leader])
+            live = em_survivors(live, converged, lower, t >= deadline)
+        best = int(np.argmax(lower))
+        if not converged[best]:
             self.warn(f"EM (k={k}) did not converge in em-rounds={cfg.em_rounds} rounds (em-tol={cfg.em_tol:g})")
-        scored = self.estep(mixture, False, "final-evaluation")
+        mixture = mixtures[best]
+        scored = self.estep([mixture], False, "final-evaluation")
         if scored is None:
             raise FederationError(f"phase 'final-evaluation': {self.secagg.failure}")
-        points = int(round(scored["points"]))
-        total = float(scored["loglik"])
+        points = int(round(scored[0]["points"]))
+        total = float(scored[0]["loglik"])
         final = {
             "k": k,
             "covariance_type": cfg.covariance_type,
             "num_points": points,
-            "log_likelihood": total / scored["points"],
+            "log_likelihood": total / scored[0]["points"],
             "total_log_likelihood": total,
-            "lower_bound": float(lower_bound),
-            "converged": converged,
-            "n_iter": iterations,
+            "lower_bound": float(lower[best]),
+            "converged": converged[best],
+            "n_iter": iterations[best],
             "n_parameters": n_parameters(k, d, cfg.covariance_type),
         }
+        if count > 1:
+            final["start"], final["start_lower_bounds"] = best, [float(v) for v in lower]
         final["bic"] = bic(total, points, k, d, cfg.covariance_type)
-        return {"mixture": mixture, "final": final, "bic": final["bic"]}
+        return {"mixture": mixture, "final": final, "bic": final["bic"], "starts": count}
 
-    def estep(self, mixture: Mixture, hard: bool, phase: str) -> dict[str, Any] | None:
-        """The summed E-step statistics of ``mixture`` over the active devices (each reply
-        checked against its declarations in a plain run; a secure sum clipped to public
-        ranges), or None for a secure sum outside the ranges."""
-        second = "outer" if mixture.full else "squares"
+    def maximized(self, stats: dict[str, Any], mixture: Mixture) -> Mixture:
+        cfg = self.config
+        return m_step(
+            stats["counts"], stats["sums"], stats["second"], mixture.means, cfg.covariance_type, cfg.reg_covar
+        )
+
+    def estep(self, mixtures: list[Mixture], hard: bool, phase: str) -> list[dict[str, Any]] | None:
+        """The summed E-step statistics of every mixture (the starts side by side, one
+        message per device) over the active devices (each reply checked start by start
+        against its declarations in a plain run; a secure sum clipped to public ranges),
+        or None for a secure sum outside the ranges."""
+        full = mixtures[0].full
+        second = "outer" if full else "squares"
         names = ("counts", "sums", second, "loglik")
         declared = self.members.declared
         points = max([declared[n].points for n in self.active_nodes if n in declared] or [1.0])
-        ranges = {name: value for name, value in secure_ranges(mixture, self.low, self.high, points).items()}
+        ranges = starts_ranges(mixtures, self.low, self.high, points)
         ranges = {name: ranges[name] for name in names}
 
         def check(reply: Reply) -> str | None:
-            reason = estep_violation(reply.arrays, mixture, declared.get(reply.node_id))
+            reason = starts_violation(reply.arrays, mixtures, declared.get(reply.node_id))
             return Inconsistent(reason) if reason else None
 
         total, summed = self.secagg.summed(
             "gmm_estep",
             self.active_nodes,
-            mixture.request(),
-            {"full": mixture.full, "hard": hard},
-            {"k": mixture.means.shape[0]},
+            stacked_request(mixtures),
+            {"full": full, "hard": hard},
+            {"m": len(mixtures), "k": mixtures[0].means.shape[0]},
             check,
             phase,
             ranges,
@@ -189,4 +216,4 @@ class FederatedGMM(FedKMeans):
             raise FederationError(f"phase {phase!r}: no device's statistics reached the server")
         if total is None:
             return None
-        return summed_statistics(total, second)
+        return [summed_statistics(start_arrays(total, i), second) for i in range(len(mixtures))]
