@@ -298,6 +298,11 @@ def distinct_starts(means: list[np.ndarray]) -> list[int]:
     return kept
 
 
+def best_start(lower: list[float]) -> int:
+    """The start of highest mean log-likelihood (the first of equals)."""
+    return int(np.argmax(lower))
+
+
 def em_survivors(live: list[int], converged: list[bool], lower: list[float], finished: bool) -> list[int]:
     """The EM starts that go on (indices, in order): a converged start stops (its mixture no
     longer changes by ``em-tol``); once ``finished`` (half of ``em-rounds`` done) only the
@@ -306,5 +311,5 @@ def em_survivors(live: list[int], converged: list[bool], lower: list[float], fin
     running = [i for i in live if not converged[i]]
     if not finished:
         return running
-    leader = int(np.argmax(lower))
+    leader = best_start(lower)
     return [leader] if leader in running else []

@@ -36,6 +36,7 @@ from fedcluster.server.secure_sum import SecureSum
 
 from .model import (
     Mixture,
+    best_start,
     bic,
     distinct_starts,
     em_survivors,
@@ -147,14 +148,14 @@ class FederatedGMM(FedKMeans):
                 previous, lower[i] = lower[i], stats["loglik"] / stats["points"]
                 mixtures[i], change[i], iterations[i] = self.maximized(stats, mixtures[i]), lower[i] - previous, t
                 converged[i] = abs(change[i]) < cfg.em_tol
-            leader = int(np.argmax(lower))
+            leader = best_start(lower)
             extra = {"starts": [float(v) for v in lower], "live": len(live)} if count > 1 else {}
             self.end_round(
                 stage="em", k=k, log_likelihood=lower[leader], change=change[leader], points=steps[0]["points"], **extra
             )
             log(INFO, "[fedcluster] EM round %d (k=%d): mean log-likelihood %.8g", t, k, lower[leader])
             live = em_survivors(live, converged, lower, t >= deadline)
-        best = int(np.argmax(lower))
+        best = best_start(lower)
         if not converged[best]:
             self.warn(f"EM (k={k}) did not converge in em-rounds={cfg.em_rounds} rounds (em-tol={cfg.em_tol:g})")
         mixture = mixtures[best]
