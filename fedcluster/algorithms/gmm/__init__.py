@@ -10,7 +10,7 @@ ALGORITHMS = (
         "Federated GMM",
         strategy="FederatedGMM",
         secure=True,
-        uses=("data_summary", "lloyd_stats", "score_candidates", "identify", "local_summary"),
+        uses=("data_summary", "lloyd_stats", "score_candidates", "identify", "local_summary", "fedkmeans_train"),
         estimator="FederatedGaussianMixture",
         estimator_keys=(
             ("max_iter", "em-rounds"),

@@ -47,19 +47,24 @@ RUN_CONFIG = Section(
         Key(
             "gmm-init",
             "auto",
-            "the starts: kmeans (FedKMeans' start: its candidates scored on the devices), lloyd (draws from the "
-            "devices' moments: nothing but the data summary); then kmeans-rounds hard E-steps (a secure sum each "
-            "with secure-aggregation); auto: lloyd with secure-aggregation, else kmeans",
+            "the starts: kmeans (FedKMeans' start and kmeans-rounds of its rounds, its center sets side by side, "
+            "then one hard E-step), lloyd (draws among the devices' means: nothing but the data summary; then "
+            "kmeans-rounds hard E-steps, a secure sum each); auto: lloyd with secure-aggregation, else kmeans",
             allowed=StrOptions(STARTS),
         ),
-        Key("kmeans-rounds", 10, "hard E-steps (Lloyd's) of every start", allowed=Interval(int, 0, MANY)),
+        Key(
+            "kmeans-rounds",
+            10,
+            "k-means rounds of the starts: FedKMeans' (kmeans; then one hard E-step) or hard E-steps (lloyd)",
+            allowed=Interval(int, 0, MANY),
+        ),
         Key(
             "em-starts",
             4,
             "EM starts run side by side in the same round trips (scikit-learn's n_init, federated): the mixture of "
             "highest log-likelihood is returned; a converged start stops, after half of em-rounds only the leader "
-            "goes on. kmeans: FedKMeans' cheapest scored candidate and k-means++ draws on the devices' summaries "
-            "(at most its n-init sets); lloyd: k-means++ draws among the devices' means",
+            "goes on. kmeans: the cheapest centers FedKMeans measured, then its other center sets by cost (at most "
+            "its n-init sets); lloyd: k-means++ draws among the devices' means",
             allowed=Interval(int, 1, 64),
         ),
         Key(

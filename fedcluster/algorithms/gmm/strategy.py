@@ -2,9 +2,9 @@
 (Dempster, Laird & Rubin 1977; the M-step as scikit-learn's ``GaussianMixture``);
 specification: docs/ALGORITHMS.md section 6.
 
-    start   ``em-starts`` starts side by side: FedKMeans' scored candidates and k-means++
-            draws on the devices' summaries (``gmm-init = kmeans``) or k-means++ draws among
-            the devices' means (``lloyd``), then ``kmeans-rounds`` hard E-steps (Lloyd's)
+    start   ``em-starts`` starts side by side: FedKMeans' center sets after ``kmeans-rounds``
+            of its rounds, then one hard E-step (``gmm-init = kmeans``), or k-means++ draws
+            among the devices' means, then ``kmeans-rounds`` hard E-steps (``lloyd``)
     E-step  each device, on its own points: responsibilities r by log-sum-exp, and the sums
             N_k = Σ r, s_k = Σ r (x − μ_k), S_k = Σ r (x − μ_k)(x − μ_k)ᵀ, Σ log p(x)
     M-step  the server, from the sums alone: μ_k + s_k/N_k, S_k/N_k − δδᵀ + reg-covar·I, N_k/N
@@ -76,7 +76,7 @@ class FederatedGMM(FedKMeans):
             raise FederationError(f"k={max(ks)} is larger than the {total} points held by the federation")
         self.cost_tie = cost_tie([self.members.declared.get(r.node_id) for r in summaries])
         self.low, self.high = bounding_box([r.arrays["min"] for r in summaries], [r.arrays["max"] for r in summaries])
-        hard = cfg.kmeans_rounds if start == "lloyd" else max(1, cfg.kmeans_rounds)
+        hard = cfg.kmeans_rounds if start == "lloyd" else 1
         self.secagg.planned = len(ks) * (hard + cfg.em_rounds + 1)  # a run that stops early leaves keys unused
         fits = []
         for k in ks:
@@ -108,11 +108,16 @@ class FederatedGMM(FedKMeans):
 
     # ------------------------------------------------------------------ the start
     def kmeans_start(self, k: int, local, coarse, count: int) -> list[np.ndarray]:
-        """FedKMeans' start (:meth:`initialize`): its cheapest scored candidate and k-means++
-        draws on the devices' summaries (its ``n-init`` sets, scored on every device), the
-        first ``count`` of them."""
+        """FedKMeans' start (its scored candidates and k-means++ draws on the devices'
+        summaries, its ``n-init`` center sets) and ``kmeans-rounds`` of its rounds, the sets
+        side by side: the cheapest centers measured, then the other sets' last centers by
+        their last measured cost; the first ``count`` distinct ones."""
         starts, _ = self.initialize(k, self.low, self.high, local, coarse)
-        return starts[:count]
+        if self.config.kmeans_rounds > 0:
+            last = self.train(starts, self.config.kmeans_rounds)
+            best = self.best_seen[4] if self.best_seen is not None else last.centers
+            starts = [best, *(c.centers for c in sorted(self.sets.values(), key=lambda c: c.cost))]
+        return [starts[i] for i in distinct_starts(starts)][:count]
 
     def moments_start(self, k: int, summaries: list[Reply], count: int) -> list[np.ndarray]:
         """``count`` draws of means from what the data summaries declared (:func:`start_means`)."""
