@@ -122,6 +122,7 @@ _PARAMETER_OF = {
     "privacy-level": "privacy_level",
     "num-nodes": "n_nodes",
     "n-init": "n_init",
+    "em-starts": "n_init",
 }
 _SET_BY_FIT = {
     "dataset": "fit(clients)",
@@ -420,7 +421,8 @@ class FederatedGaussianMixture(_InProcess):
     from the summed statistics; docs/guide/gmm.md). Parameters as scikit-learn's
     ``GaussianMixture``: ``n_components``, ``covariance_type`` (``"full"``, ``"diag"``,
     ``"spherical"``), ``max_iter`` (``em-rounds``), ``tol`` (``em-tol``), ``reg_covar``
-    (``reg-covar``); None keeps the run-config default. ``run_config`` takes any other key
+    (``reg-covar``), ``n_init`` (``em-starts``: EM starts side by side, the best kept); None
+    keeps the run-config default. ``run_config`` takes any other key
     (``secure-aggregation``, ``k-range``, ...). Fitted, with scikit-learn's shapes and
     meanings: ``weights_``, ``means_``, ``covariances_``, ``precisions_cholesky_``,
     ``converged_``, ``n_iter_`` (EM rounds), ``lower_bound_`` (mean log-likelihood per point
@@ -437,6 +439,7 @@ class FederatedGaussianMixture(_InProcess):
         max_iter: int | None = None,
         tol: float | None = None,
         reg_covar: float | None = None,
+        n_init: int | None = None,
         run_config: dict[str, Any] | None = None,
         output_dir: str | None = None,
         verbose: bool = False,
@@ -451,6 +454,7 @@ class FederatedGaussianMixture(_InProcess):
                 "max_iter": self.max_iter,
                 "tol": self.tol,
                 "reg_covar": self.reg_covar,
+                "n_init": self.n_init,
                 "covariance_type": self.covariance_type,
             },
             "",

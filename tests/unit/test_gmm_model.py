@@ -176,3 +176,11 @@ def test_converged_starts_stop_and_after_half_of_the_rounds_only_the_leader_goes
     assert em_survivors([0, 1, 2], [False, True, False], lower, finished=False) == [0, 2]
     assert em_survivors([0, 2], [False, True, False], lower, finished=True) == []  # the leader converged
     assert em_survivors([0, 1, 2], [False, False, False], lower, finished=True) == [1]
+
+
+def test_the_estimators_n_init_sets_the_em_starts():
+    from fedcluster import FederatedGaussianMixture
+
+    assert FederatedGaussianMixture(3, n_init=2)._config()["em-starts"] == 2
+    with pytest.raises(ValueError, match="'em-starts' -> n_init"):
+        FederatedGaussianMixture(3, n_init=2, run_config={"em-starts": 3})._config()

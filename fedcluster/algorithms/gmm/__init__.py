@@ -16,6 +16,7 @@ ALGORITHMS = (
             ("max_iter", "em-rounds"),
             ("tol", "em-tol"),
             ("reg_covar", "reg-covar"),
+            ("n_init", "em-starts"),
             ("covariance_type", "covariance-type"),
         ),
     ),
