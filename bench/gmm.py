@@ -163,9 +163,10 @@ def markdown(records: list[dict], totals: dict, command: str, earlier: dict | No
     else:
         lines += [
             "",
-            "pfl-research: its federated GMM (`GaussianMixtureModel`, EM with its own start and component "
-            "growth), run from its public repository outside the project on the same clients; it fits diagonal "
-            "covariances only, so its column is filled on the diag rows it ran. On those rows:",
+            "pfl-research: its federated GMM (`GaussianMixtureModel`: EM from one component grown to k by splitting "
+            "the heaviest, components under 1 % weight pruned; the runner's defaults), run from its public repository "
+            "outside the project on the same clients; it fits diagonal covariances only, so its column is filled on "
+            "the diag rows it ran. On those rows:",
             "",
             f"- {share_line('pfl-research', totals['pfl_diag'])};",
             f"- {share_line('fedcluster', totals['fedcluster_diag'])}.",
