@@ -13,7 +13,13 @@ __version__ = "0.1.0"
 
 # The scikit-learn-style estimators (fedcluster/estimators.py) run the ServerApp and ClientApp
 # in this process: they load only when asked for, so ``import fedcluster`` never imports flwr.
-_ESTIMATORS = ("FederatedKMeans", "DPFederatedKMeans", "FederatedSpectralClustering", "FederatedRunWarning")
+_ESTIMATORS = (
+    "FederatedKMeans",
+    "DPFederatedKMeans",
+    "FederatedSpectralClustering",
+    "FederatedGaussianMixture",
+    "FederatedRunWarning",
+)
 
 
 def __getattr__(name: str):

@@ -306,6 +306,7 @@ RESULT_ARRAYS = frozenset(
         "candidates",
         "centers",
         "client_labels",
+        "covariances",
         "device_assignment",
         "device_centers",
         "device_counts",
@@ -317,6 +318,7 @@ RESULT_ARRAYS = frozenset(
         "projected_centers",
         "projection",
         "server_weights",
+        "weights",
     }
 )
 

@@ -4,4 +4,4 @@ in modules of their own, and ``strategy`` (the phases). :data:`PACKAGES` is the 
 them; :mod:`fedcluster.registry` reads each package's declarations (``ALGORITHMS`` in its
 ``__init__``). Adding an algorithm: docs/DESIGN.md, "Adding an algorithm"."""
 
-PACKAGES = ("fedkmeans", "kfed", "feddp_kmeans", "fedspectral", "da_ufl")
+PACKAGES = ("fedkmeans", "kfed", "feddp_kmeans", "fedspectral", "da_ufl", "gmm")

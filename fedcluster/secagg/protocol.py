@@ -79,7 +79,16 @@ def secure_variant(spec: Task) -> Task:
             Param("secagg-sum", int, allowed=Interval(int, 1), doc="the sum's number in the session"),
         ),
         reply=tuple(
-            ArrayField(f.name, f.shape, "masked mod 2^62", nonnegative=True, integer=True, dtype="integer")
+            ArrayField(
+                f.name,
+                f.shape,
+                "masked mod 2^62",
+                nonnegative=True,
+                integer=True,
+                optional=f.optional,
+                when=f.when,
+                dtype="integer",
+            )
             for f in spec.reply
         )
         + (

@@ -12,6 +12,7 @@ prints which it wrote and which it skipped, with the reason:
 - ``spectral.png``      FedSpectral+: subspace change and Ritz residual per round (log scale);
 - ``k_range.png``       a ``k-range`` run: cost and Calinski–Harabasz score per k, the
                         elbow and the chosen k;
+- ``bic.png``           a mixture's ``k-range`` run: BIC per k and the chosen k;
 - ``points.png``        with ``--points``: that device's points (2-D, or their top-2 principal
                         components) coloured by nearest center, and the centers.
 
@@ -257,6 +258,25 @@ def plot_k_range(result: dict[str, Any], plt, path: Path) -> str | None:
     return _save(fig, plt, path)
 
 
+def plot_bic(result: dict[str, Any], plt, path: Path) -> str | None:
+    report = result.get("bic_range")
+    if not report:
+        return "not a mixture's k-range run"
+    if not isinstance(report, dict):
+        raise FieldError("result.json bic_range is not a record")
+    try:
+        ks, bic = ([_number(v, f"bic_range.{key}[{i}]") for i, v in enumerate(report[key])] for key in ("k", "bic"))
+        chosen = _number(report["chosen_k"], "bic_range.chosen_k")
+    except (KeyError, TypeError) as exc:
+        raise FieldError(f"result.json bic_range lacks a readable {exc}") from None
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    ax.plot(ks, bic, marker="o", label="BIC (lower is better)")
+    ax.axvline(chosen, color="tab:orange", linestyle="--", label=f"chosen: k = {chosen:g}")
+    ax.set(xlabel="k (components)", ylabel="BIC", title=f"Choosing k: {_title(result)}")
+    ax.legend()
+    return _save(fig, plt, path)
+
+
 def device_points(run_dir: Path, points_file: str | None) -> tuple[np.ndarray, np.ndarray] | str:
     """A device's points and the run's centers, checked before anything is drawn (a
     DataError names the file), or why there is nothing to draw."""
@@ -294,7 +314,16 @@ def plot_points(points_file: str | None, drawn: tuple[np.ndarray, np.ndarray] | 
     return _save(fig, plt, path)
 
 
-PICTURES = ("cost.png", "communication.png", "replies.png", "privacy.png", "spectral.png", "k_range.png", "points.png")
+PICTURES = (
+    "cost.png",
+    "communication.png",
+    "replies.png",
+    "privacy.png",
+    "spectral.png",
+    "k_range.png",
+    "bic.png",
+    "points.png",
+)
 
 
 def plot_run(
@@ -318,6 +347,7 @@ def plot_run(
         ("privacy.png", lambda p: plot_privacy(result, plt, p)),
         ("spectral.png", lambda p: plot_spectral(result, plt, p)),
         ("k_range.png", lambda p: plot_k_range(result, plt, p)),
+        ("bic.png", lambda p: plot_bic(result, plt, p)),
         ("points.png", lambda p: plot_points(points, drawn, plt, p)),
     ):
         try:

@@ -18,6 +18,7 @@ POINT_RUNS = {
     "kfed": {"k": 4},
     "da-ufl": {"k": 4, "outer-iterations": 4},
     "feddp-kmeans": {"k": 4, "dataset": "feddp-mixture", "epsilon": 2.0, "noise-seed": 9},  # noise is fresh by default
+    "gmm": {"k": 4, "em-rounds": 10},
 }
 
 

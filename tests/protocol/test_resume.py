@@ -78,6 +78,7 @@ CASES = {
     "fedkmeans": {"algorithm": "fedkmeans", "fraction": 0.5},
     "kfed": {"algorithm": "kfed"},
     "da-ufl": {"algorithm": "da-ufl", "outer-iterations": 3, "inner-iterations": 3},
+    "gmm": {"algorithm": "gmm", "em-rounds": 4, "kmeans-rounds": 2},
     "feddp-kmeans": {
         "algorithm": "feddp-kmeans",
         "init": "histogram",
@@ -102,6 +103,7 @@ SECURE_CASES = {  # no noise, so that the sums are the plain ones: what is check
         "epsilon": float("inf"),
         "evaluate-cost": False,
     },
+    "gmm-secure": {"algorithm": "gmm", "em-rounds": 3, "kmeans-rounds": 1, "secure-aggregation": True},
 }
 
 
@@ -135,7 +137,8 @@ def test_a_run_that_stopped_resumes_to_the_uninterrupted_result_without_asking_a
         )
         for name in set(whole["files"]) - {"device_nodes.npy"}:  # (node ids: Flower's differ in every run)
             np.testing.assert_array_equal(np.load(out / name), np.load(tmp_path / "whole" / name))
-        assert [r.get("cost") for r in resumed["rounds"]] == [r.get("cost") for r in whole["rounds"]]
+        for key in ("cost", "log_likelihood"):
+            assert [r.get(key) for r in resumed["rounds"]] == [r.get(key) for r in whole["rounds"]]
         completed = crash_at - 1  # the round trips before the one that stopped are not sent again
         again = [types for types in state["sent"] if types != ["query.identify"] * len(types) or not types]
         if "secure-aggregation" not in extra:

@@ -50,7 +50,7 @@ def test_a_kmeans_run_gets_its_pictures_and_the_rest_say_why_not(tmp_path):
         "points.png",
         "replies.png",
     ]
-    assert set(report["skipped"]) == {"privacy.png", "spectral.png", "k_range.png"}
+    assert set(report["skipped"]) == {"privacy.png", "spectral.png", "k_range.png", "bic.png"}
     for name in ("cost.png", "communication.png", "replies.png", "points.png"):
         assert (run / name).read_bytes()[:8] == PNG
 
@@ -66,7 +66,7 @@ def test_privacy_and_spectral_pictures_when_the_run_has_them(tmp_path):
     report = plot_run(run, out=tmp_path / "pics")
     names = sorted(p.rsplit("/", 1)[1] for p in report["written"])
     assert names == ["privacy.png", "replies.png", "spectral.png"]
-    assert set(report["skipped"]) == {"cost.png", "communication.png", "points.png", "k_range.png"}
+    assert set(report["skipped"]) == {"cost.png", "communication.png", "points.png", "k_range.png", "bic.png"}
     assert (tmp_path / "pics" / "privacy.png").read_bytes()[:8] == PNG
 
 
