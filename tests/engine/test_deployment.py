@@ -200,7 +200,7 @@ def test_supernodes_that_connect_and_die_mid_run(tmp_path):
             growing.start_supernode(index)
         run_id = growing.submit(
             ROOT,
-            f"k=4 num-rounds=4 eval-every=0 tol=0.0 min-nodes={NODES - 1} node-settle-s=1.0 "
+            f"k=4 num-rounds=4 eval-every=0 tol=0.0 stop-when-fixed=false min-nodes={NODES - 1} node-settle-s=1.0 "
             f"reference=false output-dir='{out}'",
         )
         deadline = time.monotonic() + 200
@@ -337,7 +337,7 @@ def test_local_cluster_command_stops_everything_on_ctrl_c(tmp_path):
             "--workdir",
             str(workdir),
             "--run-config",
-            "k=4 num-rounds=50 tol=0.0 reference=false",
+            "k=4 num-rounds=50 tol=0.0 stop-when-fixed=false reference=false",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -382,7 +382,7 @@ def test_local_cluster_command_prints_each_round_while_the_run_goes(tmp_path):
             "--workdir",
             str(tmp_path / "lc"),
             "--run-config",
-            "k=2 num-rounds=2 tol=0.0 reference=false",
+            "k=2 num-rounds=2 tol=0.0 stop-when-fixed=false reference=false",
         ],
         capture_output=True,
         text=True,

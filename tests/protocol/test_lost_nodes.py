@@ -49,6 +49,7 @@ def test_node_unavailable_leaves_at_once_and_its_cluster_is_reseeded_now(tmp_pat
         "data-dir": str(data),
         "output-dir": str(tmp_path / "o"),
         "tol": 0.0,
+        "stop-when-fixed": False,  # the node goes in round 3: the run must still be there
     }
     result = run(config, num_nodes=3, reply_hook=gone_from_round(1002, 3, "unavailable"))
     assert result["nodes"]["excluded"].keys() == {"1002"}

@@ -72,4 +72,5 @@ def test_plot_writes_the_pictures_of_every_algorithm(config, nodes, expected, tm
         "spectral.png",
         "k_range.png",
         "points.png",
+        "bic.png",
     }

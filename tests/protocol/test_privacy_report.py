@@ -19,6 +19,7 @@ ALLOWED = [
     r"communication\.round_trips",  # protocol steps
     r"(phases|rounds)\[\]\.(sent|away|replies|round|round_trip|seconds|bytes_up|bytes_down)",  # participation, time
     r"nodes\.(connected|active)",
+    r"coverage\.(devices|of)",  # participation: how many devices' data the result covers
     r"rounds\[\]\.(noisy_counts\[\]|center_shift|kept_centers)",  # computed from noisy aggregates
     r"init\.(components|server_points|server_points_kept|noisy_counts\[\])",  # server data, noisy
     r"init\.(candidates|server_candidates|cube_half_width|radius_a)",  # histogram start: public sizes, Δ/√d

@@ -113,7 +113,16 @@ RUN_CONFIG = Section(
             allowed=Interval(int, 0, MANY),
         ),
         Key(
-            "tol", 0.0, "stop when the centers move at most this much (0 = run num-rounds)", allowed=Interval(float, 0)
+            "tol",
+            0.0,
+            "stop when the centers move at most this much (0: only at a fixed point, stop-when-fixed)",
+            allowed=Interval(float, 0),
+        ),
+        Key(
+            "stop-when-fixed",
+            True,
+            "stop once a full-batch round over every node leaves every center set standing where it was (the rounds "
+            "left would repeat it); false: run num-rounds",
         ),
         Key(
             "server-memory",

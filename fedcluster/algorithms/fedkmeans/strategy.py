@@ -192,7 +192,13 @@ class FedKMeans(FedKMeansStart, FedKMeansMeasure, FederatedStrategy):
         final = cfg.fraction >= 1.0 and cfg.batch_size == 0 and all(r["exact"] for r in reports)
         keep = keep_sets([r["cost"] for r in reports], [final and c.stalled for c in live], finished)
         # a newcomer's statistics (it joined this round, or waits to) can still move the centers
-        self.fixed = final and all(live[i].stalled for i in keep) and not self.joined and not self.newcomers()
+        self.fixed = (
+            cfg.stop_when_fixed
+            and final
+            and all(live[i].stalled for i in keep)
+            and not self.joined
+            and not self.newcomers()
+        )
         leader = min(keep, key=lambda i: reports[i]["cost"])
         if t > 1 and self.results.rounds[-1].get("cost") is None and reports[leader]["exact"]:
             self.results.rounds[-1]["cost"] = reports[leader]["cost"]
