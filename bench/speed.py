@@ -239,7 +239,7 @@ def echo_floor(clients: int, k: int, d: int, rounds: int) -> tuple[float, float]
             for node in grid.get_node_ids()
         ]
         replies = list(grid.send_and_receive(messages))
-        received = [reply.content.array_records["arrays"]["y"].numpy() for reply in replies]
+        received = [reply.content.array_records["arrays"]["y0"].numpy() for reply in replies]
         seconds.append(time.perf_counter() - started)
         inside.append(grid.client_seconds - before)
         if len(received) != clients:
