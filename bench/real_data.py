@@ -375,7 +375,9 @@ def detail(table, order: list[str]) -> str:
     return markdown_table(["dataset", "split", "k"] + order, rows)
 
 
-def comparison(table, old_table, order: list[str]) -> str:
+def comparison(table, old_table, order: list[str], timed: bool = True) -> str:
+    """Per algorithm, the cases' change against the earlier run; ``timed``: both runs kept
+    CPU seconds per fit (else no time is compared: wall seconds depend on the load)."""
     rows = []
     for algorithm in order:
         new, old = table.get(algorithm, {}), old_table.get(algorithm, {})
@@ -385,7 +387,7 @@ def comparison(table, old_table, order: list[str]) -> str:
         change = [new[key]["worst"] / old[key]["worst"] for key in common]
         worse = [(key, c) for key, c in zip(common, change) if c > 1.01]
         worst = max(worse, key=lambda item: item[1]) if worse else None
-        times = [new[key]["seconds"] / max(old[key]["seconds"], 1e-9) for key in common]
+        times = [new[key]["cpu"] / max(old[key]["cpu"], 1e-9) for key in common]
         slowest = max(zip(times, common))
         rows.append(
             [
@@ -395,8 +397,8 @@ def comparison(table, old_table, order: list[str]) -> str:
                 len(worse),
                 f"{worst[0][0]} {worst[0][1]} {worst[1]:.3f}×" if worst else "none",
                 f"{max(change):.4f}×",
-                f"{statistics.median(times):.2f}×",
-                f"{slowest[0]:.2f}× ({slowest[1][0]} {slowest[1][1]})",
+                f"{statistics.median(times):.2f}×" if timed else "–",
+                f"{slowest[0]:.2f}× ({slowest[1][0]} {slowest[1][1]})" if timed else "–",
             ]
         )
     return markdown_table(
@@ -407,7 +409,7 @@ def comparison(table, old_table, order: list[str]) -> str:
             "worse by > 1 %",
             "worst change",
             "largest change",
-            "s / fit, new / old (median)",
+            "CPU s / fit, new / old (median)",
             "(largest)",
         ],
         rows,
@@ -494,13 +496,14 @@ def report(
     ]
     if old is not None:
         old_table = cases(old)
+        timed = all("cpu_seconds" in r for r in old + records if "error" not in r)
         slow = [
-            f"{a} {name} {kind} ({table[a][(name, kind)]['seconds']:.2f} s against "
-            f"{old_table[a][(name, kind)]['seconds']:.2f} s)"
+            f"{a} {name} {kind} ({table[a][(name, kind)]['cpu']:.2f} s against "
+            f"{old_table[a][(name, kind)]['cpu']:.2f} s)"
             for a in federated
             for (name, kind) in sorted(table[a])
             if (name, kind) in old_table.get(a, {})
-            and table[a][(name, kind)]["seconds"] > 2 * old_table[a][(name, kind)]["seconds"]
+            and table[a][(name, kind)]["cpu"] > 2 * old_table[a][(name, kind)]["cpu"]
         ]
         parts += [
             "## Against the earlier run\n",
@@ -509,14 +512,16 @@ def report(
             "```",
             old_header,
             "```\n",
-            comparison(table, old_table, federated),
+            comparison(table, old_table, federated, timed),
             "",
-            f"Cases more than 2× slower per fit than in the earlier run: {len(slow)}"
-            + (": " + "; ".join(slow) + "." if slow else "."),
-            "What costs the time: FedKMeans trains up to 16 center sets side by side in its first rounds "
-            "(`n-init`), k-FED's devices run their local k-means at k centers where the paper's rule ran "
-            "⌈√k⌉ (`k-prime`). Every fit pays it, also where the earlier defaults were already close; "
-            "`n_init=1` and `k-prime` restore the earlier cost and time.\n",
+            (
+                f"Cases more than 2× slower per fit (CPU) than in the earlier run: {len(slow)}"
+                + (": " + "; ".join(slow) + "." if slow else ".")
+                if timed
+                else "The earlier run kept wall seconds only, which depend on the machine's load: no time per fit "
+                "is compared with it (`CPU time / central` above is this run's, each fit beside central in the "
+                "same conditions).\n"
+            ),
         ]
     parts += ["## Every case (worst seed; ⚠ above 5 %, ✗ above 20 %)\n", detail(table, federated), ""]
     if failed:
