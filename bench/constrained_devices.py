@@ -242,14 +242,12 @@ def oom_lines() -> list[str]:
     return [line.split("] ", 1)[-1] for line in done.stdout.splitlines() if "Memory cgroup out of memory" in line][-1:]
 
 
-PROCESSES = ("flower-supernode", "flower-superexec", "flwr-clientapp")
-
-
 def process_table(runs: list[tuple[str, dict]]) -> str:
-    """The largest resident set of each of a device's processes, over the devices."""
-    rows = [[name, *(f"{m['by_process'].get(p, 0) / MB:.0f}" for p in PROCESSES)] for name, m in runs]
+    """The largest resident set of each of a device's processes (by command), over the devices."""
+    names = sorted({name for _, m in runs for name in m["by_process"] if name.startswith(("flower", "flwr"))})
+    rows = [[run, *(f"{m['by_process'].get(p, 0) / MB:.0f}" for p in names)] for run, m in runs]
     return "\nA device's processes: the largest resident set (MB) each reached, over the devices " + (
-        "(sampled every 0.25 s; shared library pages count in each):\n\n" + markdown_table(["run", *PROCESSES], rows)
+        "(sampled every 0.25 s; shared library pages count in each):\n\n" + markdown_table(["run", *names], rows)
     )
 
 

@@ -173,6 +173,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.cgroups, self.interval = cgroups, interval
         self.peak_rss = [0] * len(cgroups)
+        self.peak_by_process: dict[str, int] = {}  # process name -> largest resident set (bytes) seen
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -180,9 +181,21 @@ class Sampler(threading.Thread):
             for i, group in enumerate(self.cgroups):
                 try:
                     self.peak_rss[i] = max(self.peak_rss[i], group.snapshot()["rss"])
+                    for pid in group.read("memory", "cgroup.procs").split():
+                        self._process(pid)
                 except (OSError, ValueError):
                     pass
             self.halt.wait(self.interval)
+
+    def _process(self, pid: str) -> None:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text().splitlines()
+            name = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] or [b"?"]
+        except OSError:
+            return
+        rss = next((int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:")), 0)
+        key = Path(name[0].decode(errors="replace")).name
+        self.peak_by_process[key] = max(self.peak_by_process.get(key, 0), rss)
 
 
 class ConstrainedCluster(LocalCluster):
