@@ -2,7 +2,7 @@
 
 A :class:`fedcluster.tools.constrained.ConstrainedCluster`: a SuperLink with TLS and SuperNode
 authentication on loopback and ``--supernodes`` SuperNodes, each (with the ClientApp
-processes it starts for every message) in cgroups of its own, 256 MB of memory and a
+processes it starts for every message) in cgroups of its own, a memory cap and a
 quarter of a core (``cpu.cfs_quota_us`` 25 000 of 100 000), in a network namespace of its
 own whose veth uplink sends 1 Mbit/s (``tc tbf``), reaching the Fleet API only through
 ``fedcluster.tools.link_proxy``: every chunk each way held 100 ms +- 20 ms, every
@@ -24,7 +24,9 @@ ended and what it says of that device.
 The 2 cores of this machine are shared by every device: 20 quarter-cores ask for 5. Times
 are those of this machine under that contention, not of 20 phones.
 
-``--quick``: 3 SuperNodes, FedKMeans and k-FED only, a 20 s sleep.
+``--quick``: 3 SuperNodes, FedKMeans and k-FED only, a 20 s sleep. Another ``--supernodes``
+than 20 writes ``constrained_devices-<N>.md``. A run after which every SuperNode is dead
+ends there.
 
 Usage (root; cgroup v1 memory, cpu, cpuacct; ip, tc)::
 
@@ -66,6 +68,7 @@ SLEEP_RUN = ("kfed", "algorithm='kfed' k=4 k-prime=2")
 SLEEP_AFTER_S = 5.0
 NODE_KEYS = ("connected", "exclusions", "away_at_end", "joined")
 MB = 2**20
+DEVICES = 20  # the page docs/results/constrained_devices.md; another count writes constrained_devices-<N>.md
 
 
 def point_files(folder: Path, devices: int, points: int = POINTS) -> list[Path]:
@@ -139,6 +142,7 @@ def measured_run(cluster: ConstrainedCluster, name: str, config: str, timeout: f
         ],
         "slept": slept,
         "by_process": sampler.peak_by_process,
+        "at_once": sampler.most_at_once,
         "dead": sum(
             1 for name, p in cluster.processes.items() if name.startswith("supernode") and p.poll() is not None
         ),
@@ -215,6 +219,11 @@ def run_cluster(workdir: Path, files: list[Path], names: list[str], limits: Limi
             got = measured_run(cl, name, RUNS[name], timeout)
             print(line(row(name, RUNS[name], got)), flush=True)
             rows.append((name, got))
+            if got["dead"] == len(files):
+                print(
+                    f"\nEvery SuperNode is dead after {name} (see the OOM kills): the remaining runs are not started.\n"
+                )
+                return rows
         if sleep:
             name = f"{SLEEP_RUN[0]} (device 1 asleep {sleep[1]:.0f} s)"
             print(f"  running {name} ...", file=sys.stderr, flush=True)
@@ -245,9 +254,12 @@ def oom_lines() -> list[str]:
 def process_table(runs: list[tuple[str, dict]]) -> str:
     """The largest resident set of each of a device's processes (by command), over the devices."""
     names = sorted({name for _, m in runs for name in m["by_process"] if name.startswith(("flower", "flwr"))})
-    rows = [[run, *(f"{m['by_process'].get(p, 0) / MB:.0f}" for p in names)] for run, m in runs]
-    return "\nA device's processes: the largest resident set (MB) each reached, over the devices " + (
-        "(sampled every 0.25 s; shared library pages count in each):\n\n" + markdown_table(["run", *names], rows)
+    rows = [
+        [run, *(f"{m['by_process'].get(p, 0) / MB:.0f} ({m['at_once'].get(p, 0)})" for p in names)] for run, m in runs
+    ]
+    return "\nA device's processes: the largest resident set (MB) each reached over the devices, and in brackets " + (
+        "the most running at once in one device (sampled every 0.25 s; shared library pages count in each):\n\n"
+        + markdown_table(["run", *names], rows)
     )
 
 
@@ -256,7 +268,7 @@ def main() -> None:
     parser.add_argument("--supernodes", type=int, default=None, help="devices (default 20; quick 3)")
     parser.add_argument("--algorithms", default=",".join(RUNS), help="comma-separated, of: " + ", ".join(RUNS))
     parser.add_argument("--sleep-s", type=float, default=None, help="seconds device 1 sleeps (default 45; quick 20)")
-    parser.add_argument("--cap-mb", type=int, default=256, help="the phone-class memory cap tried first (MB)")
+    parser.add_argument("--cap-mb", type=int, default=256, help="the phone-class memory cap tried first (MB; 0: skip)")
     parser.add_argument("--memory-mb", type=int, default=512, help="the memory cap of the measured runs (MB)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one run may take")
     add_bench_flags(parser, quick="3 SuperNodes, fedkmeans and kfed, a 20 s sleep")
@@ -264,14 +276,15 @@ def main() -> None:
     why = unavailable()
     if why:
         sys.exit(f"constrained_devices: {why}")
-    devices = args.supernodes or (3 if args.quick else 20)
+    devices = args.supernodes or (3 if args.quick else DEVICES)
     names = ["fedkmeans", "kfed"] if args.quick else [n for n in args.algorithms.split(",") if n]
     unknown = [n for n in names if n not in RUNS]
     if unknown:
         sys.exit(f"constrained_devices: unknown algorithm(s) {', '.join(unknown)}; known: {', '.join(RUNS)}")
     sleep_s = args.sleep_s if args.sleep_s is not None else (20.0 if args.quick else 45.0)
     capped, limits = Limits(memory=args.cap_mb * MB), Limits(memory=args.memory_mb * MB)
-    with page_output(args.out, __file__):
+    page = Path(__file__) if devices == DEVICES else Path(__file__).with_name(f"constrained_devices-{devices}.py")
+    with page_output(args.out, page):
         print_header(f"Phone-class devices: {devices} capped SuperNodes behind an emulated link", __doc__)
         print(
             f"\nper device: {limits.cpu} core, uplink {limits.uplink}, {limits.delay_ms:.0f} +- "
@@ -280,14 +293,17 @@ def main() -> None:
         )
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
-            print(f"  k-FED at {args.cap_mb} MB ...", file=sys.stderr, flush=True)
-            probe = probe_cap(tmp, devices, capped, min(args.timeout, 150.0 if args.quick else 240.0))
-            print(
-                f"**At {args.cap_mb} MB per device**: k-FED ended `{probe['status']}`; {probe['oom_kills']} OOM "
-                f"kill(s), {probe['dead']} of {devices} SuperNodes dead. Kernel: "
-                + "; ".join(f"`{x}`" for x in probe["oom_log"])
-            )
-            print(markdown_table(HEADERS, [row("kfed", RUNS["kfed"], probe)]))
+            probes = []
+            if args.cap_mb:
+                print(f"  k-FED at {args.cap_mb} MB ...", file=sys.stderr, flush=True)
+                probe = probe_cap(tmp, devices, capped, min(args.timeout, 150.0 if args.quick else 240.0))
+                print(
+                    f"**At {args.cap_mb} MB per device**: k-FED ended `{probe['status']}`; {probe['oom_kills']} OOM "
+                    f"kill(s), {probe['dead']} of {devices} SuperNodes dead. Kernel: "
+                    + "; ".join(f"`{x}`" for x in probe["oom_log"])
+                )
+                print(markdown_table(HEADERS, [row("kfed", RUNS["kfed"], probe)]))
+                probes = [(f"kfed ({args.cap_mb} MB)", probe)]
             print(f"\n**At {args.memory_mb} MB per device**, every algorithm (rows as they finished):\n")
             print(markdown_table(HEADERS, []), flush=True)
             points = [n for n in names if n not in GRAPHS]
@@ -298,7 +314,7 @@ def main() -> None:
                 got += run_cluster(
                     tmp / "graph", edge_files(tmp / "edges", devices), graphs, limits, args.timeout, None
                 )
-        print(process_table([("kfed (256 MB)", probe)] + got))
+        print(process_table(probes + got))
         for name, m in got:
             if m["slept"]:
                 nodes = m["result"].get("nodes", {})

@@ -103,9 +103,24 @@ class Cgroup:
             "throttled_s": int(throttled.get("throttled_time", 0)) / 1e9,
         }
 
+    def kill_all(self) -> None:
+        """SIGKILL whatever is left inside (a ClientApp orphaned by an OOM-killed SuperNode is
+        in no process group of ours), the CPU quota lifted first: a throttled process dies slowly."""
+        try:
+            self.write("cpu", "cpu.cfs_quota_us", -1)
+            pids = self.read("memory", "cgroup.procs").split()
+        except OSError:
+            return
+        for pid in pids:
+            try:
+                os.kill(int(pid), 9)
+            except ProcessLookupError:
+                pass
+
     def remove(self) -> None:
+        self.kill_all()
         for path in self.paths.values():
-            for _ in range(50):  # a process killed a moment ago may still be listed
+            for _ in range(300):  # a process killed a moment ago may still be listed
                 try:
                     path.rmdir()
                     break
@@ -174,6 +189,7 @@ class Sampler(threading.Thread):
         self.cgroups, self.interval = cgroups, interval
         self.peak_rss = [0] * len(cgroups)
         self.peak_by_process: dict[str, int] = {}  # process name -> largest resident set (bytes) seen
+        self.most_at_once: dict[str, int] = {}  # process name -> most running at once in one device
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -181,21 +197,23 @@ class Sampler(threading.Thread):
             for i, group in enumerate(self.cgroups):
                 try:
                     self.peak_rss[i] = max(self.peak_rss[i], group.snapshot()["rss"])
-                    for pid in group.read("memory", "cgroup.procs").split():
-                        self._process(pid)
+                    names = [self._process(pid) for pid in group.read("memory", "cgroup.procs").split()]
+                    for name in set(names) - {None}:
+                        self.most_at_once[name] = max(self.most_at_once.get(name, 0), names.count(name))
                 except (OSError, ValueError):
                     pass
             self.halt.wait(self.interval)
 
-    def _process(self, pid: str) -> None:
+    def _process(self, pid: str) -> str | None:
         try:
             status = Path(f"/proc/{pid}/status").read_text().splitlines()
             name = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] or [b"?"]
         except OSError:
-            return
+            return None
         rss = next((int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:")), 0)
         key = Path(name[0].decode(errors="replace")).name
         self.peak_by_process[key] = max(self.peak_by_process.get(key, 0), rss)
+        return key
 
 
 class ConstrainedCluster(LocalCluster):
@@ -266,9 +284,14 @@ class ConstrainedCluster(LocalCluster):
             for group in self.cgroups:
                 group.remove()
             for controller in CONTROLLERS:
-                try:
-                    (CGROUP_ROOT / controller / f"fedcluster-{self.tag}").rmdir()
-                except OSError:
-                    pass
+                parent = CGROUP_ROOT / controller / f"fedcluster-{self.tag}"
+                for _ in range(100):
+                    try:
+                        parent.rmdir()
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        time.sleep(0.1)
             for namespace in self.namespaces:
                 namespace.remove()
