@@ -109,6 +109,13 @@ async def _connection(reader, writer, target, link: Link, rng: random.Random, st
         up_writer.transport.abort()
 
 
+def _write_stats(path, stats: Stats) -> None:
+    """Replace the file whole: a reader never sees it half written."""
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(stats.__dict__))
+    tmp.replace(path)
+
+
 async def serve(listen: list[tuple[str, int]], target: tuple[str, int], link: Link, seed: int, stats_file) -> None:
     rng, stats = random.Random(seed), Stats()
     servers = []
@@ -125,7 +132,7 @@ async def serve(listen: list[tuple[str, int]], target: tuple[str, int], link: Li
     print(f"link proxy: {', '.join(f'{h}:{p}' for h, p in listen)} -> {target[0]}:{target[1]}", flush=True)
     while not stop.is_set():
         if stats_file:
-            Path(stats_file).write_text(json.dumps(stats.__dict__))
+            _write_stats(stats_file, stats)
         try:
             await asyncio.wait_for(stop.wait(), 1.0)
         except asyncio.TimeoutError:
@@ -133,7 +140,7 @@ async def serve(listen: list[tuple[str, int]], target: tuple[str, int], link: Li
     for server in servers:
         server.close()
     if stats_file:
-        Path(stats_file).write_text(json.dumps(stats.__dict__))
+        _write_stats(stats_file, stats)
 
 
 def _address(text: str) -> tuple[str, int]:
