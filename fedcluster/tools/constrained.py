@@ -42,6 +42,7 @@ class Limits:
     delay_ms: float = 100.0
     jitter_ms: float = 20.0
     drop_mean_s: float = 60.0  # mean life of a connection before the link drops it (0: never)
+    min_life_s: float = 0.0  # no drop in a connection's first seconds
 
 
 def unavailable() -> str | None:
@@ -248,6 +249,8 @@ class ConstrainedCluster(LocalCluster):
         args += [
             "--drop-mean-s",
             str(self.limits.drop_mean_s),
+            "--min-life-s",
+            str(self.limits.min_life_s),
             "--seed",
             str(self.seed),
             "--stats",

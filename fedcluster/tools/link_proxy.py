@@ -37,9 +37,10 @@ class Link:
     delay: float = 0.1
     jitter: float = 0.02
     drop_mean: float = 0.0  # 0: never drop
+    min_life: float = 0.0  # no drop in a connection's first seconds (its TLS handshake)
 
     def __post_init__(self) -> None:
-        if not (0 <= self.jitter <= self.delay) or self.drop_mean < 0:
+        if not (0 <= self.jitter <= self.delay) or self.drop_mean < 0 or self.min_life < 0:
             raise ValueError(f"link: need 0 <= jitter <= delay and drop-mean >= 0, got {self}")
 
 
@@ -96,7 +97,7 @@ async def _connection(reader, writer, target, link: Link, rng: random.Random, st
         _pump(reader, up_writer, link, rng, lambda n: stats.count(address, "bytes_up", n)),
         _pump(up_reader, writer, link, rng, lambda n: stats.count(address, "bytes_down", n)),
     )
-    life = rng.expovariate(1.0 / link.drop_mean) if link.drop_mean > 0 else None
+    life = link.min_life + rng.expovariate(1.0 / link.drop_mean) if link.drop_mean > 0 else None
     try:
         await asyncio.wait_for(pumps, life)
     except asyncio.TimeoutError:
@@ -157,11 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delay-ms", type=float, default=100.0)
     parser.add_argument("--jitter-ms", type=float, default=20.0)
     parser.add_argument("--drop-mean-s", type=float, default=0.0, help="mean seconds a connection lives (0: forever)")
+    parser.add_argument("--min-life-s", type=float, default=0.0, help="no drop in a connection's first seconds")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stats", default=None, metavar="FILE")
     args = parser.parse_args(argv)
     try:
-        link = Link(args.delay_ms / 1000, args.jitter_ms / 1000, args.drop_mean_s)
+        link = Link(args.delay_ms / 1000, args.jitter_ms / 1000, args.drop_mean_s, args.min_life_s)
     except ValueError as exc:
         parser.error(str(exc))
     try:
