@@ -195,18 +195,27 @@ class FlowerProcesses:
         )
 
     def start_supernode(
-        self, name: str, node_config: str, certs: Any = None, key: Path | None = None
+        self,
+        name: str,
+        node_config: str,
+        certs: Any = None,
+        key: Path | None = None,
+        superlink: str | None = None,
+        prefix: tuple[str, ...] = (),
     ) -> subprocess.Popen:
-        """A SuperNode on its own free ``--port`` (two on one host must not share one)."""
+        """A SuperNode on its own free ``--port`` (two on one host must not share one).
+        ``superlink``: the Fleet API address (default this SuperLink on loopback); ``prefix``:
+        a command the SuperNode runs under (a network namespace, a cgroup: tools/constrained.py)."""
         security = ["--root-certificates", str(certs.ca_cert)] if certs else ["--insecure"]
         if key is not None:
             security += ["--auth-supernode-private-key", str(key)]
         return self._start(
             name,
             [
+                *prefix,
                 tool("flower-supernode"),
                 "--superlink",
-                f"127.0.0.1:{self.port}",
+                superlink or f"127.0.0.1:{self.port}",
                 *security,
                 "--port",
                 str(free_port()),
