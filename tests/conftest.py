@@ -151,6 +151,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, tier))
         if tier == "engine":  # with -n 2 --dist loadgroup: one worker runs them, in order, beside the others
             item.add_marker(pytest.mark.xdist_group("engine"))
+        if item.get_closest_marker("nightly") and os.environ.get("FEDCLUSTER_NIGHTLY") != "1":
+            item.add_marker(pytest.mark.skip(reason="nightly only: bash .ci/run --nightly (FEDCLUSTER_NIGHTLY=1)"))
     items.sort(key=lambda item: TIERS.index(_tier(item)) if _tier(item) else len(TIERS))
 
 

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.engine,
     pytest.mark.slow,  # capped processes on a shared machine: a ClientApp start takes ~10 s at a quarter core
+    pytest.mark.nightly,  # minutes, and timing-sensitive on a loaded machine: CI's nightly mode runs it
     pytest.mark.skipif(not flower_installed(), reason="flwr / flower-superlink / flower-supernode not installed"),
 ]
 pytest.importorskip("cryptography")
