@@ -141,10 +141,22 @@ def machine_info() -> str:
         f"load avg: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1/5/15 min, at start; other work on the machine "
         "skews timings)",
         f"versions: {', '.join(versions)}",
-        f"command : python {shlex.join(sys.argv)}",
+        f"command : python {_public_command(sys.argv)}",
         f"code    : {code_version()}",
     ]
     return "\n".join(lines)
+
+
+def _public_command(argv: list[str]) -> str:
+    """The command line without this machine's paths: a data folder given to ``--battery``
+    is DIR, an absolute ``--out`` folder its last name."""
+    words = list(argv)
+    for i, word in enumerate(words[:-1]):
+        if word == "--battery":
+            words[i + 1] = "DIR"
+        elif word == "--out" and os.path.isabs(words[i + 1]):
+            words[i + 1] = os.path.basename(words[i + 1].rstrip("/"))
+    return shlex.join(words)
 
 
 def code_version() -> str:
