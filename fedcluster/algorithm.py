@@ -25,8 +25,10 @@ class Algorithm:
         protocol table.
     data : what its devices hold: ``"points"`` or ``"graph"``.
     secure : whether ``secure-aggregation = true`` secures its sums.
-    estimator : the scikit-learn-style class in :mod:`fedcluster.estimators` that runs it
-        (``"FederatedKMeans"``, ...; None: none does).
+    estimator : the scikit-learn-style class that runs it, ``fedcluster.<estimator>``: in
+        the package's ``estimator`` module when the package has one, else in
+        :mod:`fedcluster.estimators` (one several algorithms share: ``"FederatedKMeans"``);
+        None: none does.
     estimator_keys : the estimator's own parameters this algorithm takes, each with the
         run-config key it sets (``(("max_iter", "num-rounds"), ...)``); any other is refused
         by name.

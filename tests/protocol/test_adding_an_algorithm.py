@@ -2,7 +2,8 @@
 fedcluster/algorithms with its config, protocol, device and strategy, and one line in
 PACKAGES. Nothing else changes, and the new algorithm then runs federated in-process: its
 run-config key validated, its task in the protocol table and checked on replies, its kernel
-on the devices, its strategy on the server, its result written."""
+on the devices, its strategy on the server, its result written; its own estimator (the
+package's estimator.py) is ``fedcluster.<Class>``."""
 
 from __future__ import annotations
 
@@ -20,7 +21,12 @@ PACKAGE = {
     "__init__.py": """
         from fedcluster.algorithm import Algorithm
 
-        ALGORITHMS = (Algorithm("toy-mean", __name__, "Toy mean", strategy="ToyMean", uses=("data_summary",)),)
+        ALGORITHMS = (
+            Algorithm(
+                "toy-mean", __name__, "Toy mean", strategy="ToyMean", uses=("data_summary",),
+                estimator="ToyMeanEstimator", estimator_keys=(("scale", "toy-scale"),),
+            ),
+        )
     """,
     "config.py": """
         from fedcluster.checks import Interval
@@ -67,6 +73,25 @@ PACKAGE = {
                 self.end_round(devices=len(replies))
                 return {"centers": sum_arrays(replies, "sum")[None, :] / points, "final": {"num_points": int(points)}}
     """,
+    "estimator.py": """
+        import numpy as np
+
+        from fedcluster.estimators import _client_arrays, _InProcess, _keep, _merged, _own_keys
+
+
+        class ToyMeanEstimator(_InProcess):
+            def __init__(self, scale=None, *, run_config=None, output_dir=None, verbose=False):
+                _keep(self, locals())
+
+            def fit(self, clients, y=None):
+                arrays = _client_arrays(clients)
+                writers = [lambda folder, i, a=a: np.save(folder / f"client_{i:05d}.npy", a) for a in arrays]
+                own = _own_keys("ToyMeanEstimator", "toy-mean", {"scale": self.scale}, "")
+                own.update({"algorithm": "toy-mean", "k": 1})
+                _, loaded = self._federate(_merged(self.run_config, own), "npy-dir", writers, ("centers",))
+                self.center_ = loaded["centers"][0]
+                return self
+    """,
 }
 
 SCRIPT = """
@@ -86,8 +111,13 @@ except ConfigError as exc:
     refused = str(exc)
 result = run({"algorithm": "toy-mean", "toy-scale": 2.0, "k": 1, "dataset": "npy-dir", "data-dir": sys.argv[2],
               "output-dir": sys.argv[3], "reference": False}, num_nodes=3)
+import glob
+import fedcluster
+clients = [np.load(f) for f in sorted(glob.glob(sys.argv[2] + "/*.npy"))]
+estimated = fedcluster.ToyMeanEstimator(scale=2.0).fit(clients).center_
 print(json.dumps({"refused": refused, "centers": np.load(sys.argv[3] + "/centers.npy").tolist(),
-                  "algorithm": result["algorithm"], "points": result["final"]["num_points"]}))
+                  "algorithm": result["algorithm"], "points": result["final"]["num_points"],
+                  "listed": "ToyMeanEstimator" in dir(fedcluster), "estimated": estimated.tolist()}))
 """
 
 
@@ -114,3 +144,6 @@ def test_a_package_and_one_line_make_a_new_algorithm_that_runs(tmp_path):
     assert found["algorithm"] == "toy-mean" and found["points"] == sum(len(p) for p in parts)
     assert "toy-scale" in found["refused"]  # its own key, validated by its own range
     np.testing.assert_allclose(found["centers"], [2.0 * np.concatenate(parts).mean(axis=0)], rtol=1e-12)
+    # its own estimator, in its package: fedcluster exports it through the registry
+    assert found["listed"]
+    np.testing.assert_allclose(found["estimated"], 2.0 * np.concatenate(parts).mean(axis=0), rtol=1e-12)
