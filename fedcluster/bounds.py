@@ -171,16 +171,19 @@ def declaration(task: Task, arrays: Mapping[str, np.ndarray], metrics: Mapping[s
     return declared
 
 
-def sums_rounding(counts: np.ndarray, declared: Declared, asked: Sequence[np.ndarray] = ()) -> np.ndarray:
+def sums_rounding(
+    counts: np.ndarray, declared: Declared, asked: Sequence[np.ndarray] = (), terms: float | None = None
+) -> np.ndarray:
     """Per cluster and coordinate (or per coordinate for a total), how far a sum of
     ``counts`` of a device's points may be off: relative to the box's width, plus each
     point's coordinate rounding, which a sum of n of them accumulates like √n (a device that
     adds its points about the origin, its centers near it and its own box far from it). A
     sum taken about the reference of the centers ``asked`` rounds relative to their size
-    too (a feature constant on the device has a box of width 0)."""
+    too (a feature constant on the device has a box of width 0). ``terms``: how many points
+    each sum adds when that is not its count (soft weights: every point of the device)."""
     counts = np.asarray(counts, dtype=np.float64)[..., None]
     delta = np.maximum(declared.coordinate_rounding(), coordinate_rounding(*asked))
-    rounding = counts * np.maximum(1.0, np.sqrt(counts)) * delta
+    rounding = counts * np.maximum(1.0, np.sqrt(counts if terms is None else terms)) * delta
     return RELATIVE_SLACK * counts * (declared.high - declared.low) + rounding + 1e-300
 
 

@@ -22,6 +22,8 @@ from fedcluster.algorithms.gmm.model import (
     starts_ranges,
     starts_violation,
     secure_ranges,
+    start_count,
+    topped_up_starts,
 )
 from fedcluster.bounds import Declared
 from fedcluster.kernel import DeviceData
@@ -184,3 +186,55 @@ def test_the_estimators_n_init_sets_the_em_starts():
     assert FederatedGaussianMixture(3, n_init=2)._config()["em-starts"] == 2
     with pytest.raises(ValueError, match="'em-starts' -> n_init"):
         FederatedGaussianMixture(3, n_init=2, run_config={"em-starts": 3})._config()
+
+
+@pytest.mark.parametrize("covariance_type", ["full", "diag"])
+def test_a_feature_constant_on_a_device_far_from_a_components_mean_passes(covariance_type):
+    """uci/yeast standardized: a flag is -0.099 on every point of a device and 9.7 on a few of
+    another's, where a component sits. The device's sums about that mean, (c - μ) Σ r, round
+    like μ's size while its box has width 0 (before: honest devices excluded as liars)."""
+    rng = np.random.default_rng(3)
+    failures = []
+    for trial in range(40):
+        X = np.column_stack([rng.normal(0, 1, 150), rng.normal(2, 0.5, 150), np.full(150, -0.0991313956989)])
+        means = np.array([[0.0, 2.0, -0.0991313956989], [1.0, 2.5, 9.708268018784253], [-1.0, 1.5, 0.3]])
+        means[:, :2] += rng.normal(0, 0.3, (3, 2))
+        scale = rng.uniform(0.05, 2.0)
+        if covariance_type == "full":
+            covariances = np.stack([np.eye(3) * scale] * 3)
+        else:
+            covariances = np.full((3, 3), scale)
+        mixture = Mixture(np.array([0.6, 0.1, 0.3]), means, covariances, covariance_type)
+        honest = estep_statistics(X, mixture.means, mixture.weights, mixture.precision_chol())
+        reason = estep_violation(honest, mixture, declared_of(X))
+        if reason:
+            failures.append((trial, reason))
+    assert not failures, failures[:3]
+
+
+def test_auto_em_starts_are_16_while_a_devices_statistics_fit_and_fewer_for_large_ones():
+    assert start_count(0, 3, 2, "full") == 16
+    assert start_count(0, 10, 100, "diag") == 16
+    assert start_count(0, 10, 100, "full") == 1  # 16 starts of 10 × 100 × 100 outer products: 12.8 MB a reply
+    assert start_count(0, 2, 60, "full") == 16
+    assert 1 < start_count(0, 8, 60, "full") < 16
+    assert start_count(5, 10, 100, "full") == 5  # asked for: kept
+
+
+def test_starts_are_topped_up_with_distinct_draws_of_summary_points():
+    rng = np.random.default_rng(0)
+    points, weights = rng.normal(size=(20, 3)), rng.integers(1, 30, 20).astype(float)
+    same = points[[0, 1]]
+    starts = topped_up_starts([same, same.copy(), same[::-1]], 8, points, weights, rng)
+    assert len(starts) == 8
+    assert len(distinct_starts(starts)) == 8  # the three given were one set
+    pool = {tuple(p) for p in points}
+    assert all(tuple(row) in pool for start in starts for row in start)
+    assert all(len({tuple(row) for row in start}) == 2 for start in starts)  # k distinct points each
+    # a pool of k points has one set to give: no endless loop, no duplicate
+    assert len(topped_up_starts([same], 8, points[:2], weights[:2], rng)) == 1
+    # points of weight 0 (a device summary center that holds no point) are never drawn
+    zero = weights.copy()
+    zero[5:] = 0
+    drawn = topped_up_starts([points[[0, 1]]], 6, points, zero, rng)
+    assert all(tuple(row) in {tuple(p) for p in points[:5]} for start in drawn for row in start)

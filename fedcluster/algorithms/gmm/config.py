@@ -47,25 +47,30 @@ RUN_CONFIG = Section(
         Key(
             "gmm-init",
             "auto",
-            "the starts: kmeans (FedKMeans' start and kmeans-rounds of its rounds, its center sets side by side, "
-            "then one hard E-step), lloyd (draws among the devices' means: nothing but the data summary; then "
-            "kmeans-rounds hard E-steps, a secure sum each); auto: lloyd with secure-aggregation, else kmeans",
+            "the starts: kmeans (FedKMeans' start sets and kmeans-rounds of its rounds, side by side, then one hard "
+            "E-step), lloyd (draws among the devices' means: nothing but the data summary; then kmeans-rounds + 1 "
+            "hard E-steps, a secure sum each); auto: lloyd with secure-aggregation, else kmeans",
             allowed=StrOptions(STARTS),
         ),
         Key(
             "kmeans-rounds",
-            10,
-            "k-means rounds of the starts: FedKMeans' (kmeans; then one hard E-step) or hard E-steps (lloyd)",
-            allowed=Interval(int, 0, MANY),
+            -1,
+            "k-means rounds of the starts before their last hard E-step: FedKMeans' (kmeans) or hard E-steps "
+            "(lloyd). -1 (auto): 0 with kmeans (EM from FedKMeans' unrefined start sets, whose rough partitions "
+            "reach likelihood optima that starts refined by k-means miss: docs/results/gmm.md), 9 with lloyd "
+            "(its draws among the devices' means are coarser)",
+            allowed=Interval(int, -1, MANY),
         ),
         Key(
             "em-starts",
-            4,
-            "EM starts run side by side in the same round trips (scikit-learn's n_init, federated): the mixture of "
+            0,
+            "EM starts run side by side in the same round trips (scikit-learn's n_init, federated; 0: 16 while one "
+            "device's statistics of all of them fit in 2**17 floats, fewer for large k·d²): the mixture of "
             "highest log-likelihood is returned; a converged start stops, after half of em-rounds only the leader "
-            "goes on. kmeans: the cheapest centers FedKMeans measured, then its other center sets by cost (at most "
-            "its n-init sets); lloyd: k-means++ draws among the devices' means",
-            allowed=Interval(int, 1, 64),
+            "goes on. kmeans: FedKMeans' start sets (after kmeans-rounds of its rounds: the cheapest centers it "
+            "measured, then the others by cost), topped up with draws of k of the devices' summary centers; lloyd: "
+            "k-means++ draws among the devices' means",
+            allowed=Interval(int, 0, 64),
         ),
         Key(
             "k-range",

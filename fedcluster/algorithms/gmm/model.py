@@ -11,7 +11,7 @@ from typing import Mapping
 
 import numpy as np
 
-from fedcluster.bounds import Declared, coordinate_rounding, moments_violation, scatter_rounding, sums_rounding
+from fedcluster.bounds import Declared, moments_violation, scatter_rounding, sums_rounding
 
 from .device import log_responsibilities
 
@@ -182,7 +182,7 @@ def estep_violation(arrays: Mapping[str, np.ndarray], mixture: Mixture, declared
     full = "outer" in arrays
     second = np.diagonal(arrays["outer"], axis1=1, axis2=2) if full else arrays["squares"]
     low, high = declared.low, declared.high
-    slack = sums_rounding(counts, declared) * (1 + coordinate_rounding(means).max())
+    slack = sums_rounding(counts, declared, (means,), terms=max(float(declared.points), 1.0))
     if np.any(sums < counts[:, None] * (low - means) - slack) or np.any(
         sums > counts[:, None] * (high - means) + slack
     ):
@@ -204,14 +204,14 @@ def estep_violation(arrays: Mapping[str, np.ndarray], mixture: Mixture, declared
             ):
                 return f"its second moments of component {j} are not those of any points (not positive semi-definite)"
     totals = counts[:, None] * means + sums
-    reason = moments_violation(totals, None, declared)
+    reason = moments_violation(totals, None, declared, about=(means,))
     if reason:
         return reason
     if declared.moment_sum is not None:  # the scatter about the declared mean, by the parallel axis theorem
         between = counts[:, None] * (means - declared.moment_mean) ** 2 + 2 * sums * (means - declared.moment_mean)
         pooled = np.sum(second + between, axis=0)
         # second moments about far means cancel: the slack is relative to them, not to the scatter
-        slack = scatter_rounding(declared) + 1e-9 * (np.sum(second, axis=0) + np.sum(np.abs(between), axis=0))
+        slack = scatter_rounding(declared, (means,)) + 1e-9 * (np.sum(second, axis=0) + np.sum(np.abs(between), axis=0))
         if np.any(np.abs(pooled - declared.moment_scatter) > slack + 1e-300):
             return "its second moments add up to another scatter of its points than the one its data summary declared"
     top, bottom = log_density_bounds(mixture, low, high)
@@ -296,6 +296,43 @@ def distinct_starts(means: list[np.ndarray]) -> list[int]:
         if all(np.max(np.abs(rows - means[j][np.lexsort(means[j].T[::-1])])) > scale for j in kept):
             kept.append(index)
     return kept
+
+
+AUTO_STARTS = 16  # em-starts = 0: this many starts side by side while their statistics fit ...
+AUTO_START_FLOATS = 2**17  # ... in this many floats of one device's reply (1 MiB)
+
+
+def start_count(em_starts: int, k: int, d: int, covariance_type: str) -> int:
+    """The EM starts run side by side: ``em_starts``, or with 0 (auto) 16 while one
+    device's statistics of all of them fit in 2**17 floats, fewer for large k·d², at least 1."""
+    second = d * d if covariance_type == "full" else d
+    return em_starts or max(1, min(AUTO_STARTS, AUTO_START_FLOATS // max(k * (1 + d + second), 1)))
+
+
+def topped_up_starts(
+    starts: list[np.ndarray], count: int, points: np.ndarray, weights: np.ndarray, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """``starts`` (distinct), then draws of k distinct summary points (probability by
+    weight, without replacement) that no earlier start has, until there are ``count`` or
+    the pool yields no new one in as many tries: EM from rough partitions reaches optima
+    that starts refined by k-means all miss, and a small pool (few devices, small k) gives
+    FedKMeans' k-means++ draws few distinct sets."""
+    starts = [starts[i] for i in distinct_starts(starts)][:count]
+    if not starts:
+        return starts
+    k = starts[0].shape[0]
+    p = np.maximum(np.asarray(weights, dtype=np.float64), 0.0)
+    positive = int(np.count_nonzero(p))
+    if positive < k:
+        return starts
+    p = p / p.sum()
+    for _ in range(4 * count):
+        if len(starts) >= count:
+            break
+        drawn = points[rng.choice(points.shape[0], size=k, replace=False, p=p)]
+        if len(distinct_starts([*starts, drawn])) > len(starts):
+            starts.append(drawn)
+    return starts
 
 
 def best_start(lower: list[float]) -> int:

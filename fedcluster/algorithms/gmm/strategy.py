@@ -2,9 +2,10 @@
 (Dempster, Laird & Rubin 1977; the M-step as scikit-learn's ``GaussianMixture``);
 specification: docs/ALGORITHMS.md section 6.
 
-    start   ``em-starts`` starts side by side: FedKMeans' center sets after ``kmeans-rounds``
-            of its rounds, then one hard E-step (``gmm-init = kmeans``), or k-means++ draws
-            among the devices' means, then ``kmeans-rounds`` hard E-steps (``lloyd``)
+    start   ``em-starts`` starts side by side: FedKMeans' start sets (by default unrefined;
+            after ``kmeans-rounds`` of its rounds) topped up with draws of k of the devices'
+            summary centers, then one hard E-step (``gmm-init = kmeans``); or k-means++ draws
+            among the devices' means, then ``kmeans-rounds`` + 1 hard E-steps (``lloyd``)
     E-step  each device, on its own points: responsibilities r by log-sum-exp, and the sums
             N_k = Σ r, s_k = Σ r (x − μ_k), S_k = Σ r (x − μ_k)(x − μ_k)ᵀ, Σ log p(x)
     M-step  the server, from the sums alone: μ_k + s_k/N_k, S_k/N_k − δδᵀ + reg-covar·I, N_k/N
@@ -46,10 +47,15 @@ from .model import (
     start_arrays,
     starts_ranges,
     starts_violation,
+    start_count,
     summary_start,
+    topped_up_starts,
     summed_statistics,
     unit_mixture,
 )
+
+
+LLOYD_ROUNDS = 9  # kmeans-rounds = -1 (auto) with gmm-init = lloyd
 
 
 class FederatedGMM(FedKMeans):
@@ -76,14 +82,16 @@ class FederatedGMM(FedKMeans):
             raise FederationError(f"k={max(ks)} is larger than the {total} points held by the federation")
         self.cost_tie = cost_tie([self.members.declared.get(r.node_id) for r in summaries])
         self.low, self.high = bounding_box([r.arrays["min"] for r in summaries], [r.arrays["max"] for r in summaries])
-        hard = cfg.kmeans_rounds if start == "lloyd" else 1
+        rounds = cfg.kmeans_rounds if cfg.kmeans_rounds >= 0 else (LLOYD_ROUNDS if start == "lloyd" else 0)
+        hard = rounds + 1 if start == "lloyd" else 1  # the last hard E-step gives the first mixtures
         self.secagg.planned = len(ks) * (hard + cfg.em_rounds + 1)  # a run that stops early leaves keys unused
         fits = []
         for k in ks:
+            count = start_count(cfg.em_starts, k, self.members.dimension, cfg.covariance_type)
             if start == "kmeans":
-                means = self.kmeans_start(k, local, coarse, cfg.em_starts)
+                means = self.kmeans_start(k, local, coarse, count, rounds)
             else:
-                means = self.moments_start(k, summaries, cfg.em_starts)
+                means = self.moments_start(k, summaries, count)
             fits.append(self.fit(k, means, hard, start))
         best = min(range(len(fits)), key=lambda i: fits[i]["bic"]) if len(ks) > 1 else 0
         mixture, final = fits[best]["mixture"], fits[best]["final"]
@@ -107,17 +115,19 @@ class FederatedGMM(FedKMeans):
         return outcome
 
     # ------------------------------------------------------------------ the start
-    def kmeans_start(self, k: int, local, coarse, count: int) -> list[np.ndarray]:
+    def kmeans_start(self, k: int, local, coarse, count: int, rounds: int) -> list[np.ndarray]:
         """FedKMeans' start (its scored candidates and k-means++ draws on the devices'
         summaries, its ``n-init`` center sets) and ``kmeans-rounds`` of its rounds, the sets
         side by side: the cheapest centers measured, then the other sets' last centers by
         their last measured cost; the first ``count`` distinct ones."""
         starts, _ = self.initialize(k, self.low, self.high, local, coarse)
-        if self.config.kmeans_rounds > 0:
-            last = self.train(starts, self.config.kmeans_rounds)
+        if rounds > 0:
+            last = self.train(starts, rounds)
             best = self.best_seen[4] if self.best_seen is not None else last.centers
             starts = [best, *(c.centers for c in sorted(self.sets.values(), key=lambda c: c.cost))]
-        return [starts[i] for i in distinct_starts(starts)][:count]
+        if local is None or local[0].shape[0] < k:
+            return [starts[i] for i in distinct_starts(starts)][:count]
+        return topped_up_starts(starts, count, *local, self.rng)
 
     def moments_start(self, k: int, summaries: list[Reply], count: int) -> list[np.ndarray]:
         """``count`` draws of means from what the data summaries declared (:func:`start_means`)."""
