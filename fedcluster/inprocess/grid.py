@@ -16,7 +16,9 @@ from .availability import Availability
 
 # Flower's error codes (flwr.common.constant.ErrorCode).
 CLIENT_APP_RAISED_EXCEPTION = 2
-NODE_UNAVAILABLE = 5
+MESSAGE_UNAVAILABLE, REPLY_MESSAGE_UNAVAILABLE, NODE_UNAVAILABLE = 3, 4, 5
+# What befalls a whole message, never one task of a bundle: the node gone, a message lost in transit.
+TRANSPORT_ERRORS = (MESSAGE_UNAVAILABLE, REPLY_MESSAGE_UNAVAILABLE, NODE_UNAVAILABLE)
 
 ReplyHook = Callable[[int, Message, Message], "Message | None"]
 
@@ -174,7 +176,8 @@ class InProcessGrid(Grid):
         """A bundle, for a ``reply_hook``: each part delivered as the plain message it
         stands for (so the hook sees ``query.<task>`` messages and replies, as without
         bundles), the replies put back together as the bundle's reply. A part the hook
-        silences or reports NODE_UNAVAILABLE for does so for the whole node."""
+        silences or reports a transport error for (NODE_UNAVAILABLE, a message lost) does so
+        for the whole bundle."""
         content = message.content
         tasks = content.config_records[protocol.BUNDLE]["tasks"]
         joined = RecordDict()
@@ -194,8 +197,8 @@ class InProcessGrid(Grid):
             reply = self._reply_hook(node, part, self._call(part, context))
             if reply is None:
                 return None
-            if reply.has_error() and reply.error.code == NODE_UNAVAILABLE:  # the node is gone, not one task
-                return Message(Error(code=NODE_UNAVAILABLE, reason=reply.error.reason), reply_to=message)
+            if reply.has_error() and reply.error.code in TRANSPORT_ERRORS:  # the node or the message, not one task
+                return Message(Error(code=reply.error.code, reason=reply.error.reason), reply_to=message)
             if reply.has_error():
                 joined[protocol.part(protocol.ERROR, index)] = ConfigRecord({"reason": reply.error.reason})
                 continue

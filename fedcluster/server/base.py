@@ -255,7 +255,8 @@ class FederatedStrategy:
         """Phase 0 for point data: every node reports size, dimension and bounding box.
 
         The federation's dimension is the one most nodes report; nodes with another
-        dimension, or whose summary failed, are excluded from the run."""
+        dimension, or whose summary failed, are excluded from the run; one whose summary never
+        arrived (no reply in time, lost in transit) is not in it yet (``Membership.defer``)."""
         return self.survey()[0]
 
     def survey(self, *together: dict[str, Any]) -> tuple[list[Reply], list[list[Reply]]]:
@@ -274,7 +275,11 @@ class FederatedStrategy:
         kept = [r for r in kept if self.members.summary_fits(r)]
         answered = {r.node_id for r in replies}
         for failure in self.results.phases[first]["failures"]:
-            if failure["node"] not in answered:
+            if failure["node"] in answered:
+                continue
+            if failure["kind"] in ("timeout", "lost"):  # nothing arrived: nothing is known of its data
+                self.members.defer(failure["node"], failure["reason"])
+            else:
                 self.exclude(failure["node"], f"data summary failed: {failure['reason']}")
         if standardize:
             self.members.standardize(kept)

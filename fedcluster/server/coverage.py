@@ -48,7 +48,8 @@ def coverage(members: Membership) -> dict[str, Any]:
     record = members.record()
     covered = record["active"] - len(record["away_at_end"])
     refused = [f"{node}: {reason}" for node, reason in record["excluded"].items()]
-    total = record["connected"]
+    refused += [f"{node}: its data summary never arrived ({reason})" for node, reason in record["deferred"].items()]
+    total = record["connected"] + len(record["deferred"])
     unread: list[str] = []
     try:
         files = visible_files(members.config)

@@ -50,6 +50,7 @@ class Membership:
         self.excluded: dict[int, str] = {}
         self.exclusions: list[dict[str, Any]] = []  # who left, why, in which phase and round
         self.joined: list[dict[str, Any]] = []  # nodes admitted after the start (admit_newcomers)
+        self.deferred: dict[int, str] = {}  # nodes whose first data summary never arrived (defer), not yet joined
         self.away_now: list[int] = []  # nodes of the run not connected in the latest round trip
         self.declared: dict[int, bounds.Declared] = {}  # what each node's first reply fixed
         self.partitions: dict[int, int | None] = {}  # what each node's first reply stated (order_key)
@@ -67,6 +68,7 @@ class Membership:
             "excluded": {str(k): v for k, v in self.excluded.items()},
             "exclusions": self.exclusions,
             "joined": self.joined,
+            "deferred": {str(k): v for k, v in self.deferred.items()},
             "away_at_end": self.away_now,
         }
 
@@ -134,6 +136,15 @@ class Membership:
                 {"node": node_id, "reason": reason, "phase": self.results.phase, "round": self.results.round_number}
             )
 
+    def defer(self, node_id: int, reason: str) -> None:
+        """A node whose data summary never arrived (no reply in time, or lost in transit: a
+        dropped link, nothing about its data) is not in the run yet rather than out of it: a
+        newcomer again, asked to join where the strategy admits newcomers. Until it joins the
+        result's coverage counts it as a device whose data the result lacks."""
+        log(WARNING, "[fedcluster] node %s is not in the run yet: its data summary never arrived (%s)", node_id, reason)
+        self.deferred[node_id] = self.public_reason(reason)
+        self.nodes = [node for node in self._nodes if node != node_id]
+
     def summary_fits(self, reply: Reply) -> bool:
         """A data summary of the federation's dimension (the metric and the box agree)."""
         return int(reply.metrics[protocol.DIM]) == self.dimension and reply.arrays["min"].shape == (self.dimension,)
@@ -197,6 +208,7 @@ class Membership:
                 )
                 continue
             admitted.append(reply.node_id)
+            self.deferred.pop(reply.node_id, None)
             round_number = self.results.round_number
             self.joined.append({"node": reply.node_id, "round": round_number, "points": int(reply.num_examples)})
             log(
@@ -209,22 +221,34 @@ class Membership:
         self.nodes = sorted(self.nodes + admitted, key=self.order_key)
         return admitted
 
-    def track_presence(self, nodes: list[int], failures: list[dict[str, Any]]) -> None:
-        """A node the SuperLink reports unavailable leaves at once; one that sent nothing in
-        ``max-missed-phases`` consecutive phases leaves then. Any reply (even an invalid
-        one) shows the node is there."""
-        kinds = {failure["node"]: failure.get("kind") for failure in failures}
+    def track_presence(self, sent: list[tuple[list[int], list[dict[str, Any]]]]) -> None:
+        """After a round trip (its phases' nodes and failures, sent together): a node the
+        SuperLink reports unavailable leaves at once; one from which nothing arrived in
+        ``max-missed-phases`` consecutive round trips (silent, or its replies lost in transit)
+        leaves then, one round trip counting once however many phases it carried. Any reply
+        (even an invalid one) shows the node is there."""
+        asked: dict[int, None] = {}
+        arrived: set[int] = set()
+        unavailable: set[int] = set()
+        for nodes, failures in sent:
+            kinds = {failure["node"]: failure.get("kind") for failure in failures}
+            for node in nodes:
+                asked[node] = None
+                kind = kinds.get(node)
+                if kind == "unavailable":
+                    unavailable.add(node)
+                elif kind not in ("timeout", "lost"):
+                    arrived.add(node)
         limit = self.config.max_missed_phases
-        for node in nodes:
-            kind = kinds.get(node)
-            if kind == "unavailable":
+        for node in asked:
+            if node in unavailable:
                 self.exclude(node, "the SuperLink reports the node unavailable (NODE_UNAVAILABLE)")
-            elif kind == "timeout":
+            elif node in arrived:
+                self._missed[node] = 0
+            else:
                 self._missed[node] = self._missed.get(node, 0) + 1
                 if self._missed[node] >= limit:
                     self.exclude(node, f"no reply in {limit} consecutive phases (max-missed-phases)")
-            else:
-                self._missed[node] = 0
 
     def present(self, nodes: list[int]) -> set[int]:
         """Those of ``nodes`` connected now (all of them where the strategy does not skip

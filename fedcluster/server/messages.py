@@ -83,7 +83,9 @@ class Incoming:
     key: str
     node: int
     error: str | None = None  # why there is nothing to check: the device's or Flower's error, or unreadable
-    kind: str = "error"  # of the failure: "error", "unavailable" (Flower's NODE_UNAVAILABLE), "invalid"
+    # of the failure: "error" (the device's, or Flower's running its ClientApp), "unavailable" (Flower's
+    # NODE_UNAVAILABLE: the node is gone), "lost" (the message or its reply lost in transit), "invalid"
+    kind: str = "error"
     arrays: ArrayRecord | None = None
     metrics: dict[str, Any] | None = None
     up: int = 0  # bytes of array payload
@@ -198,6 +200,15 @@ def kept_of(message: Message, parts: int, verdicts: dict[int, tuple[str, str, in
     return Message(metadata=message.metadata, content=content)
 
 
+# Flower's error replies that say nothing of the device's data: the node is gone, or a message
+# (the request or the reply, e.g. its objects' upload cut by a dropped link) was lost in transit.
+_ERROR_KINDS = {
+    ErrorCode.NODE_UNAVAILABLE: "unavailable",
+    ErrorCode.MESSAGE_UNAVAILABLE: "lost",
+    ErrorCode.REPLY_MESSAGE_UNAVAILABLE: "lost",
+}
+
+
 def incoming(
     message: Message, node: int, parts: int, *, replayed: bool = False, key: str | None = None
 ) -> list[Incoming]:
@@ -213,7 +224,7 @@ def incoming(
         if verdicts is not None:
             return verdicts
     if message.has_error():
-        kind = "unavailable" if message.error.code == ErrorCode.NODE_UNAVAILABLE else "error"
+        kind = _ERROR_KINDS.get(message.error.code, "error")
         return [Incoming(key, node, error=f"error reply: {_reason(message.error.reason)}", kind=kind) for key in keys]
     try:
         problem = _records_problem(message.content, parts)

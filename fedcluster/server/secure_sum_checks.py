@@ -216,7 +216,9 @@ class SecaggChecks:
         )
         replies = self.transport.broadcast(**request, nodes=[node_of[p] for p in targets])
         for _ in range(SETUP_RETRIES):  # the same request to those away or late: they hold the shares
-            failed = {f["node"] for f in self.transport.results.phases[-1]["failures"] if f["kind"] != "timeout"}
+            failed = {
+                f["node"] for f in self.transport.results.phases[-1]["failures"] if f["kind"] not in ("timeout", "lost")
+            }
             answered = {r.node_id for r in replies}
             active = self.members.active_nodes
             again = [node_of[p] for p in targets if node_of[p] not in answered | failed and node_of[p] in active]

@@ -166,10 +166,14 @@ class Transport:
                 time.perf_counter() - started,
             )
             results.record_away(away[index])
-            members.track_presence(p["nodes"], failures)
+            out.append(replies)
+        if prepared:  # presence once per round trip; who leaves, leaves in the trip's first phase
+            last, results.phase = results.phase, prepared[0]["phase"]
+            members.track_presence([(p["nodes"], failures) for p, (_, failures) in zip(prepared, sent)])
+            results.phase = last
+        for p, (_, failures), replies in zip(prepared, sent, out):
             required = self.required_replies(len(p["nodes"])) if p["min_replies"] is None else p["min_replies"]
             self.require(p["phase"], len(replies), len(p["nodes"]), required, failures)
-            out.append(replies)
         return out
 
     @staticmethod
