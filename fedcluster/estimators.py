@@ -168,6 +168,16 @@ class _InProcess(ClusterMixin, BaseEstimator):
     """The run every estimator makes: the clients' files in a temporary folder, the
     federation in-process, the run's records kept on the estimator."""
 
+    def _run_config(self, algorithm: str, k: int, parameters: Sequence[str], others: str = "") -> dict[str, Any]:
+        """The run config of this estimator's parameters: each of ``parameters`` as the key
+        ``algorithm``'s package declares for it (one it does not take, given, is refused;
+        ``others`` says which estimator runs the algorithms this one does not), ``k``, the seed
+        of ``random_state``, then ``run_config`` (a key set both ways refused)."""
+        values = {name: getattr(self, name) for name in parameters}
+        own: dict[str, Any] = _own_keys(type(self).__name__, algorithm, values, others)
+        own.update({"algorithm": algorithm, "k": k, "seed": _seed(self.random_state)})
+        return _merged(self.run_config, own)
+
     def _federate(
         self,
         config: dict[str, Any],
@@ -290,14 +300,12 @@ class FederatedKMeans(_Federated):
         _keep(self, locals())
 
     def _config(self) -> dict[str, Any]:
-        own: dict[str, Any] = _own_keys(
-            "FederatedKMeans",
+        return self._run_config(
             self.algorithm,
-            {"max_iter": self.max_iter, "tol": self.tol, "fraction": self.fraction, "n_init": self.n_init},
+            self.n_clusters,
+            ("max_iter", "tol", "fraction", "n_init"),
             "DPFederatedKMeans runs FedDP-KMeans",
         )
-        own.update({"algorithm": self.algorithm, "k": self.n_clusters, "seed": _seed(self.random_state)})
-        return _merged(self.run_config, own)
 
 
 class DPFederatedKMeans(_Federated):

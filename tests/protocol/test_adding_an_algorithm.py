@@ -76,19 +76,18 @@ PACKAGE = {
     "estimator.py": """
         import numpy as np
 
-        from fedcluster.estimators import _client_arrays, _InProcess, _keep, _merged, _own_keys
+        from fedcluster.estimators import _client_arrays, _InProcess, _keep
 
 
         class ToyMeanEstimator(_InProcess):
-            def __init__(self, scale=None, *, run_config=None, output_dir=None, verbose=False):
+            def __init__(self, scale=None, *, random_state=None, run_config=None, output_dir=None, verbose=False):
                 _keep(self, locals())
 
             def fit(self, clients, y=None):
                 arrays = _client_arrays(clients)
                 writers = [lambda folder, i, a=a: np.save(folder / f"client_{i:05d}.npy", a) for a in arrays]
-                own = _own_keys("ToyMeanEstimator", "toy-mean", {"scale": self.scale}, "")
-                own.update({"algorithm": "toy-mean", "k": 1})
-                _, loaded = self._federate(_merged(self.run_config, own), "npy-dir", writers, ("centers",))
+                config = self._run_config("toy-mean", 1, ("scale",))
+                _, loaded = self._federate(config, "npy-dir", writers, ("centers",))
                 self.center_ = loaded["centers"][0]
                 return self
     """,

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedcluster.estimators import _client_arrays, _InProcess, _keep, _merged, _own_keys, _seed
+from fedcluster.estimators import _client_arrays, _InProcess, _keep
 from fedcluster.metrics import check_points
 
 from .model import Mixture, bic
@@ -45,20 +45,8 @@ class FederatedGaussianMixture(_InProcess):
         _keep(self, locals())
 
     def _config(self) -> dict[str, Any]:
-        own: dict[str, Any] = _own_keys(
-            "FederatedGaussianMixture",
-            "gmm",
-            {
-                "max_iter": self.max_iter,
-                "tol": self.tol,
-                "reg_covar": self.reg_covar,
-                "n_init": self.n_init,
-                "covariance_type": self.covariance_type,
-            },
-            "",
-        )
-        own.update({"algorithm": "gmm", "k": self.n_components, "seed": _seed(self.random_state)})
-        return _merged(self.run_config, own)
+        parameters = ("max_iter", "tol", "reg_covar", "n_init", "covariance_type")
+        return self._run_config("gmm", self.n_components, parameters)
 
     def fit(self, clients: Sequence[Any], y: Any = None) -> "FederatedGaussianMixture":
         """Run the federation over ``clients`` (one array per client); ``y`` is ignored."""
