@@ -41,17 +41,17 @@ def train_phases(result):
     return [p for p in result["phases"] if p["phase"] == "train"]
 
 
+def config_of(tmp_path, data, **keys):
+    """A run over the folder ``data`` (k = 3), with ``keys`` given by run-config name
+    (``stop_when_fixed`` for ``stop-when-fixed``)."""
+    base = {"k": 3, "dataset": "npy-dir", "data-dir": str(data), "output-dir": str(tmp_path / "o")}
+    return {**base, **{name.replace("_", "-"): value for name, value in keys.items()}}
+
+
 def test_node_unavailable_leaves_at_once_and_its_cluster_is_reseeded_now(tmp_path, caplog):
     data, _ = three_blobs_one_per_node(tmp_path, extra_blob_on_node0=True)
-    config = {
-        "k": 4,
-        "num-rounds": 8,
-        "dataset": "npy-dir",
-        "data-dir": str(data),
-        "output-dir": str(tmp_path / "o"),
-        "tol": 0.0,
-        "stop-when-fixed": False,  # the node goes in round 3: the run must still be there
-    }
+    # stop_when_fixed off: the node goes in round 3, the run must still be there
+    config = config_of(tmp_path, data, k=4, num_rounds=8, tol=0.0, stop_when_fixed=False)
     result = run(config, num_nodes=3, reply_hook=gone_from_round(1002, 3, "unavailable"))
     assert result["nodes"]["excluded"].keys() == {"1002"}
     (exclusion,) = result["nodes"]["exclusions"]
@@ -70,16 +70,7 @@ def test_node_unavailable_leaves_at_once_and_its_cluster_is_reseeded_now(tmp_pat
 
 def test_a_silent_node_leaves_after_max_missed_phases(tmp_path):
     data, _ = three_blobs_one_per_node(tmp_path)
-    config = {
-        "k": 3,
-        "num-rounds": 6,
-        "dataset": "npy-dir",
-        "data-dir": str(data),
-        "output-dir": str(tmp_path / "o"),
-        "tol": 0.0,
-        "round-timeout": 0.3,
-        "max-missed-phases": 2,
-    }
+    config = config_of(tmp_path, data, num_rounds=6, tol=0.0, round_timeout=0.3, max_missed_phases=2)
     result = run(config, num_nodes=3, reply_hook=gone_from_round(1002, 2, "silent"))
     (exclusion,) = result["nodes"]["exclusions"]
     assert exclusion["node"] == 1002 and exclusion["round"] == 3
@@ -98,15 +89,7 @@ def test_an_invalid_reply_is_not_a_missed_phase(tmp_path):
             return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason="bad luck"), reply_to=message)
         return reply
 
-    config = {
-        "k": 3,
-        "num-rounds": 5,
-        "dataset": "npy-dir",
-        "data-dir": str(data),
-        "output-dir": str(tmp_path / "o"),
-        "tol": 0.0,
-        "max-missed-phases": 1,
-    }
+    config = config_of(tmp_path, data, num_rounds=5, tol=0.0, max_missed_phases=1)
     result = run(config, num_nodes=3, reply_hook=hook)
     assert result["nodes"]["excluded"] == {}
     assert all(p["sent"] == 3 and p["replies"] == 2 for p in train_phases(result))
@@ -132,14 +115,7 @@ def test_a_data_summary_lost_in_transit_leaves_the_node_a_newcomer_that_joins(tm
     run for good (docs/devices.md). Nothing about its data arrived: it is asked again as a
     newcomer, joins, and the result covers it."""
     data, _ = three_blobs_one_per_node(tmp_path)
-    config = {
-        "k": 3,
-        "num-rounds": 6,
-        "dataset": "npy-dir",
-        "data-dir": str(data),
-        "output-dir": str(tmp_path / "o"),
-        "stop-when-fixed": False,
-    }
+    config = config_of(tmp_path, data, num_rounds=6, stop_when_fixed=False)
     result = run(config, num_nodes=3, reply_hook=lost_once(1002, "query.data_summary", code))
     assert result["nodes"]["excluded"] == {}
     assert [j["node"] for j in result["nodes"]["joined"]] == [1002]
@@ -152,13 +128,7 @@ def test_a_data_summary_lost_where_no_newcomer_joins_counts_as_uncovered(tmp_pat
     """A mixture's EM admits no newcomer: the node whose summary was lost never joins; the
     coverage line says the result lacks its data and why, instead of a normal-looking 2 of 2."""
     data, _ = three_blobs_one_per_node(tmp_path)
-    config = {
-        "algorithm": "gmm",
-        "k": 3,
-        "dataset": "npy-dir",
-        "data-dir": str(data),
-        "output-dir": str(tmp_path / "o"),
-    }
+    config = config_of(tmp_path, data, algorithm="gmm")
     result = run(config, num_nodes=3, reply_hook=lost_once(1002, "query.data_summary"))
     assert result["nodes"]["excluded"] == {} and "1002" in result["nodes"]["deferred"]
     assert result["final"]["num_points"] == 120
@@ -168,15 +138,7 @@ def test_a_data_summary_lost_where_no_newcomer_joins_counts_as_uncovered(tmp_pat
 
 def test_a_training_reply_lost_in_transit_is_a_missed_phase_not_a_reason_to_exclude(tmp_path):
     data, _ = three_blobs_one_per_node(tmp_path)
-    config = {
-        "k": 3,
-        "num-rounds": 4,
-        "dataset": "npy-dir",
-        "data-dir": str(data),
-        "output-dir": str(tmp_path / "o"),
-        "tol": 0.0,
-        "stop-when-fixed": False,
-    }
+    config = config_of(tmp_path, data, num_rounds=4, tol=0.0, stop_when_fixed=False)
     result = run(config, num_nodes=3, reply_hook=lost_once(1001, TRAIN))
     assert result["nodes"]["excluded"] == {}
     kinds = [f["kind"] for p in train_phases(result) for f in p["failures"]]
