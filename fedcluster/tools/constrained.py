@@ -220,8 +220,16 @@ class Sampler(threading.Thread):
 class ConstrainedCluster(LocalCluster):
     """A :class:`LocalCluster` whose SuperNodes are phone-class devices (:class:`Limits`)."""
 
-    def __init__(self, workdir: Path, data_files: list[Path], limits: Limits = Limits(), echo=print, seed=0) -> None:
-        super().__init__(workdir, data_files, echo)
+    def __init__(
+        self,
+        workdir: Path,
+        data_files: list[Path],
+        limits: Limits = Limits(),
+        echo=print,
+        seed=0,
+        device_worker: bool = False,
+    ) -> None:
+        super().__init__(workdir, data_files, echo, device_worker)
         self.limits, self.seed = limits, seed
         self.tag = f"{os.getpid() % 10000}"
         self.octet = 200 + os.getpid() % 50
@@ -272,6 +280,7 @@ class ConstrainedCluster(LocalCluster):
             key=key or self.certs.supernode_keys[index],
             superlink=f"{namespace.host_ip}:{FLEET_PORT}",
             prefix=(*self.cgroups[index].prefix(), *namespace.prefix()),
+            device_worker=self.device_worker,
         )
 
     def link_stats(self) -> dict:

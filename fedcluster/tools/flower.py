@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -71,6 +72,23 @@ def run_config_text(config: dict[str, Any]) -> str:
     return " ".join(f"{key}={value(v)}" for key, v in config.items())
 
 
+def device_worker_args(port: int, certs: Any, secret: Path) -> tuple[list[str], list[str]]:
+    """What a SuperNode whose Runtime API is on ``port`` and its ``fedcluster-device`` worker
+    are given: ``--isolation process`` (the SuperNode starts no SuperExec), a SuperExec auth
+    secret both share (no other process may claim its tasks) and, with ``certs``, TLS on the
+    Runtime API (the SuperLink's certificate: it names 127.0.0.1; a device of its own makes
+    one for its loopback)."""
+    supernode = ["--isolation", "process", "--superexec-auth-secret-file", str(secret)]
+    worker = ["--runtime-api-address", f"127.0.0.1:{port}", "--superexec-auth-secret-file", str(secret)]
+    if certs:
+        supernode += ["--ssl-ca-certfile", str(certs.ca_cert), "--ssl-certfile", str(certs.superlink_cert)]
+        supernode += ["--ssl-keyfile", str(certs.superlink_key)]
+        worker += ["--root-certificates", str(certs.ca_cert)]
+    else:
+        worker += ["--insecure"]
+    return supernode, worker
+
+
 class FlowerProcesses:
     """Flower processes started from ``workdir``; a context manager that stops them all."""
 
@@ -83,6 +101,7 @@ class FlowerProcesses:
         self.home = self.workdir / "flwr-home"
         self.port = 0
         self.processes: dict[str, subprocess.Popen] = {}
+        self.workers: dict[str, subprocess.Popen] = {}  # SuperNode name -> its fedcluster-device
         self._log_files: list[Any] = []
         self.env = {**os.environ, **FLOWER_ENV, "FLWR_HOME": str(self.home)}
         self.env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{self.env.get('PATH', '')}"
@@ -110,7 +129,11 @@ class FlowerProcesses:
         return process
 
     def stop_process(self, name: str, sig: int = signal.SIGTERM) -> None:
-        """Stop one process started here, with its process group (its ClientApps)."""
+        """Stop one process started here, with its process group (its ClientApps), and a
+        SuperNode's ``fedcluster-device`` worker with it."""
+        worker = self.workers.pop(name, None)
+        if worker is not None:
+            self.stop_process(next(n for n, p in self.processes.items() if p is worker), sig)
         process = self.processes[name]
         if process.poll() is None:
             try:
@@ -202,14 +225,20 @@ class FlowerProcesses:
         key: Path | None = None,
         superlink: str | None = None,
         prefix: tuple[str, ...] = (),
+        device_worker: bool = False,
     ) -> subprocess.Popen:
         """A SuperNode on its own free ``--port`` (two on one host must not share one).
         ``superlink``: the Fleet API address (default this SuperLink on loopback); ``prefix``:
-        a command the SuperNode runs under (a network namespace, a cgroup: tools/constrained.py)."""
+        a command the SuperNode runs under (a network namespace, a cgroup: tools/constrained.py).
+        ``device_worker``: the SuperNode runs ``--isolation process`` and one
+        ``fedcluster-device`` process (under the same prefix, in ``self.workers[name]``) serves
+        all its messages (:func:`device_worker_args`)."""
         security = ["--root-certificates", str(certs.ca_cert)] if certs else ["--insecure"]
         if key is not None:
             security += ["--auth-supernode-private-key", str(key)]
-        return self._start(
+        port = free_port()
+        supernode_args, worker_args = device_worker_args(port, certs, self._secret(name)) if device_worker else ([], [])
+        process = self._start(
             name,
             [
                 *prefix,
@@ -218,11 +247,25 @@ class FlowerProcesses:
                 superlink or f"127.0.0.1:{self.port}",
                 *security,
                 "--port",
-                str(free_port()),
+                str(port),
                 "--node-config",
                 node_config,
+                *supernode_args,
             ],
         )
+        if device_worker:
+            self.workers[name] = self._start(f"{name}-device", [*prefix, tool("fedcluster-device"), *worker_args])
+        return process
+
+    def _secret(self, name: str) -> Path:
+        """A fresh SuperExec auth secret for SuperNode ``name`` (only its worker may claim its tasks)."""
+        path = self.workdir / "secrets" / f"{name}.secret"
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(secrets.token_hex(32).encode())
+        return path
 
     def _wait_for_port(self, port: int, name: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout

@@ -66,10 +66,11 @@ class LocalCluster(FlowerProcesses):
     """A SuperLink + one SuperNode per data file, with TLS and SuperNode authentication, on
     loopback. Use as a context manager: every process started is stopped on exit."""
 
-    def __init__(self, workdir: Path, data_files: list[Path], echo=print) -> None:
+    def __init__(self, workdir: Path, data_files: list[Path], echo=print, device_worker: bool = False) -> None:
         super().__init__(workdir, CONNECTION, echo)
         self.data_files = [Path(p).resolve() for p in data_files]
         self.certs = None
+        self.device_worker = device_worker  # each SuperNode served by one fedcluster-device process
 
     def start_superlink(self, extra_hosts: tuple[str, ...] = ()) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -104,6 +105,7 @@ class LocalCluster(FlowerProcesses):
             f'data-path="{self.data_files[index]}" partition-id={index}',
             certs=self.certs,
             key=key or self.certs.supernode_keys[index],
+            device_worker=self.device_worker,
         )
 
     def start(self) -> None:
@@ -111,7 +113,8 @@ class LocalCluster(FlowerProcesses):
         for index in range(len(self.data_files)):
             self.register(index)
             self.start_supernode(index)
-        self.echo(f"{len(self.data_files)} SuperNode(s) registered and started, one data file each")
+        served = ", each served by one fedcluster-device process" if self.device_worker else ""
+        self.echo(f"{len(self.data_files)} SuperNode(s) registered and started, one data file each{served}")
 
 
 def print_progress(line: str) -> None:
@@ -182,6 +185,12 @@ def build_parser() -> ToolParser:
     )
     parser.add_argument("--app", default=None, help="the Flower app to submit (default: this checkout)")
     parser.add_argument(
+        "--device-worker",
+        action="store_true",
+        help="run each SuperNode with --isolation process and one long-lived fedcluster-device process "
+        "serving all its messages (no flower-superexec, no flwr-clientapp process per message; docs/devices.md)",
+    )
+    parser.add_argument(
         "--timeout",
         type=number(0, 10**7, low_open=True),
         default=900.0,
@@ -232,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             out = None
         print(f"work folder: {workdir}")
-        with LocalCluster(workdir, files) as cluster:
+        with LocalCluster(workdir, files, device_worker=args.device_worker) as cluster:
             cluster.start()
             run_id = cluster.submit(app, run_config.strip())
             print(f"run {run_id} submitted: {run_config.strip()}", flush=True)
