@@ -25,13 +25,17 @@ The 2 cores of this machine are shared by every device: 20 quarter-cores ask for
 are those of this machine under that contention, not of 20 phones.
 
 ``--quick``: 3 SuperNodes, FedKMeans and k-FED only, a 20 s sleep. Another ``--supernodes``
-than 20 writes ``constrained_devices-<N>.md``. A run after which every SuperNode is dead
+than 20 writes ``constrained_devices-<N>.md``. ``--device-worker``: every SuperNode runs
+``--isolation process`` with one long-lived ``fedcluster-device`` process serving all its
+messages (in the device's cgroups and namespace) instead of a SuperExec and a ClientApp
+process per message; the page is ``constrained_devices[-<N>]-worker.md``. A run after which every SuperNode is dead
 ends there.
 
 Usage (root; cgroup v1 memory, cpu, cpuacct; ip, tc)::
 
     python bench/constrained_devices.py --out docs/results
     python bench/constrained_devices.py --quick
+    python bench/constrained_devices.py --supernodes 5 --device-worker --memory-mb 256 --out docs/results
 """
 
 from __future__ import annotations
@@ -157,12 +161,16 @@ def put_to_sleep(cluster: ConstrainedCluster, run_id: str, after_s: float, aslee
         time.sleep(1)
     time.sleep(after_s)
     process = cluster.processes["supernode-1"]
-    os.killpg(process.pid, signal.SIGSTOP)
+    worker = cluster.workers.get("supernode-1")  # --device-worker: it sleeps with its SuperNode
+    groups = [p.pid for p in (process, worker) if p is not None]
+    for group in groups:
+        os.killpg(group, signal.SIGSTOP)
     stopped = time.monotonic()
     try:
         time.sleep(asleep_s)
     finally:
-        os.killpg(process.pid, signal.SIGCONT)
+        for group in groups:
+            os.killpg(group, signal.SIGCONT)
     return {"asleep_s": time.monotonic() - stopped, "alive_after": process.poll() is None}
 
 
@@ -208,10 +216,13 @@ def line(cells: list) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def run_cluster(workdir: Path, files: list[Path], names: list[str], limits: Limits, timeout: float, sleep) -> list:
+def run_cluster(
+    workdir: Path, files: list[Path], names: list[str], limits: Limits, timeout: float, sleep, worker: bool = False
+) -> list:
     """Each run's row is printed as soon as it is measured (a long run leaves the rows before it)."""
     rows = []
-    with ConstrainedCluster(workdir, files, limits, echo=lambda text: print(f"  [{text}]", file=sys.stderr)) as cl:
+    echo = lambda text: print(f"  [{text}]", file=sys.stderr)  # noqa: E731
+    with ConstrainedCluster(workdir, files, limits, echo=echo, device_worker=worker) as cl:
         cl.start()
         time.sleep(5)  # the SuperNodes connect through the link
         for name in names:
@@ -233,9 +244,10 @@ def run_cluster(workdir: Path, files: list[Path], names: list[str], limits: Limi
     return rows
 
 
-def probe_cap(tmp: Path, devices: int, limits: Limits, timeout: float) -> dict:
+def probe_cap(tmp: Path, devices: int, limits: Limits, timeout: float, worker: bool = False) -> dict:
     """k-FED (one round trip) with every device capped at ``limits.memory``: does it fit?"""
-    with ConstrainedCluster(tmp / "probe", point_files(tmp / "probe-data", devices), limits, echo=lambda t: None) as cl:
+    files = point_files(tmp / "probe-data", devices)
+    with ConstrainedCluster(tmp / "probe", files, limits, echo=lambda t: None, device_worker=worker) as cl:
         cl.start()
         time.sleep(5)
         got = measured_run(cl, "probe", RUNS["kfed"], timeout)
@@ -253,7 +265,9 @@ def oom_lines() -> list[str]:
 
 def process_table(runs: list[tuple[str, dict]]) -> str:
     """The largest resident set of each of a device's processes (by command), over the devices."""
-    names = sorted({name for _, m in runs for name in m["by_process"] if name.startswith(("flower", "flwr"))})
+    names = sorted(
+        {name for _, m in runs for name in m["by_process"] if name.startswith(("flower", "flwr", "fedcluster-device"))}
+    )
     rows = [
         [run, *(f"{m['by_process'].get(p, 0) / MB:.0f} ({m['at_once'].get(p, 0)})" for p in names)] for run, m in runs
     ]
@@ -271,6 +285,9 @@ def main() -> None:
     parser.add_argument("--cap-mb", type=int, default=256, help="the phone-class memory cap tried first (MB; 0: skip)")
     parser.add_argument("--memory-mb", type=int, default=512, help="the memory cap of the measured runs (MB)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one run may take")
+    parser.add_argument(
+        "--device-worker", action="store_true", help="one fedcluster-device process per SuperNode (--isolation process)"
+    )
     add_bench_flags(parser, quick="3 SuperNodes, fedkmeans and kfed, a 20 s sleep")
     args = parser.parse_args()
     why = unavailable()
@@ -283,9 +300,15 @@ def main() -> None:
         sys.exit(f"constrained_devices: unknown algorithm(s) {', '.join(unknown)}; known: {', '.join(RUNS)}")
     sleep_s = args.sleep_s if args.sleep_s is not None else (20.0 if args.quick else 45.0)
     capped, limits = Limits(memory=args.cap_mb * MB), Limits(memory=args.memory_mb * MB)
-    page = Path(__file__) if devices == DEVICES else Path(__file__).with_name(f"constrained_devices-{devices}.py")
+    stem = (
+        "constrained_devices"
+        + ("" if devices == DEVICES else f"-{devices}")
+        + ("-worker" if args.device_worker else "")
+    )
+    page = Path(__file__).with_name(f"{stem}.py")
     with page_output(args.out, page):
-        print_header(f"Phone-class devices: {devices} capped SuperNodes behind an emulated link", __doc__)
+        served = ", each served by one fedcluster-device process" if args.device_worker else ""
+        print_header(f"Phone-class devices: {devices} capped SuperNodes behind an emulated link{served}", __doc__)
         print(
             f"\nper device: {limits.cpu} core, uplink {limits.uplink}, {limits.delay_ms:.0f} +- "
             f"{limits.jitter_ms:.0f} ms each way, a connection dropped every {limits.drop_mean_s:.0f} s on average; "
@@ -296,7 +319,9 @@ def main() -> None:
             probes = []
             if args.cap_mb:
                 print(f"  k-FED at {args.cap_mb} MB ...", file=sys.stderr, flush=True)
-                probe = probe_cap(tmp, devices, capped, min(args.timeout, 150.0 if args.quick else 240.0))
+                probe = probe_cap(
+                    tmp, devices, capped, min(args.timeout, 150.0 if args.quick else 240.0), args.device_worker
+                )
                 print(
                     f"**At {args.cap_mb} MB per device**: k-FED ended `{probe['status']}`; {probe['oom_kills']} OOM "
                     f"kill(s), {probe['dead']} of {devices} SuperNodes dead. Kernel: "
@@ -308,11 +333,18 @@ def main() -> None:
             print(markdown_table(HEADERS, []), flush=True)
             points = [n for n in names if n not in GRAPHS]
             files = point_files(tmp / "data", devices)
-            got = run_cluster(tmp / "points", files, points, limits, args.timeout, (SLEEP_AFTER_S, sleep_s))
+            sleep = (SLEEP_AFTER_S, sleep_s)
+            got = run_cluster(tmp / "points", files, points, limits, args.timeout, sleep, args.device_worker)
             graphs = [n for n in names if n in GRAPHS]
             if graphs:
                 got += run_cluster(
-                    tmp / "graph", edge_files(tmp / "edges", devices), graphs, limits, args.timeout, None
+                    tmp / "graph",
+                    edge_files(tmp / "edges", devices),
+                    graphs,
+                    limits,
+                    args.timeout,
+                    None,
+                    args.device_worker,
                 )
         print(process_table(probes + got))
         for name, m in got:
