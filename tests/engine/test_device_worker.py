@@ -125,7 +125,7 @@ def test_device_workers_serve_every_message_of_a_tls_authenticated_deployment(tm
     assert all(len(lines) >= 4 for lines in answered.values()), answered  # init, rounds, final cost
     assert not [line for lines in answered.values() for line in lines if " done in " not in line], answered
     # ... and nothing else ran a message: no SuperExec, no ClientApp process per message
-    assert watcher.named("fedcluster-device") and watcher.named("flower-supernode"), watcher.seen
+    assert watcher.named("fedcluster-device") and watcher.named("supernode"), watcher.seen
     # (the SuperLink's own SuperExec, running the ServerApp, is not a device's)
     assert not watcher.named("flwr-clientapp") and not watcher.descendants(supernodes), watcher.seen
     # The same centers as the in-process runner over the same files and partition-ids
