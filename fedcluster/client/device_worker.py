@@ -133,8 +133,26 @@ def _client(settings: Settings, component: str, token: str | None = None):
         insecure=settings.root_certificates is None,
         root_certificates=settings.root_certificates,
         interceptors=interceptors,
-        retry_invoker=make_simple_http_retry_invoker(),
+        retry_invoker=without_self_interrupt(make_simple_http_retry_invoker()),
     )
+
+
+def without_self_interrupt(invoker):
+    """Flower's HTTP retry invoker, except that a 401 (a task token the SuperNode no longer
+    honours: the task was given up while its message was in transit; or a wrong auth secret)
+    raises the error to the caller: Flower's own answer, SIGINT to this process, would end
+    the worker and with it every later message (seen behind a lossy link)."""
+    import httpx
+
+    flower_rule = invoker.should_giveup
+
+    def should_giveup(exc: Exception) -> bool:
+        if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code == httpx.codes.UNAUTHORIZED:
+            return True
+        return flower_rule(exc) if flower_rule is not None else False
+
+    invoker.should_giveup = should_giveup
+    return invoker
 
 
 def serve_task(settings: Settings, token: str) -> str:

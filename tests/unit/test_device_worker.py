@@ -126,3 +126,23 @@ def test_a_supernode_and_its_worker_share_port_secret_and_trust():
     assert "--insecure" not in device
     supernode, device = device_worker_args(4567, None, Path("s.secret"))
     assert "--insecure" in device and "--ssl-certfile" not in supernode and "--root-certificates" not in device
+
+
+def test_a_refused_task_token_is_an_error_for_that_task_not_the_end_of_the_worker():
+    # Flower's invoker answers a 401 with SIGINT to its own process: behind a lossy link a
+    # task given up mid-transfer ended the worker and every later message with it.
+    import httpx
+    from flwr.supercore.retry import make_simple_http_retry_invoker
+
+    invoker = worker.without_self_interrupt(make_simple_http_retry_invoker())
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/runtime/push-task-output")
+    refused = httpx.HTTPStatusError("401", request=request, response=httpx.Response(401, request=request))
+    calls = []
+
+    def push():
+        calls.append(1)
+        raise refused
+
+    with pytest.raises(httpx.HTTPStatusError):
+        invoker.invoke(push)
+    assert calls == [1]
