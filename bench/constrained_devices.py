@@ -100,10 +100,17 @@ def edge_files(folder: Path, devices: int) -> list[Path]:
     return write_client_edge_files(split_edges(canonical_edges(np.concatenate(edges)), devices, 2, 0), folder)
 
 
+ROUND_TIMEOUT_S = 120.0  # a phase's wait for a device whose message the link lost (the project's default: 600 s)
+
+
 def measured_run(cluster: ConstrainedCluster, name: str, config: str, timeout: float, sleep=None) -> dict:
     """One run to its end with every device's memory and CPU measured; ``sleep``: (seconds
-    after the run is under way, seconds asleep) for device 1."""
+    after the run is under way, seconds asleep) for device 1. Every run waits at most
+    ``ROUND_TIMEOUT_S`` for a phase's replies: a message a dropped link lost (Flower does
+    not send it again) would otherwise hold the phase for the default 600 s."""
     devices = len(cluster.data_files)
+    if "round-timeout=" not in config:
+        config = f"{config} round-timeout={ROUND_TIMEOUT_S:g}"
     out = cluster.workdir / f"out-{name}"
     for group in cluster.cgroups:
         group.reset_peak()
@@ -197,7 +204,7 @@ def row(name: str, config: str, got: dict) -> list:
 
 HEADERS = [
     "algorithm",
-    "run config (besides min-nodes, reference=false)",
+    f"run config (besides min-nodes, reference=false, round-timeout={ROUND_TIMEOUT_S:g})",
     "status",
     "time to result (s)",
     "round trips",
