@@ -147,14 +147,22 @@ class FlowerProcesses:
                 process.wait(timeout=10)
 
     def stop(self) -> None:
+        """Stop every process started here, the last started first. A Ctrl-C while this
+        runs (a second one: the first is what ends the run) does not leave the rest
+        running: they are stopped, then the interrupt goes on."""
+        interrupted: KeyboardInterrupt | None = None
         for name in reversed(list(self.processes)):
             try:
                 self.stop_process(name)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
+            except KeyboardInterrupt as exc:
+                interrupted = exc
         for log in self._log_files:
             log.close()
         self._log_files.clear()
+        if interrupted is not None:
+            raise interrupted
 
     def __enter__(self) -> "FlowerProcesses":
         return self

@@ -146,3 +146,34 @@ def test_a_refused_task_token_is_an_error_for_that_task_not_the_end_of_the_worke
     with pytest.raises(httpx.HTTPStatusError):
         invoker.invoke(push)
     assert calls == [1]
+
+
+def test_a_second_ctrl_c_while_stopping_still_stops_every_process(tmp_path, monkeypatch):
+    """Ctrl-C ends a bench or a local cluster; a second one arriving while its processes
+    are stopped (GNU timeout forwards the first again) used to abandon the rest: the
+    SuperLink, started first and stopped last, was left running."""
+    import signal
+    import subprocess
+
+    from fedcluster.tools.flower import FlowerProcesses
+
+    processes = FlowerProcesses(tmp_path)
+    started = [processes._start(name, ["sleep", "60"]) for name in ("superlink", "supernode-1", "supernode-2")]
+    stop_one, calls = processes.stop_process, []
+
+    def interrupted_once(name, sig=signal.SIGTERM):
+        stop_one(name, sig)
+        calls.append(name)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(processes, "stop_process", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        processes.stop()
+    assert calls == ["supernode-2", "supernode-1", "superlink"]
+    assert all(process.poll() is not None for process in started)
+    for process in started:
+        try:
+            process.wait(timeout=1)
+        except subprocess.TimeoutExpired:  # pragma: no cover - the assertion above failed
+            process.kill()
