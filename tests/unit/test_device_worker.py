@@ -1,5 +1,5 @@
 """fedcluster-device: which runs it answers, how it refuses bad input and missing internals.
-(tests/engine/test_device_worker.py runs it against real SuperNodes.)"""
+(tests/engine/test_device_worker_deployment.py runs it against real SuperNodes.)"""
 
 from __future__ import annotations
 

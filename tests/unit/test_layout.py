@@ -303,3 +303,13 @@ def test_no_import_circle_among_the_librarys_modules():
     assert not circles, "import circles (lazy and by-name imports count): " + "; ".join(
         " -> ".join(c) for c in circles[:5]
     )
+
+
+def test_no_two_test_files_share_a_name():
+    # the tiers are folders, not packages: pytest imports each test file by its basename, and
+    # a second file of the same name in another tier is an error at collection (seen in CI)
+    names: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    shared = {name: paths for name, paths in names.items() if len(paths) > 1}
+    assert not shared, f"test files of the same name in different folders: {shared}"
