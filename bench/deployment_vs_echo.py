@@ -56,6 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from _common import ROOT, add_bench_flags, markdown_table, page_output, print_header, run_inprocess
+from deployment_seconds import kernel_seconds
 
 NODES, POINTS, DIM, BLOBS = 3, 2_000, 8, 5
 TRIPS, QUICK_TRIPS = 8, 4
@@ -172,20 +173,6 @@ def fab_install_seconds(folder: Path) -> tuple[int, float]:
     runs = [subprocess.run([sys.executable, "-c", code, str(fabs[0])], env=flower.env, capture_output=True, text=True)]
     runs += [subprocess.run([sys.executable, "-c", code, str(fabs[0])], env=flower.env, capture_output=True, text=True)]
     return fabs[0].stat().st_size, min(float(r.stdout.strip().splitlines()[-1]) for r in runs)
-
-
-def kernel_seconds(path: Path, centers: np.ndarray) -> float:
-    from fedcluster.device import run_task
-    from fedcluster.node_data import device_data
-
-    data = device_data({"dataset": "npy-dir"}, {"data-path": str(path)})
-    config = {"local-epochs": 1, "batch-size": 0, "client-lr": 1.0, "seed": 1}
-    best = float("inf")
-    for _ in range(3):
-        started = time.perf_counter()
-        run_task("fedkmeans_train", data, {"centers": centers[None]}, config)
-        best = min(best, time.perf_counter() - started)
-    return best
 
 
 def server_seconds(folder: Path, files: list[Path]) -> tuple[float, float]:
