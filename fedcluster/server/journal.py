@@ -34,6 +34,7 @@ from flwr.app import Message
 
 from .journal_file import FRAME, decode, encode, message_bytes, message_from, read_frames
 from .messages import FederationError
+from .pull import Replies, puller
 
 NAME = "journal.bin"
 LIVE = "live"  # the kind of the mark a resumed attempt writes where it goes live
@@ -257,8 +258,12 @@ class Journal:
             finally:
                 self.replaying_pull = False
             return out
+        pull = puller(grid)
         while pending:
-            got = list(grid.pull_messages(list(pending)))
+            got = pull(list(pending))
+            late = time.monotonic() > deadline
+            if late and isinstance(pull, Replies):
+                got += pull.give_up()  # replies still incomplete at the deadline: lost, and said so
             out.extend(got)
             pending.difference_update(m.metadata.reply_to_message_id for m in got)
             if got:
@@ -266,7 +271,7 @@ class Journal:
                     self._live[3].append(got)
                 if on_batch is not None:
                     on_batch(got)
-            if not pending or time.monotonic() > deadline:
+            if not pending or late:
                 break
             time.sleep(PULL_AGAIN_S if got else PULL_PAUSE_S)
         if self._live is not None:
