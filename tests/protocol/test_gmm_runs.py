@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from flwr.app import Array, Error, Message
+from flwr.common.constant import ErrorCode
 from sklearn.mixture import GaussianMixture
 
 from conftest import write_npy_dir
@@ -238,3 +239,28 @@ def test_the_gmm_guide_runs_as_written(capsys):
     assert scope["proba"].shape == (len(scope["clients"][0]), 3)
     assert scope["chooser"].bic_range_["chosen_k"] == 3
     np.testing.assert_allclose(np.sort(scope["secure"].weights_), np.sort(model.weights_), atol=0.02)
+
+
+def test_a_round_over_other_devices_than_the_last_is_no_evidence_of_convergence(tmp_path):
+    """Node 1001's reply to the second EM round is lost in transit. That round's lower bound
+    is over one device fewer than the first round's: their difference compares two
+    data sets, and even an em-tol every change passes must not end EM there (the mixture
+    returned would be an M-step without one device). EM ends at the first round whose
+    devices are the last round's: round 4."""
+    seen = []
+
+    def hook(node, message, reply):
+        config = message.content.config_records.get("config", {})
+        if node == 1001 and message.metadata.message_type == "query.gmm_estep" and not config.get("hard", True):
+            seen.append(node)
+            if len(seen) == 2:
+                return Message(Error(code=ErrorCode.MESSAGE_UNAVAILABLE, reason="lost in transit"), reply_to=message)
+        return reply
+
+    result = run(config(tmp_path, "lost", **{"em-tol": 1e6, "em-starts": 1}), num_nodes=NODES, reply_hook=hook)
+    ems = [r for r in result["rounds"] if r.get("stage") == "em"]
+    total = result["final"]["num_points"]
+    points = [r["points"] for r in ems]
+    assert len(points) == 4 and points[1] < total - 1, points
+    assert [points[0], points[2], points[3]] == pytest.approx([total] * 3), points
+    assert result["final"]["converged"] and result["final"]["n_iter"] == 4

@@ -144,7 +144,7 @@ class FederatedGMM(FedKMeans):
         d = self.members.dimension
         mixtures = [unit_mixture(means, cfg.covariance_type) for means in starts]
         for _ in range(hard):
-            steps = self.estep(mixtures, True, "lloyd" if start == "lloyd" else "kmeans-labels")
+            steps, _ = self.estep(mixtures, True, "lloyd" if start == "lloyd" else "kmeans-labels")
             if steps is not None:
                 mixtures = [self.maximized(stats, mixture) for stats, mixture in zip(steps, mixtures)]
         mixtures = [mixtures[i] for i in distinct_starts([mixture.means for mixture in mixtures])]
@@ -152,17 +152,21 @@ class FederatedGMM(FedKMeans):
         lower, change = [float("-inf")] * count, [float("inf")] * count
         converged, iterations = [False] * count, [0] * count
         live, deadline, t = list(range(count)), max(1, math.ceil(cfg.em_rounds / 2)), 0
+        devices_before = None  # the devices whose statistics the previous EM round summed
         while live and t < cfg.em_rounds:
             t += 1
             self.begin_round(len(self.results.rounds) + 1)
-            steps = self.estep([mixtures[i] for i in live], False, "em")
+            steps, devices = self.estep([mixtures[i] for i in live], False, "em")
             if steps is None:  # a secure sum outside the devices' ranges: this update is skipped
                 self.end_round(stage="em", k=k, skipped=True)
                 continue
+            # A change between rounds over different devices' points (a reply lost, a device
+            # gone) compares two data sets, not two mixtures: no evidence of convergence.
+            same_data, devices_before = devices == devices_before, devices
             for i, stats in zip(live, steps):
                 previous, lower[i] = lower[i], stats["loglik"] / stats["points"]
                 mixtures[i], change[i], iterations[i] = self.maximized(stats, mixtures[i]), lower[i] - previous, t
-                converged[i] = abs(change[i]) < cfg.em_tol
+                converged[i] = same_data and abs(change[i]) < cfg.em_tol
             leader = best_start(lower)
             extra = {"starts": [float(v) for v in lower], "live": len(live)} if count > 1 else {}
             self.end_round(
@@ -174,7 +178,7 @@ class FederatedGMM(FedKMeans):
         if not converged[best]:
             self.warn(f"EM (k={k}) did not converge in em-rounds={cfg.em_rounds} rounds (em-tol={cfg.em_tol:g})")
         mixture = mixtures[best]
-        scored = self.estep([mixture], False, "final-evaluation")
+        scored, _ = self.estep([mixture], False, "final-evaluation")
         if scored is None:
             raise FederationError(f"phase 'final-evaluation': {self.secagg.failure}")
         points = int(round(scored[0]["points"]))
@@ -201,11 +205,13 @@ class FederatedGMM(FedKMeans):
             stats["counts"], stats["sums"], stats["second"], mixture.means, cfg.covariance_type, cfg.reg_covar
         )
 
-    def estep(self, mixtures: list[Mixture], hard: bool, phase: str) -> list[dict[str, Any]] | None:
+    def estep(
+        self, mixtures: list[Mixture], hard: bool, phase: str
+    ) -> tuple[list[dict[str, Any]] | None, frozenset[int]]:
         """The summed E-step statistics of every mixture (the starts side by side, one
         message per device) over the active devices (each reply checked start by start
         against its declarations in a plain run; a secure sum clipped to public ranges),
-        or None for a secure sum outside the ranges."""
+        or None for a secure sum outside the ranges; and the devices summed."""
         full = mixtures[0].full
         second = "outer" if full else "squares"
         names = ("counts", "sums", second, "loglik")
@@ -231,5 +237,5 @@ class FederatedGMM(FedKMeans):
         if not summed:
             raise FederationError(f"phase {phase!r}: no device's statistics reached the server")
         if total is None:
-            return None
-        return [summed_statistics(start_arrays(total, i), second) for i in range(len(mixtures))]
+            return None, frozenset(summed)
+        return [summed_statistics(start_arrays(total, i), second) for i in range(len(mixtures))], frozenset(summed)
