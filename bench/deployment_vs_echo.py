@@ -33,6 +33,13 @@ SuperExec beside it looks for a new task every second and starts a fresh
 ``flwr-clientapp`` process for every message, the SuperNode waits for the ClientApp's reply
 in steps of 0.5 s.
 
+Then the same SuperLink set-up again with every SuperNode served by one long-lived
+``fedcluster-device`` process (``--isolation process``, ``fedcluster-local-cluster
+--device-worker``: no SuperExec, no ``flwr-clientapp`` process per message) and every
+algorithm again: Flower's echo app cannot run there (the worker runs fedcluster's
+ClientApp only), so its rows are set against the echo floor of the stock SuperNodes above,
+Flower's own way of running a ClientApp.
+
 ``--quick``: 4 echo round trips each, FedKMeans only, 5 rounds.
 
 Usage::
@@ -226,6 +233,22 @@ def measure(trips: int, runs: dict[str, str]) -> None:
                     [name, len(per_trip), len(result["rounds"]), f"{result['wall_time_s']:.1f}", f"{seconds:.1f}"]
                 )
             fast += echo(cluster, tmp, trips, 0.1)  # again after ours: a change of load hits both
+        with LocalCluster(tmp / "worker-cluster", files, echo=lambda *_: None, device_worker=True) as cluster:
+            cluster.start()
+            for name, extra in runs.items():
+                out = tmp / f"{name.split()[0]}-worker"
+                config = f"{extra} reference=false min-nodes={NODES} output-dir='{out}'".strip()
+                status, seconds, log = run_app(cluster, ROOT, config)
+                name = f"{name}, fedcluster-device"
+                if status != "finished:completed":
+                    failed.append(f"{name} ({config}) ended {status}:\n{log}")
+                    continue
+                result = json.loads((out / "result.json").read_text())
+                per_trip = trip_seconds(result)
+                rows.append([name, len(per_trip), statistics.median(per_trip), result["wall_time_s"] / len(per_trip)])
+                times.append(
+                    [name, len(per_trip), len(result["rounds"]), f"{result['wall_time_s']:.1f}", f"{seconds:.1f}"]
+                )
     floor = statistics.median(fast)
     rows = [
         ["echo, Flower's send_and_receive (3 s pulls)", trips, f"{statistics.median(slow):.2f}", "", ""],

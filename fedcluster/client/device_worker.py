@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             args.poll_s,
             args.wait_s,
         )
-        serve(settings, echo=lambda line: print(line, flush=True))
+        serve(settings, echo=lambda line: print(f"{time.strftime('%H:%M:%S')} {line}", flush=True))
         return 0
     except WorkerError as exc:
         return refuse(PROG, exc)

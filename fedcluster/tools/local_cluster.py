@@ -18,7 +18,10 @@ Everything goes into ``--workdir`` (default ``./local-cluster/<time>``): ``certs
 Flower home (``flwr-home/``), ``logs/`` of every process, ``run.log`` (the ServerApp's log)
 and ``out/`` (result.json, centers.npy, ...) unless the run config names an ``output-dir``.
 While the run goes, the ServerApp's own lines (a line per round: its replies, seconds and
-cost) are printed as they come (``flwr log RUN_ID --stream``).
+cost) are printed as they come (``flwr log RUN_ID --stream``). Each SuperNode is served by one
+long-lived ``fedcluster-device`` process (docs/devices.md) when the installed flwr is one the
+worker was verified with; ``--no-device-worker`` starts Flower's stock SuperNodes (a
+SuperExec and a ``flwr-clientapp`` process per message).
 The processes run with ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`` (the project is
 already installed here: no ``uv sync`` at run time). Nothing here imports flwr: it drives
 Flower's commands, found beside this Python or on PATH.
@@ -26,6 +29,7 @@ Flower's commands, found beside this Python or on PATH.
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 import subprocess
@@ -186,9 +190,12 @@ def build_parser() -> ToolParser:
     parser.add_argument("--app", default=None, help="the Flower app to submit (default: this checkout)")
     parser.add_argument(
         "--device-worker",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="run each SuperNode with --isolation process and one long-lived fedcluster-device process "
-        "serving all its messages (no flower-superexec, no flwr-clientapp process per message; docs/devices.md)",
+        "serving all its messages (no flower-superexec, no flwr-clientapp process per message; docs/devices.md). "
+        "Default: on with a flwr release the worker was verified with, else off; --no-device-worker: Flower's "
+        "stock SuperNodes",
     )
     parser.add_argument(
         "--timeout",
@@ -197,6 +204,24 @@ def build_parser() -> ToolParser:
         help="seconds to wait for the run to finish (default 900)",
     )
     return parser
+
+
+def worker_by_default() -> bool:
+    """Whether SuperNodes get a ``fedcluster-device`` worker when not told: with a flwr the
+    worker was verified with (it uses Flower's internal Runtime API), stock ones otherwise,
+    said on stdout."""
+    from importlib.metadata import version
+
+    from ..client.device_worker import VERIFIED_FLOWER, verified
+
+    __version__ = version("flwr")
+    if verified(__version__):
+        return True
+    print(
+        f"SuperNodes: Flower's stock ones (flwr {__version__}: fedcluster-device was verified with "
+        f"{', '.join(VERIFIED_FLOWER)} only; --device-worker tries it anyway)"
+    )
+    return False
 
 
 def _terminate(signum, frame):  # SIGTERM behaves like Ctrl-C: clean up, then exit
@@ -241,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             out = None
         print(f"work folder: {workdir}")
-        with LocalCluster(workdir, files, device_worker=args.device_worker) as cluster:
+        worker = args.device_worker if args.device_worker is not None else worker_by_default()
+        with LocalCluster(workdir, files, device_worker=worker) as cluster:
             cluster.start()
             run_id = cluster.submit(app, run_config.strip())
             print(f"run {run_id} submitted: {run_config.strip()}", flush=True)

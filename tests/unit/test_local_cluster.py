@@ -4,6 +4,7 @@ cluster is in tests/engine/test_deployment.py)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from fedcluster.tools import local_cluster
 from fedcluster.tools.local_cluster import demo_data, main
@@ -108,3 +109,44 @@ def test_the_tool_prints_the_rounds_while_the_run_goes(tmp_path, monkeypatch, ca
     monkeypatch.setattr(local_cluster, "LocalCluster", Cluster)
     assert main(["--workdir", str(tmp_path / "w"), "--demo-nodes", "2"]) == 0
     assert "[fedcluster] round 1: 3/3 replies, 7.21 s, cost 1.5" in capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize(
+    "flwr, argv, expected",
+    [
+        ("1.42.0", [], True),  # the verified release: one fedcluster-device per SuperNode
+        ("1.41.2", [], False),  # another: Flower's stock SuperNodes, said on stdout
+        ("1.42.0", ["--no-device-worker"], False),
+        ("1.41.2", ["--device-worker"], True),
+    ],
+)
+def test_supernodes_get_a_device_worker_by_default_where_it_was_verified(
+    tmp_path, monkeypatch, capsys, flwr, argv, expected
+):
+    import importlib.metadata
+
+    started = []
+
+    class Cluster(local_cluster.LocalCluster):
+        def start(self):
+            started.append(self.device_worker)
+
+        def submit(self, app, run_config):
+            return "7"
+
+        def wait(self, run_id, timeout, poll=2.0):
+            return "finished:completed"
+
+        def run_log(self, run_id):
+            return ""
+
+        def follow(self, run_id, echo):
+            return type("Done", (), {"join": lambda self, timeout=None: None})()
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: flwr if name == "flwr" else real(name))
+    monkeypatch.setattr(local_cluster, "LocalCluster", Cluster)
+    assert main(["--workdir", str(tmp_path / "w"), "--demo-nodes", "2", *argv]) == 0
+    assert started == [expected]
+    said = "Flower's stock ones (flwr 1.41.2" in capsys.readouterr().out
+    assert said == (flwr == "1.41.2" and not argv)
