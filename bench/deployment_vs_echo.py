@@ -40,6 +40,10 @@ algorithm again: Flower's echo app cannot run there (the worker runs fedcluster'
 ClientApp only), so its rows are set against the echo floor of the stock SuperNodes above,
 Flower's own way of running a ClientApp.
 
+Last, FedKMeans' default run then and now: on the stock SuperNodes with
+``stop-when-fixed = false`` (every round after converging: the default run when issue 44
+was filed) against the default run with device workers.
+
 ``--quick``: 4 echo round trips each, FedKMeans only, 5 rounds.
 
 Usage::
@@ -78,6 +82,9 @@ RUNS = {
     "da-ufl": "algorithm='da-ufl'",
 }
 QUICK_RUNS = {"fedkmeans (5 rounds)": "num-rounds=5"}
+# FedKMeans' default run as it was when issue 44 was filed: every one of its rounds after
+# converging, on stock SuperNodes (the baseline of "the default run, then and now").
+EVERY_ROUND = ("fedkmeans, every round (stop-when-fixed=false)", "stop-when-fixed=false")
 FLOWER_WAITS = [
     ("SuperNode idle poll: sleeps 3 s when it pulled nothing", "flwr/supernode/start_client_internal.py", 3.0),
     ("SuperExec task poll: every 1 s (FLWR_SUPEREXEC_TASK_POLL_INTERVAL)", "flwr/supercore/superexec/", 1.0),
@@ -219,8 +226,9 @@ def measure(trips: int, runs: dict[str, str]) -> None:
             slow = echo(cluster, tmp, trips, 0.0)
             fast = echo(cluster, tmp, trips, 0.1)
             four = echo(cluster, tmp, trips, 0.1, arrays=4)
-            for name, extra in runs.items():
-                out = tmp / name.split()[0]
+            stock_runs = {**runs, EVERY_ROUND[0]: EVERY_ROUND[1]} if "fedkmeans" in runs else runs
+            for index, (name, extra) in enumerate(stock_runs.items()):
+                out = tmp / f"stock-{index}"
                 config = f"{extra} reference=false min-nodes={NODES} output-dir='{out}'".strip()
                 status, seconds, log = run_app(cluster, ROOT, config)
                 if status != "finished:completed":
@@ -235,8 +243,8 @@ def measure(trips: int, runs: dict[str, str]) -> None:
             fast += echo(cluster, tmp, trips, 0.1)  # again after ours: a change of load hits both
         with LocalCluster(tmp / "worker-cluster", files, echo=lambda *_: None, device_worker=True) as cluster:
             cluster.start()
-            for name, extra in runs.items():
-                out = tmp / f"{name.split()[0]}-worker"
+            for index, (name, extra) in enumerate(runs.items()):
+                out = tmp / f"worker-{index}"
                 config = f"{extra} reference=false min-nodes={NODES} output-dir='{out}'".strip()
                 status, seconds, log = run_app(cluster, ROOT, config)
                 name = f"{name}, fedcluster-device"
@@ -260,6 +268,14 @@ def measure(trips: int, runs: dict[str, str]) -> None:
     print(markdown_table(["run", "round trips", "s per round trip (median)", "all in", "/ echo floor"], rows))
     print("\n## Time to result per algorithm (run-config defaults, reference = false)\n")
     print(markdown_table(["algorithm", "round trips", "rounds", "ServerApp wall s", "flwr run → finished s"], times))
+    took = {row[0]: float(row[4]) for row in times}
+    then, now = took.get(EVERY_ROUND[0]), took.get("fedkmeans, fedcluster-device")
+    if then and now:
+        print(
+            f"\nFedKMeans' default run, flwr run to finished: {now:.1f} s now (fedcluster-device, stops once "
+            f"converged) against {then:.1f} s as when issue 44 was filed (stock SuperNodes, every round): "
+            f"**{then / now:.1f}x shorter**."
+        )
     split = [
         ["echo floor, per round trip (measured above)", f"{floor:.2f}"],
         *[[f"Flower: {what} ({where})", f"≤ {seconds:.1f}"] for what, where, seconds in FLOWER_WAITS],

@@ -4,23 +4,23 @@ A device's reply reaches Flower's SuperLink in two steps: the message, then its 
 (the arrays). When the device's connection is cut between the two, Flower 1.42's SuperNode
 gives the reply up ("Failed to send message … Failed to push object"), and the SuperLink
 holds a message whose objects never come. Flower's own ``HttpGrid.pull_messages`` pulls
-the replies one after another and waits for each one's objects with a backoff up to 10 s
-and up to 500 tries: one such reply blocks every reply after it, far beyond any
-round-timeout (seen: 20 phone-class devices, 4 replies read in 120 s, the other 16 waiting
-behind one incomplete reply).
+the replies one after another and waits for each one's objects with a growing backoff
+and hundreds of tries: one such reply blocks every reply after it, far beyond any
+round-timeout (docs/devices.md tells the run where it was seen).
 
 :class:`Replies` pulls from the deployment grid (``HttpGrid``) as a strategy needs: every
 pull asks the SuperLink for the new replies and tries each missing object of every reply
-still incomplete ONCE; a reply is delivered as soon as all its objects are there, the
-others wait for the next pull. At the round trip's deadline, :meth:`Replies.give_up` turns
-what is still incomplete into the error reply Flower gives a reply whose objects are gone
-(``MESSAGE_UNAVAILABLE``: kind ``lost``, a missed phase, never an exclusion). Any other
-grid (simulation, :class:`fedcluster.inprocess.grid.InProcessGrid`) is pulled with its own
-``pull_messages``.
+still incomplete once (then again after a wait that doubles up to :data:`RETRY_CAP_S`); a
+reply is delivered as soon as all its objects are there, the others wait. At the round
+trip's deadline, :meth:`Replies.give_up` turns what is still incomplete into the error
+reply Flower gives a reply whose objects are gone (``MESSAGE_UNAVAILABLE``: kind ``lost``,
+a missed phase, never an exclusion). Any other grid (simulation,
+:class:`fedcluster.inprocess.grid.InProcessGrid`) is pulled with its own ``pull_messages``.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 from flwr.app import Message, Metadata
@@ -45,6 +45,10 @@ except ImportError:  # another Flower: every grid is pulled with its own pull_me
     HttpGrid = None
 
 REASON = "its reply reached the SuperLink without all of its data (the upload was cut) by the round-timeout"
+# An incomplete reply's objects are tried again after FIRST_RETRY_S, the wait doubling up
+# to RETRY_CAP_S: a reply still uploading is read within a second of its last object, and
+# many incomplete replies do not make the server ask the SuperLink ten times a second each.
+FIRST_RETRY_S, RETRY_CAP_S = 0.1, 1.0
 
 
 def puller(grid: Any) -> "Replies | Callable[[list[str]], list[Message]]":
@@ -68,6 +72,7 @@ class Replies:
         self.grid = grid
         # reply_to id -> (the reply's protobuf, its object ids in inflation order, the objects got)
         self.held: dict[str, tuple[Any, list[str], dict[str, bytes]]] = {}
+        self.retry: dict[str, tuple[float, float]] = {}  # reply_to id -> (next try, wait after it)
 
     def __call__(self, ids: list[str]) -> list[Message]:
         asked = [i for i in ids if i not in self.held]
@@ -77,11 +82,17 @@ class Replies:
             for proto, tree in zip(res.messages_list, res.message_object_trees, strict=True):
                 objects = [t.object_id for t in iterate_object_tree(tree)]
                 self.held[proto.metadata.reply_to_message_id] = (proto, objects, {})
-        out = []
+        out, now = [], time.monotonic()
         for reply_to in list(self.held):
+            due, wait = self.retry.get(reply_to, (now, FIRST_RETRY_S))
+            if due > now:
+                continue
             message = self._complete(reply_to)
-            if message is not None:
+            if message is None:
+                self.retry[reply_to] = (now + wait, min(2 * wait, RETRY_CAP_S))
+            else:
                 del self.held[reply_to]
+                self.retry.pop(reply_to, None)
                 out.append(message)
         return out
 
@@ -114,6 +125,7 @@ class Replies:
         """Every reply still incomplete, as a lost reply (the round trip's deadline passed)."""
         out = [self._lost(proto, REASON) for proto, _, _ in self.held.values()]
         self.held.clear()
+        self.retry.clear()
         return out
 
     def _lost(self, proto: Any, reason: str) -> Message:

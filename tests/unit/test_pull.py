@@ -147,8 +147,12 @@ def _one_object_of(reply):
     return next(i for i in get_all_nested_objects(reply) if i != reply.object_id)
 
 
-def test_flowers_deployment_grid_is_pulled_without_waiting_on_one_reply():
-    from fedcluster.server.pull import Replies, puller
+def test_flowers_deployment_grid_is_pulled_without_waiting_on_one_reply(monkeypatch):
+    from fedcluster.server import pull as module
+    from fedcluster.server.pull import RETRY_CAP_S, Replies, puller
+
+    clock = _Clock()
+    monkeypatch.setattr(module, "time", clock)
 
     replies = _replies(4)
     stuck = _one_object_of(replies["req0"])
@@ -159,8 +163,15 @@ def test_flowers_deployment_grid_is_pulled_without_waiting_on_one_reply():
     assert sorted(m.metadata.reply_to_message_id for m in got) == ["req1", "req2", "req3"]
     assert [float(m.content["arrays"]["x"].numpy()[0]) for m in got] == [1.0, 2.0, 3.0]
     assert not any(m.has_error() for m in got)
-    assert pull(["req0"]) == []  # still incomplete: held, asked again of no one
+    tries = link.object_pulls
+    assert pull(["req0"]) == []  # tried again only after a wait
+    assert link.object_pulls == tries
+    for _ in range(12):  # still incomplete: held, asked of the SuperLink ever less often
+        clock.sleep(0.05)
+        assert pull(["req0"]) == []
+    assert link.object_pulls - tries <= 3
     link.missing.clear()  # its upload completes
+    clock.sleep(RETRY_CAP_S)
     late = pull(["req0"])
     assert [m.metadata.reply_to_message_id for m in late] == ["req0"]
     assert float(late[0].content["arrays"]["x"].numpy()[0]) == 0.0
