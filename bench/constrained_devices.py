@@ -308,7 +308,7 @@ def main() -> None:
         "--device-worker", action="store_true", help="one fedcluster-device process per SuperNode (--isolation process)"
     )
     parser.add_argument(
-        "--workdir", type=Path, default=None, help="keep every log, certificate and output here (default: a temporary folder)"
+        "--workdir", type=Path, default=None, help="keep every log, certificate and output here (default: temporary)"
     )
     add_bench_flags(parser, quick="3 SuperNodes, fedkmeans and kfed, a 20 s sleep")
     args = parser.parse_args()
