@@ -198,6 +198,23 @@ def server_seconds(folder: Path, files: list[Path]) -> tuple[float, float]:
     return max(per_trip - sum(kernels), 0.0), max(kernels)
 
 
+def run_algorithms(cluster, runs: dict[str, str], out: Path, suffix: str, rows: list, times: list, failed: list):
+    """Each run (name -> run config) on ``cluster``, one after the other, its outputs in
+    ``out``-<i>: a row of seconds per round trip and one of time to result each (names
+    ending in ``suffix``), or what failed."""
+    for index, (name, extra) in enumerate(runs.items()):
+        name, folder = f"{name}{suffix}", Path(f"{out}-{index}")
+        config = f"{extra} reference=false min-nodes={NODES} output-dir='{folder}'".strip()
+        status, seconds, log = run_app(cluster, ROOT, config)
+        if status != "finished:completed":
+            failed.append(f"{name} ({config}) ended {status}:\n{log}")
+            continue
+        result = json.loads((folder / "result.json").read_text())
+        per_trip = trip_seconds(result)
+        rows.append([name, len(per_trip), statistics.median(per_trip), result["wall_time_s"] / len(per_trip)])
+        times.append([name, len(per_trip), len(result["rounds"]), f"{result['wall_time_s']:.1f}", f"{seconds:.1f}"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_bench_flags(parser, quick=f"{QUICK_TRIPS} echo round trips each, FedKMeans only with 5 rounds")
@@ -227,36 +244,11 @@ def measure(trips: int, runs: dict[str, str]) -> None:
             fast = echo(cluster, tmp, trips, 0.1)
             four = echo(cluster, tmp, trips, 0.1, arrays=4)
             stock_runs = {**runs, EVERY_ROUND[0]: EVERY_ROUND[1]} if "fedkmeans" in runs else runs
-            for index, (name, extra) in enumerate(stock_runs.items()):
-                out = tmp / f"stock-{index}"
-                config = f"{extra} reference=false min-nodes={NODES} output-dir='{out}'".strip()
-                status, seconds, log = run_app(cluster, ROOT, config)
-                if status != "finished:completed":
-                    failed.append(f"{name} ({config}) ended {status}:\n{log}")
-                    continue
-                result = json.loads((out / "result.json").read_text())
-                per_trip = trip_seconds(result)
-                rows.append([name, len(per_trip), statistics.median(per_trip), result["wall_time_s"] / len(per_trip)])
-                times.append(
-                    [name, len(per_trip), len(result["rounds"]), f"{result['wall_time_s']:.1f}", f"{seconds:.1f}"]
-                )
+            run_algorithms(cluster, stock_runs, tmp / "stock", "", rows, times, failed)
             fast += echo(cluster, tmp, trips, 0.1)  # again after ours: a change of load hits both
         with LocalCluster(tmp / "worker-cluster", files, echo=lambda *_: None, device_worker=True) as cluster:
             cluster.start()
-            for index, (name, extra) in enumerate(runs.items()):
-                out = tmp / f"worker-{index}"
-                config = f"{extra} reference=false min-nodes={NODES} output-dir='{out}'".strip()
-                status, seconds, log = run_app(cluster, ROOT, config)
-                name = f"{name}, fedcluster-device"
-                if status != "finished:completed":
-                    failed.append(f"{name} ({config}) ended {status}:\n{log}")
-                    continue
-                result = json.loads((out / "result.json").read_text())
-                per_trip = trip_seconds(result)
-                rows.append([name, len(per_trip), statistics.median(per_trip), result["wall_time_s"] / len(per_trip)])
-                times.append(
-                    [name, len(per_trip), len(result["rounds"]), f"{result['wall_time_s']:.1f}", f"{seconds:.1f}"]
-                )
+            run_algorithms(cluster, runs, tmp / "worker", ", fedcluster-device", rows, times, failed)
     floor = statistics.median(fast)
     rows = [
         ["echo, Flower's send_and_receive (3 s pulls)", trips, f"{statistics.median(slow):.2f}", "", ""],

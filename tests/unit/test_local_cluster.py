@@ -84,24 +84,28 @@ def test_the_run_log_is_followed_and_the_serverapps_lines_printed_as_they_come(t
     ]
 
 
+class _RunsAtOnce(local_cluster.LocalCluster):
+    """The tool's cluster without processes: run 7 is submitted and finished at once."""
+
+    def start(self):
+        pass
+
+    def submit(self, app, run_config):
+        return "7"
+
+    def wait(self, run_id, timeout, poll=2.0):
+        return "finished:completed"
+
+    def run_log(self, run_id):
+        return ""
+
+
 def test_the_tool_prints_the_rounds_while_the_run_goes(tmp_path, monkeypatch, capsys):
     """``fedcluster-local-cluster`` follows the log of the run it submitted and prints its
     round lines before it ends (it used to say only "running")."""
     import sys
 
-    class Cluster(local_cluster.LocalCluster):
-        def start(self):
-            pass
-
-        def submit(self, app, run_config):
-            return "7"
-
-        def wait(self, run_id, timeout, poll=2.0):
-            return "finished:completed"
-
-        def run_log(self, run_id):
-            return ""
-
+    class Cluster(_RunsAtOnce):
         def log_command(self, run_id):
             line = "INFO :      [fedcluster] round 1: 3/3 replies, 7.21 s, cost 1.5\n"
             return [sys.executable, "-c", f"import sys; sys.stdout.write({line!r} if {run_id!r} == '7' else '')"]
@@ -127,18 +131,9 @@ def test_supernodes_get_a_device_worker_by_default_where_it_was_verified(
 
     started = []
 
-    class Cluster(local_cluster.LocalCluster):
+    class Cluster(_RunsAtOnce):
         def start(self):
             started.append(self.device_worker)
-
-        def submit(self, app, run_config):
-            return "7"
-
-        def wait(self, run_id, timeout, poll=2.0):
-            return "finished:completed"
-
-        def run_log(self, run_id):
-            return ""
 
         def follow(self, run_id, echo):
             return type("Done", (), {"join": lambda self, timeout=None: None})()
