@@ -12,6 +12,7 @@ no OOM kill. Every process, cgroup and namespace is started here and removed by 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -88,11 +89,9 @@ class FlowerChildren(threading.Thread):
 
 
 def served(cluster: LocalCluster, name: str) -> list[str]:
-    return [
-        line
-        for line in cluster.tail(f"{name}-device", 10**6).splitlines()
-        if line.startswith("fedcluster-device: task")
-    ]
+    """The worker's lines about its tasks (each begins with the time: HH:MM:SS)."""
+    task = re.compile(r"\d\d:\d\d:\d\d fedcluster-device: task ")
+    return [line for line in cluster.tail(f"{name}-device", 10**6).splitlines() if task.match(line)]
 
 
 def test_device_workers_serve_every_message_of_a_tls_authenticated_deployment(tmp_path):
