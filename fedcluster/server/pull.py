@@ -21,7 +21,7 @@ a missed phase, never an exclusion). Any other grid (simulation,
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
 
 from flwr.app import Message, Metadata
 from flwr.app.error import Error
@@ -51,7 +51,7 @@ REASON = "its reply reached the SuperLink without all of its data (the upload wa
 FIRST_RETRY_S, RETRY_CAP_S = 0.1, 1.0
 
 
-def puller(grid: Any) -> "Replies | Callable[[list[str]], list[Message]]":
+def puller(grid: Any) -> "Replies | GridPull":
     """What to pull ``grid``'s replies with: a :class:`Replies` for Flower's deployment
     grid, the grid's own ``pull_messages`` otherwise (or where Flower's internals differ)."""
     if (
@@ -61,7 +61,20 @@ def puller(grid: Any) -> "Replies | Callable[[list[str]], list[Message]]":
         and all(hasattr(grid, a) for a in ("_run", "node"))
     ):
         return Replies(grid)
-    return lambda ids: list(grid.pull_messages(ids))
+    return GridPull(grid)
+
+
+class GridPull:
+    """A grid pulled with its own ``pull_messages``: a reply comes whole or not at all."""
+
+    def __init__(self, grid: Any) -> None:
+        self.grid = grid
+
+    def __call__(self, ids: list[str]) -> list[Message]:
+        return list(self.grid.pull_messages(ids))
+
+    def give_up(self) -> list[Message]:
+        return []  # nothing is held
 
 
 class Replies:
@@ -69,7 +82,10 @@ class Replies:
     (module docstring). Call it with the message ids still pending."""
 
     def __init__(self, grid: Any) -> None:
-        self.grid = grid
+        self.grid, self.run_id = grid, grid._run.run_id
+        self.pull_object = make_pull_object_fn_protobuf(
+            pull_object_protobuf=grid._runtime_client.PullObject, node=grid.node, run_id=self.run_id
+        )
         # reply_to id -> (the reply's protobuf, its object ids in inflation order, the objects got)
         self.held: dict[str, tuple[Any, list[str], dict[str, bytes]]] = {}
         self.retry: dict[str, tuple[float, float]] = {}  # reply_to id -> (next try, wait after it)
@@ -100,22 +116,18 @@ class Replies:
         """The reply to ``reply_to`` once every object of it is here (each missing one tried
         once), its error reply when the SuperLink no longer has one, else None."""
         proto, objects, got = self.held[reply_to]
-        grid, run_id = self.grid, self.grid._run.run_id
-        pull = make_pull_object_fn_protobuf(
-            pull_object_protobuf=grid._runtime_client.PullObject, node=grid.node, run_id=run_id
-        )
         for object_id in objects:
             if object_id in got:
                 continue
             try:
-                got[object_id] = pull(object_id)
+                got[object_id] = self.pull_object(object_id)
             except ObjectUnavailableError:
                 return None  # still on its way: the next pull tries again
             except ObjectPullError as exc:
                 return self._lost(proto, f"its reply's data is gone from the SuperLink ({exc})")
         msg_id = proto.metadata.message_id
-        grid._runtime_client.ConfirmMessageReceived(
-            ConfirmMessageReceivedRequest(node=grid.node, run_id=run_id, message_object_id=msg_id)
+        self.grid._runtime_client.ConfirmMessageReceived(
+            ConfirmMessageReceivedRequest(node=self.grid.node, run_id=self.run_id, message_object_id=msg_id)
         )
         message = inflate_object_from_contents(msg_id, got)
         message.metadata.__dict__["_message_id"] = msg_id
@@ -133,7 +145,7 @@ class Replies:
         node = self.grid.node.node_id
         return make_message(
             metadata=Metadata(
-                run_id=self.grid._run.run_id,
+                run_id=self.run_id,
                 message_id="",
                 src_node_id=node,
                 dst_node_id=node,

@@ -214,11 +214,11 @@ def worker_by_default() -> bool:
 
     from ..client.device_worker import VERIFIED_FLOWER, verified
 
-    __version__ = version("flwr")
-    if verified(__version__):
+    release = version("flwr")
+    if verified(release):
         return True
     print(
-        f"SuperNodes: Flower's stock ones (flwr {__version__}: fedcluster-device was verified with "
+        f"SuperNodes: Flower's stock ones (flwr {release}: fedcluster-device was verified with "
         f"{', '.join(VERIFIED_FLOWER)} only; --device-worker tries it anyway)"
     )
     return False
