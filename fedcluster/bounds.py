@@ -131,17 +131,18 @@ def expansion_roundings(counts: np.ndarray, means: np.ndarray, rows: np.ndarray,
     ``counts``/``means`` hold the partitions' parts one after another, partition j starting
     at ``rows[j]``; entry (j, i) is ``expansion_rounding(counts_j, means_j, center_sets[i])``."""
     d = np.shape(means)[-1]
-    refs, reach, empty = np.zeros((len(center_sets), d)), np.zeros(len(center_sets)), np.zeros(len(center_sets), bool)
-    from .lloyd import reference
+    from .lloyd import block_references
 
-    for i, centers in enumerate(center_sets):
-        centers = np.asarray(centers, dtype=np.float64).reshape(-1, d)
-        empty[i] = not centers.size
-        if empty[i]:
-            continue
-        r = reference(centers)
-        refs[i] = 0.0 if r is None else r
-        reach[i] = float(np.max(np.sum((centers - refs[i]) ** 2, axis=1)))
+    sets = [np.asarray(c, dtype=np.float64).reshape(-1, d) for c in center_sets]
+    sizes = np.array([c.shape[0] for c in sets])
+    empty = sizes == 0
+    refs, reach = np.zeros((len(sets), d)), np.zeros(len(sets))
+    if not empty.all():
+        centers = np.concatenate(sets)
+        starts = np.cumsum(np.append(0, sizes[~empty][:-1]))
+        refs[~empty] = block_references(centers, starts)[0]
+        about = centers - np.repeat(refs[~empty], sizes[~empty], axis=0)
+        reach[~empty] = np.maximum.reduceat(np.einsum("ij,ij->i", about, about), starts)
     counts = np.asarray(counts, dtype=np.float64)
     gaps = np.sum((np.asarray(means, dtype=np.float64)[:, None, :] - refs[None, :, :]) ** 2, axis=2)  # parts x sets
     spread = np.add.reduceat(counts[:, None] * gaps, rows, axis=0)

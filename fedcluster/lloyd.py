@@ -606,6 +606,104 @@ def lloyd_statistics(
     return LloydStatistics(sums=sums, counts=counts, cost=cost, scatter=scatter)
 
 
+# :func:`lloyd_statistics_of_sets` takes every set in one pass while its largest temporary
+# (rows x sets x centers, or rows x sets x d) holds at most this many floats (2^18 = 2 MiB):
+# a device's few hundred or thousand points against the side-by-side sets of a round.
+SETS_FLOATS = 1 << 18
+
+
+def lloyd_statistics_of_sets(X: np.ndarray, center_sets: np.ndarray) -> tuple[np.ndarray, ...]:
+    """:func:`lloyd_statistics` with scatters of every set of ``center_sets`` (m, k, d) on
+    ``X``: ``(sums (m, k, d), counts (m, k), cost (m,), scatter (m, k, d))``.
+
+    The same arithmetic for every set at once when the pass fits in :data:`SETS_FLOATS`:
+    each set's rows about its own :func:`reference` (or the origin), one batched product
+    for the distances, one indicator product for the sums and one for the scatters. A set
+    whose rows the BLAS form cannot decide within :data:`RESOLUTION` (:func:`undecided`),
+    or whose cost cancels, goes through :func:`lloyd_statistics` on its own: the same
+    statistics, up to the rounding of products taken in another shape."""
+    X = np.asarray(X, dtype=np.float64)
+    center_sets = np.asarray(center_sets, dtype=np.float64)
+    if X.ndim != 2 or center_sets.ndim != 3 or X.shape[1] != center_sets.shape[2]:
+        raise ValueError(f"data of shape {X.shape} and center sets of shape {center_sets.shape} do not match")
+    n, d = X.shape
+    m, k, _ = center_sets.shape
+    if not (n and k and n * m * max(k, d) <= SETS_FLOATS and m * k * k * d <= SETS_FLOATS):
+        return _each_set(
+            X, center_sets, np.arange(m), (np.zeros((m, k, d)), np.zeros((m, k)), np.zeros(m), np.zeros((m, k, d)))
+        )
+    origins = _references(center_sets)  # (m, d): zero where a set needs none (about the origin, exactly)
+    about = center_sets - origins[:, None, :]
+    rows = X[None, :, :] - origins[:, None, :]  # (m, n, d): every set's rows about its reference
+    c_sq = np.einsum("skd,skd->sk", about, about)
+    block = np.matmul(rows, np.ascontiguousarray(-2.0 * about.transpose(0, 2, 1)))  # (m, n, k): ||c||² − 2 x·c
+    block += c_sq[:, None, :]
+    labels = np.argmin(block, axis=2)  # (m, n); ties: the lowest index
+    flat = labels + (np.arange(m) * k)[:, None]
+    membership = np.zeros((m, k, n))
+    membership.reshape(m * k, n)[flat.reshape(-1), np.tile(np.arange(n), m)] = 1.0
+    counts = np.bincount(flat.reshape(-1), minlength=m * k).astype(np.float64).reshape(m, k)
+    sums = np.matmul(membership, rows)  # (m, k, d), about each set's reference
+    x_sq = np.einsum("snd,snd->s", rows, rows)
+    cost = x_sq + np.einsum("sk,sk->s", counts, c_sq) - 2.0 * np.einsum("skd,skd->s", about, sums)
+    np.maximum(cost, 0.0, out=cost)
+    means = np.where(counts[..., None] > 0, sums / np.where(counts > 0, counts, 1.0)[..., None], about)
+    deviation = rows - np.take_along_axis(means, labels[..., None], axis=1)
+    deviation *= deviation
+    scatter = np.matmul(membership, deviation)
+    sums += counts[..., None] * origins[:, None, :]
+    apart = _separations(about)
+    reach = np.sqrt(np.max(c_sq, axis=1))
+    largest = np.maximum(rows.max(axis=(1, 2)), -rows.min(axis=(1, 2))) * np.sqrt(d)
+    undecided_sets = (apart < np.inf) & (2.0 * form_rounding(d, largest, reach) > RESOLUTION * apart)
+    alone = np.flatnonzero(undecided_sets | (cost <= CANCELLED * x_sq))
+    return _each_set(X, center_sets, alone, (sums, counts, cost, scatter))
+
+
+def block_references(points: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`reference` of every block of ``points`` (blocks one after another, block b
+    from row ``starts[b]``; none empty): ``(references (blocks, d), which blocks have one)``,
+    zero rows where :func:`reference` gives None."""
+    low = np.minimum.reduceat(points, starts, axis=0)
+    high = np.maximum.reduceat(points, starts, axis=0)
+    middle, width = low + high, high - low
+    far = np.einsum("bd,bd->b", middle, middle) > 4.0 * np.einsum("bd,bd->b", width, width)
+    references = np.zeros((starts.size, points.shape[1]))
+    stops = np.append(starts[1:], points.shape[0])
+    for b in np.flatnonzero(far):  # the mean as reference() takes it: the same origin to the last bit
+        references[b] = points[starts[b] : stops[b]].mean(axis=0)
+    return references, far
+
+
+def _each_set(X, center_sets, which, out):
+    """``out`` (sums, counts, cost, scatter of every set) with the sets ``which`` taken by
+    :func:`lloyd_statistics`, one at a time."""
+    sums, counts, cost, scatter = out
+    for s in which:
+        one = lloyd_statistics(X, center_sets[s], with_scatter=True)
+        sums[s], counts[s], cost[s], scatter[s] = one.sums, one.counts, one.cost, one.scatter
+    return sums, counts, cost, scatter
+
+
+def _references(center_sets: np.ndarray) -> np.ndarray:
+    """:func:`reference` of every set of ``center_sets`` (m, k, d), zero where it is None."""
+    low, high = center_sets.min(axis=1), center_sets.max(axis=1)
+    middle, width = low + high, high - low
+    far = np.einsum("sd,sd->s", middle, middle) > 4.0 * np.einsum("sd,sd->s", width, width)
+    return np.where(far[:, None], center_sets.mean(axis=1), 0.0)
+
+
+def _separations(center_sets: np.ndarray) -> np.ndarray:
+    """:func:`separation` of every set of ``center_sets`` (m, k, d) (at most
+    :data:`SETS_FLOATS` floats of differences)."""
+    if center_sets.shape[1] < 2:
+        return np.full(center_sets.shape[0], np.inf)
+    diff = center_sets[:, :, None, :] - center_sets[:, None, :, :]
+    gaps = np.einsum("sijd,sijd->sij", diff, diff)
+    gaps[gaps == 0.0] = np.inf
+    return gaps.min(axis=(1, 2))
+
+
 # A cost below this share of the squared norms it is the difference of (about the origin
 # chosen) has lost most of its digits to rounding: it is taken again row by row.
 CANCELLED = 1e-6

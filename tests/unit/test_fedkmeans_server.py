@@ -692,3 +692,22 @@ def test_the_set_screen_passes_honest_replies_and_flags_every_set_a_check_refuse
 
 def _args(reply):
     return {"centers": reply["centers"], "counts": reply["counts"], "scatter": reply["scatter"], "cost": reply["cost"]}
+
+
+def test_part_costs_of_many_sets_at_once_are_each_sets_own_near_and_far_from_the_origin():
+    """The partition check prices every part against the sets of a reply, the device's
+    earlier reply and its declared mean in one pass: each set's columns must be that
+    set's own parallel-axis costs, taken about its own reference when it lies far from
+    the origin (a timestamp column) and about the origin otherwise, with an empty set
+    among them."""
+    from fedcluster.algorithms.fedkmeans.model import part_costs
+
+    rng = np.random.default_rng(5)
+    n, means, scatter = rng.integers(1, 9, size=6).astype(float), rng.normal(size=(6, 3)), rng.random(6)
+    sets = [rng.normal(size=(4, 3)), np.empty((0, 3)), rng.normal(size=(2, 3)) + 1e9, rng.normal(size=(1, 3))]
+    means[3:] += 1e9
+    columns = np.cumsum([0] + [len(c) for c in sets[:-1]])
+    got = part_costs((n, means, scatter), np.concatenate(sets), columns)
+    exact = [scatter[:, None] + n[:, None] * ((means[:, None, :] - c[None]) ** 2).sum(-1) for c in sets if len(c)]
+    np.testing.assert_allclose(got, np.concatenate(exact, axis=1), rtol=1e-6)
+    np.testing.assert_allclose(got[3:, 4:6], exact[1][3:], rtol=1e-12)  # far parts against the far set: no offset²

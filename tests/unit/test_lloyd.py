@@ -10,6 +10,7 @@ from fedcluster.lloyd import (
     label_means,
     label_sums,
     lloyd_statistics,
+    lloyd_statistics_of_sets,
     lloyd_until_stable,
     nearest,
 )
@@ -203,3 +204,47 @@ def test_kmeans_plus_plus_indices_are_distinct_even_with_duplicates():
         kmeans_plus_plus(X, 2, np.random.default_rng(3)),
         X[kmeans_plus_plus(X, 2, np.random.default_rng(3), indices=True)],
     )
+
+
+@pytest.mark.parametrize(
+    "offset, scale, rounded",
+    [(0.0, 1.0, False), (1e9, 1.0, False), (0.0, 1e3, True), (5.0, 0.01, False), (1e9, 1e-3, True)],
+)
+def test_every_set_at_once_gives_each_sets_own_statistics(offset, scale, rounded):
+    """The one-pass kernel of a round's side-by-side sets against :func:`lloyd_statistics`
+    set by set: the same counts (so the same assignment, ties to the lowest index), and
+    sums, scatters and costs equal up to the rounding of products taken in another shape;
+    about the origin, far from it (timestamps), on a grid with exact ties, with duplicate
+    centers and a set tight enough to need its rows settled one by one."""
+    rng = np.random.default_rng(int(offset) % 97 + int(scale * 10))
+    for trial in range(60):
+        n, d, k, m = (int(rng.integers(lo, hi)) for lo, hi in ((1, 300), (1, 10), (1, 14), (1, 17)))
+        X = rng.normal(size=(n, d)) * scale
+        X = (np.round(X) if rounded else X) + offset
+        C = X[rng.integers(0, n, size=(m, k))] + rng.normal(size=(m, k, d)) * scale * (trial % 3) * 0.2
+        if k > 1 and trial % 4 == 0:
+            C[0, 1] = C[0, 0]  # a duplicate center: its rows go to the lower index
+        if trial % 5 == 0:
+            C[-1] = X[0] + rng.normal(size=(k, d)) * 1e-7 * max(scale, 1e-300)  # needs settling
+        sums, counts, cost, scatter = lloyd_statistics_of_sets(X, C)
+        for s in range(m):
+            one = lloyd_statistics(X, C[s], with_scatter=True)
+            np.testing.assert_array_equal(counts[s], one.counts)
+            np.testing.assert_allclose(sums[s], one.sums, rtol=1e-12, atol=0)
+            assert abs(cost[s] - one.cost) <= 1e-11 * one.cost
+            np.testing.assert_allclose(
+                scatter[s], one.scatter, rtol=1e-9, atol=1e-12 * float(np.max(one.scatter, initial=0))
+            )
+
+
+def test_every_set_at_once_falls_back_to_one_at_a_time_beyond_its_memory():
+    """A pass larger than ``SETS_FLOATS`` is taken set by set: the same numbers exactly."""
+    from fedcluster import lloyd
+
+    rng = np.random.default_rng(3)
+    X, C = rng.normal(size=(lloyd.SETS_FLOATS // 20 + 1, 4)), rng.normal(size=(2, 10, 4))
+    sums, counts, cost, scatter = lloyd_statistics_of_sets(X, C)
+    for s in range(2):
+        one = lloyd_statistics(X, C[s], with_scatter=True)
+        assert (sums[s] == one.sums).all() and (counts[s] == one.counts).all()
+        assert cost[s] == one.cost and (scatter[s] == one.scatter).all()

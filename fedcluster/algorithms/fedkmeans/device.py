@@ -13,7 +13,7 @@ from fedcluster.lloyd import kmeans_cost
 from fedcluster.shared_kernels import matching_dimension
 from fedcluster.task import named
 
-from .model import client_kmeans, client_step
+from .model import client_kmeans, client_steps
 from .protocol import TASKS
 
 
@@ -32,12 +32,12 @@ def fedkmeans_train(data: DeviceData, arrays: dict, config: dict):
         "cost": np.empty(incoming.shape[0]),
     }
     one_pass = config["local-epochs"] == 1 and (config["batch-size"] <= 0 or config["batch-size"] >= X.shape[0])
+    if one_pass:  # one full batch: the step's own pass fixes the cost of the centers received
+        counts, centers, scatter, cost = client_steps(X, incoming, config["client-lr"])
+        return {"centers": centers, "counts": counts, "scatter": scatter, "cost": cost}, {
+            "num-examples": int(X.shape[0])
+        }
     for s, centers in enumerate(incoming):
-        if one_pass:  # one full batch: the step's own pass fixes the cost of the centers received
-            out["counts"][s], out["centers"][s], out["scatter"][s], out["cost"][s] = client_step(
-                X, centers, config["client-lr"]
-            )
-            continue
         out["counts"][s], out["centers"][s], out["scatter"][s] = client_kmeans(
             X,
             centers,

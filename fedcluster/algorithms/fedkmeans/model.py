@@ -40,8 +40,9 @@ from fedcluster.lloyd import (
     kmeans_plus_plus,
     lloyd,
     lloyd_statistics,
+    lloyd_statistics_of_sets,
+    block_references,
     pooled_scatter,
-    reference,
     squared_distances,
 )
 from fedcluster.points import center_shift
@@ -66,6 +67,20 @@ def client_step(X: np.ndarray, centers: np.ndarray, learning_rate: float = 1.0) 
     means = stats.sums[seen] / stats.counts[seen, None]
     centers[seen] += learning_rate * (means - centers[seen])
     return stats.counts, centers, stats.scatter, stats.cost
+
+
+def client_steps(X: np.ndarray, incoming: np.ndarray, learning_rate: float = 1.0) -> tuple[np.ndarray, ...]:
+    """:func:`client_step` from every set of ``incoming`` (m, k, d) in one pass
+    (:func:`fedcluster.lloyd.lloyd_statistics_of_sets`): ``(counts (m, k), centers (m, k, d),
+    scatter (m, k, d), cost (m,))``."""
+    if not 0 < learning_rate <= 1:
+        raise ValueError(f"client learning rate must be in (0, 1], got {learning_rate}")
+    centers = np.array(incoming, dtype=np.float64, copy=True)
+    sums, counts, cost, scatter = lloyd_statistics_of_sets(np.asarray(X, dtype=np.float64), centers)
+    seen = counts > 0
+    means = sums[seen] / counts[seen, None]
+    centers[seen] += learning_rate * (means - centers[seen])
+    return counts, centers, scatter, cost
 
 
 def client_kmeans(
@@ -886,12 +901,19 @@ def part_costs(
     bounds (the checks add it to their slack: no row needs settling by its differences)."""
     n, means, scatter = partition
     means = np.asarray(means, dtype=np.float64)
+    centers = np.asarray(centers, dtype=np.float64)
+    starts = np.asarray(columns, dtype=np.int64)
+    if (np.diff(np.append(starts, centers.shape[0])) < 1).any():  # an empty set: nothing to price
+        starts = np.unique(starts[starts < centers.shape[0]])
     d2 = np.empty((means.shape[0], centers.shape[0]))
-    for start, stop in zip(columns, list(columns[1:]) + [centers.shape[0]]):
-        block = np.asarray(centers[start:stop], dtype=np.float64)
-        origin = reference(block)
-        rows, about = (means, block) if origin is None else (means - origin, block - origin)
-        d2[:, start:stop] = squared_distances(rows, about, np.einsum("ij,ij->i", rows, rows))
+    origins, far = block_references(centers, starts) if centers.shape[0] else (None, np.zeros(0, bool))
+    stops = np.append(starts[1:], centers.shape[0])
+    plain = np.repeat(~far, stops - starts)  # the columns of the sets about the origin: one product
+    if plain.any():
+        d2[:, plain] = squared_distances(means, centers[plain], np.einsum("ij,ij->i", means, means))
+    for b in np.flatnonzero(far):
+        rows, about = means - origins[b], centers[starts[b] : stops[b]] - origins[b]
+        d2[:, starts[b] : stops[b]] = squared_distances(rows, about, np.einsum("ij,ij->i", rows, rows))
     return scatter[:, None] + n[:, None] * d2
 
 
@@ -969,11 +991,14 @@ def _partition_slack(
     """The rounding allowed between partition j's bound with set i's centers and set i's
     stated cost: relative to both, plus the coordinates' own rounding of partition j's
     means and set i's centers, plus that of bound (j, i)'s squared distances."""
-    of_means = np.stack([coordinate_rounding(part[1]) for _, _, part in every])
-    of_centers = np.stack([coordinate_rounding(c) for _, c, _ in every])
-    e = np.sqrt(np.sum(np.maximum(of_means[:, None, :], of_centers[None, :, :]) ** 2, axis=2))
     rows = np.cumsum([0] + [part[0].size for _, _, part in every[:-1]])
+    columns = np.cumsum([0] + [len(c) for _, c, _ in every[:-1]])
     n, means = (np.concatenate([part[f] for _, _, part in every]) for f in range(2))
+    centers = np.concatenate([c for _, c, _ in every])
+    # coordinate_rounding of each partition's means and of each set's centers, every one at once
+    of_means = OFFSET_ULPS * _EPS * np.maximum.reduceat(np.abs(means), rows, axis=0)
+    of_centers = OFFSET_ULPS * _EPS * np.maximum.reduceat(np.abs(centers), columns, axis=0)
+    e = np.sqrt(np.sum(np.maximum(of_means[:, None, :], of_centers[None, :, :]) ** 2, axis=2))
     expansion = expansion_roundings(n, means, rows, [c for _, c, _ in every])
     return (
         relative * (np.abs(bounds) + np.abs(costs)[None, :])
