@@ -612,9 +612,11 @@ def lloyd_statistics(
 SETS_FLOATS = 1 << 18
 
 
-def lloyd_statistics_of_sets(X: np.ndarray, center_sets: np.ndarray) -> tuple[np.ndarray, ...]:
+def lloyd_statistics_of_sets(
+    X: np.ndarray, center_sets: np.ndarray, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, ...]:
     """:func:`lloyd_statistics` with scatters of every set of ``center_sets`` (m, k, d) on
-    ``X``: ``(sums (m, k, d), counts (m, k), cost (m,), scatter (m, k, d))``.
+    ``X`` (optionally weighted): ``(sums (m, k, d), counts (m, k), cost (m,), scatter (m, k, d))``.
 
     The same arithmetic for every set at once when the pass fits in :data:`SETS_FLOATS`:
     each set's rows about its own :func:`reference` (or the origin), one batched product
@@ -628,9 +630,10 @@ def lloyd_statistics_of_sets(X: np.ndarray, center_sets: np.ndarray) -> tuple[np
         raise ValueError(f"data of shape {X.shape} and center sets of shape {center_sets.shape} do not match")
     n, d = X.shape
     m, k, _ = center_sets.shape
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
     if not (n and k and n * m * max(k, d) <= SETS_FLOATS and m * k * k * d <= SETS_FLOATS):
         return _each_set(
-            X, center_sets, np.arange(m), (np.zeros((m, k, d)), np.zeros((m, k)), np.zeros(m), np.zeros((m, k, d)))
+            X, center_sets, w, np.arange(m), (np.zeros((m, k, d)), np.zeros((m, k)), np.zeros(m), np.zeros((m, k, d)))
         )
     origins = _references(center_sets)  # (m, d): zero where a set needs none (about the origin, exactly)
     about = center_sets - origins[:, None, :]
@@ -641,10 +644,11 @@ def lloyd_statistics_of_sets(X: np.ndarray, center_sets: np.ndarray) -> tuple[np
     labels = np.argmin(block, axis=2)  # (m, n); ties: the lowest index
     flat = labels + (np.arange(m) * k)[:, None]
     membership = np.zeros((m, k, n))
-    membership.reshape(m * k, n)[flat.reshape(-1), np.tile(np.arange(n), m)] = 1.0
-    counts = np.bincount(flat.reshape(-1), minlength=m * k).astype(np.float64).reshape(m, k)
+    membership.reshape(m * k, n)[flat.reshape(-1), np.tile(np.arange(n), m)] = 1.0 if w is None else np.tile(w, m)
+    counts = np.bincount(flat.reshape(-1), None if w is None else np.tile(w, m), minlength=m * k)
+    counts = counts.astype(np.float64).reshape(m, k)
     sums = np.matmul(membership, rows)  # (m, k, d), about each set's reference
-    x_sq = np.einsum("snd,snd->s", rows, rows)
+    x_sq = np.einsum("snd,snd->s", rows, rows) if w is None else np.einsum("snd,snd,n->s", rows, rows, w)
     cost = x_sq + np.einsum("sk,sk->s", counts, c_sq) - 2.0 * np.einsum("skd,skd->s", about, sums)
     np.maximum(cost, 0.0, out=cost)
     means = np.where(counts[..., None] > 0, sums / np.where(counts > 0, counts, 1.0)[..., None], about)
@@ -657,7 +661,7 @@ def lloyd_statistics_of_sets(X: np.ndarray, center_sets: np.ndarray) -> tuple[np
     largest = np.maximum(rows.max(axis=(1, 2)), -rows.min(axis=(1, 2))) * np.sqrt(d)
     undecided_sets = (apart < np.inf) & (2.0 * form_rounding(d, largest, reach) > RESOLUTION * apart)
     alone = np.flatnonzero(undecided_sets | (cost <= CANCELLED * x_sq))
-    return _each_set(X, center_sets, alone, (sums, counts, cost, scatter))
+    return _each_set(X, center_sets, w, alone, (sums, counts, cost, scatter))
 
 
 def block_references(points: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -675,12 +679,12 @@ def block_references(points: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray
     return references, far
 
 
-def _each_set(X, center_sets, which, out):
+def _each_set(X, center_sets, weights, which, out):
     """``out`` (sums, counts, cost, scatter of every set) with the sets ``which`` taken by
     :func:`lloyd_statistics`, one at a time."""
     sums, counts, cost, scatter = out
     for s in which:
-        one = lloyd_statistics(X, center_sets[s], with_scatter=True)
+        one = lloyd_statistics(X, center_sets[s], weights, with_scatter=True)
         sums[s], counts[s], cost[s], scatter[s] = one.sums, one.counts, one.cost, one.scatter
     return sums, counts, cost, scatter
 
@@ -811,6 +815,34 @@ def lloyd(
         if shift <= threshold:
             break
     return centers, kmeans_cost(X, centers, weights), it
+
+
+def lloyd_of_sets(
+    X: np.ndarray,
+    center_sets: np.ndarray,
+    weights: np.ndarray | None = None,
+    *,
+    max_iter: int = 300,
+    tol: float = 1e-6,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`lloyd` from every set of ``center_sets`` (m, k, d), the sets still moving
+    stepped together (:func:`lloyd_statistics_of_sets`); each set stops as :func:`lloyd`
+    stops it. Returns ``(centers (m, k, d), costs (m,))``, the costs as :func:`lloyd`
+    takes them (:func:`kmeans_cost`)."""
+    X = np.asarray(X, dtype=np.float64)
+    centers = np.array(center_sets, dtype=np.float64, copy=True)
+    scale = float(np.sum(np.var(X, axis=0))) if X.size else 1.0
+    threshold = tol * max(scale, 1e-300)
+    moving = np.arange(centers.shape[0])
+    for _ in range(max_iter):
+        if not moving.size:
+            break
+        sums, counts = lloyd_statistics_of_sets(X, centers[moving], weights)[:2]
+        new = np.where(counts[..., None] > 0, sums / np.where(counts > 0, counts, 1.0)[..., None], centers[moving])
+        shift = np.sum((new - centers[moving]) ** 2, axis=(1, 2))
+        centers[moving] = new
+        moving = moving[shift > threshold]
+    return centers, np.array([kmeans_cost(X, c, weights) for c in centers])
 
 
 def kmeans(

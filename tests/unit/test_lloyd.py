@@ -8,8 +8,10 @@ from fedcluster.lloyd import (
     kmeans_cost,
     kmeans_plus_plus,
     label_means,
+    lloyd,
     label_sums,
     lloyd_statistics,
+    lloyd_of_sets,
     lloyd_statistics_of_sets,
     lloyd_until_stable,
     nearest,
@@ -248,3 +250,21 @@ def test_every_set_at_once_falls_back_to_one_at_a_time_beyond_its_memory():
         one = lloyd_statistics(X, C[s], with_scatter=True)
         assert (sums[s] == one.sums).all() and (counts[s] == one.counts).all()
         assert cost[s] == one.cost and (scatter[s] == one.scatter).all()
+
+
+@pytest.mark.parametrize("max_iter", [1, 5, 100])
+def test_lloyd_of_many_sets_stops_each_set_where_lloyd_stops_it(max_iter):
+    """The server screens and refines its start candidates side by side: each set's centers
+    and cost must be :func:`lloyd`'s from that set alone (weighted, near and far from the
+    origin), though the sets stop after different numbers of iterations."""
+    rng = np.random.default_rng(max_iter)
+    for trial in range(20):
+        n, d, k = int(rng.integers(12, 150)), int(rng.integers(1, 6)), int(rng.integers(1, 9))
+        X = rng.normal(size=(n, d)) + (1e9 if trial % 4 == 0 else 0.0)
+        w = rng.integers(1, 30, size=n).astype(float)
+        starts = np.stack([kmeans_plus_plus(X, k, rng, w) for _ in range(int(rng.integers(1, 25)))])
+        centers, costs = lloyd_of_sets(X, starts, w, max_iter=max_iter)
+        for s, start in enumerate(starts):
+            alone, cost, _ = lloyd(X, start, w, max_iter=max_iter)
+            np.testing.assert_allclose(centers[s], alone, rtol=1e-12, atol=1e-12 * float(np.abs(X).max()))
+            assert abs(costs[s] - cost) <= 1e-12 * cost

@@ -38,8 +38,8 @@ from fedcluster.bounds import (
 )
 from fedcluster.lloyd import (
     kmeans_plus_plus,
-    lloyd,
     lloyd_statistics,
+    lloyd_of_sets,
     lloyd_statistics_of_sets,
     block_references,
     pooled_scatter,
@@ -396,12 +396,11 @@ def summary_candidates(
     ``count``. ``starts <= count`` is the plain draw of ``count``."""
     candidates = []
     if points.shape[0] >= k:
-        seeds = [kmeans_plus_plus(points, k, rng, weights) for _ in range(max(count, int(starts)))]
+        seeds = np.stack([kmeans_plus_plus(points, k, rng, weights) for _ in range(max(count, int(starts)))])
         if len(seeds) > count:
-            screened = [lloyd(points, seed, weights, max_iter=SCREEN_ITERATIONS) for seed in seeds]
-            costs = [cost for _, cost, _ in screened]
-            seeds = [screened[i][0] for i in np.sort(np.argsort(costs, kind="stable")[:count])]
-        candidates = [lloyd(points, seed, weights, max_iter=100)[0] for seed in seeds]
+            screened, costs = lloyd_of_sets(points, seeds, weights, max_iter=SCREEN_ITERATIONS)
+            seeds = screened[np.sort(np.argsort(costs, kind="stable")[:count])]
+        candidates = list(lloyd_of_sets(points, seeds, weights, max_iter=100)[0])
     while len(candidates) < count:
         candidates.append(rng.uniform(low, high, size=(k, low.size)))
     return np.stack(candidates)
