@@ -37,13 +37,13 @@ from fedcluster.bounds import (
     scatter_rounding,
 )
 from fedcluster.lloyd import (
+    CHUNK_FLOATS,
     kmeans_plus_plus,
     lloyd_statistics,
     lloyd_of_sets,
     lloyd_statistics_of_sets,
     block_references,
     pooled_scatter,
-    squared_distances,
 )
 from fedcluster.points import center_shift
 from fedcluster.robust import aggregate_centers
@@ -905,14 +905,25 @@ def part_costs(
     if (np.diff(np.append(starts, centers.shape[0])) < 1).any():  # an empty set: nothing to price
         starts = np.unique(starts[starts < centers.shape[0]])
     d2 = np.empty((means.shape[0], centers.shape[0]))
-    origins, far = block_references(centers, starts) if centers.shape[0] else (None, np.zeros(0, bool))
+    if not centers.shape[0]:
+        return scatter[:, None] + n[:, None] * d2
+    origins = block_references(centers, starts)[0]  # zero rows: that set about the origin, exactly
     stops = np.append(starts[1:], centers.shape[0])
-    plain = np.repeat(~far, stops - starts)  # the columns of the sets about the origin: one product
-    if plain.any():
-        d2[:, plain] = squared_distances(means, centers[plain], np.einsum("ij,ij->i", means, means))
-    for b in np.flatnonzero(far):
-        rows, about = means - origins[b], centers[starts[b] : stops[b]] - origins[b]
-        d2[:, starts[b] : stops[b]] = squared_distances(rows, about, np.einsum("ij,ij->i", rows, rows))
+    sizes = stops - starts
+    # sets padded to the largest (by repeats of their own centers, dropped after): a batched product per group
+    width = int(sizes.max())
+    group = max(1, CHUNK_FLOATS * 32 // max(means.shape[0] * max(width, means.shape[1]), 1))
+    for first in range(0, starts.size, group):
+        part = slice(first, first + group)
+        slots = starts[part, None] + np.minimum(np.arange(width)[None, :], sizes[part, None] - 1)  # (sets, width)
+        about = centers[slots] - origins[part, None, :]
+        rows = means[None, :, :] - origins[part, None, :]  # (sets, parts, d)
+        block = np.matmul(rows, -2.0 * about.transpose(0, 2, 1))
+        block += np.einsum("spd,spd->sp", rows, rows)[:, :, None]
+        block += np.einsum("skd,skd->sk", about, about)[:, None, :]
+        np.maximum(block, 0.0, out=block)
+        kept = np.arange(width)[None, :] < sizes[part, None]
+        d2[:, slots[kept]] = block.transpose(1, 0, 2)[:, kept]
     return scatter[:, None] + n[:, None] * d2
 
 
