@@ -234,17 +234,24 @@ class Transport:
         (a malformed request is a bug of this server, not a device's problem). ``node_requests``
         gets each node's own arrays (they bind its reply's sizes)."""
         shared_record = to_array_record(arrays)
+        shared_config: ConfigRecord | None = None  # the request of every node without content of its own, checked once
         messages, down = [], 0
         group = str(self.results.round_number) if self.results.current else phase
         for node in nodes:
             node_arrays, node_config = node_content(node)
-            full_arrays = {**(arrays or {}), **(node_arrays or {})}
-            full_config = {**(config or {}), **(node_config or {})}
-            spec.parse_request(full_arrays, full_config)
+            if node_arrays or node_config or shared_config is None:
+                full_arrays = {**(arrays or {}), **(node_arrays or {})}
+                full_config = {**(config or {}), **(node_config or {})}
+                spec.parse_request(full_arrays, full_config)
+            if node_arrays or node_config:
+                config_record = ConfigRecord(full_config)
+            else:
+                shared_config = shared_config or ConfigRecord(full_config)
+                config_record = shared_config  # shared as the array record is: nothing writes to a request
             record = to_array_record(full_arrays) if node_arrays else shared_record
             if node_arrays and node_requests is not None:
                 node_requests[int(node)] = node_arrays
-            content = RecordDict({protocol.ARRAYS: record, protocol.CONFIG: ConfigRecord(full_config)})
+            content = RecordDict({protocol.ARRAYS: record, protocol.CONFIG: config_record})
             down += payload_bytes(record)
             messages.append(Message(content, int(node), spec.message_type, group_id=group))
         return messages, down

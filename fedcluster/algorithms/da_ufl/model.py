@@ -36,7 +36,7 @@ import numpy as np
 
 from fedcluster.bounds import coordinate_rounding
 from fedcluster.kernel import DeviceData
-from fedcluster.lloyd import kmeans_plus_plus, label_sums, lloyd, nearest, reference, squared_distances
+from fedcluster.lloyd import kmeans_plus_plus, label_sums, lloyd_of_sets, nearest, reference, squared_distances
 from fedcluster.robust import aggregate_centers
 
 from .config import MAX_BINS, RUN_CONFIG  # noqa: F401
@@ -194,8 +194,8 @@ def init_candidates(
     if restarts == 0:
         return kmeans_plus_plus(P, k, rng, weights=w)[None]
     found: list[tuple[float, np.ndarray]] = []
-    for _ in range(restarts):
-        centers, cost, _ = lloyd(P, kmeans_plus_plus(P, k, rng, w), w, max_iter=300)
+    seeds = np.stack([kmeans_plus_plus(P, k, rng, w) for _ in range(restarts)])  # Lloyd draws nothing
+    for centers, cost in zip(*lloyd_of_sets(P, seeds, w, max_iter=300)):
         if not any(abs(cost - other) <= 1e-9 * max(other, 1e-300) for other, _ in found):
             found.append((cost, centers))
     found.sort(key=lambda item: item[0])
