@@ -631,7 +631,7 @@ def lloyd_statistics_of_sets(
     n, d = X.shape
     m, k, _ = center_sets.shape
     w = None if weights is None else np.asarray(weights, dtype=np.float64)
-    if not (n and k and n * m * max(k, d) <= SETS_FLOATS and m * k * k * d <= SETS_FLOATS):
+    if not (n and k and n * m * max(k, d) <= SETS_FLOATS):
         return _each_set(
             X, center_sets, w, np.arange(m), (np.zeros((m, k, d)), np.zeros((m, k)), np.zeros(m), np.zeros((m, k, d)))
         )
@@ -698,10 +698,13 @@ def _references(center_sets: np.ndarray) -> np.ndarray:
 
 
 def _separations(center_sets: np.ndarray) -> np.ndarray:
-    """:func:`separation` of every set of ``center_sets`` (m, k, d) (at most
-    :data:`SETS_FLOATS` floats of differences)."""
-    if center_sets.shape[1] < 2:
-        return np.full(center_sets.shape[0], np.inf)
+    """:func:`separation` of every set of ``center_sets`` (m, k, d): at once while the
+    differences hold at most :data:`SETS_FLOATS` floats, else set by set."""
+    m, k, d = center_sets.shape
+    if k < 2:
+        return np.full(m, np.inf)
+    if m * k * k * d > SETS_FLOATS:
+        return np.array([separation(c) for c in center_sets])
     diff = center_sets[:, :, None, :] - center_sets[:, None, :, :]
     gaps = np.einsum("sijd,sijd->sij", diff, diff)
     gaps[gaps == 0.0] = np.inf
