@@ -711,3 +711,18 @@ def test_part_costs_of_many_sets_at_once_are_each_sets_own_near_and_far_from_the
     exact = [scatter[:, None] + n[:, None] * ((means[:, None, :] - c[None]) ** 2).sum(-1) for c in sets if len(c)]
     np.testing.assert_allclose(got, np.concatenate(exact, axis=1), rtol=1e-6)
     np.testing.assert_allclose(got[3:, 4:6], exact[1][3:], rtol=1e-12)  # far parts against the far set: no offset²
+
+
+def test_part_minima_are_the_cheapest_part_cost_of_each_set_to_the_bit():
+    """The partition check takes each part's cheapest center per set without the parts x
+    centers table: the same numbers, to the bit, as the minimum over each set's columns
+    of :func:`part_costs` (sets of different sizes, one far from the origin)."""
+    from fedcluster.algorithms.fedkmeans.model import part_costs, part_minima
+
+    rng = np.random.default_rng(9)
+    n, means, scatter = rng.integers(1, 50, size=40).astype(float), rng.normal(size=(40, 2)), rng.random(40)
+    sets = [rng.normal(size=(k, 2)) for k in (100, 100, 3, 1)] + [rng.normal(size=(7, 2)) + 1e9]
+    columns = np.cumsum([0] + [len(c) for c in sets[:-1]])
+    table = part_costs((n, means, scatter), np.concatenate(sets), columns)
+    expected = np.minimum.reduceat(table, columns, axis=1)
+    assert np.array_equal(part_minima((n, means, scatter), np.concatenate(sets), columns), expected)

@@ -268,3 +268,24 @@ def test_lloyd_of_many_sets_stops_each_set_where_lloyd_stops_it(max_iter):
             alone, cost, _ = lloyd(X, start, w, max_iter=max_iter)
             np.testing.assert_allclose(centers[s], alone, rtol=1e-12, atol=1e-12 * float(np.abs(X).max()))
             assert abs(costs[s] - cost) <= 1e-12 * cost
+
+
+@pytest.mark.parametrize("k, d", [(3, 1), (40, 2), (100, 2), (64, 4), (50, 8)])
+def test_separation_is_the_smallest_gap_between_different_centers(k, d):
+    """Coordinate by coordinate (few coordinates, many centers) or by the contraction: the
+    smallest squared distance between two different centers, duplicates skipped, over
+    row chunks smaller than k."""
+    from fedcluster import lloyd
+
+    rng = np.random.default_rng(k * d)
+    centers = rng.normal(size=(k, d))
+    centers[k - 1] = centers[0]  # a duplicate is no gap
+    pairs = [((a - b) ** 2).sum() for i, a in enumerate(centers) for b in centers[i + 1 :]]
+    expected = min(p for p in pairs if p > 0)
+    assert lloyd.separation(centers) == pytest.approx(expected, rel=1e-14)
+    lloyd_chunk = lloyd.CHUNK_FLOATS
+    try:
+        lloyd.CHUNK_FLOATS = 3 * k * d  # three rows per chunk
+        assert lloyd.separation(centers) == pytest.approx(expected, rel=1e-14)
+    finally:
+        lloyd.CHUNK_FLOATS = lloyd_chunk

@@ -899,18 +899,42 @@ def part_costs(
     BLAS form about that set's reference, whose rounding :func:`fedcluster.bounds.expansion_rounding`
     bounds (the checks add it to their slack: no row needs settling by its differences)."""
     n, means, scatter = partition
-    means = np.asarray(means, dtype=np.float64)
     centers = np.asarray(centers, dtype=np.float64)
     starts = np.asarray(columns, dtype=np.int64)
     if (np.diff(np.append(starts, centers.shape[0])) < 1).any():  # an empty set: nothing to price
         starts = np.unique(starts[starts < centers.shape[0]])
-    d2 = np.empty((means.shape[0], centers.shape[0]))
+    d2 = np.empty((np.shape(means)[0], centers.shape[0]))
+    for first, slots, kept, block in _set_distances(means, centers, starts):
+        d2[:, slots[kept]] = block.transpose(1, 0, 2)[:, kept]
+    return scatter[:, None] + n[:, None] * d2
+
+
+def part_minima(
+    partition: tuple[np.ndarray, np.ndarray, np.ndarray], centers: np.ndarray, columns: Sequence[int]
+) -> np.ndarray:
+    """Every part of ``partition`` sent whole to its cheapest center of each set (parts x
+    sets; none empty): the minimum over each set's columns of :func:`part_costs`, the
+    same numbers to the bit (``V + n·x`` rises with x), without the parts x centers table."""
+    n, means, scatter = partition
+    starts = np.asarray(columns, dtype=np.int64)
+    nearest = np.empty((np.shape(means)[0], starts.size))
+    for first, _, _, block in _set_distances(means, np.asarray(centers, dtype=np.float64), starts):
+        nearest[:, first : first + block.shape[0]] = block.min(axis=2).T  # a set's repeats change no minimum
+    return scatter[:, None] + n[:, None] * nearest
+
+
+def _set_distances(means, centers: np.ndarray, starts: np.ndarray):
+    """For groups of the center sets (set j from row ``starts[j]`` of ``centers``; none
+    empty): ``(first set, slots, kept, block)`` with ``block`` (sets, parts, width) the
+    squared distances of every mean to every center of each set, by the BLAS form about
+    the set's reference, each set padded to the widest by repeats of its own centers
+    (``slots``: their rows of ``centers``; ``kept``: the ones not repeats). A group's block
+    holds about 2^20 floats."""
+    means = np.asarray(means, dtype=np.float64)
     if not centers.shape[0]:
-        return scatter[:, None] + n[:, None] * d2
+        return
     origins = block_references(centers, starts)[0]  # zero rows: that set about the origin, exactly
-    stops = np.append(starts[1:], centers.shape[0])
-    sizes = stops - starts
-    # sets padded to the largest (by repeats of their own centers, dropped after): a batched product per group
+    sizes = np.append(starts[1:], centers.shape[0]) - starts
     width = int(sizes.max())
     group = max(1, CHUNK_FLOATS * 32 // max(means.shape[0] * max(width, means.shape[1]), 1))
     for first in range(0, starts.size, group):
@@ -922,9 +946,7 @@ def part_costs(
         block += np.einsum("spd,spd->sp", rows, rows)[:, :, None]
         block += np.einsum("skd,skd->sk", about, about)[:, None, :]
         np.maximum(block, 0.0, out=block)
-        kept = np.arange(width)[None, :] < sizes[part, None]
-        d2[:, slots[kept]] = block.transpose(1, 0, 2)[:, kept]
-    return scatter[:, None] + n[:, None] * d2
+        yield first, slots, np.arange(width)[None, :] < sizes[part, None], block
 
 
 def partition_rounding(points: float, bound: float, means: np.ndarray, centers: np.ndarray) -> float:
@@ -971,9 +993,8 @@ def partitions_violation(
     rows = np.cumsum([0] + [part[0].size for _, _, part in every[:-1]])
     centers = np.concatenate([c for _, c, _ in every])
     n, means, scatter = (np.concatenate([part[f] for _, _, part in every]) for f in range(3))
-    costs_of_parts = part_costs((n, means, scatter), centers, columns)  # every part, every center
     # bounds[j, i]: partition j, each part whole to its cheapest center of set i
-    bounds = np.add.reduceat(np.minimum.reduceat(costs_of_parts, columns, axis=1), rows, axis=0)
+    bounds = np.add.reduceat(part_minima((n, means, scatter), centers, columns), rows, axis=0)
     costs = np.array([cost for cost, _, _ in every])
     slack = _partition_slack(every, bounds, costs, np.add.reduceat(n, rows)[:, None], relative)
     new = np.array([any(e is s for s in stated) for e in every])
