@@ -649,7 +649,7 @@ def lloyd_statistics_of_sets(
         return _each_set(
             X, center_sets, w, np.arange(m), (np.zeros((m, k, d)), np.zeros((m, k)), np.zeros(m), np.zeros((m, k, d)))
         )
-    origins = _references(center_sets)  # (m, d): zero where a set needs none (about the origin, exactly)
+    origins = block_references(center_sets.reshape(m * k, d), np.arange(m) * k)[0]  # zero: about the origin
     about = center_sets - origins[:, None, :]
     rows = X[None, :, :] - origins[:, None, :]  # (m, n, d): every set's rows about its reference
     c_sq = np.einsum("skd,skd->sk", about, about)
@@ -701,14 +701,6 @@ def _each_set(X, center_sets, weights, which, out):
         one = lloyd_statistics(X, center_sets[s], weights, with_scatter=True)
         sums[s], counts[s], cost[s], scatter[s] = one.sums, one.counts, one.cost, one.scatter
     return sums, counts, cost, scatter
-
-
-def _references(center_sets: np.ndarray) -> np.ndarray:
-    """:func:`reference` of every set of ``center_sets`` (m, k, d), zero where it is None."""
-    low, high = center_sets.min(axis=1), center_sets.max(axis=1)
-    middle, width = low + high, high - low
-    far = np.einsum("sd,sd->s", middle, middle) > 4.0 * np.einsum("sd,sd->s", width, width)
-    return np.where(far[:, None], center_sets.mean(axis=1), 0.0)
 
 
 def _separations(center_sets: np.ndarray) -> np.ndarray:

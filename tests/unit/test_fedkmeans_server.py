@@ -713,11 +713,17 @@ def test_part_costs_of_many_sets_at_once_are_each_sets_own_near_and_far_from_the
     np.testing.assert_allclose(got[3:, 4:6], exact[1][3:], rtol=1e-12)  # far parts against the far set: no offset²
 
 
-def test_part_minima_are_the_cheapest_part_cost_of_each_set_to_the_bit():
+@pytest.mark.parametrize("chunk", [None, 1])
+def test_part_minima_are_the_cheapest_part_cost_of_each_set_to_the_bit(chunk, monkeypatch):
     """The partition check takes each part's cheapest center per set without the parts x
     centers table: the same numbers, to the bit, as the minimum over each set's columns
-    of :func:`part_costs` (sets of different sizes, one far from the origin)."""
+    of :func:`part_costs` (sets of different sizes, one far from the origin); in many
+    small passes, the same up to the rounding of products of another shape."""
+    from fedcluster.algorithms.fedkmeans import model
     from fedcluster.algorithms.fedkmeans.model import part_costs, part_minima
+
+    if chunk:
+        monkeypatch.setattr(model, "CHUNK_FLOATS", chunk)
 
     rng = np.random.default_rng(9)
     n, means, scatter = rng.integers(1, 50, size=40).astype(float), rng.normal(size=(40, 2)), rng.random(40)
@@ -725,4 +731,8 @@ def test_part_minima_are_the_cheapest_part_cost_of_each_set_to_the_bit():
     columns = np.cumsum([0] + [len(c) for c in sets[:-1]])
     table = part_costs((n, means, scatter), np.concatenate(sets), columns)
     expected = np.minimum.reduceat(table, columns, axis=1)
-    assert np.array_equal(part_minima((n, means, scatter), np.concatenate(sets), columns), expected)
+    got = part_minima((n, means, scatter), np.concatenate(sets), columns)
+    if chunk:  # products of another shape: equal up to their rounding
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+    else:
+        assert np.array_equal(got, expected)

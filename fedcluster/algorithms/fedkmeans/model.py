@@ -916,10 +916,14 @@ def part_minima(
     sets; none empty): the minimum over each set's columns of :func:`part_costs`, the
     same numbers to the bit (``V + n·x`` rises with x), without the parts x centers table."""
     n, means, scatter = partition
+    means, centers = np.asarray(means, dtype=np.float64), np.asarray(centers, dtype=np.float64)
     starts = np.asarray(columns, dtype=np.int64)
-    nearest = np.empty((np.shape(means)[0], starts.size))
-    for first, _, _, block in _set_distances(means, np.asarray(centers, dtype=np.float64), starts):
-        nearest[:, first : first + block.shape[0]] = block.min(axis=2).T  # a set's repeats change no minimum
+    nearest = np.empty((means.shape[0], starts.size))
+    width = int(np.max(np.diff(np.append(starts, centers.shape[0])), initial=1))
+    step = max(1, CHUNK_FLOATS * 8 // max(width * starts.size, 1))  # parts per pass: the blocks stay small
+    for row in range(0, means.shape[0], step):
+        for first, _, _, block in _set_distances(means[row : row + step], centers, starts):
+            nearest[row : row + step, first : first + block.shape[0]] = block.min(axis=2).T  # repeats: no new minimum
     return scatter[:, None] + n[:, None] * nearest
 
 
@@ -964,7 +968,7 @@ def partition_bound(partition: tuple[np.ndarray, np.ndarray, np.ndarray], center
     n, means, scatter = partition
     if n.size == 0:
         return 0.0, 0.0
-    bound = float(part_costs(partition, centers).min(axis=1).sum())
+    bound = float(part_minima(partition, centers, [0]).sum())
     return bound, partition_rounding(float(n.sum()), bound, means, centers) + expansion_rounding(n, means, centers)
 
 
