@@ -627,7 +627,7 @@ SETS_FLOATS = 1 << 18
 
 
 def lloyd_statistics_of_sets(
-    X: np.ndarray, center_sets: np.ndarray, weights: np.ndarray | None = None
+    X: np.ndarray, center_sets: np.ndarray, weights: np.ndarray | None = None, *, with_scatter: bool = True
 ) -> tuple[np.ndarray, ...]:
     """:func:`lloyd_statistics` with scatters of every set of ``center_sets`` (m, k, d) on
     ``X`` (optionally weighted): ``(sums (m, k, d), counts (m, k), cost (m,), scatter (m, k, d))``.
@@ -637,7 +637,8 @@ def lloyd_statistics_of_sets(
     for the distances, one indicator product for the sums and one for the scatters. A set
     whose rows the BLAS form cannot decide within :data:`RESOLUTION` (:func:`undecided`),
     or whose cost cancels, goes through :func:`lloyd_statistics` on its own: the same
-    statistics, up to the rounding of products taken in another shape."""
+    statistics, up to the rounding of products taken in another shape. One set alone is
+    :func:`lloyd_statistics`'s own. Without ``with_scatter`` the scatters are zeros."""
     X = np.asarray(X, dtype=np.float64)
     center_sets = np.asarray(center_sets, dtype=np.float64)
     if X.ndim != 2 or center_sets.ndim != 3 or X.shape[1] != center_sets.shape[2]:
@@ -645,10 +646,9 @@ def lloyd_statistics_of_sets(
     n, d = X.shape
     m, k, _ = center_sets.shape
     w = None if weights is None else np.asarray(weights, dtype=np.float64)
-    if not (n and k and n * m * max(k, d) <= SETS_FLOATS):
-        return _each_set(
-            X, center_sets, w, np.arange(m), (np.zeros((m, k, d)), np.zeros((m, k)), np.zeros(m), np.zeros((m, k, d)))
-        )
+    if m == 1 or not (n and k and n * m * max(k, d) <= SETS_FLOATS):
+        empty = (np.zeros((m, k, d)), np.zeros((m, k)), np.zeros(m), np.zeros((m, k, d)))
+        return _each_set(X, center_sets, w, np.arange(m), empty, with_scatter)
     origins = block_references(center_sets.reshape(m * k, d), np.arange(m) * k)[0]  # zero: about the origin
     about = center_sets - origins[:, None, :]
     rows = X[None, :, :] - origins[:, None, :]  # (m, n, d): every set's rows about its reference
@@ -666,16 +666,18 @@ def lloyd_statistics_of_sets(
     cost = x_sq + np.einsum("sk,sk->s", counts, c_sq) - 2.0 * np.einsum("skd,skd->s", about, sums)
     np.maximum(cost, 0.0, out=cost)
     means = np.where(counts[..., None] > 0, sums / np.where(counts > 0, counts, 1.0)[..., None], about)
-    deviation = rows - np.take_along_axis(means, labels[..., None], axis=1)
-    deviation *= deviation
-    scatter = np.matmul(membership, deviation)
+    scatter = np.zeros((m, k, d))
+    if with_scatter:
+        deviation = rows - np.take_along_axis(means, labels[..., None], axis=1)
+        deviation *= deviation
+        scatter = np.matmul(membership, deviation)
     sums += counts[..., None] * origins[:, None, :]
     apart = _separations(about)
     reach = np.sqrt(np.max(c_sq, axis=1))
     largest = np.maximum(rows.max(axis=(1, 2)), -rows.min(axis=(1, 2))) * np.sqrt(d)
     undecided_sets = (apart < np.inf) & (2.0 * form_rounding(d, largest, reach) > RESOLUTION * apart)
     alone = np.flatnonzero(undecided_sets | (cost <= CANCELLED * x_sq))
-    return _each_set(X, center_sets, w, alone, (sums, counts, cost, scatter))
+    return _each_set(X, center_sets, w, alone, (sums, counts, cost, scatter), with_scatter)
 
 
 def block_references(points: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -693,13 +695,15 @@ def block_references(points: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray
     return references, far
 
 
-def _each_set(X, center_sets, weights, which, out):
+def _each_set(X, center_sets, weights, which, out, with_scatter):
     """``out`` (sums, counts, cost, scatter of every set) with the sets ``which`` taken by
     :func:`lloyd_statistics`, one at a time."""
     sums, counts, cost, scatter = out
     for s in which:
-        one = lloyd_statistics(X, center_sets[s], weights, with_scatter=True)
-        sums[s], counts[s], cost[s], scatter[s] = one.sums, one.counts, one.cost, one.scatter
+        one = lloyd_statistics(X, center_sets[s], weights, with_scatter=with_scatter)
+        sums[s], counts[s], cost[s] = one.sums, one.counts, one.cost
+        if with_scatter:
+            scatter[s] = one.scatter
     return sums, counts, cost, scatter
 
 
@@ -811,47 +815,34 @@ def lloyd(
 
     Empty clusters keep their center. Returns ``(centers, cost, iterations)``.
     """
-    X = np.asarray(X, dtype=np.float64)
-    centers = np.array(centers, dtype=np.float64, copy=True)
-    scale = float(np.sum(np.var(X, axis=0))) if X.size else 1.0
-    threshold = tol * max(scale, 1e-300)
-    it = 0
-    for it in range(1, max_iter + 1):
-        stats = lloyd_statistics(X, centers, weights)
-        new = stats.centers(centers)
-        shift = float(np.sum((new - centers) ** 2))
-        centers = new
-        if shift <= threshold:
-            break
-    return centers, kmeans_cost(X, centers, weights), it
+    out, costs, iterations = lloyd_of_sets(
+        X, np.asarray(centers, dtype=np.float64)[None], weights, max_iter=max_iter, tol=tol
+    )
+    return out[0], float(costs[0]), int(iterations[0])
 
 
 def lloyd_of_sets(
-    X: np.ndarray,
-    center_sets: np.ndarray,
-    weights: np.ndarray | None = None,
-    *,
-    max_iter: int = 300,
-    tol: float = 1e-6,
-) -> tuple[np.ndarray, np.ndarray]:
+    X: np.ndarray, center_sets: np.ndarray, weights: np.ndarray | None = None, *, max_iter: int = 300, tol: float = 1e-6
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`lloyd` from every set of ``center_sets`` (m, k, d), the sets still moving
-    stepped together (:func:`lloyd_statistics_of_sets`); each set stops as :func:`lloyd`
-    stops it. Returns ``(centers (m, k, d), costs (m,))``, the costs as :func:`lloyd`
-    takes them (:func:`kmeans_cost`)."""
+    stepped together (:func:`lloyd_statistics_of_sets`), each stopped as :func:`lloyd`
+    stops it: ``(centers (m, k, d), costs (m,) by :func:`kmeans_cost`, iterations (m,))``."""
     X = np.asarray(X, dtype=np.float64)
     centers = np.array(center_sets, dtype=np.float64, copy=True)
     scale = float(np.sum(np.var(X, axis=0))) if X.size else 1.0
     threshold = tol * max(scale, 1e-300)
     moving = np.arange(centers.shape[0])
-    for _ in range(max_iter):
+    iterations = np.zeros(centers.shape[0], dtype=np.int64)
+    for it in range(1, max_iter + 1):
         if not moving.size:
             break
-        sums, counts = lloyd_statistics_of_sets(X, centers[moving], weights)[:2]
+        sums, counts = lloyd_statistics_of_sets(X, centers[moving], weights, with_scatter=False)[:2]
         new = np.where(counts[..., None] > 0, sums / np.where(counts > 0, counts, 1.0)[..., None], centers[moving])
         shift = np.sum((new - centers[moving]) ** 2, axis=(1, 2))
         centers[moving] = new
+        iterations[moving] = it
         moving = moving[shift > threshold]
-    return centers, np.array([kmeans_cost(X, c, weights) for c in centers])
+    return centers, np.array([kmeans_cost(X, c, weights) for c in centers]), iterations
 
 
 def kmeans(

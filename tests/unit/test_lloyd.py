@@ -263,7 +263,7 @@ def test_lloyd_of_many_sets_stops_each_set_where_lloyd_stops_it(max_iter):
         X = rng.normal(size=(n, d)) + (1e9 if trial % 4 == 0 else 0.0)
         w = rng.integers(1, 30, size=n).astype(float)
         starts = np.stack([kmeans_plus_plus(X, k, rng, w) for _ in range(int(rng.integers(1, 25)))])
-        centers, costs = lloyd_of_sets(X, starts, w, max_iter=max_iter)
+        centers, costs, _ = lloyd_of_sets(X, starts, w, max_iter=max_iter)
         for s, start in enumerate(starts):
             alone, cost, _ = lloyd(X, start, w, max_iter=max_iter)
             np.testing.assert_allclose(centers[s], alone, rtol=1e-12, atol=1e-12 * float(np.abs(X).max()))

@@ -195,7 +195,7 @@ def init_candidates(
         return kmeans_plus_plus(P, k, rng, weights=w)[None]
     found: list[tuple[float, np.ndarray]] = []
     seeds = np.stack([kmeans_plus_plus(P, k, rng, w) for _ in range(restarts)])  # Lloyd draws nothing
-    for centers, cost in zip(*lloyd_of_sets(P, seeds, w, max_iter=300)):
+    for centers, cost in zip(*lloyd_of_sets(P, seeds, w, max_iter=300)[:2]):
         if not any(abs(cost - other) <= 1e-9 * max(other, 1e-300) for other, _ in found):
             found.append((cost, centers))
     found.sort(key=lambda item: item[0])

@@ -398,7 +398,7 @@ def summary_candidates(
     if points.shape[0] >= k:
         seeds = np.stack([kmeans_plus_plus(points, k, rng, weights) for _ in range(max(count, int(starts)))])
         if len(seeds) > count:
-            screened, costs = lloyd_of_sets(points, seeds, weights, max_iter=SCREEN_ITERATIONS)
+            screened, costs, _ = lloyd_of_sets(points, seeds, weights, max_iter=SCREEN_ITERATIONS)
             seeds = screened[np.sort(np.argsort(costs, kind="stable")[:count])]
         candidates = list(lloyd_of_sets(points, seeds, weights, max_iter=100)[0])
     while len(candidates) < count:
