@@ -732,6 +732,9 @@ def test_part_minima_are_the_cheapest_part_cost_of_each_set_to_the_bit(chunk, mo
     table = part_costs((n, means, scatter), np.concatenate(sets), columns)
     expected = np.minimum.reduceat(table, columns, axis=1)
     got = part_minima((n, means, scatter), np.concatenate(sets), columns)
+    with_empty = part_minima((n, means, scatter), np.concatenate(sets), np.insert(columns, 2, columns[2]))
+    assert np.isinf(with_empty[:, 2]).all()  # no center: no bound, never a made-up one
+    assert np.array_equal(np.delete(with_empty, 2, axis=1), got)
     if chunk:  # products of another shape: equal up to their rounding
         np.testing.assert_allclose(got, expected, rtol=1e-12)
     else:

@@ -918,12 +918,14 @@ def part_minima(
     n, means, scatter = partition
     means, centers = np.asarray(means, dtype=np.float64), np.asarray(centers, dtype=np.float64)
     starts = np.asarray(columns, dtype=np.int64)
-    nearest = np.empty((means.shape[0], starts.size))
-    width = int(np.max(np.diff(np.append(starts, centers.shape[0])), initial=1))
-    step = max(1, CHUNK_FLOATS * 8 // max(width * starts.size, 1))  # parts per pass: the blocks stay small
+    sizes = np.diff(np.append(starts, centers.shape[0]))
+    nearest = np.full((means.shape[0], starts.size), np.inf)  # a set with no center: no bound
+    priced = np.flatnonzero(sizes > 0)
+    step = max(1, CHUNK_FLOATS * 8 // max(int(np.max(sizes, initial=1)) * starts.size, 1))  # the blocks stay small
     for row in range(0, means.shape[0], step):
-        for first, _, _, block in _set_distances(means[row : row + step], centers, starts):
-            nearest[row : row + step, first : first + block.shape[0]] = block.min(axis=2).T  # repeats: no new minimum
+        for first, _, _, block in _set_distances(means[row : row + step], centers, starts[priced]):
+            # a set's repeats bring no new minimum
+            nearest[row : row + step, priced[first : first + block.shape[0]]] = block.min(axis=2).T
     return scatter[:, None] + n[:, None] * nearest
 
 
