@@ -99,6 +99,12 @@ def coordinate_rounding(*arrays: np.ndarray | None) -> np.ndarray:
     return OFFSET_ULPS * _EPS * largest if largest is not None else np.zeros(1)
 
 
+def coordinate_roundings(points: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """:func:`coordinate_rounding` of every block of ``points`` (block b from row
+    ``starts[b]``; none empty) at once: (blocks, d)."""
+    return OFFSET_ULPS * _EPS * np.maximum.reduceat(np.abs(np.asarray(points, dtype=np.float64)), starts, axis=0)
+
+
 def deviation_rounding(points: float, total: float, rounding: np.ndarray | float) -> float:
     """How far a sum of ``points`` squared distances whose total is ``total`` may be off when
     every coordinate difference is off by at most ``rounding`` (per coordinate, or one number):

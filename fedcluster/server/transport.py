@@ -239,14 +239,15 @@ class Transport:
         group = str(self.results.round_number) if self.results.current else phase
         for node in nodes:
             node_arrays, node_config = node_content(node)
-            if node_arrays or node_config or shared_config is None:
+            if node_arrays or node_config:
                 full_arrays = {**(arrays or {}), **(node_arrays or {})}
                 full_config = {**(config or {}), **(node_config or {})}
                 spec.parse_request(full_arrays, full_config)
-            if node_arrays or node_config:
                 config_record = ConfigRecord(full_config)
             else:
-                shared_config = shared_config or ConfigRecord(full_config)
+                if shared_config is None:
+                    spec.parse_request(dict(arrays or {}), dict(config or {}))
+                    shared_config = ConfigRecord(dict(config or {}))
                 config_record = shared_config  # shared as the array record is: nothing writes to a request
             record = to_array_record(full_arrays) if node_arrays else shared_record
             if node_arrays and node_requests is not None:

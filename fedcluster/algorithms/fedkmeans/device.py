@@ -24,6 +24,12 @@ def fedkmeans_train(data: DeviceData, arrays: dict, config: dict):
     counts, updated centers, scatters and the cost of the centers received."""
     X = data.require_points()
     incoming = matching_dimension(X, arrays["centers"])
+    one_pass = config["local-epochs"] == 1 and (config["batch-size"] <= 0 or config["batch-size"] >= X.shape[0])
+    if one_pass:  # one full batch: the step's own pass fixes the cost of the centers received
+        counts, centers, scatter, cost = client_steps(X, incoming, config["client-lr"])
+        return {"centers": centers, "counts": counts, "scatter": scatter, "cost": cost}, {
+            "num-examples": int(X.shape[0])
+        }
     rng = np.random.default_rng(config["seed"])
     out = {
         "centers": np.empty_like(incoming),
@@ -31,12 +37,6 @@ def fedkmeans_train(data: DeviceData, arrays: dict, config: dict):
         "scatter": np.empty_like(incoming),
         "cost": np.empty(incoming.shape[0]),
     }
-    one_pass = config["local-epochs"] == 1 and (config["batch-size"] <= 0 or config["batch-size"] >= X.shape[0])
-    if one_pass:  # one full batch: the step's own pass fixes the cost of the centers received
-        counts, centers, scatter, cost = client_steps(X, incoming, config["client-lr"])
-        return {"centers": centers, "counts": counts, "scatter": scatter, "cost": cost}, {
-            "num-examples": int(X.shape[0])
-        }
     for s, centers in enumerate(incoming):
         out["counts"][s], out["centers"][s], out["scatter"][s] = client_kmeans(
             X,

@@ -31,6 +31,7 @@ from fedcluster.bounds import (
     OFFSET_ULPS,
     RELATIVE_SLACK,
     coordinate_rounding,
+    coordinate_roundings,
     deviation_rounding,
     expansion_rounding,
     expansion_roundings,
@@ -901,10 +902,9 @@ def part_costs(
     n, means, scatter = partition
     centers = np.asarray(centers, dtype=np.float64)
     starts = np.asarray(columns, dtype=np.int64)
-    if (np.diff(np.append(starts, centers.shape[0])) < 1).any():  # an empty set: nothing to price
-        starts = np.unique(starts[starts < centers.shape[0]])
+    priced = np.diff(np.append(starts, centers.shape[0])) > 0  # an empty set has no column to price
     d2 = np.empty((np.shape(means)[0], centers.shape[0]))
-    for first, slots, kept, block in _set_distances(means, centers, starts):
+    for first, slots, kept, block in _set_distances(means, centers, starts[priced]):
         d2[:, slots[kept]] = block.transpose(1, 0, 2)[:, kept]
     return scatter[:, None] + n[:, None] * d2
 
@@ -1002,7 +1002,7 @@ def partitions_violation(
     # bounds[j, i]: partition j, each part whole to its cheapest center of set i
     bounds = np.add.reduceat(part_minima((n, means, scatter), centers, columns), rows, axis=0)
     costs = np.array([cost for cost, _, _ in every])
-    slack = _partition_slack(every, bounds, costs, np.add.reduceat(n, rows)[:, None], relative)
+    slack = _partition_slack(every, (n, means, rows), (centers, columns), bounds, costs, relative)
     new = np.array([any(e is s for s in stated) for e in every])
     bad = (costs[None, :] > bounds + slack) & ~np.eye(len(every), dtype=bool) & (new[:, None] | new[None, :])
     if not bad.any():
@@ -1023,18 +1023,16 @@ def partitions_violation(
 
 
 def _partition_slack(
-    every: list[Stated], bounds: np.ndarray, costs: np.ndarray, points: np.ndarray, relative: float
+    every: list[Stated], parts: tuple, sets: tuple, bounds: np.ndarray, costs: np.ndarray, relative: float
 ) -> np.ndarray:
     """The rounding allowed between partition j's bound with set i's centers and set i's
     stated cost: relative to both, plus the coordinates' own rounding of partition j's
-    means and set i's centers, plus that of bound (j, i)'s squared distances."""
-    rows = np.cumsum([0] + [part[0].size for _, _, part in every[:-1]])
-    columns = np.cumsum([0] + [len(c) for _, c, _ in every[:-1]])
-    n, means = (np.concatenate([part[f] for _, _, part in every]) for f in range(2))
-    centers = np.concatenate([c for _, c, _ in every])
-    # coordinate_rounding of each partition's means and of each set's centers, every one at once
-    of_means = OFFSET_ULPS * _EPS * np.maximum.reduceat(np.abs(means), rows, axis=0)
-    of_centers = OFFSET_ULPS * _EPS * np.maximum.reduceat(np.abs(centers), columns, axis=0)
+    means and set i's centers, plus that of bound (j, i)'s squared distances. ``parts``:
+    every partition's (counts, means) one after another and where each starts; ``sets``:
+    every set's centers and where each starts (as :func:`partitions_violation` has them)."""
+    (n, means, rows), (centers, columns) = parts, sets
+    points = np.add.reduceat(n, rows)[:, None]
+    of_means, of_centers = coordinate_roundings(means, rows), coordinate_roundings(centers, columns)
     e = np.sqrt(np.sum(np.maximum(of_means[:, None, :], of_centers[None, :, :]) ** 2, axis=2))
     expansion = expansion_roundings(n, means, rows, [c for _, c, _ in every])
     return (
