@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bounds import coordinate_rounding
+from .lloyd import sum_of_squares
 
 MAX_DIM = 6  # vertex enumeration beyond this costs too much: no check (no rejection either)
 SLACK = 1e-7  # cells and box widened by this, relative: rounding, points on a bisector
@@ -42,6 +43,7 @@ ROUNDING = (
 )
 KERNEL = 1e-12  # walls widened by this × the size of a device's distance terms: they round in absolute terms
 SOLVED = 2  # per reply, at most this many clusters the certificates cannot pass go to the solver
+BLOCK_FLOATS = 1 << 16  # the axis certificate's parts go in blocks of about this many floats per array
 BRUTE_FORCE = 4000  # vertices by solving every choice of d walls when there are at most this many
 
 
@@ -75,7 +77,7 @@ def cell_moments_violation(
     apart = (mean - centers[sets, parts]) ** 2
     delta = coordinate_rounding(centers, low, high)
     var = np.maximum(var - ROUNDING * (var + apart) - 2.0 * delta * (np.sqrt(var) + np.sqrt(apart)) - delta**2, 0.0)
-    passed, need = _axis_certificate(mean, var, centers[sets], parts, low, high)
+    passed, need = _axis_certificate(mean, var, centers, sets, parts, low, high)
     undecided = np.flatnonzero(~passed)
     ranked = undecided[np.argsort(-need[undecided], kind="stable")]
     if ranked.size > SOLVED:
@@ -131,25 +133,49 @@ def _walls(
 
 
 def _axis_certificate(
-    means: np.ndarray, var: np.ndarray, centers: np.ndarray, parts: np.ndarray, low: np.ndarray, high: np.ndarray
-) -> np.ndarray:
-    """Which parts (``means``, ``var`` (P, d); each part's center set ``centers`` (P, k, d) and
-    its cluster ``parts``) pass without a solver, all at once, and how far each is from it
-    (``need``, passing at most 1): along each axis d the segment
+    means: np.ndarray,
+    var: np.ndarray,
+    centers: np.ndarray,
+    sets: np.ndarray,
+    parts: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which parts (``means``, ``var`` (P, d); part p is cluster ``parts[p]`` of the center set
+    ``centers[sets[p]]``, ``centers`` (m, k, d)) pass without a solver, all at once, and how
+    far each is from it (``need``, passing at most 1): along each axis d the segment
     from the mean to the cell's boundary, −s⁻_d .. +s⁺_d, lies in the cell; two points at its
     ends weighted to keep the mean have variance s⁺_d s⁻_d, so mass v_d / (s⁺_d s⁻_d) on axis d
-    (the rest at the mean) meets every variance when Σ_d v_d / (s⁺_d s⁻_d) <= 1."""
+    (the rest at the mean) meets every variance when Σ_d v_d / (s⁺_d s⁻_d) <= 1. The arrays
+    are (p, d, k) for blocks of p parts (about ``BLOCK_FLOATS`` floats: temporaries that stay in
+    the cache and in memory already mapped), coordinate by coordinate, so that every
+    reduction runs over contiguous centers."""
+    across = np.ascontiguousarray(centers.transpose(0, 2, 1))  # (m, d, k)
+    rounding = _rounding(centers, low, high)
+    step = max(1, BLOCK_FLOATS // max(centers.shape[1] * centers.shape[2], 1))
+    passed, need = np.empty(parts.size, dtype=bool), np.empty(parts.size)
+    for first in range(0, parts.size, step):
+        block = slice(first, first + step)
+        passed[block], need[block] = _axis_block(
+            means[block], var[block], across[sets[block]], rounding[sets[block]], parts[block], low, high
+        )
+    return passed, need
+
+
+def _axis_block(means, var, across, rounding, parts, low, high) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_axis_certificate` of a block of parts, each with its set's centers ``across``
+    (p, d, k) and their :func:`_rounding`."""
     rows = np.arange(parts.size)
-    own = centers[rows, parts]  # (P, d)
-    a = 2.0 * (centers - own[:, None, :])  # (P, k, d); the own center's row is 0
-    distance = ((centers - means[:, None, :]) ** 2).sum(2)  # (P, k)
-    widen = SLACK * np.maximum(distance.max(1), 1e-300) + _rounding(centers, low, high)
+    distance = sum_of_squares(across[:, q, :] - means[:, q, None] for q in range(across.shape[1]))  # (P, k)
+    widen = SLACK * np.maximum(distance.max(1), 1e-300) + rounding
     b = distance - distance[rows, parts][:, None] + widen[:, None]
     b[rows, parts] = np.inf
+    half = across - across[rows, :, parts][:, :, None]  # a / 2; the own center's column is 0
     width = high - low
-    with np.errstate(divide="ignore", invalid="ignore"):
-        up = np.where(a > 0, b[:, :, None] / np.where(a > 0, a, 1.0), np.inf).min(1)
-        down = np.where(a < 0, b[:, :, None] / np.where(a < 0, -a, 1.0), np.inf).min(1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratio = (0.5 * b)[:, None, :] / half  # b / a: the same quotient, to the bit
+        up = np.where(half > 0, ratio, np.inf).min(2)
+        down = -np.where(half < 0, ratio, -np.inf).max(2)
         up = np.minimum(up, high - means + SLACK * width)
         down = np.minimum(down, means - low + SLACK * width)
         need = np.where(var > 0, var / (up * down), 0.0).sum(1)
@@ -241,12 +267,10 @@ def _spread_certificate(A: np.ndarray, b: np.ndarray, walls: np.ndarray, target:
     (the rest at the mean) that meet every variance, found greedily."""
     if np.any(b <= 0):
         return False
-    directions = [np.eye(dim)]
-    for a in A[walls]:
-        projected = np.eye(dim) - np.outer(a, a)
-        length = np.linalg.norm(projected, axis=1)
-        directions.append(projected[length > 1e-9] / length[length > 1e-9, None])
-    D = np.vstack(directions)
+    a = A[walls]
+    projected = np.eye(dim)[None] - a[:, :, None] * a[:, None, :]  # each wall's projection (rows: the axes')
+    length = np.linalg.norm(projected, axis=2)
+    D = np.vstack([np.eye(dim), projected[length > 1e-9] / length[length > 1e-9][:, None]])
     along = D @ A.T
     with np.errstate(divide="ignore"):
         t_up = np.where(along > 1e-15, b[None] / np.where(along > 1e-15, along, 1.0), np.inf).min(axis=1)

@@ -46,6 +46,15 @@ CHUNK_FLOATS = 1 << 15
 SMALL_FLOATS = 1 << 14
 
 
+def sum_of_squares(differences) -> np.ndarray:
+    """Σ_q x_q² of arrays given coordinate by coordinate, added in order: the same sum,
+    to the bit, as squaring and summing the stacked coordinates (d <= 6 adds in order)."""
+    total = None
+    for x in differences:
+        total = x * x if total is None else total + x * x
+    return total
+
+
 def rows_per_chunk(n: int, k: int, rows: int | None = None) -> int:
     """Rows per chunk for ``n`` rows against ``k`` columns (``rows`` when given): every
     chunked loop over data in fedcluster uses this, so memory stays at about

@@ -207,7 +207,7 @@ def test_decoys_do_not_shield_a_cluster_the_solver_rejects():
     ]
     assert len(false) == 1
     passed, need = cell_moments._axis_certificate(
-        means[0], var, np.repeat(C[None], len(C), 0), np.arange(len(C)), low, high
+        means[0], var, C[None], np.zeros(len(C), dtype=int), np.arange(len(C)), low, high
     )
     assert (need[~passed] > need[false[0]]).sum() >= 1  # not the one farthest from passing
     caught = [
@@ -215,3 +215,39 @@ def test_decoys_do_not_shield_a_cluster_the_solver_rejects():
         for seed in range(40)
     ]
     assert any(found is not None and f"center {false[0]}" in found[1] for found in caught)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e9])
+@pytest.mark.parametrize("block", [None, 1, 7])
+def test_the_axis_certificate_reaches_each_cells_walls_along_every_axis(offset, block, monkeypatch):
+    """The axis certificate (every part of every set at once, in blocks of parts) reaches,
+    from each part's mean along each axis, the nearest of its cell's walls as the solver
+    states them (``_walls``: one part at a time) and of the box: its ``need`` is
+    Σ_d v_d / (s⁺_d s⁻_d) of those segments, and it passes exactly the parts whose segments
+    are inside the cell with ``need`` below 1. Near and far from the origin, with a repeated
+    center."""
+    from fedcluster import cell_moments
+
+    if block is not None:
+        monkeypatch.setattr(cell_moments, "BLOCK_FLOATS", block)
+    rng = np.random.default_rng(3)
+    m, k, d = 3, 9, 3
+    centers = offset + rng.normal(size=(m, k, d))
+    centers[1, 4] = centers[1, 2]
+    sets, parts = np.repeat(np.arange(m), k), np.tile(np.arange(k), m)
+    means = centers[sets, parts] + rng.normal(scale=0.2, size=(m * k, d))
+    var = rng.uniform(0.0, 0.3, size=(m * k, d))
+    low, high = centers.min(axis=(0, 1)) - 0.5, centers.max(axis=(0, 1)) + 0.5
+    passed, need = cell_moments._axis_certificate(means, var, centers, sets, parts, low, high)
+    slack = cell_moments.SLACK * (high - low)
+    for p in range(m * k):
+        a, b = cell_moments._walls(centers[sets[p]], int(parts[p]), means[p], low, high)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            up = np.array([np.min(b[a[:, q] > 0] / a[a[:, q] > 0, q], initial=np.inf) for q in range(d)])
+            down = np.array([np.min(b[a[:, q] < 0] / -a[a[:, q] < 0, q], initial=np.inf) for q in range(d)])
+        up, down = np.minimum(up, high - means[p] + slack), np.minimum(down, means[p] - low + slack)
+        expected = np.sum(np.where(var[p] > 0, var[p] / (up * down), 0.0))
+        assert need[p] == pytest.approx(expected, rel=1e-9, abs=0.0), p
+        inside = bool(np.all(b > 0) and np.all(up > 0) and np.all(down > 0))
+        assert passed[p] == (inside and expected <= 1.0 - 1e-9), p
+    assert 0 < passed.sum() < m * k  # both kinds occur

@@ -632,13 +632,18 @@ def test_a_node_that_leaves_in_the_round_that_undoes_a_re_seed_leaves_the_memory
 
 
 @pytest.mark.parametrize("offset", [0.0, 1e6])
-def test_the_set_screen_passes_honest_replies_and_flags_every_set_a_check_refuses(offset):
+@pytest.mark.parametrize("blocks", ["one", "a cluster each"])
+def test_the_set_screen_passes_honest_replies_and_flags_every_set_a_check_refuses(offset, blocks, monkeypatch):
     """``sets_to_check`` spares the per-set checks only for sets they pass: over honest
     replies and many tampered ones (cost, centers, counts, scatter), every set refused by
     train_cost_mismatch, voronoi_violation or moments_violation is among those it returns,
-    and no honest set is."""
+    and no honest set is; with the clusters' distances in one block and one cluster per block."""
+    from fedcluster.algorithms.fedkmeans import model
     from fedcluster.algorithms.fedkmeans.model import client_step, implied_means, sets_to_check, train_cost_mismatch
     from fedcluster.bounds import Declared, moments_violation, voronoi_violation
+
+    if blocks != "one":
+        monkeypatch.setattr(model, "CHUNK_FLOATS", 1)
 
     rng = np.random.default_rng(11)
     flagged = refused = 0

@@ -45,6 +45,7 @@ from fedcluster.lloyd import (
     lloyd_statistics_of_sets,
     block_references,
     pooled_scatter,
+    sum_of_squares,
 )
 from fedcluster.points import center_shift
 from fedcluster.robust import aggregate_centers
@@ -328,20 +329,36 @@ def sets_to_check(
     suspect |= ~seen.any(axis=1) & (cost != 0)
     # voronoi_violation: each seen cluster's mean nearest its own center
     if k > 1:
-        gaps = np.sum((means[:, :, None, :] - incoming[:, None, :, :]) ** 2, axis=3)  # (m, k, k)
-        own = np.diagonal(gaps, axis1=1, axis2=2)[..., None]
         coord = (
             OFFSET_ULPS
             * _EPS
             * np.maximum(np.abs(np.where(seen[..., None], means, 0.0)).max(axis=1), np.abs(incoming).max(axis=1))
         )
-        ev = np.sqrt(np.sum(coord**2, axis=1))[:, None, None]
-        slack = RELATIVE_SLACK * (2.0 * gaps + own) + 2.0 * ev * (np.sqrt(own) + np.sqrt(gaps)) + 2.0 * ev * ev
-        nearer = (gaps + tight * slack < own) & seen[..., None]
-        suspect |= nearer.any(axis=(1, 2))
+        suspect |= _nearer_suspect(means, incoming, seen, np.sqrt(np.sum(coord**2, axis=1)), tight)
     if declared is not None and declared.moment_sum is not None:
         suspect |= _moments_suspect(means, n, scatter, seen, incoming, declared, tight)
     return np.flatnonzero(suspect)
+
+
+def _nearer_suspect(means, incoming, seen, ev, tight) -> np.ndarray:
+    """:func:`sets_to_check`'s screen of :func:`fedcluster.bounds.voronoi_violation` per set:
+    a seen cluster's mean nearer another center of its set than its own, beyond the check's
+    slack (``ev``: each set's coordinate rounding). The seen clusters go in blocks of about
+    ``CHUNK_FLOATS`` distances, coordinate by coordinate (temporaries that stay small)."""
+    sets, parts = np.nonzero(seen)
+    k, d = incoming.shape[1], incoming.shape[2]
+    across = np.ascontiguousarray(incoming.transpose(0, 2, 1))  # (m, d, k)
+    suspect = np.zeros(incoming.shape[0], dtype=bool)
+    step = max(1, CHUNK_FLOATS // k)
+    for first in range(0, sets.size, step):
+        s, j = sets[first : first + step], parts[first : first + step]
+        mean = means[s, j]
+        gaps = sum_of_squares(across[s, q, :] - mean[:, q, None] for q in range(d))  # (p, k)
+        own = gaps[np.arange(s.size), j][:, None]
+        e = ev[s][:, None]
+        slack = RELATIVE_SLACK * (2.0 * gaps + own) + 2.0 * e * (np.sqrt(own) + np.sqrt(gaps)) + 2.0 * e * e
+        suspect[s[(gaps + tight * slack < own).any(axis=1)]] = True
+    return suspect
 
 
 def _moments_suspect(means, n, scatter, seen, incoming, declared, tight) -> np.ndarray:
