@@ -99,12 +99,6 @@ def coordinate_rounding(*arrays: np.ndarray | None) -> np.ndarray:
     return OFFSET_ULPS * _EPS * largest if largest is not None else np.zeros(1)
 
 
-def coordinate_roundings(points: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """:func:`coordinate_rounding` of every block of ``points`` (block b from row
-    ``starts[b]``; none empty) at once: (blocks, d)."""
-    return OFFSET_ULPS * _EPS * np.maximum.reduceat(np.abs(np.asarray(points, dtype=np.float64)), starts, axis=0)
-
-
 def deviation_rounding(points: float, total: float, rounding: np.ndarray | float) -> float:
     """How far a sum of ``points`` squared distances whose total is ``total`` may be off when
     every coordinate difference is off by at most ``rounding`` (per coordinate, or one number):
@@ -130,32 +124,6 @@ def expansion_rounding(counts: np.ndarray, means: np.ndarray, centers: np.ndarra
     spread = float(np.sum(counts * np.sum((np.asarray(means) - r) ** 2, axis=-1)))
     reach = float(np.max(np.sum((centers - r) ** 2, axis=1)))
     return (centers.shape[1] + OFFSET_ULPS) * _EPS * (spread + float(np.sum(counts)) * reach)
-
-
-def expansion_roundings(counts: np.ndarray, means: np.ndarray, rows: np.ndarray, center_sets: Sequence[np.ndarray]):
-    """:func:`expansion_rounding` of every partition against every center set at once:
-    ``counts``/``means`` hold the partitions' parts one after another, partition j starting
-    at ``rows[j]``; entry (j, i) is ``expansion_rounding(counts_j, means_j, center_sets[i])``."""
-    d = np.shape(means)[-1]
-    from .lloyd import block_references
-
-    sets = [np.asarray(c, dtype=np.float64).reshape(-1, d) for c in center_sets]
-    sizes = np.array([c.shape[0] for c in sets])
-    empty = sizes == 0
-    refs, reach = np.zeros((len(sets), d)), np.zeros(len(sets))
-    if not empty.all():
-        centers = np.concatenate(sets)
-        starts = np.cumsum(np.append(0, sizes[~empty][:-1]))
-        refs[~empty] = block_references(centers, starts)[0]
-        about = centers - np.repeat(refs[~empty], sizes[~empty], axis=0)
-        reach[~empty] = np.maximum.reduceat(np.einsum("ij,ij->i", about, about), starts)
-    counts = np.asarray(counts, dtype=np.float64)
-    gaps = np.sum((np.asarray(means, dtype=np.float64)[:, None, :] - refs[None, :, :]) ** 2, axis=2)  # parts x sets
-    spread = np.add.reduceat(counts[:, None] * gaps, rows, axis=0)
-    total = np.add.reduceat(counts, rows)[:, None]
-    out = (d + OFFSET_ULPS) * _EPS * (spread + total * reach[None, :])
-    out[:, empty] = 0.0
-    return out
 
 
 def declaration(task: Task, arrays: Mapping[str, np.ndarray], metrics: Mapping[str, Any]) -> Declared | None:

@@ -38,6 +38,19 @@ class Reply:
         return int(self.metrics.get(protocol.NUM_EXAMPLES, 0))
 
 
+@dataclass(frozen=True)
+class BatchCheck:
+    """A caller's check that takes many valid replies at once (``many``: a reason or None
+    per reply, in their order): the transport runs it on every reply a pull brought
+    together (a round's replies, in process) instead of reply by reply. On one reply it is
+    that reply's check."""
+
+    many: Callable[[list[Reply]], list[str | None]]
+
+    def __call__(self, reply: Reply) -> str | None:
+        return self.many([reply])[0]
+
+
 @dataclass
 class ReplySpec:
     """What a valid reply to one broadcast holds: the task's declared reply
@@ -49,7 +62,7 @@ class ReplySpec:
     task: protocol.Task | None = None
     sizes: dict[str, int | None] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
-    check: Callable[[Reply], str | None] | None = None
+    check: Callable[[Reply], str | None] | BatchCheck | None = None
     request: dict[str, np.ndarray] = field(default_factory=dict)  # the arrays sent to every node
     node_arrays: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # the arrays sent to one node only
 

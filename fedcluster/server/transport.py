@@ -23,9 +23,9 @@ import fedcluster.protocol as protocol
 from fedcluster.config import RunConfig
 
 from .messages import (
+    BatchCheck,
     FederationError,
     Incoming,
-    Inconsistent,
     Reply,
     ReplySpec,
     bundle_message,
@@ -37,7 +37,7 @@ from .messages import (
 )
 from .membership import Membership
 from .results import Results
-from .reply_check import validate
+from .reply_check import check_together, read, refusal, validate
 from .resume import match_nodes
 
 
@@ -123,7 +123,9 @@ class Transport:
         up = [0] * len(prepared)
 
         def check(batch: list[Message]) -> None:
-            """Check replies as they arrive, while the others are still on their way."""
+            """Check replies as they arrive, while the others are still on their way; a
+            caller's :class:`BatchCheck` runs once on all of a pull's replies it checks."""
+            together: dict[int, list[tuple[Reply, tuple]]] = {}  # phase -> its replies read, awaiting its check
             for message in batch:
                 mid = message.metadata.reply_to_message_id
                 node, parts = pushed.get(mid, (message.metadata.src_node_id, 1))
@@ -135,9 +137,11 @@ class Transport:
                     p, (node_of, failures) = prepared[index], sent[index]
                     results.phase = p["phase"]
                     answered[index].add(reply.key)
-                    valid, up_bytes = self._check_reply(reply, node_of, p["reply_spec"], failures)
+                    valid, up_bytes, declarations = self._check_reply(reply, node_of, p["reply_spec"], failures)
                     up[index] += up_bytes
-                    if valid is not None:
+                    if declarations is not None:
+                        together.setdefault(index, []).append((valid, declarations))
+                    elif valid is not None:
                         checked[index].append(valid)
                     if reply.error is not None or reply.key in self._unread:
                         verdicts[part] = (
@@ -147,6 +151,11 @@ class Transport:
                         )
                 if verdicts:
                     kept[mid] = kept_of(message, parts, verdicts)
+            for index, read_replies in together.items():
+                results.phase = prepared[index]["phase"]
+                checked[index].extend(
+                    check_together(self.members, read_replies, prepared[index]["reply_spec"], sent[index][1])
+                )
 
         self._unread = {}
         kept: dict[str, Message] = {}  # message id -> what the journal keeps of a reply refused (in part) unread
@@ -294,28 +303,28 @@ class Transport:
 
     def _check_reply(
         self, reply: Incoming, node_of: dict[str, int], spec: ReplySpec, failures: list[dict[str, Any]]
-    ) -> tuple[Reply | None, int]:
+    ) -> tuple[Reply | None, int, tuple | None]:
         """One pulled reply of one broadcast (``node_of``: reply key -> node), checked: the
-        valid :class:`Reply` or None with the reason appended to ``failures``; and the
-        bytes of array payload it carried."""
+        valid :class:`Reply` or None with the reason appended to ``failures``; the bytes of
+        array payload it carried; and, when the caller's check is a :class:`BatchCheck`, the
+        reply read but not yet through it, with the declarations it keeps once it passes."""
         node = node_of.get(reply.key, reply.node)
         if reply.error is not None:
             failures.append({"node": node, "kind": reply.kind, "reason": reply.error})
-            return None, reply.up
+            return None, reply.up, None
+        later = isinstance(spec.check, BatchCheck)
+        declarations = None
         try:
-            reason, valid = validate(self.members, self._unread, node, reply, spec)
+            if later:
+                reason, valid, declarations = read(self.members, self._unread, node, reply, spec)
+            else:
+                reason, valid = validate(self.members, self._unread, node, reply, spec)
         except Exception as exc:  # a reply that cannot even be read is dropped, never fatal
             reason, valid = f"unreadable reply: {type(exc).__name__}: {exc}", None
         if reason:
-            failures.append(
-                {
-                    "node": node,
-                    "kind": "inconsistent" if isinstance(reason, Inconsistent) else "invalid",
-                    "reason": reason,
-                }
-            )
-            return None, reply.up
-        return valid, reply.up
+            failures.append(refusal(node, reason))
+            return None, reply.up, None
+        return valid, reply.up, declarations
 
     def _finish_replies(
         self, replies: list[Reply], answered: set[str], node_of: dict[str, int], failures: list[dict[str, Any]]

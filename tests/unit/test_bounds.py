@@ -270,19 +270,6 @@ def test_a_feature_constant_on_a_device_passes_the_sums_check_about_far_centers(
         assert violation(LLOYD, reply, {"num-examples": 40}, {"centers": received}, declared) is None, offset
 
 
-@pytest.mark.parametrize("offset", [0.0, 1e9])
-def test_expansion_roundings_of_every_pair_are_the_one_pair_rounding(offset):
-    from fedcluster.bounds import expansion_rounding, expansion_roundings
-
-    rng = np.random.default_rng(6)
-    parts = [(rng.integers(1, 9, size=m).astype(float), offset + rng.normal(size=(m, 3))) for m in (4, 1, 7)]
-    sets = [offset + rng.normal(size=(k, 3)) for k in (5, 2)] + [np.zeros((0, 3))]
-    rows = np.cumsum([0] + [len(c) for c, _ in parts[:-1]])
-    got = expansion_roundings(np.concatenate([c for c, _ in parts]), np.concatenate([m for _, m in parts]), rows, sets)
-    loops = np.array([[expansion_rounding(c, m, s) for s in sets] for c, m in parts])
-    np.testing.assert_allclose(got, loops, rtol=1e-9)
-
-
 @pytest.mark.parametrize("offset", [0.0, 1e6])
 def test_every_set_checked_at_once_gives_the_verdict_of_checking_them_one_by_one(offset, monkeypatch):
     """A training reply for m center sets is checked with all the sets' rows at once; the

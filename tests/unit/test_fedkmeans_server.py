@@ -286,6 +286,78 @@ def test_a_contradiction_between_two_sets_of_equal_cost_is_named():
     assert reason is not None and reason.startswith("set 1 against set 0"), reason  # the twin: same data, another claim
 
 
+@pytest.mark.parametrize("offset", [0.0, 1e9])
+def test_many_devices_statements_at_once_get_each_ones_own_verdict(offset):
+    """``partitions_violations`` of many devices' statements (each with its own number of
+    sets, parts and centers, an earlier reply or not, declared moments or not; honest ones
+    and liars) gives each statement the verdict and the named pair it gets alone: devices
+    padded to the largest never see each other's partitions."""
+    from fedcluster.bounds import Declared
+    from fedcluster.algorithms.fedkmeans.model import partitions_violation, partitions_violations, whole_partition
+
+    rng = np.random.default_rng(4)
+    statements, lies = [], 0
+    for device in range(24):
+        X = offset + rng.normal(size=(int(rng.integers(4, 60)), 2)) * rng.uniform(0.5, 5.0)
+        k = int(rng.integers(1, 6))
+        stated = []
+        for _ in range(int(rng.integers(1, 4))):
+            C = X[rng.choice(len(X), size=k)] + rng.normal(size=(k, 2))
+            labels, cost = _nearest(X, C)
+            if rng.random() < 0.3:  # a lie: points claimed for a center not their nearest, at that cost
+                labels = (labels + 1) % k if k > 1 else labels
+                cost = float(((X - C[labels]) ** 2).sum()) * (1.0 if k > 1 else 1.5)
+                lies += 1
+            stated.append((cost, C, _stated(X, labels, k)))
+        earlier = stated[-1:] if len(stated) > 1 and rng.random() < 0.5 else []
+        declared = Declared(
+            float(len(X)), X.min(0), X.max(0), moment_sum=X.sum(0), moment_scatter=((X - X.mean(0)) ** 2).sum(0)
+        )
+        whole = whole_partition(declared) if rng.random() < 0.7 else None
+        statements.append((stated[: len(stated) - len(earlier)] or stated, earlier, whole))
+    together = partitions_violations(statements)
+    alone = [partitions_violation(*statement) for statement in statements]
+    assert [r is None for r in together] == [r is None for r in alone]
+    assert [r.split(":")[0] for r in together if r] == [r.split(":")[0] for r in alone if r]
+    assert lies > 3 and 3 <= sum(r is not None for r in alone) < len(statements)  # both kinds, several of each
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e9])
+def test_a_pairs_threshold_is_its_bound_plus_the_one_pair_slack(offset):
+    """Every pair of every device at once (``_partition_pairs``) refuses a cost exactly when
+    it exceeds the pair's bound (the cheapest center of the set for each part, by
+    ``part_minima``) plus the slack written pair by pair: the coordinates' rounding
+    (``deviation_rounding`` of ``coordinate_rounding``) and the BLAS form's
+    (``expansion_rounding``), with no relative share (which would hide them). Costs set a
+    quarter of a slack below and above their thresholds, near and far from the origin, for
+    devices of different sizes side by side, their centers spread wider than their parts."""
+    from fedcluster.bounds import coordinate_rounding, deviation_rounding, expansion_rounding
+    from fedcluster.algorithms.fedkmeans.model import _partition_pairs, part_minima
+
+    rng = np.random.default_rng(12)
+    groups, expected = [], []
+    for device, (k, parts) in enumerate([(3, 5), (1, 2), (6, 9), (2, 1)]):
+        every = []
+        for _ in range(2):  # a new statement and an earlier one
+            n = rng.integers(1, 9, size=parts).astype(float)
+            partition = (n, offset + rng.normal(size=(parts, 2)), rng.uniform(0.0, 2.0, size=parts))
+            every.append([0.0, offset + 4.0 * rng.normal(size=(k, 2)), partition])
+        for j, i, above in ((0, 1, 0.75 + device % 2 / 2), (1, 0, 1.25 - device % 2 / 2)):
+            (n, means, _), centers = every[j][2], every[i][1]
+            bound = float(part_minima(every[j][2], centers, [0]).sum())
+            points = float(n.sum())
+            slack = deviation_rounding(
+                points, bound, np.maximum(coordinate_rounding(means), coordinate_rounding(centers))
+            ) + expansion_rounding(n, means, centers)
+            every[i][0] = bound + above * slack
+            expected.append((device, j, i, above > 1.0))
+        groups.append(([tuple(e) for e in every], np.array([True, False])))
+    bad, bounds, costs = _partition_pairs(groups, 0.0)  # the rounding terms alone decide
+    for device, j, i, refused in expected:
+        assert bool(bad[device, j, i]) == refused, (device, j, i)
+    assert not bad[:, [0, 1], [0, 1]].any()
+
+
 class _Reply:
     def __init__(self, node_id, arrays):
         self.node_id, self.arrays = node_id, arrays

@@ -31,10 +31,8 @@ from fedcluster.bounds import (
     OFFSET_ULPS,
     RELATIVE_SLACK,
     coordinate_rounding,
-    coordinate_roundings,
     deviation_rounding,
     expansion_rounding,
-    expansion_roundings,
     scatter_rounding,
 )
 from fedcluster.lloyd import (
@@ -312,7 +310,9 @@ def sets_to_check(
     :func:`fedcluster.bounds.voronoi_violation` (ratio 1) or, with ``declared`` moments,
     :func:`fedcluster.bounds.moments_violation` might refuse: the same arithmetic over every set
     at once, with slacks :data:`SCREEN_MARGIN` tighter, so that a set it passes each check
-    passes too. The checks run on the sets it returns (indices), for their reasons."""
+    passes too. The checks run on the sets it returns (indices), for their reasons.
+    ``declared``: the device's declaration, or one per set (several devices' replies stacked
+    set after set, each with its own)."""
     m, k, d = incoming.shape
     seen = counts > 0
     n = np.where(seen, counts, 0.0)
@@ -335,7 +335,7 @@ def sets_to_check(
             * np.maximum(np.abs(np.where(seen[..., None], means, 0.0)).max(axis=1), np.abs(incoming).max(axis=1))
         )
         suspect |= _nearer_suspect(means, incoming, seen, np.sqrt(np.sum(coord**2, axis=1)), tight)
-    if declared is not None and declared.moment_sum is not None:
+    if declared is not None:
         suspect |= _moments_suspect(means, n, scatter, seen, incoming, declared, tight)
     return np.flatnonzero(suspect)
 
@@ -362,19 +362,35 @@ def _nearer_suspect(means, incoming, seen, ev, tight) -> np.ndarray:
 
 
 def _moments_suspect(means, n, scatter, seen, incoming, declared, tight) -> np.ndarray:
-    """:func:`sets_to_check`'s screen of :func:`fedcluster.bounds.moments_violation` per set."""
-    points = max(float(declared.points), 1.0)
-    base = np.asarray(declared.coordinate_rounding(), dtype=np.float64)
-    delta = np.maximum(base[None, :], OFFSET_ULPS * _EPS * np.abs(incoming).max(axis=1))  # (m, d)
+    """:func:`sets_to_check`'s screen of :func:`fedcluster.bounds.moments_violation` per set;
+    ``declared``: one device's declaration for every set, or one per set (None: not screened)."""
+    m, _, d = incoming.shape
+    each = list(declared) if isinstance(declared, (list, tuple)) else [declared] * m
+    held = np.array([one is not None and one.moment_sum is not None for one in each])
+    if not held.any():
+        return np.zeros(m, dtype=bool)
+    rows = [one for one in each if one is not None and one.moment_sum is not None]
+    points = np.maximum(np.array([float(one.points) for one in rows]), 1.0)[:, None]
+    base = np.stack([np.broadcast_to(np.asarray(one.coordinate_rounding(), dtype=np.float64), (d,)) for one in rows])
+    low, high = np.stack([one.low for one in rows]), np.stack([one.high for one in rows])
+    moment_sum, moment_scatter = (
+        np.stack([one.moment_sum for one in rows]),
+        np.stack([one.moment_scatter for one in rows]),
+    )
+    moment_mean = np.stack([one.moment_mean for one in rows])
+    means, n, scatter, seen = means[held], n[held], scatter[held], seen[held]
+    delta = np.maximum(base, OFFSET_ULPS * _EPS * np.abs(incoming[held]).max(axis=1))  # (sets, d)
     sums = np.sum(n[..., None] * means, axis=1)
-    slack = RELATIVE_SLACK * points * (declared.high - declared.low) + points * max(1.0, math.sqrt(points)) * delta
-    bad = np.any(np.abs(sums - declared.moment_sum) > tight * slack, axis=1)
-    between = n[..., None] * (means - declared.moment_mean) ** 2
+    slack = RELATIVE_SLACK * points * (high - low) + points * np.maximum(1.0, np.sqrt(points)) * delta
+    bad = np.any(np.abs(sums - moment_sum) > tight * slack, axis=1)
+    between = n[..., None] * (means - moment_mean[:, None, :]) ** 2
     pooled = np.sum(np.where(seen[..., None], scatter + between, 0.0), axis=1)
-    S = np.maximum(declared.moment_scatter, 0.0)
+    S = np.maximum(moment_scatter, 0.0)
     e = np.abs(delta)
-    rounding = MOMENT_SLACK * S + 2.0 * e * math.sqrt(points) * np.sqrt(S) + points * e * e
-    return bad | np.any(np.abs(pooled - declared.moment_scatter) > tight * (rounding + MOMENT_SLACK * pooled), axis=1)
+    rounding = MOMENT_SLACK * S + 2.0 * e * np.sqrt(points) * np.sqrt(S) + points * e * e
+    suspect = np.zeros(m, dtype=bool)
+    suspect[held] = bad | np.any(np.abs(pooled - moment_scatter) > tight * (rounding + MOMENT_SLACK * pooled), axis=1)
+    return suspect
 
 
 def replies_scatter(replies: Sequence[Any], incoming: np.ndarray | None, learning_rate: float) -> np.ndarray:
@@ -1008,24 +1024,46 @@ def partitions_violation(
     points: some cost exceeds what another of these partitions costs with the same centers
     (:func:`partition_bound`, every pair at once; up to a rounding slack relative to the
     costs compared, plus the coordinates' own rounding far from the origin). None when they
-    can. Honest replies never fail it: nearest-center labels cost least for any fixed data."""
-    every = [s for s in stated + list(earlier) + ([whole] if whole is not None else []) if s[2][0].size]
-    if len(every) < 2:
-        return None
-    columns = np.cumsum([0] + [len(centers) for _, centers, _ in every[:-1]])
-    rows = np.cumsum([0] + [part[0].size for _, _, part in every[:-1]])
-    centers = np.concatenate([c for _, c, _ in every])
-    n, means, scatter = (np.concatenate([part[f] for _, _, part in every]) for f in range(3))
-    # bounds[j, i]: partition j, each part whole to its cheapest center of set i
-    bounds = np.add.reduceat(part_minima((n, means, scatter), centers, columns), rows, axis=0)
-    costs = np.array([cost for cost, _, _ in every])
-    slack = _partition_slack(every, (n, means, rows), (centers, columns), bounds, costs, relative)
-    new = np.array([any(e is s for s in stated) for e in every])
-    bad = (costs[None, :] > bounds + slack) & ~np.eye(len(every), dtype=bool) & (new[:, None] | new[None, :])
-    if not bad.any():
-        return None
-    j, i = (int(x) for x in np.argwhere(bad)[0])
-    labels = list(names) or [f"set {t}" for t in range(len(stated))]
+    can. Honest replies never fail it: nearest-center labels cost least for any fixed data.
+    :func:`partitions_violations` of this one statement."""
+    return partitions_violations([(stated, earlier, whole)], relative, [names])[0]
+
+
+def partitions_violations(
+    statements: Sequence[tuple[list[Stated], Sequence[Stated], Stated | None]],
+    relative: float = RELATIVE_SLACK,
+    names: Sequence[Sequence[str]] | None = None,
+) -> list[str | None]:
+    """:func:`partitions_violation` of many devices' statements (each ``(stated, earlier,
+    whole)``, with its ``names``) at once: every device's partitions against its own center
+    sets only, all devices' pairs in the same few array passes (a round's replies checked
+    together cost about what one costs in calls). One reason or None per statement."""
+    groups = []
+    for stated, earlier, whole in statements:
+        every = [s for s in list(stated) + list(earlier) + ([whole] if whole is not None else []) if s[2][0].size]
+        groups.append((every, np.array([any(e is s for s in stated) for e in every], dtype=bool)))
+    reasons: list[str | None] = [None] * len(groups)
+    live = [g for g, (every, _) in enumerate(groups) if len(every) >= 2]
+    if not live:
+        return reasons
+    E = max(len(groups[g][0]) for g in live)
+    per_group = E * E * max(max(s[2][0].size for g in live for s in groups[g][0]), 1)
+    step = max(1, CHUNK_FLOATS * 32 // per_group)  # groups per pass (their sets are taken in passes too)
+    for first in range(0, len(live), step):
+        chunk = live[first : first + step]
+        bad, bounds, costs = _partition_pairs([groups[g] for g in chunk], relative)
+        for row, g in enumerate(chunk):
+            if bad[row].any():
+                j, i = (int(x) for x in np.argwhere(bad[row])[0])
+                every, new = groups[g]
+                stated = statements[g][0]
+                labels = list(names[g]) if names is not None and names[g] else [f"set {t}" for t in range(len(stated))]
+                reasons[g] = _pair_reason(every, new, stated, labels, statements[g][2], j, i, bounds[row], costs[row])
+    return reasons
+
+
+def _pair_reason(every, new, stated, labels, whole, j: int, i: int, bounds: np.ndarray, costs: np.ndarray) -> str:
+    """What :func:`partitions_violations` says of partition j's bound on set i's cost."""
 
     def name(k: int) -> str:
         if new[k]:
@@ -1039,25 +1077,70 @@ def partitions_violation(
     )
 
 
-def _partition_slack(
-    every: list[Stated], parts: tuple, sets: tuple, bounds: np.ndarray, costs: np.ndarray, relative: float
-) -> np.ndarray:
-    """The rounding allowed between partition j's bound with set i's centers and set i's
-    stated cost: relative to both, plus the coordinates' own rounding of partition j's
-    means and set i's centers, plus that of bound (j, i)'s squared distances. ``parts``:
-    every partition's (counts, means) one after another and where each starts; ``sets``:
-    every set's centers and where each starts (as :func:`partitions_violation` has them)."""
-    (n, means, rows), (centers, columns) = parts, sets
-    points = np.add.reduceat(n, rows)[:, None]
-    of_means, of_centers = coordinate_roundings(means, rows), coordinate_roundings(centers, columns)
-    e = np.sqrt(np.sum(np.maximum(of_means[:, None, :], of_centers[None, :, :]) ** 2, axis=2))
-    expansion = expansion_roundings(n, means, rows, [c for _, c, _ in every])
-    return (
-        relative * (np.abs(bounds) + np.abs(costs)[None, :])
+def _partition_pairs(groups: list[tuple[list[Stated], np.ndarray]], relative: float):
+    """Every group's (one device's statements: its partitions, which are new) bound of
+    partition j with set i's centers, each part sent whole to its cheapest center
+    (:func:`part_minima`'s BLAS form about set i's reference), against set i's stated cost,
+    for all groups at once: ``(bad (G, E, E), bounds (G, E, E), costs (G, E))``, padded to the
+    largest group (E partitions) with parts of no points and centers repeated, which change
+    no minimum and add nothing. The slack between a bound and a cost is relative to both,
+    plus the coordinates' own rounding of partition j's means and set i's centers, plus the
+    rounding of bound (j, i)'s squared distances (:func:`fedcluster.bounds.expansion_rounding`)."""
+    G, E = len(groups), max(len(every) for every, _ in groups)
+    P = max(s[2][0].size for every, _ in groups for s in every)
+    W = max(max(len(s[1]) for every, _ in groups for s in every), 1)
+    d = groups[0][0][0][1].shape[-1]
+    n, scatter = np.zeros((G, E, P)), np.zeros((G, E, P))
+    means, centers = np.zeros((G, E, P, d)), np.zeros((G, E, W, d))
+    costs, new = np.zeros((G, E)), np.zeros((G, E), dtype=bool)
+    present, priced = np.zeros((G, E), dtype=bool), np.zeros((G, E), dtype=bool)  # a partition; a set with centers
+    real = []  # every set's centers, one after another, for their references
+    for g, (every, fresh) in enumerate(groups):
+        new[g, : len(every)] = fresh
+        for e, (cost, c, (count, mu, v)) in enumerate(every):
+            costs[g, e], present[g, e] = cost, True
+            n[g, e, : count.size], scatter[g, e, : count.size] = count, v
+            means[g, e, : count.size], means[g, e, count.size :] = mu, mu[0]  # a padded part sits on a real one
+            c = np.asarray(c, dtype=np.float64).reshape(-1, d)
+            if len(c):  # a set with no center bounds nothing
+                centers[g, e], priced[g, e] = c[np.minimum(np.arange(W), len(c) - 1)], True
+                real.append(c)
+    refs = np.zeros((G, E, d))
+    if real:
+        sizes = np.array([len(c) for c in real])
+        refs[priced] = block_references(np.concatenate(real), np.cumsum(np.append(0, sizes[:-1])))[0]
+    about = centers - refs[:, :, None, :]
+    reach = np.einsum("giwd,giwd->giw", about, about)  # ||c − r_i||²
+    gaps = np.empty((G, E, E * P))  # ||μ − r_i||² of every part: [g, i, parts of every j]
+    nearest = np.empty((G, E, E * P))  # every part's cheapest center of set i, by the BLAS form about r_i
+    width = max(1, CHUNK_FLOATS * 32 // (G * E * P * max(W, d)))  # sets per pass: the blocks stay small
+    for i in range(0, E, width):
+        sets = slice(i, i + width)
+        rows = means.reshape(G, 1, E * P, d) - refs[:, sets, None, :]
+        gaps[:, sets] = np.einsum("gipd,gipd->gip", rows, rows)
+        block = np.matmul(rows, -2.0 * about[:, sets].transpose(0, 1, 3, 2))
+        block += gaps[:, sets, :, None]
+        block += reach[:, sets, None, :]
+        np.maximum(block, 0.0, out=block)
+        nearest[:, sets] = block.min(axis=3)
+    nearest, gaps = nearest.reshape(G, E, E, P), gaps.reshape(G, E, E, P)  # [g, i, j, p]
+    bounds = np.sum(scatter[:, None] + n[:, None] * nearest, axis=3).transpose(0, 2, 1)  # [g, j, i]
+    points = n.sum(axis=2)[:, :, None]
+    of_means = OFFSET_ULPS * _EPS * np.abs(means).max(axis=2)  # (G, E, d): a padded part repeats a real one
+    of_centers = OFFSET_ULPS * _EPS * np.abs(centers).max(axis=2)
+    e = np.sqrt(np.sum(np.maximum(of_means[:, :, None, :], of_centers[:, None, :, :]) ** 2, axis=3))
+    spread = np.sum(n[:, None] * gaps, axis=3).transpose(0, 2, 1)
+    expansion = (d + OFFSET_ULPS) * _EPS * (spread + points * reach.max(axis=2)[:, None, :])
+    slack = (
+        relative * (np.abs(bounds) + np.abs(costs)[:, None, :])
         + 2.0 * e * np.sqrt(points * np.maximum(bounds, 0.0))
         + points * e * e
         + expansion
     )
+    pairs = (
+        present[:, :, None] & priced[:, None, :] & ~np.eye(E, dtype=bool)[None] & (new[:, :, None] | new[:, None, :])
+    )
+    return (costs[:, None, :] > bounds + slack) & pairs, bounds, costs
 
 
 def whole_partition(declared: Any) -> Stated | None:

@@ -20,6 +20,7 @@ from fedcluster.algorithms.fedkmeans.model import (
     implied_means,
     lloyd_step,
     partitions_violation,
+    partitions_violations,
     scores_violation,
     stated_in_reply,
     train_cost_mismatch,
@@ -29,7 +30,7 @@ from fedcluster.bounds import moments_violation, voronoi_violation
 from fedcluster.cell_moments import cell_moments_violation
 
 from fedcluster.server.base import FederationError, Reply, sum_arrays, sum_metric
-from fedcluster.server.messages import Inconsistent
+from fedcluster.server.messages import BatchCheck, Inconsistent
 
 RECOVERY_STEPS, RECOVERY_GAIN = 5, 1e-6  # after a liar is caught at the end: Lloyd steps while they gain
 ESTIMATED_POOL = 4  # partial participation: the centers with the cheapest sampled estimates, scored at the end
@@ -212,47 +213,77 @@ class FedKMeansMeasure:
             measured = center_set.centers if centers is None else centers
             self.best_seen = (cost, round_number, center_set.index, points, measured.copy())
 
-    def cost_check(self, incoming: np.ndarray, sent: dict[str, Any]):
+    def cost_check(self, incoming: np.ndarray, sent: dict[str, Any]) -> BatchCheck | None:
         """Full batch, one local epoch (else no check; ``incoming``: the (m, k, d) centers
         sent with the client config ``sent``): a training reply's costs are the ones its
         other arrays imply (``train_cost_mismatch``), each cluster's mean lies in its center's Voronoi cell and its
         scatter within what the cell can hold
         (``cell_moments_violation``), its sums add up to its declared moments, and all its
         partitions, with its last reply's, could come from one fixed set of points
-        (``partitions_violation``)."""
+        (``partitions_violation``). A :class:`BatchCheck`: the replies of a pull are
+        screened and their partitions compared together (``sets_to_check``,
+        ``partitions_violations``), each against its own node's declarations and history."""
         if sent["batch-size"] != 0 or sent["local-epochs"] != 1:
             return None
         beta = sent["client-lr"]
+        m = incoming.shape[0]
 
-        def check(reply: Reply) -> str | None:
-            a = reply.arrays
-            declared = self.members.declared.get(reply.node_id)
-            screened = sets_to_check(incoming, a["centers"], a["counts"], a["scatter"], a["cost"], beta, declared)
-            for s in screened:  # the checks below, on the sets the screen cannot pass
-                reason = train_cost_mismatch(
-                    incoming[s], a["centers"][s], a["counts"][s], a["scatter"][s], float(a["cost"][s]), beta
+        def set_reason(a: dict[str, np.ndarray], s: int, declared) -> str | None:
+            """Set ``s`` of one reply, which the screen could not pass: the checks themselves."""
+            reason = train_cost_mismatch(
+                incoming[s], a["centers"][s], a["counts"][s], a["scatter"][s], float(a["cost"][s]), beta
+            )
+            means = implied_means(incoming[s], a["centers"][s], beta)
+            reason = reason or voronoi_violation(means, a["counts"][s], incoming[s])
+            if not reason and declared is not None:
+                reason = moments_violation(
+                    a["counts"][s][:, None] * means,
+                    a["scatter"][s],
+                    declared,
+                    counts=a["counts"][s],
+                    about=[incoming[s]],
                 )
-                means = implied_means(incoming[s], a["centers"][s], beta)
-                reason = reason or voronoi_violation(means, a["counts"][s], incoming[s])
-                if not reason and declared is not None:
-                    reason = moments_violation(
-                        a["counts"][s][:, None] * means,
-                        a["scatter"][s],
-                        declared,
-                        counts=a["counts"][s],
-                        about=[incoming[s]],
-                    )
-                if reason:
-                    return f"set {s}: {reason}" if incoming.shape[0] > 1 else reason
-            if declared is not None:  # every set at once: cheap certificates pass most clusters together
-                means = np.stack([implied_means(incoming[s], a["centers"][s], beta) for s in range(incoming.shape[0])])
-                found = cell_moments_violation(means, a["counts"], a["scatter"], incoming, declared.low, declared.high)
-                if found:
-                    return f"set {found[0]}: {found[1]}" if incoming.shape[0] > 1 else found[1]
-            stated = stated_in_reply(incoming, a, beta)
-            earlier = self.stated_partitions.get(reply.node_id, [])  # its last accepted reply's (more caught no more)
-            reason = partitions_violation(stated, earlier, whole_partition(declared))
-            self.stated_partitions[reply.node_id] = earlier if reason else stated[:1]
-            return Inconsistent(reason) if reason else None  # a proven liar leaves the run
+            return (f"set {s}: {reason}" if m > 1 else reason) if reason else None
 
-        return check
+        def screened(replies: list[Reply], declared: list, reasons: list) -> None:
+            """Every reply's sets screened at once; the sets it cannot pass checked one by one."""
+            a = {f: np.concatenate([r.arrays[f] for r in replies]) for f in ("centers", "counts", "scatter", "cost")}
+            every = np.concatenate([incoming] * len(replies))
+            flagged = sets_to_check(
+                every,
+                a["centers"],
+                a["counts"],
+                a["scatter"],
+                a["cost"],
+                beta,
+                [one for one in declared for _ in range(m)],
+            )
+            for flat in flagged:  # each reply's in order: its first refused set names it
+                r, s = divmod(int(flat), m)
+                if reasons[r] is None:
+                    reasons[r] = set_reason(replies[r].arrays, s, declared[r])
+
+        def in_cells(reply: Reply, declared) -> str | None:
+            """Every set of one reply at once: cheap certificates pass most clusters together."""
+            b = reply.arrays
+            means = np.stack([implied_means(incoming[s], b["centers"][s], beta) for s in range(m)])
+            found = cell_moments_violation(means, b["counts"], b["scatter"], incoming, declared.low, declared.high)
+            return (f"set {found[0]}: {found[1]}" if m > 1 else found[1]) if found else None
+
+        def many(replies: list[Reply]) -> list[str | None]:
+            declared = [self.members.declared.get(r.node_id) for r in replies]
+            reasons: list[str | None] = [None] * len(replies)
+            screened(replies, declared, reasons)
+            for r, reply in enumerate(replies):
+                if reasons[r] is None and declared[r] is not None:
+                    reasons[r] = in_cells(reply, declared[r])
+            left = [r for r in range(len(replies)) if reasons[r] is None]
+            stated = {r: stated_in_reply(incoming, replies[r].arrays, beta) for r in left}
+            earlier = {r: self.stated_partitions.get(replies[r].node_id, []) for r in left}  # its last accepted reply's
+            found = partitions_violations([(stated[r], earlier[r], whole_partition(declared[r])) for r in left])
+            for r, reason in zip(left, found):  # a reply caught keeps its node's history (more caught no more)
+                self.stated_partitions[replies[r].node_id] = earlier[r] if reason else stated[r][:1]
+                reasons[r] = Inconsistent(reason) if reason else None  # a proven liar leaves the run
+            return reasons
+
+        return BatchCheck(many)
