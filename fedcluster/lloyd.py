@@ -47,8 +47,9 @@ SMALL_FLOATS = 1 << 14
 
 
 def sum_of_squares(differences) -> np.ndarray:
-    """Σ_q x_q² of arrays given coordinate by coordinate, added in order: the same sum,
-    to the bit, as squaring and summing the stacked coordinates (d <= 6 adds in order)."""
+    """Σ_q x_q² of ``differences`` given coordinate by coordinate, added in order. NumPy adds
+    a sum of fewer than 8 terms in order too: for fewer than 8 coordinates this is, to the
+    bit, squaring the stacked coordinates and summing them, without the stacked temporary."""
     total = None
     for x in differences:
         total = x * x if total is None else total + x * x

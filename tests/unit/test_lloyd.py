@@ -289,3 +289,18 @@ def test_separation_is_the_smallest_gap_between_different_centers(k, d):
         assert lloyd.separation(centers) == pytest.approx(expected, rel=1e-14)
     finally:
         lloyd.CHUNK_FLOATS = lloyd_chunk
+
+
+@pytest.mark.parametrize("d", range(1, 8))
+def test_sums_of_squares_coordinate_by_coordinate_are_numpys_to_the_bit(d):
+    """Below 8 coordinates ``sum_of_squares`` of the coordinates one by one is, to the bit,
+    squaring the stacked differences and summing them (what the checks it replaces did),
+    near and far from the origin."""
+    from fedcluster.lloyd import sum_of_squares
+
+    rng = np.random.default_rng(d)
+    for scale, offset in ((1.0, 0.0), (1e-3, 1e9), (1e6, -3.0)):
+        x = offset + scale * rng.normal(size=(40, 30, d))
+        y = offset + scale * rng.normal(size=(30, d))
+        stacked = ((x - y) ** 2).sum(axis=2)
+        assert np.array_equal(sum_of_squares(x[:, :, q] - y[:, q] for q in range(d)), stacked)

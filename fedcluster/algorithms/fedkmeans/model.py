@@ -343,17 +343,21 @@ def sets_to_check(
 def _nearer_suspect(means, incoming, seen, ev, tight) -> np.ndarray:
     """:func:`sets_to_check`'s screen of :func:`fedcluster.bounds.voronoi_violation` per set:
     a seen cluster's mean nearer another center of its set than its own, beyond the check's
-    slack (``ev``: each set's coordinate rounding). The seen clusters go in blocks of about
-    ``CHUNK_FLOATS`` distances, coordinate by coordinate (temporaries that stay small)."""
+    slack (``ev``: each set's coordinate rounding), with the check's own sums. The seen
+    clusters go in blocks of about ``CHUNK_FLOATS`` distances (temporaries that stay small),
+    below 8 coordinates coordinate by coordinate (:func:`fedcluster.lloyd.sum_of_squares`)."""
     sets, parts = np.nonzero(seen)
     k, d = incoming.shape[1], incoming.shape[2]
-    across = np.ascontiguousarray(incoming.transpose(0, 2, 1))  # (m, d, k)
+    across = np.ascontiguousarray(incoming.transpose(0, 2, 1)) if d < 8 else None  # (m, d, k)
     suspect = np.zeros(incoming.shape[0], dtype=bool)
     step = max(1, CHUNK_FLOATS // k)
     for first in range(0, sets.size, step):
         s, j = sets[first : first + step], parts[first : first + step]
         mean = means[s, j]
-        gaps = sum_of_squares(across[s, q, :] - mean[:, q, None] for q in range(d))  # (p, k)
+        if across is not None:
+            gaps = sum_of_squares(across[s, q, :] - mean[:, q, None] for q in range(d))  # (p, k)
+        else:
+            gaps = ((mean[:, None, :] - incoming[s]) ** 2).sum(axis=2)
         own = gaps[np.arange(s.size), j][:, None]
         e = ev[s][:, None]
         slack = RELATIVE_SLACK * (2.0 * gaps + own) + 2.0 * e * (np.sqrt(own) + np.sqrt(gaps)) + 2.0 * e * e
