@@ -254,8 +254,9 @@ class DeviceSeconds:
     them, per round trip: ``task_per_trip``, the seconds in ``fedcluster.device.run_task``
     (the request parsed through the protocol, the kernel, the reply checked; the rest of a
     ClientApp's seconds is Flower's records and messages), and ``checks_per_trip``, the
-    server's seconds in ``fedcluster.server.reply_check.validate`` (every reply checked as
-    untrusted input, as the transport calls it)."""
+    server's seconds in ``fedcluster.server.reply_check`` (every reply checked as untrusted
+    input, as the transport calls it: ``validate`` one reply, or ``read`` each reply and
+    ``check_together`` a pull's replies for a strategy's batch check)."""
 
     def __enter__(self) -> "DeviceSeconds":
         import fedcluster.client.app as client
@@ -265,11 +266,13 @@ class DeviceSeconds:
         self.per_trip: dict[int, float] = {}
         self.task_per_trip: dict[int, float] = {}
         self.checks_per_trip: dict[int, float] = {}
+        checks = ("validate", "read", "check_together")
         self._saved = [
             (owner, name, getattr(owner, name))
-            for owner, name in ((grid.InProcessGrid, "push_messages"), (client, "run_task"), (transport, "validate"))
+            for owner, name in [(grid.InProcessGrid, "push_messages"), (client, "run_task")]
+            + [(transport, check) for check in checks]
         ]
-        (_, _, push), (_, _, run_task), (_, _, validate) = self._saved
+        (_, _, push), (_, _, run_task) = self._saved[:2]
         per_trip, task_per_trip, checks_per_trip, current = self.per_trip, self.task_per_trip, self.checks_per_trip, [0]
 
         def timed_push(grid_self, messages):
@@ -286,15 +289,19 @@ class DeviceSeconds:
             finally:
                 task_per_trip[current[0]] = task_per_trip.get(current[0], 0.0) + time.perf_counter() - started
 
-        def timed_validate(members, *args, **kwargs):
-            started = time.perf_counter()
-            try:
-                return validate(members, *args, **kwargs)
-            finally:
-                trip = members.results.round_trips
-                checks_per_trip[trip] = checks_per_trip.get(trip, 0.0) + time.perf_counter() - started
+        def timed_check(check):
+            def timed(members, *args, **kwargs):
+                started = time.perf_counter()
+                try:
+                    return check(members, *args, **kwargs)
+                finally:
+                    trip = members.results.round_trips
+                    checks_per_trip[trip] = checks_per_trip.get(trip, 0.0) + time.perf_counter() - started
 
-        for (owner, name, _), timed in zip(self._saved, (timed_push, timed_task, timed_validate)):
+            return timed
+
+        timed_checks = [timed_check(original) for _, _, original in self._saved[2:]]
+        for (owner, name, _), timed in zip(self._saved, [timed_push, timed_task] + timed_checks):
             setattr(owner, name, timed)
         return self
 
@@ -465,7 +472,7 @@ def inprocess_section(client_counts: list[int], points_per_client: int, rounds: 
         "Where a training round's time goes, ms per client (medians over the rounds): ours inside the "
         "ClientApps in Flower's records and messages and in `fedcluster.device.run_task` (the request parsed "
         "through the protocol, the Lloyd kernel on the device's points, its reply checked), the server's checks "
-        "of each untrusted reply (`reply_check.validate`: shapes, bounds, the node's declared partition, "
+        "of each untrusted reply (`reply_check`: shapes, bounds, the node's declared partition, "
         "the statement checks) and the rest of the server and grid (messages built, sent, pulled, the "
         "update); the echo app's round split the same way.\n"
     )

@@ -145,12 +145,30 @@ def form_rounding(d: int, x_norm, reach: float):
 
 def separation(centers: np.ndarray) -> float:
     """The smallest squared distance between two different centers, by their own differences
-    (inf for fewer than two different ones; 0 when there are too many to compare)."""
+    (inf for fewer than two different ones; 0 when there are too many to compare). Kept for
+    the last few center arrays: every device a process serves gets the same centers in a
+    round, and Lloyd's settling asks for them again."""
     k, d = centers.shape
     if k < 2:
         return float("inf")
     if k * k * d > SEPARATION_MAX_FLOATS:
         return 0.0
+    key = np.ascontiguousarray(centers, dtype=np.float64).tobytes() + d.to_bytes(4, "little")
+    found = _SEPARATIONS.get(key)
+    if found is None:
+        if len(_SEPARATIONS) >= SEPARATIONS_KEPT:
+            _SEPARATIONS.clear()
+        found = _SEPARATIONS[key] = _separation(centers)
+    return found
+
+
+SEPARATIONS_KEPT = 16  # center arrays whose separation is kept (by their bytes: a copy is the same key)
+_SEPARATIONS: dict[bytes, float] = {}
+
+
+def _separation(centers: np.ndarray) -> float:
+    """:func:`separation`, computed."""
+    k, d = centers.shape
     smallest = float("inf")
     few = d <= FEW_COORDINATES and k >= 32  # coordinate by coordinate: there the contraction is the slower
     step = max(1, CHUNK_FLOATS // max(k if few else k * d, 1))

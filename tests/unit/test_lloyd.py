@@ -304,3 +304,20 @@ def test_sums_of_squares_coordinate_by_coordinate_are_numpys_to_the_bit(d):
         y = offset + scale * rng.normal(size=(30, d))
         stacked = ((x - y) ** 2).sum(axis=2)
         assert np.array_equal(sum_of_squares(x[:, :, q] - y[:, q] for q in range(d)), stacked)
+
+
+def test_a_kept_separation_is_of_the_centers_as_they_are_now():
+    """``separation`` keeps its last results by the centers' contents: the same centers (a
+    copy too) give the same gap, and centers changed in place give their new one."""
+    from fedcluster.lloyd import SEPARATIONS_KEPT, _separation, separation
+
+    rng = np.random.default_rng(2)
+    centers = rng.normal(size=(12, 3))
+    first = separation(centers)
+    assert first == _separation(centers) and separation(centers.copy()) == first
+    centers[5] = centers[7] + 1e-3  # in place: now these two are the closest
+    assert separation(centers) == _separation(centers) == pytest.approx(3e-6)
+    for _ in range(SEPARATIONS_KEPT + 2):  # more arrays than are kept: still each one's own
+        other = rng.normal(size=(12, 3))
+        assert separation(other) == _separation(other)
+    assert separation(centers.T.copy().T) == _separation(centers)  # another memory layout, the same centers
