@@ -1051,8 +1051,9 @@ def partitions_violations(
     if not live:
         return reasons
     E = max(len(groups[g][0]) for g in live)
-    per_group = E * E * max(max(s[2][0].size for g in live for s in groups[g][0]), 1)
-    step = max(1, CHUNK_FLOATS * 32 // per_group)  # groups per pass (their sets are taken in passes too)
+    parts = max(s[2][0].size for g in live for s in groups[g][0])
+    width = max(max(len(s[1]) for g in live for s in groups[g][0]), np.shape(groups[live[0]][0][0][1])[-1])
+    step = max(1, CHUNK_FLOATS * 32 // (E * E * parts * width))  # groups per pass: a pass's distances stay small
     for first in range(0, len(live), step):
         chunk = live[first : first + step]
         bad, bounds, costs = _partition_pairs([groups[g] for g in chunk], relative)
