@@ -1052,8 +1052,8 @@ def partitions_violations(
         return reasons
     E = max(len(groups[g][0]) for g in live)
     parts = max(s[2][0].size for g in live for s in groups[g][0])
-    width = max(max(len(s[1]) for g in live for s in groups[g][0]), np.shape(groups[live[0]][0][0][1])[-1])
-    step = max(1, CHUNK_FLOATS * 32 // (E * E * parts * width))  # groups per pass: a pass's distances stay small
+    widest = max(max(len(s[1]) for g in live for s in groups[g][0]), np.shape(groups[live[0]][0][0][1])[-1])
+    step = max(1, CHUNK_FLOATS * 32 // (E * E * parts * widest))  # devices per pass: its distances stay small
     for first in range(0, len(live), step):
         chunk = live[first : first + step]
         bad, bounds, costs = _partition_pairs([groups[g] for g in chunk], relative)
@@ -1083,12 +1083,12 @@ def _pair_reason(every, new, stated, labels, whole, j: int, i: int, bounds: np.n
 
 
 def _partition_pairs(groups: list[tuple[list[Stated], np.ndarray]], relative: float):
-    """Every group's (one device's statements: its partitions, which are new) bound of
-    partition j with set i's centers, each part sent whole to its cheapest center
-    (:func:`part_minima`'s BLAS form about set i's reference), against set i's stated cost,
-    for all groups at once: ``(bad (G, E, E), bounds (G, E, E), costs (G, E))``, padded to the
-    largest group (E partitions) with parts of no points and centers repeated, which change
-    no minimum and add nothing. The slack between a bound and a cost is relative to both,
+    """For every device (a group: its stated partitions, and which of them are new), the bound
+    of each partition j with each set i's centers, every part sent whole to its cheapest
+    center (:func:`part_minima`'s BLAS form about set i's reference), against set i's stated
+    cost, all devices at once: ``(bad (G, E, E), bounds (G, E, E), costs (G, E))``. Devices are
+    padded to the largest (E partitions) with parts of no points and centers repeated, which
+    change no minimum and add nothing. The slack between a bound and a cost is relative to both,
     plus the coordinates' own rounding of partition j's means and set i's centers, plus the
     rounding of bound (j, i)'s squared distances (:func:`fedcluster.bounds.expansion_rounding`)."""
     G, E = len(groups), max(len(every) for every, _ in groups)
@@ -1118,9 +1118,9 @@ def _partition_pairs(groups: list[tuple[list[Stated], np.ndarray]], relative: fl
     reach = np.einsum("giwd,giwd->giw", about, about)  # ||c − r_i||²
     gaps = np.empty((G, E, E * P))  # ||μ − r_i||² of every part: [g, i, parts of every j]
     nearest = np.empty((G, E, E * P))  # every part's cheapest center of set i, by the BLAS form about r_i
-    width = max(1, CHUNK_FLOATS * 32 // (G * E * P * max(W, d)))  # sets per pass: the blocks stay small
-    for i in range(0, E, width):
-        sets = slice(i, i + width)
+    per_pass = max(1, CHUNK_FLOATS * 32 // (G * E * P * max(W, d)))  # sets per pass: the blocks stay small
+    for i in range(0, E, per_pass):
+        sets = slice(i, i + per_pass)
         rows = means.reshape(G, 1, E * P, d) - refs[:, sets, None, :]
         gaps[:, sets] = np.einsum("gipd,gipd->gip", rows, rows)
         block = np.matmul(rows, -2.0 * about[:, sets].transpose(0, 1, 3, 2))
