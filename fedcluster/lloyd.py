@@ -174,11 +174,9 @@ def _separation(centers: np.ndarray) -> float:
     step = max(1, CHUNK_FLOATS // max(k if few else k * d, 1))
     for start in range(0, k - 1, step):
         if few:
-            gaps = np.zeros((min(step, k - start), k))
-            for coordinate in centers.T:
-                diff = coordinate[start : start + step, None] - coordinate[None, :]
-                diff *= diff
-                gaps += diff
+            gaps = sum_of_squares(
+                coordinate[start : start + step, None] - coordinate[None, :] for coordinate in centers.T
+            )
         else:
             diff = centers[start : start + step, None, :] - centers[None, :, :]
             gaps = np.einsum("ijd,ijd->ij", diff, diff)

@@ -985,11 +985,19 @@ def _set_distances(means, centers: np.ndarray, starts: np.ndarray):
         slots = starts[part, None] + np.minimum(np.arange(width)[None, :], sizes[part, None] - 1)  # (sets, width)
         about = centers[slots] - origins[part, None, :]
         rows = means[None, :, :] - origins[part, None, :]  # (sets, parts, d)
-        block = np.matmul(rows, -2.0 * about.transpose(0, 2, 1))
-        block += np.einsum("spd,spd->sp", rows, rows)[:, :, None]
-        block += np.einsum("skd,skd->sk", about, about)[:, None, :]
-        np.maximum(block, 0.0, out=block)
+        block = _expanded(rows, about, np.einsum("spd,spd->sp", rows, rows), np.einsum("skd,skd->sk", about, about))
         yield first, slots, np.arange(width)[None, :] < sizes[part, None], block
+
+
+def _expanded(rows: np.ndarray, about: np.ndarray, rows_sq: np.ndarray, about_sq: np.ndarray) -> np.ndarray:
+    """Squared distances (..., parts, centers) by the BLAS form ``||x||² − 2 x·c + ||c||²``,
+    clipped at 0, of ``rows`` (..., parts, d) to ``about`` (..., centers, d), both about the
+    same reference, with their squared norms ``rows_sq`` and ``about_sq``; its rounding is
+    :func:`fedcluster.bounds.expansion_rounding`'s."""
+    block = np.matmul(rows, -2.0 * np.swapaxes(about, -1, -2))
+    block += rows_sq[..., :, None]
+    block += about_sq[..., None, :]
+    return np.maximum(block, 0.0, out=block)
 
 
 def partition_rounding(points: float, bound: float, means: np.ndarray, centers: np.ndarray) -> float:
@@ -1123,11 +1131,7 @@ def _partition_pairs(groups: list[tuple[list[Stated], np.ndarray]], relative: fl
         sets = slice(i, i + per_pass)
         rows = means.reshape(G, 1, E * P, d) - refs[:, sets, None, :]
         gaps[:, sets] = np.einsum("gipd,gipd->gip", rows, rows)
-        block = np.matmul(rows, -2.0 * about[:, sets].transpose(0, 1, 3, 2))
-        block += gaps[:, sets, :, None]
-        block += reach[:, sets, None, :]
-        np.maximum(block, 0.0, out=block)
-        nearest[:, sets] = block.min(axis=3)
+        nearest[:, sets] = _expanded(rows, about[:, sets], gaps[:, sets], reach[:, sets]).min(axis=3)
     nearest, gaps = nearest.reshape(G, E, E, P), gaps.reshape(G, E, E, P)  # [g, i, j, p]
     bounds = np.sum(scatter[:, None] + n[:, None] * nearest, axis=3).transpose(0, 2, 1)  # [g, j, i]
     points = n.sum(axis=2)[:, :, None]
