@@ -54,10 +54,20 @@ def fedkmeans_train(data: DeviceData, arrays: dict, config: dict):
 def local_summary(data: DeviceData, arrays: dict, config: dict):
     X = data.require_points()
     n = X.shape[0]
-    k_local = min(config["k"], n)
-    rng = np.random.default_rng(config["seed"])
-    centers, _ = kmeans(X, k_local, rng, n_init=config["n-init"], max_iter=100)
-    labels, _ = assign(X, centers)
-    counts = np.bincount(labels, minlength=k_local).astype(np.float64)
+    if config["k"] >= n:  # every point can be its own center: the distinct points, cost 0
+        centers, counts = exact_summary(X)
+    else:
+        rng = np.random.default_rng(config["seed"])
+        centers, _ = kmeans(X, config["k"], rng, n_init=config["n-init"], max_iter=100)
+        labels, _ = assign(X, centers)
+        counts = np.bincount(labels, minlength=config["k"]).astype(np.float64)
     keep = counts >= config["min-count"]
     return {"centers": centers[keep], "counts": counts[keep]}, {"num-examples": int(n)}
+
+
+def exact_summary(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The k-means of ``X`` with at least as many clusters as points: each distinct point its
+    own center (in sorted order), its count how often it occurs; the cost is 0 and no
+    restart can do better."""
+    centers, counts = np.unique(X, axis=0, return_counts=True)
+    return centers, counts.astype(np.float64)
