@@ -220,14 +220,21 @@ def _settle(
     returns it."""
     about, _, reach = settle
     tol = 2.0 * form_rounding(Xc.shape[1], np.sqrt(np.einsum("ij,ij->i", Xc, Xc)), reach)
-    best = np.take_along_axis(values, labels[:, None], axis=1)
-    unsure = np.flatnonzero(np.count_nonzero(values <= best + tol[:, None], axis=1) > 1)
+    (unsure,) = _unsure(values, labels, tol)
     step = max(1, CHUNK_FLOATS // max(about.size, 1))
     for start in range(0, unsure.size, step):
         rows = unsure[start : start + step]
         diff = Xc[rows, None, :] - about[None, :, :]
         labels[rows] = np.argmin(np.einsum("rkd,rkd->rk", diff, diff), axis=1)
     return labels
+
+
+def _unsure(values: np.ndarray, labels: np.ndarray, tol: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Where (``np.nonzero`` of ``labels``' shape) the smallest of ``values`` along the last
+    axis, at ``labels``, is within ``tol`` (rounding, one per label) of another: the
+    assignments the BLAS form cannot decide."""
+    best = np.take_along_axis(values, labels[..., None], axis=-1)
+    return np.nonzero(np.count_nonzero(values <= best + tol[..., None], axis=-1) > 1)
 
 
 def pooled_scatter(counts: np.ndarray, sums: np.ndarray, scatter: np.ndarray) -> np.ndarray:
@@ -407,6 +414,43 @@ def nearest(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) -
     for start in range(0, n, step):
         Xc = X[start : start + step] if origin is None else X[start : start + step] - origin
         labels[start : start + step] = _chunk_labels(Xc, minus_two_centers_t, c_sq, settle)
+    return labels
+
+
+def nearest_of_sets(X: np.ndarray, center_sets: np.ndarray) -> np.ndarray:
+    """Index of the nearest center within each set of ``center_sets`` (m, k, d) for every
+    row of ``X``: (n, m), ties the lowest index, as :func:`nearest` gives set by set. The
+    BLAS form against every set's centers about :func:`reference` of them all, a block of
+    sets at a time (about :data:`CHUNK_FLOATS` floats: fresh large temporaries cost more in
+    page faults than their arithmetic); a row whose smallest value in a set the form's
+    rounding cannot tell from another's is settled in that set by its own differences, as
+    :func:`_settle` settles it."""
+    X = np.asarray(X, dtype=np.float64)
+    m, k, d = center_sets.shape
+    flat = np.asarray(center_sets, dtype=np.float64).reshape(m * k, d)
+    origin = reference(flat) if flat.size else None
+    about = flat if origin is None else flat - origin
+    minus_two_centers_t, c_sq = _nearest_form(about)
+    reach = float(np.sqrt(np.max(c_sq))) if c_sq.size else 0.0
+    labels = np.empty((X.shape[0], m), dtype=np.int64)
+    step = rows_per_chunk(X.shape[0], k)
+    group = max(1, CHUNK_FLOATS // (min(step, max(X.shape[0], 1)) * max(k, 1)))  # sets per block
+    centers, pairs = about.reshape(m, k, d), max(1, CHUNK_FLOATS // max(k * d, 1))  # (row, set) pairs settled at once
+    for start in range(0, X.shape[0], step):
+        Xc = X[start : start + step] if origin is None else X[start : start + step] - origin
+        tol = 2.0 * form_rounding(d, np.sqrt(np.einsum("ij,ij->i", Xc, Xc)), reach)[:, None]
+        for first in range(0, m, group):
+            sets = slice(first * k, min(first + group, m) * k)
+            values = Xc @ minus_two_centers_t[:, sets]
+            values += c_sq[sets]
+            values = values.reshape(Xc.shape[0], -1, k)
+            chunk = np.argmin(values, axis=2)
+            rows, which = _unsure(values, chunk, np.broadcast_to(tol, chunk.shape))
+            for part in range(0, rows.size, pairs):
+                r, q = rows[part : part + pairs], which[part : part + pairs]
+                diff = Xc[r, None, :] - centers[first + q]
+                chunk[r, q] = np.argmin(np.einsum("pkd,pkd->pk", diff, diff), axis=1)
+            labels[start : start + Xc.shape[0], first : first + chunk.shape[1]] = chunk
     return labels
 
 
@@ -660,9 +704,10 @@ def lloyd_statistics_of_sets(
 
     The same arithmetic for every set at once when the pass fits in :data:`SETS_FLOATS`:
     each set's rows about its own :func:`reference` (or the origin), one batched product
-    for the distances, one indicator product for the sums and one for the scatters. A set
-    whose rows the BLAS form cannot decide within :data:`RESOLUTION` (:func:`undecided`),
-    or whose cost cancels, goes through :func:`lloyd_statistics` on its own: the same
+    for the distances, one indicator product for the sums and one for the scatters. In a
+    set whose rows the BLAS form may not decide within :data:`RESOLUTION` (:func:`undecided`)
+    the rows it cannot decide are settled by their own differences (:func:`_settle_sets`);
+    a set whose cost cancels goes through :func:`lloyd_statistics` on its own: the same
     statistics, up to the rounding of products taken in another shape. One set alone is
     :func:`lloyd_statistics`'s own. Without ``with_scatter`` the scatters are zeros."""
     X = np.asarray(X, dtype=np.float64)
@@ -682,6 +727,12 @@ def lloyd_statistics_of_sets(
     block = np.matmul(rows, np.ascontiguousarray(-2.0 * about.transpose(0, 2, 1)))  # (m, n, k): ||c||² − 2 x·c
     block += c_sq[:, None, :]
     labels = np.argmin(block, axis=2)  # (m, n); ties: the lowest index
+    apart = _separations(about)
+    reach = np.sqrt(np.max(c_sq, axis=1))
+    largest = np.maximum(rows.max(axis=(1, 2)), -rows.min(axis=(1, 2))) * np.sqrt(d)
+    undecided_sets = np.flatnonzero((apart < np.inf) & (2.0 * form_rounding(d, largest, reach) > RESOLUTION * apart))
+    if undecided_sets.size:  # settled as _settle settles them
+        _settle_sets(rows, about, block, labels, reach, undecided_sets)
     flat = labels + (np.arange(m) * k)[:, None]
     membership = np.zeros((m, k, n))
     membership.reshape(m * k, n)[flat.reshape(-1), np.tile(np.arange(n), m)] = 1.0 if w is None else np.tile(w, m)
@@ -698,12 +749,25 @@ def lloyd_statistics_of_sets(
         deviation *= deviation
         scatter = np.matmul(membership, deviation)
     sums += counts[..., None] * origins[:, None, :]
-    apart = _separations(about)
-    reach = np.sqrt(np.max(c_sq, axis=1))
-    largest = np.maximum(rows.max(axis=(1, 2)), -rows.min(axis=(1, 2))) * np.sqrt(d)
-    undecided_sets = (apart < np.inf) & (2.0 * form_rounding(d, largest, reach) > RESOLUTION * apart)
-    alone = np.flatnonzero(undecided_sets | (cost <= CANCELLED * x_sq))
+    alone = np.flatnonzero(cost <= CANCELLED * x_sq)
     return _each_set(X, center_sets, w, alone, (sums, counts, cost, scatter), with_scatter)
+
+
+def _settle_sets(rows, about, values, labels, reach, which) -> None:
+    """``labels`` (m, n) of the sets ``which``, the argmin of ``values`` (m, n, k) of the BLAS
+    form of ``rows`` (m, n, d) against ``about`` (m, k, d), each set about its own
+    reference: every row whose smallest value the form's rounding cannot tell from another's
+    (``reach``: each set's largest center norm) given its nearest center by its own
+    differences, as :func:`_settle` gives it. Changes ``labels`` in place."""
+    d, k = rows.shape[2], about.shape[1]
+    tol = 2.0 * form_rounding(d, np.sqrt(np.einsum("snd,snd->sn", rows[which], rows[which])), reach[which, None])
+    sets, points = _unsure(values[which], labels[which], tol)
+    sets = which[sets]
+    step = max(1, CHUNK_FLOATS // max(k * d, 1))
+    for start in range(0, sets.size, step):
+        s, i = sets[start : start + step], points[start : start + step]
+        diff = rows[s, i, None, :] - about[s]
+        labels[s, i] = np.argmin(np.einsum("pkd,pkd->pk", diff, diff), axis=1)
 
 
 def block_references(points: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

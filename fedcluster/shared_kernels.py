@@ -20,7 +20,7 @@ import numpy as np
 from fedcluster.task import named
 from fedcluster.shared_tasks import TASKS
 from fedcluster.kernel import DeviceData, TaskResult, device_task
-from fedcluster.lloyd import lloyd_statistics, nearest, rows_per_chunk, squared_distances
+from fedcluster.lloyd import lloyd_statistics, nearest, nearest_of_sets, rows_per_chunk
 
 
 def matching_dimension(points: np.ndarray, array: np.ndarray, name: str = "centers") -> np.ndarray:
@@ -101,15 +101,14 @@ def score_candidates(data: DeviceData, arrays: dict, config: dict):
     X = data.require_points()
     candidates = matching_dimension(X, arrays["candidates"], "candidate centers")
     m, k, d = candidates.shape
-    # One distance pass against all m*k centers for the nearest center within each
-    # candidate, then each row's own difference from it (a point on its center costs 0).
+    # The nearest center within each candidate, then each row's own difference from it (a
+    # point on its center costs 0).
     costs = np.zeros(m)
-    flat = candidates.reshape(m * k, d)
-    step = rows_per_chunk(X.shape[0], m * k * max(1, d // k))
+    step = rows_per_chunk(X.shape[0], m * max(k, d))
     sets = np.arange(m)
     for start in range(0, X.shape[0], step):
         Xc = X[start : start + step]
-        labels = squared_distances(Xc, flat).reshape(-1, m, k).argmin(axis=2)  # (rows, m)
+        labels = nearest_of_sets(Xc, candidates)  # (rows, m)
         deviation = Xc[:, None, :] - candidates[sets[None, :], labels]  # (rows, m, d)
         costs += np.einsum("rmd,rmd->m", deviation, deviation)
     return {"costs": costs}, {"num-examples": int(X.shape[0])}

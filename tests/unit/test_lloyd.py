@@ -15,6 +15,7 @@ from fedcluster.lloyd import (
     lloyd_statistics_of_sets,
     lloyd_until_stable,
     nearest,
+    nearest_of_sets,
 )
 
 
@@ -134,6 +135,28 @@ def test_nearest_and_label_sums_match_naive(chunk, weighted):
     np.testing.assert_allclose(got_counts, counts, rtol=1e-12)
 
 
+@pytest.mark.parametrize("offset", [0.0, 1e6])
+@pytest.mark.parametrize("n", [300, 3000])  # every set in one block; a set per block, two chunks of rows
+def test_nearest_within_each_set_is_the_nearest_by_own_differences(offset, n):
+    """Every set's nearest center for every row, against each row's own differences from
+    that set's centers: sets of different spreads stacked, exact ties (the lowest index),
+    centers shared between sets, and two centers 1e-5 apart, 1e4 from the others, with rows
+    on one of them, where the BLAS form rounds both distances alike."""
+    rng = np.random.default_rng(4)
+    m, k, d = 7, 12, 3
+    sets = offset + rng.normal(size=(m, k, d)) * np.array([1.0, 10.0, 100.0, 1.0, 1.0, 1.0, 1.0])[:, None, None]
+    X = offset + rng.normal(size=(n, d)) * 5
+    sets[1, :6] = sets[0, :6]  # shared centers
+    sets[2, 3] = sets[2, 7]  # an exact tie: the lowest index
+    X[:4] = offset + 1e4
+    sets[3, 0] = X[0] + np.array([1e-5, 0.0, 0.0])  # first among the form's ties, but farther
+    sets[3, 1] = X[0]
+    expected = np.stack([((X[:, None, :] - c[None]) ** 2).sum(-1).argmin(axis=1) for c in sets], axis=1)
+    got = nearest_of_sets(X, sets)
+    assert np.array_equal(got, expected)
+    assert np.array_equal(got[:4, 3], [1, 1, 1, 1])
+
+
 def test_label_means_keeps_the_previous_row_of_an_empty_group():
     X = np.array([[0.0, 0.0], [2.0, 0.0], [10.0, 10.0]])
     previous = np.array([[5.0, 5.0], [-1.0, -1.0], [7.0, 7.0]])
@@ -237,6 +260,26 @@ def test_every_set_at_once_gives_each_sets_own_statistics(offset, scale, rounded
             np.testing.assert_allclose(
                 scatter[s], one.scatter, rtol=1e-9, atol=1e-12 * float(np.max(one.scatter, initial=0))
             )
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e6])
+def test_every_set_at_once_settles_the_rows_the_form_cannot_decide(offset):
+    """Rows on a center whose neighbour, first among the BLAS form's ties, lies 1e-5 away,
+    1e4 from the middle of the set's centers: in the one-pass kernel each row goes to its
+    own center by its own differences, as :func:`lloyd_statistics` sends it set by set."""
+    rng = np.random.default_rng(8)
+    X = offset + rng.normal(size=(50, 2)) * 100  # a cost far from cancelling (not taken set by set)
+    X[:6] = offset + 1e4
+    C = offset + rng.normal(size=(3, 5, 2)) * 100
+    C[1, 0] = X[0] + np.array([1e-5, 0.0])
+    C[1, 1] = X[0]
+    C[1, 2] = offset - 1e4
+    sums, counts, cost, scatter = lloyd_statistics_of_sets(X, C)
+    for s in range(3):
+        labels = ((X[:, None, :] - C[s][None]) ** 2).sum(-1).argmin(axis=1)
+        np.testing.assert_array_equal(counts[s], np.bincount(labels, minlength=5))
+        np.testing.assert_array_equal(counts[s], lloyd_statistics(X, C[s]).counts)
+    assert counts[1, 0] == 0 and counts[1, 1] == 6
 
 
 def test_every_set_at_once_falls_back_to_one_at_a_time_beyond_its_memory():
