@@ -733,12 +733,11 @@ def lloyd_statistics_of_sets(
     undecided_sets = np.flatnonzero((apart < np.inf) & (2.0 * form_rounding(d, largest, reach) > RESOLUTION * apart))
     if undecided_sets.size:  # settled as _settle settles them
         _settle_sets(rows, about, block, labels, reach, undecided_sets)
-    flat = labels + (np.arange(m) * k)[:, None]
-    membership = np.zeros((m, k, n))
-    membership.reshape(m * k, n)[flat.reshape(-1), np.tile(np.arange(n), m)] = 1.0 if w is None else np.tile(w, m)
-    counts = np.bincount(flat.reshape(-1), None if w is None else np.tile(w, m), minlength=m * k)
-    counts = counts.astype(np.float64).reshape(m, k)
-    sums = np.matmul(membership, rows)  # (m, k, d), about each set's reference
+    flat = (labels + (np.arange(m) * k)[:, None]).reshape(-1)
+    weights = None if w is None else np.tile(w, m)
+    counts = np.bincount(flat, weights, minlength=m * k).astype(np.float64).reshape(m, k)
+    group_sums = _group_sums(flat, weights, m, k, n, d)
+    sums = group_sums(rows)  # (m, k, d), about each set's reference
     x_sq = np.einsum("snd,snd->s", rows, rows) if w is None else np.einsum("snd,snd,n->s", rows, rows, w)
     cost = x_sq + np.einsum("sk,sk->s", counts, c_sq) - 2.0 * np.einsum("skd,skd->s", about, sums)
     np.maximum(cost, 0.0, out=cost)
@@ -747,10 +746,34 @@ def lloyd_statistics_of_sets(
     if with_scatter:
         deviation = rows - np.take_along_axis(means, labels[..., None], axis=1)
         deviation *= deviation
-        scatter = np.matmul(membership, deviation)
+        scatter = group_sums(deviation)
     sums += counts[..., None] * origins[:, None, :]
     alone = np.flatnonzero(cost <= CANCELLED * x_sq)
     return _each_set(X, center_sets, w, alone, (sums, counts, cost, scatter), with_scatter)
+
+
+def _group_sums(flat: np.ndarray, weights: np.ndarray | None, m: int, k: int, n: int, d: int):
+    """Per (set, cluster) sums of (m, n, d) values by the flat labels ``flat`` (set s's
+    clusters from s·k), optionally weighted: a function of the values. With at most half as
+    many coordinates as clusters a weighted count per coordinate (the indicator matrix would
+    be mostly zeros); else an indicator product (a (m, k, n) matrix holding the weights), the
+    faster with few clusters."""
+
+    def by_counts(values: np.ndarray) -> np.ndarray:
+        out = np.empty((m * k, d))
+        for j in range(d):
+            column = values[..., j].reshape(-1)
+            out[:, j] = np.bincount(flat, column if weights is None else column * weights, minlength=m * k)
+        return out.reshape(m, k, d)
+
+    def by_product(values: np.ndarray) -> np.ndarray:
+        return np.matmul(membership, values)
+
+    if 2 * d <= k:
+        return by_counts
+    membership = np.zeros((m, k, n))
+    membership.reshape(m * k, n)[flat, np.tile(np.arange(n), m)] = 1.0 if weights is None else weights
+    return by_product
 
 
 def _settle_sets(rows, about, values, labels, reach, which) -> None:
