@@ -704,7 +704,8 @@ def lloyd_statistics_of_sets(
 
     The same arithmetic for every set at once when the pass fits in :data:`SETS_FLOATS`:
     each set's rows about its own :func:`reference` (or the origin), one batched product
-    for the distances, one indicator product for the sums and one for the scatters. In a
+    for the distances, one grouped sum for the sums and one for the scatters
+    (:func:`_group_sums`). In a
     set whose rows the BLAS form may not decide within :data:`RESOLUTION` (:func:`undecided`)
     the rows it cannot decide are settled by their own differences (:func:`_settle_sets`);
     a set whose cost cancels goes through :func:`lloyd_statistics` on its own: the same
