@@ -1000,6 +1000,18 @@ def _expanded(rows: np.ndarray, about: np.ndarray, rows_sq: np.ndarray, about_sq
     return np.maximum(block, 0.0, out=block)
 
 
+def _expanded_minima(rows: np.ndarray, about: np.ndarray, rows_sq: np.ndarray, about_sq: np.ndarray) -> np.ndarray:
+    """The smallest of :func:`_expanded`'s squared distances of each row (..., parts): the
+    same BLAS form, ``||x||²`` added after the minimum over the centers (a pass less over
+    the block), clipped at 0; its rounding is still
+    :func:`fedcluster.bounds.expansion_rounding`'s."""
+    block = np.matmul(rows, -2.0 * np.swapaxes(about, -1, -2))
+    block += about_sq[..., None, :]
+    least = block.min(axis=-1)
+    least += rows_sq
+    return np.maximum(least, 0.0, out=least)
+
+
 def partition_rounding(points: float, bound: float, means: np.ndarray, centers: np.ndarray) -> float:
     """How far a bound of ``points`` points' cost near ``bound`` may be off by the rounding
     of the coordinates' own size (the means stated, the centers): nothing near the origin,
@@ -1093,7 +1105,7 @@ def _pair_reason(every, new, stated, labels, whole, j: int, i: int, bounds: np.n
 def _partition_pairs(groups: list[tuple[list[Stated], np.ndarray]], relative: float):
     """For every device (a group: its stated partitions, and which of them are new), the bound
     of each partition j with each set i's centers, every part sent whole to its cheapest
-    center (:func:`part_minima`'s BLAS form about set i's reference), against set i's stated
+    center (:func:`_expanded_minima`: the BLAS form about set i's reference), against set i's stated
     cost, all devices at once: ``(bad (G, E, E), bounds (G, E, E), costs (G, E))``. Devices are
     padded to the largest (E partitions) with parts of no points and centers repeated, which
     change no minimum and add nothing. The slack between a bound and a cost is relative to both,
@@ -1131,7 +1143,7 @@ def _partition_pairs(groups: list[tuple[list[Stated], np.ndarray]], relative: fl
         sets = slice(i, i + per_pass)
         rows = means.reshape(G, 1, E * P, d) - refs[:, sets, None, :]
         gaps[:, sets] = np.einsum("gipd,gipd->gip", rows, rows)
-        nearest[:, sets] = _expanded(rows, about[:, sets], gaps[:, sets], reach[:, sets]).min(axis=3)
+        nearest[:, sets] = _expanded_minima(rows, about[:, sets], gaps[:, sets], reach[:, sets])
     nearest, gaps = nearest.reshape(G, E, E, P), gaps.reshape(G, E, E, P)  # [g, i, j, p]
     bounds = np.sum(scatter[:, None] + n[:, None] * nearest, axis=3).transpose(0, 2, 1)  # [g, j, i]
     points = n.sum(axis=2)[:, :, None]
