@@ -705,10 +705,9 @@ def lloyd_statistics_of_sets(
     The same arithmetic for every set at once when the pass fits in :data:`SETS_FLOATS`:
     each set's rows about its own :func:`reference` (or the origin), one batched product
     for the distances, one grouped sum for the sums and one for the scatters
-    (:func:`_group_sums`). In a
-    set whose rows the BLAS form may not decide within :data:`RESOLUTION` (:func:`undecided`)
-    the rows it cannot decide are settled by their own differences (:func:`_settle_sets`);
-    a set whose cost cancels goes through :func:`lloyd_statistics` on its own: the same
+    (:func:`_group_sums`). A set
+    whose rows the BLAS form cannot decide within :data:`RESOLUTION` (:func:`undecided`),
+    or whose cost cancels, goes through :func:`lloyd_statistics` on its own: the same
     statistics, up to the rounding of products taken in another shape. One set alone is
     :func:`lloyd_statistics`'s own. Without ``with_scatter`` the scatters are zeros."""
     X = np.asarray(X, dtype=np.float64)
@@ -728,12 +727,6 @@ def lloyd_statistics_of_sets(
     block = np.matmul(rows, np.ascontiguousarray(-2.0 * about.transpose(0, 2, 1)))  # (m, n, k): ||c||² − 2 x·c
     block += c_sq[:, None, :]
     labels = np.argmin(block, axis=2)  # (m, n); ties: the lowest index
-    apart = _separations(about)
-    reach = np.sqrt(np.max(c_sq, axis=1))
-    largest = np.maximum(rows.max(axis=(1, 2)), -rows.min(axis=(1, 2))) * np.sqrt(d)
-    undecided_sets = np.flatnonzero((apart < np.inf) & (2.0 * form_rounding(d, largest, reach) > RESOLUTION * apart))
-    if undecided_sets.size:  # settled as _settle settles them
-        _settle_sets(rows, about, block, labels, reach, undecided_sets)
     flat = (labels + (np.arange(m) * k)[:, None]).reshape(-1)
     weights = None if w is None else np.tile(w, m)
     counts = np.bincount(flat, weights, minlength=m * k).astype(np.float64).reshape(m, k)
@@ -749,7 +742,11 @@ def lloyd_statistics_of_sets(
         deviation *= deviation
         scatter = group_sums(deviation)
     sums += counts[..., None] * origins[:, None, :]
-    alone = np.flatnonzero(cost <= CANCELLED * x_sq)
+    apart = _separations(about)
+    reach = np.sqrt(np.max(c_sq, axis=1))
+    largest = np.maximum(rows.max(axis=(1, 2)), -rows.min(axis=(1, 2))) * np.sqrt(d)
+    undecided_sets = (apart < np.inf) & (2.0 * form_rounding(d, largest, reach) > RESOLUTION * apart)
+    alone = np.flatnonzero(undecided_sets | (cost <= CANCELLED * x_sq))
     return _each_set(X, center_sets, w, alone, (sums, counts, cost, scatter), with_scatter)
 
 
@@ -775,23 +772,6 @@ def _group_sums(flat: np.ndarray, weights: np.ndarray | None, m: int, k: int, n:
     membership = np.zeros((m, k, n))
     membership.reshape(m * k, n)[flat, np.tile(np.arange(n), m)] = 1.0 if weights is None else weights
     return by_product
-
-
-def _settle_sets(rows, about, values, labels, reach, which) -> None:
-    """``labels`` (m, n) of the sets ``which``, the argmin of ``values`` (m, n, k) of the BLAS
-    form of ``rows`` (m, n, d) against ``about`` (m, k, d), each set about its own
-    reference: every row whose smallest value the form's rounding cannot tell from another's
-    (``reach``: each set's largest center norm) given its nearest center by its own
-    differences, as :func:`_settle` gives it. Changes ``labels`` in place."""
-    d, k = rows.shape[2], about.shape[1]
-    tol = 2.0 * form_rounding(d, np.sqrt(np.einsum("snd,snd->sn", rows[which], rows[which])), reach[which, None])
-    sets, points = _unsure(values[which], labels[which], tol)
-    sets = which[sets]
-    step = max(1, CHUNK_FLOATS // max(k * d, 1))
-    for start in range(0, sets.size, step):
-        s, i = sets[start : start + step], points[start : start + step]
-        diff = rows[s, i, None, :] - about[s]
-        labels[s, i] = np.argmin(np.einsum("pkd,pkd->pk", diff, diff), axis=1)
 
 
 def block_references(points: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

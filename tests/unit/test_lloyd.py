@@ -265,8 +265,8 @@ def test_every_set_at_once_gives_each_sets_own_statistics(offset, scale, rounded
 @pytest.mark.parametrize("offset", [0.0, 1e6])
 def test_every_set_at_once_settles_the_rows_the_form_cannot_decide(offset):
     """Rows on a center whose neighbour, first among the BLAS form's ties, lies 1e-5 away,
-    1e4 from the middle of the set's centers: in the one-pass kernel each row goes to its
-    own center by its own differences, as :func:`lloyd_statistics` sends it set by set."""
+    1e4 from the middle of the set's centers: the one-pass kernel sends each row to its own
+    center by its own differences, as :func:`lloyd_statistics` does set by set."""
     rng = np.random.default_rng(8)
     X = offset + rng.normal(size=(50, 2)) * 100  # a cost far from cancelling (not taken set by set)
     X[:6] = offset + 1e4
@@ -280,6 +280,38 @@ def test_every_set_at_once_settles_the_rows_the_form_cannot_decide(offset):
         np.testing.assert_array_equal(counts[s], np.bincount(labels, minlength=5))
         np.testing.assert_array_equal(counts[s], lloyd_statistics(X, C[s]).counts)
     assert counts[1, 0] == 0 and counts[1, 1] == 6
+
+
+def test_a_set_the_form_cannot_decide_gets_its_own_statistics_over_chunks_of_rows():
+    """Rows the BLAS form puts on the wrong side of a bisector in the first chunk of rows
+    :func:`lloyd_statistics` takes, and one far row in a later chunk: the one-pass kernel
+    gives that set exactly the counts and cost :func:`lloyd_statistics` gives it alone."""
+    from fractions import Fraction
+
+    from fedcluster.lloyd import rows_per_chunk
+
+    def exact(x, centers):
+        gaps = [sum((Fraction(a) - Fraction(b)) ** 2 for a, b in zip(x, c)) for c in centers]
+        return gaps.index(min(gaps))
+
+    rng = np.random.default_rng(0)
+    C = np.array([[0.3, 0.7], [1.7, 0.9]])
+    middle, normal = C.mean(0), C[1] - C[0]
+    along = np.array([-normal[1], normal[0]]) / np.linalg.norm(normal)
+    misordered = []
+    while len(misordered) < 20:
+        x = middle + along * rng.normal() * 3 + normal * rng.integers(-8, 9) * 1e-16
+        if int(np.argmin(x @ (-2.0 * C.T) + (C * C).sum(1))) != exact(x, C):
+            misordered.append(x)
+    n = rows_per_chunk(10**9, 2) + 10
+    X = rng.normal(size=(n, 2))
+    X[: len(misordered)] = misordered
+    X[-1] = 1e4
+    sums, counts, cost, _ = lloyd_statistics_of_sets(X, np.stack([C, C + 0.01]))
+    for s, centers in enumerate((C, C + 0.01)):
+        one = lloyd_statistics(X, centers)
+        np.testing.assert_array_equal(counts[s], one.counts)
+        assert abs(cost[s] - one.cost) <= 1e-11 * one.cost
 
 
 def test_every_set_at_once_falls_back_to_one_at_a_time_beyond_its_memory():
