@@ -69,5 +69,5 @@ def exact_summary(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The k-means of ``X`` with at least as many clusters as points: each distinct point its
     own center (in sorted order), its count how often it occurs; the cost is 0 and no
     restart can do better."""
-    centers, counts = np.unique(X, axis=0, return_counts=True)
+    centers, counts = np.unique(np.asarray(X, dtype=np.float64), axis=0, return_counts=True)
     return centers, counts.astype(np.float64)
