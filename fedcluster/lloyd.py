@@ -419,12 +419,12 @@ def nearest(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) -
 
 def nearest_of_sets(X: np.ndarray, center_sets: np.ndarray) -> np.ndarray:
     """Index of the nearest center within each set of ``center_sets`` (m, k, d) for every
-    row of ``X``: (n, m), ties the lowest index, as :func:`nearest` gives set by set. The
-    BLAS form against every set's centers about :func:`reference` of them all, a block of
-    sets at a time (about :data:`CHUNK_FLOATS` floats: fresh large temporaries cost more in
-    page faults than their arithmetic); a row whose smallest value in a set the form's
-    rounding cannot tell from another's is settled in that set by its own differences, as
-    :func:`_settle` settles it."""
+    row of ``X``: (n, m), ties the lowest index. The BLAS form against every set's centers
+    about :func:`reference` of them all, a block of sets at a time (about
+    :data:`CHUNK_FLOATS` floats: fresh large temporaries cost more in page faults than their
+    arithmetic); every row whose smallest value in a set the form's rounding cannot tell
+    from another's is settled in that set by its own differences, as :func:`_settle` settles
+    a row (which :func:`nearest` asks only of the chunks its separation test flags)."""
     X = np.asarray(X, dtype=np.float64)
     m, k, d = center_sets.shape
     flat = np.asarray(center_sets, dtype=np.float64).reshape(m * k, d)
