@@ -617,7 +617,9 @@ def lloyd_statistics(
     Far from the origin (:func:`reference`) every chunk is taken about the centers' mean
     before the products, so the statistics and the cost are those of the data about it:
     the same numbers, up to the rounding of the data's own coordinates, wherever the data
-    lie. Ordinary data skip that subtraction.
+    lie. Ordinary data skip that subtraction. With the scatters the cost is taken from them
+    and the clusters' means (:func:`_parallel_axis_cost`), without cancellation; without,
+    from the expansion of the squared distances, and row by row where that cancels.
     """
     X = np.asarray(X, dtype=np.float64)
     centers = np.asarray(centers, dtype=np.float64)
@@ -664,15 +666,16 @@ def lloyd_statistics(
         # the weights) times the chunk -- BLAS instead of a scatter.
         sums_t += Xc.T @ membership.T
     sums = np.ascontiguousarray(sums_t.T)  # about the origin chosen
-    # cost = sum_i w_i ||x_i - c_{l_i}||^2 = sum_i w_i ||x_i||^2 + sum_j (W_j ||c_j||^2 - 2 c_j . S_j),
-    # all about the origin chosen: from the statistics, without a per-row distance. It rounds
-    # relative to its terms; when they cancel to (nearly) nothing (points on their centers)
-    # the cost is taken again from each row's own distance.
-    cost = max(x_sq + float(counts @ c_sq) - 2.0 * float(np.vdot(about, sums)), 0.0)
-    if cost <= CANCELLED * x_sq:
-        cost = _exact_cost(X, about, origin, w_all, step, minus_two_centers_t, c_sq, settle_all)
     scatter = None
-    if labelled is not None:  # a second pass: the deviations from each cluster's mean, exactly
+    if labelled is None:
+        # cost = sum_i w_i ||x_i - c_{l_i}||^2 = sum_i w_i ||x_i||^2 + sum_j (W_j ||c_j||^2 - 2 c_j . S_j),
+        # all about the origin chosen: from the statistics, without a per-row distance. It
+        # rounds relative to its terms; when they cancel to (nearly) nothing (points on their
+        # centers) the cost is taken again from each row's own distance.
+        cost = max(x_sq + float(counts @ c_sq) - 2.0 * float(np.vdot(about, sums)), 0.0)
+        if cost <= CANCELLED * x_sq:
+            cost = _exact_cost(X, about, origin, w_all, step, minus_two_centers_t, c_sq, settle_all)
+    else:  # a second pass: the deviations from each cluster's mean, exactly
         means = LloydStatistics(sums, counts, 0.0).centers(about)
         if step >= n:  # one chunk: its rows (about the origin chosen) and membership are still at hand
             deviation = Xc - means[labelled]
@@ -681,10 +684,12 @@ def lloyd_statistics(
             scatter = np.zeros((k, d))
             for start in range(0, n, step):
                 lab = labelled[start : start + step]
-                deviation = X[start : start + step] - (means[lab] if origin is None else means[lab] + origin)
+                Xc = X[start : start + step] if origin is None else X[start : start + step] - origin
+                deviation = Xc - means[lab]
                 indicator = np.zeros((k, lab.size))
                 indicator[lab, np.arange(lab.size)] = 1.0 if w_all is None else w_all[start : start + step]
                 scatter += indicator @ (deviation * deviation)
+        cost = float(_parallel_axis_cost(counts, means, about, scatter))  # with scatters: no cancellation
     if origin is not None:
         sums += counts[:, None] * origin
     return LloydStatistics(sums=sums, counts=counts, cost=cost, scatter=scatter)
@@ -705,11 +710,13 @@ def lloyd_statistics_of_sets(
     The same arithmetic for every set at once when the pass fits in :data:`SETS_FLOATS`:
     each set's rows about its own :func:`reference` (or the origin), one batched product
     for the distances, one grouped sum for the sums and one for the scatters
-    (:func:`_group_sums`). A set
-    whose rows the BLAS form cannot decide within :data:`RESOLUTION` (:func:`undecided`),
-    or whose cost cancels, goes through :func:`lloyd_statistics` on its own: the same
-    statistics, up to the rounding of products taken in another shape. One set alone is
-    :func:`lloyd_statistics`'s own. Without ``with_scatter`` the scatters are zeros."""
+    (:func:`_group_sums`). The rows the BLAS form cannot decide within :data:`RESOLUTION`
+    are settled set by set and chunk by chunk of rows as :func:`lloyd_statistics` settles
+    them (:func:`_settle_sets`): the same statistics, up to the rounding of products taken
+    in another shape. With scatters the cost is theirs (:func:`_parallel_axis_cost`), as
+    :func:`lloyd_statistics` gives it; without, the scatters are zeros and a set whose cost
+    the expansion cancels goes through :func:`lloyd_statistics` on its own. One set alone is
+    :func:`lloyd_statistics`'s own."""
     X = np.asarray(X, dtype=np.float64)
     center_sets = np.asarray(center_sets, dtype=np.float64)
     if X.ndim != 2 or center_sets.ndim != 3 or X.shape[1] != center_sets.shape[2]:
@@ -727,27 +734,58 @@ def lloyd_statistics_of_sets(
     block = np.matmul(rows, np.ascontiguousarray(-2.0 * about.transpose(0, 2, 1)))  # (m, n, k): ||c||² − 2 x·c
     block += c_sq[:, None, :]
     labels = np.argmin(block, axis=2)  # (m, n); ties: the lowest index
+    _settle_sets(rows, about, block, labels, c_sq)
     flat = (labels + (np.arange(m) * k)[:, None]).reshape(-1)
     weights = None if w is None else np.tile(w, m)
     counts = np.bincount(flat, weights, minlength=m * k).astype(np.float64).reshape(m, k)
     group_sums = _group_sums(flat, weights, m, k, n, d)
     sums = group_sums(rows)  # (m, k, d), about each set's reference
-    x_sq = np.einsum("snd,snd->s", rows, rows) if w is None else np.einsum("snd,snd,n->s", rows, rows, w)
-    cost = x_sq + np.einsum("sk,sk->s", counts, c_sq) - 2.0 * np.einsum("skd,skd->s", about, sums)
-    np.maximum(cost, 0.0, out=cost)
-    means = np.where(counts[..., None] > 0, sums / np.where(counts > 0, counts, 1.0)[..., None], about)
     scatter = np.zeros((m, k, d))
     if with_scatter:
+        means = np.where(counts[..., None] > 0, sums / np.where(counts > 0, counts, 1.0)[..., None], about)
         deviation = rows - np.take_along_axis(means, labels[..., None], axis=1)
         deviation *= deviation
         scatter = group_sums(deviation)
+        cost = _parallel_axis_cost(counts, means, about, scatter)
+        alone = np.empty(0, dtype=np.int64)
+    else:
+        x_sq = np.einsum("snd,snd->s", rows, rows) if w is None else np.einsum("snd,snd,n->s", rows, rows, w)
+        cost = x_sq + np.einsum("sk,sk->s", counts, c_sq) - 2.0 * np.einsum("skd,skd->s", about, sums)
+        np.maximum(cost, 0.0, out=cost)
+        alone = np.flatnonzero(cost <= CANCELLED * x_sq)
     sums += counts[..., None] * origins[:, None, :]
-    apart = _separations(about)
-    reach = np.sqrt(np.max(c_sq, axis=1))
-    largest = np.maximum(rows.max(axis=(1, 2)), -rows.min(axis=(1, 2))) * np.sqrt(d)
-    undecided_sets = (apart < np.inf) & (2.0 * form_rounding(d, largest, reach) > RESOLUTION * apart)
-    alone = np.flatnonzero(undecided_sets | (cost <= CANCELLED * x_sq))
     return _each_set(X, center_sets, w, alone, (sums, counts, cost, scatter), with_scatter)
+
+
+def _settle_sets(rows: np.ndarray, about: np.ndarray, block: np.ndarray, labels: np.ndarray, c_sq: np.ndarray):
+    """Settle ``labels`` (m, n) in place where :func:`lloyd_statistics` would settle them set
+    by set: in every set whose rows the BLAS form may not decide within :data:`RESOLUTION`,
+    chunk by chunk of rows as it takes them (:func:`undecided` of each chunk), the rows whose
+    smallest value of ``block`` the rounding cannot tell from another's (:func:`_settle`)."""
+    m, n, d = rows.shape
+    k = about.shape[1]
+    apart = _separations(about)
+    largest = np.maximum(rows.max(axis=(1, 2)), -rows.min(axis=(1, 2))) * np.sqrt(d)
+    # A set no chunk of which is undecided is passed over; the margin of 2 covers the last
+    # bits by which this separation may differ from :func:`separation`'s, which decides.
+    maybe = (apart < np.inf) & (4.0 * form_rounding(d, largest, np.sqrt(np.max(c_sq, axis=1))) > RESOLUTION * apart)
+    step = rows_per_chunk(n, max(k, d))
+    for s in np.flatnonzero(maybe):
+        settle = settling(about[s])
+        for start in range(0, n, step):
+            Xc = rows[s, start : start + step]
+            chunk = undecided(Xc, settle)
+            if chunk is not None:
+                _settle(Xc, block[s, start : start + step], labels[s, start : start + step], chunk)
+
+
+def _parallel_axis_cost(counts: np.ndarray, means: np.ndarray, centers: np.ndarray, scatter: np.ndarray) -> np.ndarray:
+    """Σ_j [Σ_d scatter_jd + n_j ||μ_j − c_j||²] over the last two axes: the cost of the
+    centers from each cluster's (weighted) count, mean and scatter about that mean (the
+    parallel axis theorem), every term at least 0 (no cancellation however far the data
+    lie from the centers). The identity a training reply's check holds the cost to."""
+    moved = means - centers
+    return scatter.sum(axis=(-2, -1)) + np.einsum("...k,...kd,...kd->...", counts, moved, moved)
 
 
 def _group_sums(flat: np.ndarray, weights: np.ndarray | None, m: int, k: int, n: int, d: int):

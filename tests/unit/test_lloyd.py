@@ -314,6 +314,31 @@ def test_a_set_the_form_cannot_decide_gets_its_own_statistics_over_chunks_of_row
         assert abs(cost[s] - one.cost) <= 1e-11 * one.cost
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_cost_with_scatters_loses_no_digits_to_far_rows(seed):
+    """A few rows 1e4 out on a center of one set, the rest about the origin: the cost is a
+    small share of the squared norms the BLAS expansion takes it from, which loses digits
+    there. With scatters both kernels give the cost from each cluster's scatter and mean
+    (the parallel axis theorem, every term at least 0): each row's own distance, summed."""
+    rng = np.random.default_rng(seed)
+    n, m, k, d = 4000, 3, 10, 20
+    X = rng.normal(size=(n, d))
+    C = rng.normal(size=(m, k, d))
+    X[:6] = 1e4
+    C[1, 0] = X[0] + np.r_[1e-5, np.zeros(d - 1)]
+    C[1, 1] = X[0]
+    C[1, 2] = -1e4
+    w = rng.integers(1, 5, size=n).astype(float)
+    for weights in (None, w):
+        cost = lloyd_statistics_of_sets(X, C, weights)[2]
+        for s in range(m):
+            own = ((X[:, None, :] - C[s][None]) ** 2).sum(-1).min(axis=1)
+            brute = float(own.sum() if weights is None else own @ weights)
+            assert abs(cost[s] - brute) <= 1e-12 * brute
+            alone = lloyd_statistics(X, C[s], weights, with_scatter=True).cost
+            assert abs(alone - brute) <= 1e-12 * brute
+
+
 def test_every_set_at_once_falls_back_to_one_at_a_time_beyond_its_memory():
     """A pass larger than ``SETS_FLOATS`` is taken set by set: the same numbers exactly."""
     from fedcluster import lloyd
