@@ -47,6 +47,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from fedcluster.lloyd import largest_magnitudes
 from fedcluster.protocol import NUM_EXAMPLES, Task
 
 # Relative slack for rounding, on the data's spread (sums of up to millions of float64 values).
@@ -94,7 +95,7 @@ def coordinate_rounding(*arrays: np.ndarray | None) -> np.ndarray:
         if a is None or not np.size(a):
             continue
         a = np.asarray(a, dtype=np.float64)
-        size = np.maximum(a.max(axis=tuple(range(a.ndim - 1))), -a.min(axis=tuple(range(a.ndim - 1))))
+        size = largest_magnitudes(a.reshape(-1, a.shape[-1])) if a.ndim > 1 else np.abs(a)
         largest = size if largest is None else np.maximum(largest, size)
     return OFFSET_ULPS * _EPS * largest if largest is not None else np.zeros(1)
 

@@ -56,6 +56,31 @@ def sum_of_squares(differences) -> np.ndarray:
     return total
 
 
+def column_extremes(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The smallest and largest value of every column of ``a`` (..., rows, d) over its rows:
+    ``(low, high)``, each (..., d). NumPy reduces an array over its rows a row at a time
+    when the rows are short, which makes per-coordinate extremes of few coordinates slow;
+    taken along a copy with the coordinates first, the reduction runs along memory. The
+    values are the same: a minimum or maximum does not round."""
+    a = np.asarray(a)
+    if a.shape[-1] > FEW_COLUMNS or a.shape[-2] < 64:
+        return a.min(axis=-2), a.max(axis=-2)
+    across = np.ascontiguousarray(np.swapaxes(a, -1, -2))
+    return across.min(axis=-1), across.max(axis=-1)
+
+
+# Up to this many columns :func:`column_extremes` reduces along a transposed copy: beyond,
+# NumPy's own reduction over the rows is about as fast, and the copy costs memory.
+FEW_COLUMNS = 32
+
+
+def largest_magnitudes(a: np.ndarray) -> np.ndarray:
+    """``np.abs(a).max(axis=-2)`` by :func:`column_extremes`: the largest magnitude of every
+    column over the rows."""
+    low, high = column_extremes(a)
+    return np.maximum(high, -low)
+
+
 def rows_per_chunk(n: int, k: int, rows: int | None = None) -> int:
     """Rows per chunk for ``n`` rows against ``k`` columns (``rows`` when given): every
     chunked loop over data in fedcluster uses this, so memory stays at about
@@ -115,7 +140,7 @@ def reference(points: np.ndarray) -> np.ndarray | None:
     exactly the arithmetic they always did)."""
     if points.shape[0] == 0:
         return None
-    low, high = points.min(0), points.max(0)
+    low, high = column_extremes(points)
     middle, width = low + high, high - low  # the middle, doubled
     if middle.dot(middle) <= 4.0 * width.dot(width):
         return None

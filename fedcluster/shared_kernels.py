@@ -20,7 +20,7 @@ import numpy as np
 from fedcluster.task import named
 from fedcluster.shared_tasks import TASKS
 from fedcluster.kernel import DeviceData, TaskResult, device_task
-from fedcluster.lloyd import lloyd_statistics, nearest, nearest_of_sets, rows_per_chunk
+from fedcluster.lloyd import column_extremes, lloyd_statistics, nearest, nearest_of_sets, rows_per_chunk
 
 
 def matching_dimension(points: np.ndarray, array: np.ndarray, name: str = "centers") -> np.ndarray:
@@ -51,7 +51,8 @@ def data_summary(data: DeviceData, arrays: dict, config: dict):
     n, d = X.shape
     if n == 0:
         raise ValueError(f"the device holds no points ({data.source})")
-    arrays = {"min": X.min(axis=0), "max": X.max(axis=0)}
+    low, high = column_extremes(X)
+    arrays = {"min": low, "max": high}
     if config["moments"]:
         arrays["sum"], arrays["scatter"] = feature_moments(X)
     return arrays, {"num-examples": int(n), "dim": int(d)}

@@ -421,3 +421,30 @@ def test_a_kept_separation_is_of_the_centers_as_they_are_now():
         other = rng.normal(size=(12, 3))
         assert separation(other) == _separation(other)
     assert separation(centers.T.copy().T) == _separation(centers)  # another memory layout, the same centers
+
+
+@pytest.mark.parametrize("shape", [(5, 2), (64, 1), (300, 2), (300, 4), (7, 90, 3), (200, 40), (3, 0, 2)])
+def test_column_extremes_are_numpys_over_the_rows(shape):
+    """The per-column extremes and magnitudes taken along a transposed copy are exactly
+    NumPy's own reduction over the rows, with signed zeros, infinities and NaN among the values."""
+    from fedcluster.lloyd import column_extremes, largest_magnitudes
+
+    rng = np.random.default_rng(len(shape) * 100 + shape[-2])
+    a = rng.normal(size=shape) * 10.0 ** rng.integers(-300, 300, size=shape)
+    if a.size:
+        flat = a.reshape(-1)
+        flat[:: max(1, a.size // 5)] = -0.0
+        flat[1] = np.inf
+        flat[-1] = -np.inf
+    if shape[-2] == 0:
+        with pytest.raises(ValueError):
+            column_extremes(a)
+        return
+    low, high = column_extremes(a)
+    np.testing.assert_array_equal(low, a.min(axis=-2))
+    np.testing.assert_array_equal(high, a.max(axis=-2))
+    np.testing.assert_array_equal(largest_magnitudes(a), np.abs(a).max(axis=-2))
+    a.reshape(-1)[a.size // 2] = np.nan
+    low, high = column_extremes(a)
+    np.testing.assert_array_equal(np.isnan(low), np.isnan(a.min(axis=-2)))
+    np.testing.assert_array_equal(np.isnan(high), np.isnan(a.max(axis=-2)))

@@ -36,7 +36,15 @@ import numpy as np
 
 from fedcluster.bounds import coordinate_rounding
 from fedcluster.kernel import DeviceData
-from fedcluster.lloyd import kmeans_plus_plus, label_sums, lloyd_of_sets, nearest, reference, squared_distances
+from fedcluster.lloyd import (
+    kmeans_plus_plus,
+    label_sums,
+    largest_magnitudes,
+    lloyd_of_sets,
+    nearest,
+    reference,
+    squared_distances,
+)
 from fedcluster.robust import aggregate_centers
 
 from .config import MAX_BINS, RUN_CONFIG  # noqa: F401
@@ -376,7 +384,7 @@ def implied_mean_violation(
     # relative to each coordinate's size over ALL centers: the device takes its sums about
     # their reference, so a cluster at 0 next to others at 1 rounds like 1 (a feature
     # constant at 0 on the device has a box of width 0 that shows no rounding at all)
-    slack = IMPLIED_SLACK * (np.abs(centers).max(axis=0) + np.maximum(np.abs(low), np.abs(high)))
+    slack = IMPLIED_SLACK * (largest_magnitudes(centers) + np.maximum(np.abs(low), np.abs(high)))
     outside = ~np.all((means >= low - slack) & (means <= high + slack), axis=1)  # NaN counts as outside
     if np.any(outside):
         return (

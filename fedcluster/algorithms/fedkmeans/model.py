@@ -38,6 +38,7 @@ from fedcluster.bounds import (
 from fedcluster.lloyd import (
     CHUNK_FLOATS,
     kmeans_plus_plus,
+    largest_magnitudes,
     lloyd_statistics,
     lloyd_of_sets,
     lloyd_statistics_of_sets,
@@ -321,7 +322,7 @@ def sets_to_check(
     # train_cost_mismatch: cost = Σ_seen scatter + n ||μ − Γ||²
     moved = np.sum(n * np.sum((means - incoming) ** 2, axis=2), axis=1)
     implied = np.sum(np.where(seen[..., None], scatter, 0.0), axis=(1, 2)) + moved
-    size = np.maximum(np.abs(incoming).max(axis=1), np.abs(centers).max(axis=1))  # (m, d)
+    size = np.maximum(largest_magnitudes(incoming), largest_magnitudes(centers))  # (m, d)
     e = np.sqrt(np.sum((OFFSET_ULPS * _EPS * size / learning_rate) ** 2, axis=1))
     total = n.sum(axis=1)
     rounding = 2.0 * e * np.sqrt(total) * np.sqrt(np.maximum(implied, 0.0)) + total * e * e
@@ -332,7 +333,7 @@ def sets_to_check(
         coord = (
             OFFSET_ULPS
             * _EPS
-            * np.maximum(np.abs(np.where(seen[..., None], means, 0.0)).max(axis=1), np.abs(incoming).max(axis=1))
+            * np.maximum(largest_magnitudes(np.where(seen[..., None], means, 0.0)), largest_magnitudes(incoming))
         )
         suspect |= _nearer_suspect(means, incoming, seen, np.sqrt(np.sum(coord**2, axis=1)), tight)
     if declared is not None:
@@ -383,7 +384,7 @@ def _moments_suspect(means, n, scatter, seen, incoming, declared, tight) -> np.n
     )
     moment_mean = np.stack([one.moment_mean for one in rows])
     means, n, scatter, seen = means[held], n[held], scatter[held], seen[held]
-    delta = np.maximum(base, OFFSET_ULPS * _EPS * np.abs(incoming[held]).max(axis=1))  # (sets, d)
+    delta = np.maximum(base, OFFSET_ULPS * _EPS * largest_magnitudes(incoming[held]))  # (sets, d)
     sums = np.sum(n[..., None] * means, axis=1)
     slack = RELATIVE_SLACK * points * (high - low) + points * np.maximum(1.0, np.sqrt(points)) * delta
     bad = np.any(np.abs(sums - moment_sum) > tight * slack, axis=1)
@@ -1147,8 +1148,8 @@ def _partition_pairs(groups: list[tuple[list[Stated], np.ndarray]], relative: fl
     nearest, gaps = nearest.reshape(G, E, E, P), gaps.reshape(G, E, E, P)  # [g, i, j, p]
     bounds = np.sum(scatter[:, None] + n[:, None] * nearest, axis=3).transpose(0, 2, 1)  # [g, j, i]
     points = n.sum(axis=2)[:, :, None]
-    of_means = OFFSET_ULPS * _EPS * np.abs(means).max(axis=2)  # (G, E, d): a padded part repeats a real one
-    of_centers = OFFSET_ULPS * _EPS * np.abs(centers).max(axis=2)
+    of_means = OFFSET_ULPS * _EPS * largest_magnitudes(means)  # (G, E, d): a padded part repeats a real one
+    of_centers = OFFSET_ULPS * _EPS * largest_magnitudes(centers)
     e = np.sqrt(np.sum(np.maximum(of_means[:, :, None, :], of_centers[:, None, :, :]) ** 2, axis=3))
     spread = np.sum(n[:, None] * gaps, axis=3).transpose(0, 2, 1)
     expansion = (d + OFFSET_ULPS) * _EPS * (spread + points * reach.max(axis=2)[:, None, :])
