@@ -1003,12 +1003,13 @@ def _expanded(rows: np.ndarray, about: np.ndarray, rows_sq: np.ndarray, about_sq
 
 def _expanded_minima(rows: np.ndarray, about: np.ndarray, rows_sq: np.ndarray, about_sq: np.ndarray) -> np.ndarray:
     """The smallest of :func:`_expanded`'s squared distances of each row (..., parts): the
-    same BLAS form, ``||x||²`` added after the minimum over the centers (a pass less over
-    the block), clipped at 0; its rounding is still
-    :func:`fedcluster.bounds.expansion_rounding`'s."""
-    block = np.matmul(rows, -2.0 * np.swapaxes(about, -1, -2))
-    block += about_sq[..., None, :]
-    least = block.min(axis=-1)
+    same BLAS form, ``||c||²`` taken into the product as one more coordinate (the rows' is 1)
+    and ``||x||²`` added after the minimum over the centers (two passes less over the
+    block), clipped at 0; its rounding is still
+    :func:`fedcluster.bounds.expansion_rounding`'s (one more term of the same size)."""
+    lifted = np.concatenate([rows, np.ones(rows.shape[:-1] + (1,))], axis=-1)
+    form = np.concatenate([-2.0 * about, about_sq[..., None]], axis=-1)
+    least = np.matmul(lifted, np.swapaxes(form, -1, -2)).min(axis=-1)
     least += rows_sq
     return np.maximum(least, 0.0, out=least)
 
