@@ -100,12 +100,13 @@ def coordinate_rounding(*arrays: np.ndarray | None) -> np.ndarray:
     return OFFSET_ULPS * _EPS * largest if largest is not None else np.zeros(1)
 
 
-def deviation_rounding(points: float, total: float, rounding: np.ndarray | float) -> float:
-    """How far a sum of ``points`` squared distances whose total is ``total`` may be off when
-    every coordinate difference is off by at most ``rounding`` (per coordinate, or one number):
+def deviation_rounding(points: float, total, rounding: np.ndarray | float):
+    """How far a sum of ``points`` squared distances whose total is ``total`` (a number, or
+    one per center set) may be off when every coordinate difference is off by at most
+    ``rounding`` (per coordinate, or one number):
     Σ ||a_i + e_i||² − ||a_i||² ≤ 2 ||e|| Σ ||a_i|| + n ||e||² ≤ 2 ||e|| √(n · total) + n ||e||²."""
     e = float(np.sqrt(np.sum(np.square(rounding))))
-    return 2.0 * e * math.sqrt(max(float(points), 0.0)) * math.sqrt(max(float(total), 0.0)) + float(points) * e * e
+    return 2.0 * e * math.sqrt(max(float(points), 0.0)) * np.sqrt(np.maximum(total, 0.0)) + float(points) * e * e
 
 
 def expansion_rounding(counts: np.ndarray, means: np.ndarray, centers: np.ndarray) -> float:
@@ -301,7 +302,7 @@ def _every_set_passes(
     set axis ``m``; per-cluster checks hold row by row, so the sets' rows are checked
     together, the coordinates' rounding taken over every set's): True when all pass."""
     counts = arrays[fields["count"].name] if "count" in fields else None
-    if counts is not None and any(_counts_violation(c, task_counts, declared.points) for c in counts):
+    if counts is not None and _counts_violation(counts, task_counts, declared.points):
         return False
     if declared.low is None:
         return True
@@ -362,15 +363,19 @@ def _asked(request: Mapping[str, np.ndarray], declared: Declared) -> list[np.nda
 
 
 def _counts_violation(counts: np.ndarray | None, task_counts: str, n: float) -> str | None:
-    """Counts over all (``"all"``) or some (``"at-most"``) of the declared points."""
+    """Counts over all (``"all"``) or some (``"at-most"``) of the declared points; ``counts``
+    (k,), or (m, k) for m center sets at once (the first set that breaks it is named)."""
     if counts is None or not task_counts:
         return None
-    total = float(np.sum(counts))
+    totals = np.sum(counts, axis=-1, dtype=np.float64)
     slack = RELATIVE_SLACK * max(n, 1.0)
-    if task_counts == "all" and abs(total - n) > slack:
-        return f"its counts add up to {total:g}, not to the {n:g} points it declared"
-    if task_counts == "at-most" and total > n + slack:
-        return f"its counts add up to {total:g}, more than the {n:g} points it declared"
+    for rule, bad, says in (
+        ("all", np.abs(totals - n) > slack, "not to"),
+        ("at-most", totals > n + slack, "more than"),
+    ):
+        if task_counts == rule and np.any(bad):
+            total = float(totals[np.argmax(bad)] if np.ndim(bad) else totals)
+            return f"its counts add up to {total:g}, {says} the {n:g} points it declared"
     return None
 
 
@@ -441,7 +446,7 @@ def _cost_violation(fields, arrays, request, counts, declared, task_counts) -> s
     sets = centers[None] if centers.ndim == 2 else centers
     far = np.maximum((low - sets) ** 2, (high - sets) ** 2).sum(axis=2).min(axis=1)  # per center set
     delta = coordinate_rounding(low, high, sets)
-    slack = np.array([RELATIVE_SLACK * n * f + deviation_rounding(n, n * f, delta) for f in far]) + 1e-300
+    slack = RELATIVE_SLACK * n * far + deviation_rounding(n, n * far, delta) + 1e-300
     above = costs > n * far + slack
     if np.any(above):
         index = int(np.flatnonzero(above)[0])
