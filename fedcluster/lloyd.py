@@ -936,9 +936,9 @@ def kmeans_plus_plus(
     origin = reference(X)
     if origin is not None:  # far from the origin: every distance about the points' mean
         X = X - origin
-    x_sq = np.einsum("ij,ij->i", X, X)
+    distances = _distances_to_rows(X)
     chosen = [int(rng.choice(n, p=w / w.sum()))]
-    closest = squared_distances(X, X[chosen], x_sq)[:, 0]
+    closest = distances(chosen)[:, 0]
     while len(chosen) < k:
         pot = closest * w
         pot[chosen] = 0.0
@@ -948,13 +948,32 @@ def kmeans_plus_plus(
         else:
             cum = np.cumsum(pot)
             cand = np.minimum(np.searchsorted(cum, rng.random(n_local_trials) * cum[-1]), n - 1)
-        d_cand = squared_distances(X, X[cand], x_sq)  # (n, trials)
+        d_cand = distances(cand)  # (n, trials)
         np.minimum(d_cand, closest[:, None], out=d_cand)
         best = int(np.argmin(w @ d_cand))
         chosen.append(int(cand[best]))
         closest = d_cand[:, best]
     rows = np.asarray(chosen, dtype=np.int64)
     return rows if indices else points[rows].copy()
+
+
+def _distances_to_rows(X: np.ndarray):
+    """A function of row indices ``rows`` giving (n, rows) squared distances of every row of
+    ``X`` to those rows by the BLAS form ``||x||² − 2 x·c + ||c||²`` (:func:`squared_distances`
+    with the rows' squared norms given, to the bit), clipped at 0: one product of the points
+    lifted by ``(x, ||x||², 1)`` with the rows lifted by ``(−2 c, 1, ||c||²)``, instead of a
+    product and three passes over its block."""
+    n, d = X.shape
+    lifted = np.empty((n, d + 2))
+    lifted[:, :d], lifted[:, d], lifted[:, d + 1] = X, np.einsum("ij,ij->i", X, X), 1.0
+
+    def distances(rows) -> np.ndarray:
+        form = np.empty((d + 2, len(rows)))
+        form[:d], form[d], form[d + 1] = -2.0 * X[rows].T, 1.0, lifted[rows, d]
+        block = lifted @ form
+        return np.maximum(block, 0.0, out=block)
+
+    return distances
 
 
 def lloyd(

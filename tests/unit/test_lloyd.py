@@ -448,3 +448,20 @@ def test_column_extremes_are_numpys_over_the_rows(shape):
     low, high = column_extremes(a)
     np.testing.assert_array_equal(np.isnan(low), np.isnan(a.min(axis=-2)))
     np.testing.assert_array_equal(np.isnan(high), np.isnan(a.max(axis=-2)))
+
+
+@pytest.mark.parametrize("n, d, offset", [(500, 1, 0.0), (3000, 2, 0.0), (800, 8, 1e6), (300, 20, 0.0), (200, 64, 0.0)])
+def test_kmeans_plus_plus_distances_are_the_blas_forms_to_the_bit(n, d, offset):
+    """k-means++ takes its candidates' distances from one lifted product: they are, to the
+    bit, :func:`squared_distances` of the same rows with their squared norms given (so the
+    draws are the ones that form gives), exact duplicates and far rows included."""
+    from fedcluster.lloyd import _distances_to_rows, reference, squared_distances
+
+    rng = np.random.default_rng(n + d)
+    X = rng.normal(size=(n, d)) * 10.0 + offset
+    X[: n // 10] = X[n // 10 : 2 * (n // 10)]  # duplicates
+    origin = reference(X)
+    X = X if origin is None else X - origin
+    rows = rng.integers(0, n, size=7)
+    expected = squared_distances(X, X[rows], np.einsum("ij,ij->i", X, X))
+    np.testing.assert_array_equal(_distances_to_rows(X)(rows), expected)
