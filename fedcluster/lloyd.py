@@ -668,6 +668,7 @@ def lloyd_statistics(
     scratch = None
     shifted = None if origin is None else np.empty((min(step, n), d))  # the chunk about the origin chosen
     settle_all = settling(about)
+    by_labels = k > MEMBERSHIP_MAX_K and 2 * d <= k
     for start in range(0, n, step):
         Xc = X[start : start + step]
         rows = Xc.shape[0]
@@ -675,6 +676,16 @@ def lloyd_statistics(
             membership, ones, scratch = np.empty((k, rows)), np.ones(rows), None
         if shifted is not None:
             Xc = np.subtract(Xc, origin, out=shifted[:rows])
+        if by_labels:  # many centers, few coordinates: a weighted count per coordinate, no membership matrix
+            labels = _chunk_labels(Xc, minus_two_centers_t, c_sq, settle_all)
+            w = None if w_all is None else w_all[start : start + step]
+            counts += np.bincount(labels, w, minlength=k)
+            for j, column in enumerate(Xc.T):
+                sums_t[j] += np.bincount(labels, column if w is None else column * w, minlength=k)
+            if labelled is not None:
+                labelled[start : start + rows] = labels
+            x_sq += float(np.vdot(Xc, Xc)) if w is None else float(np.einsum("ij,ij->i", Xc, Xc) @ w)
+            continue
         settle = undecided(Xc, settle_all)
         row_counts, scratch = _membership_block(Xc, minus_two_centers_t, c_sq, membership, ones, scratch, settle)
         if labelled is not None:
@@ -702,7 +713,7 @@ def lloyd_statistics(
             cost = _exact_cost(X, about, origin, w_all, step, minus_two_centers_t, c_sq, settle_all)
     else:  # a second pass: the deviations from each cluster's mean, exactly
         means = LloydStatistics(sums, counts, 0.0).centers(about)
-        if step >= n:  # one chunk: its rows (about the origin chosen) and membership are still at hand
+        if step >= n and not by_labels:  # one chunk: its rows (about the origin chosen) and membership at hand
             deviation = Xc - means[labelled]
             scatter = membership @ (deviation * deviation)
         else:
