@@ -970,10 +970,12 @@ def kmeans_plus_plus(
 
 def _distances_to_rows(X: np.ndarray):
     """A function of row indices ``rows`` giving (n, rows) squared distances of every row of
-    ``X`` to those rows by the BLAS form ``||x||² − 2 x·c + ||c||²`` (:func:`squared_distances`
-    with the rows' squared norms given, to the bit), clipped at 0: one product of the points
-    lifted by ``(x, ||x||², 1)`` with the rows lifted by ``(−2 c, 1, ||c||²)``, instead of a
-    product and three passes over its block."""
+    ``X`` to those rows by the BLAS form ``||x||² − 2 x·c + ||c||²`` (as
+    :func:`squared_distances` with the rows' squared norms given), clipped at 0: one product
+    of the points lifted by ``(x, ||x||², 1)`` with the rows lifted by ``(−2 c, 1, ||c||²)``,
+    instead of a product and three passes over its block. The same terms, added in the same
+    order where BLAS adds a product's terms in order; its rounding is the form's
+    (:func:`form_rounding`) either way."""
     n, d = X.shape
     lifted = np.empty((n, d + 2))
     lifted[:, :d], lifted[:, d], lifted[:, d + 1] = X, np.einsum("ij,ij->i", X, X), 1.0

@@ -451,17 +451,22 @@ def test_column_extremes_are_numpys_over_the_rows(shape):
 
 
 @pytest.mark.parametrize("n, d, offset", [(500, 1, 0.0), (3000, 2, 0.0), (800, 8, 1e6), (300, 20, 0.0), (200, 64, 0.0)])
-def test_kmeans_plus_plus_distances_are_the_blas_forms_to_the_bit(n, d, offset):
-    """k-means++ takes its candidates' distances from one lifted product: they are, to the
-    bit, :func:`squared_distances` of the same rows with their squared norms given (so the
-    draws are the ones that form gives), exact duplicates and far rows included."""
-    from fedcluster.lloyd import _distances_to_rows, reference, squared_distances
+@pytest.mark.parametrize("candidates", [1, 3, 7])
+def test_kmeans_plus_plus_distances_are_within_the_forms_rounding(n, d, offset, candidates):
+    """k-means++ takes its candidates' distances from one lifted product: each is within the
+    BLAS form's rounding (:func:`form_rounding`) of the distance by the point's own
+    differences, and never negative; exact duplicates and far rows included."""
+    from fedcluster.lloyd import _distances_to_rows, form_rounding, reference
 
-    rng = np.random.default_rng(n + d)
+    rng = np.random.default_rng(n + d + candidates)
     X = rng.normal(size=(n, d)) * 10.0 + offset
     X[: n // 10] = X[n // 10 : 2 * (n // 10)]  # duplicates
     origin = reference(X)
     X = X if origin is None else X - origin
-    rows = rng.integers(0, n, size=7)
-    expected = squared_distances(X, X[rows], np.einsum("ij,ij->i", X, X))
-    np.testing.assert_array_equal(_distances_to_rows(X)(rows), expected)
+    rows = rng.integers(0, n, size=candidates)
+    got = _distances_to_rows(X)(rows)
+    own = ((X[:, None, :] - X[rows][None, :, :]) ** 2).sum(-1)
+    norms = np.sqrt(np.einsum("ij,ij->i", X, X))
+    assert got.shape == (n, candidates) and (got >= 0).all()
+    assert (np.abs(got - own) <= form_rounding(d, norms[:, None], norms[rows][None, :])).all()
+    assert (got[rows, np.arange(candidates)] <= form_rounding(d, norms[rows], norms[rows])).all()

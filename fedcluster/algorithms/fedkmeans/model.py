@@ -994,10 +994,13 @@ def _expanded(rows: np.ndarray, about: np.ndarray, rows_sq: np.ndarray, about_sq
     """Squared distances (..., parts, centers) by the BLAS form ``||x||² − 2 x·c + ||c||²``,
     clipped at 0, of ``rows`` (..., parts, d) to ``about`` (..., centers, d), both about the
     same reference, with their squared norms ``rows_sq`` and ``about_sq``; its rounding is
-    :func:`fedcluster.bounds.expansion_rounding`'s."""
-    block = np.matmul(rows, -2.0 * np.swapaxes(about, -1, -2))
-    block += rows_sq[..., :, None]
-    block += about_sq[..., None, :]
+    :func:`fedcluster.bounds.expansion_rounding`'s. One product of the rows lifted by
+    ``(x, ||x||², 1)`` and the centers by ``(−2 c, 1, ||c||²)``, without two passes over the
+    block that add the norms: the scale by −2 is exact and the norms come last, in that
+    order (BLAS may add the terms of a product in another order; the bound holds either way)."""
+    lifted = np.concatenate([rows, rows_sq[..., None], np.ones(rows.shape[:-1] + (1,))], axis=-1)
+    form = np.concatenate([-2.0 * about, np.ones(about.shape[:-1] + (1,)), about_sq[..., None]], axis=-1)
+    block = np.matmul(lifted, np.swapaxes(form, -1, -2))
     return np.maximum(block, 0.0, out=block)
 
 
