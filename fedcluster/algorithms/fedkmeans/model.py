@@ -359,10 +359,12 @@ def _nearer_suspect(means, incoming, seen, ev, tight) -> np.ndarray:
             gaps = sum_of_squares(across[s, q, :] - mean[:, q, None] for q in range(d))  # (p, k)
         else:
             gaps = ((mean[:, None, :] - incoming[s]) ** 2).sum(axis=2)
-        own = gaps[np.arange(s.size), j][:, None]
-        e = ev[s][:, None]
-        slack = RELATIVE_SLACK * (2.0 * gaps + own) + 2.0 * e * (np.sqrt(own) + np.sqrt(gaps)) + 2.0 * e * e
-        suspect[s[(gaps + tight * slack < own).any(axis=1)]] = True
+        own = gaps[np.arange(s.size), j]
+        # the slack is at least 0: only a center nearer than the own one can be beyond it
+        rows, others = np.nonzero(gaps < own[:, None])
+        gap, own, e = gaps[rows, others], own[rows], ev[s[rows]]
+        slack = RELATIVE_SLACK * (2.0 * gap + own) + 2.0 * e * (np.sqrt(own) + np.sqrt(gap)) + 2.0 * e * e
+        suspect[s[rows[gap + tight * slack < own]]] = True
     return suspect
 
 
