@@ -364,14 +364,16 @@ def _asked(request: Mapping[str, np.ndarray], declared: Declared) -> list[np.nda
 
 def _counts_violation(counts: np.ndarray | None, task_counts: str, n: float) -> str | None:
     """Counts over all (``"all"``) or some (``"at-most"``) of the declared points; ``counts``
-    (k,), or (m, k) for m center sets at once (the first set that breaks it is named)."""
+    (k,), or (m, k) for m center sets at once (the message gives the first bad set's total).
+    Summed in floating point (integer counts cannot wrap around); a total that is not a
+    number breaks the rule."""
     if counts is None or not task_counts:
         return None
     totals = np.sum(counts, axis=-1, dtype=np.float64)
     slack = RELATIVE_SLACK * max(n, 1.0)
     for rule, bad, says in (
-        ("all", np.abs(totals - n) > slack, "not to"),
-        ("at-most", totals > n + slack, "more than"),
+        ("all", ~(np.abs(totals - n) <= slack), "not to"),
+        ("at-most", ~(totals <= n + slack), "more than"),
     ):
         if task_counts == rule and np.any(bad):
             total = float(totals[np.argmax(bad)] if np.ndim(bad) else totals)

@@ -60,18 +60,28 @@ def column_extremes(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The smallest and largest value of every column of ``a`` (..., rows, d) over its rows:
     ``(low, high)``, each (..., d). NumPy reduces an array over its rows a row at a time
     when the rows are short, which makes per-coordinate extremes of few coordinates slow;
-    taken along a copy with the coordinates first, the reduction runs along memory. The
-    values are the same: a minimum or maximum does not round."""
+    taken along copies of blocks of rows with the coordinates first (about
+    :data:`CHUNK_FLOATS` floats each: memory stays bounded), the reduction runs along memory.
+    The same values (a minimum does not round), but for the sign of a zero, which may differ."""
     a = np.asarray(a)
-    if a.shape[-1] > FEW_COLUMNS or a.shape[-2] < 64:
+    rows = a.shape[-2]
+    if a.shape[-1] > FEW_COLUMNS or rows < FEW_ROWS:
         return a.min(axis=-2), a.max(axis=-2)
-    across = np.ascontiguousarray(np.swapaxes(a, -1, -2))
-    return across.min(axis=-1), across.max(axis=-1)
+    step = max(FEW_ROWS, CHUNK_FLOATS // max(a.shape[-1] * int(np.prod(a.shape[:-2], dtype=np.int64)), 1))
+    low = high = None
+    for start in range(0, rows, step):
+        across = np.ascontiguousarray(np.swapaxes(a[..., start : start + step, :], -1, -2))
+        block_low, block_high = across.min(axis=-1), across.max(axis=-1)
+        low = block_low if low is None else np.minimum(low, block_low)
+        high = block_high if high is None else np.maximum(high, block_high)
+    return low, high
 
 
 # Up to this many columns :func:`column_extremes` reduces along a transposed copy: beyond,
-# NumPy's own reduction over the rows is about as fast, and the copy costs memory.
+# NumPy's own reduction over the rows is about as fast, and the copy costs memory; so it is
+# below this many rows, where the calls cost more than the reduction.
 FEW_COLUMNS = 32
+FEW_ROWS = 64
 
 
 def largest_magnitudes(a: np.ndarray) -> np.ndarray:
@@ -713,19 +723,21 @@ def lloyd_statistics(
             cost = _exact_cost(X, about, origin, w_all, step, minus_two_centers_t, c_sq, settle_all)
     else:  # a second pass: the deviations from each cluster's mean, exactly
         means = LloydStatistics(sums, counts, 0.0).centers(about)
-        if step >= n and not by_labels:  # one chunk: its rows (about the origin chosen) and membership at hand
+        if 0 < n <= step and not by_labels:  # one chunk: its rows (about the origin chosen) and membership at hand
             deviation = Xc - means[labelled]
+            residual = membership @ deviation
             scatter = membership @ (deviation * deviation)
         else:
-            scatter = np.zeros((k, d))
+            scatter, residual = np.zeros((k, d)), np.zeros((k, d))
             for start in range(0, n, step):
                 lab = labelled[start : start + step]
                 Xc = X[start : start + step] if origin is None else X[start : start + step] - origin
                 deviation = Xc - means[lab]
                 indicator = np.zeros((k, lab.size))
                 indicator[lab, np.arange(lab.size)] = 1.0 if w_all is None else w_all[start : start + step]
+                residual += indicator @ deviation
                 scatter += indicator @ (deviation * deviation)
-        cost = float(_parallel_axis_cost(counts, means, about, scatter))  # with scatters: no cancellation
+        cost = float(_parallel_axis_cost(counts, means, about, scatter, residual))  # with scatters: no cancellation
     if origin is not None:
         sums += counts[:, None] * origin
     return LloydStatistics(sums=sums, counts=counts, cost=cost, scatter=scatter)
@@ -780,9 +792,10 @@ def lloyd_statistics_of_sets(
     if with_scatter:
         means = np.where(counts[..., None] > 0, sums / np.where(counts > 0, counts, 1.0)[..., None], about)
         deviation = rows - np.take_along_axis(means, labels[..., None], axis=1)
+        residual = group_sums(deviation)
         deviation *= deviation
         scatter = group_sums(deviation)
-        cost = _parallel_axis_cost(counts, means, about, scatter)
+        cost = _parallel_axis_cost(counts, means, about, scatter, residual)
         alone = np.empty(0, dtype=np.int64)
     else:
         x_sq = np.einsum("snd,snd->s", rows, rows) if w is None else np.einsum("snd,snd,n->s", rows, rows, w)
@@ -815,13 +828,22 @@ def _settle_sets(rows: np.ndarray, about: np.ndarray, block: np.ndarray, labels:
                 _settle(Xc, block[s, start : start + step], labels[s, start : start + step], chunk)
 
 
-def _parallel_axis_cost(counts: np.ndarray, means: np.ndarray, centers: np.ndarray, scatter: np.ndarray) -> np.ndarray:
-    """Σ_j [Σ_d scatter_jd + n_j ||μ_j − c_j||²] over the last two axes: the cost of the
-    centers from each cluster's (weighted) count, mean and scatter about that mean (the
-    parallel axis theorem), every term at least 0 (no cancellation however far the data
-    lie from the centers). The identity a training reply's check holds the cost to."""
+def _parallel_axis_cost(
+    counts: np.ndarray, means: np.ndarray, centers: np.ndarray, scatter: np.ndarray, residual: np.ndarray
+) -> np.ndarray:
+    """Σ_j [Σ_d scatter_jd + n_j ||μ_j − c_j||² + 2 r_j·(μ_j − c_j)] over the last two axes:
+    the cost of the centers from each cluster's (weighted) count, computed mean μ_j, scatter
+    about it and residual r_j = Σ w (x − μ_j) (the parallel axis theorem about the computed
+    mean, which the rounding of a mean far from the reference moves off the true one: without
+    r_j a tight cluster far from the reference would lose digits). The first two terms are at
+    least 0 and the last is of the size of the rounding; the identity a training reply's
+    check holds the cost to."""
     moved = means - centers
-    return scatter.sum(axis=(-2, -1)) + np.einsum("...k,...kd,...kd->...", counts, moved, moved)
+    return (
+        scatter.sum(axis=(-2, -1))
+        + np.einsum("...k,...kd,...kd->...", counts, moved, moved)
+        + 2.0 * np.einsum("...kd,...kd->...", residual, moved)
+    )
 
 
 def _group_sums(flat: np.ndarray, weights: np.ndarray | None, m: int, k: int, n: int, d: int):

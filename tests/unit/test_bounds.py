@@ -304,3 +304,20 @@ def test_every_set_checked_at_once_gives_the_verdict_of_checking_them_one_by_one
         assert at_once == one_by_one, (trial, what, at_once, one_by_one)
         verdicts.append(at_once is None)
     assert 10 < sum(verdicts) < 70  # both honest-looking and refused replies were seen
+
+
+def test_counts_that_are_not_numbers_or_wrap_around_break_the_count_rule():
+    """A reply's counts are untrusted: a NaN total breaks "all" and "at-most" on its own, and
+    integer counts that would wrap around to the declared total are summed in floating point
+    (one set's counts, and several sets' at once, naming the bad set's total)."""
+    from fedcluster.bounds import _counts_violation
+
+    assert _counts_violation(np.array([np.nan, 1.0]), "all", 5.0)
+    assert _counts_violation(np.array([np.nan, 1.0]), "at-most", 5.0)
+    wrapping = np.array([2**62] * 4 + [100], dtype=np.int64)
+    assert int(wrapping.sum()) == 100  # what an integer sum would see
+    assert _counts_violation(wrapping, "all", 100.0)
+    assert _counts_violation(np.array([[60.0, 40.0], [70.0, 40.0]]), "all", 100.0) == (
+        "its counts add up to 110, not to the 100 points it declared"
+    )
+    assert _counts_violation(np.array([[60.0, 40.0], [50.0, 50.0]]), "all", 100.0) is None

@@ -318,8 +318,8 @@ def test_a_set_the_form_cannot_decide_gets_its_own_statistics_over_chunks_of_row
 def test_a_cost_with_scatters_loses_no_digits_to_far_rows(seed):
     """A few rows 1e4 out on a center of one set, the rest about the origin: the cost is a
     small share of the squared norms the BLAS expansion takes it from, which loses digits
-    there. With scatters both kernels give the cost from each cluster's scatter and mean
-    (the parallel axis theorem, every term at least 0): each row's own distance, summed."""
+    there. With scatters both kernels give the cost from each cluster's scatter, mean and
+    residual (the parallel axis theorem): each row's own distance, summed, to 1e-12."""
     rng = np.random.default_rng(seed)
     n, m, k, d = 4000, 3, 10, 20
     X = rng.normal(size=(n, d))
@@ -423,10 +423,13 @@ def test_a_kept_separation_is_of_the_centers_as_they_are_now():
     assert separation(centers.T.copy().T) == _separation(centers)  # another memory layout, the same centers
 
 
-@pytest.mark.parametrize("shape", [(5, 2), (64, 1), (300, 2), (300, 4), (7, 90, 3), (200, 40), (3, 0, 2)])
+@pytest.mark.parametrize(
+    "shape", [(5, 2), (64, 1), (300, 2), (300, 4), (7, 90, 3), (200, 40), (3, 0, 2), (40000, 2), (3, 9000, 4)]
+)
 def test_column_extremes_are_numpys_over_the_rows(shape):
-    """The per-column extremes and magnitudes taken along a transposed copy are exactly
-    NumPy's own reduction over the rows, with signed zeros, infinities and NaN among the values."""
+    """The per-column extremes and magnitudes taken along transposed copies of blocks of rows
+    (one block and several) are NumPy's own reduction over the rows, with zeros, infinities
+    and NaN among the values (a zero's sign is not compared)."""
     from fedcluster.lloyd import column_extremes, largest_magnitudes
 
     rng = np.random.default_rng(len(shape) * 100 + shape[-2])
@@ -470,3 +473,42 @@ def test_kmeans_plus_plus_distances_are_within_the_forms_rounding(n, d, offset, 
     assert got.shape == (n, candidates) and (got >= 0).all()
     assert (np.abs(got - own) <= form_rounding(d, norms[:, None], norms[rows][None, :])).all()
     assert (got[rows, np.arange(candidates)] <= form_rounding(d, norms[rows], norms[rows])).all()
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_tight_cluster_far_from_the_reference_costs_its_exact_cost(weighted):
+    """400 rows within 1e-9..1e-6 of each other 1e4 out, a set whose other center at −1e4 puts
+    its reference at the origin: the cluster's mean rounds off its true mean by far more
+    than its spread. With scatters both kernels still give the exact cost (by fractions),
+    to a few units in the last place: the parallel axis theorem about the computed mean,
+    with its residual."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(5)
+    for sigma in (1e-6, 1e-8, 1e-9):
+        X = 1e4 + sigma * rng.normal(size=(400, 2))
+        C = np.array([X.mean(0) + sigma * rng.normal(size=2), [-1e4, -1e4]])
+        w = rng.integers(1, 5, size=400).astype(float) if weighted else None
+        exact = sum(
+            min(sum((Fraction(a) - Fraction(b)) ** 2 for a, b in zip(x, c)) for c in C)
+            * (1 if w is None else Fraction(w[i]))
+            for i, x in enumerate(X)
+        )
+        alone = lloyd_statistics(X, C, w, with_scatter=True).cost
+        together = lloyd_statistics_of_sets(X, np.stack([C, C + [[sigma, 0.0], [0.0, 0.0]]]), w)[2][0]
+        for cost in (alone, together):
+            assert abs(Fraction(cost) - exact) <= 1e-12 * exact
+
+
+def test_statistics_of_no_points_are_zeros():
+    """A device with no points: zero counts, sums, scatters and cost, with or without
+    scatters, few centers or many."""
+    for k in (3, 50):
+        C = np.arange(2.0 * k).reshape(k, 2)
+        for with_scatter in (False, True):
+            one = lloyd_statistics(np.zeros((0, 2)), C, with_scatter=with_scatter)
+            assert one.cost == 0.0 and not one.counts.any() and not one.sums.any()
+            if with_scatter:
+                assert not one.scatter.any()
+        sums, counts, cost, scatter = lloyd_statistics_of_sets(np.zeros((0, 2)), np.stack([C, C]))
+        assert not (sums.any() or counts.any() or cost.any() or scatter.any())
