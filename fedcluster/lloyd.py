@@ -678,7 +678,7 @@ def lloyd_statistics(
     scratch = None
     shifted = None if origin is None else np.empty((min(step, n), d))  # the chunk about the origin chosen
     settle_all = settling(about)
-    by_labels = k > MEMBERSHIP_MAX_K and 2 * d <= k
+    by_labels = k > MEMBERSHIP_MAX_K and _counts_win(k, d)
     for start in range(0, n, step):
         Xc = X[start : start + step]
         rows = Xc.shape[0]
@@ -690,8 +690,7 @@ def lloyd_statistics(
             labels = _chunk_labels(Xc, minus_two_centers_t, c_sq, settle_all)
             w = None if w_all is None else w_all[start : start + step]
             counts += np.bincount(labels, w, minlength=k)
-            for j, column in enumerate(Xc.T):
-                sums_t[j] += np.bincount(labels, column if w is None else column * w, minlength=k)
+            sums_t += _group_sums(labels, w, 1, k, rows, d)(Xc[None])[0].T
             if labelled is not None:
                 labelled[start : start + rows] = labels
             x_sq += float(np.vdot(Xc, Xc)) if w is None else float(np.einsum("ij,ij->i", Xc, Xc) @ w)
@@ -846,6 +845,13 @@ def _parallel_axis_cost(
     )
 
 
+def _counts_win(k: int, d: int) -> bool:
+    """Whether per-cluster sums of ``d`` coordinates over ``k`` clusters are taken by a
+    weighted count per coordinate (at most half as many coordinates as clusters: an
+    indicator matrix would be mostly zeros) rather than by an indicator product."""
+    return 2 * d <= k
+
+
 def _group_sums(flat: np.ndarray, weights: np.ndarray | None, m: int, k: int, n: int, d: int):
     """Per (set, cluster) sums of (m, n, d) values by the flat labels ``flat`` (set s's
     clusters from s·k), optionally weighted: a function of the values. With at most half as
@@ -863,7 +869,7 @@ def _group_sums(flat: np.ndarray, weights: np.ndarray | None, m: int, k: int, n:
     def by_product(values: np.ndarray) -> np.ndarray:
         return np.matmul(membership, values)
 
-    if 2 * d <= k:
+    if _counts_win(k, d):
         return by_counts
     membership = np.zeros((m, k, n))
     membership.reshape(m * k, n)[flat, np.tile(np.arange(n), m)] = 1.0 if weights is None else weights
