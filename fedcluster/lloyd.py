@@ -272,6 +272,35 @@ def _unsure(values: np.ndarray, labels: np.ndarray, tol: np.ndarray) -> tuple[np
     return np.nonzero(np.count_nonzero(values <= best + tol[..., None], axis=-1) > 1)
 
 
+def repeated(centers: np.ndarray) -> np.ndarray | None:
+    """For centers (k, d) of which some repeat an earlier one exactly: each center's first
+    occurrence (an index per center); None when none repeats, told by one sort of the first
+    coordinate in the usual case. The kernels give a repeat no rows (ties: the lowest index)
+    by working on the first occurrences alone: BLAS may round the same product differently in
+    another column of a block, so the tie is not left to the product."""
+    k = centers.shape[0]
+    if k < 2:
+        return None
+    if centers.shape[1]:
+        column = np.sort(centers[:, 0])
+        if not np.any(column[1:] == column[:-1]):
+            return None
+    _, index, inverse = np.unique(centers, axis=0, return_index=True, return_inverse=True)
+    first = index[np.reshape(inverse, -1)]
+    return None if np.array_equal(first, np.arange(k)) else first
+
+
+def _sets_repeating(center_sets: np.ndarray) -> np.ndarray:
+    """The sets of ``center_sets`` (m, k, d) in which a center repeats another exactly
+    (:func:`repeated`), by one sort of their first coordinates."""
+    m, k, d = center_sets.shape
+    if k < 2 or not m:
+        return np.empty(0, dtype=np.int64)
+    column = np.sort(center_sets[:, :, 0], axis=1) if d else np.zeros((m, k))
+    maybe = np.flatnonzero(np.any(column[:, 1:] == column[:, :-1], axis=1))
+    return np.array([s for s in maybe if repeated(center_sets[s]) is not None], dtype=np.int64)
+
+
 def pooled_scatter(counts: np.ndarray, sums: np.ndarray, scatter: np.ndarray) -> np.ndarray:
     """Per-coordinate scatter about the pooled mean of groups given by their (weighted)
     counts (g, ...), sums (g, ..., d) and scatters about their own means (g, ..., d): the
@@ -341,6 +370,11 @@ def assign(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) ->
     center is at 0)."""
     X = np.asarray(X, dtype=np.float64)
     centers = np.asarray(centers, dtype=np.float64)
+    first = repeated(centers)
+    if first is not None:  # the first occurrences alone
+        kept = np.flatnonzero(first == np.arange(centers.shape[0]))
+        labels, mind = assign(X, centers[kept], chunk_rows)
+        return kept[labels], mind
     n = X.shape[0]
     k = centers.shape[0]
     labels = np.empty(n, dtype=np.int64)
@@ -439,6 +473,10 @@ def nearest(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) -
     that keeps its own sums (:func:`lloyd_until_stable`) needs."""
     X = np.asarray(X, dtype=np.float64)
     centers = np.asarray(centers, dtype=np.float64)
+    first = repeated(centers)
+    if first is not None:  # the first occurrences alone
+        kept = np.flatnonzero(first == np.arange(centers.shape[0]))
+        return kept[nearest(X, centers[kept], chunk_rows)]
     n = X.shape[0]
     labels = np.empty(n, dtype=np.int64)
     origin = reference(centers)  # far from the origin: rows and centers about the centers' mean
@@ -486,6 +524,8 @@ def nearest_of_sets(X: np.ndarray, center_sets: np.ndarray) -> np.ndarray:
                 diff = Xc[r, None, :] - centers[first + q]
                 chunk[r, q] = np.argmin(np.einsum("pkd,pkd->pk", diff, diff), axis=1)
             labels[start : start + Xc.shape[0], first : first + chunk.shape[1]] = chunk
+    for s in _sets_repeating(center_sets):  # the first occurrences alone
+        labels[:, s] = nearest(X, center_sets[s])
     return labels
 
 
@@ -662,6 +702,17 @@ def lloyd_statistics(
         raise ValueError(f"data of shape {X.shape} and centers of shape {centers.shape} do not match")
     n, d = X.shape
     k = centers.shape[0]
+    first = repeated(centers)
+    if first is not None:  # the first occurrences alone; a repeat gets no rows
+        kept = np.flatnonzero(first == np.arange(k))
+        one = lloyd_statistics(X, centers[kept], weights, with_scatter=with_scatter, chunk_rows=chunk_rows)
+        sums, counts = np.zeros((k, d)), np.zeros(k)
+        sums[kept], counts[kept] = one.sums, one.counts
+        scatter = None
+        if one.scatter is not None:
+            scatter = np.zeros((k, d))
+            scatter[kept] = one.scatter
+        return LloydStatistics(sums=sums, counts=counts, cost=one.cost, scatter=scatter)
     w_all = None if weights is None else np.asarray(weights, dtype=np.float64)
     origin = reference(centers)
     about = centers if origin is None else centers - origin
@@ -802,6 +853,7 @@ def lloyd_statistics_of_sets(
         np.maximum(cost, 0.0, out=cost)
         alone = np.flatnonzero(cost <= CANCELLED * x_sq)
     sums += counts[..., None] * origins[:, None, :]
+    alone = np.union1d(alone, _sets_repeating(center_sets))  # a set with a repeated center: lloyd_statistics'
     return _each_set(X, center_sets, w, alone, (sums, counts, cost, scatter), with_scatter)
 
 

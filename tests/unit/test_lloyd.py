@@ -231,6 +231,44 @@ def test_kmeans_plus_plus_indices_are_distinct_even_with_duplicates():
     )
 
 
+@pytest.mark.parametrize("offset", [0.0, 5.0, 1e9])
+def test_rows_of_exactly_repeated_centers_go_to_the_first(offset):
+    """A center repeated exactly (k-means++ on data with repeated points, a set padded by
+    repeats) takes no row from its first occurrence: BLAS may round the same product
+    differently in another column of a block, so the tie is not left to the product."""
+    rng = np.random.default_rng(7)
+    failures = []
+    for trial in range(120):
+        n, d, k, m = (
+            int(rng.integers(20, 300)),
+            int(rng.integers(1, 10)),
+            int(rng.integers(2, 70)),
+            int(rng.integers(2, 9)),
+        )
+        X = rng.normal(size=(n, d)) * 0.01 + offset
+        C = X[rng.integers(0, n, size=(m, k))].copy()
+        for s in range(m):
+            i, j = sorted(rng.choice(k, size=2, replace=False))
+            C[s, j] = C[s, i]
+        first = [np.array([int(np.flatnonzero((c == c[j]).all(axis=1))[0]) for j in range(k)]) for c in C]
+        repeats = [np.flatnonzero(f != np.arange(k)) for f in first]
+        _, counts, _, _ = lloyd_statistics_of_sets(X, C)
+        of_sets = nearest_of_sets(X, C)
+        for s in range(m):
+            one = lloyd_statistics(X, C[s], with_scatter=s % 2 == 0)
+            for name, c in (("sets", counts[s]), ("one", one.counts)):
+                if c[repeats[s]].any():
+                    failures.append((trial, s, name))
+            for name, lab in (
+                ("nearest", nearest(X, C[s])),
+                ("of_sets", of_sets[:, s]),
+                ("assign", assign(X, C[s])[0]),
+            ):
+                if np.isin(lab, repeats[s]).any():
+                    failures.append((trial, s, name))
+    assert not failures, failures[:10]
+
+
 @pytest.mark.parametrize(
     "offset, scale, rounded",
     [(0.0, 1.0, False), (1e9, 1.0, False), (0.0, 1e3, True), (5.0, 0.01, False), (1e9, 1e-3, True)],
