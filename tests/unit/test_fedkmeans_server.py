@@ -522,6 +522,43 @@ def test_a_score_above_what_a_stated_partition_costs_is_named():
     assert reason is not None and "its declared moments" in reason, reason
 
 
+@pytest.mark.parametrize("offset", [0.0, 1e9])
+def test_every_candidate_is_held_to_its_own_partition_bound(offset):
+    """The scores check takes all candidates of a partition at once: each candidate's cost
+    is refused just above, and passed just below, what :func:`partition_bound` gives that
+    candidate alone (bound, its relative slack and its rounding), candidate by candidate."""
+    from fedcluster.algorithms.fedkmeans.model import partition_bound, scores_violation, whole_partition
+    from fedcluster.bounds import RELATIVE_SLACK
+
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        n, d, k, m = (
+            int(rng.integers(5, 120)),
+            int(rng.integers(1, 5)),
+            int(rng.integers(1, 9)),
+            int(rng.integers(1, 6)),
+        )
+        X = rng.normal(size=(n, d)) * rng.choice([0.01, 1.0, 100.0]) + offset
+        trained = X[rng.choice(n, size=k)]
+        training = (_nearest(X, trained)[1], trained, _stated(X, _nearest(X, trained)[0], k))
+        whole = whole_partition(_declared(X))
+        candidates = X[rng.integers(0, n, size=(m, k))] + rng.normal(size=(m, k, d))
+        limits, margins = np.full(m, np.inf), np.zeros(m)
+        for statement in (training, whole):
+            for c in range(m):
+                bound, rounding = partition_bound(statement[2], candidates[c])
+                # the largest cost the check lets through: cost <= bound + relative (|bound| + cost) + rounding
+                limit = (bound + RELATIVE_SLACK * abs(bound) + rounding) / (1.0 - RELATIVE_SLACK)
+                if limit < limits[c]:  # a quarter of the rounding granted: the bounds' own last bits are far less
+                    limits[c], margins[c] = limit, 0.25 * rounding
+        target = int(rng.integers(m))
+        below, above = limits - margins, limits - margins
+        above[target] = limits[target] + margins[target]
+        assert scores_violation(below, candidates, [training], whole) is None
+        reason = scores_violation(above, candidates, [training], whole)
+        assert reason is not None and reason.startswith(f"candidate {target}: cost"), reason
+
+
 def test_a_lloyd_step_from_evaluation_replies_is_the_pooled_mean_and_keeps_unseen_centers():
     from fedcluster.algorithms.fedkmeans.model import lloyd_step
 

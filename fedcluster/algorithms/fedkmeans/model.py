@@ -1012,9 +1012,9 @@ def _expanded_minima(rows: np.ndarray, about: np.ndarray, rows_sq: np.ndarray, a
     and ``||x||²`` added after the minimum over the centers (two passes less over the
     block), clipped at 0; its rounding is still
     :func:`fedcluster.bounds.expansion_rounding`'s (one more term of the same size)."""
-    lifted = np.concatenate([rows, np.ones(rows.shape[:-1] + (1,))], axis=-1)
+    lifted = np.concatenate([np.swapaxes(rows, -1, -2), np.ones(rows.shape[:-2] + (1, rows.shape[-2]))], axis=-2)
     form = np.concatenate([-2.0 * about, about_sq[..., None]], axis=-1)
-    least = np.matmul(lifted, np.swapaxes(form, -1, -2)).min(axis=-1)
+    least = np.matmul(form, lifted).min(axis=-2)  # (centers, parts): the minimum runs down whole rows
     least += rows_sq
     return np.maximum(least, 0.0, out=least)
 
@@ -1079,8 +1079,7 @@ def partitions_violations(
         return reasons
     E = max(len(groups[g][0]) for g in live)
     parts = max(s[2][0].size for g in live for s in groups[g][0])
-    widest = max(max(len(s[1]) for g in live for s in groups[g][0]), np.shape(groups[live[0]][0][0][1])[-1])
-    step = max(1, CHUNK_FLOATS * 32 // (E * E * parts * widest))  # devices per pass: its distances stay small
+    step = max(1, CHUNK_FLOATS * 4 // (E * E * parts))  # devices per pass: their minima stay small
     for first in range(0, len(live), step):
         chunk = live[first : first + step]
         bad, bounds, costs = _partition_pairs([groups[g] for g in chunk], relative)
@@ -1143,14 +1142,16 @@ def _partition_pairs(groups: list[tuple[list[Stated], np.ndarray]], relative: fl
         refs[priced] = block_references(np.concatenate(real), np.cumsum(np.append(0, sizes[:-1])))[0]
     about = centers - refs[:, :, None, :]
     reach = np.einsum("giwd,giwd->giw", about, about)  # ||c − r_i||²
-    gaps = np.empty((G, E, E * P))  # ||μ − r_i||² of every part: [g, i, parts of every j]
-    nearest = np.empty((G, E, E * P))  # every part's cheapest center of set i, by the BLAS form about r_i
-    per_pass = max(1, CHUNK_FLOATS * 32 // (G * E * P * max(W, d)))  # sets per pass: the blocks stay small
-    for i in range(0, E, per_pass):
-        sets = slice(i, i + per_pass)
-        rows = means.reshape(G, 1, E * P, d) - refs[:, sets, None, :]
-        gaps[:, sets] = np.einsum("gipd,gipd->gip", rows, rows)
-        nearest[:, sets] = _expanded_minima(rows, about[:, sets], gaps[:, sets], reach[:, sets])
+    gaps = np.empty((G * E, E * P))  # ||μ − r_i||² of every part: [(g, i), parts of every j]
+    nearest = np.empty((G * E, E * P))  # every part's cheapest center of set i, by the BLAS form about r_i
+    every_part = means.reshape(G, E * P, d)
+    per_pass = max(1, CHUNK_FLOATS * 4 // (E * P * max(W, d)))  # (device, set) slabs per pass: blocks in cache
+    for first in range(0, G * E, per_pass):
+        slabs = slice(first, first + per_pass)
+        g, i = np.divmod(np.arange(G * E)[slabs], E)
+        rows = every_part[g] - refs[g, i, None, :]
+        gaps[slabs] = np.einsum("spd,spd->sp", rows, rows)
+        nearest[slabs] = _expanded_minima(rows, about[g, i], gaps[slabs], reach[g, i])
     nearest, gaps = nearest.reshape(G, E, E, P), gaps.reshape(G, E, E, P)  # [g, i, j, p]
     bounds = np.sum(scatter[:, None] + n[:, None] * nearest, axis=3).transpose(0, 2, 1)  # [g, j, i]
     points = n.sum(axis=2)[:, :, None]
@@ -1224,21 +1225,42 @@ def scores_violation(
     whole: Stated | None,
     relative: float = RELATIVE_SLACK,
 ) -> str | None:
-    """Why a device's costs of candidate center sets (``score_candidates``) cannot come from
-    the points its stated partitions (``earlier``, ``whole``) describe: a cost above what
-    one of those partitions costs with the same centers (:func:`partition_bound`), which
-    nearest-center labels can only undercut. None when every cost fits."""
+    """Why a device's costs of candidate center sets (``score_candidates``; ``candidates``
+    (m, k, d)) cannot come from the points its stated partitions (``earlier``, ``whole``)
+    describe: a cost above what one of those partitions costs with the same centers
+    (:func:`partition_bound`, every candidate of a partition at once: the same bound and
+    rounding), which nearest-center labels can only undercut. None when every cost fits."""
     statements = [s for s in list(earlier) + ([whole] if whole is not None else []) if s[2][0].size]
-    for m, (cost, centers) in enumerate(zip(np.asarray(costs, dtype=np.float64), candidates)):
-        for statement in statements:
-            bound, rounding = partition_bound(statement[2], centers)
-            if cost > bound + relative * (abs(bound) + abs(cost)) + rounding:
-                source = "its declared moments" if statement is whole else "an earlier reply"
-                return (
-                    f"candidate {m}: cost {cost:.10g} exceeds {bound:.10g}, what {source} costs with these centers: "
-                    f"its statistics do not come from one fixed set of points"
-                )
-    return None
+    costs = np.asarray(costs, dtype=np.float64)
+    candidates = np.asarray(candidates, dtype=np.float64)
+    if not statements or not candidates.size:
+        return None
+    m, k, d = candidates.shape
+    flat, starts = candidates.reshape(m * k, d), np.arange(m) * k
+    origins = block_references(flat, starts)[0]  # each candidate's reference, as partition_bound takes it
+    reach = np.max(np.sum((candidates - origins[:, None, :]) ** 2, axis=2), axis=1)
+    sizes = np.abs(candidates).max(axis=1)  # (m, d): each candidate's largest coordinates
+    bad = np.zeros((len(statements), m), dtype=bool)
+    bounds = np.zeros((len(statements), m))
+    for t, (_, _, partition) in enumerate(statements):
+        n, means, _ = partition
+        bounds[t] = part_minima(partition, flat, starts).sum(axis=0)
+        points = float(n.sum())
+        e = OFFSET_ULPS * _EPS * np.sqrt(np.sum(np.maximum(largest_magnitudes(means)[None], sizes) ** 2, axis=1))
+        # partition_rounding, then expansion_rounding, of every candidate
+        rounding = 2.0 * e * np.sqrt(points) * np.sqrt(np.maximum(bounds[t], 0.0)) + points * e * e
+        spread = np.sum(n * np.sum((means[None] - origins[:, None, :]) ** 2, axis=2), axis=1)
+        rounding += (d + OFFSET_ULPS) * _EPS * (spread + points * reach)
+        bad[t] = costs > bounds[t] + relative * (np.abs(bounds[t]) + np.abs(costs)) + rounding
+    if not bad.any():
+        return None
+    c = int(np.flatnonzero(bad.any(axis=0))[0])
+    t = int(np.flatnonzero(bad[:, c])[0])
+    source = "its declared moments" if statements[t] is whole else "an earlier reply"
+    return (
+        f"candidate {c}: cost {costs[c]:.10g} exceeds {bounds[t, c]:.10g}, what {source} costs with these centers: "
+        f"its statistics do not come from one fixed set of points"
+    )
 
 
 def lloyd_step(

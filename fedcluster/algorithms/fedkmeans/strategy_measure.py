@@ -19,7 +19,6 @@ from fedcluster.algorithms.fedkmeans.model import (
     evaluation_statement,
     implied_means,
     lloyd_step,
-    partitions_violation,
     partitions_violations,
     scores_violation,
     stated_in_reply,
@@ -179,26 +178,37 @@ class FedKMeansMeasure:
         )
         return total_cost, num_points
 
-    def statement_check(self, centers: np.ndarray, scores: bool = False):
+    def statement_check(self, centers: np.ndarray, scores: bool = False) -> BatchCheck:
         """An evaluation reply (``lloyd_stats`` of ``centers``, or ``score_candidates`` of the
         (m, k, d) ``centers`` with ``scores``) must fit the partition of its points the
         device's last accepted training reply stated and its declared moments
-        (:func:`fedcluster.algorithms.fedkmeans.model.partitions_violation`, :func:`scores_violation`): an
+        (:func:`fedcluster.algorithms.fedkmeans.model.partitions_violations`, :func:`scores_violation`; a
+        :class:`BatchCheck`: a pull's replies together): an
         honest device's nearest-center cost of fixed points never exceeds what any other
         partition of them costs. A contradiction proves a liar, which leaves the run."""
 
-        def check(reply: Reply) -> str | None:
-            declared = self.members.declared.get(reply.node_id)
-            earlier = self.stated_partitions.get(reply.node_id, [])
-            whole = whole_partition(declared)
+        def many(replies: list[Reply]) -> list[str | None]:
+            declared = [self.members.declared.get(r.node_id) for r in replies]
+            earlier = [self.stated_partitions.get(r.node_id, []) for r in replies]
+            wholes = [whole_partition(one) for one in declared]
+            reasons: list[str | None] = [None] * len(replies)
             if scores:
-                reason = scores_violation(reply.arrays["costs"], centers, earlier, whole)
-            else:
-                stated = evaluation_statement(reply.arrays, centers, declared, earlier)
-                reason = stated and partitions_violation([stated], earlier, whole, names=["its evaluation"])
-            return Inconsistent(reason) if reason else None
+                for r, reply in enumerate(replies):
+                    reasons[r] = scores_violation(reply.arrays["costs"], centers, earlier[r], wholes[r])
+            else:  # every reply's evaluation against its own history, all in the same few array passes
+                stated = [
+                    evaluation_statement(reply.arrays, centers, declared[r], earlier[r])
+                    for r, reply in enumerate(replies)
+                ]
+                asked = [r for r in range(len(replies)) if stated[r]]
+                found = partitions_violations(
+                    [([stated[r]], earlier[r], wholes[r]) for r in asked], names=[["its evaluation"]] * len(asked)
+                )
+                for r, reason in zip(asked, found):
+                    reasons[r] = reason
+            return [Inconsistent(reason) if reason else None for reason in reasons]
 
-        return check
+        return BatchCheck(many)
 
     def consider_best(
         self, cost: float, round_number: int, center_set: "CenterSet", points: int, centers: np.ndarray | None = None
