@@ -22,6 +22,14 @@ import numpy as np
 _MAGIC = b"\x93NUMPY"
 
 
+def record_of(content, name: str, kind: type):
+    """The record ``name`` of a message's content when it is a ``kind`` (``ArrayRecord``,
+    ``MetricRecord``, ``ConfigRecord``), else None: what ``content.array_records.get(name)``
+    gives, without Flower building a filtered copy of every record at each such call."""
+    record = content.get(name)
+    return record if isinstance(record, kind) else None
+
+
 def npy_bytes(array: np.ndarray) -> bytes:
     """The bytes of ``np.save(array)`` (format version 1.0, C order)."""
     array = np.asarray(array, order="C")

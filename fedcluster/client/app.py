@@ -22,7 +22,7 @@ from fedcluster.secagg import device as secagg
 from fedcluster.node_data import device_data
 from fedcluster.kernel import DeviceData
 from fedcluster.device import run_task
-from fedcluster.wire import array_fields, array_numpy
+from fedcluster.wire import array_fields, array_numpy, record_of
 
 # Flower's error code for "the ClientApp raised an exception" (flwr.common.constant.ErrorCode).
 CLIENT_APP_RAISED_EXCEPTION = 2
@@ -89,12 +89,16 @@ def handle(message: Message, context: Context) -> Message:
         content = message.content
         if task == protocol.BUNDLE:
             return Message(run_bundle(content, data, where), reply_to=message)
-        records, configs = content.array_records, content.config_records
         if task in protocol.SECURE_STAGES:  # a session's keys and shares outlive this process: context.state
             saved = context.state.config_records.get(secagg.STATE)
             data.extra[secagg.STATE] = secagg.import_state(dict(saved) if saved is not None else {})
             where = ""  # no point count or data path in a secure-aggregation reply
-        arrays, metrics = _run(task, data, records.get(protocol.ARRAYS), configs.get(protocol.CONFIG))
+        arrays, metrics = _run(
+            task,
+            data,
+            record_of(content, protocol.ARRAYS, ArrayRecord),
+            record_of(content, protocol.CONFIG, ConfigRecord),
+        )
         if task in protocol.SECURE_STAGES:
             context.state[secagg.STATE] = ConfigRecord(secagg.export_state(data.extra[secagg.STATE]))
         return Message(RecordDict({protocol.ARRAYS: arrays, protocol.METRICS: metrics}), reply_to=message)
@@ -109,15 +113,14 @@ def run_bundle(content: RecordDict, data: DeviceData, where: str = "") -> Record
     tasks = content.config_records[protocol.BUNDLE]["tasks"]
     if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
         raise ValueError(f"a bundle's {protocol.BUNDLE!r} record must list task names, got {tasks!r}")
-    records, configs = content.array_records, content.config_records
     reply = RecordDict()
     for index, task in enumerate(tasks):
         try:
             arrays, metrics = _run(
                 task,
                 data,
-                records.get(protocol.part(protocol.ARRAYS, index)),
-                configs.get(protocol.part(protocol.CONFIG, index)),
+                record_of(content, protocol.part(protocol.ARRAYS, index), ArrayRecord),
+                record_of(content, protocol.part(protocol.CONFIG, index), ConfigRecord),
             )
             reply[protocol.part(protocol.ARRAYS, index)] = arrays
             reply[protocol.part(protocol.METRICS, index)] = metrics

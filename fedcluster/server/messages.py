@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.constant import ErrorCode
 
 import fedcluster.protocol as protocol
-from fedcluster.wire import array_fields, array_layout
+from fedcluster.wire import array_fields, array_layout, record_of
 
 
 class FederationError(RuntimeError):
@@ -249,19 +249,19 @@ def incoming(
     for index, key in enumerate(keys):
         try:
             content = message.content
-            records, metric_records = content.array_records, content.metric_records
             if parts == 1:
                 names = protocol.ARRAYS, protocol.METRICS
             else:
                 names = protocol.part(protocol.ARRAYS, index), protocol.part(protocol.METRICS, index)
-                error = content.config_records.get(protocol.part(protocol.ERROR, index))
+                error = record_of(content, protocol.part(protocol.ERROR, index), ConfigRecord)
                 if error is not None:
                     out.append(
                         Incoming(key, node, error=f"error reply: {_reason(error.get('reason', '(no reason given)'))}")
                     )
                     continue
-            arrays = records.get(names[0])
-            metrics = dict(metric_records[names[1]]) if names[1] in metric_records else {}
+            arrays = record_of(content, names[0], ArrayRecord)
+            metric = record_of(content, names[1], MetricRecord)
+            metrics = dict(metric) if metric is not None else {}
             problem = _metrics_problem(metrics)
             if problem:
                 out.append(Incoming(key, node, error=problem, kind="invalid", up=payload_bytes(arrays)))

@@ -133,6 +133,28 @@ def test_a_bundle_reply_missing_a_part_or_with_junk_is_read_without_raising():
     assert second.error is None and second.arrays is None  # the server then says: no 'arrays' record
 
 
+def test_a_record_of_the_wrong_kind_under_a_declared_name_is_read_as_missing():
+    """``arrays`` that is not an ArrayRecord, ``metrics`` that is not a MetricRecord, an
+    ``error.i`` that is not a ConfigRecord: each is as if absent (the server then refuses
+    the part by its missing arrays), in a plain reply and in a bundle's; never an exception."""
+    from flwr.app import MetricRecord
+
+    message = _bundle([("data_summary", {}), ("data_summary", {})])
+    reply = handle(message, _context())
+    reply.content[protocol.part(protocol.ARRAYS, 0)] = ConfigRecord({"centers": 1})
+    reply.content[protocol.part(protocol.METRICS, 1)] = ArrayRecord({"x": Array(np.zeros(2))})
+    reply.content[protocol.part(protocol.ERROR, 1)] = MetricRecord({"reason": 1})
+    first, second = incoming(reply, 1000, 2)
+    assert first.error is None and first.arrays is None and first.metrics[protocol.NUM_EXAMPLES] > 0
+    assert second.error is None and second.arrays is not None and second.metrics == {}
+    plain = Message(
+        RecordDict({protocol.ARRAYS: MetricRecord({"a": 1}), protocol.METRICS: ConfigRecord({"b": "c"})}),
+        reply_to=message,
+    )
+    (only,) = incoming(plain, 1000, 1)
+    assert only.error is None and only.arrays is None and only.metrics == {}
+
+
 def test_a_reply_with_an_undeclared_record_is_refused_for_every_part_naming_it():
     reply = handle(_bundle([("data_summary", {}), ("data_summary", {})]), _context())
     reply.content["junk"] = ArrayRecord({"x": Array(np.zeros(10))})
