@@ -103,9 +103,9 @@ def coordinate_rounding(*arrays: np.ndarray | None) -> np.ndarray:
 def deviation_rounding(points: float, total, rounding: np.ndarray | float):
     """How far a sum of ``points`` squared distances whose total is ``total`` (a number, or
     one per center set) may be off when every coordinate difference is off by at most
-    ``rounding`` (per coordinate, or one number):
+    ``rounding`` (per coordinate, or one number; or (sets, d), one row per set):
     Σ ||a_i + e_i||² − ||a_i||² ≤ 2 ||e|| Σ ||a_i|| + n ||e||² ≤ 2 ||e|| √(n · total) + n ||e||²."""
-    e = float(np.sqrt(np.sum(np.square(rounding))))
+    e = np.sqrt(np.sum(np.square(np.atleast_1d(rounding)), axis=-1))  # one per row of a (sets, d) rounding
     return 2.0 * e * math.sqrt(max(float(points), 0.0)) * np.sqrt(np.maximum(total, 0.0)) + float(points) * e * e
 
 
@@ -114,18 +114,26 @@ def expansion_rounding(counts: np.ndarray, means: np.ndarray, centers: np.ndarra
     distances come from the BLAS form about the centers' reference r
     (:func:`fedcluster.lloyd.squared_distances`): each rounds relative to
     ``||μ − r||² + ||c − r||²``, not to the distance (far from the origin r is the centers'
-    mean, so this is the data's spread, never the offset's square)."""
-    from .lloyd import reference
-
-    centers = np.asarray(centers, dtype=np.float64).reshape(-1, np.shape(centers)[-1])
+    mean, so this is the data's spread, never the offset's square). All of ``centers`` as
+    one set: :func:`expansion_roundings` of it."""
+    centers = np.asarray(centers, dtype=np.float64)
     if not centers.size:
         return 0.0
-    r = reference(centers)
-    r = np.zeros(centers.shape[1]) if r is None else r
+    return float(expansion_roundings(counts, means, centers.reshape(1, -1, centers.shape[-1]))[0])
+
+
+def expansion_roundings(counts: np.ndarray, means: np.ndarray, center_sets: np.ndarray) -> np.ndarray:
+    """:func:`expansion_rounding` of each set of ``center_sets`` (m, k, d; none empty), each
+    about its own reference (:func:`fedcluster.lloyd.block_references`: the same as
+    :func:`fedcluster.lloyd.reference`'s, to the bit)."""
+    from .lloyd import block_references
+
+    m, k, d = center_sets.shape
+    origins = block_references(center_sets.reshape(m * k, d), np.arange(m) * k)[0]
     counts = np.asarray(counts, dtype=np.float64)
-    spread = float(np.sum(counts * np.sum((np.asarray(means) - r) ** 2, axis=-1)))
-    reach = float(np.max(np.sum((centers - r) ** 2, axis=1)))
-    return (centers.shape[1] + OFFSET_ULPS) * _EPS * (spread + float(np.sum(counts)) * reach)
+    spread = np.sum(counts * np.sum((np.asarray(means)[None] - origins[:, None, :]) ** 2, axis=-1), axis=-1)
+    reach = np.max(np.sum((center_sets - origins[:, None, :]) ** 2, axis=2), axis=1)
+    return (d + OFFSET_ULPS) * _EPS * (spread + float(np.sum(counts)) * reach)
 
 
 def declaration(task: Task, arrays: Mapping[str, np.ndarray], metrics: Mapping[str, Any]) -> Declared | None:

@@ -273,26 +273,34 @@ def _unsure(values: np.ndarray, labels: np.ndarray, tol: np.ndarray) -> tuple[np
 
 
 def repeated(centers: np.ndarray) -> np.ndarray | None:
-    """For centers (k, d) of which some repeat an earlier one exactly: each center's first
-    occurrence (an index per center); None when none repeats, told by one sort of the first
-    coordinate in the usual case. The kernels give a repeat no rows (ties: the lowest index)
-    by working on the first occurrences alone: BLAS may round the same product differently in
-    another column of a block, so the tie is not left to the product."""
-    k = centers.shape[0]
+    """For centers (k, d) of which some repeat an earlier one exactly (the same bytes): each
+    center's first occurrence (an index per center); None when none repeats, told by one sort
+    of the first coordinate in the usual case and else by the rows' bytes. Every nearest-center
+    rule here gives a repeat no rows (ties: the lowest index) from this: BLAS may round the
+    same product differently in another column of a block, so the tie is not left to it."""
+    k, d = centers.shape
     if k < 2:
         return None
-    if centers.shape[1]:
-        column = np.sort(centers[:, 0])
-        if not np.any(column[1:] == column[:-1]):
-            return None
-    _, index, inverse = np.unique(centers, axis=0, return_index=True, return_inverse=True)
-    first = index[np.reshape(inverse, -1)]
-    return None if np.array_equal(first, np.arange(k)) else first
+    if not d:
+        return np.zeros(k, dtype=np.int64)
+    column = np.sort(centers[:, 0])
+    if not np.any(column[1:] == column[:-1]):
+        return None
+    seen: dict[bytes, int] = {}
+    first = np.array([seen.setdefault(row.tobytes(), j) for j, row in enumerate(np.asarray(centers, np.float64))])
+    return None if len(seen) == k else first
+
+
+def _first_occurrences(centers: np.ndarray) -> np.ndarray | None:
+    """The rows of ``centers`` that repeat no earlier one (:func:`repeated`), or None when
+    none repeats: the centers a kernel works on alone, a repeat getting nothing."""
+    first = repeated(centers)
+    return None if first is None else np.flatnonzero(first == np.arange(centers.shape[0]))
 
 
 def _sets_repeating(center_sets: np.ndarray) -> np.ndarray:
     """The sets of ``center_sets`` (m, k, d) in which a center repeats another exactly
-    (:func:`repeated`), by one sort of their first coordinates."""
+    (:func:`repeated`; the sort of every set's first coordinates at once)."""
     m, k, d = center_sets.shape
     if k < 2 or not m:
         return np.empty(0, dtype=np.int64)
@@ -344,6 +352,9 @@ def squared_distances(X: np.ndarray, centers: np.ndarray, x_sq: np.ndarray | Non
             rows = unsure[start : start + step]
             diff = X[rows, None, :] - centers[None, :, :]
             d2[rows] = np.einsum("rkd,rkd->rk", diff, diff)
+    first = repeated(centers)
+    if first is not None:  # a repeated center's column is its first occurrence's, to the bit
+        d2 = d2[:, first]
     return d2
 
 
@@ -370,9 +381,8 @@ def assign(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) ->
     center is at 0)."""
     X = np.asarray(X, dtype=np.float64)
     centers = np.asarray(centers, dtype=np.float64)
-    first = repeated(centers)
-    if first is not None:  # the first occurrences alone
-        kept = np.flatnonzero(first == np.arange(centers.shape[0]))
+    kept = _first_occurrences(centers)
+    if kept is not None:  # the first occurrences alone
         labels, mind = assign(X, centers[kept], chunk_rows)
         return kept[labels], mind
     n = X.shape[0]
@@ -473,9 +483,8 @@ def nearest(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) -
     that keeps its own sums (:func:`lloyd_until_stable`) needs."""
     X = np.asarray(X, dtype=np.float64)
     centers = np.asarray(centers, dtype=np.float64)
-    first = repeated(centers)
-    if first is not None:  # the first occurrences alone
-        kept = np.flatnonzero(first == np.arange(centers.shape[0]))
+    kept = _first_occurrences(centers)
+    if kept is not None:  # the first occurrences alone
         return kept[nearest(X, centers[kept], chunk_rows)]
     n = X.shape[0]
     labels = np.empty(n, dtype=np.int64)
@@ -497,7 +506,8 @@ def nearest_of_sets(X: np.ndarray, center_sets: np.ndarray) -> np.ndarray:
     :data:`CHUNK_FLOATS` floats: fresh large temporaries cost more in page faults than their
     arithmetic); every row whose smallest value in a set the form's rounding cannot tell
     from another's is settled in that set by its own differences, as :func:`_settle` settles
-    a row (which :func:`nearest` asks only of the chunks its separation test flags)."""
+    a row (which :func:`nearest` asks only of the chunks its separation test flags). A set
+    with a repeated center (:func:`repeated`) is taken again by :func:`nearest` on its own."""
     X = np.asarray(X, dtype=np.float64)
     m, k, d = center_sets.shape
     flat = np.asarray(center_sets, dtype=np.float64).reshape(m * k, d)
@@ -606,9 +616,10 @@ def lloyd_until_stable(
             block += np.einsum("ij,ij->i", c, c)
             labels = block.argmin(axis=1)
             settle = settling(c)
-            if settle is None or 2.0 * form_rounding(X.shape[1], largest, settle[2]) <= RESOLUTION * settle[1]:
-                return labels
-            return _settle(X, block, labels, settle)
+            if settle is not None and 2.0 * form_rounding(X.shape[1], largest, settle[2]) > RESOLUTION * settle[1]:
+                labels = _settle(X, block, labels, settle)
+            first = repeated(c)
+            return labels if first is None else first[labels]  # a repeated center's rows: its first occurrence's
 
         def means(lab: np.ndarray, previous: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             indicator.fill(0.0)
@@ -702,9 +713,8 @@ def lloyd_statistics(
         raise ValueError(f"data of shape {X.shape} and centers of shape {centers.shape} do not match")
     n, d = X.shape
     k = centers.shape[0]
-    first = repeated(centers)
-    if first is not None:  # the first occurrences alone; a repeat gets no rows
-        kept = np.flatnonzero(first == np.arange(k))
+    kept = _first_occurrences(centers)
+    if kept is not None:  # the first occurrences alone; a repeat gets no rows
         one = lloyd_statistics(X, centers[kept], weights, with_scatter=with_scatter, chunk_rows=chunk_rows)
         sums, counts = np.zeros((k, d)), np.zeros(k)
         sums[kept], counts[kept] = one.sums, one.counts
@@ -813,8 +823,8 @@ def lloyd_statistics_of_sets(
     them (:func:`_settle_sets`): the same statistics, up to the rounding of products taken
     in another shape. With scatters the cost is theirs (:func:`_parallel_axis_cost`), as
     :func:`lloyd_statistics` gives it; without, the scatters are zeros and a set whose cost
-    the expansion cancels goes through :func:`lloyd_statistics` on its own. One set alone is
-    :func:`lloyd_statistics`'s own."""
+    the expansion cancels goes through :func:`lloyd_statistics` on its own, as does a set
+    with a repeated center (:func:`repeated`). One set alone is :func:`lloyd_statistics`'s own."""
     X = np.asarray(X, dtype=np.float64)
     center_sets = np.asarray(center_sets, dtype=np.float64)
     if X.ndim != 2 or center_sets.ndim != 3 or X.shape[1] != center_sets.shape[2]:

@@ -135,8 +135,8 @@ def test_a_bundle_reply_missing_a_part_or_with_junk_is_read_without_raising():
 
 def test_a_record_of_the_wrong_kind_under_a_declared_name_is_read_as_missing():
     """``arrays`` that is not an ArrayRecord, ``metrics`` that is not a MetricRecord, an
-    ``error.i`` that is not a ConfigRecord: each is as if absent (the server then refuses
-    the part by its missing arrays), in a plain reply and in a bundle's; never an exception."""
+    ``error.i`` that is not a ConfigRecord: each is read as absent, as Flower's filtered
+    records read it, in a plain reply and in a bundle's; never an exception."""
     from flwr.app import MetricRecord
 
     message = _bundle([("data_summary", {}), ("data_summary", {})])

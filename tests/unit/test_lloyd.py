@@ -234,20 +234,22 @@ def test_kmeans_plus_plus_indices_are_distinct_even_with_duplicates():
 @pytest.mark.parametrize("offset", [0.0, 5.0, 1e9])
 def test_rows_of_exactly_repeated_centers_go_to_the_first(offset):
     """A center repeated exactly (k-means++ on data with repeated points, a set padded by
-    repeats) takes no row from its first occurrence: BLAS may round the same product
-    differently in another column of a block, so the tie is not left to the product."""
+    repeats) takes no row from its first occurrence, in every nearest-center rule: BLAS may
+    round the same product differently in another column of a block, so the tie is not left
+    to the product. Half the sets share their first coordinate without repeating a center
+    (a constant feature): :func:`repeated` finds no repeat there."""
+    from fedcluster.lloyd import repeated, squared_distances
+
     rng = np.random.default_rng(7)
     failures = []
     for trial in range(120):
-        n, d, k, m = (
-            int(rng.integers(20, 300)),
-            int(rng.integers(1, 10)),
-            int(rng.integers(2, 70)),
-            int(rng.integers(2, 9)),
-        )
+        n, d, k, m = (int(rng.integers(lo, hi)) for lo, hi in ((20, 300), (1, 41), (2, 70), (2, 9)))
         X = rng.normal(size=(n, d)) * 0.01 + offset
-        C = X[rng.integers(0, n, size=(m, k))].copy()
+        C = X[rng.integers(0, n, size=(m, k))] + rng.normal(size=(m, k, d)) * 0.01 * (trial % 2)
         for s in range(m):
+            if s % 2:
+                C[s, :, 0] = C[s, 0, 0]  # a shared first coordinate, no repeat yet
+                assert d == 1 or repeated(C[s]) is None or trial % 2 == 0
             i, j = sorted(rng.choice(k, size=2, replace=False))
             C[s, j] = C[s, i]
         first = [np.array([int(np.flatnonzero((c == c[j]).all(axis=1))[0]) for j in range(k)]) for c in C]
@@ -255,6 +257,7 @@ def test_rows_of_exactly_repeated_centers_go_to_the_first(offset):
         _, counts, _, _ = lloyd_statistics_of_sets(X, C)
         of_sets = nearest_of_sets(X, C)
         for s in range(m):
+            np.testing.assert_array_equal(repeated(C[s]), first[s])
             one = lloyd_statistics(X, C[s], with_scatter=s % 2 == 0)
             for name, c in (("sets", counts[s]), ("one", one.counts)):
                 if c[repeats[s]].any():
@@ -263,6 +266,8 @@ def test_rows_of_exactly_repeated_centers_go_to_the_first(offset):
                 ("nearest", nearest(X, C[s])),
                 ("of_sets", of_sets[:, s]),
                 ("assign", assign(X, C[s])[0]),
+                ("until_stable", lloyd_until_stable(X, C[s], 0)[1]),
+                ("distances", np.argmin(squared_distances(X, C[s]), axis=1)),
             ):
                 if np.isin(lab, repeats[s]).any():
                     failures.append((trial, s, name))

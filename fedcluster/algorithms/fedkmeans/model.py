@@ -33,6 +33,7 @@ from fedcluster.bounds import (
     coordinate_rounding,
     deviation_rounding,
     expansion_rounding,
+    expansion_roundings,
     scatter_rounding,
 )
 from fedcluster.lloyd import (
@@ -1011,7 +1012,9 @@ def _expanded_minima(rows: np.ndarray, about: np.ndarray, rows_sq: np.ndarray, a
     same BLAS form, ``||c||²`` taken into the product as one more coordinate (the rows' is 1)
     and ``||x||²`` added after the minimum over the centers (two passes less over the
     block), clipped at 0; its rounding is still
-    :func:`fedcluster.bounds.expansion_rounding`'s (one more term of the same size)."""
+    :func:`fedcluster.bounds.expansion_rounding`'s (one more term of the same size). The
+    product is taken as (centers x parts), the minimum down whole rows: BLAS may add its
+    three terms in another order than :func:`_expanded`'s, so the last bits may differ."""
     lifted = np.concatenate([np.swapaxes(rows, -1, -2), np.ones(rows.shape[:-2] + (1, rows.shape[-2]))], axis=-2)
     form = np.concatenate([-2.0 * about, about_sq[..., None]], axis=-1)
     least = np.matmul(form, lifted).min(axis=-2)  # (centers, parts): the minimum runs down whole rows
@@ -1079,7 +1082,10 @@ def partitions_violations(
         return reasons
     E = max(len(groups[g][0]) for g in live)
     parts = max(s[2][0].size for g in live for s in groups[g][0])
-    step = max(1, CHUNK_FLOATS * 4 // (E * E * parts))  # devices per pass: their minima stay small
+    widest = max(max(len(s[1]) for g in live for s in groups[g][0]), 1)
+    d = np.shape(groups[live[0]][0][0][1])[-1]
+    # devices per pass: their padded means (E, parts, d), centers (E, widest, d) and minima (E, E·parts) stay small
+    step = max(1, CHUNK_FLOATS * 4 // (E * ((parts + widest) * d + 2 * E * parts)))
     for first in range(0, len(live), step):
         chunk = live[first : first + step]
         bad, bounds, costs = _partition_pairs([groups[g] for g in chunk], relative)
@@ -1237,8 +1243,6 @@ def scores_violation(
         return None
     m, k, d = candidates.shape
     flat, starts = candidates.reshape(m * k, d), np.arange(m) * k
-    origins = block_references(flat, starts)[0]  # each candidate's reference, as partition_bound takes it
-    reach = np.max(np.sum((candidates - origins[:, None, :]) ** 2, axis=2), axis=1)
     sizes = np.abs(candidates).max(axis=1)  # (m, d): each candidate's largest coordinates
     bad = np.zeros((len(statements), m), dtype=bool)
     bounds = np.zeros((len(statements), m))
@@ -1246,11 +1250,10 @@ def scores_violation(
         n, means, _ = partition
         bounds[t] = part_minima(partition, flat, starts).sum(axis=0)
         points = float(n.sum())
-        e = OFFSET_ULPS * _EPS * np.sqrt(np.sum(np.maximum(largest_magnitudes(means)[None], sizes) ** 2, axis=1))
-        # partition_rounding, then expansion_rounding, of every candidate
-        rounding = 2.0 * e * np.sqrt(points) * np.sqrt(np.maximum(bounds[t], 0.0)) + points * e * e
-        spread = np.sum(n * np.sum((means[None] - origins[:, None, :]) ** 2, axis=2), axis=1)
-        rounding += (d + OFFSET_ULPS) * _EPS * (spread + points * reach)
+        # partition_bound's rounding for every candidate: coordinate_rounding(means, candidate) per row
+        coordinate = OFFSET_ULPS * _EPS * np.maximum(largest_magnitudes(means)[None], sizes)
+        rounding = deviation_rounding(points, np.maximum(bounds[t], 0.0), coordinate)
+        rounding = rounding + expansion_roundings(n, means, candidates)
         bad[t] = costs > bounds[t] + relative * (np.abs(bounds[t]) + np.abs(costs)) + rounding
     if not bad.any():
         return None
