@@ -378,13 +378,10 @@ def farthest_first(points: np.ndarray, start: np.ndarray, k: int) -> np.ndarray:
 def assign(X: np.ndarray, centers: np.ndarray, chunk_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Nearest center of every row of ``X``: ``(labels, squared_distance)``, chunked; the
     distance is the row's own difference from its center (no cancellation: a point on its
-    center is at 0)."""
+    center is at 0). A repeated center gets no rows: :func:`squared_distances` gives it its
+    first occurrence's column."""
     X = np.asarray(X, dtype=np.float64)
     centers = np.asarray(centers, dtype=np.float64)
-    kept = _first_occurrences(centers)
-    if kept is not None:  # the first occurrences alone
-        labels, mind = assign(X, centers[kept], chunk_rows)
-        return kept[labels], mind
     n = X.shape[0]
     k = centers.shape[0]
     labels = np.empty(n, dtype=np.int64)

@@ -6,8 +6,8 @@ parsing (``ast.literal_eval``) dominates the cost of small messages: with 1000 d
 several arrays per message it was most of a round's time. These two functions write and
 read the same ``.npy`` format directly; anything unusual (Fortran order, big-endian,
 version 2/3 headers) falls back to NumPy's own reader. :func:`array_layout` reads what an
-``Array`` says it holds without decoding it (a reply is refused by its sizes first).
-Duck-typed: no Flower import.
+``Array`` says it holds without decoding it (a reply is refused by its sizes first), and
+:func:`record_of` takes a message's record by its name. Duck-typed: no Flower import.
 """
 
 from __future__ import annotations
